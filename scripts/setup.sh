@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages difftx needs, only those that are missing.
+#   scripts/setup.sh            build dependencies (gcc, make, cJSON, oneDNN)
+#   scripts/setup.sh --torch    also python3-torch (only to regenerate fixtures)
+set -euo pipefail
+pkgs=(gcc make libc6-dev libcjson-dev libdnnl-dev)
+[ "${1:-}" = "--torch" ] && pkgs+=(python3 python3-torch python3-numpy python3-matplotlib)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "setup: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,67 @@
+/* difftx: train, score, sample and inspect Differential Transformer models. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/flags.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"train", cmd_train, "train a model (new or --init FILE) on a token file"},
+    {"score", cmd_score, "mean next-token cross-entropy of one token sequence, as JSON"},
+    {"sample", cmd_sample, "continue a prompt, greedily or with a temperature"},
+    {"info", cmd_info, "architecture, config and parameter counts of a model file"},
+};
+enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
+
+static void usage(FILE *out) {
+    fputs("usage: difftx <command> [flags]\n"
+          "\n"
+          "The Differential Transformer (Ye et al., ICLR 2025) and its parameter-matched\n"
+          "LLaMA-style baseline, in C.\n"
+          "\n"
+          "commands:\n",
+          out);
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fputs("  help     this text, or 'difftx help <command>'\n"
+          "\n"
+          "'difftx <command> --help' describes a command's flags.\n"
+          "Exit status: 0 success, 1 runtime failure (bad file, I/O), 2 usage error.\n",
+          out);
+}
+
+static const command *find(const char *name) {
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || (strcmp(name, "help") == 0 && argc == 2)) {
+        usage(stdout);
+        return finish_stdout("help");
+    }
+    if (strcmp(name, "help") == 0) {
+        /* "difftx help train" is "difftx train --help". */
+        const command *c = find(argv[2]);
+        if (!c) return usage_error("help", "unknown command '%s' (see 'difftx --help')", argv[2]);
+        char *help_argv[] = {argv[2], "--help", NULL};
+        return c->run(2, help_argv);
+    }
+    const command *c = find(name);
+    if (!c) {
+        fprintf(stderr, "difftx: unknown command '%s' (see 'difftx --help')\n", name);
+        return EXIT_USAGE;
+    }
+    return c->run(argc - 1, argv + 1);
+}

@@ -1,0 +1,87 @@
+#include "common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char last_error[512];
+
+const char *dtx_last_error(void) { return last_error; }
+
+void dtx_clear_error(void) { last_error[0] = '\0'; }
+
+dtx_status dtx_fail(dtx_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+const char *dtx_status_name(dtx_status st) {
+    switch (st) {
+    case DTX_OK: return "ok";
+    case DTX_ERR_IO: return "i/o error";
+    case DTX_ERR_FORMAT: return "format error";
+    case DTX_ERR_CONFIG: return "config error";
+    case DTX_ERR_ARG: return "invalid argument";
+    case DTX_ERR_NOMEM: return "out of memory";
+    }
+    return "unknown status";
+}
+
+void *dtx_alloc(size_t count, size_t elem_size) {
+    if (elem_size && count > SIZE_MAX / elem_size) {
+        dtx_fail(DTX_ERR_NOMEM, "allocation of %zu x %zu bytes overflows", count, elem_size);
+        return NULL;
+    }
+    size_t bytes = count * elem_size;
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (bytes == 0) bytes = 64;
+    void *p = aligned_alloc(64, bytes);
+    if (!p) dtx_fail(DTX_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+void *dtx_calloc(size_t count, size_t elem_size) {
+    void *p = dtx_alloc(count, elem_size);
+    if (p) memset(p, 0, count * elem_size);
+    return p;
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void dtx_rng_seed(dtx_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t dtx_rng_next(dtx_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double dtx_rng_uniform(dtx_rng *r) { return (double)(dtx_rng_next(r) >> 11) * 0x1.0p-53; }
+
+double dtx_rng_normal(dtx_rng *r) {
+    double u1 = dtx_rng_uniform(r), u2 = dtx_rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}

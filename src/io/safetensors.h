@@ -1,0 +1,64 @@
+/* Safetensors reading and writing, with nothing trusted: every length,
+ * offset, shape and dtype is checked before any byte is touched.
+ * Format: 8-byte little-endian header length N, N bytes of JSON, then the
+ * data; each tensor's data_offsets are [begin, end) relative to the end of
+ * the header. See ../shared/spec/interop.md. */
+#ifndef DTX_SAFETENSORS_H
+#define DTX_SAFETENSORS_H
+
+#include "common/common.h"
+
+typedef enum { DTX_ST_F32 = 0, DTX_ST_BF16 = 1, DTX_ST_F16 = 2 } dtx_st_dtype;
+
+#define DTX_ST_MAX_DIMS 8
+
+typedef struct {
+    char *name;
+    dtx_st_dtype dtype;
+    int ndim;
+    int64_t shape[DTX_ST_MAX_DIMS];
+    int64_t numel;
+    const uint8_t *data;  /* into the mapped file */
+    size_t nbytes;
+} dtx_st_tensor;
+
+typedef struct {
+    void *map;            /* whole file, read-only mmap */
+    size_t map_size;
+    int n_tensors;
+    dtx_st_tensor *tensors;
+    int n_meta;
+    char **meta_keys;     /* __metadata__, all string values */
+    char **meta_values;
+} dtx_st_file;
+
+/* Maps and validates the whole file. On failure returns DTX_ERR_IO or
+ * DTX_ERR_FORMAT with a message naming the file and the tensor or key, and
+ * leaves *f closed (safe to dtx_st_close). */
+dtx_status dtx_st_open(dtx_st_file *f, const char *path);
+void dtx_st_close(dtx_st_file *f);
+const dtx_st_tensor *dtx_st_find(const dtx_st_file *f, const char *name);
+const char *dtx_st_meta(const dtx_st_file *f, const char *key); /* NULL if absent */
+/* Converts any stored dtype to real; dst holds t->numel elements. */
+void dtx_st_to_real(const dtx_st_tensor *t, real *dst);
+
+typedef struct {
+    const char *name;
+    int ndim;
+    int64_t shape[DTX_ST_MAX_DIMS];
+    const real *data;     /* numel = prod(shape) elements */
+} dtx_st_out;
+
+/* Writes atomically (temporary file in the same folder, fsync, rename).
+ * meta: n_meta key/value pairs written under __metadata__. bf16 != 0 stores
+ * BF16 (round to nearest even), otherwise F32. */
+dtx_status dtx_st_write(const char *path, const dtx_st_out *tensors, int n_tensors,
+                        const char *const *meta_keys, const char *const *meta_values, int n_meta,
+                        int bf16);
+
+/* Scalar conversions used by the reader and writer. */
+float dtx_bf16_to_f32(uint16_t h);
+uint16_t dtx_f32_to_bf16(float f);
+float dtx_f16_to_f32(uint16_t h);
+
+#endif

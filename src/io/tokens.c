@@ -1,0 +1,86 @@
+/* Token files: whitespace-separated non-negative decimal ids (interop.md).
+ * (Binary token shards arrive with the tokenizer issue.) */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+
+static dtx_status read_all(const char *path, char **buf, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap + 1);
+    while (b) {
+        n += fread(b + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *nb = cap > SIZE_MAX / 4 ? NULL : realloc(b, cap * 2 + 1);
+        if (!nb) { free(b); b = NULL; break; }
+        b = nb;
+        cap *= 2;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!b) return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory reading the file", path);
+    if (err) {
+        free(b);
+        return dtx_fail(DTX_ERR_IO, "%s: read error", path);
+    }
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return DTX_OK;
+}
+
+dtx_status dtx_tokens_read(const char *path, int64_t vocab_size, int32_t **out, int64_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    char *buf = NULL;
+    size_t len = 0;
+    dtx_status st = read_all(path, &buf, &len);
+    if (st) return st;
+    /* at most one token per two bytes, plus one */
+    size_t cap = len / 2 + 1;
+    int32_t *toks = dtx_alloc(cap, sizeof(int32_t));
+    if (!toks) {
+        free(buf);
+        return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory for %zu tokens", path, cap);
+    }
+    int64_t n = 0;
+    size_t i = 0;
+    int64_t line = 1;
+    while (i < len) {
+        unsigned char ch = (unsigned char)buf[i];
+        if (ch == '\n') line++;
+        if (isspace(ch)) { i++; continue; }
+        size_t start = i;
+        while (i < len && !isspace((unsigned char)buf[i])) i++;
+        int ok = i - start <= 10;
+        long long v = 0;
+        for (size_t j = start; ok && j < i; j++) {
+            if (buf[j] < '0' || buf[j] > '9') ok = 0;
+            else v = v * 10 + (buf[j] - '0');
+        }
+        if (!ok || v > INT32_MAX) {
+            st = dtx_fail(DTX_ERR_FORMAT, "%s:%lld: token %lld '%.*s' is not a non-negative integer id", path,
+                          (long long)line, (long long)n, (int)(i - start > 20 ? 20 : i - start), buf + start);
+            break;
+        }
+        if (vocab_size > 0 && v >= vocab_size) {
+            st = dtx_fail(DTX_ERR_ARG, "%s:%lld: token %lld has id %lld, out of range for vocab_size %lld", path,
+                          (long long)line, (long long)n, v, (long long)vocab_size);
+            break;
+        }
+        toks[n++] = (int32_t)v;
+    }
+    free(buf);
+    if (st) {
+        free(toks);
+        return st;
+    }
+    *out = toks;
+    *n_out = n;
+    return DTX_OK;
+}

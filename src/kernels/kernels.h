@@ -1,0 +1,111 @@
+/* Numeric kernels: the plain reference versions (issue 2). Each layer has a
+ * forward and a backward side by side. Conventions:
+ *   - flat row-major arrays of `real` (float, or double in the test build);
+ *   - shapes in the comment above each function, names as in the spec;
+ *   - no allocation; OpenMP inside where it pays;
+ *   - every backward ACCUMULATES (+=) into its gradient outputs; any gradient
+ *     pointer documented as optional may be NULL to skip it.
+ * Fast versions (issue 3) keep these signatures and are tested against these. */
+#ifndef DTX_KERNELS_H
+#define DTX_KERNELS_H
+
+#include "common/common.h"
+
+/* ---- linear layer without bias (nn.Linear orientation)
+ * x [M, K], w [N, K]  ->  out [M, N] = x · wᵀ  (out is overwritten)           */
+void dtx_matmul_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N);
+/* dx [M, K] += dout · w ; dw [N, K] += doutᵀ · x   (dx, dw optional)          */
+void dtx_matmul_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
+                         int64_t M, int64_t K, int64_t N);
+
+/* ---- RMSNorm over rows of width C
+ * out [M, C] = x / sqrt(mean(x²) + eps) ⊙ w ; rstd [M] = 1/sqrt(mean(x²)+eps) */
+void dtx_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int64_t M, int64_t C,
+                         double eps);
+/* dx [M, C] += ..., dw [C] += Σ_rows dout ⊙ x·rstd  (dw optional)            */
+void dtx_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
+                          const real *rstd, int64_t M, int64_t C);
+
+/* ---- Rotary embedding, interleaved pairs (2i, 2i+1), on every d-wide
+ * sub-head of x [B, T, n_sub * d], token t at absolute position pos0 + t.
+ * Tables: cos, sin [max_pos, d/2], angle p·θ^(-2i/d).                         */
+void dtx_rope_table(real *cos_t, real *sin_t, int64_t max_pos, int64_t d, double theta);
+/* In place: x = R(p) x. */
+void dtx_rope_forward(real *x, const real *cos_t, const real *sin_t, int64_t B, int64_t T,
+                      int64_t pos0, int64_t n_sub, int64_t d);
+/* In place on a gradient: dx = R(p)ᵀ dx (the conjugate rotation). */
+void dtx_rope_backward(real *dx, const real *cos_t, const real *sin_t, int64_t B, int64_t T,
+                       int64_t pos0, int64_t n_sub, int64_t d);
+
+/* ---- SwiGLU gate: out [n] = silu(a) ⊙ b, with a = x·w1ᵀ, b = x·w3ᵀ          */
+void dtx_swiglu_forward(real *out, const real *a, const real *b, int64_t n);
+/* da [n] += dout ⊙ b ⊙ silu'(a) ; db [n] += dout ⊙ silu(a)                    */
+void dtx_swiglu_backward(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n);
+
+/* ---- Residual add: out [n] = a + b (out may alias a or b).                  */
+void dtx_residual_forward(real *out, const real *a, const real *b, int64_t n);
+
+/* ---- Token embedding: out [n, C] = table[tok[i]]                           */
+void dtx_embedding_forward(real *out, const int32_t *tok, const real *table, int64_t n, int64_t C);
+/* dtable [V, C] += scatter of dout [n, C] by tok                              */
+void dtx_embedding_backward(real *dtable, const real *dout, const int32_t *tok, int64_t n, int64_t C);
+
+/* ---- Softmax cross-entropy over rows of width V.
+ * probs [N, V] = softmax(logits) (probs may alias logits); returns the mean
+ * over rows of -log p[target] (computed in double).                          */
+double dtx_crossentropy_forward(real *probs, const real *logits, const int32_t *targets, int64_t N,
+                                int64_t V);
+/* dlogits [N, V] += (probs - onehot(target)) · scale  (scale = loss_scale / N) */
+void dtx_crossentropy_backward(real *dlogits, const real *probs, const int32_t *targets, int64_t N,
+                               int64_t V, double scale);
+
+/* ---- Causal attention, both architectures behind one forward and one backward.
+ * Q [B, T, NQ·d] is viewed as NQ sub-heads of width d, K [B, T, NK·d] likewise.
+ *   Transformer: NQ = n_heads, NK = n_kv_heads, V [B, T, NK·d];
+ *     head j reads KV head j / (n_heads / n_kv_heads); out [B, T, NQ·d] is the
+ *     concatenated head outputs A·V.
+ *   DIFF: NQ = 2·n_heads, NK = 2·n_kv_heads, V [B, T, n_kv_heads·2d];
+ *     head h owns q1 = sub-head 2h, q2 = sub-head 2h+1 and reads group
+ *     g = h / (n_heads / n_kv_heads): k1 = K sub-head 2g, k2 = 2g+1, v = V[g];
+ *     O = A1·v − λ·A2·v (2d wide), out_h = (1 − λ_init) · γ ⊙ O / rms(O)
+ *     with rms over the 2d channels (eps), γ = subln_w [2d] shared by heads.
+ * Scores are scaled by 1/√d, masked causally (key s ≤ query t), softmax in
+ * the working precision.                                                     */
+/* Largest head_dim d the attention kernels accept: they keep per-row
+ * accumulators (up to 2d wide) on the stack instead of allocating.          */
+#define DTX_ATTN_MAX_HEAD_DIM 256
+
+typedef struct {
+    int64_t B, T;
+    int64_t n_heads;     /* diff heads (DIFF) or heads (Transformer) */
+    int64_t n_kv_heads;
+    int64_t head_dim;    /* d */
+    int diff;            /* 1: differential attention */
+    double lambda;       /* DIFF: this layer's λ */
+    double lambda_init;  /* DIFF: output scale is (1 − lambda_init) */
+    double eps;          /* DIFF: per-head RMSNorm eps */
+} dtx_attn_dims;
+
+/* What the forward keeps for the backward (caller-owned buffers). */
+typedef struct {
+    real *att;   /* [B, NQ, T, T] softmax probabilities (row t, columns s ≤ t)   */
+    real *o1;    /* DIFF: [B, T, n_heads·2d]  A1·v                               */
+    real *o2;    /* DIFF: [B, T, n_heads·2d]  A2·v                               */
+    real *rstd;  /* DIFF: [B, T, n_heads]     1/rms(O) per head                  */
+} dtx_attn_saved;
+
+/* Element counts of the saved buffers (o1/o2/rstd are 0 for the Transformer). */
+size_t dtx_attention_att_size(const dtx_attn_dims *a);
+size_t dtx_attention_o_size(const dtx_attn_dims *a);
+size_t dtx_attention_rstd_size(const dtx_attn_dims *a);
+
+/* out [B, T, NQ·d] (overwritten). subln_w is ignored for the Transformer.     */
+void dtx_attention_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
+                           const real *q, const real *k, const real *v, const real *subln_w);
+/* dq, dk, dv (+=) with the shapes of q, k, v; DIFF also dsubln_w [2d] (+=) and
+ * *dlambda (+=, summed over batch, positions, channels and all heads).       */
+void dtx_attention_backward(const dtx_attn_dims *a, real *dq, real *dk, real *dv, real *dsubln_w,
+                            double *dlambda, const real *dout, const dtx_attn_saved *s,
+                            const real *q, const real *k, const real *v, const real *subln_w);
+
+#endif

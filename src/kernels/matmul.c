@@ -1,0 +1,89 @@
+/* Linear layer without bias, nn.Linear orientation: out = x · wᵀ.
+ * Plain blocked loops: every output element is owned by one thread and summed
+ * in a fixed order, so results do not depend on the thread count. Tiles keep
+ * a few rows of each operand in L2 (oneDNN replaces this later). */
+#include "kernels/kernels.h"
+
+#include <assert.h>
+
+enum { TILE_R = 64, TILE_C = 256 };
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Σ a[i]·b[i]; `omp simd` allows the reassociation that vectorises it. */
+static inline real dot(const real *a, const real *b, int64_t n) {
+    real acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = 0; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+/* y[n] += alpha · x[n] */
+static inline void axpy(real *restrict y, real alpha, const real *restrict x, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+/* x [M, K], w [N, K] -> out [M, N]. Both operands are read along K, so each
+ * output is a contiguous dot product; tiles of rows of x and w share L2. */
+void dtx_matmul_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N) {
+    assert(out && x && w && M >= 0 && K >= 0 && N >= 0);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t i0 = 0; i0 < M; i0 += TILE_R) {
+        for (int64_t j0 = 0; j0 < N; j0 += TILE_R) {
+            int64_t i1 = min64(i0 + TILE_R, M), j1 = min64(j0 + TILE_R, N);
+            for (int64_t i = i0; i < i1; i++)
+                for (int64_t j = j0; j < j1; j++) out[i * N + j] = dot(x + i * K, w + j * K, K);
+        }
+    }
+}
+
+/* dx [M, K] += dout [M, N] · w [N, K]: tiles of dx (rows × K-columns) are
+ * independent; inside, rows of w are added in j order. */
+static void matmul_backward_dx(real *dx, const real *dout, const real *w, int64_t M, int64_t K,
+                               int64_t N) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t i0 = 0; i0 < M; i0 += TILE_R) {
+        for (int64_t k0 = 0; k0 < K; k0 += TILE_C) {
+            int64_t i1 = min64(i0 + TILE_R, M), kw = min64(TILE_C, K - k0);
+            for (int64_t j0 = 0; j0 < N; j0 += TILE_R) {
+                int64_t j1 = min64(j0 + TILE_R, N);
+                for (int64_t i = i0; i < i1; i++)
+                    for (int64_t j = j0; j < j1; j++)
+                        axpy(dx + i * K + k0, dout[i * N + j], w + j * K + k0, kw);
+            }
+        }
+    }
+}
+
+/* dw [N, K] += doutᵀ [N, M] · x [M, K]: tiles of dw are independent; inside,
+ * rows of x are added in i order. */
+static void matmul_backward_dw(real *dw, const real *dout, const real *x, int64_t M, int64_t K,
+                               int64_t N) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t j0 = 0; j0 < N; j0 += TILE_R) {
+        for (int64_t k0 = 0; k0 < K; k0 += TILE_C) {
+            int64_t j1 = min64(j0 + TILE_R, N), kw = min64(TILE_C, K - k0);
+            for (int64_t i0 = 0; i0 < M; i0 += TILE_R) {
+                int64_t i1 = min64(i0 + TILE_R, M);
+                for (int64_t j = j0; j < j1; j++)
+                    for (int64_t i = i0; i < i1; i++)
+                        axpy(dw + j * K + k0, dout[i * N + j], x + i * K + k0, kw);
+            }
+        }
+    }
+}
+
+/* dx [M, K] += dout · w ; dw [N, K] += doutᵀ · x   (dx, dw optional) */
+void dtx_matmul_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
+                         int64_t M, int64_t K, int64_t N) {
+    assert(dout && M >= 0 && K >= 0 && N >= 0);
+    if (dx) {
+        assert(w);
+        matmul_backward_dx(dx, dout, w, M, K, N);
+    }
+    if (dw) {
+        assert(x);
+        matmul_backward_dw(dw, dout, x, M, K, N);
+    }
+}

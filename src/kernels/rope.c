@@ -1,0 +1,54 @@
+/* Rotary position embedding, interleaved pairs (2i, 2i+1) of every d-wide
+ * sub-head, angle p·θ^(−2i/d) with p the absolute position. */
+#include "kernels/kernels.h"
+
+#include <assert.h>
+#include <math.h>
+
+/* cos_t, sin_t [max_pos, d/2]; computed in double, then stored. */
+void dtx_rope_table(real *cos_t, real *sin_t, int64_t max_pos, int64_t d, double theta) {
+    assert(cos_t && sin_t && max_pos >= 0 && d > 0 && d % 2 == 0 && theta > 0);
+    int64_t half = d / 2;
+    for (int64_t p = 0; p < max_pos; p++) {
+        for (int64_t i = 0; i < half; i++) {
+            double ang = (double)p * pow(theta, -2.0 * (double)i / (double)d);
+            cos_t[p * half + i] = (real)cos(ang);
+            sin_t[p * half + i] = (real)sin(ang);
+        }
+    }
+}
+
+/* x [B, T, n_sub·d] in place; sign = +1 rotates by the angle, −1 by its
+ * negative (the transpose, since the rotation is orthogonal). */
+static void rope_apply(real *x, const real *cos_t, const real *sin_t, int64_t B, int64_t T,
+                       int64_t pos0, int64_t n_sub, int64_t d, real sign) {
+    assert(x && cos_t && sin_t && d % 2 == 0 && pos0 >= 0);
+    int64_t half = d / 2, C = n_sub * d;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; b++) {
+        for (int64_t t = 0; t < T; t++) {
+            const real *ct = cos_t + (pos0 + t) * half, *st = sin_t + (pos0 + t) * half;
+            real *row = x + (b * T + t) * C;
+            for (int64_t j = 0; j < n_sub; j++) {
+                real *h = row + j * d;
+                for (int64_t i = 0; i < half; i++) {
+                    real x0 = h[2 * i], x1 = h[2 * i + 1], c = ct[i], s = sign * st[i];
+                    h[2 * i] = x0 * c - x1 * s;
+                    h[2 * i + 1] = x1 * c + x0 * s;
+                }
+            }
+        }
+    }
+}
+
+/* In place: x = R(p) x.   x [B, T, n_sub·d] */
+void dtx_rope_forward(real *x, const real *cos_t, const real *sin_t, int64_t B, int64_t T,
+                      int64_t pos0, int64_t n_sub, int64_t d) {
+    rope_apply(x, cos_t, sin_t, B, T, pos0, n_sub, d, (real)1);
+}
+
+/* In place on a gradient: dx = R(p)ᵀ dx.   dx [B, T, n_sub·d] */
+void dtx_rope_backward(real *dx, const real *cos_t, const real *sin_t, int64_t B, int64_t T,
+                       int64_t pos0, int64_t n_sub, int64_t d) {
+    rope_apply(dx, cos_t, sin_t, B, T, pos0, n_sub, d, (real)-1);
+}

@@ -1,0 +1,87 @@
+/* Model configuration: defaults, the parameter-matched baseline, validation. */
+#include <math.h>
+#include <string.h>
+
+#include "common/common.h"
+
+dtx_config dtx_config_default(void) {
+    dtx_config c = {
+        .arch = DTX_ARCH_DIFF,
+        .dim = 256,
+        .n_layers = 4,
+        .n_heads = 4,
+        .n_kv_heads = 4,
+        .vocab_size = 4096,
+        .ffn_dim = 688, /* ~8/3 · dim, rounded to a multiple of 16 */
+        .max_seq_len = 256,
+        .rope_theta = 10000.0,
+        .norm_eps = 1e-5,
+        .tie_embeddings = 1,
+    };
+    return c;
+}
+
+const char *dtx_arch_name(dtx_arch a) { return a == DTX_ARCH_DIFF ? "diff" : "transformer"; }
+
+/* DIFF with H heads of q/k width d has the projections of a Transformer with
+ * 2H heads of width d (spec §2.7); KV heads double likewise. */
+dtx_config dtx_config_baseline(const dtx_config *c) {
+    dtx_config b = *c;
+    if (c->arch == DTX_ARCH_DIFF) {
+        b.arch = DTX_ARCH_TRANSFORMER;
+        b.n_heads = c->n_heads * 2;
+        b.n_kv_heads = c->n_kv_heads * 2;
+    } else {
+        b.arch = DTX_ARCH_DIFF;
+        b.n_heads = c->n_heads / 2;
+        b.n_kv_heads = c->n_kv_heads / 2;
+    }
+    return b;
+}
+
+int64_t dtx_config_head_dim(const dtx_config *c) {
+    int64_t per = c->n_heads * (c->arch == DTX_ARCH_DIFF ? 2 : 1);
+    return per > 0 ? c->dim / per : 0;
+}
+
+double dtx_lambda_init(int64_t layer) { return 0.8 - 0.6 * exp(-0.3 * (double)layer); }
+
+/* Limits keep every size product far from int64 overflow. */
+#define MAX_DIM (1 << 16)
+#define MAX_LAYERS 1024
+#define MAX_VOCAB (1 << 24)
+#define MAX_FFN (1 << 18)
+#define MAX_SEQ (1 << 20)
+
+static dtx_status in_range(const char *key, int64_t v, int64_t hi) {
+    if (v < 1 || v > hi) return dtx_fail(DTX_ERR_CONFIG, "%s = %lld is out of range [1, %lld]", key, (long long)v, (long long)hi);
+    return DTX_OK;
+}
+
+dtx_status dtx_config_validate(const dtx_config *c) {
+    dtx_status st;
+    if (c->arch != DTX_ARCH_DIFF && c->arch != DTX_ARCH_TRANSFORMER)
+        return dtx_fail(DTX_ERR_CONFIG, "arch %d is not diff or transformer", (int)c->arch);
+    if ((st = in_range("dim", c->dim, MAX_DIM)) || (st = in_range("n_layers", c->n_layers, MAX_LAYERS)) ||
+        (st = in_range("n_heads", c->n_heads, MAX_DIM)) || (st = in_range("n_kv_heads", c->n_kv_heads, MAX_DIM)) ||
+        (st = in_range("vocab_size", c->vocab_size, MAX_VOCAB)) || (st = in_range("ffn_dim", c->ffn_dim, MAX_FFN)) ||
+        (st = in_range("max_seq_len", c->max_seq_len, MAX_SEQ)))
+        return st;
+    int64_t sub = c->arch == DTX_ARCH_DIFF ? 2 * c->n_heads : c->n_heads;
+    if (c->dim % sub)
+        return dtx_fail(DTX_ERR_CONFIG, "n_heads = %lld does not divide dim = %lld%s", (long long)c->n_heads,
+                        (long long)c->dim, c->arch == DTX_ARCH_DIFF ? " into 2·n_heads sub-heads" : "");
+    if (c->n_heads % c->n_kv_heads)
+        return dtx_fail(DTX_ERR_CONFIG, "n_kv_heads = %lld does not divide n_heads = %lld", (long long)c->n_kv_heads,
+                        (long long)c->n_heads);
+    if ((c->dim / sub) % 2)
+        return dtx_fail(DTX_ERR_CONFIG, "head_dim = %lld must be even for rotary embeddings (dim %lld, n_heads %lld)",
+                        (long long)(c->dim / sub), (long long)c->dim, (long long)c->n_heads);
+    if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
+        return dtx_fail(DTX_ERR_CONFIG, "rope_theta = %g must be a positive number", c->rope_theta);
+    if (!(c->norm_eps > 0) || !(c->norm_eps < 1))
+        return dtx_fail(DTX_ERR_CONFIG, "norm_eps = %g must be in (0, 1)", c->norm_eps);
+    if (c->tie_embeddings != 0 && c->tie_embeddings != 1)
+        return dtx_fail(DTX_ERR_CONFIG, "tie_embeddings must be 0 or 1");
+    return DTX_OK;
+}

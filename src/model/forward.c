@@ -1,0 +1,264 @@
+/* Forward and backward over the layers (llm.c style: each block's forward
+ * and backward side by side, over the flat buffers of model.h).
+ *
+ * Shapes: N = B·T rows, D = dim, KV = kv_dim, F = ffn_dim, V = vocab.
+ *   x [N, D] --attention_norm--> xn1 --q/k/v proj--> q [N, D], k, v [N, KV]
+ *   --RoPE(q, k)--> attention --> attn_y [N, D] --out_proj--> + x = x_mid
+ *   x_mid --ffn_norm--> xn2 --w1, w3--> h1, h3 [N, F] --silu·--> g
+ *   --w2--> + x_mid = next x.  Final: norm --> xnf --output--> logits [N, V]. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+#define P(off) (m->params + (off))
+#define G(off) (m->grads + (off))
+
+static dtx_attn_dims attn_dims(const dtx_model *m, int64_t B, int64_t T, int64_t layer, double lambda) {
+    const dtx_config *c = &m->cfg;
+    dtx_attn_dims a = {
+        .B = B, .T = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = m->head_dim,
+        .diff = c->arch == DTX_ARCH_DIFF, .lambda = lambda, .lambda_init = dtx_lambda_init(layer),
+        .eps = c->norm_eps,
+    };
+    return a;
+}
+
+/* Carves every activation buffer for a [B, T] batch out of one allocation;
+ * reuses the previous one when the shape is unchanged. */
+static dtx_status ensure_acts(dtx_model *m, int64_t B, int64_t T) {
+    dtx_acts *a = &m->acts;
+    if (a->mem && a->B == B && a->T == T) return DTX_OK;
+    free(a->mem);
+    free(a->layers);
+    free(a->tokens);
+    free(a->targets);
+    memset(a, 0, sizeof *a);
+    const dtx_config *c = &m->cfg;
+    size_t N = (size_t)(B * T), D = (size_t)c->dim, KV = (size_t)m->kv_dim, F = (size_t)c->ffn_dim;
+    size_t V = (size_t)c->vocab_size, L = (size_t)c->n_layers;
+    dtx_attn_dims ad = attn_dims(m, B, T, 0, 0);
+    size_t n_att = dtx_attention_att_size(&ad), n_o = dtx_attention_o_size(&ad);
+    size_t n_rs = dtx_attention_rstd_size(&ad);
+    size_t per_layer = N * (5 * D + 2 * KV + 3 * F + 2) + n_att + 2 * n_o + n_rs;
+    size_t total = (L + 1) * N * D + L * per_layer + N * (D + 1) + 2 * N * V /* probs, dlogits */
+                   + N * (4 * D + 2 * KV + 3 * F);
+    a->mem = dtx_alloc(total, sizeof(real));
+    a->layers = calloc(L, sizeof *a->layers);
+    a->tokens = malloc(N * sizeof(int32_t));
+    a->targets = malloc(N * sizeof(int32_t));
+    if (!a->mem || !a->layers || !a->tokens || !a->targets) {
+        free(a->mem);
+        free(a->layers);
+        free(a->tokens);
+        free(a->targets);
+        memset(a, 0, sizeof *a);
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory for activations of a %lld x %lld batch (%zu values)",
+                        (long long)B, (long long)T, total);
+    }
+    real *p = a->mem;
+#define CARVE(ptr, n) do { (ptr) = p; p += (n); } while (0)
+    CARVE(a->resid, (L + 1) * N * D);
+    for (size_t l = 0; l < L; l++) {
+        dtx_layer_acts *la = &a->layers[l];
+        CARVE(la->x_mid, N * D);
+        CARVE(la->xn1, N * D);
+        CARVE(la->rstd1, N);
+        CARVE(la->q, N * D);
+        CARVE(la->k, N * KV);
+        CARVE(la->v, N * KV);
+        CARVE(la->attn_y, N * D);
+        CARVE(la->att.att, n_att);
+        CARVE(la->att.o1, n_o);
+        CARVE(la->att.o2, n_o);
+        CARVE(la->att.rstd, n_rs);
+        CARVE(la->xn2, N * D);
+        CARVE(la->rstd2, N);
+        CARVE(la->h1, N * F);
+        CARVE(la->h3, N * F);
+        CARVE(la->g, N * F);
+    }
+    CARVE(a->xnf, N * D);
+    CARVE(a->rstdf, N);
+    CARVE(a->probs, N * V);
+    CARVE(a->dlogits, N * V);
+    CARVE(a->dresid, N * D);
+    CARVE(a->dx1, N * D);
+    CARVE(a->dx2, N * D);
+    CARVE(a->dq, N * D);
+    CARVE(a->dk, N * KV);
+    CARVE(a->dv, N * KV);
+    CARVE(a->dh1, N * F);
+    CARVE(a->dh3, N * F);
+    CARVE(a->dg, N * F);
+#undef CARVE
+    a->B = B;
+    a->T = T;
+    return DTX_OK;
+}
+
+/* ------------------------------------------------------------ attention block */
+
+/* x [N, D] -> la->x_mid = x + attention(attention_norm(x)) */
+static void attention_block_forward(dtx_model *m, int64_t l, const real *x, real *scratch) {
+    const dtx_config *c = &m->cfg;
+    const dtx_layer_offsets *o = &m->layers[l];
+    dtx_layer_acts *la = &m->acts.layers[l];
+    int64_t B = m->acts.B, T = m->acts.T, N = B * T, D = c->dim, KV = m->kv_dim, d = m->head_dim;
+    dtx_rmsnorm_forward(la->xn1, la->rstd1, x, P(o->attn_norm), N, D, c->norm_eps);
+    dtx_matmul_forward(la->q, la->xn1, P(o->wq), N, D, D);
+    dtx_matmul_forward(la->k, la->xn1, P(o->wk), N, D, KV);
+    dtx_matmul_forward(la->v, la->xn1, P(o->wv), N, D, KV);
+    dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, 0, D / d, d);
+    dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d);
+    la->lambda = dtx_model_lambda(m, l);
+    dtx_attn_dims ad = attn_dims(m, B, T, l, la->lambda);
+    dtx_attention_forward(&ad, la->attn_y, &la->att, la->q, la->k, la->v,
+                          c->arch == DTX_ARCH_DIFF ? P(o->subln) : NULL);
+    dtx_matmul_forward(scratch, la->attn_y, P(o->wo), N, D, D);
+    dtx_residual_forward(la->x_mid, x, scratch, N * D);
+}
+
+/* dx_mid [N, D] (gradient at x_mid) -> dx (+=): through the attention path;
+ * the residual path is the caller's (dx and dx_mid are the same buffer). */
+static void attention_block_backward(dtx_model *m, int64_t l, const real *x, real *dx) {
+    const dtx_config *c = &m->cfg;
+    const dtx_layer_offsets *o = &m->layers[l];
+    dtx_layer_acts *la = &m->acts.layers[l];
+    dtx_acts *a = &m->acts;
+    int64_t B = a->B, T = a->T, N = B * T, D = c->dim, KV = m->kv_dim, d = m->head_dim;
+    int diff = c->arch == DTX_ARCH_DIFF;
+    real *dattn = a->dx1, *dxn = a->dx2;
+    memset(dattn, 0, (size_t)(N * D) * sizeof(real));
+    dtx_matmul_backward(dattn, G(o->wo), dx, la->attn_y, P(o->wo), N, D, D);
+    memset(a->dq, 0, (size_t)(N * D) * sizeof(real));
+    memset(a->dk, 0, (size_t)(N * KV) * sizeof(real));
+    memset(a->dv, 0, (size_t)(N * KV) * sizeof(real));
+    double dlambda = 0;
+    dtx_attn_dims ad = attn_dims(m, B, T, l, la->lambda);
+    dtx_attention_backward(&ad, a->dq, a->dk, a->dv, diff ? G(o->subln) : NULL, &dlambda, dattn, &la->att, la->q,
+                           la->k, la->v, diff ? P(o->subln) : NULL);
+    if (diff) {
+        /* λ = exp(q1·k1) − exp(q2·k2) + λ_init */
+        double e1, e2;
+        dtx_model_lambda_parts(m, l, &e1, &e2);
+        for (int64_t i = 0; i < d; i++) {
+            G(o->lq1)[i] += (real)(dlambda * e1 * P(o->lk1)[i]);
+            G(o->lk1)[i] += (real)(dlambda * e1 * P(o->lq1)[i]);
+            G(o->lq2)[i] -= (real)(dlambda * e2 * P(o->lk2)[i]);
+            G(o->lk2)[i] -= (real)(dlambda * e2 * P(o->lq2)[i]);
+        }
+    }
+    dtx_rope_backward(a->dq, m->rope_cos, m->rope_sin, B, T, 0, D / d, d);
+    dtx_rope_backward(a->dk, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d);
+    memset(dxn, 0, (size_t)(N * D) * sizeof(real));
+    dtx_matmul_backward(dxn, G(o->wq), a->dq, la->xn1, P(o->wq), N, D, D);
+    dtx_matmul_backward(dxn, G(o->wk), a->dk, la->xn1, P(o->wk), N, D, KV);
+    dtx_matmul_backward(dxn, G(o->wv), a->dv, la->xn1, P(o->wv), N, D, KV);
+    dtx_rmsnorm_backward(dx, G(o->attn_norm), dxn, x, P(o->attn_norm), la->rstd1, N, D);
+}
+
+/* ------------------------------------------------------------ feed-forward block */
+
+/* la->x_mid -> out = x_mid + w2(silu(w1 xn2) ⊙ w3 xn2), xn2 = ffn_norm(x_mid) */
+static void ffn_block_forward(dtx_model *m, int64_t l, real *out, real *scratch) {
+    const dtx_config *c = &m->cfg;
+    const dtx_layer_offsets *o = &m->layers[l];
+    dtx_layer_acts *la = &m->acts.layers[l];
+    int64_t N = m->acts.B * m->acts.T, D = c->dim, F = c->ffn_dim;
+    dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps);
+    dtx_matmul_forward(la->h1, la->xn2, P(o->w1), N, D, F);
+    dtx_matmul_forward(la->h3, la->xn2, P(o->w3), N, D, F);
+    dtx_swiglu_forward(la->g, la->h1, la->h3, N * F);
+    dtx_matmul_forward(scratch, la->g, P(o->w2), N, F, D);
+    dtx_residual_forward(out, la->x_mid, scratch, N * D);
+}
+
+/* dx [N, D]: gradient at the block output on entry, at x_mid on exit (+=). */
+static void ffn_block_backward(dtx_model *m, int64_t l, real *dx) {
+    const dtx_config *c = &m->cfg;
+    const dtx_layer_offsets *o = &m->layers[l];
+    dtx_layer_acts *la = &m->acts.layers[l];
+    dtx_acts *a = &m->acts;
+    int64_t N = a->B * a->T, D = c->dim, F = c->ffn_dim;
+    size_t nf = (size_t)(N * F) * sizeof(real);
+    memset(a->dg, 0, nf);
+    dtx_matmul_backward(a->dg, G(o->w2), dx, la->g, P(o->w2), N, F, D);
+    memset(a->dh1, 0, nf);
+    memset(a->dh3, 0, nf);
+    dtx_swiglu_backward(a->dh1, a->dh3, a->dg, la->h1, la->h3, N * F);
+    memset(a->dx2, 0, (size_t)(N * D) * sizeof(real));
+    dtx_matmul_backward(a->dx2, G(o->w1), a->dh1, la->xn2, P(o->w1), N, D, F);
+    dtx_matmul_backward(a->dx2, G(o->w3), a->dh3, la->xn2, P(o->w3), N, D, F);
+    dtx_rmsnorm_backward(dx, G(o->ffn_norm), a->dx2, la->x_mid, P(o->ffn_norm), la->rstd2, N, D);
+}
+
+/* ------------------------------------------------------------ whole model */
+
+static dtx_status check_tokens(const dtx_model *m, const int32_t *t, int64_t n, const char *what) {
+    for (int64_t i = 0; i < n; i++)
+        if (t[i] < 0 || t[i] >= m->cfg.vocab_size)
+            return dtx_fail(DTX_ERR_ARG, "%s id %lld at position %lld is out of range [0, %lld)", what,
+                            (long long)t[i], (long long)i, (long long)m->cfg.vocab_size);
+    return DTX_OK;
+}
+
+dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t *targets, int64_t B, int64_t T,
+                             dtx_real *logits, double *loss) {
+    const dtx_config *c = &m->cfg;
+    if (B < 1 || T < 1)
+        return dtx_fail(DTX_ERR_ARG, "batch %lld x %lld: both must be at least 1", (long long)B, (long long)T);
+    if (T > c->max_seq_len)
+        return dtx_fail(DTX_ERR_ARG, "sequence length %lld exceeds max_seq_len %lld", (long long)T,
+                        (long long)c->max_seq_len);
+    dtx_status st;
+    if ((st = check_tokens(m, tokens, B * T, "token"))) return st;
+    if (targets && (st = check_tokens(m, targets, B * T, "target"))) return st;
+    if ((st = ensure_acts(m, B, T))) return st;
+    dtx_acts *a = &m->acts;
+    int64_t N = B * T, D = c->dim, V = c->vocab_size, L = c->n_layers;
+    memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
+    a->has_targets = targets != NULL;
+    if (targets) memcpy(a->targets, targets, (size_t)N * sizeof(int32_t));
+
+    dtx_embedding_forward(a->resid, tokens, P(m->tok_emb), N, D);
+    for (int64_t l = 0; l < L; l++) {
+        real *x = a->resid + (size_t)(l * N * D), *next = x + (size_t)(N * D);
+        attention_block_forward(m, l, x, a->dx1);
+        ffn_block_forward(m, l, next, a->dx1);
+    }
+    real *xL = a->resid + (size_t)(L * N * D);
+    dtx_rmsnorm_forward(a->xnf, a->rstdf, xL, P(m->final_norm), N, D, c->norm_eps);
+    dtx_matmul_forward(a->probs, a->xnf, P(m->out_w), N, D, V);
+    if (logits) memcpy(logits, a->probs, (size_t)(N * V) * sizeof(real));
+    if (targets) {
+        double l = dtx_crossentropy_forward(a->probs, a->probs, a->targets, N, V);
+        if (loss) *loss = l;
+    }
+    return DTX_OK;
+}
+
+dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
+    dtx_acts *a = &m->acts;
+    if (!a->mem || !a->has_targets)
+        return dtx_fail(DTX_ERR_ARG, "backward needs a forward pass with targets first");
+    if (dtx_model_ensure_grads(m)) return dtx_fail(DTX_ERR_NOMEM, "out of memory allocating gradients");
+    const dtx_config *c = &m->cfg;
+    int64_t N = a->B * a->T, D = c->dim, V = c->vocab_size, L = c->n_layers;
+    memset(a->dlogits, 0, (size_t)(N * V) * sizeof(real));
+    dtx_crossentropy_backward(a->dlogits, a->probs, a->targets, N, V, loss_scale / (double)N);
+    memset(a->dx1, 0, (size_t)(N * D) * sizeof(real));
+    dtx_matmul_backward(a->dx1, G(m->out_w), a->dlogits, a->xnf, P(m->out_w), N, D, V);
+    memset(a->dresid, 0, (size_t)(N * D) * sizeof(real));
+    real *xL = a->resid + (size_t)(L * N * D);
+    dtx_rmsnorm_backward(a->dresid, G(m->final_norm), a->dx1, xL, P(m->final_norm), a->rstdf, N, D);
+    for (int64_t l = L - 1; l >= 0; l--) {
+        /* dresid: gradient at the block output; the residual paths are identities,
+         * so each sub-block's backward adds its branch into the same buffer. */
+        ffn_block_backward(m, l, a->dresid);
+        attention_block_backward(m, l, a->resid + (size_t)(l * N * D), a->dresid);
+    }
+    dtx_embedding_backward(G(m->tok_emb), a->dresid, a->tokens, N, D);
+    return DTX_OK;
+}

@@ -1,0 +1,76 @@
+/* The model object: configuration, the parameter table, one flat parameter
+ * buffer with a parallel gradient buffer (same offsets), and the activations
+ * of the last forward pass (kept for the backward). Internal. */
+#ifndef DTX_MODEL_H
+#define DTX_MODEL_H
+
+#include "common/common.h"
+#include "kernels/kernels.h"
+
+/* Offsets (in elements) of one layer's tensors in params/grads. The λ and
+ * subln offsets are only meaningful for DIFF. */
+typedef struct {
+    size_t attn_norm, wq, wk, wv, wo;
+    size_t lq1, lk1, lq2, lk2, subln;
+    size_t ffn_norm, w1, w3, w2;
+} dtx_layer_offsets;
+
+/* Activations of one layer for a batch of N = B·T rows. */
+typedef struct {
+    real *x_mid;   /* [N, D]  residual after attention                      */
+    real *xn1;     /* [N, D]  attention_norm(x)                              */
+    real *rstd1;   /* [N]                                                    */
+    real *q;       /* [N, D]  after RoPE                                     */
+    real *k;       /* [N, KV] after RoPE                                     */
+    real *v;       /* [N, KV]                                                */
+    real *attn_y;  /* [N, D]  attention output before out_proj               */
+    dtx_attn_saved att;
+    real *xn2;     /* [N, D]  ffn_norm(x_mid)                                */
+    real *rstd2;   /* [N]                                                    */
+    real *h1;      /* [N, F]  xn2 · w1ᵀ (gate)                               */
+    real *h3;      /* [N, F]  xn2 · w3ᵀ (up)                                 */
+    real *g;       /* [N, F]  silu(h1) ⊙ h3                                  */
+    double lambda; /* DIFF: λ used by this forward                           */
+} dtx_layer_acts;
+
+typedef struct {
+    int64_t B, T;          /* the shape these buffers were sized for      */
+    real *mem;             /* one allocation holding everything below      */
+    real *resid;           /* [L + 1, N, D]: block inputs, then the output */
+    dtx_layer_acts *layers;
+    real *xnf, *rstdf;     /* final norm [N, D], [N]                      */
+    real *probs;           /* [N, V] logits, then softmax probabilities   */
+    /* backward scratch */
+    real *dlogits;         /* [N, V] */
+    real *dresid, *dx1, *dx2;  /* [N, D] each */
+    real *dq, *dk, *dv;    /* [N, D], [N, KV], [N, KV] */
+    real *dh1, *dh3, *dg;  /* [N, F] each */
+    int32_t *tokens, *targets; /* [N] copies of the last forward's batch */
+    int has_targets;
+} dtx_acts;
+
+struct dtx_model {
+    dtx_config cfg;
+    int64_t head_dim, kv_dim;
+    int n_tensors;
+    dtx_tensor_info *tensors;
+    size_t n_params;
+    real *params;
+    real *grads;              /* NULL until the first backward */
+    size_t tok_emb, final_norm, out_w; /* out_w == tok_emb when tied */
+    dtx_layer_offsets *layers;
+    real *rope_cos, *rope_sin; /* [max_seq_len, head_dim/2] */
+    dtx_acts acts;
+    /* metadata keys read from a file that difftx does not use: kept, and
+     * written back on save (interop.md). */
+    int n_extra_meta;
+    char **extra_meta_keys, **extra_meta_values;
+};
+
+/* Allocates a model with the parameter table and zeroed parameters. */
+dtx_status dtx_model_alloc(dtx_model **out, const dtx_config *c);
+/* λ of one DIFF layer from its four vectors; e1, e2 receive the exponentials. */
+double dtx_model_lambda_parts(const dtx_model *m, int64_t layer, double *e1, double *e2);
+dtx_status dtx_model_ensure_grads(dtx_model *m);
+
+#endif

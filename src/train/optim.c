@@ -1,0 +1,131 @@
+/* AdamW with decoupled weight decay, global gradient-norm clipping and a
+ * warmup + decay learning-rate schedule. The update follows PyTorch's AdamW
+ * exactly (bias corrections, eps added to sqrt(v)/sqrt(bc2)); the clip follows
+ * torch.nn.utils.clip_grad_norm_ (scale by min(1, clip / (norm + 1e-6))).
+ * Moments m and v are parallel flat buffers with the parameters' offsets. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+struct dtx_optimizer {
+    dtx_model *m;
+    dtx_optim_config cfg;
+    real *mom;       /* [n_params] first moment  */
+    real *vel;       /* [n_params] second moment */
+    int64_t step;    /* steps done */
+};
+
+dtx_optim_config dtx_optim_default(void) {
+    dtx_optim_config o = {
+        .lr = 1e-3, .min_lr = 1e-4, .warmup_steps = 0, .total_steps = 1000, .schedule = DTX_SCHED_COSINE,
+        .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .decay_embeddings = 0, .clip_norm = 1.0,
+    };
+    return o;
+}
+
+dtx_status dtx_optim_validate(const dtx_optim_config *o) {
+    if (!(o->lr > 0) || !isfinite(o->lr)) return dtx_fail(DTX_ERR_CONFIG, "lr = %g must be positive", o->lr);
+    if (!(o->min_lr >= 0) || o->min_lr > o->lr)
+        return dtx_fail(DTX_ERR_CONFIG, "min_lr = %g must be in [0, lr = %g]", o->min_lr, o->lr);
+    if (o->total_steps < 1) return dtx_fail(DTX_ERR_CONFIG, "total_steps = %lld must be at least 1", (long long)o->total_steps);
+    if (o->warmup_steps < 0 || o->warmup_steps > o->total_steps)
+        return dtx_fail(DTX_ERR_CONFIG, "warmup_steps = %lld must be in [0, total_steps = %lld]",
+                        (long long)o->warmup_steps, (long long)o->total_steps);
+    if (o->schedule != DTX_SCHED_COSINE && o->schedule != DTX_SCHED_LINEAR && o->schedule != DTX_SCHED_CONSTANT)
+        return dtx_fail(DTX_ERR_CONFIG, "unknown schedule %d", (int)o->schedule);
+    if (!(o->beta1 >= 0 && o->beta1 < 1)) return dtx_fail(DTX_ERR_CONFIG, "beta1 = %g must be in [0, 1)", o->beta1);
+    if (!(o->beta2 >= 0 && o->beta2 < 1)) return dtx_fail(DTX_ERR_CONFIG, "beta2 = %g must be in [0, 1)", o->beta2);
+    if (!(o->eps > 0)) return dtx_fail(DTX_ERR_CONFIG, "eps = %g must be positive", o->eps);
+    if (!(o->weight_decay >= 0)) return dtx_fail(DTX_ERR_CONFIG, "weight_decay = %g must be >= 0", o->weight_decay);
+    if (isnan(o->clip_norm)) return dtx_fail(DTX_ERR_CONFIG, "clip_norm is NaN");
+    return DTX_OK;
+}
+
+/* Linear warmup to the peak at step warmup-1, then decay so that the last
+ * step (total-1) runs at exactly min_lr. */
+double dtx_lr_at(const dtx_optim_config *o, int64_t s) {
+    if (s < o->warmup_steps) return o->lr * (double)(s + 1) / (double)o->warmup_steps;
+    if (o->schedule == DTX_SCHED_CONSTANT || o->total_steps <= o->warmup_steps) return o->lr;
+    double r = (double)(s + 1 - o->warmup_steps) / (double)(o->total_steps - o->warmup_steps);
+    if (r > 1) r = 1;
+    if (o->schedule == DTX_SCHED_LINEAR) return o->lr - (o->lr - o->min_lr) * r;
+    return o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(M_PI * r));
+}
+
+dtx_status dtx_optimizer_init(dtx_optimizer **out, dtx_model *m, const dtx_optim_config *o) {
+    *out = NULL;
+    dtx_status st = dtx_optim_validate(o);
+    if (st) return st;
+    if (dtx_model_ensure_grads(m)) return dtx_fail(DTX_ERR_NOMEM, "out of memory allocating gradients");
+    dtx_optimizer *opt = calloc(1, sizeof *opt);
+    if (!opt) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    opt->m = m;
+    opt->cfg = *o;
+    /* one allocation for both moments */
+    opt->mom = dtx_calloc(2 * m->n_params, sizeof(real));
+    if (!opt->mom) {
+        free(opt);
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory for optimizer state (%zu parameters)", m->n_params);
+    }
+    opt->vel = opt->mom + m->n_params;
+    *out = opt;
+    return DTX_OK;
+}
+
+void dtx_optimizer_free(dtx_optimizer *opt) {
+    if (!opt) return;
+    free(opt->mom);
+    free(opt);
+}
+
+int64_t dtx_optimizer_steps_done(const dtx_optimizer *opt) { return opt->step; }
+
+static double grad_norm(const real *g, size_t n) {
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+    return sqrt(s);
+}
+
+static void adamw_tensor(real *p, const real *g, real *mo, real *ve, size_t n, double lr, double wd, double b1,
+                         double b2, double eps, double step_size, double bc2_sqrt, double gscale) {
+    for (size_t i = 0; i < n; i++) {
+        double gi = (double)g[i] * gscale;
+        double pi = (double)p[i] * (1.0 - lr * wd);
+        double mi = b1 * mo[i] + (1.0 - b1) * gi;
+        double vi = b2 * ve[i] + (1.0 - b2) * gi * gi;
+        mo[i] = (real)mi;
+        ve[i] = (real)vi;
+        p[i] = (real)(pi - step_size * mi / (sqrt(vi) / bc2_sqrt + eps));
+    }
+}
+
+dtx_status dtx_optimizer_step(dtx_optimizer *opt, double *grad_norm_out, double *lr_used) {
+    dtx_model *m = opt->m;
+    const dtx_optim_config *o = &opt->cfg;
+    double norm = grad_norm(m->grads, m->n_params);
+    if (!isfinite(norm)) return dtx_fail(DTX_ERR_ARG, "gradient norm is %g at step %lld", norm, (long long)opt->step);
+    double gscale = 1.0;
+    if (o->clip_norm > 0) {
+        double coef = o->clip_norm / (norm + 1e-6);
+        if (coef < 1.0) gscale = coef;
+    }
+    double lr = dtx_lr_at(o, opt->step);
+    int64_t t = opt->step + 1;
+    double bc1 = 1.0 - pow(o->beta1, (double)t), bc2 = 1.0 - pow(o->beta2, (double)t);
+    double step_size = lr / bc1, bc2_sqrt = sqrt(bc2);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dtx_tensor_info *ti = &m->tensors[i];
+        int decay = ti->decay && (!ti->is_embedding || o->decay_embeddings);
+        size_t off = ti->offset;
+        adamw_tensor(m->params + off, m->grads + off, opt->mom + off, opt->vel + off, ti->numel, lr,
+                     decay ? o->weight_decay : 0.0, o->beta1, o->beta2, o->eps, step_size, bc2_sqrt, gscale);
+    }
+    opt->step++;
+    if (grad_norm_out) *grad_norm_out = norm;
+    if (lr_used) *lr_used = lr;
+    return DTX_OK;
+}
