@@ -7,7 +7,7 @@ BUILD   ?= build
 OPT     ?= -O2 -march=native
 SAN     ?=
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
-           -Wshadow -Wvla -g $(OPT) -fopenmp -Iinclude -Isrc $(SAN)
+           -Wshadow -Wvla -g $(OPT) -fopenmp -Iinclude -Isrc -Itests $(SAN)
 LDLIBS  := -fopenmp -lcjson -lm $(SAN)
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 

@@ -31,6 +31,8 @@ int test_failed_now(void);
 /* max |a-b| / max(max|b|, floor): a tensor-wise relative error. */
 double rel_err(const void *a, const void *b, size_t n, int is_double, double floor);
 double rel_err_f(const float *a, const float *b, size_t n);
+/* ||a - b||₂ / ||b||₂: a normwise relative error. */
+double rel_err_norm_f(const float *a, const float *b, size_t n);
 /* A fresh temporary directory for this test (removed at exit). */
 const char *test_tmpdir(void);
 /* path = tmpdir/name; returns a static-per-call malloc'd string (freed at exit). */

@@ -20,6 +20,16 @@ double rel_err(const void *a, const void *b, size_t n, int is_double, double flo
 
 double rel_err_f(const float *a, const float *b, size_t n) { return rel_err(a, b, n, 0, 1e-30); }
 
+double rel_err_norm_f(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
 static char tmpdir[256];
 
 static void rm_tmpdir(void) {

@@ -1,0 +1,228 @@
+/* difftx info: what a model file holds, and how it compares with its
+ * parameter-matched baseline of the other architecture. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/flags.h"
+#include "difftx.h"
+
+static const char *CMD = "info";
+
+static const char USAGE[] =
+    "usage: difftx info [--json] [--tensors] MODEL.safetensors\n"
+    "\n"
+    "Prints the architecture, every config value, the parameter count (total and\n"
+    "without tok_embeddings/output), the parameter count of the parameter-matched\n"
+    "baseline of the other architecture (DIFF with H heads, G KV heads <-> Transformer\n"
+    "with 2H, 2G), and the difference: per layer the four lambda vectors (4 x head_dim)\n"
+    "and the subln weight (2 x head_dim) that only DIFF has.\n"
+    "\n"
+    "  --json      one JSON object instead of text\n"
+    "  --tensors   also list every tensor with its shape\n";
+
+typedef struct {
+    int64_t total, nonembed;
+} param_count;
+
+/* The parameter count of a config, from the tensor table of interop.md.
+ * Computed rather than built so that info on a big model allocates nothing
+ * for its baseline. */
+static param_count count_params(const dtx_config *c) {
+    int64_t D = c->dim, F = c->ffn_dim, d = dtx_config_head_dim(c);
+    int64_t kv = D * c->n_kv_heads / c->n_heads;
+    int64_t layer = 2 * D                /* attention_norm, ffn_norm */
+                    + 2 * D * D          /* q_proj, out_proj */
+                    + 2 * kv * D         /* k_proj, v_proj */
+                    + 3 * F * D;         /* w1, w3, w2 */
+    if (c->arch == DTX_ARCH_DIFF) layer += 4 * d + 2 * d; /* lambda_q1..k2, subln */
+    param_count p;
+    p.nonembed = c->n_layers * layer + D; /* + final norm */
+    p.total = p.nonembed + c->vocab_size * D * (c->tie_embeddings ? 1 : 2);
+    return p;
+}
+
+typedef struct {
+    dtx_config cfg;
+    int ok;              /* 0: this config has no baseline (odd head counts) */
+    char why[256];
+    param_count params;
+} baseline;
+
+static baseline make_baseline(const dtx_config *c) {
+    baseline b = {.cfg = dtx_config_baseline(c), .ok = 1};
+    if (c->arch == DTX_ARCH_TRANSFORMER && (c->n_heads % 2 || c->n_kv_heads % 2)) {
+        b.ok = 0;
+        snprintf(b.why, sizeof b.why, "n_heads %lld and n_kv_heads %lld must both be even to halve them",
+                 (long long)c->n_heads, (long long)c->n_kv_heads);
+    } else if (dtx_config_validate(&b.cfg) != DTX_OK) {
+        b.ok = 0;
+        snprintf(b.why, sizeof b.why, "%s", dtx_last_error());
+    } else {
+        b.params = count_params(&b.cfg);
+    }
+    return b;
+}
+
+/* Shortest %g form that reads back as the same double. */
+static const char *fmt_real(double v, char *buf, size_t cap) {
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
+static void json_string(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+    putchar('"');
+}
+
+typedef struct {
+    const char *path;
+    dtx_model *m;
+    const dtx_config *c;
+    param_count params;
+    baseline base;
+    int64_t lambda_terms, subln_terms; /* the DIFF-only parameters of whichever is DIFF */
+} report;
+
+static report make_report(const char *path, dtx_model *m) {
+    report r = {.path = path, .m = m, .c = dtx_model_config(m)};
+    r.params.total = (int64_t)dtx_model_num_params(m);
+    r.params.nonembed = (int64_t)dtx_model_num_params_nonembed(m);
+    r.base = make_baseline(r.c);
+    /* DIFF and its baseline share the q/k width d (dim / 2H = dim / H'). */
+    int64_t d = dtx_config_head_dim(r.c->arch == DTX_ARCH_DIFF ? r.c : &r.base.cfg);
+    r.lambda_terms = 4 * d * r.c->n_layers;
+    r.subln_terms = 2 * d * r.c->n_layers;
+    return r;
+}
+
+static void print_tensors_text(const dtx_model *m) {
+    for (int i = 0; i < dtx_model_num_tensors(m); i++) {
+        const dtx_tensor_info *t = dtx_model_tensor(m, i);
+        if (t->ndim == 1) printf("  %-40s [%lld]\n", t->name, (long long)t->shape[0]);
+        else printf("  %-40s [%lld, %lld]\n", t->name, (long long)t->shape[0], (long long)t->shape[1]);
+    }
+}
+
+static void print_text(const report *r, int tensors) {
+    const dtx_config *c = r->c;
+    char b1[32], b2[32];
+    int diff = c->arch == DTX_ARCH_DIFF;
+    printf("file            %s\n", r->path);
+    printf("arch            %s\n", dtx_arch_name(c->arch));
+    printf("dim             %lld\n", (long long)c->dim);
+    printf("n_layers        %lld\n", (long long)c->n_layers);
+    printf("n_heads         %lld%s\n", (long long)c->n_heads, diff ? "  (differential heads, each two softmax maps)" : "");
+    printf("n_kv_heads      %lld\n", (long long)c->n_kv_heads);
+    printf("head_dim        %lld\n", (long long)dtx_config_head_dim(c));
+    printf("vocab_size      %lld\n", (long long)c->vocab_size);
+    printf("ffn_dim         %lld\n", (long long)c->ffn_dim);
+    printf("max_seq_len     %lld\n", (long long)c->max_seq_len);
+    printf("rope_theta      %s\n", fmt_real(c->rope_theta, b1, sizeof b1));
+    printf("norm_eps        %s\n", fmt_real(c->norm_eps, b2, sizeof b2));
+    printf("tie_embeddings  %s\n", c->tie_embeddings ? "true" : "false");
+    if (diff) {
+        printf("lambda         ");
+        for (int64_t l = 0; l < c->n_layers; l++) printf(" %.4f", dtx_model_lambda(r->m, l));
+        printf("  (per layer)\n");
+    }
+    printf("params          %lld  (non-embedding %lld)\n", (long long)r->params.total, (long long)r->params.nonembed);
+    if (!r->base.ok) {
+        printf("baseline        none: %s\n", r->base.why);
+    } else {
+        const dtx_config *b = &r->base.cfg;
+        printf("baseline        %s with n_heads %lld, n_kv_heads %lld: %lld params  (non-embedding %lld)\n",
+               dtx_arch_name(b->arch), (long long)b->n_heads, (long long)b->n_kv_heads, (long long)r->base.params.total,
+               (long long)r->base.params.nonembed);
+        int64_t d = r->lambda_terms / 4 / c->n_layers;
+        printf("difference      %+lld = %s%lld lambda (4 x head_dim %lld x %lld layers) + %lld subln (2 x %lld x %lld "
+               "layers)%s\n",
+               (long long)(r->params.total - r->base.params.total), diff ? "" : "-(", (long long)r->lambda_terms,
+               (long long)d, (long long)c->n_layers, (long long)r->subln_terms, (long long)d, (long long)c->n_layers,
+               diff ? ", which only DIFF has" : "), which only the DIFF baseline has");
+    }
+    if (tensors) {
+        printf("tensors         %d\n", dtx_model_num_tensors(r->m));
+        print_tensors_text(r->m);
+    }
+}
+
+static void json_count(const char *key, const param_count *p) {
+    printf("\"%s\": %lld, \"%s_nonembed\": %lld", key, (long long)p->total, key, (long long)p->nonembed);
+}
+
+static void print_json_tensors(const dtx_model *m) {
+    printf(", \"tensors\": [");
+    for (int i = 0; i < dtx_model_num_tensors(m); i++) {
+        const dtx_tensor_info *t = dtx_model_tensor(m, i);
+        printf(i ? ", {\"name\": " : "{\"name\": ");
+        json_string(t->name);
+        if (t->ndim == 1) printf(", \"shape\": [%lld]}", (long long)t->shape[0]);
+        else printf(", \"shape\": [%lld, %lld]}", (long long)t->shape[0], (long long)t->shape[1]);
+    }
+    printf("]");
+}
+
+static void print_json(const report *r, int tensors) {
+    const dtx_config *c = r->c;
+    char b1[32], b2[32];
+    printf("{\"file\": ");
+    json_string(r->path);
+    printf(", \"arch\": \"%s\", \"dim\": %lld, \"n_layers\": %lld, \"n_heads\": %lld, \"n_kv_heads\": %lld, "
+           "\"head_dim\": %lld, \"vocab_size\": %lld, \"ffn_dim\": %lld, \"max_seq_len\": %lld, \"rope_theta\": %s, "
+           "\"norm_eps\": %s, \"tie_embeddings\": %s, ",
+           dtx_arch_name(c->arch), (long long)c->dim, (long long)c->n_layers, (long long)c->n_heads,
+           (long long)c->n_kv_heads, (long long)dtx_config_head_dim(c), (long long)c->vocab_size, (long long)c->ffn_dim,
+           (long long)c->max_seq_len, fmt_real(c->rope_theta, b1, sizeof b1), fmt_real(c->norm_eps, b2, sizeof b2),
+           c->tie_embeddings ? "true" : "false");
+    if (c->arch == DTX_ARCH_DIFF) {
+        printf("\"lambda\": [");
+        for (int64_t l = 0; l < c->n_layers; l++) printf(l ? ", %.9g" : "%.9g", dtx_model_lambda(r->m, l));
+        printf("], ");
+    }
+    json_count("params", &r->params);
+    if (!r->base.ok) {
+        printf(", \"baseline\": null, \"baseline_error\": ");
+        json_string(r->base.why);
+    } else {
+        const dtx_config *b = &r->base.cfg;
+        printf(", \"baseline\": {\"arch\": \"%s\", \"n_heads\": %lld, \"n_kv_heads\": %lld, \"head_dim\": %lld, ",
+               dtx_arch_name(b->arch), (long long)b->n_heads, (long long)b->n_kv_heads,
+               (long long)dtx_config_head_dim(b));
+        json_count("params", &r->base.params);
+        printf("}, \"difference\": %lld, \"difference_lambda\": %lld, \"difference_subln\": %lld",
+               (long long)(r->params.total - r->base.params.total), (long long)r->lambda_terms,
+               (long long)r->subln_terms);
+    }
+    if (tensors) print_json_tensors(r->m);
+    printf("}\n");
+}
+
+int cmd_info(int argc, char **argv) {
+    int json = 0, tensors = 0;
+    flag fl[] = {FLAG_BOOL("--json", &json, 1), FLAG_BOOL("--tensors", &tensors, 1)};
+    const char *pos[1];
+    int n_pos = 0;
+    switch (flags_parse(CMD, USAGE, fl, 2, argc, argv, pos, 1, &n_pos)) {
+    case FLAGS_HELP: return finish_stdout(CMD);
+    case FLAGS_ERROR: return EXIT_USAGE;
+    }
+    if (n_pos == 0) return usage_error(CMD, "expected a model file (see 'difftx info --help')");
+    dtx_model *m = NULL;
+    if (dtx_model_load(&m, pos[0]) != DTX_OK) return lib_error(CMD);
+    report r = make_report(pos[0], m);
+    if (json) print_json(&r, tensors);
+    else print_text(&r, tensors);
+    dtx_model_free(m);
+    return finish_stdout(CMD);
+}

@@ -1,0 +1,727 @@
+/* Safetensors reader and writer. The reader trusts nothing in the file: the
+ * whole file is mapped read-only, every length, offset, shape and dtype is
+ * checked against the file size before a tensor pointer is handed out, and
+ * every failure leaves one line naming the file and the tensor or key.
+ * Multi-byte values are assembled from bytes (le16/le32/le64), so neither
+ * host byte order nor alignment matters; on x86-64 the compiler turns these
+ * into plain unaligned loads. */
+#include "io/safetensors.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The reference implementation refuses headers over 100 MB as well: a
+ * header that large is an attack or a mistake, and cJSON would need many
+ * times that in memory. */
+#define MAX_HEADER ((uint64_t)100 << 20)
+/* cJSON hands numbers over as doubles. Below 2^53 every integer is a double
+ * and a correctly rounded integer literal lands on itself; above it "2^53+1"
+ * would silently read as 2^53. No real file needs larger values. */
+#define MAX_JSON_INT (((int64_t)1 << 53) - 1)
+
+static const char *const dtype_names[] = {"F32", "BF16", "F16"};
+static const size_t dtype_sizes[] = {4, 2, 2};
+
+/* ------------------------------------------------------ scalar conversions */
+
+static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
+static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
+
+static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | (unsigned)p[1] << 8); }
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t le64(const uint8_t *p) { return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32; }
+
+float dtx_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t dtx_f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    /* Plain rounding could carry a NaN's low payload into inf (or cut it to
+     * the inf pattern): keep the top bits and force the quiet bit instead. */
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+float dtx_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    if (exp == 0x1f) return bits_f32(sign | 0x7f800000u | man << 13); /* inf, NaN (payload kept) */
+    if (exp != 0) return bits_f32(sign | (exp + 112u) << 23 | man << 13); /* rebias 15 -> 127 */
+    float v = (float)man * 0x1p-24f; /* zero or subnormal: man * 2^-24, exact in float */
+    return sign ? -v : v;
+}
+
+void dtx_st_to_real(const dtx_st_tensor *t, real *dst) {
+    const uint8_t *p = t->data;
+    size_t n = (size_t)t->numel;
+    switch (t->dtype) {
+    case DTX_ST_F32:
+        /* byte loads: a foreign writer may leave F32 data unaligned */
+        for (size_t i = 0; i < n; i++) dst[i] = (real)bits_f32(le32(p + 4 * i));
+        break;
+    case DTX_ST_BF16:
+        for (size_t i = 0; i < n; i++) dst[i] = (real)dtx_bf16_to_f32(le16(p + 2 * i));
+        break;
+    case DTX_ST_F16:
+        for (size_t i = 0; i < n; i++) dst[i] = (real)dtx_f16_to_f32(le16(p + 2 * i));
+        break;
+    }
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+/* A name from the file, made safe for a one-line message: control bytes
+ * become '?', and long names are cut. */
+typedef struct { char s[80]; } shown;
+
+static shown show_n(const char *s, size_t n) {
+    shown o;
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < 64; i++) {
+        unsigned char c = (unsigned char)s[i];
+        o.s[k++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    if (n > 64) { memcpy(o.s + k, "...", 3); k += 3; }
+    o.s[k] = '\0';
+    return o;
+}
+
+static shown show(const char *s) { return show_n(s, strlen(s)); }
+
+/* "[2, 3]" for messages. */
+static shown show_shape(const int64_t *shape, int ndim) {
+    shown o;
+    size_t k = 0;
+    o.s[k++] = '[';
+    int i = 0;
+    for (; i < ndim && k < sizeof o.s - 32; i++)
+        k += (size_t)snprintf(o.s + k, sizeof o.s - k, "%s%" PRId64, i ? ", " : "", shape[i]);
+    snprintf(o.s + k, sizeof o.s - k, "%s]", i < ndim ? ", ..." : "");
+    return o;
+}
+
+static char *copy_str(const char *s) {
+    size_t n = strlen(s);
+    char *c = dtx_alloc(n + 1, 1);
+    if (c) memcpy(c, s, n + 1);
+    return c;
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first name that occurs twice in names[0..n), or NULL. */
+static const char *find_duplicate(char *const *names, size_t n, dtx_status *st) {
+    *st = DTX_OK;
+    if (n < 2) return NULL;
+    const char **sorted = dtx_alloc(n, sizeof *sorted);
+    if (!sorted) { *st = DTX_ERR_NOMEM; return NULL; }
+    memcpy(sorted, names, n * sizeof *sorted);
+    qsort(sorted, n, sizeof *sorted, cmp_str_ptr);
+    const char *dup = NULL;
+    for (size_t i = 1; i < n && !dup; i++)
+        if (strcmp(sorted[i - 1], sorted[i]) == 0) dup = sorted[i];
+    free(sorted);
+    return dup;
+}
+
+/* ------------------------------------------------------------------ reader */
+
+static dtx_status map_file(dtx_st_file *f, const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dtx_fail(DTX_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return dtx_fail(DTX_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return dtx_fail(DTX_ERR_IO, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > SIZE_MAX) {
+        close(fd);
+        return dtx_fail(DTX_ERR_IO, "%s: too large to map", path);
+    }
+    size_t size = (size_t)st.st_size;
+    /* also keeps a zero-length file away from mmap, which refuses it */
+    if (size < 8) {
+        close(fd);
+        return dtx_fail(DTX_ERR_FORMAT, "%s: truncated: %zu bytes, shorter than the 8-byte header length",
+                        path, size);
+    }
+    void *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd); /* the mapping keeps the file open */
+    if (m == MAP_FAILED) return dtx_fail(DTX_ERR_IO, "%s: cannot mmap: %s", path, strerror(e));
+    f->map = m;
+    f->map_size = size;
+    return DTX_OK;
+}
+
+/* Copies the header out (cJSON wants a NUL-terminated string) and parses
+ * it. On success *text holds the copy, which the caller frees. */
+static dtx_status parse_header(const dtx_st_file *f, const char *path, char **text, size_t *len,
+                               cJSON **root) {
+    const uint8_t *m = f->map;
+    uint64_t n = le64(m);
+    if (n > f->map_size - 8)
+        return dtx_fail(DTX_ERR_FORMAT, "%s: header length %" PRIu64 " past the end of the file (%zu bytes)",
+                        path, n, f->map_size);
+    if (n > MAX_HEADER)
+        return dtx_fail(DTX_ERR_FORMAT, "%s: header length %" PRIu64 " is absurdly large (limit 100 MiB)",
+                        path, n);
+    char *t = dtx_alloc((size_t)n + 1, 1);
+    if (!t) return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory for a %" PRIu64 "-byte header", path, n);
+    memcpy(t, m + 8, (size_t)n);
+    t[n] = '\0';
+    /* a NUL would end the text early for cJSON and hide what follows */
+    const char *nul = memchr(t, '\0', (size_t)n);
+    if (nul) {
+        size_t at = (size_t)(nul - t);
+        free(t);
+        return dtx_fail(DTX_ERR_FORMAT, "%s: bad JSON header: NUL byte at header byte %zu", path, at);
+    }
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithOpts(t, &end, 1);
+    if (!j) {
+        size_t at = (end && end >= t && end <= t + n) ? (size_t)(end - t) : 0;
+        free(t);
+        return dtx_fail(DTX_ERR_FORMAT, "%s: bad JSON header: syntax error near header byte %zu of %" PRIu64,
+                        path, at, n);
+    }
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        free(t);
+        return dtx_fail(DTX_ERR_FORMAT, "%s: bad JSON header: not a JSON object", path);
+    }
+    *text = t;
+    *len = (size_t)n;
+    *root = j;
+    return DTX_OK;
+}
+
+static dtx_status parse_meta(dtx_st_file *f, const char *path, const cJSON *meta) {
+    if (!cJSON_IsObject(meta)) return dtx_fail(DTX_ERR_FORMAT, "%s: __metadata__ is not a JSON object", path);
+    int n = cJSON_GetArraySize(meta);
+    f->meta_keys = dtx_calloc((size_t)n, sizeof(char *));
+    f->meta_values = dtx_calloc((size_t)n, sizeof(char *));
+    if (!f->meta_keys || !f->meta_values) return DTX_ERR_NOMEM;
+    f->n_meta = n;
+    int i = 0;
+    for (const cJSON *c = meta->child; c && i < n; c = c->next, i++) {
+        if (!cJSON_IsString(c) || !c->valuestring)
+            return dtx_fail(DTX_ERR_FORMAT, "%s: __metadata__ key '%s': value is not a string", path,
+                            show(c->string).s);
+        f->meta_keys[i] = copy_str(c->string);
+        f->meta_values[i] = copy_str(c->valuestring);
+        if (!f->meta_keys[i] || !f->meta_values[i]) return DTX_ERR_NOMEM;
+    }
+    dtx_status st;
+    const char *dup = find_duplicate(f->meta_keys, (size_t)n, &st);
+    if (st != DTX_OK) return st;
+    if (dup) return dtx_fail(DTX_ERR_FORMAT, "%s: __metadata__ key '%s' appears twice", path, show(dup).s);
+    return DTX_OK;
+}
+
+/* One entry of "shape" or "data_offsets": an exact integer in
+ * [0, MAX_JSON_INT]. */
+static dtx_status json_int(const char *path, const char *who, const char *field, int idx, const cJSON *j,
+                           int64_t *out) {
+    if (!cJSON_IsNumber(j))
+        return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': %s[%d] is not a number", path, who, field, idx);
+    double v = j->valuedouble;
+    if (!isfinite(v) || v != floor(v))
+        return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': %s[%d] = %.17g is not an integer", path, who, field,
+                        idx, v);
+    if (v < 0)
+        return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': %s[%d] = %.17g is negative", path, who, field, idx, v);
+    if (v > (double)MAX_JSON_INT)
+        return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': %s[%d] = %.17g is too large (limit 2^53 - 1)", path,
+                        who, field, idx, v);
+    *out = (int64_t)v;
+    return DTX_OK;
+}
+
+static dtx_status parse_dtype(const char *path, const char *who, const cJSON *j, dtx_st_dtype *out) {
+    if (!cJSON_IsString(j) || !j->valuestring)
+        return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': \"dtype\" is not a string", path, who);
+    for (int d = 0; d < 3; d++)
+        if (strcmp(j->valuestring, dtype_names[d]) == 0) { *out = (dtx_st_dtype)d; return DTX_OK; }
+    return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s' (supported: F32, BF16, F16)", path, who,
+                    show(j->valuestring).s);
+}
+
+static dtx_status parse_shape(const char *path, const char *who, const cJSON *j, dtx_st_tensor *t) {
+    if (!cJSON_IsArray(j)) return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': \"shape\" is not an array", path, who);
+    int nd = 0;
+    for (const cJSON *c = j->child; c; c = c->next, nd++) {
+        if (nd == DTX_ST_MAX_DIMS)
+            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': \"shape\" has more than %d dims", path, who,
+                            DTX_ST_MAX_DIMS);
+        dtx_status st = json_int(path, who, "shape", nd, c, &t->shape[nd]);
+        if (st != DTX_OK) return st;
+    }
+    t->ndim = nd;
+    /* a zero dim makes the product 0 whatever the others are */
+    int64_t numel = 1;
+    for (int i = 0; i < nd; i++)
+        if (t->shape[i] == 0) numel = 0;
+    for (int i = 0; i < nd && numel; i++) {
+        if (numel > INT64_MAX / t->shape[i])
+            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': element count of shape %s overflows", path, who,
+                            show_shape(t->shape, nd).s);
+        numel *= t->shape[i];
+    }
+    if (numel > INT64_MAX / (int64_t)dtype_sizes[t->dtype] || (uint64_t)numel > SIZE_MAX / 8)
+        return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': byte size of shape %s overflows", path, who,
+                        show_shape(t->shape, nd).s);
+    t->numel = numel;
+    t->nbytes = (size_t)numel * dtype_sizes[t->dtype];
+    return DTX_OK;
+}
+
+static dtx_status parse_offsets(const char *path, const char *who, const cJSON *j, int64_t off[2]) {
+    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) != 2)
+        return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': \"data_offsets\" is not an array of 2 integers", path,
+                        who);
+    dtx_status st = json_int(path, who, "data_offsets", 0, j->child, &off[0]);
+    if (st == DTX_OK) st = json_int(path, who, "data_offsets", 1, j->child->next, &off[1]);
+    return st;
+}
+
+/* Finds the three fields of an entry, refusing unknown and repeated keys
+ * (cJSON keeps both copies of a repeated key; which one counts would be a
+ * guess). */
+static dtx_status entry_fields(const char *path, const char *who, const cJSON *e, const cJSON *fld[3]) {
+    static const char *const keys[3] = {"dtype", "shape", "data_offsets"};
+    if (!cJSON_IsObject(e)) return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': entry is not a JSON object", path, who);
+    fld[0] = fld[1] = fld[2] = NULL;
+    for (const cJSON *c = e->child; c; c = c->next) {
+        int k = 0;
+        while (k < 3 && strcmp(c->string, keys[k]) != 0) k++;
+        if (k == 3)
+            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': unexpected key '%s'", path, who, show(c->string).s);
+        if (fld[k]) return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': key \"%s\" appears twice", path, who, keys[k]);
+        fld[k] = c;
+    }
+    for (int k = 0; k < 3; k++)
+        if (!fld[k]) return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': missing \"%s\"", path, who, keys[k]);
+    return DTX_OK;
+}
+
+/* Checks one entry against the data section (data_size bytes); leaves the
+ * offsets in off for the layout check. */
+static dtx_status parse_entry(const char *path, const cJSON *e, size_t data_size, dtx_st_tensor *t,
+                              int64_t off[2]) {
+    t->name = copy_str(e->string);
+    if (!t->name) return DTX_ERR_NOMEM;
+    shown who_buf = show(e->string);
+    const char *who = who_buf.s;
+    const cJSON *fld[3];
+    dtx_status st = entry_fields(path, who, e, fld);
+    if (st == DTX_OK) st = parse_dtype(path, who, fld[0], &t->dtype);
+    if (st == DTX_OK) st = parse_shape(path, who, fld[1], t);
+    if (st == DTX_OK) st = parse_offsets(path, who, fld[2], off);
+    if (st != DTX_OK) return st;
+    if (off[0] > off[1])
+        return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] have begin > end",
+                        path, who, off[0], off[1]);
+    if ((uint64_t)off[1] > data_size)
+        return dtx_fail(DTX_ERR_FORMAT,
+                        "%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] out of range "
+                        "(the data section has %zu bytes)",
+                        path, who, off[0], off[1], data_size);
+    if ((uint64_t)(off[1] - off[0]) != t->nbytes)
+        return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': shape %s needs %zu bytes but data_offsets give %" PRId64,
+                        path, who, show_shape(t->shape, t->ndim).s, t->nbytes, off[1] - off[0]);
+    return DTX_OK;
+}
+
+typedef struct { int64_t begin, end; int idx; } span;
+
+static int cmp_span(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return x->idx - y->idx;
+}
+
+/* The official format wants the data section tiled exactly: tensors sorted
+ * by offset must follow each other with no overlap, no hole and nothing
+ * left over at the end. */
+static dtx_status check_layout(const dtx_st_file *f, const char *path, const int64_t (*off)[2], size_t data_size) {
+    size_t n = (size_t)f->n_tensors;
+    span *s = dtx_alloc(n, sizeof *s);
+    if (!s) return DTX_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) s[i] = (span){off[i][0], off[i][1], (int)i};
+    qsort(s, n, sizeof *s, cmp_span);
+    dtx_status st = DTX_OK;
+    int64_t pos = 0;
+    for (size_t i = 0; i < n && st == DTX_OK; i++) {
+        const char *name = f->tensors[s[i].idx].name;
+        if (s[i].begin < pos)
+            st = dtx_fail(DTX_ERR_FORMAT,
+                          "%s: tensors '%s' and '%s' overlap (data_offsets [%" PRId64 ", %" PRId64 "] and [%" PRId64
+                          ", %" PRId64 "])",
+                          path, show(f->tensors[s[i - 1].idx].name).s, show(name).s, s[i - 1].begin, s[i - 1].end,
+                          s[i].begin, s[i].end);
+        else if (s[i].begin > pos && i == 0)
+            st = dtx_fail(DTX_ERR_FORMAT,
+                          "%s: hole in the data section: bytes [0, %" PRId64 ") before tensor '%s' belong to no tensor",
+                          path, s[i].begin, show(name).s);
+        else if (s[i].begin > pos)
+            st = dtx_fail(DTX_ERR_FORMAT,
+                          "%s: hole in the data section: bytes [%" PRId64 ", %" PRId64
+                          ") between tensors '%s' and '%s' belong to no tensor",
+                          path, pos, s[i].begin, show(f->tensors[s[i - 1].idx].name).s, show(name).s);
+        pos = s[i].end;
+    }
+    free(s);
+    if (st == DTX_OK && (uint64_t)pos != data_size)
+        st = dtx_fail(DTX_ERR_FORMAT,
+                      "%s: unused bytes [%" PRId64 ", %zu) at the end of the data section belong to no tensor", path,
+                      pos, data_size);
+    return st;
+}
+
+static int is_num_char(char c) { return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'; }
+
+/* A number token must be a plain integer: cJSON reads "2.0", "2e0" and "02"
+ * as 2, but the format (and the reference reader) wants integer literals. */
+static int plain_integer(const char *s, size_t n) {
+    size_t i = (n > 0 && s[0] == '-') ? 1 : 0;
+    if (i == n || (s[i] == '0' && n - i > 1)) return 0;
+    for (; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+/* Scans text that cJSON already accepted, remembering the last top-level key
+ * so that the message can name the tensor. */
+static dtx_status check_number_syntax(const char *path, const char *text, size_t n) {
+    const char *key = "";
+    size_t key_len = 0;
+    int depth = 0;
+    size_t i = 0;
+    while (i < n) {
+        char c = text[i];
+        if (c == '"') {
+            size_t s = ++i;
+            while (i < n && text[i] != '"') i += (text[i] == '\\') ? 2 : 1;
+            size_t e = i < n ? i : n;
+            i = e + 1;
+            size_t k = i;
+            while (k < n && (unsigned char)text[k] <= ' ') k++; /* cJSON's idea of whitespace */
+            if (depth == 1 && k < n && text[k] == ':') { key = text + s; key_len = e - s; }
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t s = i;
+            while (i < n && is_num_char(text[i])) i++;
+            if (!plain_integer(text + s, i - s))
+                return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': number '%s' is not a plain integer", path,
+                                show_n(key, key_len).s, show_n(text + s, i - s).s);
+        } else {
+            if (c == '{' || c == '[') depth++;
+            if (c == '}' || c == ']') depth--;
+            i++;
+        }
+    }
+    return DTX_OK;
+}
+
+/* Counts the tensor entries and finds __metadata__ (at most once). */
+static dtx_status scan_root(const char *path, const cJSON *root, const cJSON **meta, size_t *n_tensors) {
+    *meta = NULL;
+    *n_tensors = 0;
+    for (const cJSON *c = root->child; c; c = c->next) {
+        if (strcmp(c->string, "__metadata__") != 0) { (*n_tensors)++; continue; }
+        if (*meta) return dtx_fail(DTX_ERR_FORMAT, "%s: duplicate key '__metadata__'", path);
+        *meta = c;
+    }
+    if (*n_tensors > (size_t)INT32_MAX) return dtx_fail(DTX_ERR_FORMAT, "%s: too many tensors", path);
+    return DTX_OK;
+}
+
+static dtx_status parse_tensors(dtx_st_file *f, const char *path, const cJSON *root, size_t n, size_t hlen) {
+    size_t data_size = f->map_size - 8 - hlen;
+    const uint8_t *data = (const uint8_t *)f->map + 8 + hlen;
+    f->tensors = dtx_calloc(n, sizeof *f->tensors);
+    int64_t (*off)[2] = dtx_calloc(n, sizeof *off);
+    if (!f->tensors || !off) { free(off); return DTX_ERR_NOMEM; }
+    f->n_tensors = (int)n;
+    dtx_status st = DTX_OK;
+    size_t i = 0;
+    for (const cJSON *c = root->child; c && st == DTX_OK; c = c->next) {
+        if (strcmp(c->string, "__metadata__") == 0) continue;
+        st = parse_entry(path, c, data_size, &f->tensors[i], off[i]);
+        i++;
+    }
+    if (st == DTX_OK) {
+        char **names = dtx_alloc(n, sizeof *names);
+        if (!names) st = DTX_ERR_NOMEM;
+        for (size_t k = 0; names && k < n; k++) names[k] = f->tensors[k].name;
+        const char *dup = names ? find_duplicate(names, n, &st) : NULL;
+        if (dup) st = dtx_fail(DTX_ERR_FORMAT, "%s: duplicate tensor name '%s'", path, show(dup).s);
+        free(names);
+    }
+    if (st == DTX_OK) st = check_layout(f, path, (const int64_t(*)[2])off, data_size);
+    for (size_t k = 0; st == DTX_OK && k < n; k++) f->tensors[k].data = data + off[k][0];
+    free(off);
+    return st;
+}
+
+dtx_status dtx_st_open(dtx_st_file *f, const char *path) {
+    memset(f, 0, sizeof *f);
+    dtx_status st = map_file(f, path);
+    if (st != DTX_OK) return st;
+    char *text = NULL;
+    size_t hlen = 0;
+    cJSON *root = NULL;
+    st = parse_header(f, path, &text, &hlen, &root);
+    const cJSON *meta = NULL;
+    size_t n = 0;
+    if (st == DTX_OK) st = scan_root(path, root, &meta, &n);
+    if (st == DTX_OK && meta) st = parse_meta(f, path, meta);
+    if (st == DTX_OK) st = parse_tensors(f, path, root, n, hlen);
+    if (st == DTX_OK) st = check_number_syntax(path, text, hlen);
+    cJSON_Delete(root);
+    free(text);
+    if (st == DTX_ERR_NOMEM) dtx_fail(st, "%s: out of memory while reading the header", path);
+    if (st != DTX_OK) dtx_st_close(f);
+    return st;
+}
+
+void dtx_st_close(dtx_st_file *f) {
+    if (f->map) munmap(f->map, f->map_size);
+    for (int i = 0; f->tensors && i < f->n_tensors; i++) free(f->tensors[i].name);
+    for (int i = 0; f->meta_keys && i < f->n_meta; i++) free(f->meta_keys[i]);
+    for (int i = 0; f->meta_values && i < f->n_meta; i++) free(f->meta_values[i]);
+    free(f->tensors);
+    free(f->meta_keys);
+    free(f->meta_values);
+    memset(f, 0, sizeof *f);
+}
+
+const dtx_st_tensor *dtx_st_find(const dtx_st_file *f, const char *name) {
+    for (int i = 0; i < f->n_tensors; i++)
+        if (strcmp(f->tensors[i].name, name) == 0) return &f->tensors[i];
+    return NULL;
+}
+
+const char *dtx_st_meta(const dtx_st_file *f, const char *key) {
+    for (int i = 0; i < f->n_meta; i++)
+        if (strcmp(f->meta_keys[i], key) == 0) return f->meta_values[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ writer */
+
+/* A growing string; `failed` sticks after the first allocation failure so
+ * the builder can be called without checking each step. */
+typedef struct { char *p; size_t len, cap; int failed; } sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->failed) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) { b->failed = 1; return; }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_cstr(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void sb_i64(sbuf *b, int64_t v) {
+    char tmp[32];
+    int n = snprintf(tmp, sizeof tmp, "%" PRId64, v); /* exact, unlike cJSON's doubles */
+    sb_put(b, tmp, (size_t)n);
+}
+
+/* A JSON string literal: quotes, backslashes and control bytes escaped;
+ * other bytes (UTF-8) pass through. */
+static void sb_json_str(sbuf *b, const char *s) {
+    sb_put(b, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        char esc[8];
+        if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; sb_put(b, esc, 2); }
+        else if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); sb_put(b, esc, 6); }
+        else sb_put(b, (const char *)s, 1);
+    }
+    sb_put(b, "\"", 1);
+}
+
+/* Checks the caller's tensors and computes each one's byte size. */
+static dtx_status check_outputs(const char *path, const dtx_st_out *t, int n, size_t esize, int64_t *nbytes) {
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (!t[i].name || strcmp(t[i].name, "__metadata__") == 0)
+            return dtx_fail(DTX_ERR_ARG, "%s: tensor %d has an invalid name", path, i);
+        if (t[i].ndim < 0 || t[i].ndim > DTX_ST_MAX_DIMS)
+            return dtx_fail(DTX_ERR_ARG, "%s: tensor '%s': ndim %d out of range", path, show(t[i].name).s, t[i].ndim);
+        int64_t numel = 1;
+        for (int d = 0; d < t[i].ndim; d++) {
+            int64_t s = t[i].shape[d];
+            if (s < 0 || (s && numel > INT64_MAX / (int64_t)esize / s))
+                return dtx_fail(DTX_ERR_ARG, "%s: tensor '%s': bad shape", path, show(t[i].name).s);
+            numel *= s;
+        }
+        if (numel && !t[i].data) return dtx_fail(DTX_ERR_ARG, "%s: tensor '%s': no data", path, show(t[i].name).s);
+        nbytes[i] = numel * (int64_t)esize;
+        if (nbytes[i] > INT64_MAX - total) return dtx_fail(DTX_ERR_ARG, "%s: tensors too large", path);
+        total += nbytes[i];
+    }
+    return DTX_OK;
+}
+
+static void build_header(sbuf *b, const dtx_st_out *t, int n, const int64_t *nbytes, const char *const *keys,
+                         const char *const *values, int n_meta, const char *dtype) {
+    sb_cstr(b, "{");
+    if (n_meta > 0) {
+        sb_cstr(b, "\"__metadata__\":{");
+        for (int i = 0; i < n_meta; i++) {
+            if (i) sb_cstr(b, ",");
+            sb_json_str(b, keys[i]);
+            sb_cstr(b, ":");
+            sb_json_str(b, values[i]);
+        }
+        sb_cstr(b, "}");
+    }
+    int64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (i || n_meta > 0) sb_cstr(b, ",");
+        sb_json_str(b, t[i].name);
+        sb_cstr(b, ":{\"dtype\":\"");
+        sb_cstr(b, dtype);
+        sb_cstr(b, "\",\"shape\":[");
+        for (int d = 0; d < t[i].ndim; d++) {
+            if (d) sb_cstr(b, ",");
+            sb_i64(b, t[i].shape[d]);
+        }
+        sb_cstr(b, "],\"data_offsets\":[");
+        sb_i64(b, off);
+        sb_cstr(b, ",");
+        sb_i64(b, off + nbytes[i]);
+        sb_cstr(b, "]}");
+        off += nbytes[i];
+    }
+    sb_cstr(b, "}");
+    while (b->len % 8) sb_cstr(b, " "); /* 8 + len is then a multiple of 8: aligned data */
+}
+
+/* fwrite that reports errno (EIO if the C library left none). */
+static int put(FILE *fp, const void *p, size_t n) {
+    errno = 0;
+    if (fwrite(p, 1, n, fp) == n) return 0;
+    return errno ? errno : EIO;
+}
+
+/* Little-endian by construction: the bytes are stored one by one. */
+static int put_tensor(FILE *fp, const dtx_st_out *t, int64_t numel, int bf16) {
+    uint8_t buf[16384];
+    size_t esize = bf16 ? 2 : 4, per = sizeof buf / esize;
+    for (int64_t i = 0; i < numel;) {
+        size_t k = (size_t)(numel - i) < per ? (size_t)(numel - i) : per;
+        for (size_t j = 0; j < k; j++) {
+            /* in the DTX_DOUBLE build BF16 rounds via float: a double
+             * rounding that can differ from direct rounding only on ties */
+            float v = (float)t->data[i + (int64_t)j];
+            uint32_t u = bf16 ? dtx_f32_to_bf16(v) : f32_bits(v);
+            for (size_t b = 0; b < esize; b++) buf[j * esize + b] = (uint8_t)(u >> (8 * b));
+        }
+        int e = put(fp, buf, k * esize);
+        if (e) return e;
+        i += (int64_t)k;
+    }
+    return 0;
+}
+
+static int put_file(FILE *fp, const sbuf *h, const dtx_st_out *t, int n, const int64_t *nbytes, int bf16) {
+    uint8_t len[8];
+    for (int b = 0; b < 8; b++) len[b] = (uint8_t)((uint64_t)h->len >> (8 * b));
+    int e = put(fp, len, 8);
+    if (!e) e = put(fp, h->p, h->len);
+    for (int i = 0; i < n && !e; i++) e = put_tensor(fp, &t[i], nbytes[i] / (bf16 ? 2 : 4), bf16);
+    return e;
+}
+
+/* Best effort: makes the rename itself durable. Some file systems refuse to
+ * fsync a directory; the data is already safe, so that is not an error. */
+static void sync_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
+    if (!dir) return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+/* Writes header and data to tmp, then renames it over path; on any failure
+ * removes tmp. Returns 0 or an errno value, with *what naming the step. */
+static int write_atomic(const char *path, const char *tmp, const sbuf *h, const dtx_st_out *t, int n,
+                        const int64_t *nbytes, int bf16, const char **what) {
+    FILE *fp = fopen(tmp, "wb");
+    if (!fp) { *what = "cannot create the temporary file"; return errno ? errno : EIO; }
+    *what = "cannot write";
+    int e = put_file(fp, h, t, n, nbytes, bf16);
+    if (!e && fflush(fp) != 0) e = errno ? errno : EIO;
+    if (!e && fsync(fileno(fp)) != 0) e = errno ? errno : EIO;
+    if (fclose(fp) != 0 && !e) e = errno ? errno : EIO;
+    if (!e && rename(tmp, path) != 0) { *what = "cannot rename the temporary file over it"; e = errno ? errno : EIO; }
+    if (e) unlink(tmp);
+    return e;
+}
+
+dtx_status dtx_st_write(const char *path, const dtx_st_out *tensors, int n_tensors, const char *const *meta_keys,
+                        const char *const *meta_values, int n_meta, int bf16) {
+    if (n_tensors < 0 || n_meta < 0 || (n_tensors && !tensors) || (n_meta && (!meta_keys || !meta_values)))
+        return dtx_fail(DTX_ERR_ARG, "%s: bad tensor or metadata list", path);
+    for (int i = 0; i < n_meta; i++)
+        if (!meta_keys[i] || !meta_values[i]) return dtx_fail(DTX_ERR_ARG, "%s: metadata entry %d is NULL", path, i);
+    int64_t *nbytes = dtx_alloc((size_t)n_tensors, sizeof *nbytes);
+    if (!nbytes) return DTX_ERR_NOMEM;
+    dtx_status st = check_outputs(path, tensors, n_tensors, bf16 ? 2 : 4, nbytes);
+    sbuf h = {0};
+    if (st == DTX_OK) {
+        build_header(&h, tensors, n_tensors, nbytes, meta_keys, meta_values, n_meta, bf16 ? "BF16" : "F32");
+        if (h.failed) st = dtx_fail(DTX_ERR_NOMEM, "%s: out of memory building the header", path);
+    }
+    size_t tlen = strlen(path) + 32;
+    char *tmp = st == DTX_OK ? dtx_alloc(tlen, 1) : NULL;
+    if (st == DTX_OK && !tmp) st = DTX_ERR_NOMEM;
+    if (st == DTX_OK) {
+        /* same folder as the target, so rename() stays on one file system */
+        snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+        const char *what = "";
+        int e = write_atomic(path, tmp, &h, tensors, n_tensors, nbytes, bf16, &what);
+        if (e) st = dtx_fail(DTX_ERR_IO, "%s: %s: %s", path, what, strerror(e));
+        else sync_dir(path);
+    }
+    free(tmp);
+    free(h.p);
+    free(nbytes);
+    return st;
+}
