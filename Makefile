@@ -25,7 +25,7 @@ BIN   := $(BUILD)/difftx
 obj32 = $(patsubst %.c,$(BUILD)/f32/%.o,$(1))
 obj64 = $(patsubst %.c,$(BUILD)/f64/%.o,$(1))
 
-.PHONY: all setup test test-asan demo fixtures clean bench
+.PHONY: all setup test test-asan demo fixtures check-fixtures interop-check clean bench
 all: $(BIN)
 
 setup: deps
@@ -70,8 +70,17 @@ demo: deps
 	@$(MAKE) --no-print-directory $(BIN)
 	@scripts/demo.sh $(BIN)
 
+# The PyTorch side (needs python3-torch: scripts/setup.sh --torch).
 fixtures:
+	@scripts/setup.sh --torch
 	/usr/bin/python3 tools/make_fixtures.py tests/fixtures
+check-fixtures:
+	@scripts/setup.sh --torch
+	/usr/bin/python3 tools/check_fixtures.py tests/fixtures
+interop-check: deps
+	@scripts/setup.sh --torch
+	@$(MAKE) --no-print-directory $(BIN)
+	@scripts/interop_check.sh $(BIN)
 
 clean:
 	rm -rf build build-asan

@@ -124,7 +124,7 @@ static int cmp_str_ptr(const void *a, const void *b) {
 }
 
 /* The first name that occurs twice in names[0..n), or NULL. */
-static const char *find_duplicate(char *const *names, size_t n, dtx_status *st) {
+static const char *find_duplicate(const char *const *names, size_t n, dtx_status *st) {
     *st = DTX_OK;
     if (n < 2) return NULL;
     const char **sorted = dtx_alloc(n, sizeof *sorted);
@@ -141,7 +141,8 @@ static const char *find_duplicate(char *const *names, size_t n, dtx_status *st) 
 /* ------------------------------------------------------------------ reader */
 
 static dtx_status map_file(dtx_st_file *f, const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not hang; fstat then refuses it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return dtx_fail(DTX_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -232,7 +233,7 @@ static dtx_status parse_meta(dtx_st_file *f, const char *path, const cJSON *meta
         if (!f->meta_keys[i] || !f->meta_values[i]) return DTX_ERR_NOMEM;
     }
     dtx_status st;
-    const char *dup = find_duplicate(f->meta_keys, (size_t)n, &st);
+    const char *dup = find_duplicate((const char *const *)f->meta_keys, (size_t)n, &st);
     if (st != DTX_OK) return st;
     if (dup) return dtx_fail(DTX_ERR_FORMAT, "%s: __metadata__ key '%s' appears twice", path, show(dup).s);
     return DTX_OK;
@@ -343,8 +344,8 @@ static dtx_status parse_entry(const char *path, const cJSON *e, size_t data_size
                         path, who, off[0], off[1]);
     if ((uint64_t)off[1] > data_size)
         return dtx_fail(DTX_ERR_FORMAT,
-                        "%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "] out of range "
-                        "(the data section has %zu bytes)",
+                        "%s: tensor '%s': data offsets out of range: [%" PRId64 ", %" PRId64 "] ends past "
+                        "the %zu-byte data section",
                         path, who, off[0], off[1], data_size);
     if ((uint64_t)(off[1] - off[0]) != t->nbytes)
         return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': shape %s needs %zu bytes but data_offsets give %" PRId64,
@@ -399,14 +400,16 @@ static dtx_status check_layout(const dtx_st_file *f, const char *path, const int
     return st;
 }
 
-static int is_num_char(char c) { return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'; }
+/* the characters cJSON takes into a number */
+static int is_num_char(char c) {
+    return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+}
 
 /* A number token must be a plain integer: cJSON reads "2.0", "2e0" and "02"
  * as 2, but the format (and the reference reader) wants integer literals. */
 static int plain_integer(const char *s, size_t n) {
-    size_t i = (n > 0 && s[0] == '-') ? 1 : 0;
-    if (i == n || (s[i] == '0' && n - i > 1)) return 0;
-    for (; i < n; i++)
+    if (n == 0 || (s[0] == '0' && n > 1)) return 0; /* "-0" too: negatives were refused earlier */
+    for (size_t i = 0; i < n; i++)
         if (s[i] < '0' || s[i] > '9') return 0;
     return 1;
 }
@@ -471,7 +474,7 @@ static dtx_status parse_tensors(dtx_st_file *f, const char *path, const cJSON *r
         i++;
     }
     if (st == DTX_OK) {
-        char **names = dtx_alloc(n, sizeof *names);
+        const char **names = dtx_alloc(n, sizeof *names);
         if (!names) st = DTX_ERR_NOMEM;
         for (size_t k = 0; names && k < n; k++) names[k] = f->tensors[k].name;
         const char *dup = names ? find_duplicate(names, n, &st) : NULL;
@@ -591,7 +594,14 @@ static dtx_status check_outputs(const char *path, const dtx_st_out *t, int n, si
         if (nbytes[i] > INT64_MAX - total) return dtx_fail(DTX_ERR_ARG, "%s: tensors too large", path);
         total += nbytes[i];
     }
-    return DTX_OK;
+    const char **names = dtx_alloc((size_t)n, sizeof *names);
+    if (!names) return DTX_ERR_NOMEM;
+    for (int i = 0; i < n; i++) names[i] = t[i].name;
+    dtx_status st;
+    const char *dup = find_duplicate(names, (size_t)n, &st);
+    if (dup) st = dtx_fail(DTX_ERR_ARG, "%s: duplicate tensor name '%s'", path, show(dup).s);
+    free(names);
+    return st;
 }
 
 static void build_header(sbuf *b, const dtx_st_out *t, int n, const int64_t *nbytes, const char *const *keys,

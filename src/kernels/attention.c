@@ -189,11 +189,13 @@ static void branch_row_backward(const geom *g, const real *p, double alpha, cons
         double dz = (double)p[s] * (alpha * dotd(dO, kv.v + s * g->vs, w) - D) * g->scale;
         const real *ks = kv.k + s * g->ks;
         real *dks = kv.dk + s * g->ks, *dvs = kv.dv + s * g->vs;
+#pragma omp simd
         for (int64_t c = 0; c < d; c++) {
             dqt[c] += dz * ks[c];
             dks[c] += (real)(dz * qt[c]);
         }
         real pa = (real)(alpha * p[s]);
+#pragma omp simd
         for (int64_t c = 0; c < w; c++) dvs[c] += pa * dO[c];
     }
 }

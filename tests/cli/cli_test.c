@@ -1,0 +1,889 @@
+/* The difftx command line, run as a separate process (run_cli): usage errors,
+ * info, refusal of malformed model files, score against the library's own
+ * forward, train end to end, sample. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "difftx.h"
+#include "test.h"
+
+/* ------------------------------------------------------------ helpers */
+
+static char out[1 << 16];
+
+/* Runs difftx with printf-formatted arguments; output lands in out. */
+__attribute__((format(printf, 1, 2))) static int cli(const char *fmt, ...) {
+    char args[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return run_cli(args, out, sizeof out);
+}
+
+static int has(const char *s) { return strstr(out, s) != NULL; }
+
+/* A message is one line: exactly one '\n', at the end. */
+static int one_line(void) {
+    const char *nl = strchr(out, '\n');
+    return nl && nl[1] == '\0';
+}
+
+/* Usage error: exit 2, one line naming the command and each of the strings. */
+#define CHECK_USAGE(rc, cmd, s1, s2)                                                                        \
+    do {                                                                                                    \
+        CHECKF((rc) == 2, "exit %d, want 2: %s", (rc), out);                                               \
+        CHECKF(strncmp(out, "difftx " cmd, strlen("difftx " cmd)) == 0, "no 'difftx %s' prefix: %s", cmd, out); \
+        CHECKF(has(s1) && has(s2), "want '%s' and '%s' in: %s", s1, s2, out);                               \
+        CHECKF(one_line(), "not one line: %s", out);                                                       \
+    } while (0)
+
+/* Runtime refusal: exit 1, one line "difftx CMD: ..." holding both strings. */
+#define CHECK_REFUSED(rc, cmd, s1, s2)                                                                     \
+    do {                                                                                                   \
+        CHECKF((rc) == 1, "exit %d, want 1: %s", (rc), out);                                              \
+        CHECKF(strncmp(out, "difftx " cmd ": ", strlen("difftx " cmd ": ")) == 0, "no prefix: %s", out);   \
+        CHECKF(has(s1) && has(s2), "want '%s' and '%s' in: %s", s1, s2, out);                              \
+        CHECKF(one_line(), "not one line: %s", out);                                                      \
+    } while (0)
+
+static dtx_config tiny_config(dtx_arch arch, int tie) {
+    dtx_config c = dtx_config_default();
+    c.arch = arch;
+    c.dim = 32;
+    c.n_layers = 2;
+    c.n_heads = arch == DTX_ARCH_DIFF ? 2 : 4; /* parameter-matched pair */
+    c.n_kv_heads = c.n_heads;
+    c.vocab_size = 16;
+    c.ffn_dim = 64;
+    c.max_seq_len = 16;
+    c.tie_embeddings = tie;
+    return c;
+}
+
+/* Writes a freshly initialised model of config c to test_path(name). */
+static const char *model_file_cfg(const char *name, const dtx_config *c) {
+    const char *path = test_path(name);
+    dtx_model *m = NULL;
+    if (dtx_model_init(&m, c, 7) != DTX_OK) return NULL;
+    dtx_status st = dtx_model_save(m, path, 0);
+    dtx_model_free(m);
+    return st == DTX_OK ? path : NULL;
+}
+
+static const char *model_file(const char *name, dtx_arch arch, int tie) {
+    dtx_config c = tiny_config(arch, tie);
+    return model_file_cfg(name, &c);
+}
+
+static const char *text_file(const char *name, const char *text) {
+    const char *path = test_path(name);
+    return write_file(path, text, strlen(text)) == 0 ? path : NULL;
+}
+
+/* n tokens of the period-8 pattern 1 2 ... 8 1 2 ..., starting at first. */
+static const char *pattern_file(const char *name, int n, int first) {
+    size_t cap = (size_t)n * 4 + 2;
+    char *s = malloc(cap);
+    if (!s) return NULL;
+    size_t k = 0;
+    for (int i = 0; i < n; i++) k += (size_t)snprintf(s + k, cap - k, "%d ", (first - 1 + i) % 8 + 1);
+    const char *path = text_file(name, s);
+    free(s);
+    return path;
+}
+
+/* ---------------------------------------------- safetensors surgery */
+
+/* A model file taken apart: the JSON header and the data section. */
+typedef struct {
+    cJSON *hdr;
+    uint8_t *data;
+    size_t data_len;
+} st_bytes;
+
+static int read_bytes(const char *path, uint8_t **buf, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *buf = malloc(len > 0 ? (size_t)len : 1);
+    size_t got = *buf ? fread(*buf, 1, (size_t)len, f) : 0;
+    fclose(f);
+    *n = got;
+    return *buf && got == (size_t)len ? 0 : -1;
+}
+
+static uint64_t le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+static int st_take_apart(const char *path, st_bytes *s) {
+    uint8_t *buf;
+    size_t n;
+    memset(s, 0, sizeof *s);
+    if (read_bytes(path, &buf, &n) != 0 || n < 8) return -1;
+    uint64_t hl = le64(buf);
+    if (hl > n - 8) { free(buf); return -1; }
+    s->hdr = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hl);
+    s->data_len = n - 8 - (size_t)hl;
+    s->data = malloc(s->data_len + 1);
+    if (s->data) memcpy(s->data, buf + 8 + hl, s->data_len);
+    free(buf);
+    return s->hdr && s->data ? 0 : -1;
+}
+
+static void st_free(st_bytes *s) {
+    cJSON_Delete(s->hdr);
+    free(s->data);
+}
+
+/* Raw bytes: 8-byte little-endian header length, header, data. */
+static int write_st_raw(const char *path, const char *header, size_t hlen, const uint8_t *data, size_t dlen) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    uint8_t len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
+    int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(header, 1, hlen, f) == hlen && fwrite(data, 1, dlen, f) == dlen;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static const char *st_put_together(const char *name, const st_bytes *s) {
+    const char *path = test_path(name);
+    char *h = cJSON_PrintUnformatted(s->hdr);
+    int rc = h ? write_st_raw(path, h, strlen(h), s->data, s->data_len) : -1;
+    free(h);
+    return rc == 0 ? path : NULL;
+}
+
+static void get_offsets(const cJSON *t, int64_t *b, int64_t *e) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+    *b = (int64_t)cJSON_GetArrayItem(o, 0)->valuedouble;
+    *e = (int64_t)cJSON_GetArrayItem(o, 1)->valuedouble;
+}
+
+static void set_offsets(cJSON *t, int64_t b, int64_t e) {
+    cJSON *o = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+    cJSON_SetNumberValue(cJSON_GetArrayItem(o, 0), (double)b);
+    cJSON_SetNumberValue(cJSON_GetArrayItem(o, 1), (double)e);
+}
+
+static void set_shape(cJSON *t, int ndim, const int64_t *shape) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < ndim; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)shape[i]));
+    cJSON_ReplaceItemInObjectCaseSensitive(t, "shape", a);
+}
+
+/* Lays the tensors out again, contiguously in header order, after tensors
+ * were added or removed; each keeps the bytes its old offsets pointed at. */
+static int st_repack(st_bytes *s) {
+    size_t total = 0;
+    cJSON *t;
+    cJSON_ArrayForEach(t, s->hdr) {
+        if (strcmp(t->string, "__metadata__") == 0) continue;
+        int64_t b, e;
+        get_offsets(t, &b, &e);
+        total += (size_t)(e - b);
+    }
+    uint8_t *nd = malloc(total + 1);
+    if (!nd) return -1;
+    size_t pos = 0;
+    cJSON_ArrayForEach(t, s->hdr) {
+        if (strcmp(t->string, "__metadata__") == 0) continue;
+        int64_t b, e;
+        get_offsets(t, &b, &e);
+        memcpy(nd + pos, s->data + b, (size_t)(e - b));
+        set_offsets(t, (int64_t)pos, (int64_t)pos + (e - b));
+        pos += (size_t)(e - b);
+    }
+    free(s->data);
+    s->data = nd;
+    s->data_len = total;
+    return 0;
+}
+
+static cJSON *tensor(st_bytes *s, const char *name) { return cJSON_GetObjectItemCaseSensitive(s->hdr, name); }
+
+static void set_meta(st_bytes *s, const char *key, const char *value) {
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(s->hdr, "__metadata__");
+    cJSON_DeleteItemFromObjectCaseSensitive(m, key);
+    if (value) cJSON_AddStringToObject(m, key, value);
+}
+
+/* A valid untied 2-layer file (arch as given), taken apart for editing. */
+static int valid_parts(st_bytes *s, dtx_arch arch, int tie) {
+    const char *p = model_file("valid.safetensors", arch, tie);
+    return p ? st_take_apart(p, s) : -1;
+}
+
+/* ------------------------------------------------------------ usage */
+
+TEST(cli_usage_unknown_command) {
+    int rc = cli("frobnicate");
+    CHECKF(rc == 2, "exit %d", rc);
+    CHECKF(has("unknown command 'frobnicate'") && one_line(), "%s", out);
+    rc = cli("%s", "");
+    CHECKF(rc == 2, "no command: exit %d", rc);
+    CHECKF(has("usage: difftx"), "%s", out);
+    rc = cli("help frobnicate");
+    CHECK_USAGE(rc, "help", "frobnicate", "unknown command");
+}
+
+TEST(cli_usage_unknown_flag) {
+    CHECK_USAGE(cli("train --tokens t --out o --frob 3"), "train", "unknown flag '--frob'", "--help");
+    CHECK_USAGE(cli("score --model=m --frob=3"), "score", "unknown flag '--frob'", "--help");
+    CHECK_USAGE(cli("info -x m"), "info", "unknown flag '-x'", "--help");
+    CHECK_USAGE(cli("info a b"), "info", "unexpected argument 'b'", "--help");
+}
+
+TEST(cli_usage_bad_values) {
+    CHECK(cli("train --tokens t --out o --steps abc") == 2);
+    CHECKF(strcmp(out, "difftx train: --steps: expected a positive integer, got 'abc'\n") == 0, "%s", out);
+    CHECK_USAGE(cli("train --tokens t --out o --steps 12x"), "train", "--steps", "'12x'");
+    CHECK_USAGE(cli("train --tokens t --out o --steps ' 12'"), "train", "--steps", "' 12'");
+    CHECK_USAGE(cli("train --tokens t --out o --steps 99999999999999999999"), "train", "--steps",
+                "'99999999999999999999'");
+    CHECK_USAGE(cli("train --tokens t --out o --steps 0"), "train", "--steps", "positive integer");
+    CHECK_USAGE(cli("train --tokens t --out o --lr -1"), "train", "--lr: expected a number > 0", "'-1'");
+    CHECK_USAGE(cli("train --tokens t --out o --lr nan"), "train", "--lr", "'nan'");
+    CHECK_USAGE(cli("train --tokens t --out o --lr 1e999"), "train", "--lr", "'1e999'");
+    CHECK_USAGE(cli("train --tokens t --out o --lr ''"), "train", "--lr", "''");
+    CHECK_USAGE(cli("train --tokens t --out o --dim 0"), "train", "--dim", "'0'");
+    CHECK_USAGE(cli("train --tokens t --out o --beta2 1"), "train", "--beta2: expected a number in [0, 1)", "'1'");
+    CHECK_USAGE(cli("train --tokens t --out o --schedule sqrt"), "train", "--schedule", "cosine|linear|constant");
+    CHECK_USAGE(cli("train --tokens t --out o --arch mamba"), "train", "--arch", "'mamba'");
+    CHECK_USAGE(cli("train --tokens t --out o --seed -1"), "train", "--seed", "'-1'");
+    CHECK_USAGE(cli("train --tokens t --out o --tie=yes"), "train", "--tie", "takes no value");
+    CHECK_USAGE(cli("train --tokens t --out o --warmup -5"), "train", "--warmup", "'-5'");
+    CHECK_USAGE(cli("sample --model m --prompt 1 --max-tokens 1.5"), "sample", "--max-tokens", "'1.5'");
+    CHECK_USAGE(cli("sample --model m --prompt 1 --max-tokens 3 --temperature -0.5"), "sample", "--temperature",
+                "'-0.5'");
+    CHECK_USAGE(cli("sample --model m --prompt '1 x 3' --max-tokens 3"), "sample", "--prompt", "token 1 'x'");
+}
+
+TEST(cli_usage_missing_value) {
+    CHECK_USAGE(cli("score --model"), "score", "--model", "missing value");
+    CHECK_USAGE(cli("score --model --tokens t"), "score", "--model", "missing value");
+    CHECK_USAGE(cli("train --out o --tokens"), "train", "--tokens", "missing value");
+}
+
+TEST(cli_usage_missing_required) {
+    CHECK_USAGE(cli("train --out o"), "train", "--tokens", "required");
+    CHECK_USAGE(cli("train --tokens t"), "train", "--out", "required");
+    CHECK_USAGE(cli("score --tokens t"), "score", "--model", "required");
+    CHECK_USAGE(cli("score --model m"), "score", "--tokens", "required");
+    CHECK_USAGE(cli("sample --model m --prompt 1"), "sample", "--max-tokens", "required");
+    CHECK_USAGE(cli("sample --prompt 1 --max-tokens 2"), "sample", "--model", "required");
+    CHECK_USAGE(cli("sample --model m --max-tokens 2"), "sample", "--prompt", "--prompt-file");
+    CHECK_USAGE(cli("info"), "info", "model file", "--help");
+}
+
+TEST(cli_help) {
+    const char *cmds[] = {"train", "score", "sample", "info"};
+    for (int i = 0; i < 4; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "usage: difftx %s", cmds[i]);
+        int rc = cli("%s --help", cmds[i]);
+        CHECKF(rc == 0 && has(want), "%s --help: exit %d: %s", cmds[i], rc, out);
+        rc = cli("help %s", cmds[i]);
+        CHECKF(rc == 0 && has(want), "help %s: exit %d", cmds[i], rc);
+    }
+    /* --help wins over flags that are missing or come later. */
+    CHECKF(cli("train --steps 5 --help --bogus") == 0 && has("--accum"), "%s", out);
+    const char *top[] = {"--help", "help", "-h"};
+    for (int i = 0; i < 3; i++) {
+        int rc = cli("%s", top[i]);
+        CHECKF(rc == 0 && has("train") && has("score") && has("sample") && has("info"), "%s: %d %s", top[i], rc, out);
+    }
+}
+
+/* ------------------------------------------------------------ info */
+
+/* Parses `difftx info --json path`; NULL (and a failed check) otherwise. */
+static cJSON *info_json(const char *path) {
+    int rc = cli("info --json '%s'", path);
+    CHECKF(rc == 0, "info --json %s: exit %d: %s", path, rc, out);
+    cJSON *j = rc == 0 ? cJSON_Parse(out) : NULL;
+    CHECKF(rc != 0 || j, "not JSON: %s", out);
+    return j;
+}
+
+static int64_t jint(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : -1;
+}
+
+static size_t params_of(const dtx_config *c) {
+    dtx_model *m = NULL;
+    if (dtx_model_init(&m, c, 1) != DTX_OK) return 0;
+    size_t n = dtx_model_num_params(m);
+    dtx_model_free(m);
+    return n;
+}
+
+TEST(cli_info_text_both_archs) {
+    const char *d = model_file("d.safetensors", DTX_ARCH_DIFF, 0);
+    const char *t = model_file("t.safetensors", DTX_ARCH_TRANSFORMER, 1);
+    REQUIRE(d && t);
+    int rc = cli("info '%s'", d);
+    CHECKF(rc == 0, "exit %d: %s", rc, out);
+    const char *want_d[] = {"arch            diff", "dim             32", "n_layers        2", "n_heads         2",
+                            "n_kv_heads      2", "head_dim        8", "vocab_size      16", "ffn_dim         64",
+                            "max_seq_len     16", "rope_theta      10000", "norm_eps        1e-05",
+                            "tie_embeddings  false", "\nlambda ", "baseline        transformer with n_heads 4",
+                            "difference      +96 = 64 lambda", "32 subln"};
+    for (size_t i = 0; i < sizeof want_d / sizeof *want_d; i++) CHECKF(has(want_d[i]), "no '%s' in:\n%s", want_d[i], out);
+    rc = cli("info --tensors '%s'", t);
+    CHECKF(rc == 0, "exit %d: %s", rc, out);
+    const char *want_t[] = {"arch            transformer", "n_heads         4", "head_dim        8",
+                            "tie_embeddings  true", "baseline        diff with n_heads 2", "difference      -96",
+                            "\n  layers.1.feed_forward.w2.weight ", " [32, 64]\n"};
+    for (size_t i = 0; i < sizeof want_t / sizeof *want_t; i++) CHECKF(has(want_t[i]), "no '%s' in:\n%s", want_t[i], out);
+    CHECKF(!has("\nlambda "), "a transformer has no lambda:\n%s", out);
+}
+
+/* The counts info prints agree with models the library builds, for both
+ * archs, MHA and GQA, tied and untied; the difference is exactly the λ
+ * vectors (4d per layer) and subln (2d per layer). */
+TEST(cli_info_json_counts_match_library) {
+    for (int arch = 0; arch < 2; arch++)
+        for (int gqa = 0; gqa < 2; gqa++)
+            for (int tie = 0; tie < 2; tie++) {
+                dtx_config c = tiny_config((dtx_arch)arch, tie);
+                c.n_layers = 3;
+                if (gqa) c.n_kv_heads = c.n_heads / 2;
+                const char *p = model_file_cfg("m.safetensors", &c);
+                REQUIRE(p);
+                cJSON *j = info_json(p);
+                REQUIRE(j);
+                dtx_config b = dtx_config_baseline(&c);
+                int64_t d = dtx_config_head_dim(arch == DTX_ARCH_DIFF ? &c : &b);
+                int64_t sign = arch == DTX_ARCH_DIFF ? 1 : -1;
+                const cJSON *base = cJSON_GetObjectItemCaseSensitive(j, "baseline");
+                CHECKF(jint(j, "params") == (int64_t)params_of(&c), "arch %d gqa %d tie %d", arch, gqa, tie);
+                CHECKF(jint(base, "params") == (int64_t)params_of(&b), "baseline: arch %d gqa %d tie %d: %lld vs %zu",
+                       arch, gqa, tie, (long long)jint(base, "params"), params_of(&b));
+                CHECK(jint(base, "n_heads") == b.n_heads && jint(base, "n_kv_heads") == b.n_kv_heads);
+                CHECK(jint(j, "difference") == sign * 6 * d * c.n_layers);
+                CHECK(jint(j, "difference_lambda") == 4 * d * c.n_layers);
+                CHECK(jint(j, "difference_subln") == 2 * d * c.n_layers);
+                CHECK(jint(j, "params") - jint(j, "params_nonembed") == c.vocab_size * c.dim * (tie ? 1 : 2));
+                const cJSON *arch_s = cJSON_GetObjectItemCaseSensitive(j, "arch");
+                CHECK(cJSON_IsString(arch_s) && strcmp(arch_s->valuestring, dtx_arch_name(c.arch)) == 0);
+                CHECK(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(j, "tie_embeddings")));
+                CHECK(jint(j, "max_seq_len") == 16 && jint(j, "ffn_dim") == 64 && jint(j, "vocab_size") == 16);
+                cJSON_Delete(j);
+            }
+}
+
+TEST(cli_info_no_baseline_for_odd_heads) {
+    dtx_config c = tiny_config(DTX_ARCH_TRANSFORMER, 1);
+    c.n_heads = 2;
+    c.n_kv_heads = 1; /* halving gives 0.5 KV heads */
+    const char *p = model_file_cfg("odd.safetensors", &c);
+    REQUIRE(p);
+    cJSON *j = info_json(p);
+    REQUIRE(j);
+    CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "baseline")));
+    cJSON_Delete(j);
+    CHECK(cli("info '%s'", p) == 0 && has("baseline        none"));
+}
+
+TEST(cli_info_missing_file) {
+    const char *p = test_path("no-such-model.safetensors");
+    CHECK_REFUSED(cli("info '%s'", p), "info", p, "No such file");
+}
+
+/* ------------------------------------------------ malformed model files */
+
+TEST(cli_bad_file_shorter_than_8_bytes) {
+    const char *p = test_path("short.safetensors");
+    REQUIRE(write_file(p, "\x10\0\0\0\0", 5) == 0);
+    CHECK_REFUSED(cli("info '%s'", p), "info", p, "truncated");
+    CHECK(has("8-byte"));
+}
+
+TEST(cli_bad_file_cut_in_the_data) {
+    const char *v = model_file("full.safetensors", DTX_ARCH_DIFF, 0);
+    uint8_t *buf;
+    size_t n;
+    REQUIRE(v && read_bytes(v, &buf, &n) == 0);
+    uint64_t hl = le64(buf);
+    size_t data_kept = (n - 8 - (size_t)hl) / 2;
+    /* The reader names the first tensor (in header order) that ends past the cut. */
+    st_bytes s;
+    REQUIRE(st_take_apart(v, &s) == 0);
+    const char *first_cut = NULL;
+    cJSON *t;
+    cJSON_ArrayForEach(t, s.hdr) {
+        if (strcmp(t->string, "__metadata__") == 0) continue;
+        int64_t b, e;
+        get_offsets(t, &b, &e);
+        if ((size_t)e > data_kept) { first_cut = t->string; break; }
+    }
+    REQUIRE(first_cut);
+    char want[128];
+    snprintf(want, sizeof want, "tensor '%s'", first_cut);
+    const char *p = test_path("cut.safetensors");
+    REQUIRE(write_file(p, buf, 8 + (size_t)hl + data_kept) == 0);
+    CHECK_REFUSED(cli("info '%s'", p), "info", want, "out of range");
+    free(buf);
+    st_free(&s);
+}
+
+TEST(cli_bad_file_header_length_past_end) {
+    const char *v = model_file("full.safetensors", DTX_ARCH_DIFF, 0);
+    uint8_t *buf;
+    size_t n;
+    REQUIRE(v && read_bytes(v, &buf, &n) == 0);
+    for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)(n - 4) >> (8 * i));
+    const char *p = test_path("hl.safetensors");
+    REQUIRE(write_file(p, buf, n) == 0);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "header length", "past the end");
+    free(buf);
+}
+
+TEST(cli_bad_file_bad_json) {
+    const char *h = "{\"norm.weight\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]";
+    const char *p = test_path("json.safetensors");
+    uint8_t data[8] = {0};
+    REQUIRE(write_st_raw(p, h, strlen(h), data, 8) == 0);
+    CHECK_REFUSED(cli("info '%s'", p), "info", p, "bad JSON");
+}
+
+TEST(cli_bad_file_offsets_out_of_range) {
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    int64_t b, e;
+    get_offsets(tensor(&s, "norm.weight"), &b, &e);
+    set_offsets(tensor(&s, "norm.weight"), (int64_t)s.data_len, (int64_t)s.data_len + (e - b));
+    const char *p = st_put_together("range.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "tensor 'norm.weight'", "out of range");
+    st_free(&s);
+}
+
+TEST(cli_bad_file_overlapping_offsets) {
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    /* Same size ([dim] F32): ffn_norm now reads attention_norm's bytes. */
+    int64_t b, e;
+    get_offsets(tensor(&s, "layers.0.attention_norm.weight"), &b, &e);
+    set_offsets(tensor(&s, "layers.0.ffn_norm.weight"), b, e);
+    const char *p = st_put_together("overlap.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "'layers.0.ffn_norm.weight'", "overlap");
+    CHECK(has("'layers.0.attention_norm.weight'"));
+    st_free(&s);
+}
+
+TEST(cli_bad_file_shape_disagrees_with_byte_size) {
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    int64_t shape[1] = {33};
+    set_shape(tensor(&s, "norm.weight"), 1, shape);
+    const char *p = st_put_together("size.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "tensor 'norm.weight'", "needs 132 bytes");
+    st_free(&s);
+}
+
+TEST(cli_bad_file_unknown_dtype) {
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    cJSON_ReplaceItemInObjectCaseSensitive(tensor(&s, "layers.1.attention.subln.weight"), "dtype",
+                                           cJSON_CreateString("F64"));
+    const char *p = st_put_together("dtype.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "tensor 'layers.1.attention.subln.weight'", "unknown dtype 'F64'");
+    st_free(&s);
+}
+
+TEST(cli_bad_file_missing_tensor) {
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    cJSON_DeleteItemFromObjectCaseSensitive(s.hdr, "layers.1.attention.lambda_k2");
+    REQUIRE(st_repack(&s) == 0);
+    const char *p = st_put_together("missing.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "missing tensor", "'layers.1.attention.lambda_k2'");
+    st_free(&s);
+}
+
+TEST(cli_bad_file_extra_tensor) {
+    /* output.weight in a tied model: the realistic way to have one too many. */
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 1) == 0);
+    cJSON *copy = cJSON_Duplicate(tensor(&s, "tok_embeddings.weight"), 1);
+    REQUIRE(copy);
+    cJSON_AddItemToObject(s.hdr, "output.weight", copy);
+    REQUIRE(st_repack(&s) == 0);
+    const char *p = st_put_together("extra.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "unexpected tensor", "'output.weight'");
+    st_free(&s);
+    /* And a name no model has. */
+    REQUIRE(valid_parts(&s, DTX_ARCH_TRANSFORMER, 0) == 0);
+    cJSON_AddItemToObject(s.hdr, "layers.0.attention.lambda_q1", cJSON_Duplicate(tensor(&s, "norm.weight"), 1));
+    REQUIRE(st_repack(&s) == 0);
+    p = st_put_together("extra2.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "unexpected tensor", "'layers.0.attention.lambda_q1'");
+    st_free(&s);
+}
+
+TEST(cli_bad_file_wrong_shape) {
+    /* w1 stored transposed ([in, out] instead of nn.Linear's [out, in]):
+     * same byte size, so only the model loader can catch it. */
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    int64_t shape[2] = {32, 64};
+    set_shape(tensor(&s, "layers.0.feed_forward.w1.weight"), 2, shape);
+    const char *p = st_put_together("shape.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "tensor 'layers.0.feed_forward.w1.weight'", "[32, 64]");
+    CHECK(has("[64, 32]"));
+    st_free(&s);
+}
+
+TEST(cli_bad_file_missing_metadata_key) {
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    set_meta(&s, "ffn_dim", NULL);
+    const char *p = st_put_together("nometa.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "missing metadata key", "'ffn_dim'");
+    st_free(&s);
+}
+
+TEST(cli_bad_file_heads_do_not_divide_dim) {
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    set_meta(&s, "n_heads", "3");
+    set_meta(&s, "n_kv_heads", "3");
+    const char *p = st_put_together("heads.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "n_heads = 3", "does not divide dim = 32");
+    st_free(&s);
+}
+
+TEST(cli_bad_file_kv_heads_do_not_divide_heads) {
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_TRANSFORMER, 0) == 0); /* n_heads 4 */
+    set_meta(&s, "n_kv_heads", "3");
+    const char *p = st_put_together("kv.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "n_kv_heads = 3", "does not divide n_heads = 4");
+    st_free(&s);
+}
+
+TEST(cli_bad_file_non_integer_metadata) {
+    const char *bad[] = {"32.5", "abc", "-32", "", "1e1"};
+    for (int i = 0; i < 5; i++) {
+        st_bytes s;
+        REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+        set_meta(&s, "dim", bad[i]);
+        const char *p = st_put_together("dim.safetensors", &s);
+        REQUIRE(p);
+        char want[64];
+        snprintf(want, sizeof want, "'dim' = '%s'", bad[i]);
+        CHECK_REFUSED(cli("info '%s'", p), "info", want, "not a positive integer");
+        st_free(&s);
+    }
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    set_meta(&s, "rope_theta", "fast");
+    const char *p = st_put_together("theta.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "'rope_theta' = 'fast'", "not a number");
+    st_free(&s);
+}
+
+TEST(cli_bad_file_unknown_arch) {
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    set_meta(&s, "arch", "mamba");
+    const char *p = st_put_together("arch.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "'arch' = 'mamba'", "'diff' or 'transformer'");
+    st_free(&s);
+}
+
+TEST(cli_bad_file_metadata_values) {
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    set_meta(&s, "tie_embeddings", "yes");
+    const char *p = st_put_together("tie.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "'tie_embeddings' = 'yes'", "'true' or 'false'");
+    st_free(&s);
+    /* safetensors wants every metadata value to be a string */
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    cJSON *m = cJSON_GetObjectItemCaseSensitive(s.hdr, "__metadata__");
+    cJSON_ReplaceItemInObjectCaseSensitive(m, "dim", cJSON_CreateNumber(32));
+    p = st_put_together("num.safetensors", &s);
+    REQUIRE(p);
+    CHECK_REFUSED(cli("info '%s'", p), "info", "'dim'", "not a string");
+    st_free(&s);
+}
+
+/* Every command that reads a model reports a bad file the same way. */
+TEST(cli_bad_file_refused_by_every_command) {
+    st_bytes s;
+    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+    set_meta(&s, "arch", "mamba");
+    const char *p = st_put_together("arch.safetensors", &s);
+    const char *toks = text_file("toks.txt", "1 2 3 4 5 6 7 8 1 2 3 4 5 6 7 8 1 2");
+    REQUIRE(p && toks);
+    CHECK_REFUSED(cli("score --model '%s' --tokens '%s'", p, toks), "score", "'arch' = 'mamba'", p);
+    CHECK_REFUSED(cli("sample --model '%s' --prompt '1 2' --max-tokens 2", p), "sample", "'arch' = 'mamba'", p);
+    CHECK_REFUSED(cli("train --init '%s' --tokens '%s' --out '%s' --steps 1", p, toks, test_path("o.safetensors")),
+                  "train", "'arch' = 'mamba'", p);
+    st_free(&s);
+}
+
+/* ------------------------------------------------------------ score */
+
+/* The loss `score` prints for tokens, parsed from the JSON line. */
+static int score_loss(const char *model, const char *tokens, double *loss, long long *n) {
+    int rc = cli("score --model '%s' --tokens '%s'", model, tokens);
+    if (rc != 0) return rc;
+    return sscanf(out, "{\"loss\": %lf, \"tokens\": %lld}", loss, n) == 2 ? 0 : -1;
+}
+
+TEST(cli_score_matches_library_forward) {
+    for (int arch = 0; arch < 2; arch++) {
+        const char *mp = model_file("score.safetensors", (dtx_arch)arch, 0);
+        int32_t ids[] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 15};
+        char text[128] = "";
+        for (int i = 0; i < 16; i++) snprintf(text + strlen(text), sizeof text - strlen(text), "%d\n", ids[i]);
+        const char *tp = text_file("score.txt", text);
+        REQUIRE(mp && tp);
+        double loss;
+        long long n;
+        int rc = score_loss(mp, tp, &loss, &n);
+        REQUIREF(rc == 0, "score: %d: %s", rc, out);
+        CHECK(n == 15);
+        /* exactly the JSON line, nothing else */
+        CHECKF(one_line() && out[0] == '{' && has("\"tokens\": 15}\n"), "%s", out);
+        cJSON *j = cJSON_Parse(out);
+        CHECKF(j && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "loss")), "%s", out);
+        cJSON_Delete(j);
+        dtx_model *m = NULL;
+        REQUIRE(dtx_model_load(&m, mp) == DTX_OK);
+        double ref = NAN;
+        REQUIRE(dtx_model_forward(m, ids, ids + 1, 1, 15, NULL, &ref) == DTX_OK);
+        dtx_model_free(m);
+        CHECKF(fabs(loss - ref) <= 1e-6 * fabs(ref), "arch %d: cli %.9g, library %.9g", arch, loss, ref);
+    }
+}
+
+TEST(cli_score_length_limits) {
+    const char *mp = model_file("score.safetensors", DTX_ARCH_DIFF, 1);
+    REQUIRE(mp);
+    const char *one = pattern_file("one.txt", 1, 1);
+    CHECK_REFUSED(cli("score --model '%s' --tokens '%s'", mp, one), "score", "holds 1 token;", "2 to max_seq_len = 16");
+    const char *none = text_file("none.txt", " \n");
+    CHECK_REFUSED(cli("score --model '%s' --tokens '%s'", mp, none), "score", "holds 0 tokens", "max_seq_len");
+    const char *two = pattern_file("two.txt", 2, 1);
+    double loss;
+    long long n;
+    CHECK(score_loss(mp, two, &loss, &n) == 0 && n == 1);
+    const char *max = pattern_file("max.txt", 16, 1);
+    CHECK(score_loss(mp, max, &loss, &n) == 0 && n == 15);
+    const char *over = pattern_file("over.txt", 17, 1);
+    CHECK_REFUSED(cli("score --model '%s' --tokens '%s'", mp, over), "score", "holds 17 tokens", "max_seq_len = 16");
+}
+
+TEST(cli_score_bad_tokens) {
+    const char *mp = model_file("score.safetensors", DTX_ARCH_DIFF, 1);
+    const char *big = text_file("big.txt", "1 2 3 16 4");
+    const char *word = text_file("word.txt", "1 2 three 4");
+    const char *neg = text_file("neg.txt", "1 -2 3");
+    REQUIRE(mp && big && word && neg);
+    CHECK_REFUSED(cli("score --model '%s' --tokens '%s'", mp, big), "score", "token 3 has id 16", "vocab_size 16");
+    CHECK_REFUSED(cli("score --model '%s' --tokens '%s'", mp, word), "score", "token 2 'three'", "not a non-negative");
+    CHECK_REFUSED(cli("score --model '%s' --tokens '%s'", mp, neg), "score", "token 1 '-2'", "not a non-negative");
+    CHECK_REFUSED(cli("score --model '%s' --tokens '%s'", mp, test_path("absent.txt")), "score", "absent.txt",
+                  "No such file");
+}
+
+/* ------------------------------------------------------------ train */
+
+static const char *TINY = "--dim 32 --layers 2 --heads 2 --vocab 16 --ffn 64 --seq 16";
+
+static double final_loss(void) {
+    const char *p = strstr(out, "final loss ");
+    return p ? strtod(p + strlen("final loss "), NULL) : NAN;
+}
+
+/* One model trained on the period-8 pattern, shared by the tests below. */
+static const char *trained_model(void) {
+    static char path[512];
+    if (path[0]) return path;
+    const char *toks = pattern_file("pattern.txt", 600, 1);
+    const char *mp = test_path("trained.safetensors");
+    if (!toks) return NULL;
+    int rc = cli("train %s --tokens '%s' --out '%s' --steps 200 --batch 8 --lr 3e-3 --log-every 50", TINY, toks, mp);
+    CHECKF(rc == 0, "train: exit %d: %s", rc, out);
+    CHECKF(final_loss() < 0.5, "final loss %g:\n%s", final_loss(), out);
+    if (rc != 0) return NULL;
+    snprintf(path, sizeof path, "%s", mp);
+    return path;
+}
+
+TEST(cli_train_learns_a_repeating_sequence) {
+    const char *mp = trained_model();
+    REQUIRE(mp);
+    CHECK(cli("info '%s'", mp) == 0 && has("arch            diff") && has("max_seq_len     16"));
+    /* the score of an unseen stretch of the pattern agrees */
+    const char *tp = pattern_file("tail.txt", 16, 5);
+    double loss;
+    long long n;
+    CHECK(score_loss(mp, tp, &loss, &n) == 0 && n == 15 && loss < 0.5);
+}
+
+TEST(cli_train_log_lines) {
+    const char *toks = pattern_file("pattern.txt", 100, 1);
+    const char *mp = test_path("log.safetensors");
+    REQUIRE(toks);
+    int rc = cli("train %s --arch transformer --heads 4 --tokens '%s' --out '%s' --steps 7 --log-every 3 --batch 2",
+                 "--dim 32 --layers 1 --vocab 16 --ffn 64 --seq 8", toks, mp);
+    REQUIRE(rc == 0);
+    /* steps 3, 6 and the last */
+    CHECKF(has("step 3/7  loss ") && has("step 6/7  loss ") && has("step 7/7  loss ") && !has("step 1/7"), "%s", out);
+    CHECKF(has("  lr ") && has("  gnorm ") && has(" tok/s\n"), "%s", out);
+    CHECK(has("saved ") && has(mp));
+    CHECK(cli("info '%s'", mp) == 0 && has("arch            transformer"));
+}
+
+/* With the same seed, 2 micro-batches of 4 windows draw the same windows as
+ * one batch of 8, so accumulation must give the same model. */
+TEST(cli_train_accum_matches_bigger_batch) {
+    const char *toks = pattern_file("pattern.txt", 300, 1);
+    const char *a = test_path("accum.safetensors"), *b = test_path("batch.safetensors");
+    REQUIRE(toks);
+    int rc = cli("train %s --tokens '%s' --out '%s' --steps 5 --batch 4 --accum 2 --seed 3", TINY, toks, a);
+    CHECKF(rc == 0 && has("= 128 tokens/step"), "accum: %d: %s", rc, out);
+    rc = cli("train %s --tokens '%s' --out '%s' --steps 5 --batch 8 --seed 3", TINY, toks, b);
+    CHECKF(rc == 0, "batch: %d: %s", rc, out);
+    dtx_model *ma = NULL, *mb = NULL;
+    REQUIRE(dtx_model_load(&ma, a) == DTX_OK);
+    REQUIRE(dtx_model_load(&mb, b) == DTX_OK);
+    REQUIRE(dtx_model_num_params(ma) == dtx_model_num_params(mb));
+    double e = rel_err(dtx_model_params(ma), dtx_model_params(mb), dtx_model_num_params(ma), 0, 1e-6);
+    CHECKF(e < 1e-4, "accum 2 x 4 vs batch 8: rel err %g", e);
+    dtx_model_free(ma);
+    dtx_model_free(mb);
+}
+
+TEST(cli_train_init_continues) {
+    const char *mp = trained_model();
+    REQUIRE(mp);
+    const char *toks = pattern_file("pattern.txt", 200, 3);
+    const char *next = test_path("continued.safetensors");
+    int rc = cli("train --init '%s' --tokens '%s' --out '%s' --steps 3 --lr 1e-4 --log-every 1 --bf16", mp, toks, next);
+    REQUIRE(rc == 0);
+    /* A fresh model starts near ln 16 = 2.77; the continued one is already low. */
+    const char *p = strstr(out, "step 1/3  loss ");
+    REQUIRE(p);
+    double first = strtod(p + strlen("step 1/3  loss "), NULL);
+    CHECKF(first < 0.5, "first loss %g:\n%s", first, out);
+    CHECK(has("from ") && has("max_seq 16"));
+    CHECK(cli("info '%s'", next) == 0 && has("dim             32"));
+    /* config flags cannot override the file */
+    CHECK_USAGE(cli("train --init '%s' --tokens '%s' --out '%s' --dim 64", mp, toks, next), "train", "--dim",
+                "--init");
+    CHECK_USAGE(cli("train --init '%s' --tokens '%s' --out '%s' --no-tie", mp, toks, next), "train", "--no-tie",
+                "--init");
+    CHECK_USAGE(cli("train --init '%s' --tokens '%s' --out '%s' --seq 32", mp, toks, next), "train", "--seq",
+                "max_seq_len 16");
+}
+
+TEST(cli_train_refuses_bad_setups) {
+    const char *toks = pattern_file("short.txt", 16, 1);
+    const char *o = test_path("never.safetensors");
+    REQUIRE(toks);
+    /* seq 16 needs 17 tokens */
+    CHECK_REFUSED(cli("train %s --tokens '%s' --out '%s' --steps 2", TINY, toks, o), "train", "holds 16 tokens",
+                  "at least 17");
+    CHECK(access(o, F_OK) != 0);
+    const char *big = text_file("big.txt", "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20");
+    CHECK_REFUSED(cli("train %s --tokens '%s' --out '%s' --steps 2", TINY, big, o), "train", "token 15 has id 16",
+                  "vocab_size 16");
+    /* config and optimizer validation messages come from the library */
+    CHECK_USAGE(cli("train %s --heads 3 --tokens '%s' --out '%s'", TINY, toks, o), "train", "n_heads = 3",
+                "does not divide");
+    CHECK_USAGE(cli("train %s --kv-heads 3 --tokens '%s' --out '%s'", TINY, toks, o), "train", "n_kv_heads = 3",
+                "does not divide");
+    CHECK_USAGE(cli("train %s --max-seq 8 --tokens '%s' --out '%s'", TINY, toks, o), "train", "--seq",
+                "max_seq_len 8");
+    CHECK_USAGE(cli("train %s --lr 1e-3 --min-lr 1e-2 --tokens '%s' --out '%s'", TINY, toks, o), "train", "min_lr",
+                "lr");
+    CHECK_USAGE(cli("train %s --steps 5 --warmup 6 --tokens '%s' --out '%s'", TINY, toks, o), "train", "warmup",
+                "total_steps = 5");
+    CHECK_REFUSED(cli("train %s --tokens '%s' --out /no/such/dir/m.safetensors", TINY, toks), "train",
+                  "/no/such/dir", "cannot write");
+    CHECK(access(o, F_OK) != 0);
+}
+
+/* ------------------------------------------------------------ sample */
+
+TEST(cli_sample_greedy_continues_the_pattern) {
+    const char *mp = trained_model();
+    REQUIRE(mp);
+    int rc = cli("sample --model '%s' --prompt '3 4 5' --max-tokens 10", mp);
+    CHECKF(rc == 0, "exit %d: %s", rc, out);
+    CHECKF(strcmp(out, "3 4 5 6 7 8 1 2 3 4 5 6 7\n") == 0, "%s", out);
+    const char *pf = text_file("prompt.txt", "8\n1\n");
+    REQUIRE(pf);
+    rc = cli("sample --model '%s' --prompt-file '%s' --max-tokens 4 --temperature 0", mp, pf);
+    CHECKF(rc == 0 && strcmp(out, "8 1 2 3 4 5\n") == 0, "%d: %s", rc, out);
+}
+
+TEST(cli_sample_with_temperature) {
+    const char *mp = model_file("fresh.safetensors", DTX_ARCH_TRANSFORMER, 0);
+    REQUIRE(mp);
+    int rc = cli("sample --model '%s' --prompt '1' --max-tokens 12 --temperature 1.5 --seed 9", mp);
+    REQUIRE(rc == 0);
+    static char first[sizeof out];
+    memcpy(first, out, sizeof out);
+    /* 13 ids, all in the vocabulary */
+    int n = 0;
+    char *save = NULL;
+    for (char *w = strtok_r(out, " \n", &save); w; w = strtok_r(NULL, " \n", &save), n++) {
+        long v = strtol(w, NULL, 10);
+        CHECKF(v >= 0 && v < 16, "id %s", w);
+    }
+    CHECK(n == 13);
+    /* same seed, same text */
+    CHECK(cli("sample --model '%s' --prompt '1' --max-tokens 12 --temperature 1.5 --seed 9", mp) == 0);
+    CHECK(strcmp(out, first) == 0);
+}
+
+TEST(cli_sample_refuses_bad_prompts) {
+    const char *mp = model_file("fresh.safetensors", DTX_ARCH_DIFF, 1);
+    REQUIRE(mp);
+    CHECK_USAGE(cli("sample --model '%s' --prompt '1 2 99' --max-tokens 2", mp), "sample", "token 2 has id 99",
+                "vocab_size 16");
+    CHECK_USAGE(cli("sample --model '%s' --prompt '1 -2' --max-tokens 2", mp), "sample", "token 1 '-2'",
+                "not a non-negative integer id");
+    CHECK_USAGE(cli("sample --model '%s' --prompt '  ' --max-tokens 2", mp), "sample", "--prompt",
+                "at least one token id");
+    CHECK_USAGE(cli("sample --model '%s' --prompt '1 2 3' --max-tokens 14", mp), "sample", "--max-tokens",
+                "max_seq_len 16");
+    CHECK(cli("sample --model '%s' --prompt '1 2 3' --max-tokens 13", mp) == 0);
+    CHECK_USAGE(cli("sample --model '%s' --prompt 1 --prompt-file f --max-tokens 2", mp), "sample", "--prompt",
+                "exactly one");
+    const char *pf = text_file("bad-prompt.txt", "1 2 16");
+    REQUIRE(pf);
+    CHECK_REFUSED(cli("sample --model '%s' --prompt-file '%s' --max-tokens 2", mp, pf), "sample",
+                  "token 2 has id 16", "bad-prompt.txt");
+}
