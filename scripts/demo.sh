@@ -29,7 +29,7 @@ make_tokens() { # n seed
 make_tokens 20000 1 > "$dir/train.txt"
 make_tokens 32 2 > "$dir/heldout.txt"
 
-common=(--tokens "$dir/train.txt" --dim 64 --layers 2 --vocab 32 --ffn 128 --seq 32 --batch 16
+common=(--tokens "$dir/train.txt" --dim 64 --layers 2 --vocab 32 --ffn 128 --seq 32 --batch 8
         --steps 300 --lr 3e-3 --warmup 30 --log-every 100 --seed 1)
 declare -A heads=([diff]=2 [transformer]=4) # DIFF with H heads matches a Transformer with 2H
 

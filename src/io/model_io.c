@@ -69,8 +69,11 @@ static dtx_status config_from_meta(const dtx_st_file *f, const char *path, dtx_c
     if (strcmp(tie, "true") == 0) c->tie_embeddings = 1;
     else if (strcmp(tie, "false") == 0) c->tie_embeddings = 0;
     else return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'tie_embeddings' = '%.40s' is not 'true' or 'false'", path, tie);
-    if ((st = dtx_config_validate(c)))
-        return dtx_fail(DTX_ERR_FORMAT, "%s: metadata: %s", path, dtx_last_error());
+    if ((st = dtx_config_validate(c))) {
+        char why[256]; /* copy: dtx_fail writes the buffer dtx_last_error() reads */
+        snprintf(why, sizeof why, "%s", dtx_last_error());
+        return dtx_fail(DTX_ERR_FORMAT, "%s: metadata: %s", path, why);
+    }
     return DTX_OK;
 }
 

@@ -20,7 +20,7 @@ enum { MAXD = DTX_ATTN_MAX_HEAD_DIM, MAXW = 2 * DTX_ATTN_MAX_HEAD_DIM };
 
 /* ------------------------------------------------------------ small helpers */
 
-static inline double dotd(const real *a, const real *b, int64_t n) {
+static inline __attribute__((always_inline)) double dotd(const real *a, const real *b, int64_t n) {
     double acc = 0;
 #pragma omp simd reduction(+ : acc)
     for (int64_t i = 0; i < n; i++) acc += (double)a[i] * b[i];
@@ -170,17 +170,18 @@ void dtx_attention_forward(const dtx_attn_dims *a, real *out, const dtx_attn_sav
 
 /* --------------------------------------------------------------- backward */
 
+/* One KV sub-head's key and value rows and their gradients (same strides). */
+typedef struct {
+    const real *k, *v;
+    real *dk, *dv;
+} kv_ptrs;
+
 /* Query row t of one softmax branch whose upstream gradient is alpha·dO
  * (dO w wide) and D = rowsum(alpha·dO ⊙ o_branch) (the FlashAttention D):
  *   dA[s] = alpha·dO·v[s];  dZ[s] = p[s]·(dA[s] − D);
  *   dq_t += scale·Σ dZ[s]·k[s] (into the double accumulator dqt);
  *   dk[s] += scale·dZ[s]·q_t;  dv[s] += alpha·p[s]·dO.
  * k/dk share row stride ks, v/dv share vs. */
-typedef struct {
-    const real *k, *v;
-    real *dk, *dv;
-} kv_ptrs;
-
 static void branch_row_backward(const geom *g, const real *p, double alpha, const real *dO, double D,
                                 const real *qt, double *dqt, kv_ptrs kv, int64_t t) {
     int64_t d = g->d, w = g->w;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "kernels/kernels.h"
 
 dtx_config dtx_config_default(void) {
     dtx_config c = {
@@ -77,6 +78,9 @@ dtx_status dtx_config_validate(const dtx_config *c) {
     if ((c->dim / sub) % 2)
         return dtx_fail(DTX_ERR_CONFIG, "head_dim = %lld must be even for rotary embeddings (dim %lld, n_heads %lld)",
                         (long long)(c->dim / sub), (long long)c->dim, (long long)c->n_heads);
+    if (c->dim / sub > DTX_ATTN_MAX_HEAD_DIM)
+        return dtx_fail(DTX_ERR_CONFIG, "head_dim = %lld exceeds the attention kernel's limit of %d (dim %lld, n_heads %lld)",
+                        (long long)(c->dim / sub), DTX_ATTN_MAX_HEAD_DIM, (long long)c->dim, (long long)c->n_heads);
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
         return dtx_fail(DTX_ERR_CONFIG, "rope_theta = %g must be a positive number", c->rope_theta);
     if (!(c->norm_eps > 0) || !(c->norm_eps < 1))
