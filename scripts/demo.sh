@@ -4,6 +4,7 @@
 # samples from each. Usage: scripts/demo.sh [path/to/difftx]  (make demo)
 # Writes runs/demo/. Takes a few seconds on 2 cores.
 set -euo pipefail
+trap 'echo "demo: failed at line $LINENO" >&2' ERR
 
 bin=${1:-build/difftx}
 case $bin in /*) ;; *) bin="$PWD/$bin" ;; esac
@@ -39,25 +40,31 @@ for arch in diff transformer; do
         | tee "$dir/$arch.log"
 done
 
-field() { awk -v k="$1" '$1 == k { print $2 }'; } # value after a key in `difftx info` text
-json_loss() { sed -n 's/^{"loss": \([^,]*\),.*/\1/p' | awk '{ printf "%.4f", $1 }'; }
+# Values go through variables: set -e ignores a failure inside $(...) used as
+# an argument, but not in an assignment.
+declare -A params final heldout sample
+for arch in diff transformer; do
+    f=$dir/$arch.safetensors
+    info=$("$bin" info "$f")
+    params[$arch]=$(awk '$1 == "params" { print $2 }' <<< "$info")
+    final[$arch]=$(awk '/^final loss/ { print $3 }' "$dir/$arch.log")
+    heldout[$arch]=$("$bin" score --model "$f" --tokens "$dir/heldout.txt" |
+                     sed -n 's/^{"loss": \([^,]*\),.*/\1/p' | awk '{ printf "%.4f", $1 }')
+    sample[$arch]=$("$bin" sample --model "$f" --prompt '1 2 3 1' --max-tokens 20)
+    if [ -z "${params[$arch]}" ] || [ -z "${final[$arch]}" ] || [ -z "${heldout[$arch]}" ]; then
+        echo "demo: could not read the results of $arch" >&2
+        exit 1
+    fi
+    if [ "$arch" = diff ]; then diff_line=$(grep '^difference' <<< "$info"); fi
+done
 
 echo
-printf '%-18s %14s %14s\n' "" diff transformer
-row() { printf '%-18s %14s %14s\n' "$1" "$2" "$3"; }
-for arch in diff transformer; do
-    "$bin" info "$dir/$arch.safetensors" > "$dir/$arch.info"
-done
-row params "$(field params < "$dir/diff.info")" "$(field params < "$dir/transformer.info")"
-row "final train loss" "$(awk '/^final loss/ { print $3 }' "$dir/diff.log")" \
-    "$(awk '/^final loss/ { print $3 }' "$dir/transformer.log")"
-row "held-out loss" \
-    "$("$bin" score --model "$dir/diff.safetensors" --tokens "$dir/heldout.txt" | json_loss)" \
-    "$("$bin" score --model "$dir/transformer.safetensors" --tokens "$dir/heldout.txt" | json_loss)"
-grep '^difference' "$dir/diff.info"
-
+row() { printf '%-18s %14s %14s\n' "$@"; }
+row "" diff transformer
+row params "${params[diff]}" "${params[transformer]}"
+row "final train loss" "${final[diff]}" "${final[transformer]}"
+row "held-out loss" "${heldout[diff]}" "${heldout[transformer]}"
+echo "$diff_line"
 echo
 echo "greedy samples from the prompt '1 2 3 1' (the pattern continues 4 5 1 6 7 1 8 9 1 2 3 ...):"
-for arch in diff transformer; do
-    printf '%-12s %s\n' "$arch" "$("$bin" sample --model "$dir/$arch.safetensors" --prompt '1 2 3 1' --max-tokens 20)"
-done
+for arch in diff transformer; do printf '%-12s %s\n' "$arch" "${sample[$arch]}"; done

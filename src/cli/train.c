@@ -15,37 +15,51 @@
 
 static const char *CMD = "train";
 
-static const char USAGE[] =
-    "usage: difftx train --tokens FILE --out MODEL.safetensors [flags]\n"
-    "\n"
-    "Trains a model with AdamW on random windows of a token stream and saves it.\n"
-    "\n"
-    "data and output:\n"
-    "  --tokens FILE        token ids (whitespace-separated text, or a token shard)  [required]\n"
-    "  --out PATH           where to save the model (safetensors)                    [required]\n"
-    "  --bf16               save BF16 tensors (default F32)\n"
-    "  --init MODEL         continue from the weights of MODEL (fresh optimizer state);\n"
-    "                       the model flags below are then refused\n"
-    "\n"
-    "model (new models only; defaults are dtx_config_default()):\n"
-    "  --arch diff|transformer   (default diff)\n"
-    "  --dim N  --layers N  --heads N  --kv-heads N (default = --heads)\n"
-    "  --vocab N  --ffn N  --max-seq N (default = --seq)  --rope-theta X  --norm-eps X\n"
-    "  --tie | --no-tie     share the output projection with the token embedding\n"
-    "\n"
-    "batches:\n"
-    "  --steps N            optimizer steps (default 1000); also the schedule length\n"
-    "  --batch N            windows per micro-batch (default 8)\n"
-    "  --seq N              tokens per window (default: the model's max_seq_len)\n"
-    "  --accum N            micro-batches accumulated per step (default 1)\n"
-    "  --seed N             seeds the initial weights and the batch sampler (default 1)\n"
-    "\n"
-    "optimizer (defaults are dtx_optim_default()):\n"
-    "  --lr X  --min-lr X  --warmup N  --schedule cosine|linear|constant\n"
-    "  --wd X  --decay-embeddings  --beta1 X  --beta2 X  --adam-eps X\n"
-    "  --clip X             global gradient-norm clip; 0 disables\n"
-    "\n"
-    "  --log-every N        print a progress line every N steps (default 10)\n";
+/* The usage text shows the library's defaults, so it is built at run time. */
+static const char *usage_text(char *buf, size_t cap) {
+    dtx_config c = dtx_config_default();
+    dtx_optim_config o = dtx_optim_default();
+    static const char *const sched[] = {"cosine", "linear", "constant"};
+    snprintf(buf, cap,
+             "usage: difftx train --tokens FILE --out MODEL.safetensors [flags]\n"
+             "\n"
+             "Trains a model with AdamW on random windows of a token stream and saves it.\n"
+             "\n"
+             "data and output:\n"
+             "  --tokens FILE        token ids (whitespace-separated text, or a token shard)  [required]\n"
+             "  --out PATH           where to save the model (safetensors)                    [required]\n"
+             "  --bf16               save BF16 tensors (default F32)\n"
+             "  --init MODEL         continue from the weights of MODEL (fresh optimizer state);\n"
+             "                       the model flags below are then refused\n"
+             "\n"
+             "model (new models only; defaults in parentheses):\n"
+             "  --arch diff|transformer (%s)\n"
+             "  --dim N (%lld)  --layers N (%lld)  --heads N (%lld)  --kv-heads N (= --heads)\n"
+             "  --vocab N (%lld)  --ffn N (%lld)  --max-seq N (= --seq, else %lld)\n"
+             "  --rope-theta X (%g)  --norm-eps X (%g)\n"
+             "  --tie | --no-tie     share the output projection with the token embedding (%s)\n"
+             "\n"
+             "batches:\n"
+             "  --steps N            optimizer steps (1000); also the schedule length\n"
+             "  --batch N            windows per micro-batch (8)\n"
+             "  --seq N              tokens per window (the model's max_seq_len)\n"
+             "  --accum N            micro-batches accumulated per step (1)\n"
+             "  --seed N             seeds the initial weights and the batch sampler (1)\n"
+             "\n"
+             "optimizer:\n"
+             "  --lr X (%g)  --min-lr X (%g x lr)  --warmup N (%lld)\n"
+             "  --schedule cosine|linear|constant (%s)\n"
+             "  --wd X (%g)  --decay-embeddings (%s)  --beta1 X (%g)  --beta2 X (%g)  --adam-eps X (%g)\n"
+             "  --clip X (%g)         global gradient-norm clip; 0 disables\n"
+             "\n"
+             "  --log-every N        print a progress line every N steps (10)\n",
+             dtx_arch_name(c.arch), (long long)c.dim, (long long)c.n_layers, (long long)c.n_heads,
+             (long long)c.vocab_size, (long long)c.ffn_dim, (long long)c.max_seq_len, c.rope_theta, c.norm_eps,
+             c.tie_embeddings ? "tied" : "untied", o.lr, o.min_lr / o.lr, (long long)o.warmup_steps,
+             (unsigned)o.schedule < 3 ? sched[o.schedule] : "?", o.weight_decay, o.decay_embeddings ? "on" : "off",
+             o.beta1, o.beta2, o.eps, o.clip_norm);
+    return buf;
+}
 
 typedef struct {
     dtx_config cfg;
@@ -75,10 +89,28 @@ static void set_defaults(train_args *a) {
     a->seed = 1;
 }
 
+/* --seq against the model (known only after --init is read). */
+static int check_seq(train_args *a, flag *fl, int n_fl, const dtx_config *c) {
+    if (!flags_get(fl, n_fl, "--seq")->seen) a->seq = c->max_seq_len;
+    if (a->seq > c->max_seq_len)
+        return usage_error(CMD, "--seq: %lld is longer than the model's max_seq_len %lld", (long long)a->seq,
+                           (long long)c->max_seq_len);
+    return EXIT_OK;
+}
+
 /* Everything that needs the flags alone. Returns EXIT_OK or an exit code. */
 static int check_flags(train_args *a, flag *fl, int n_fl) {
     if (!a->tokens) return usage_error(CMD, "--tokens is required (a token file to train on)");
     if (!a->out) return usage_error(CMD, "--out is required (where to save the model)");
+    a->opt.schedule = (dtx_schedule)a->schedule;
+    a->opt.total_steps = a->steps;
+    if (flags_get(fl, n_fl, "--lr")->seen && !flags_get(fl, n_fl, "--min-lr")->seen) {
+        /* Keep the default floor's ratio to the peak, so that a small --lr
+         * alone does not fall below the default --min-lr. */
+        dtx_optim_config d = dtx_optim_default();
+        a->opt.min_lr = a->opt.lr * (d.min_lr / d.lr);
+    }
+    if (dtx_optim_validate(&a->opt) != DTX_OK) return usage_error(CMD, "%s", dtx_last_error());
     if (a->init) {
         for (int i = 0; i < N_CONFIG_FLAGS; i++)
             if (flags_get(fl, n_fl, CONFIG_FLAGS[i])->seen)
@@ -88,25 +120,9 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
     }
     a->cfg.arch = (dtx_arch)a->arch;
     if (!flags_get(fl, n_fl, "--kv-heads")->seen) a->cfg.n_kv_heads = a->cfg.n_heads;
-    int seq_seen = flags_get(fl, n_fl, "--seq")->seen, max_seen = flags_get(fl, n_fl, "--max-seq")->seen;
-    if (!max_seen && seq_seen) a->cfg.max_seq_len = a->seq;
+    if (!flags_get(fl, n_fl, "--max-seq")->seen && flags_get(fl, n_fl, "--seq")->seen) a->cfg.max_seq_len = a->seq;
     if (dtx_config_validate(&a->cfg) != DTX_OK) return usage_error(CMD, "%s", dtx_last_error());
-    return EXIT_OK;
-}
-
-/* Fills in what depends on the model (seq, the schedule) and validates the
- * optimizer settings. */
-static int check_run(train_args *a, flag *fl, int n_fl, const dtx_config *c) {
-    if (!flags_get(fl, n_fl, "--seq")->seen) a->seq = c->max_seq_len;
-    if (a->seq > c->max_seq_len)
-        return usage_error(CMD, "--seq: %lld is longer than the model's max_seq_len %lld", (long long)a->seq,
-                           (long long)c->max_seq_len);
-    a->opt.schedule = (dtx_schedule)a->schedule;
-    a->opt.total_steps = a->steps;
-    /* The library default warmup may be longer than a short run. */
-    if (!flags_get(fl, n_fl, "--warmup")->seen && a->opt.warmup_steps > a->steps) a->opt.warmup_steps = a->steps;
-    if (dtx_optim_validate(&a->opt) != DTX_OK) return usage_error(CMD, "%s", dtx_last_error());
-    return EXIT_OK;
+    return check_seq(a, fl, n_fl, &a->cfg);
 }
 
 /* Fail before training rather than after: the output's folder must be writable. */
@@ -215,7 +231,7 @@ static int run(train_args *a, flag *fl, int n_fl) {
         dtx_status st = a->init ? dtx_model_load(&s.model, a->init) : dtx_model_init(&s.model, &a->cfg, a->seed);
         rc = st == DTX_OK ? EXIT_OK : lib_error(CMD);
     }
-    if (rc == EXIT_OK) rc = check_run(a, fl, n_fl, dtx_model_config(s.model));
+    if (rc == EXIT_OK && a->init) rc = check_seq(a, fl, n_fl, dtx_model_config(s.model));
     if (rc == EXIT_OK) rc = load_data(&s, a, dtx_model_config(s.model));
     if (rc == EXIT_OK && dtx_optimizer_init(&s.opt, s.model, &a->opt) != DTX_OK) rc = lib_error(CMD);
     double final_loss = NAN;
@@ -271,7 +287,8 @@ int cmd_train(int argc, char **argv) {
         FLAG_INT("--log-every", &a.log_every, 1, BIG),
     };
     int n_fl = (int)(sizeof fl / sizeof fl[0]);
-    switch (flags_parse(CMD, USAGE, fl, n_fl, argc, argv, NULL, 0, NULL)) {
+    char usage[4096];
+    switch (flags_parse(CMD, usage_text(usage, sizeof usage), fl, n_fl, argc, argv, NULL, 0, NULL)) {
     case FLAGS_HELP: return finish_stdout(CMD);
     case FLAGS_ERROR: return EXIT_USAGE;
     }

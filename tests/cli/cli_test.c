@@ -887,3 +887,21 @@ TEST(cli_sample_refuses_bad_prompts) {
     CHECK_REFUSED(cli("sample --model '%s' --prompt-file '%s' --max-tokens 2", mp, pf), "sample",
                   "token 2 has id 16", "bad-prompt.txt");
 }
+
+/* --lr alone keeps the default floor's ratio: a peak below the default
+ * --min-lr is accepted and decays to a tenth of itself (not refused). */
+TEST(cli_train_small_lr_scales_min_lr) {
+    const char *toks = pattern_file("pattern.txt", 100, 1);
+    const char *mp = test_path("small-lr.safetensors");
+    REQUIRE(toks);
+    dtx_optim_config d = dtx_optim_default();
+    int rc = cli("train --dim 32 --layers 1 --heads 2 --vocab 16 --ffn 32 --seq 8 --batch 2 --steps 2 "
+                 "--log-every 1 --schedule linear --lr %g --tokens '%s' --out '%s'", d.min_lr / 10, toks, mp);
+    CHECKF(rc == 0, "exit %d: %s", rc, out);
+    const char *p = strstr(out, "step 2/2");
+    char lr[32] = "";
+    CHECKF(p && sscanf(p, "step 2/2  loss %*f  lr %31s", lr) == 1, "%s", out);
+    char want_lr[32];
+    snprintf(want_lr, sizeof want_lr, "%.2e", d.min_lr / 10 * (d.min_lr / d.lr));
+    CHECKF(strcmp(lr, want_lr) == 0, "last lr %s, want %s", lr, want_lr);
+}
