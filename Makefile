@@ -32,11 +32,13 @@ setup: deps
 
 $(BUILD)/f32/%.o: %.c include/difftx.h $(wildcard src/*/*.h) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	@echo "CC      $<"
+	@$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/f64/%.o: %.c include/difftx.h $(wildcard src/*/*.h) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DDTX_DOUBLE -c $< -o $@
+	@echo "CC f64  $<"
+	@$(CC) $(CFLAGS) -DDTX_DOUBLE -c $< -o $@
 
 $(LIB32): $(call obj32,$(LIB_SRC))
 	@rm -f $@; ar rcs $@ $^

@@ -92,7 +92,12 @@ static real *att_row(const dtx_attn_saved *sv, const geom *g, int64_t b, int64_t
 
 /* ------------------------------------------------------------------ sizes */
 
+size_t dtx_attention_lse_size(const dtx_attn_dims *a) {
+    return a->impl == DTX_ATTN_FLASH ? (size_t)(a->B * a->T * (a->diff ? 2 * a->n_heads : a->n_heads)) : 0;
+}
+
 size_t dtx_attention_att_size(const dtx_attn_dims *a) {
+    if (a->impl != DTX_ATTN_PLAIN) return 0;
     int64_t nq = (a->diff ? 2 : 1) * a->n_heads;
     return (size_t)(a->B * nq * a->T * a->T);
 }
@@ -154,7 +159,7 @@ static void forward_diff_head(const geom *g, const dtx_attn_dims *a, real *out,
 }
 
 /* out [B, T, NQ·d] (overwritten); s->att always, s->o1/o2/rstd for DIFF. */
-void dtx_attention_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
+void dtx_attention_plain_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
                            const real *q, const real *k, const real *v, const real *subln_w) {
     geom g = make_geom(a);
     assert(out && s && s->att && q && k && v);
@@ -311,8 +316,8 @@ static void backward_diff(const geom *g, const dtx_attn_dims *a, real *dq, real 
 
 /* dq, dk, dv (+=) with the shapes of q, k, v; DIFF also dsubln_w [2d] and
  * *dlambda (+=; either may be NULL to skip it). */
-void dtx_attention_backward(const dtx_attn_dims *a, real *dq, real *dk, real *dv, real *dsubln_w,
-                            double *dlambda, const real *dout, const dtx_attn_saved *s,
+void dtx_attention_plain_backward(const dtx_attn_dims *a, real *dq, real *dk, real *dv, real *dsubln_w,
+                            double *dlambda, const real *dout, const real *out, const dtx_attn_saved *s,
                             const real *q, const real *k, const real *v, const real *subln_w) {
     geom g = make_geom(a);
     assert(dq && dk && dv && dout && s && s->att && q && k && v);

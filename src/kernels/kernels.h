@@ -75,7 +75,12 @@ void dtx_crossentropy_backward(real *dlogits, const real *probs, const int32_t *
  * accumulators (up to 2d wide) on the stack instead of allocating.          */
 #define DTX_ATTN_MAX_HEAD_DIM 256
 
+/* Which implementation: the plain materialised reference, or the fused
+ * flash kernel (no T×T buffer; recomputes the maps from per-row lse). */
+typedef enum { DTX_ATTN_PLAIN = 0, DTX_ATTN_FLASH = 1 } dtx_attn_impl;
+
 typedef struct {
+    dtx_attn_impl impl;
     int64_t B, T;
     int64_t n_heads;     /* diff heads (DIFF) or heads (Transformer) */
     int64_t n_kv_heads;
@@ -88,14 +93,17 @@ typedef struct {
 
 /* What the forward keeps for the backward (caller-owned buffers). */
 typedef struct {
-    real *att;   /* [B, NQ, T, T] softmax probabilities (row t, columns s ≤ t)   */
+    real *att;   /* PLAIN: [B, NQ, T, T] softmax probabilities (row t, s ≤ t)    */
+    float *lse;  /* FLASH: [B, NQ, T] per-row log-sum-exp of the scaled scores  */
     real *o1;    /* DIFF: [B, T, n_heads·2d]  A1·v                               */
     real *o2;    /* DIFF: [B, T, n_heads·2d]  A2·v                               */
     real *rstd;  /* DIFF: [B, T, n_heads]     1/rms(O) per head                  */
 } dtx_attn_saved;
 
-/* Element counts of the saved buffers (o1/o2/rstd are 0 for the Transformer). */
+/* Element counts of the saved buffers (o1/o2/rstd are 0 for the Transformer;
+ * att is 0 for FLASH, lse is 0 for PLAIN). */
 size_t dtx_attention_att_size(const dtx_attn_dims *a);
+size_t dtx_attention_lse_size(const dtx_attn_dims *a);
 size_t dtx_attention_o_size(const dtx_attn_dims *a);
 size_t dtx_attention_rstd_size(const dtx_attn_dims *a);
 
@@ -103,9 +111,23 @@ size_t dtx_attention_rstd_size(const dtx_attn_dims *a);
 void dtx_attention_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
                            const real *q, const real *k, const real *v, const real *subln_w);
 /* dq, dk, dv (+=) with the shapes of q, k, v; DIFF also dsubln_w [2d] (+=) and
- * *dlambda (+=, summed over batch, positions, channels and all heads).       */
+ * *dlambda (+=, summed over batch, positions, channels and all heads).
+ * out is the forward's output (the Transformer's flash backward needs it for
+ * D = rowsum(dO ⊙ O)). Both entry points dispatch on a->impl.                */
 void dtx_attention_backward(const dtx_attn_dims *a, real *dq, real *dk, real *dv, real *dsubln_w,
-                            double *dlambda, const real *dout, const dtx_attn_saved *s,
+                            double *dlambda, const real *dout, const real *out, const dtx_attn_saved *s,
                             const real *q, const real *k, const real *v, const real *subln_w);
+
+/* The two implementations behind the entry points above (same contracts). */
+void dtx_attention_plain_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s, const real *q,
+                                 const real *k, const real *v, const real *subln_w);
+void dtx_attention_plain_backward(const dtx_attn_dims *a, real *dq, real *dk, real *dv, real *dsubln_w,
+                                  double *dlambda, const real *dout, const real *out, const dtx_attn_saved *s,
+                                  const real *q, const real *k, const real *v, const real *subln_w);
+void dtx_attention_flash_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s, const real *q,
+                                 const real *k, const real *v, const real *subln_w);
+void dtx_attention_flash_backward(const dtx_attn_dims *a, real *dq, real *dk, real *dv, real *dsubln_w,
+                                  double *dlambda, const real *dout, const real *out, const dtx_attn_saved *s,
+                                  const real *q, const real *k, const real *v, const real *subln_w);
 
 #endif

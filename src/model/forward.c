@@ -137,7 +137,7 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
     memset(a->dv, 0, (size_t)(N * KV) * sizeof(real));
     double dlambda = 0;
     dtx_attn_dims ad = attn_dims(m, B, T, l, la->lambda);
-    dtx_attention_backward(&ad, a->dq, a->dk, a->dv, diff ? G(o->subln) : NULL, &dlambda, dattn, &la->att, la->q,
+    dtx_attention_backward(&ad, a->dq, a->dk, a->dv, diff ? G(o->subln) : NULL, &dlambda, dattn, la->attn_y, &la->att, la->q,
                            la->k, la->v, diff ? P(o->subln) : NULL);
     if (diff) {
         /* λ = exp(q1·k1) − exp(q2·k2) + λ_init */

@@ -485,7 +485,8 @@ static at_ctx at_make(dtx_rng *r, int diff, int64_t B, int64_t T, int64_t H, int
                       double lambda, double lambda_init) {
     at_ctx m;
     memset(&m, 0, sizeof m);
-    m.a = (dtx_attn_dims){B, T, H, G, d, diff, lambda, lambda_init, 1e-5};
+    m.a = (dtx_attn_dims){.impl = DTX_ATTN_PLAIN, .B = B, .T = T, .n_heads = H, .n_kv_heads = G, .head_dim = d,
+                          .diff = diff, .lambda = lambda, .lambda_init = lambda_init, .eps = 1e-5};
     int64_t sub = diff ? 2 : 1;
     m.nq = (size_t)(B * T * sub * H * d);
     m.nk = (size_t)(B * T * sub * G * d);
@@ -521,7 +522,7 @@ static void at_backward(void *c, real *const *g) {
     at_ctx *m = c;
     at_forward(m);
     dtx_attention_backward(&m->a, g[0], g[1], g[2], m->a.diff ? g[3] : NULL, m->a.diff ? g[4] : NULL,
-                           m->R, &m->s, m->q, m->k, m->v, m->gamma);
+                           m->R, m->out, &m->s, m->q, m->k, m->v, m->gamma);
 }
 
 static void attention_fd_case(int diff, int64_t T, int64_t H, int64_t G, int64_t d, double lam,
@@ -703,8 +704,8 @@ static void gqa_mapping_case(int diff) {
     real *dq2 = alloc_r(all.nq), *dk2 = alloc_r(all.nk), *dv2 = alloc_r(all.nv);
     real dg1[8] = {0}, dg2[8] = {0};
     double dl1 = 0, dl2 = 0;
-    dtx_attention_backward(&one.a, dq1, dk1, dv1, dg1, &dl1, one.R, &one.s, one.q, one.k, one.v, one.gamma);
-    dtx_attention_backward(&all.a, dq2, dk2, dv2, dg2, &dl2, all.R, &all.s, all.q, all.k, all.v, all.gamma);
+    dtx_attention_backward(&one.a, dq1, dk1, dv1, dg1, &dl1, one.R, one.out, &one.s, one.q, one.k, one.v, one.gamma);
+    dtx_attention_backward(&all.a, dq2, dk2, dv2, dg2, &dl2, all.R, all.out, &all.s, all.q, all.k, all.v, all.gamma);
     CHECK(max_diff(dq1, dq2, one.nq) < 1e-14);
     real *sk = alloc_r(one.nk), *svv = alloc_r(one.nv);
     for (int64_t bt = 0; bt < B * T; bt++)
@@ -746,7 +747,7 @@ TEST(kernel_thread_count_invariant) {
         dl[run] = 0;
         at_forward(&m);
         dtx_attention_backward(&m.a, res[run][0], res[run][1], res[run][2], res[run][3], &dl[run], m.R,
-                               &m.s, m.q, m.k, m.v, m.gamma);
+                               m.out, &m.s, m.q, m.k, m.v, m.gamma);
         dtx_matmul_backward(res[run][4], res[run][5], mm.R, mm.x, mm.w, mm.M, mm.K, mm.N);
         ce[run] = dtx_crossentropy_forward(probs, logits, tgt, 90, 80);
     }

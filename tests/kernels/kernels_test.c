@@ -77,14 +77,15 @@ TEST(kernel_f32_diff_attention_accuracy) {
     dtx_rng r;
     dtx_rng_seed(&r, 63);
     int64_t B = 1, T = 256, H = 2, G = 1, d = 32, w = 2 * d;
-    dtx_attn_dims a = {B, T, H, G, d, 1, 0.95, 0.8, 1e-5};
+    dtx_attn_dims a = {.impl = DTX_ATTN_PLAIN, .B = B, .T = T, .n_heads = H, .n_kv_heads = G, .head_dim = d,
+                       .diff = 1, .lambda = 0.95, .lambda_init = 0.8, .eps = 1e-5};
     real *q = randn_f(&r, (size_t)(T * 2 * H * d), 0, 1), *k = randn_f(&r, (size_t)(T * 2 * G * d), 0, 1);
     real *v = randn_f(&r, (size_t)(T * G * w), 0, 1), *gamma = randn_f(&r, (size_t)w, 1, 0.1);
     real *out = calloc((size_t)(T * H * w), sizeof(real));
-    dtx_attn_saved s = {calloc(dtx_attention_att_size(&a), sizeof(real)),
-                        calloc(dtx_attention_o_size(&a), sizeof(real)),
-                        calloc(dtx_attention_o_size(&a), sizeof(real)),
-                        calloc(dtx_attention_rstd_size(&a), sizeof(real))};
+    dtx_attn_saved s = {.att = calloc(dtx_attention_att_size(&a), sizeof(real)),
+                        .o1 = calloc(dtx_attention_o_size(&a), sizeof(real)),
+                        .o2 = calloc(dtx_attention_o_size(&a), sizeof(real)),
+                        .rstd = calloc(dtx_attention_rstd_size(&a), sizeof(real))};
     dtx_attention_forward(&a, out, &s, q, k, v, gamma);
     double *ref = calloc((size_t)(T * H * w), sizeof(double));
     double *A = calloc((size_t)(2 * T), sizeof(double));
