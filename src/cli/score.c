@@ -19,7 +19,9 @@ static const char USAGE[] =
     "on stdout.\n"
     "\n"
     "  --model PATH   model file                                      [required]\n"
-    "  --tokens FILE  the sequence                                    [required]\n";
+    "  --tokens FILE  the sequence                                    [required]\n"
+    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
+    "                 operands and fp32 accumulation\n";
 
 static int score(dtx_model *m, const char *path) {
     const dtx_config *c = dtx_model_config(m);
@@ -43,8 +45,10 @@ static int score(dtx_model *m, const char *path) {
 
 int cmd_score(int argc, char **argv) {
     const char *model_path = NULL, *tokens_path = NULL;
-    flag fl[] = {FLAG_STR("--model", &model_path), FLAG_STR("--tokens", &tokens_path)};
-    switch (flags_parse(CMD, USAGE, fl, 2, argc, argv, NULL, 0, NULL)) {
+    int precision = DTX_PREC_FP32;
+    flag fl[] = {FLAG_STR("--model", &model_path), FLAG_STR("--tokens", &tokens_path),
+                 FLAG_CHOICE("--precision", &precision, "fp32|bf16")};
+    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
     case FLAGS_HELP: return finish_stdout(CMD);
     case FLAGS_ERROR: return EXIT_USAGE;
     }
@@ -52,6 +56,10 @@ int cmd_score(int argc, char **argv) {
     if (!tokens_path) return usage_error(CMD, "--tokens is required");
     dtx_model *m = NULL;
     if (dtx_model_load(&m, model_path) != DTX_OK) return lib_error(CMD);
+    if (dtx_model_set_precision(m, (dtx_precision)precision) != DTX_OK) {
+        dtx_model_free(m);
+        return lib_error(CMD);
+    }
     int rc = score(m, tokens_path);
     dtx_model_free(m);
     return rc == EXIT_OK ? finish_stdout(CMD) : rc;

@@ -52,6 +52,8 @@ static const char *usage_text(char *buf, size_t cap) {
              "  --wd X (%g)  --decay-embeddings (%s)  --beta1 X (%g)  --beta2 X (%g)  --adam-eps X (%g)\n"
              "  --clip X (%g)         global gradient-norm clip; 0 disables\n"
              "\n"
+             "  --precision fp32|bf16 matrix products in fp32 (default), or with bf16 operands and\n"
+             "                       fp32 accumulation; weights, gradients and AdamW state stay fp32\n"
              "  --log-every N        print a progress line every N steps (10)\n",
              dtx_arch_name(c.arch), (long long)c.dim, (long long)c.n_layers, (long long)c.n_heads,
              (long long)c.vocab_size, (long long)c.ffn_dim, (long long)c.max_seq_len, c.rope_theta, c.norm_eps,
@@ -64,7 +66,7 @@ static const char *usage_text(char *buf, size_t cap) {
 typedef struct {
     dtx_config cfg;
     dtx_optim_config opt;
-    int arch, schedule;
+    int arch, schedule, precision;
     const char *init, *tokens, *out;
     int64_t steps, batch, seq, accum, log_every;
     uint64_t seed;
@@ -231,6 +233,7 @@ static int run(train_args *a, flag *fl, int n_fl) {
         dtx_status st = a->init ? dtx_model_load(&s.model, a->init) : dtx_model_init(&s.model, &a->cfg, a->seed);
         rc = st == DTX_OK ? EXIT_OK : lib_error(CMD);
     }
+    if (rc == EXIT_OK && dtx_model_set_precision(s.model, (dtx_precision)a->precision) != DTX_OK) rc = lib_error(CMD);
     if (rc == EXIT_OK && a->init) rc = check_seq(a, fl, n_fl, dtx_model_config(s.model));
     if (rc == EXIT_OK) rc = load_data(&s, a, dtx_model_config(s.model));
     if (rc == EXIT_OK && dtx_optimizer_init(&s.opt, s.model, &a->opt) != DTX_OK) rc = lib_error(CMD);
@@ -285,6 +288,7 @@ int cmd_train(int argc, char **argv) {
         FLAG_REAL("--adam-eps", &a.opt.eps, 0, 1, INFINITY, 0),
         FLAG_REAL("--clip", &a.opt.clip_norm, 0, 0, INFINITY, 0),
         FLAG_INT("--log-every", &a.log_every, 1, BIG),
+        FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
     };
     int n_fl = (int)(sizeof fl / sizeof fl[0]);
     char usage[4096];

@@ -1,5 +1,5 @@
-/* Token files: whitespace-separated non-negative decimal ids (interop.md).
- * (Binary token shards arrive with the tokenizer issue.) */
+/* Token files: whitespace-separated non-negative decimal ids (interop.md),
+ * or a binary token shard (docs/data.md), told apart by the shard magic. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "io/shard.h"
 
 static dtx_status read_all(const char *path, char **buf, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -34,9 +35,35 @@ static dtx_status read_all(const char *path, char **buf, size_t *len) {
     return DTX_OK;
 }
 
+/* A shard, checked by dtx_shard_open (its vocab_size must equal vocab_size
+ * when that is > 0), copied out as int32. */
+static dtx_status read_shard(const char *path, int64_t vocab_size, int32_t **out, int64_t *n_out) {
+    dtx_shard *s = NULL;
+    dtx_status st = dtx_shard_open(&s, path, vocab_size);
+    if (st) return st;
+    int64_t n = dtx_shard_count(s);
+    int32_t *toks = dtx_alloc(n ? (size_t)n : 1, sizeof(int32_t));
+    if (!toks) {
+        dtx_shard_close(s);
+        return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory for %lld tokens", path, (long long)n);
+    }
+    st = dtx_shard_read(s, 0, n, toks);
+    dtx_shard_close(s);
+    if (st) {
+        free(toks);
+        return st;
+    }
+    *out = toks;
+    *n_out = n;
+    return DTX_OK;
+}
+
 dtx_status dtx_tokens_read(const char *path, int64_t vocab_size, int32_t **out, int64_t *n_out) {
     *out = NULL;
     *n_out = 0;
+    int is_shard = dtx_shard_sniff(path);
+    if (is_shard < 0) return DTX_ERR_IO; /* dtx_shard_sniff left the message */
+    if (is_shard) return read_shard(path, vocab_size, out, n_out);
     char *buf = NULL;
     size_t len = 0;
     dtx_status st = read_all(path, &buf, &len);

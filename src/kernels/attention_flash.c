@@ -1,18 +1,473 @@
-/* Placeholder until the fused flash kernel lands (issue 3). */
-#include <stdio.h>
-#include <stdlib.h>
+/* Fused causal flash attention, forward and backward, for both the
+ * Transformer and differential attention (spec §2.2–2.8, §4.1, §5.1). Same
+ * contracts and layouts as the plain kernel (attention.c, kernels.h), but no
+ * T×T buffer: the forward keeps online-softmax states per query row and saves
+ * the row log-sum-exp; the backward recomputes the maps tile by tile.
+ *
+ * DIFF, per head, in one pass over the key tiles: two online-softmax states
+ * per row (maps (q1,k1) and (q2,k2)) against the same V tile (2d wide),
+ * O1 = A1·V and O2 = A2·V accumulated in the working precision directly in
+ * s->o1 / s->o2, then the epilogue O = O1 − λ·O2, RMSNorm over 2d, scale.
+ * The backward shares what the two branches share: dO1 = dO and dO2 = −λ·dO,
+ * so dP2 = −λ·dP1 (one dO·Vᵀ product) and dV += (P1 − λ·P2)ᵀ·dO (one product).
+ * Its product count then equals that of a Transformer with twice the heads.
+ *
+ * Every product is a tile product C (=|+=) A·B with B read by rows
+ * (tile_gemm.c): S = Q·Kᵀ and dP = dO·Vᵀ read Kᵀ and Vᵀ from the workspace
+ * (transposed per (batch, KV group)); Pᵀ and dSᵀ are read as strided A.
+ *
+ * Threads: forward tasks are (batch, head, query tile), longest rows first;
+ * backward tasks are (batch, KV group), which own their dk, dv, dq rows, so
+ * nothing is shared; the γ and λ gradients are reduced from per-task
+ * partials in task order. Every value is computed by one task in a fixed
+ * order, so results do not depend on the thread count or schedule.
+ *
+ * Memory: s->lse, s->o1/o2/rstd (as the plain kernel) and s->work
+ * (dtx_attention_flash_workspace_size, linear in T); per-task stack scratch
+ * of 4·BQ·BK elements. Nothing is allocated. */
+#include "kernels/attention_flash.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/tile_gemm.h"
+
+enum { MAX_BQ = DTX_FLASH_MAX_BQ, MAX_TILE = DTX_FLASH_MAX_TILE, MAXW = 2 * DTX_ATTN_MAX_HEAD_DIM };
+
+static int64_t tile_bq = DTX_FLASH_BQ, tile_bk = DTX_FLASH_BK;
+
+void dtx_flash_set_tiles(int64_t bq, int64_t bk) {
+    if (bq <= 0 || bk <= 0) bq = DTX_FLASH_BQ, bk = DTX_FLASH_BK;
+    assert(bq <= MAX_BQ && bq * bk <= MAX_TILE);
+    tile_bq = bq, tile_bk = bk;
+}
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+/* Valid keys of row r in a tile pair with diag = q0 − k0 (key c ≤ diag + r). */
+static inline int64_t valid_cols(int64_t diag, int64_t r, int64_t n) {
+    int64_t v = diag + r + 1;
+    return v < 0 ? 0 : v > n ? n : v;
+}
+
+/* ------------------------------------------------------------- geometry */
+
+/* Shapes, strides and workspace layout shared by forward and backward. */
+typedef struct {
+    int64_t B, T, Tp, H, G, n_rep, d, w; /* Tp: Kᵀ/Vᵀ row stride, see make_fgeom */
+    int64_t NQ, NK;                      /* q and k sub-heads */
+    int64_t qs, ks, vs, os;              /* row strides of q, k, v, out (= o1, o2) */
+    int64_t bq, bk;                      /* tile sizes */
+    int diff;
+    real scale; /* 1/√d */
+    /* s->work regions, offsets in elements of real (each a multiple of 16) */
+    int64_t off_part, off_kt, off_vt, off_do, off_D, off_lse, total;
+} fgeom;
+
+static fgeom make_fgeom(const dtx_attn_dims *a) {
+    assert(a && a->B >= 0 && a->T >= 0 && a->n_heads > 0 && a->n_kv_heads > 0);
+    assert(a->n_heads % a->n_kv_heads == 0);
+    assert(a->head_dim > 0 && a->head_dim <= DTX_ATTN_MAX_HEAD_DIM);
+    fgeom g;
+    g.B = a->B, g.T = a->T, g.H = a->n_heads, g.G = a->n_kv_heads, g.d = a->head_dim;
+    /* Kᵀ/Vᵀ rows start on cache lines (T rounded up to 16 floats) and are an
+     * odd number of lines apart, so the rows a product walks down do not all
+     * land in the same L1 sets (a 4 KiB stride would, at T = 1024). */
+    g.Tp = round16(a->T);
+    if ((g.Tp / 16) % 2 == 0) g.Tp += 16;
+    g.n_rep = g.H / g.G;
+    g.diff = a->diff != 0;
+    int64_t sub = g.diff ? 2 : 1;
+    g.NQ = sub * g.H, g.NK = sub * g.G, g.w = sub * g.d;
+    g.qs = g.NQ * g.d, g.ks = g.NK * g.d, g.vs = g.G * g.w, g.os = g.H * g.w;
+    g.bq = tile_bq, g.bk = tile_bk;
+    g.scale = (real)(1.0 / sqrt((double)g.d));
+    int64_t per_double = (int64_t)(sizeof(double) / sizeof(real)), o = 0;
+    g.off_part = o, o += round16(g.diff ? g.B * g.G * (g.w + 1) * per_double : 0); /* first: 8-byte aligned */
+    g.off_kt = o, o += round16(g.B * g.NK * g.d * g.Tp);
+    g.off_vt = o, o += round16(g.B * g.G * g.w * g.Tp);
+    g.off_do = o, o += round16(g.diff ? g.B * g.T * g.H * g.w : 0);
+    g.off_D = o, o += round16(g.B * g.NQ * g.T);
+#ifdef DTX_DOUBLE
+    g.off_lse = o, o += round16(g.B * g.NQ * g.T); /* lse refined to double, see refine_lse */
+#else
+    g.off_lse = -1;
+#endif
+    g.total = o;
+    return g;
+}
+
+size_t dtx_attention_flash_workspace_size(const dtx_attn_dims *a) {
+    if (a->impl != DTX_ATTN_FLASH) return 0;
+    return (size_t)make_fgeom(a).total;
+}
+
+/* Kᵀ of k sub-head `sub` in batch b: kt [d, Tp] (columns ≥ T unused). */
+static real *kt_ptr(const fgeom *g, real *work, int64_t b, int64_t sub) {
+    return work + g->off_kt + (b * g->NK + sub) * g->d * g->Tp;
+}
+
+/* Vᵀ of KV group grp in batch b: vt [w, Tp]. */
+static real *vt_ptr(const fgeom *g, real *work, int64_t b, int64_t grp) {
+    return work + g->off_vt + (b * g->G + grp) * g->w * g->Tp;
+}
+
+static void transpose_k(const fgeom *g, real *work, const real *k, int64_t b, int64_t sub) {
+    dtx_tile_transpose(kt_ptr(g, work, b, sub), g->Tp, k + b * g->T * g->ks + sub * g->d, g->ks, g->T, g->d);
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* Online-softmax state of one map over a query tile, and its score tile. */
+typedef struct {
+    real m[MAX_BQ], l[MAX_BQ], alpha[MAX_BQ]; /* running max, denominator, last rescale */
+    _Alignas(64) real S[MAX_TILE];            /* [bq × bk] scores, then probabilities */
+} fmap;
+
+/* One key tile [k0, k0 + nk) of one map for query rows [q0, q0 + mq):
+ * S = q·ktᵀ, online softmax update, o = alpha·o + P·v. On the diagonal the
+ * products skip what the causal mask zeroes (DTX_TRI_*).
+ * qh [mq, d] (stride qs), kt [d, Tp], v [nk, w] (stride vs), o [mq, w] (stride os). */
+static void map_step(fmap *f, const fgeom *g, const real *qh, const real *kt, const real *vh, int64_t w, real *o,
+                     int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
+    int64_t bk = g->bk, diag = q0 - k0;
+    dtx_tile_gemm_tri(mq, nk, g->d, qh, g->qs, 1, kt + k0, g->Tp, f->S, bk, 0, DTX_TRI_N_HI, diag);
+    dtx_tile_softmax_update(f->S, bk, mq, nk, diag, g->scale, f->m, f->l, f->alpha);
+    if (k0 > 0) /* the first tile overwrites o instead (acc = 0 below) */
+        for (int64_t r = 0; r < mq; r++) {
+            real al = f->alpha[r], *orow = o + r * g->os;
+            if (al == 1) continue;
+#pragma omp simd
+            for (int64_t c = 0; c < w; c++) orow[c] *= al;
+        }
+    dtx_tile_gemm_tri(mq, w, nk, f->S, bk, 1, vh + k0 * g->vs, g->vs, o, g->os, k0 > 0, DTX_TRI_K_HI, diag);
+}
+
+static void map_init(fmap *f, int64_t mq) {
+    for (int64_t r = 0; r < mq; r++) f->m[r] = -INFINITY, f->l[r] = 0;
+}
+
+/* Normalise o [mq, w] by 1/l and store lse = m + log l (lse [mq], stride 1). */
+static void map_finish(const fmap *f, const fgeom *g, real *o, int64_t w, float *lse, int64_t mq) {
+    for (int64_t r = 0; r < mq; r++) {
+        real inv = 1 / f->l[r], *orow = o + r * g->os;
+#pragma omp simd
+        for (int64_t c = 0; c < w; c++) orow[c] *= inv;
+        lse[r] = (float)(f->m[r] + log((double)f->l[r]));
+    }
+}
+
+/* Transformer head j of batch b, query rows [q0, q0 + mq): out rows of head j. */
+static void fwd_tile(const fgeom *g, real *out, const dtx_attn_saved *s, const real *q, const real *v,
+                     int64_t b, int64_t j, int64_t q0, int64_t mq) {
+    int64_t d = g->d, T = g->T, kv = j / g->n_rep;
+    const real *qh = q + (b * T + q0) * g->qs + j * d, *vh = v + b * T * g->vs + kv * d;
+    const real *kt = kt_ptr(g, s->work, b, kv);
+    real *o = out + (b * T + q0) * g->os + j * d;
+    fmap f;
+    map_init(&f, mq);
+    for (int64_t k0 = 0; k0 < q0 + mq; k0 += g->bk)
+        map_step(&f, g, qh, kt, vh, d, o, q0, mq, k0, min64(g->bk, q0 + mq - k0));
+    map_finish(&f, g, o, d, s->lse + (b * g->NQ + j) * T + q0, mq);
+}
+
+/* DIFF head h of batch b, query rows [q0, q0 + mq): o1, o2, rstd, out and
+ * the two lse rows; epilogue O = o1 − λ·o2 (fused, double), rstd = 1/rms(O),
+ * out = (1 − λ_init)·γ ⊙ O·rstd. */
+static void fwd_diff_tile(const fgeom *g, const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
+                          const real *q, const real *v, const real *gamma, int64_t b, int64_t h, int64_t q0,
+                          int64_t mq) {
+    int64_t d = g->d, w = g->w, T = g->T, grp = h / g->n_rep, off = (b * T + q0) * g->os + h * w;
+    const real *q1 = q + (b * T + q0) * g->qs + 2 * h * d, *q2 = q1 + d, *vh = v + b * T * g->vs + grp * w;
+    const real *kt1 = kt_ptr(g, s->work, b, 2 * grp), *kt2 = kt_ptr(g, s->work, b, 2 * grp + 1);
+    real *o1 = s->o1 + off, *o2 = s->o2 + off;
+    fmap f[2];
+    map_init(&f[0], mq), map_init(&f[1], mq);
+    for (int64_t k0 = 0; k0 < q0 + mq; k0 += g->bk) {
+        int64_t nk = min64(g->bk, q0 + mq - k0);
+        map_step(&f[0], g, q1, kt1, vh, w, o1, q0, mq, k0, nk);
+        map_step(&f[1], g, q2, kt2, vh, w, o2, q0, mq, k0, nk);
+    }
+    float *lse1 = s->lse + (b * g->NQ + 2 * h) * T + q0;
+    map_finish(&f[0], g, o1, w, lse1, mq);
+    map_finish(&f[1], g, o2, w, lse1 + T, mq);
+    double lam = a->lambda, cs = 1.0 - a->lambda_init;
+    for (int64_t r = 0; r < mq; r++) {
+        const real *x1 = o1 + r * g->os, *x2 = o2 + r * g->os;
+        double ss = 0;
+#pragma omp simd reduction(+ : ss)
+        for (int64_t c = 0; c < w; c++) {
+            double oc = x1[c] - lam * x2[c];
+            ss += oc * oc;
+        }
+        double rs = 1.0 / sqrt(ss / (double)w + a->eps);
+        s->rstd[(b * T + q0 + r) * g->H + h] = (real)rs;
+        real *y = out + off + r * g->os;
+#pragma omp simd
+        for (int64_t c = 0; c < w; c++) y[c] = (real)(cs * gamma[c] * (x1[c] - lam * x2[c]) * rs);
+    }
+}
 
 void dtx_attention_flash_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s, const real *q,
                                  const real *k, const real *v, const real *subln_w) {
-    fprintf(stderr, "flash attention not built yet\n");
-    abort();
+    fgeom g = make_fgeom(a);
+    assert(out && s && s->lse && s->work && q && k && v);
+    assert(!g.diff || (s->o1 && s->o2 && s->rstd && subln_w));
+    (void)dtx_tile_simd(); /* settle the dispatch before the threads start */
+    int64_t nqt = (g.T + g.bq - 1) / g.bq, nbh = g.B * g.H;
+#pragma omp parallel
+    {
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t b = 0; b < g.B; b++)
+            for (int64_t sub = 0; sub < g.NK; sub++) transpose_k(&g, s->work, k, b, sub);
+        /* (implicit barrier: every Kᵀ is complete) */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < nqt * nbh; task++) {
+            int64_t qt = nqt - 1 - task / nbh, bh = task % nbh; /* longest rows first */
+            int64_t b = bh / g.H, h = bh % g.H, q0 = qt * g.bq, mq = min64(g.bq, g.T - q0);
+            if (g.diff) fwd_diff_tile(&g, a, out, s, q, v, subln_w, b, h, q0, mq);
+            else fwd_tile(&g, out, s, q, v, b, h, q0, mq);
+        }
+    }
+}
+
+/* --------------------------------------------------------------- backward */
+
+/* Everything a backward task reads or writes. */
+typedef struct {
+    const real *q, *k, *v, *dout, *out, *gamma;
+    const dtx_attn_saved *s;
+    real *dq, *dk, *dv;
+    real *dO; /* DIFF: [B, T, H·w] gradient of O (workspace) */
+    real *D;  /* [B, NQ, T] row terms: Transformer rowsum(dO ⊙ out); DIFF rowsum(dO ⊙ o1), rowsum(dO ⊙ o2) */
+    double lam, cs;
+} bargs;
+
+/* Transformer head j, batch b: D[t] = dout_t · out_t. */
+static void prep_head(const fgeom *g, const bargs *p, int64_t b, int64_t j) {
+    int64_t d = g->d, T = g->T;
+    real *D = p->D + (b * g->NQ + j) * T;
+    for (int64_t t = 0; t < T; t++) {
+        const real *x = p->out + (b * T + t) * g->os + j * d, *y = p->dout + (b * T + t) * g->os + j * d;
+        double acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t c = 0; c < d; c++) acc += (double)x[c] * y[c];
+        D[t] = (real)acc;
+    }
+}
+
+/* DIFF head h, batch b, every row (spec §4.1 steps 2–3): with x̂ = O·rstd
+ * recomputed from o1, o2, rstd,
+ *   dx̂ = c·γ ⊙ dY;  dγ += c·dY ⊙ x̂;  dO = rstd·(dx̂ − x̂·mean(dx̂ ⊙ x̂));
+ *   D1 = dO·o1, D2 = dO·o2 (so the branch-2 FlashAttention term is −λ·D2);
+ *   dλ += −D2.
+ * dO goes to the workspace; dg [w] and *dl are this task's partials. */
+static void prep_diff_head(const fgeom *g, const bargs *p, int64_t b, int64_t h, double *dg, double *dl) {
+    int64_t w = g->w, T = g->T;
+    real *D1 = p->D + (b * g->NQ + 2 * h) * T, *D2 = D1 + T;
+    double lam = p->lam, cs = p->cs;
+    for (int64_t t = 0; t < T; t++) {
+        int64_t off = (b * T + t) * g->os + h * w;
+        const real *o1 = p->s->o1 + off, *o2 = p->s->o2 + off, *dY = p->dout + off;
+        real *dO = p->dO + off;
+        double rs = p->s->rstd[(b * T + t) * g->H + h], m = 0;
+#pragma omp simd reduction(+ : m)
+        for (int64_t c = 0; c < w; c++) {
+            double xh = (o1[c] - lam * o2[c]) * rs;
+            m += cs * p->gamma[c] * dY[c] * xh;
+            dg[c] += cs * dY[c] * xh;
+        }
+        m /= (double)w;
+        double s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+        for (int64_t c = 0; c < w; c++) {
+            double xh = (o1[c] - lam * o2[c]) * rs;
+            dO[c] = (real)(rs * (cs * p->gamma[c] * dY[c] - xh * m));
+            s1 += dO[c] * (double)o1[c];
+            s2 += dO[c] * (double)o2[c];
+        }
+        D1[t] = (real)s1, D2[t] = (real)s2;
+        *dl -= s2;
+    }
+}
+
+/* Per-task tile scratch (on the stack of the task's thread). */
+typedef struct {
+    _Alignas(64) real P1[MAX_TILE]; /* P, then dS (branch 1 / Transformer) */
+    _Alignas(64) real P2[MAX_TILE]; /* DIFF branch 2 */
+    _Alignas(64) real dP[MAX_TILE]; /* dO·Vᵀ */
+    _Alignas(64) real Pc[MAX_TILE]; /* DIFF P1 − λ·P2 */
+} btile;
+
+/* The lse row of q sub-head j in batch b, as the backward uses it: the
+ * saved float values in the float build, the refined copy in the double one. */
+static const real *lse_row(const fgeom *g, const bargs *p, int64_t b, int64_t j) {
+#ifdef DTX_DOUBLE
+    return p->s->work + g->off_lse + (b * g->NQ + j) * g->T;
+#else
+    return p->s->lse + (b * g->NQ + j) * g->T;
+#endif
+}
+
+/* P [mq × nk] (stride bk) of one map: S = q·ktᵀ, then exp(scale·S − lse);
+ * masked entries are 0. */
+static void recompute_p(const fgeom *g, real *P, const real *qh, const real *kt, const real *lse, int64_t q0,
+                        int64_t mq, int64_t k0, int64_t nk) {
+    dtx_tile_gemm_tri(mq, nk, g->d, qh, g->qs, 1, kt + k0, g->Tp, P, g->bk, 0, DTX_TRI_N_HI, q0 - k0);
+    dtx_tile_exp_rows(P, P, g->bk, mq, nk, q0 - k0, g->scale, lse);
+}
+
+/* dq_i += dS·k_j and dk_j += dSᵀ·q_i for one map (dS [mq × nk], stride bk,
+ * zero where masked). */
+static void dqdk(const fgeom *g, const real *dS, const real *qh, const real *kh, real *dqh, real *dkh, int64_t mq,
+                 int64_t nk, int64_t diag) {
+    dtx_tile_gemm_tri(mq, g->d, nk, dS, g->bk, 1, kh, g->ks, dqh, g->qs, 1, DTX_TRI_K_HI, diag);
+    dtx_tile_gemm_tri(nk, g->d, mq, dS, 1, g->bk, qh, g->qs, dkh, g->ks, 1, DTX_TRI_K_LO, diag);
+}
+
+/* Transformer head j (KV head grp), query tile [q0, q0+mq) × key tile [k0, k0+nk):
+ *   P = exp(scale·q·kᵀ − lse); dP = dO·vᵀ; dv += Pᵀ·dO;
+ *   dS = scale·P ⊙ (dP − D); dq += dS·k; dk += dSᵀ·q. */
+static void bwd_tile(const fgeom *g, const bargs *p, btile *bt, int64_t b, int64_t j, int64_t grp, int64_t q0,
+                     int64_t mq, int64_t k0, int64_t nk) {
+    int64_t d = g->d, T = g->T, bk = g->bk, diag = q0 - k0;
+    const real *qh = p->q + (b * T + q0) * g->qs + j * d, *kh = p->k + (b * T + k0) * g->ks + grp * d;
+    const real *dO = p->dout + (b * T + q0) * g->os + j * d, *D = p->D + (b * g->NQ + j) * T + q0;
+    real *work = p->s->work;
+    recompute_p(g, bt->P1, qh, kt_ptr(g, work, b, grp), lse_row(g, p, b, j) + q0, q0, mq, k0, nk);
+    dtx_tile_gemm_tri(mq, nk, d, dO, g->os, 1, vt_ptr(g, work, b, grp) + k0, g->Tp, bt->dP, bk, 0, DTX_TRI_N_HI,
+                      diag);
+    dtx_tile_gemm_tri(nk, d, mq, bt->P1, 1, bk, dO, g->os, p->dv + (b * T + k0) * g->vs + grp * d, g->vs, 1,
+                      DTX_TRI_K_LO, diag);
+    real sc = g->scale;
+    for (int64_t r = 0; r < mq; r++) {
+        real *pr = bt->P1 + r * bk, *dpr = bt->dP + r * bk, Dr = D[r];
+        int64_t nv = valid_cols(diag, r, nk); /* dP is unspecified beyond */
+#pragma omp simd
+        for (int64_t c = 0; c < nv; c++) pr[c] = sc * pr[c] * (dpr[c] - Dr);
+    }
+    dqdk(g, bt->P1, qh, kh, p->dq + (b * T + q0) * g->qs + j * d, p->dk + (b * T + k0) * g->ks + grp * d, mq, nk,
+         diag);
+}
+
+/* DIFF head h (group grp), one tile pair: both maps recomputed; with
+ * dP = dO·vᵀ shared by the branches (dP2 = −λ·dP),
+ *   dv += (P1 − λ·P2)ᵀ·dO;
+ *   dS1 = scale·P1 ⊙ (dP − D1);  dS2 = −λ·scale·P2 ⊙ (dP − D2);
+ *   dq_i += dS_i·k_i;  dk_i += dS_iᵀ·q_i. */
+static void bwd_diff_tile(const fgeom *g, const bargs *p, btile *bt, int64_t b, int64_t h, int64_t grp,
+                          int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
+    int64_t d = g->d, w = g->w, T = g->T, bk = g->bk, diag = q0 - k0;
+    const real *q1 = p->q + (b * T + q0) * g->qs + 2 * h * d, *k1 = p->k + (b * T + k0) * g->ks + 2 * grp * d;
+    const real *dO = p->dO + (b * T + q0) * g->os + h * w;
+    const real *D1 = p->D + (b * g->NQ + 2 * h) * T + q0, *D2 = D1 + T;
+    const real *lse1 = lse_row(g, p, b, 2 * h) + q0, *lse2 = lse_row(g, p, b, 2 * h + 1) + q0;
+    real *work = p->s->work;
+    recompute_p(g, bt->P1, q1, kt_ptr(g, work, b, 2 * grp), lse1, q0, mq, k0, nk);
+    recompute_p(g, bt->P2, q1 + d, kt_ptr(g, work, b, 2 * grp + 1), lse2, q0, mq, k0, nk);
+    dtx_tile_gemm_tri(mq, nk, w, dO, g->os, 1, vt_ptr(g, work, b, grp) + k0, g->Tp, bt->dP, bk, 0, DTX_TRI_N_HI,
+                      diag);
+    real lam = (real)p->lam, c1 = g->scale, c2 = -lam * g->scale;
+    for (int64_t r = 0; r < mq; r++) {
+        real *p1 = bt->P1 + r * bk, *p2 = bt->P2 + r * bk, *pc = bt->Pc + r * bk, *dpr = bt->dP + r * bk;
+        real d1 = D1[r], d2 = D2[r];
+        int64_t nv = valid_cols(diag, r, nk); /* dP is unspecified beyond; P1, P2 are 0 there */
+#pragma omp simd
+        for (int64_t c = 0; c < nv; c++) {
+            pc[c] = p1[c] - lam * p2[c];
+            p1[c] = c1 * p1[c] * (dpr[c] - d1);
+            p2[c] = c2 * p2[c] * (dpr[c] - d2);
+        }
+        for (int64_t c = nv; c < nk; c++) pc[c] = 0;
+    }
+    dtx_tile_gemm_tri(nk, w, mq, bt->Pc, 1, bk, dO, g->os, p->dv + (b * T + k0) * g->vs + grp * w, g->vs, 1,
+                      DTX_TRI_K_LO, diag);
+    real *dq1 = p->dq + (b * T + q0) * g->qs + 2 * h * d, *dk1 = p->dk + (b * T + k0) * g->ks + 2 * grp * d;
+    dqdk(g, bt->P1, q1, k1, dq1, dk1, mq, nk, diag);
+    dqdk(g, bt->P2, q1 + d, k1 + d, dq1 + d, dk1 + d, mq, nk, diag);
+}
+
+#ifdef DTX_DOUBLE
+/* Double build only: the saved lse is float by contract, so exp(scale·S −
+ * lse) would be off by one factor exp(lse − float(lse)) per row (~1e-7),
+ * which is all the finite-difference checks would see. Refine it to working
+ * precision first: lse += log Σ_s exp(scale·S − lse), one extra S pass.
+ * q sub-head j of batch b against k sub-head ksub; P is tile scratch. */
+static void refine_lse(const fgeom *g, const bargs *p, real *P, int64_t b, int64_t j, int64_t ksub) {
+    int64_t T = g->T;
+    real *lr = p->s->work + g->off_lse + (b * g->NQ + j) * T;
+    const float *lf = p->s->lse + (b * g->NQ + j) * T;
+    const real *kt = kt_ptr(g, p->s->work, b, ksub);
+    for (int64_t t = 0; t < T; t++) lr[t] = lf[t];
+    for (int64_t q0 = 0; q0 < T; q0 += g->bq) {
+        int64_t mq = min64(g->bq, T - q0);
+        double sum[MAX_BQ] = {0};
+        for (int64_t k0 = 0; k0 < q0 + mq; k0 += g->bk) {
+            int64_t nk = min64(g->bk, q0 + mq - k0);
+            recompute_p(g, P, p->q + (b * T + q0) * g->qs + j * g->d, kt, lr + q0, q0, mq, k0, nk);
+            for (int64_t r = 0; r < mq; r++)
+                for (int64_t c = 0; c < nk; c++) sum[r] += P[r * g->bk + c];
+        }
+        for (int64_t r = 0; r < mq; r++) lr[q0 + r] += log(sum[r]);
+    }
+}
+#endif
+
+/* One task: batch b, KV group grp, all heads of the group. Writes Kᵀ/Vᵀ of
+ * the group, the row terms (and DIFF dO) of its heads, then for each head
+ * every key tile against every query tile at or below it. dg/dl: DIFF
+ * partials of this task (NULL for the Transformer). */
+static void bwd_group(const fgeom *g, const bargs *p, int64_t b, int64_t grp, double *dg, double *dl) {
+    int64_t T = g->T, sub = g->diff ? 2 : 1;
+    real *work = p->s->work;
+    for (int64_t i = 0; i < sub; i++) transpose_k(g, work, p->k, b, sub * grp + i);
+    dtx_tile_transpose(vt_ptr(g, work, b, grp), g->Tp, p->v + b * T * g->vs + grp * g->w, g->vs, T, g->w);
+    for (int64_t h = grp * g->n_rep; h < (grp + 1) * g->n_rep; h++) {
+        if (g->diff) prep_diff_head(g, p, b, h, dg, dl);
+        else prep_head(g, p, b, h);
+    }
+    btile bt;
+#ifdef DTX_DOUBLE
+    for (int64_t h = grp * g->n_rep; h < (grp + 1) * g->n_rep; h++)
+        for (int64_t i = 0; i < sub; i++) refine_lse(g, p, bt.P1, b, sub * h + i, sub * grp + i);
+#endif
+    for (int64_t h = grp * g->n_rep; h < (grp + 1) * g->n_rep; h++)
+        for (int64_t k0 = 0; k0 < T; k0 += g->bk) {
+            int64_t nk = min64(g->bk, T - k0);
+            for (int64_t q0 = k0 / g->bq * g->bq; q0 < T; q0 += g->bq) {
+                int64_t mq = min64(g->bq, T - q0);
+                if (g->diff) bwd_diff_tile(g, p, &bt, b, h, grp, q0, mq, k0, nk);
+                else bwd_tile(g, p, &bt, b, h, grp, q0, mq, k0, nk);
+            }
+        }
 }
 
 void dtx_attention_flash_backward(const dtx_attn_dims *a, real *dq, real *dk, real *dv, real *dsubln_w,
                                   double *dlambda, const real *dout, const real *out, const dtx_attn_saved *s,
                                   const real *q, const real *k, const real *v, const real *subln_w) {
-    fprintf(stderr, "flash attention not built yet\n");
-    abort();
+    fgeom g = make_fgeom(a);
+    assert(dq && dk && dv && dout && s && s->lse && s->work && q && k && v);
+    assert(g.diff ? (s->o1 && s->o2 && s->rstd && subln_w) : out != NULL);
+    (void)dtx_tile_simd();
+    bargs p = {q, k, v, dout, out, subln_w, s, dq, dk, dv, s->work + g.off_do, s->work + g.off_D,
+               a->lambda, 1.0 - a->lambda_init};
+    double *part = (double *)(void *)(s->work + g.off_part); /* [B·G, w + 1] */
+    int64_t ntask = g.B * g.G, pw = g.w + 1;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t task = 0; task < ntask; task++) {
+        double *dg = g.diff ? part + task * pw : NULL;
+        if (dg) memset(dg, 0, sizeof(double) * (size_t)pw);
+        bwd_group(&g, &p, task / g.G, task % g.G, dg, dg ? dg + g.w : NULL);
+    }
+    if (!g.diff) return;
+    double dg_tot[MAXW] = {0}, dl_tot = 0; /* task order: deterministic */
+    for (int64_t task = 0; task < ntask; task++) {
+        for (int64_t c = 0; c < g.w; c++) dg_tot[c] += part[task * pw + c];
+        dl_tot += part[task * pw + g.w];
+    }
+    if (dsubln_w)
+        for (int64_t c = 0; c < g.w; c++) dsubln_w[c] += (real)dg_tot[c];
+    if (dlambda) *dlambda += dl_tot;
 }

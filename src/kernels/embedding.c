@@ -2,32 +2,48 @@
 #include "kernels/kernels.h"
 
 #include <assert.h>
+#include <omp.h>
 #include <string.h>
 
-enum { COL_BLOCK = 64 };
+/* Below this many elements a kernel runs on the calling thread: waking the
+ * OpenMP team costs more than the work on a shared 2-core machine. */
+#define PAR_MIN ((int64_t)1 << 15)
+/* Column ranges of the backward are whole 64-byte lines (16 floats). */
+enum { COL_ALIGN = 16 };
 
 /* out [n, C] = table[tok[i]];  table [V, C] (ids checked by the caller). */
 void dtx_embedding_forward(real *out, const int32_t *tok, const real *table, int64_t n, int64_t C) {
     assert(out && tok && table && n >= 0 && C > 0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n * C >= PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         assert(tok[i] >= 0);
         memcpy(out + i * C, table + (int64_t)tok[i] * C, (size_t)C * sizeof(real));
     }
 }
 
+/* dtable [·, c0:c1) += dout [n, c0:c1) scattered by tok, tokens in order. */
+static void embedding_backward_cols(real *dtable, const real *dout, const int32_t *tok, int64_t n, int64_t C,
+                                    int64_t c0, int64_t c1) {
+    for (int64_t i = 0; i < n; i++) {
+        real *restrict dst = dtable + (int64_t)tok[i] * C;
+        const real *restrict src = dout + i * C;
+#pragma omp simd
+        for (int64_t c = c0; c < c1; c++) dst[c] += src[c];
+    }
+}
+
 /* dtable [V, C] += scatter of dout [n, C] by tok. Repeated ids hit the same
- * row, so threads own column blocks and walk the tokens in order: race-free
- * and deterministic. */
+ * row, so each thread owns one contiguous column range and walks the tokens
+ * in order: race-free, and every element's sum has the token order whatever
+ * the number of threads (the bits do not depend on the split). */
 void dtx_embedding_backward(real *dtable, const real *dout, const int32_t *tok, int64_t n, int64_t C) {
     assert(dtable && dout && tok && n >= 0 && C > 0);
-#pragma omp parallel for schedule(static)
-    for (int64_t c0 = 0; c0 < C; c0 += COL_BLOCK) {
-        int64_t w = C - c0 < COL_BLOCK ? C - c0 : COL_BLOCK;
-        for (int64_t i = 0; i < n; i++) {
-            real *dst = dtable + (int64_t)tok[i] * C + c0;
-            const real *src = dout + i * C + c0;
-            for (int64_t c = 0; c < w; c++) dst[c] += src[c];
-        }
+#pragma omp parallel if (n * C >= PAR_MIN)
+    {
+        int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int64_t lines = (C + COL_ALIGN - 1) / COL_ALIGN;
+        int64_t c0 = lines * id / nt * COL_ALIGN, c1 = lines * (id + 1) / nt * COL_ALIGN;
+        c1 = c1 < C ? c1 : C;
+        if (c0 < c1) embedding_backward_cols(dtable, dout, tok, n, C, c0, c1);
     }
 }

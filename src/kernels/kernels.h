@@ -12,11 +12,27 @@
 #include "common/common.h"
 
 /* ---- linear layer without bias (nn.Linear orientation)
- * x [M, K], w [N, K]  ->  out [M, N] = x · wᵀ  (out is overwritten)           */
-void dtx_matmul_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N);
+ * x [M, K], w [N, K]  ->  out [M, N] = x · wᵀ  (out is overwritten)
+ * p = DTX_PREC_FP32: fp32 products; DTX_PREC_BF16: x, w (and dout) rounded to
+ * bf16, fp32 accumulation, fp32 outputs. The float build runs oneDNN matmul
+ * primitives (matmul_dnnl.c, cached per shape) and falls back to the
+ * reference below, with one warning line, if oneDNN fails; the double build
+ * always runs the reference and ignores p. oneDNN shares the OpenMP runtime:
+ * call these outside parallel regions. Thread-safe (calls are serialised). */
+void dtx_matmul_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N,
+                        dtx_precision p);
 /* dx [M, K] += dout · w ; dw [N, K] += doutᵀ · x   (dx, dw optional)          */
 void dtx_matmul_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
-                         int64_t M, int64_t K, int64_t N);
+                         int64_t M, int64_t K, int64_t N, dtx_precision p);
+/* The reference: plain blocked loops in the working precision, results
+ * independent of the thread count. Same contracts as above.                   */
+void dtx_matmul_ref_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N);
+void dtx_matmul_ref_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
+                             int64_t M, int64_t K, int64_t N);
+/* oneDNN primitives created so far (cache misses; 0 in the double build), and
+ * freeing every cached primitive and the bf16 scratch (also done at exit).   */
+size_t dtx_matmul_primitives_created(void);
+void dtx_matmul_cache_clear(void);
 
 /* ---- RMSNorm over rows of width C
  * out [M, C] = x / sqrt(mean(x²) + eps) ⊙ w ; rstd [M] = 1/sqrt(mean(x²)+eps) */
@@ -58,6 +74,11 @@ double dtx_crossentropy_forward(real *probs, const real *logits, const int32_t *
 /* dlogits [N, V] += (probs - onehot(target)) · scale  (scale = loss_scale / N) */
 void dtx_crossentropy_backward(real *dlogits, const real *probs, const int32_t *targets, int64_t N,
                                int64_t V, double scale);
+/* In place: probs [N, V] becomes dlogits = (probs − onehot(target)) · scale
+ * (overwritten, not accumulated: the same values as dtx_crossentropy_backward
+ * into a zeroed buffer), so the N×V logits need to exist only once.         */
+void dtx_crossentropy_backward_inplace(real *probs, const int32_t *targets, int64_t N, int64_t V,
+                                       double scale);
 
 /* ---- Causal attention, both architectures behind one forward and one backward.
  * Q [B, T, NQ·d] is viewed as NQ sub-heads of width d, K [B, T, NK·d] likewise.
@@ -98,6 +119,10 @@ typedef struct {
     real *o1;    /* DIFF: [B, T, n_heads·2d]  A1·v                               */
     real *o2;    /* DIFF: [B, T, n_heads·2d]  A2·v                               */
     real *rstd;  /* DIFF: [B, T, n_heads]     1/rms(O) per head                  */
+    real *work;  /* FLASH: caller-owned scratch of dtx_attention_flash_workspace_size
+                  * elements, used by both the forward and the backward; its contents
+                  * are undefined between calls (nothing is carried in it). Must be
+                  * 8-byte aligned (64 recommended: dtx_alloc). Unused by PLAIN. */
 } dtx_attn_saved;
 
 /* Element counts of the saved buffers (o1/o2/rstd are 0 for the Transformer;
@@ -106,6 +131,15 @@ size_t dtx_attention_att_size(const dtx_attn_dims *a);
 size_t dtx_attention_lse_size(const dtx_attn_dims *a);
 size_t dtx_attention_o_size(const dtx_attn_dims *a);
 size_t dtx_attention_rstd_size(const dtx_attn_dims *a);
+/* Elements of `real` the flash kernel needs in s->work (0 for PLAIN); linear
+ * in T, never T². With w = 2d (DIFF) or d, NQ/NK the q/k sub-heads, H heads,
+ * G KV heads, Tp = T rounded up to an odd multiple of 16, each term rounded
+ * up to 16 elements:
+ *   B·NK·d·Tp (Kᵀ) + B·G·w·Tp (Vᵀ) + B·NQ·T (row terms D)
+ *   + DIFF only: B·T·H·w (dO after the RMSNorm backward) + B·G·(w+1) doubles
+ *     (per-task γ/λ gradient partials, reduced in a fixed order)
+ *   + double build only: B·NQ·T (lse refined to double for the backward).   */
+size_t dtx_attention_flash_workspace_size(const dtx_attn_dims *a);
 
 /* out [B, T, NQ·d] (overwritten). subln_w is ignored for the Transformer.     */
 void dtx_attention_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,

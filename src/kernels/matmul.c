@@ -1,8 +1,14 @@
 /* Linear layer without bias, nn.Linear orientation: out = x · wᵀ.
- * Plain blocked loops: every output element is owned by one thread and summed
- * in a fixed order, so results do not depend on the thread count. Tiles keep
- * a few rows of each operand in L2 (oneDNN replaces this later). */
+ *
+ * dtx_matmul_forward/backward run oneDNN (matmul_dnnl.c) in the float build
+ * and fall back to the reference here when it fails; the double build always
+ * runs the reference (oneDNN has no f64 matmul).
+ *
+ * The reference: plain blocked loops; every output element is owned by one
+ * thread and summed in a fixed order, so results do not depend on the thread
+ * count. Tiles keep a few rows of each operand in L2. */
 #include "kernels/kernels.h"
+#include "kernels/matmul_dnnl.h"
 
 #include <assert.h>
 
@@ -26,7 +32,7 @@ static inline void axpy(real *restrict y, real alpha, const real *restrict x, in
 
 /* x [M, K], w [N, K] -> out [M, N]. Both operands are read along K, so each
  * output is a contiguous dot product; tiles of rows of x and w share L2. */
-void dtx_matmul_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N) {
+void dtx_matmul_ref_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N) {
     assert(out && x && w && M >= 0 && K >= 0 && N >= 0);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t i0 = 0; i0 < M; i0 += TILE_R) {
@@ -75,8 +81,8 @@ static void matmul_backward_dw(real *dw, const real *dout, const real *x, int64_
 }
 
 /* dx [M, K] += dout · w ; dw [N, K] += doutᵀ · x   (dx, dw optional) */
-void dtx_matmul_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
-                         int64_t M, int64_t K, int64_t N) {
+void dtx_matmul_ref_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
+                             int64_t M, int64_t K, int64_t N) {
     assert(dout && M >= 0 && K >= 0 && N >= 0);
     if (dx) {
         assert(w);
@@ -86,4 +92,34 @@ void dtx_matmul_backward(real *dx, real *dw, const real *dout, const real *x, co
         assert(x);
         matmul_backward_dw(dw, dout, x, M, K, N);
     }
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+void dtx_matmul_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N,
+                        dtx_precision p) {
+    assert(out && x && w && M >= 0 && K >= 0 && N >= 0);
+    assert(p == DTX_PREC_FP32 || p == DTX_PREC_BF16);
+#ifndef DTX_DOUBLE
+    if (dtx_dnnl_matmul_forward(out, x, w, M, K, N, p)) return;
+#else
+    (void)p;
+#endif
+    dtx_matmul_ref_forward(out, x, w, M, K, N);
+}
+
+void dtx_matmul_backward(real *dx, real *dw, const real *dout, const real *x, const real *w, int64_t M,
+                         int64_t K, int64_t N, dtx_precision p) {
+    assert(dout && M >= 0 && K >= 0 && N >= 0);
+    assert(!dx || w);
+    assert(!dw || x);
+    assert(p == DTX_PREC_FP32 || p == DTX_PREC_BF16);
+#ifndef DTX_DOUBLE
+    int did = dtx_dnnl_matmul_backward(dx, dw, dout, x, w, M, K, N, p);
+    if (did & DTX_DNNL_DID_DX) dx = NULL;
+    if (did & DTX_DNNL_DID_DW) dw = NULL;
+#else
+    (void)p;
+#endif
+    if (dx || dw) dtx_matmul_ref_backward(dx, dw, dout, x, w, M, K, N);
 }

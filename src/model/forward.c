@@ -18,50 +18,42 @@
 static dtx_attn_dims attn_dims(const dtx_model *m, int64_t B, int64_t T, int64_t layer, double lambda) {
     const dtx_config *c = &m->cfg;
     dtx_attn_dims a = {
-        .B = B, .T = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = m->head_dim,
+        .impl = m->attn_impl, .B = B, .T = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = m->head_dim,
         .diff = c->arch == DTX_ARCH_DIFF, .lambda = lambda, .lambda_init = dtx_lambda_init(layer),
         .eps = c->norm_eps,
     };
     return a;
 }
 
-/* Carves every activation buffer for a [B, T] batch out of one allocation;
- * reuses the previous one when the shape is unchanged. */
-static dtx_status ensure_acts(dtx_model *m, int64_t B, int64_t T) {
-    dtx_acts *a = &m->acts;
-    if (a->mem && a->B == B && a->T == T) return DTX_OK;
-    free(a->mem);
-    free(a->layers);
-    free(a->tokens);
-    free(a->targets);
-    memset(a, 0, sizeof *a);
+/* Lays every activation buffer for a [B, T] batch out from `base` (or only
+ * counts, when base is NULL) and returns the element count. Each buffer
+ * starts on a 64-byte boundary (SIMD loads, and the flash workspace keeps
+ * doubles). */
+static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B, int64_t T) {
     const dtx_config *c = &m->cfg;
     size_t N = (size_t)(B * T), D = (size_t)c->dim, KV = (size_t)m->kv_dim, F = (size_t)c->ffn_dim;
     size_t V = (size_t)c->vocab_size, L = (size_t)c->n_layers;
     dtx_attn_dims ad = attn_dims(m, B, T, 0, 0);
     size_t n_att = dtx_attention_att_size(&ad), n_o = dtx_attention_o_size(&ad);
-    size_t n_rs = dtx_attention_rstd_size(&ad);
-    size_t per_layer = N * (5 * D + 2 * KV + 3 * F + 2) + n_att + 2 * n_o + n_rs;
-    size_t total = (L + 1) * N * D + L * per_layer + N * (D + 1) + 2 * N * V /* probs, dlogits */
-                   + N * (4 * D + 2 * KV + 3 * F);
-    a->mem = dtx_alloc(total, sizeof(real));
-    a->layers = calloc(L, sizeof *a->layers);
-    a->tokens = malloc(N * sizeof(int32_t));
-    a->targets = malloc(N * sizeof(int32_t));
-    if (!a->mem || !a->layers || !a->tokens || !a->targets) {
-        free(a->mem);
-        free(a->layers);
-        free(a->tokens);
-        free(a->targets);
-        memset(a, 0, sizeof *a);
-        return dtx_fail(DTX_ERR_NOMEM, "out of memory for activations of a %lld x %lld batch (%zu values)",
-                        (long long)B, (long long)T, total);
+    size_t n_rs = dtx_attention_rstd_size(&ad), n_work = dtx_attention_flash_workspace_size(&ad);
+    size_t n_lse = (dtx_attention_lse_size(&ad) * sizeof(float) + sizeof(real) - 1) / sizeof(real);
+    size_t off = 0;
+    dtx_layer_acts dummy;
+#define CARVE(ptr, n)                                                   \
+    do {                                                                \
+        real *at_ = base ? base + off : NULL;                           \
+        if (base) (ptr) = at_;                                          \
+        off += ((size_t)(n) + 15) & ~(size_t)15;                        \
+    } while (0)
+    real *resid = NULL, *work = NULL;
+    CARVE(resid, (L + 1) * N * D);
+    CARVE(work, n_work);
+    if (base) {
+        a->resid = resid;
     }
-    real *p = a->mem;
-#define CARVE(ptr, n) do { (ptr) = p; p += (n); } while (0)
-    CARVE(a->resid, (L + 1) * N * D);
     for (size_t l = 0; l < L; l++) {
-        dtx_layer_acts *la = &a->layers[l];
+        dtx_layer_acts *la = base ? &a->layers[l] : &dummy;
+        real *lse = NULL;
         CARVE(la->x_mid, N * D);
         CARVE(la->xn1, N * D);
         CARVE(la->rstd1, N);
@@ -70,6 +62,7 @@ static dtx_status ensure_acts(dtx_model *m, int64_t B, int64_t T) {
         CARVE(la->v, N * KV);
         CARVE(la->attn_y, N * D);
         CARVE(la->att.att, n_att);
+        CARVE(lse, n_lse);
         CARVE(la->att.o1, n_o);
         CARVE(la->att.o2, n_o);
         CARVE(la->att.rstd, n_rs);
@@ -78,6 +71,12 @@ static dtx_status ensure_acts(dtx_model *m, int64_t B, int64_t T) {
         CARVE(la->h1, N * F);
         CARVE(la->h3, N * F);
         CARVE(la->g, N * F);
+        if (base) {
+            la->att.lse = n_lse ? (float *)lse : NULL;
+            la->att.work = n_work ? work : NULL; /* scratch shared by the layers */
+            if (!n_att) la->att.att = NULL;
+            if (!n_o) la->att.o1 = la->att.o2 = la->att.rstd = NULL;
+        }
     }
     CARVE(a->xnf, N * D);
     CARVE(a->rstdf, N);
@@ -93,8 +92,42 @@ static dtx_status ensure_acts(dtx_model *m, int64_t B, int64_t T) {
     CARVE(a->dh3, N * F);
     CARVE(a->dg, N * F);
 #undef CARVE
+    return off;
+}
+
+void dtx_model_free_acts(dtx_model *m) {
+    dtx_acts *a = &m->acts;
+    free(a->mem);
+    free(a->layers);
+    free(a->tokens);
+    free(a->targets);
+    memset(a, 0, sizeof *a);
+}
+
+/* Allocates the activations for a [B, T] batch in one block; reuses the
+ * previous block when the shape and attention implementation are unchanged. */
+static dtx_status ensure_acts(dtx_model *m, int64_t B, int64_t T) {
+    dtx_acts *a = &m->acts;
+    if (a->mem && a->B == B && a->T == T && a->impl == m->attn_impl) return DTX_OK;
+    dtx_model_free_acts(m);
+    size_t N = (size_t)(B * T), L = (size_t)m->cfg.n_layers;
+    dtx_acts probe;
+    memset(&probe, 0, sizeof probe);
+    size_t total = layout_acts(m, &probe, NULL, B, T);
+    a->mem = dtx_alloc(total, sizeof(real));
+    a->layers = calloc(L, sizeof *a->layers);
+    a->tokens = malloc(N * sizeof(int32_t));
+    a->targets = malloc(N * sizeof(int32_t));
+    if (!a->mem || !a->layers || !a->tokens || !a->targets) {
+        dtx_model_free_acts(m);
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory for activations of a %lld x %lld batch (%zu values)",
+                        (long long)B, (long long)T, total);
+    }
+    layout_acts(m, a, a->mem, B, T);
     a->B = B;
     a->T = T;
+    a->impl = m->attn_impl;
+    a->bytes = total * sizeof(real);
     return DTX_OK;
 }
 
@@ -107,16 +140,16 @@ static void attention_block_forward(dtx_model *m, int64_t l, const real *x, real
     dtx_layer_acts *la = &m->acts.layers[l];
     int64_t B = m->acts.B, T = m->acts.T, N = B * T, D = c->dim, KV = m->kv_dim, d = m->head_dim;
     dtx_rmsnorm_forward(la->xn1, la->rstd1, x, P(o->attn_norm), N, D, c->norm_eps);
-    dtx_matmul_forward(la->q, la->xn1, P(o->wq), N, D, D);
-    dtx_matmul_forward(la->k, la->xn1, P(o->wk), N, D, KV);
-    dtx_matmul_forward(la->v, la->xn1, P(o->wv), N, D, KV);
+    dtx_matmul_forward(la->q, la->xn1, P(o->wq), N, D, D, m->precision);
+    dtx_matmul_forward(la->k, la->xn1, P(o->wk), N, D, KV, m->precision);
+    dtx_matmul_forward(la->v, la->xn1, P(o->wv), N, D, KV, m->precision);
     dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, 0, D / d, d);
     dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d);
     la->lambda = dtx_model_lambda(m, l);
     dtx_attn_dims ad = attn_dims(m, B, T, l, la->lambda);
     dtx_attention_forward(&ad, la->attn_y, &la->att, la->q, la->k, la->v,
                           c->arch == DTX_ARCH_DIFF ? P(o->subln) : NULL);
-    dtx_matmul_forward(scratch, la->attn_y, P(o->wo), N, D, D);
+    dtx_matmul_forward(scratch, la->attn_y, P(o->wo), N, D, D, m->precision);
     dtx_residual_forward(la->x_mid, x, scratch, N * D);
 }
 
@@ -131,7 +164,7 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
     int diff = c->arch == DTX_ARCH_DIFF;
     real *dattn = a->dx1, *dxn = a->dx2;
     memset(dattn, 0, (size_t)(N * D) * sizeof(real));
-    dtx_matmul_backward(dattn, G(o->wo), dx, la->attn_y, P(o->wo), N, D, D);
+    dtx_matmul_backward(dattn, G(o->wo), dx, la->attn_y, P(o->wo), N, D, D, m->precision);
     memset(a->dq, 0, (size_t)(N * D) * sizeof(real));
     memset(a->dk, 0, (size_t)(N * KV) * sizeof(real));
     memset(a->dv, 0, (size_t)(N * KV) * sizeof(real));
@@ -153,9 +186,9 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
     dtx_rope_backward(a->dq, m->rope_cos, m->rope_sin, B, T, 0, D / d, d);
     dtx_rope_backward(a->dk, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d);
     memset(dxn, 0, (size_t)(N * D) * sizeof(real));
-    dtx_matmul_backward(dxn, G(o->wq), a->dq, la->xn1, P(o->wq), N, D, D);
-    dtx_matmul_backward(dxn, G(o->wk), a->dk, la->xn1, P(o->wk), N, D, KV);
-    dtx_matmul_backward(dxn, G(o->wv), a->dv, la->xn1, P(o->wv), N, D, KV);
+    dtx_matmul_backward(dxn, G(o->wq), a->dq, la->xn1, P(o->wq), N, D, D, m->precision);
+    dtx_matmul_backward(dxn, G(o->wk), a->dk, la->xn1, P(o->wk), N, D, KV, m->precision);
+    dtx_matmul_backward(dxn, G(o->wv), a->dv, la->xn1, P(o->wv), N, D, KV, m->precision);
     dtx_rmsnorm_backward(dx, G(o->attn_norm), dxn, x, P(o->attn_norm), la->rstd1, N, D);
 }
 
@@ -168,10 +201,10 @@ static void ffn_block_forward(dtx_model *m, int64_t l, real *out, real *scratch)
     dtx_layer_acts *la = &m->acts.layers[l];
     int64_t N = m->acts.B * m->acts.T, D = c->dim, F = c->ffn_dim;
     dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps);
-    dtx_matmul_forward(la->h1, la->xn2, P(o->w1), N, D, F);
-    dtx_matmul_forward(la->h3, la->xn2, P(o->w3), N, D, F);
+    dtx_matmul_forward(la->h1, la->xn2, P(o->w1), N, D, F, m->precision);
+    dtx_matmul_forward(la->h3, la->xn2, P(o->w3), N, D, F, m->precision);
     dtx_swiglu_forward(la->g, la->h1, la->h3, N * F);
-    dtx_matmul_forward(scratch, la->g, P(o->w2), N, F, D);
+    dtx_matmul_forward(scratch, la->g, P(o->w2), N, F, D, m->precision);
     dtx_residual_forward(out, la->x_mid, scratch, N * D);
 }
 
@@ -184,13 +217,13 @@ static void ffn_block_backward(dtx_model *m, int64_t l, real *dx) {
     int64_t N = a->B * a->T, D = c->dim, F = c->ffn_dim;
     size_t nf = (size_t)(N * F) * sizeof(real);
     memset(a->dg, 0, nf);
-    dtx_matmul_backward(a->dg, G(o->w2), dx, la->g, P(o->w2), N, F, D);
+    dtx_matmul_backward(a->dg, G(o->w2), dx, la->g, P(o->w2), N, F, D, m->precision);
     memset(a->dh1, 0, nf);
     memset(a->dh3, 0, nf);
     dtx_swiglu_backward(a->dh1, a->dh3, a->dg, la->h1, la->h3, N * F);
     memset(a->dx2, 0, (size_t)(N * D) * sizeof(real));
-    dtx_matmul_backward(a->dx2, G(o->w1), a->dh1, la->xn2, P(o->w1), N, D, F);
-    dtx_matmul_backward(a->dx2, G(o->w3), a->dh3, la->xn2, P(o->w3), N, D, F);
+    dtx_matmul_backward(a->dx2, G(o->w1), a->dh1, la->xn2, P(o->w1), N, D, F, m->precision);
+    dtx_matmul_backward(a->dx2, G(o->w3), a->dh3, la->xn2, P(o->w3), N, D, F, m->precision);
     dtx_rmsnorm_backward(dx, G(o->ffn_norm), a->dx2, la->x_mid, P(o->ffn_norm), la->rstd2, N, D);
 }
 
@@ -230,7 +263,7 @@ dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t 
     }
     real *xL = a->resid + (size_t)(L * N * D);
     dtx_rmsnorm_forward(a->xnf, a->rstdf, xL, P(m->final_norm), N, D, c->norm_eps);
-    dtx_matmul_forward(a->probs, a->xnf, P(m->out_w), N, D, V);
+    dtx_matmul_forward(a->probs, a->xnf, P(m->out_w), N, D, V, m->precision);
     if (logits) memcpy(logits, a->probs, (size_t)(N * V) * sizeof(real));
     if (targets) {
         double l = dtx_crossentropy_forward(a->probs, a->probs, a->targets, N, V);
@@ -249,7 +282,7 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
     memset(a->dlogits, 0, (size_t)(N * V) * sizeof(real));
     dtx_crossentropy_backward(a->dlogits, a->probs, a->targets, N, V, loss_scale / (double)N);
     memset(a->dx1, 0, (size_t)(N * D) * sizeof(real));
-    dtx_matmul_backward(a->dx1, G(m->out_w), a->dlogits, a->xnf, P(m->out_w), N, D, V);
+    dtx_matmul_backward(a->dx1, G(m->out_w), a->dlogits, a->xnf, P(m->out_w), N, D, V, m->precision);
     memset(a->dresid, 0, (size_t)(N * D) * sizeof(real));
     real *xL = a->resid + (size_t)(L * N * D);
     dtx_rmsnorm_backward(a->dresid, G(m->final_norm), a->dx1, xL, P(m->final_norm), a->rstdf, N, D);

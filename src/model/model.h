@@ -35,6 +35,8 @@ typedef struct {
 
 typedef struct {
     int64_t B, T;          /* the shape these buffers were sized for      */
+    dtx_attn_impl impl;    /* ... and the attention implementation        */
+    size_t bytes;          /* size of mem                                 */
     real *mem;             /* one allocation holding everything below      */
     real *resid;           /* [L + 1, N, D]: block inputs, then the output */
     dtx_layer_acts *layers;
@@ -61,6 +63,8 @@ struct dtx_model {
     dtx_layer_offsets *layers;
     real *rope_cos, *rope_sin; /* [max_seq_len, head_dim/2] */
     dtx_acts acts;
+    dtx_precision precision;  /* of every matrix product (default FP32) */
+    dtx_attn_impl attn_impl;  /* FLASH by default; PLAIN is the reference  */
     /* metadata keys read from a file that difftx does not use: kept, and
      * written back on save (interop.md). */
     int n_extra_meta;
@@ -72,5 +76,10 @@ dtx_status dtx_model_alloc(dtx_model **out, const dtx_config *c);
 /* λ of one DIFF layer from its four vectors; e1, e2 receive the exponentials. */
 double dtx_model_lambda_parts(const dtx_model *m, int64_t layer, double *e1, double *e2);
 dtx_status dtx_model_ensure_grads(dtx_model *m);
+/* Chooses the attention implementation (tests compare the two). */
+void dtx_model_set_attention(dtx_model *m, dtx_attn_impl impl);
+void dtx_model_free_acts(dtx_model *m);
+/* Bytes held by the activations of the last forward (0 before any). */
+size_t dtx_model_activation_bytes(const dtx_model *m);
 
 #endif

@@ -68,6 +68,7 @@ dtx_status dtx_model_alloc(dtx_model **out, const dtx_config *c) {
     dtx_model *m = calloc(1, sizeof *m);
     if (!m) return dtx_fail(DTX_ERR_NOMEM, "out of memory allocating a model");
     m->cfg = *c;
+    m->attn_impl = DTX_ATTN_FLASH;
     m->head_dim = dtx_config_head_dim(c);
     m->kv_dim = c->dim / c->n_heads * c->n_kv_heads;
     int cap = (int)(2 + 14 * c->n_layers + 2);
@@ -118,17 +119,10 @@ dtx_status dtx_model_init(dtx_model **out, const dtx_config *c, uint64_t seed) {
     return DTX_OK;
 }
 
-static void free_acts(dtx_acts *a) {
-    free(a->mem);
-    free(a->layers);
-    free(a->tokens);
-    free(a->targets);
-    memset(a, 0, sizeof *a);
-}
 
 void dtx_model_free(dtx_model *m) {
     if (!m) return;
-    free_acts(&m->acts);
+    dtx_model_free_acts(m);
     for (int i = 0; i < m->n_extra_meta; i++) {
         free(m->extra_meta_keys[i]);
         free(m->extra_meta_values[i]);
@@ -182,6 +176,28 @@ dtx_real *dtx_model_params(dtx_model *m) { return m->params; }
 dtx_real *dtx_model_grads(dtx_model *m) {
     if (dtx_model_ensure_grads(m)) return NULL;
     return m->grads;
+}
+
+dtx_status dtx_model_set_precision(dtx_model *m, dtx_precision p) {
+    if (p != DTX_PREC_FP32 && p != DTX_PREC_BF16)
+        return dtx_fail(DTX_ERR_ARG, "unknown matmul precision %d (expected fp32 = %d or bf16 = %d)", (int)p,
+                        (int)DTX_PREC_FP32, (int)DTX_PREC_BF16);
+    m->precision = p;
+    return DTX_OK;
+}
+
+dtx_precision dtx_model_precision(const dtx_model *m) { return m->precision; }
+
+void dtx_model_set_attention(dtx_model *m, dtx_attn_impl impl) { m->attn_impl = impl; }
+
+size_t dtx_model_activation_bytes(const dtx_model *m) { return m->acts.bytes; }
+
+const char *dtx_precision_name(dtx_precision p) {
+    switch (p) {
+    case DTX_PREC_FP32: return "fp32";
+    case DTX_PREC_BF16: return "bf16";
+    }
+    return "unknown";
 }
 
 double dtx_model_lambda_parts(const dtx_model *m, int64_t layer, double *e1, double *e2) {

@@ -163,13 +163,13 @@ typedef struct {
 
 static double mm_loss(void *c) {
     mm_ctx *m = c;
-    dtx_matmul_forward(m->out, m->x, m->w, m->M, m->K, m->N);
+    dtx_matmul_forward(m->out, m->x, m->w, m->M, m->K, m->N, DTX_PREC_FP32);
     return dot_all(m->out, m->R, (size_t)(m->M * m->N));
 }
 
 static void mm_backward(void *c, real *const *g) {
     mm_ctx *m = c;
-    dtx_matmul_backward(g[0], g[1], m->R, m->x, m->w, m->M, m->K, m->N);
+    dtx_matmul_backward(g[0], g[1], m->R, m->x, m->w, m->M, m->K, m->N, DTX_PREC_FP32);
 }
 
 static mm_ctx mm_make(dtx_rng *r, int64_t M, int64_t K, int64_t N) {
@@ -189,9 +189,9 @@ TEST(kernel_matmul_fd) {
     fd_run(&p, 11);
     /* Optional outputs: NULL skips one side and leaves the other unchanged. */
     real *dx = alloc_r(35), *dw = alloc_r(42), *dx2 = alloc_r(35), *dw2 = alloc_r(42);
-    dtx_matmul_backward(dx, dw, m.R, m.x, m.w, 5, 7, 6);
-    dtx_matmul_backward(dx2, NULL, m.R, m.x, m.w, 5, 7, 6);
-    dtx_matmul_backward(NULL, dw2, m.R, m.x, m.w, 5, 7, 6);
+    dtx_matmul_backward(dx, dw, m.R, m.x, m.w, 5, 7, 6, DTX_PREC_FP32);
+    dtx_matmul_backward(dx2, NULL, m.R, m.x, m.w, 5, 7, 6, DTX_PREC_FP32);
+    dtx_matmul_backward(NULL, dw2, m.R, m.x, m.w, 5, 7, 6, DTX_PREC_FP32);
     CHECK(max_diff(dx, dx2, 35) == 0 && max_diff(dw, dw2, 42) == 0);
     free(dx), free(dw), free(dx2), free(dw2);
     mm_free(&m);
@@ -215,8 +215,8 @@ TEST(kernel_matmul_tiles_match_naive) {
             }
             ref[i * N + j] = s;
         }
-    dtx_matmul_forward(m.out, m.x, m.w, M, K, N);
-    dtx_matmul_backward(dx, dw, m.R, m.x, m.w, M, K, N);
+    dtx_matmul_forward(m.out, m.x, m.w, M, K, N, DTX_PREC_FP32);
+    dtx_matmul_backward(dx, dw, m.R, m.x, m.w, M, K, N, DTX_PREC_FP32);
     CHECK(rel_err(m.out, ref, (size_t)(M * N), 1, 1e-30) < 1e-13);
     CHECK(rel_err(dx, rdx, (size_t)(M * K), 1, 1e-30) < 1e-13);
     CHECK(rel_err(dw, rdw, (size_t)(N * K), 1, 1e-30) < 1e-13);
@@ -748,7 +748,7 @@ TEST(kernel_thread_count_invariant) {
         at_forward(&m);
         dtx_attention_backward(&m.a, res[run][0], res[run][1], res[run][2], res[run][3], &dl[run], m.R,
                                m.out, &m.s, m.q, m.k, m.v, m.gamma);
-        dtx_matmul_backward(res[run][4], res[run][5], mm.R, mm.x, mm.w, mm.M, mm.K, mm.N);
+        dtx_matmul_backward(res[run][4], res[run][5], mm.R, mm.x, mm.w, mm.M, mm.K, mm.N, DTX_PREC_FP32);
         ce[run] = dtx_crossentropy_forward(probs, logits, tgt, 90, 80);
     }
     omp_set_num_threads(saved);

@@ -35,7 +35,7 @@ TEST(kernel_f32_matmul_accuracy) {
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++)
             for (int64_t k = 0; k < K; k++) ref[i * N + j] += (double)x[i * K + k] * w[j * K + k];
-    dtx_matmul_forward(out, x, w, M, K, N);
+    dtx_matmul_forward(out, x, w, M, K, N, DTX_PREC_FP32);
     double e = err_vs(out, ref, (size_t)(M * N));
     CHECKF(e < 1e-5, "matmul f32 error %.3g", e);
     free(x), free(w), free(out), free(ref);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "model/model.h"
 #include "test.h"
 
 static dtx_config small_config(dtx_arch arch, int gqa, int tied) {
@@ -32,10 +33,11 @@ static double loss_of(dtx_model *m, const int32_t *x, const int32_t *y, int64_t 
     return loss;
 }
 
-static void fd_check(dtx_arch arch, int gqa, int tied) {
+static void fd_check_impl(dtx_arch arch, int gqa, int tied, dtx_attn_impl impl) {
     dtx_config c = small_config(arch, gqa, tied);
     dtx_model *m;
     REQUIRE(dtx_model_init(&m, &c, 7) == DTX_OK);
+    dtx_model_set_attention(m, impl);
     double *p = dtx_model_params(m);
     dtx_rng rng;
     dtx_rng_seed(&rng, 11);
@@ -94,6 +96,11 @@ static void fd_check(dtx_arch arch, int gqa, int tied) {
     dtx_model_free(m);
 }
 
+/* The model's default attention is the fused flash kernel. */
+static void fd_check(dtx_arch arch, int gqa, int tied) { fd_check_impl(arch, gqa, tied, DTX_ATTN_FLASH); }
+
+TEST(model_fd_plain_attention_diff_gqa) { fd_check_impl(DTX_ARCH_DIFF, 1, 0, DTX_ATTN_PLAIN); }
+TEST(model_fd_plain_attention_transformer_gqa) { fd_check_impl(DTX_ARCH_TRANSFORMER, 1, 1, DTX_ATTN_PLAIN); }
 TEST(model_fd_diff_mha_tied) { fd_check(DTX_ARCH_DIFF, 0, 1); }
 TEST(model_fd_diff_mha_untied) { fd_check(DTX_ARCH_DIFF, 0, 0); }
 TEST(model_fd_diff_gqa_tied) { fd_check(DTX_ARCH_DIFF, 1, 1); }

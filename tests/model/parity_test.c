@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "io/safetensors.h"
+#include "model/model.h"
 #include "test.h"
 
 #define TOL 1e-4
@@ -92,9 +93,10 @@ static void compare_all(fixture *fx, const char *prefix, const float *buf, const
     }
 }
 
-static void parity_forward_backward(const char *name) {
+static void parity_forward_backward_impl(const char *name, dtx_attn_impl impl) {
     fixture fx;
     if (!fixture_open(&fx, name)) { fixture_close(&fx); return; }
+    dtx_model_set_attention(fx.m, impl);
     const dtx_config *c = dtx_model_config(fx.m);
     size_t nlog = (size_t)(fx.B * fx.T * c->vocab_size);
     float *logits = malloc(nlog * sizeof(float));
@@ -113,6 +115,12 @@ static void parity_forward_backward(const char *name) {
     free(ref_loss);
     fixture_close(&fx);
 }
+
+static void parity_forward_backward(const char *name) { parity_forward_backward_impl(name, DTX_ATTN_FLASH); }
+
+/* The plain materialised attention (the reference kernel) matches too. */
+TEST(parity_plain_attention_diff_gqa_untied) { parity_forward_backward_impl("diff_gqa_untied", DTX_ATTN_PLAIN); }
+TEST(parity_plain_attention_tf_gqa_tied) { parity_forward_backward_impl("tf_gqa_tied", DTX_ATTN_PLAIN); }
 
 static dtx_optim_config fixture_optim(const dtx_st_file *ex) {
     dtx_optim_config o = dtx_optim_default();

@@ -1,0 +1,1243 @@
+/* bench/bench.c: `make bench` (README "Performance").
+ *
+ * One run, one thread count (OMP_NUM_THREADS, default: all cores):
+ *   1. this machine's fp32 and bf16 FMA peak (AVX-512, every thread);
+ *   2. training step (forward + backward + AdamW) and forward pass of DIFF and
+ *      the parameter-matched Transformer, fp32 and bf16, on configs S and L;
+ *      tokens/s, model-FLOPs utilisation, peak RSS, DIFF/baseline ratio;
+ *   3. the same models in PyTorch (tools/bench_torch.py), side by side;
+ *   4. attention memory at T = 1K, 4K, 16K (config S, one layer, batch 1),
+ *      fused flash kernel vs the plain one: computed and measured;
+ *   5. one training step at T = 16384 (config S, DIFF, batch 1): RSS and time;
+ *   6. the peak again (was the machine disturbed?).
+ * Every measured configuration runs in a child process of its own (this
+ * program re-executed with --serve, or python3 tools/bench_torch.py --serve),
+ * so each peak RSS is that configuration's alone. The DIFF and the baseline
+ * children are driven in lockstep, A B A B, one step per command; both stay
+ * alive between steps unless the machine's memory cannot hold both.
+ *
+ * Usage: bench/bench [--quick] [--out FILE] [--steps N] [--no-torch]
+ *                    [--sections peak,train,torch,attn,long]
+ *        bench/bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]
+ * Internal: --serve ..., --attn-child ....                                   */
+#include <errno.h>
+#include <immintrin.h>
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "difftx.h"
+#include "kernels/kernels.h"
+
+extern char **environ;
+
+#define MAXSTEPS 16
+static const char *self_exe = "/proc/self/exe";
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A "VmHWM:" style field of /proc/self/status, in KiB (-1 if absent). */
+static long proc_status_kib(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long v = -1;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n)) {
+            v = strtol(line + n, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+static long meminfo_kib(const char *key) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long v = -1;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n)) {
+            v = strtol(line + n, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n) {
+    if (n <= 0) return NAN;
+    double t[MAXSTEPS];
+    memcpy(t, v, (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* ===================================================================== peak */
+
+#define NACC 24
+#define REP24(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) \
+                 X(12) X(13) X(14) X(15) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
+
+/* NACC independent chains of vfmadd231ps on zmm: 16 lanes × 2 flops each. */
+__attribute__((noinline, target("avx512f"))) static float fma_loop(long iters, float seed) {
+    __m512 a = _mm512_set1_ps(0.9999999f), b = _mm512_set1_ps(1e-7f);
+#define DECL(i) __m512 c##i = _mm512_set1_ps(seed + (float)(i));
+    REP24(DECL)
+#undef DECL
+    for (long it = 0; it < iters; it++) {
+#define STEP(i) c##i = _mm512_fmadd_ps(c##i, a, b);
+        REP24(STEP)
+#undef STEP
+        __asm__ volatile("" ::: "memory");
+    }
+    __m512 s = _mm512_setzero_ps();
+#define SUM(i) s = _mm512_add_ps(s, c##i);
+    REP24(SUM)
+#undef SUM
+    return _mm512_reduce_add_ps(s);
+}
+
+#ifdef __AVX512BF16__
+/* NACC chains of vdpbf16ps: each of the 16 fp32 lanes adds two bf16
+ * products, i.e. 32 multiply-adds = 64 flops per instruction. */
+__attribute__((noinline)) static float bf16_loop(long iters, float seed) {
+    __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+    __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(seed * 1e-3f));
+#define DECL(i) __m512 c##i = _mm512_set1_ps((float)(i));
+    REP24(DECL)
+#undef DECL
+    for (long it = 0; it < iters; it++) {
+#define STEP(i) c##i = _mm512_dpbf16_ps(c##i, a, b);
+        REP24(STEP)
+#undef STEP
+        __asm__ volatile("" ::: "memory");
+    }
+    __m512 s = _mm512_setzero_ps();
+#define SUM(i) s = _mm512_add_ps(s, c##i);
+    REP24(SUM)
+#undef SUM
+    return _mm512_reduce_add_ps(s);
+}
+#endif
+
+static volatile float peak_sink;
+
+/* GFLOP/s of all threads together: best of `trials` runs of ~0.25 s each. */
+static double measure_peak(int bf16, int trials) {
+#ifndef __AVX512BF16__
+    if (bf16) return NAN;
+#endif
+    double flops_per_iter = NACC * (bf16 ? 64.0 : 32.0);
+    long iters = 1L << 16;
+    int nt = omp_get_max_threads();
+    double best = 0;
+    for (int trial = -1; trial < trials;) {
+        float sink = 0;
+        double t0 = now_s();
+#pragma omp parallel reduction(+ : sink)
+        {
+            float seed = (float)omp_get_thread_num();
+#ifdef __AVX512BF16__
+            sink += bf16 ? bf16_loop(iters, seed) : fma_loop(iters, seed);
+#else
+            sink += fma_loop(iters, seed);
+#endif
+        }
+        double dt = now_s() - t0;
+        peak_sink = sink;
+        if (dt < 0.2) { /* calibrating */
+            iters *= 2;
+            continue;
+        }
+        double g = flops_per_iter * (double)iters * nt / dt / 1e9;
+        if (trial >= 0 && g > best) best = g;
+        trial++;
+    }
+    return best;
+}
+
+/* ================================================================= configs */
+
+typedef struct {
+    const char *name;
+    int64_t dim, layers, heads, ffn, vocab, T, B; /* heads: DIFF heads (baseline 2×) */
+} bcfg;
+
+static const bcfg CFG_S = {"S", 512, 8, 4, 1408, 8192, 1024, 8};
+static const bcfg CFG_L = {"L", 768, 12, 6, 2048, 8192, 2048, 4};
+static const bcfg CFG_S16K = {"S16K", 512, 8, 4, 1408, 8192, 16384, 1};
+
+static int find_cfg(const char *name, bcfg *out) {
+    if (!strcmp(name, "S")) *out = CFG_S;
+    else if (!strcmp(name, "L")) *out = CFG_L;
+    else if (!strcmp(name, "S16K")) *out = CFG_S16K;
+    else return -1;
+    return 0;
+}
+
+static dtx_config make_config(const bcfg *b, int diff) {
+    dtx_config c = dtx_config_default();
+    c.arch = DTX_ARCH_DIFF;
+    c.dim = b->dim;
+    c.n_layers = b->layers;
+    c.n_heads = b->heads;
+    c.n_kv_heads = b->heads; /* MHA */
+    c.vocab_size = b->vocab;
+    c.ffn_dim = b->ffn;
+    c.max_seq_len = b->T;
+    c.tie_embeddings = 0; /* untied, LLaMA style (the FLOPs are the same either way) */
+    return diff ? c : dtx_config_baseline(&c);
+}
+
+/* Model FLOPs per token (README "Performance"):
+ *   forward = 2 · (every matmul weight: q, k, v, o, w1, w2, w3 of each layer
+ *             and the output projection; not the embedding lookup)
+ *           + per layer, causal attention with T/2 keys on average:
+ *             QKᵀ 2·(T/2)·(NQ·d) = T·dim for both archs;
+ *             PV  T·dim for the Transformer, 2·T·dim for DIFF (A1·V and A2·V
+ *             at the value width 2d: its true, doubled cost, spec §5.1);
+ *   training = 3 × forward. */
+static double model_flops_fwd(const dtx_config *c, int64_t T) {
+    double D = (double)c->dim, F = (double)c->ffn_dim, V = (double)c->vocab_size;
+    double kv = D * (double)c->n_kv_heads / (double)c->n_heads;
+    double per_layer_w = D * D * 2 + 2 * D * kv + 3 * D * F;
+    double w = per_layer_w * (double)c->n_layers + D * V;
+    double attn = (double)c->n_layers * (double)T * D * (c->arch == DTX_ARCH_DIFF ? 3.0 : 2.0);
+    return 2 * w + attn;
+}
+
+/* ================================================================ children */
+
+typedef struct {
+    pid_t pid;
+    FILE *in, *out;
+    int alive;
+    long maxrss_kib;  /* from wait4 once it has exited */
+    char why[160];    /* failure reason */
+} child;
+
+/* environ with `unset` removed and `set` ("K=V") entries added/overriding. */
+static char **make_env(const char *const *unset, const char *const *set) {
+    size_t n = 0;
+    while (environ[n]) n++;
+    size_t ns = 0;
+    while (set && set[ns]) ns++;
+    char **e = calloc(n + ns + 1, sizeof *e);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int drop = 0;
+        const char *eq = strchr(environ[i], '=');
+        size_t klen = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+        for (size_t j = 0; unset && unset[j]; j++)
+            if (strlen(unset[j]) == klen && !strncmp(unset[j], environ[i], klen)) drop = 1;
+        for (size_t j = 0; j < ns; j++)
+            if (!strncmp(set[j], environ[i], klen) && set[j][klen] == '=') drop = 1;
+        if (!drop) e[k++] = environ[i];
+    }
+    for (size_t j = 0; j < ns; j++) e[k++] = (char *)set[j];
+    e[k] = NULL;
+    return e;
+}
+
+static int child_spawn(child *c, const char *path, char *const argv[], char *const envp[]) {
+    memset(c, 0, sizeof *c);
+    int to[2], from[2];
+    if (pipe(to) || pipe(from)) return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        dup2(to[0], 0);
+        dup2(from[1], 1);
+        close(to[0]);
+        close(to[1]);
+        close(from[0]);
+        close(from[1]);
+        execve(path, argv, envp);
+        fprintf(stderr, "bench: cannot run %s: %s\n", path, strerror(errno));
+        _exit(127);
+    }
+    close(to[0]);
+    close(from[1]);
+    c->pid = pid;
+    c->in = fdopen(to[1], "w");
+    c->out = fdopen(from[0], "r");
+    c->alive = 1;
+    return 0;
+}
+
+static void child_reap(child *c) {
+    if (c->pid <= 0) return;
+    if (c->in) fclose(c->in);
+    c->in = NULL;
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    if (wait4(c->pid, &status, 0, &ru) == c->pid) {
+        c->maxrss_kib = ru.ru_maxrss;
+        if (c->alive && WIFSIGNALED(status))
+            snprintf(c->why, sizeof c->why, "killed by signal %d%s", WTERMSIG(status),
+                     WTERMSIG(status) == SIGKILL ? " (out of memory?)" : "");
+        else if (c->alive && WIFEXITED(status) && WEXITSTATUS(status) && !c->why[0])
+            snprintf(c->why, sizeof c->why, "exit status %d", WEXITSTATUS(status));
+    }
+    if (c->out) fclose(c->out);
+    c->out = NULL;
+    c->pid = 0;
+}
+
+/* Reads the child's next protocol line ("ready ...", "ok ...", "err ...");
+ * other lines are passed through to stderr. Returns 0 and the line, or -1. */
+static int child_line(child *c, char *buf, size_t n) {
+    if (!c->alive) return -1;
+    while (fgets(buf, (int)n, c->out)) {
+        if (!strncmp(buf, "ready", 5) || !strncmp(buf, "ok", 2)) return 0;
+        if (!strncmp(buf, "err ", 4)) {
+            buf[strcspn(buf, "\n")] = 0;
+            snprintf(c->why, sizeof c->why, "%s", buf + 4);
+            c->alive = 0;
+            child_reap(c);
+            return -1;
+        }
+        fputs(buf, stderr);
+    }
+    child_reap(c); /* EOF: it died; child_reap records how */
+    c->alive = 0;
+    if (!c->why[0]) snprintf(c->why, sizeof c->why, "exited early");
+    return -1;
+}
+
+/* Sends one command ("train" or "fwd") and reads "ok SECONDS HWM_KIB". */
+static int child_cmd(child *c, const char *cmd, double *secs, long *hwm) {
+    if (!c->alive) return -1;
+    fprintf(c->in, "%s\n", cmd);
+    fflush(c->in);
+    char buf[512];
+    if (child_line(c, buf, sizeof buf)) return -1;
+    double s = NAN;
+    long h = -1;
+    if (sscanf(buf, "ok %lf %ld", &s, &h) < 1) return -1;
+    if (secs) *secs = s;
+    if (hwm) *hwm = h;
+    return 0;
+}
+
+static void child_quit(child *c) {
+    if (c->alive && c->in) {
+        fprintf(c->in, "quit\n");
+        fflush(c->in);
+    }
+    c->alive = 0;
+    child_reap(c);
+}
+
+/* ============================================================ run results */
+
+typedef struct {
+    int ok;
+    char why[160];
+    double warm;                 /* warm-up training step, s */
+    double train[MAXSTEPS];
+    int ntrain;
+    double fwd[MAXSTEPS];
+    int nfwd;
+    long hwm_kib;                /* RSS high-water mark of the child */
+    int64_t batch, micro_batch;  /* sequences per step (PyTorch may differ) */
+    int64_t T;
+} run_result;
+
+static void rr_fail(run_result *r, const child *c) {
+    r->ok = 0;
+    snprintf(r->why, sizeof r->why, "%s", c->why[0] ? c->why : "failed");
+}
+
+typedef struct {
+    const char *path;
+    char *argv[40];
+    char **envp;
+} spawn_spec;
+
+static int start(child *c, const spawn_spec *s, run_result *r, int64_t B, int64_t T) {
+    memset(r, 0, sizeof *r);
+    r->batch = B;
+    r->micro_batch = B;
+    r->T = T;
+    if (child_spawn(c, s->path, s->argv, s->envp)) {
+        snprintf(r->why, sizeof r->why, "cannot start %s", s->path);
+        return -1;
+    }
+    char buf[512];
+    if (child_line(c, buf, sizeof buf)) {
+        rr_fail(r, c);
+        return -1;
+    }
+    long mb = 0;
+    if (sscanf(buf, "ready %ld", &mb) == 1 && mb > 0) r->micro_batch = mb;
+    r->ok = 1;
+    return 0;
+}
+
+static void step(child *c, run_result *r, const char *cmd, const char *label, int i, int n) {
+    if (!r->ok) return;
+    double s;
+    long h;
+    if (child_cmd(c, cmd, &s, &h)) {
+        rr_fail(r, c);
+        fprintf(stderr, "  %-32s %s %d: FAILED (%s)\n", label, cmd, i, r->why);
+        return;
+    }
+    if (h > r->hwm_kib) r->hwm_kib = h;
+    if (!strcmp(cmd, "train")) {
+        if (i == 0) r->warm = s;
+        else if (r->ntrain < MAXSTEPS) r->train[r->ntrain++] = s;
+    } else if (r->nfwd < MAXSTEPS) {
+        r->fwd[r->nfwd++] = s;
+    }
+    fprintf(stderr, "  %-32s %-5s %s%d/%d  %8.2f s\n", label, cmd, i == 0 && !strcmp(cmd, "train") ? "warm " : "",
+            i, n, s);
+}
+
+static void finish(child *c, run_result *r) {
+    int was_ok = r->ok;
+    child_quit(c);
+    if (c->maxrss_kib > r->hwm_kib) r->hwm_kib = c->maxrss_kib;
+    if (was_ok && c->why[0]) {
+        r->ok = 0;
+        snprintf(r->why, sizeof r->why, "%s", c->why);
+    }
+}
+
+/* How many timed steps fit: n, unless a step takes so long that n of them
+ * would exceed budget_s (then fewer, at least 1). */
+static int fit_steps(int n, double step_s, double budget_s) {
+    if (!(step_s > 0)) return n;
+    int k = (int)(budget_s / step_s);
+    return k < 1 ? 1 : (k < n ? k : n);
+}
+
+/* Runs A and B (the DIFF and the baseline child) in lockstep: warm-up A,
+ * warm-up B, then train A, train B, ... and fwd A, fwd B, .... If the
+ * machine cannot hold both (MemAvailable after A's warm-up < 1.2 × A's peak
+ * RSS), A runs to the end before B starts. */
+static void run_pair(const spawn_spec *sa, const spawn_spec *sb, const char *la, const char *lb, int64_t B,
+                     int64_t T, int nsteps, double budget_s, run_result *ra, run_result *rb, int *sequential) {
+    child ca, cb;
+    memset(&cb, 0, sizeof cb);
+    *sequential = 0;
+    start(&ca, sa, ra, B, T);
+    step(&ca, ra, "train", la, 0, nsteps);
+    long avail = meminfo_kib("MemAvailable:");
+    if (ra->ok && avail > 0 && avail < (long)(1.2 * (double)ra->hwm_kib) + 512 * 1024) *sequential = 1;
+    int n = fit_steps(nsteps, ra->ok ? ra->warm * 1.1 : 0, budget_s);
+    if (*sequential) {
+        for (int i = 1; i <= n; i++) step(&ca, ra, "train", la, i, n);
+        for (int i = 1; i <= n; i++) step(&ca, ra, "fwd", la, i, n);
+        finish(&ca, ra);
+        start(&cb, sb, rb, B, T);
+        step(&cb, rb, "train", lb, 0, n);
+        for (int i = 1; i <= n; i++) step(&cb, rb, "train", lb, i, n);
+        for (int i = 1; i <= n; i++) step(&cb, rb, "fwd", lb, i, n);
+        finish(&cb, rb);
+        return;
+    }
+    start(&cb, sb, rb, B, T);
+    step(&cb, rb, "train", lb, 0, n);
+    if (rb->ok) n = fit_steps(n, rb->warm * 1.1, budget_s);
+    for (int i = 1; i <= n; i++) {
+        step(&ca, ra, "train", la, i, n);
+        step(&cb, rb, "train", lb, i, n);
+    }
+    for (int i = 1; i <= n; i++) {
+        step(&ca, ra, "fwd", la, i, n);
+        step(&cb, rb, "fwd", lb, i, n);
+    }
+    finish(&ca, ra);
+    finish(&cb, rb);
+}
+
+/* ============================================================ child: serve */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_next(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+typedef struct {
+    dtx_model *m;
+    dtx_optimizer *opt;
+    int32_t *tok, *tgt;
+    int64_t B, T;
+} bmodel;
+
+static int bmodel_init(bmodel *bm, const bcfg *b, int diff, int bf16, char *err, size_t nerr) {
+    memset(bm, 0, sizeof *bm);
+    dtx_config c = make_config(b, diff);
+    dtx_status st;
+    if ((st = dtx_model_init(&bm->m, &c, 1234)) ||
+        (st = dtx_model_set_precision(bm->m, bf16 ? DTX_PREC_BF16 : DTX_PREC_FP32))) {
+        snprintf(err, nerr, "%s", dtx_last_error());
+        return -1;
+    }
+    dtx_optim_config o = dtx_optim_default();
+    o.lr = 1e-4;
+    o.min_lr = 1e-5;
+    o.total_steps = 1000000;
+    if ((st = dtx_optimizer_init(&bm->opt, bm->m, &o))) {
+        snprintf(err, nerr, "%s", dtx_last_error());
+        return -1;
+    }
+    bm->B = b->B;
+    bm->T = b->T;
+    size_t n = (size_t)(b->B * b->T);
+    bm->tok = malloc(n * sizeof(int32_t));
+    bm->tgt = malloc(n * sizeof(int32_t));
+    if (!bm->tok || !bm->tgt) {
+        snprintf(err, nerr, "out of memory for tokens");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) bm->tok[i] = (int32_t)(rng_next() % (uint64_t)b->vocab);
+    for (size_t i = 0; i + 1 < n; i++) bm->tgt[i] = bm->tok[i + 1];
+    bm->tgt[n - 1] = (int32_t)(rng_next() % (uint64_t)b->vocab);
+    return 0;
+}
+
+static int bmodel_train(bmodel *bm, double *loss, char *err, size_t nerr) {
+    double gn, lr;
+    dtx_model_zero_grad(bm->m);
+    if (dtx_model_forward(bm->m, bm->tok, bm->tgt, bm->B, bm->T, NULL, loss) ||
+        dtx_model_backward(bm->m, 1.0) || dtx_optimizer_step(bm->opt, &gn, &lr)) {
+        snprintf(err, nerr, "%s", dtx_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int bmodel_fwd(bmodel *bm, char *err, size_t nerr) {
+    if (dtx_model_forward(bm->m, bm->tok, NULL, bm->B, bm->T, NULL, NULL)) {
+        snprintf(err, nerr, "%s", dtx_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+/* --serve DIM LAYERS HEADS FFN VOCAB T B ARCH PREC: one model; commands on
+ * stdin ("train", "fwd", "quit"), one answer line each on stdout. */
+static int serve_main(int argc, char **argv) {
+    if (argc != 11) {
+        printf("err --serve needs 9 arguments\n");
+        return 2;
+    }
+    bcfg b = {"custom", atoll(argv[2]), atoll(argv[3]), atoll(argv[4]), atoll(argv[5]),
+              atoll(argv[6]), atoll(argv[7]), atoll(argv[8])};
+    int diff = !strcmp(argv[9], "diff"), bf16 = !strcmp(argv[10], "bf16");
+    char err[300];
+    bmodel bm;
+    if (bmodel_init(&bm, &b, diff, bf16, err, sizeof err)) {
+        printf("err %s\n", err);
+        return 1;
+    }
+    printf("ready %lld %zu\n", (long long)b.B, dtx_model_num_params(bm.m));
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        double t0 = now_s(), loss = NAN;
+        int rc;
+        if (!strncmp(line, "train", 5)) rc = bmodel_train(&bm, &loss, err, sizeof err);
+        else if (!strncmp(line, "fwd", 3)) rc = bmodel_fwd(&bm, err, sizeof err);
+        else break;
+        double dt = now_s() - t0;
+        if (rc) {
+            printf("err %s\n", err);
+            return 1;
+        }
+        if (!strncmp(line, "train", 5) && !isfinite(loss)) {
+            printf("err loss is %g\n", loss);
+            return 1;
+        }
+        printf("ok %.6f %ld %.6f\n", dt, proc_status_kib("VmHWM:"), loss);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* --one CFG ARCH PREC [STEPS]: in this process, for profiling by hand. */
+static int one_main(int argc, char **argv) {
+    bcfg b;
+    if (argc < 5 || find_cfg(argv[2], &b)) {
+        fprintf(stderr, "usage: bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]\n");
+        return 2;
+    }
+    int diff = !strcmp(argv[3], "diff"), bf16 = !strcmp(argv[4], "bf16");
+    int n = argc > 5 ? atoi(argv[5]) : 3;
+    char err[300];
+    bmodel bm;
+    if (bmodel_init(&bm, &b, diff, bf16, err, sizeof err)) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 1;
+    }
+    dtx_config c = make_config(&b, diff);
+    double fl = model_flops_fwd(&c, b.T) * (double)(b.B * b.T);
+    for (int i = 0; i <= n; i++) {
+        double t0 = now_s(), loss;
+        if (bmodel_train(&bm, &loss, err, sizeof err)) {
+            fprintf(stderr, "bench: %s\n", err);
+            return 1;
+        }
+        double dt = now_s() - t0;
+        printf("train %d: %.3f s  %.0f tok/s  %.1f GFLOP/s  loss %.4f\n", i, dt, (double)(b.B * b.T) / dt,
+               3 * fl / dt / 1e9, loss);
+        fflush(stdout);
+    }
+    for (int i = 0; i < n; i++) {
+        double t0 = now_s();
+        if (bmodel_fwd(&bm, err, sizeof err)) {
+            fprintf(stderr, "bench: %s\n", err);
+            return 1;
+        }
+        double dt = now_s() - t0;
+        printf("fwd   %d: %.3f s  %.0f tok/s  %.1f GFLOP/s\n", i, dt, (double)(b.B * b.T) / dt, fl / dt / 1e9);
+        fflush(stdout);
+    }
+    printf("VmHWM %.2f GiB\n", (double)proc_status_kib("VmHWM:") / (1 << 20));
+    return 0;
+}
+
+/* ======================================================= attention memory */
+
+/* Config S's attention for one layer, batch 1. */
+static dtx_attn_dims attn_dims_S(int64_t T, int diff, dtx_attn_impl impl) {
+    dtx_attn_dims a = {.impl = impl, .B = 1, .T = T, .n_heads = diff ? CFG_S.heads : 2 * CFG_S.heads,
+                       .n_kv_heads = diff ? CFG_S.heads : 2 * CFG_S.heads,
+                       .head_dim = CFG_S.dim / (2 * CFG_S.heads), .diff = diff, .lambda = 0.5,
+                       .lambda_init = 0.2, .eps = 1e-5};
+    return a;
+}
+
+/* Bytes the forward keeps for the backward. */
+static double attn_saved_bytes(const dtx_attn_dims *a) {
+    return (double)(dtx_attention_att_size(a) + 2 * dtx_attention_o_size(a) + dtx_attention_rstd_size(a)) *
+               sizeof(real) +
+           (double)dtx_attention_lse_size(a) * sizeof(float);
+}
+
+/* Bytes of scratch the kernel needs besides (the flash workspace). */
+static double attn_scratch_bytes(const dtx_attn_dims *a) {
+    return (double)dtx_attention_flash_workspace_size(a) * sizeof(real);
+}
+
+/* The inputs and outputs of one attention call: q, k, v, out, dout, dq, dk, dv. */
+static double attn_io_bytes(const dtx_attn_dims *a) {
+    double N = (double)(a->B * a->T), D = (double)CFG_S.dim;
+    return 8 * N * D * sizeof(real);
+}
+
+static real *touch_alloc(size_t n, int fill) {
+    real *p = malloc(n * sizeof(real) + 64);
+    if (!p) return NULL;
+    for (size_t i = 0; i < n; i++) p[i] = fill ? (real)((double)(rng_next() >> 11) * 0x1.0p-53 - 0.5) : 0;
+    return p;
+}
+
+/* --attn-child T plain|flash diff|transformer: one forward + backward;
+ * answers "ok SECONDS HWM_KIB RSS_BEFORE_KIB". */
+static int attn_child_main(int argc, char **argv) {
+    if (argc != 5) {
+        printf("err --attn-child needs 3 arguments\n");
+        return 2;
+    }
+    int64_t T = atoll(argv[2]);
+    dtx_attn_impl impl = !strcmp(argv[3], "flash") ? DTX_ATTN_FLASH : DTX_ATTN_PLAIN;
+    int diff = !strcmp(argv[4], "diff");
+    dtx_attn_dims a = attn_dims_S(T, diff, impl);
+    size_t N = (size_t)T, D = (size_t)CFG_S.dim, d = (size_t)a.head_dim;
+    real *q = touch_alloc(N * D, 1), *k = touch_alloc(N * D, 1), *v = touch_alloc(N * D, 1);
+    real *out = touch_alloc(N * D, 0), *dout = touch_alloc(N * D, 1);
+    real *dq = touch_alloc(N * D, 0), *dk = touch_alloc(N * D, 0), *dv = touch_alloc(N * D, 0);
+    real *gamma = touch_alloc(2 * d, 1), *dgamma = touch_alloc(2 * d, 0);
+    if (!q || !k || !v || !out || !dout || !dq || !dk || !dv || !gamma || !dgamma) {
+        printf("err out of memory for the inputs\n");
+        return 1;
+    }
+    long before = proc_status_kib("VmRSS:");
+    dtx_attn_saved s = {0};
+    size_t na = dtx_attention_att_size(&a), nl = dtx_attention_lse_size(&a);
+    size_t no = dtx_attention_o_size(&a), nr = dtx_attention_rstd_size(&a);
+    size_t nw = dtx_attention_flash_workspace_size(&a);
+    /* allocated, not touched: the kernels' own writes decide what becomes resident */
+    if ((na && !(s.att = malloc(na * sizeof(real)))) || (nl && !(s.lse = malloc(nl * sizeof(float)))) ||
+        (no && !(s.o1 = malloc(no * sizeof(real)))) || (no && !(s.o2 = malloc(no * sizeof(real)))) ||
+        (nr && !(s.rstd = malloc(nr * sizeof(real)))) ||
+        (nw && !(s.work = aligned_alloc(64, (nw * sizeof(real) + 63) / 64 * 64)))) {
+        printf("err out of memory for the saved buffers\n");
+        return 1;
+    }
+    printf("ready 1\n");
+    fflush(stdout);
+    double dl = 0, t0 = now_s();
+    dtx_attention_forward(&a, out, &s, q, k, v, diff ? gamma : NULL);
+    dtx_attention_backward(&a, dq, dk, dv, diff ? dgamma : NULL, &dl, dout, out, &s, q, k, v, diff ? gamma : NULL);
+    double dt = now_s() - t0;
+    printf("ok %.6f %ld %ld\n", dt, proc_status_kib("VmHWM:"), before);
+    fflush(stdout);
+    return 0;
+}
+
+/* ================================================================= report */
+
+static char *md;      /* the markdown report */
+static size_t md_len, md_cap;
+
+/* Appends to the report and prints to stdout. */
+static void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void out(const char *fmt, ...) {
+    char buf[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
+    fputs(buf, stdout);
+    fflush(stdout);
+    if (md_len + (size_t)n + 1 > md_cap) {
+        md_cap = 2 * (md_cap + (size_t)n + 1024);
+        md = realloc(md, md_cap);
+    }
+    memcpy(md + md_len, buf, (size_t)n + 1);
+    md_len += (size_t)n;
+}
+
+static const char *fmt_gib(char *buf, double kib) {
+    if (!(kib > 0)) snprintf(buf, 32, "–");
+    else snprintf(buf, 32, "%.2f GiB", kib / (1024.0 * 1024.0));
+    return buf;
+}
+
+static const char *fmt_bytes(char *buf, double b) {
+    if (b == 0) snprintf(buf, 32, "0");
+    else if (b >= 1024.0 * 1024 * 1024) snprintf(buf, 32, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024) snprintf(buf, 32, "%.1f MiB", b / (1024.0 * 1024));
+    else snprintf(buf, 32, "%.0f KiB", b / 1024.0);
+    return buf;
+}
+
+/* tokens/s of a result's median (train or fwd); NAN when not available. */
+static double tps(const run_result *r, int train) {
+    if (!r->ok) return NAN;
+    double m = train ? median(r->train, r->ntrain) : median(r->fwd, r->nfwd);
+    return (double)(r->batch * r->T) / m;
+}
+
+/* ============================================================= main driver */
+
+typedef struct {
+    bcfg c;
+    run_result ours[2][2];   /* [prec][arch: 0 diff, 1 transformer] */
+    run_result torch[2][2];
+    int seq_ours[2], seq_torch[2];
+    int have_ours, have_torch;
+    int64_t torch_batch, torch_micro;
+    size_t nparams[2];
+} cfg_results;
+
+static const char *ARCH[2] = {"diff", "transformer"};
+static const char *PREC[2] = {"fp32", "bf16"};
+
+static void serve_spec(spawn_spec *s, char store[][32], const bcfg *b, int arch, int prec, char **envp) {
+    s->path = self_exe;
+    s->envp = envp;
+    int64_t v[7] = {b->dim, b->layers, b->heads, b->ffn, b->vocab, b->T, b->B};
+    int k = 0;
+    s->argv[k++] = "bench";
+    s->argv[k++] = "--serve";
+    for (int i = 0; i < 7; i++) {
+        snprintf(store[i], 32, "%lld", (long long)v[i]);
+        s->argv[k++] = store[i];
+    }
+    s->argv[k++] = (char *)ARCH[arch];
+    s->argv[k++] = (char *)PREC[prec];
+    s->argv[k] = NULL;
+}
+
+static void torch_spec(spawn_spec *s, char store[][32], const bcfg *b, int64_t batch, int64_t micro, int arch,
+                       int prec, int threads, const char *python, const char *script, const char *attn,
+                       char **envp) {
+    s->path = python;
+    s->envp = envp;
+    int k = 0;
+    s->argv[k++] = (char *)python;
+    s->argv[k++] = (char *)script;
+    s->argv[k++] = "--serve";
+    const char *keys[] = {"--dim", "--layers", "--heads", "--ffn", "--vocab", "--seq", "--batch", "--micro-batch",
+                          "--threads"};
+    int64_t heads = arch == 0 ? b->heads : 2 * b->heads;
+    int64_t v[] = {b->dim, b->layers, heads, b->ffn, b->vocab, b->T, batch, micro, threads};
+    for (int i = 0; i < 9; i++) {
+        snprintf(store[i], 32, "%lld", (long long)v[i]);
+        s->argv[k++] = (char *)keys[i];
+        s->argv[k++] = store[i];
+    }
+    s->argv[k++] = "--arch";
+    s->argv[k++] = (char *)ARCH[arch];
+    s->argv[k++] = "--prec";
+    s->argv[k++] = (char *)PREC[prec];
+    s->argv[k++] = "--attn";
+    s->argv[k++] = (char *)attn;
+    s->argv[k] = NULL;
+}
+
+static int file_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch] [--torch-attn ref|fused]\n"
+            "             [--openblas DIR] [--python PATH]\n"
+            "             [--sections peak,train,torch,attn,long]\n"
+            "       bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--serve")) return serve_main(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "--attn-child")) return attn_child_main(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "--one")) return one_main(argc, argv);
+
+    int quick = 0, tiny = 0, steps = 3, no_torch = 0;
+    const char *outfile = "bench/results.md", *sections = "peak,train,torch,attn,long";
+    const char *python = "/usr/bin/python3", *script = "tools/bench_torch.py", *torch_attn = "fused";
+    const char *openblas_dir = "build/openblas";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--tiny")) tiny = quick = 1;
+        else if (!strcmp(argv[i], "--no-torch")) no_torch = 1;
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) outfile = argv[++i];
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sections") && i + 1 < argc) sections = argv[++i];
+        else if (!strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
+        else if (!strcmp(argv[i], "--torch-attn") && i + 1 < argc) torch_attn = argv[++i];
+        else if (!strcmp(argv[i], "--openblas") && i + 1 < argc) openblas_dir = argv[++i];
+        else {
+            usage();
+            return 2;
+        }
+    }
+    if (steps < 1) steps = 1;
+    if (steps > MAXSTEPS - 1) steps = MAXSTEPS - 1;
+    if (quick && steps > 2) steps = 2;
+    int do_peak = !!strstr(sections, "peak"), do_train = !!strstr(sections, "train");
+    int do_torch = !!strstr(sections, "torch") && !no_torch, do_attn = !!strstr(sections, "attn");
+    int do_long = !!strstr(sections, "long") && !quick;
+    /* seconds of timed steps per (config, precision, arch); steps are cut to fit */
+    double budget = quick ? 60 : 150;
+    int threads = omp_get_max_threads();
+    double t_start = now_s();
+
+    /* children: same thread count; PyTorch with its fastest settings */
+    char omp_n[32];
+    snprintf(omp_n, sizeof omp_n, "OMP_NUM_THREADS=%d", threads);
+    const char *our_set[] = {omp_n, NULL};
+    char **our_env = make_env(NULL, our_set);
+    char local_blas[512];
+    snprintf(local_blas, sizeof local_blas, "%s/usr/lib/x86_64-linux-gnu/openblas-pthread", openblas_dir);
+    const char *blas_dirs[] = {"/usr/lib/x86_64-linux-gnu/openblas-pthread", local_blas, NULL};
+    const char *blas = NULL;
+    for (int i = 0; blas_dirs[i]; i++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/libblas.so.3", blas_dirs[i]);
+        if (file_exists(p)) {
+            blas = blas_dirs[i];
+            break;
+        }
+    }
+    static char ld_path[600];
+    if (blas) {
+        char abs[512];
+        if (blas[0] != '/' && getcwd(abs, sizeof abs)) snprintf(ld_path, sizeof ld_path, "LD_LIBRARY_PATH=%s/%s", abs, blas);
+        else snprintf(ld_path, sizeof ld_path, "LD_LIBRARY_PATH=%s", blas);
+    }
+    const char *torch_unset[] = {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", NULL};
+    const char *torch_set[] = {"OMP_WAIT_POLICY=PASSIVE", omp_n, blas ? ld_path : NULL, NULL};
+    char **torch_env = make_env(torch_unset, torch_set);
+    if (do_torch && (!file_exists(python) || !file_exists(script))) {
+        fprintf(stderr, "bench: %s or %s missing: skipping PyTorch\n", python, script);
+        do_torch = 0;
+    }
+
+    /* ---- header */
+    char date[64];
+    time_t tt = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", localtime(&tt));
+    char cpu[128] = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "model name", 10)) {
+                char *p = strchr(line, ':');
+                if (p) snprintf(cpu, sizeof cpu, "%s", p + 2);
+                cpu[strcspn(cpu, "\n")] = 0;
+                break;
+            }
+        fclose(f);
+    }
+    char cmdline[512] = "";
+    for (int i = 0; i < argc; i++) {
+        strncat(cmdline, i ? " " : "", sizeof cmdline - strlen(cmdline) - 1);
+        strncat(cmdline, argv[i], sizeof cmdline - strlen(cmdline) - 1);
+    }
+    out("# difftx benchmark%s\n\n", quick ? " (QUICK)" : "");
+    out("- date: %s\n- command: `%s`\n- machine: %s, %ld online CPUs, %.1f GiB memory\n", date, cmdline, cpu, sysconf(_SC_NPROCESSORS_ONLN),
+        (double)meminfo_kib("MemTotal:") / (1 << 20));
+    out("- threads: %d (OpenMP, every measurement including PyTorch)\n", threads);
+
+    /* ---- 1. peak */
+    double pk32 = NAN, pk16 = NAN;
+    if (do_peak) {
+        fprintf(stderr, "measuring the FMA peak...\n");
+        pk32 = measure_peak(0, 5);
+        pk16 = measure_peak(1, 5);
+        out("- measured peak (start): fp32 %.1f GFLOP/s (vfmadd231ps zmm, 32 flops each), "
+            "bf16 %.1f GFLOP/s (vdpbf16ps zmm, 64 flops each); best of 5 × ~0.25 s on %d threads\n",
+            pk32, pk16, threads);
+    }
+    out("\n");
+
+    /* ---- 2, 3. training and forward, ours and PyTorch */
+    bcfg cfgs[2];
+    int ncfg = 0;
+    if (tiny) { /* a harness smoke test: seconds, meaningless numbers */
+        cfgs[0] = (bcfg){"tiny", 128, 2, 2, 352, 512, 128, 2};
+        ncfg = 1;
+    } else if (quick) {
+        cfgs[0] = CFG_S;
+        cfgs[0].B = 2;
+        ncfg = 1;
+    } else {
+        cfgs[0] = CFG_S;
+        cfgs[1] = CFG_L;
+        ncfg = 2;
+    }
+    cfg_results *res = calloc((size_t)ncfg, sizeof *res);
+    for (int ci = 0; ci < ncfg && (do_train || do_torch); ci++) {
+        cfg_results *R = &res[ci];
+        R->c = cfgs[ci];
+        const bcfg *b = &R->c;
+        for (int a = 0; a < 2; a++) {
+            dtx_config c = make_config(b, a == 0);
+            dtx_model *m;
+            if (!dtx_model_init(&m, &c, 1)) {
+                R->nparams[a] = dtx_model_num_params(m);
+                dtx_model_free(m);
+            }
+        }
+        if (do_train) {
+            R->have_ours = 1;
+            for (int p = 0; p < 2; p++) {
+                spawn_spec sa, sb;
+                char st_a[8][32], st_b[8][32], la[64], lb[64];
+                serve_spec(&sa, st_a, b, 0, p, our_env);
+                serve_spec(&sb, st_b, b, 1, p, our_env);
+                snprintf(la, sizeof la, "difftx %s diff %s", b->name, PREC[p]);
+                snprintf(lb, sizeof lb, "difftx %s transformer %s", b->name, PREC[p]);
+                run_pair(&sa, &sb, la, lb, b->B, b->T, steps, budget, &R->ours[p][0], &R->ours[p][1],
+                         &R->seq_ours[p]);
+            }
+        }
+        if (do_torch) {
+            R->have_torch = 1;
+            /* PyTorch runs fewer sequences per step to fit the time budget
+             * (tokens/s is per token); config L's materialised attention needs
+             * micro-batches of one sequence to fit in memory. */
+            int64_t tb = quick ? b->B : (!strcmp(b->name, "S") ? 2 : 1);
+            int64_t tm = tb;
+            R->torch_batch = tb;
+            R->torch_micro = tm;
+            for (int p = 0; p < 2; p++) {
+                spawn_spec sa, sb;
+                char st_a[10][32], st_b[10][32], la[64], lb[64];
+                torch_spec(&sa, st_a, b, tb, tm, 0, p, threads, python, script, torch_attn, torch_env);
+                torch_spec(&sb, st_b, b, tb, tm, 1, p, threads, python, script, torch_attn, torch_env);
+                snprintf(la, sizeof la, "torch %s diff %s", b->name, PREC[p]);
+                snprintf(lb, sizeof lb, "torch %s transformer %s", b->name, PREC[p]);
+                run_pair(&sa, &sb, la, lb, tb, b->T, steps, budget, &R->torch[p][0], &R->torch[p][1],
+                         &R->seq_torch[p]);
+            }
+        }
+    }
+
+    /* ---- tables */
+    if (do_train || do_torch) {
+        out("## Training and forward throughput\n\n");
+        out("Model FLOPs per token, forward = 2 × (all matmul weights: q, k, v, o, w1, w2, w3 per layer, and the "
+            "output projection; not the embedding lookup) + per layer causal attention with T/2 keys on "
+            "average: QKᵀ T·dim, PV T·dim (Transformer) or 2·T·dim (DIFF: A1·V and A2·V at value width 2d). "
+            "Training = 3 × forward. MFU = model FLOP/s ÷ the measured peak of the precision used "
+            "(fp32 peak for fp32, bf16 peak for bf16). tokens/s and MFU are from the median of the timed "
+            "steps (n) after one warm-up step; DIFF and baseline steps are interleaved. Peak RSS: the "
+            "high-water mark of the child process that ran that configuration (training and forward). "
+            "MHA, untied embeddings.\n\n");
+        for (int ci = 0; ci < ncfg; ci++) {
+            cfg_results *R = &res[ci];
+            const bcfg *b = &R->c;
+            dtx_config cd = make_config(b, 1), cb = make_config(b, 0);
+            out("### Config %s%s: dim %lld, %lld layers, %lld DIFF heads / %lld baseline heads (d = %lld), FFN %lld, "
+                "vocab %lld, T %lld, batch %lld\n\n",
+                b->name, tiny ? " (TINY harness test)" : quick ? " (QUICK: batch 2)" : "", (long long)b->dim, (long long)b->layers,
+                (long long)b->heads, (long long)(2 * b->heads), (long long)(b->dim / (2 * b->heads)),
+                (long long)b->ffn, (long long)b->vocab, (long long)b->T, (long long)b->B);
+            double fd = model_flops_fwd(&cd, b->T), fb = model_flops_fwd(&cb, b->T);
+            out("Parameters: DIFF %zu, Transformer %zu. Model FLOPs per token (forward): DIFF %.1f M, "
+                "Transformer %.1f M; per training step (%lld tokens): DIFF %.2f TFLOP, Transformer %.2f TFLOP.\n\n",
+                R->nparams[0], R->nparams[1], fd / 1e6, fb / 1e6, (long long)(b->B * b->T),
+                3 * fd * (double)(b->B * b->T) / 1e12, 3 * fb * (double)(b->B * b->T) / 1e12);
+            if (R->have_ours) {
+                out("| impl | arch | prec | train tok/s | train MFU | fwd tok/s | fwd MFU | peak RSS | n | DIFF/base train | DIFF/base fwd |\n");
+                out("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                for (int p = 0; p < 2; p++) {
+                    double pk = p ? pk16 : pk32;
+                    for (int a = 0; a < 2; a++) {
+                        run_result *r = &R->ours[p][a];
+                        double fl = a == 0 ? fd : fb;
+                        char g[32];
+                        if (!r->ok) {
+                            out("| difftx | %s | %s | failed: %s | | | | %s | | | |\n", ARCH[a], PREC[p], r->why,
+                                fmt_gib(g, (double)r->hwm_kib));
+                            continue;
+                        }
+                        double tt_ = tps(r, 1), tf = tps(r, 0);
+                        char ratio_t[32] = "", ratio_f[32] = "";
+                        if (a == 1 && R->ours[p][0].ok) {
+                            snprintf(ratio_t, sizeof ratio_t, "%.3f", tps(&R->ours[p][0], 1) / tt_);
+                            snprintf(ratio_f, sizeof ratio_f, "%.3f", tps(&R->ours[p][0], 0) / tf);
+                        }
+                        out("| difftx | %s | %s | %.0f | %.1f%% | %.0f | %.1f%% | %s | %d%s | %s | %s |\n", ARCH[a],
+                            PREC[p], tt_, 100 * 3 * fl * tt_ / (pk * 1e9), tf, 100 * fl * tf / (pk * 1e9),
+                            fmt_gib(g, (double)r->hwm_kib), r->ntrain, R->seq_ours[p] ? " (seq.)" : "", ratio_t,
+                            ratio_f);
+                    }
+                }
+                out("\n");
+            }
+            if (R->have_torch) {
+                out("PyTorch %s (tools/bench_torch.py, attention `%s`, %s): batch %lld sequences per step%s.\n\n",
+                    "1.13", torch_attn, blas ? "OpenBLAS (pthreads) for fp32 matmuls" :
+                    "**the system's reference BLAS** (OpenBLAS not found: see bench/openblas.sh)",
+                    (long long)R->torch_batch,
+                    R->torch_batch < b->B ? " (fewer than ours, to fit the time budget; tokens/s is per token)" : "");
+                out("| impl | arch | prec | train tok/s | train MFU | fwd tok/s | fwd MFU | peak RSS | n | difftx/torch train | difftx/torch fwd |\n");
+                out("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                for (int p = 0; p < 2; p++) {
+                    double pk = p ? pk16 : pk32;
+                    for (int a = 0; a < 2; a++) {
+                        run_result *r = &R->torch[p][a];
+                        double fl = a == 0 ? fd : fb;
+                        char g[32];
+                        if (!r->ok) {
+                            out("| torch | %s | %s | failed: %s | | | | %s | | | |\n", ARCH[a], PREC[p], r->why,
+                                fmt_gib(g, (double)r->hwm_kib));
+                            continue;
+                        }
+                        double tt_ = tps(r, 1), tf = tps(r, 0);
+                        char rt[32] = "–", rf[32] = "–";
+                        if (R->have_ours && R->ours[p][a].ok) {
+                            snprintf(rt, sizeof rt, "%.2f", tps(&R->ours[p][a], 1) / tt_);
+                            snprintf(rf, sizeof rf, "%.2f", tps(&R->ours[p][a], 0) / tf);
+                        }
+                        char mbs[48] = "";
+                        if (r->micro_batch < r->batch)
+                            snprintf(mbs, sizeof mbs, " (micro-batch %lld)", (long long)r->micro_batch);
+                        out("| torch | %s | %s | %.0f | %.1f%% | %.0f | %.1f%% | %s | %d%s%s | %s | %s |\n", ARCH[a],
+                            PREC[p], tt_, 100 * 3 * fl * tt_ / (pk * 1e9), tf, 100 * fl * tf / (pk * 1e9),
+                            fmt_gib(g, (double)r->hwm_kib), r->ntrain, R->seq_torch[p] ? " (seq.)" : "", mbs, rt,
+                            rf);
+                    }
+                }
+                out("\n");
+            }
+        }
+    }
+
+    /* ---- 4. attention memory */
+    if (do_attn) {
+        out("## Attention memory (config S attention, one layer, batch 1)\n\n");
+        out("Computed from the size functions of src/kernels/kernels.h: what the forward keeps for the backward "
+            "(plain: the T×T maps; flash: the per-row log-sum-exp; DIFF also o1, o2 and rstd) and the scratch "
+            "(flash: dtx_attention_flash_workspace_size; plain: none). Measured: the RSS high-water mark of a "
+            "child process that runs one forward + backward, minus its RSS once the inputs and outputs (q, k, v, "
+            "out, dout, dq, dk, dv: 8·T·dim floats, %.0f KiB per token) were allocated and touched.\n\n",
+            8.0 * (double)CFG_S.dim * sizeof(real) / 1024);
+        out("| T | arch | impl | saved for backward | scratch | total (computed) | measured | fwd+bwd time |\n");
+        out("|---:|---|---|---:|---:|---:|---:|---:|\n");
+        int64_t Ts[3] = {1024, 4096, 16384};
+        long total_kib = meminfo_kib("MemTotal:");
+        for (int ti = 0; ti < 3; ti++) {
+            for (int a = 0; a < 2; a++) {
+                for (int im = 0; im < 2; im++) {
+                    dtx_attn_impl impl = im ? DTX_ATTN_FLASH : DTX_ATTN_PLAIN;
+                    dtx_attn_dims ad = attn_dims_S(Ts[ti], a == 0, impl);
+                    double saved = attn_saved_bytes(&ad), scratch = attn_scratch_bytes(&ad);
+                    double bytes = saved + scratch;
+                    char cs[32], cw[32], cb[32], mb[200], tb[32] = "–";
+                    snprintf(mb, sizeof mb, "–");
+                    int run = 1;
+                    const char *why = NULL;
+                    if (bytes + attn_io_bytes(&ad) > 0.5 * 1024.0 * (double)total_kib) run = 0, why = "not run (memory)";
+                    else if (impl == DTX_ATTN_PLAIN && Ts[ti] > 4096) run = 0, why = "not run";
+                    else if (quick && (Ts[ti] > 4096 || (impl == DTX_ATTN_PLAIN && Ts[ti] > 1024)))
+                        run = 0, why = "not run (QUICK)";
+                    if (run) {
+                        char sT[32];
+                        snprintf(sT, sizeof sT, "%lld", (long long)Ts[ti]);
+                        spawn_spec s = {self_exe, {"bench", "--attn-child", sT, im ? "flash" : "plain",
+                                                   (char *)ARCH[a], NULL}, our_env};
+                        child c;
+                        run_result r;
+                        if (!start(&c, &s, &r, 1, Ts[ti])) {
+                            fprintf(c.in, "go\n");
+                            fflush(c.in);
+                            char buf[256];
+                            double sec;
+                            long hwm, before;
+                            if (!child_line(&c, buf, sizeof buf) &&
+                                sscanf(buf, "ok %lf %ld %ld", &sec, &hwm, &before) == 3) {
+                                fmt_bytes(mb, 1024.0 * (double)(hwm - before));
+                                snprintf(tb, sizeof tb, "%.2f s", sec);
+                            } else {
+                                snprintf(mb, sizeof mb, "failed: %s", c.why);
+                            }
+                            child_quit(&c);
+                        } else {
+                            snprintf(mb, sizeof mb, "failed: %s", r.why);
+                        }
+                        fprintf(stderr, "  attention T=%lld %s %s: %s %s\n", (long long)Ts[ti], ARCH[a],
+                                im ? "flash" : "plain", mb, tb);
+                    } else {
+                        snprintf(mb, sizeof mb, "%s", why);
+                    }
+                    out("| %lld | %s | %s | %s | %s | %s | %s | %s |\n", (long long)Ts[ti], ARCH[a],
+                        im ? "flash" : "plain", fmt_bytes(cs, saved), fmt_bytes(cw, scratch), fmt_bytes(cb, bytes), mb,
+                        tb);
+                }
+            }
+        }
+        out("\n");
+    }
+
+    /* ---- 5. long context */
+    run_result rlong;
+    memset(&rlong, 0, sizeof rlong);
+    int have_long = 0;
+    if (do_long) {
+        have_long = 1;
+        spawn_spec s;
+        char st[8][32];
+        serve_spec(&s, st, &CFG_S16K, 0, 0, our_env);
+        child c;
+        if (!start(&c, &s, &rlong, 1, CFG_S16K.T)) {
+            step(&c, &rlong, "train", "difftx S T=16384 diff fp32", 0, 1);
+            /* a second (timed) step when the first took under 3 minutes */
+            if (rlong.ok && rlong.warm < 180) step(&c, &rlong, "train", "difftx S T=16384 diff fp32", 1, 1);
+            finish(&c, &rlong);
+        }
+        out("## Long context: one training step at T = 16384 (config S, DIFF, fp32, batch 1)\n\n");
+        dtx_config cd = make_config(&CFG_S16K, 1);
+        double fl = 3 * model_flops_fwd(&cd, CFG_S16K.T) * (double)CFG_S16K.T;
+        char g[32];
+        if (rlong.ok) {
+            double t = rlong.ntrain ? rlong.train[0] : rlong.warm;
+            out("| peak RSS | step time | tokens/s | MFU | fits in 12 GiB |\n|---:|---:|---:|---:|---|\n");
+            out("| %s | %.1f s%s | %.0f | %.1f%% | %s |\n\n", fmt_gib(g, (double)rlong.hwm_kib), t,
+                rlong.ntrain ? "" : " (first step)", (double)CFG_S16K.T / t, 100 * fl / t / (pk32 * 1e9),
+                rlong.hwm_kib <= 12L * 1024 * 1024 ? "yes" : "**no**");
+        } else {
+            out("failed: %s (peak RSS %s)\n\n", rlong.why, fmt_gib(g, (double)rlong.hwm_kib));
+        }
+    }
+
+    /* ---- 6. peak again, targets */
+    double pk32e = NAN, pk16e = NAN;
+    if (do_peak) {
+        pk32e = measure_peak(0, 5);
+        pk16e = measure_peak(1, 5);
+    }
+    if (ncfg && (do_train || do_torch || have_long)) {
+        out("## Targets (issue)\n\n| target | measured | met |\n|---|---|---|\n");
+        for (int ci = 0; ci < ncfg; ci++) {
+            cfg_results *R = &res[ci];
+            const char *n = R->c.name;
+            for (int a = 0; a < 2 && R->have_ours && R->have_torch; a++) {
+                double o = tps(&R->ours[0][a], 1), t = tps(&R->torch[0][a], 1);
+                out("| %s %s fp32 training ≥ 3× PyTorch | %.2f× | %s |\n", n, ARCH[a], o / t,
+                    isnan(o / t) ? "–" : o / t >= 3 ? "yes" : "**no**");
+            }
+            for (int a = 0; a < 2 && R->have_ours; a++) {
+                double r = tps(&R->ours[1][a], 1) / tps(&R->ours[0][a], 1);
+                out("| %s %s bf16 training ≥ 1.6× our fp32 | %.2f× | %s |\n", n, ARCH[a], r,
+                    isnan(r) ? "–" : r >= 1.6 ? "yes" : "**no**");
+            }
+            for (int a = 0; a < 2 && R->have_ours; a++) {
+                dtx_config c = make_config(&R->c, a == 0);
+                double mfu = 3 * model_flops_fwd(&c, R->c.T) * tps(&R->ours[0][a], 1) / (pk32 * 1e9);
+                out("| %s %s fp32 training MFU ≥ 50%% | %.1f%% | %s |\n", n, ARCH[a], 100 * mfu,
+                    isnan(mfu) ? "–" : mfu >= 0.5 ? "yes" : "**no**");
+            }
+            for (int p = 0; p < 2 && R->have_ours; p++) {
+                double r = tps(&R->ours[p][0], 1) / tps(&R->ours[p][1], 1);
+                out("| %s %s DIFF ≥ 0.95× baseline training throughput | %.3f× | %s |\n", n, PREC[p], r,
+                    isnan(r) ? "–" : r >= 0.95 ? "yes" : "**no**");
+            }
+        }
+        if (have_long) {
+            char g[32];
+            out("| T = 16384 training (S, DIFF, batch 1) fits in 12 GiB | %s | %s |\n",
+                rlong.ok ? fmt_gib(g, (double)rlong.hwm_kib) : rlong.why,
+                !rlong.ok ? "**no**" : rlong.hwm_kib <= 12L * 1024 * 1024 ? "yes" : "**no**");
+        }
+        if (quick)
+            out("\n(%s: the targets are judged on `make bench`.)\n",
+                tiny ? "TINY harness test" : "QUICK: config S at batch 2 only");
+        out("\n");
+    }
+    if (do_peak)
+        out("Measured peak at the end: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (start: %.1f, %.1f; a large "
+            "difference means the machine was disturbed).\n\n",
+            pk32e, pk16e, pk32, pk16);
+    out("Total benchmark time: %.1f min.\n", (now_s() - t_start) / 60);
+
+    FILE *fo = fopen(outfile, "w");
+    if (!fo || fwrite(md, 1, md_len, fo) != md_len || fclose(fo)) {
+        fprintf(stderr, "bench: cannot write %s\n", outfile);
+        return 1;
+    }
+    fprintf(stderr, "wrote %s\n", outfile);
+    return 0;
+}

@@ -1,0 +1,546 @@
+/* The tokenizer object: vocabulary tables, encode (tiktoken's algorithm) and
+ * decode. File formats are in tokenizer_file.c, training in
+ * tokenizer_train.c, pre-tokenisation in tokenizer_split.c. */
+#include "io/tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_VOCAB (1 << 24)
+#define NO_RANK INT32_MAX
+
+/* ------------------------------------------------------------ byte-string table */
+
+uint32_t dtx_bytes_hash(const uint8_t *p, size_t n) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ ((uint64_t)n * 0xff51afd7ed558ccdULL);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+        h ^= h >> 31;
+        p += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0x94d049bb133111ebULL;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 32;
+    uint32_t r = (uint32_t)h;
+    return r ? r : 1;
+}
+
+int dtx_bmap_init(dtx_bmap *m, size_t cap_hint) {
+    size_t cap = 64;
+    while (cap < cap_hint * 2) cap *= 2;
+    m->slots = calloc(cap, sizeof *m->slots);
+    m->cap = m->slots ? cap : 0;
+    m->count = 0;
+    if (!m->slots) {
+        dtx_fail(DTX_ERR_NOMEM, "out of memory for a table of %zu tokens", cap_hint);
+        return -1;
+    }
+    return 0;
+}
+
+void dtx_bmap_free(dtx_bmap *m) {
+    free(m->slots);
+    m->slots = NULL;
+    m->cap = m->count = 0;
+}
+
+static inline uint64_t key_head(const uint8_t *p, size_t n) {
+    uint64_t w = 0;
+    memcpy(&w, p, n < 8 ? n : 8);
+    return w;
+}
+
+static inline int slot_is(const dtx_bmap_slot *s, const uint8_t *arena, uint32_t h, uint64_t head, const uint8_t *p,
+                          size_t n) {
+    return s->hash == h && s->len == n && s->head == head && (n <= 8 || memcmp(arena + s->off + 8, p + 8, n - 8) == 0);
+}
+
+int32_t dtx_bmap_get(const dtx_bmap *m, const uint8_t *arena, const uint8_t *p, size_t n) {
+    uint32_t h = dtx_bytes_hash(p, n);
+    uint64_t head = key_head(p, n);
+    size_t mask = m->cap - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+        const dtx_bmap_slot *s = &m->slots[i];
+        if (s->hash == 0) return -1;
+        if (slot_is(s, arena, h, head, p, n)) return s->value;
+    }
+}
+
+static void bmap_insert_slot(dtx_bmap_slot *slots, size_t cap, const dtx_bmap_slot *in) {
+    size_t mask = cap - 1;
+    size_t i = in->hash & mask;
+    while (slots[i].hash) i = (i + 1) & mask;
+    slots[i] = *in;
+}
+
+int32_t dtx_bmap_put(dtx_bmap *m, const uint8_t *arena, uint32_t off, size_t n, int32_t value) {
+    const uint8_t *p = arena + off;
+    uint32_t h = dtx_bytes_hash(p, n);
+    uint64_t head = key_head(p, n);
+    size_t mask = m->cap - 1;
+    size_t i = h & mask;
+    for (;; i = (i + 1) & mask) {
+        const dtx_bmap_slot *s = &m->slots[i];
+        if (s->hash == 0) break;
+        if (slot_is(s, arena, h, head, p, n)) return s->value;
+    }
+    if ((m->count + 1) * 2 > m->cap) { /* keep the load at most 1/2 */
+        size_t ncap = m->cap * 2;
+        dtx_bmap_slot *ns = calloc(ncap, sizeof *ns);
+        if (!ns) {
+            dtx_fail(DTX_ERR_NOMEM, "out of memory growing a table to %zu entries", ncap);
+            return -2;
+        }
+        for (size_t j = 0; j < m->cap; j++)
+            if (m->slots[j].hash) bmap_insert_slot(ns, ncap, &m->slots[j]);
+        free(m->slots);
+        m->slots = ns;
+        m->cap = ncap;
+    }
+    dtx_bmap_slot s = {.head = head, .hash = h, .value = value, .len = (uint32_t)n, .off = off};
+    bmap_insert_slot(m->slots, m->cap, &s);
+    m->count++;
+    return -1;
+}
+
+/* ------------------------------------------------------------ building */
+
+dtx_status dtx_tok_new(struct dtx_tokenizer **out, int64_t vocab_cap, size_t arena_hint) {
+    *out = NULL;
+    struct dtx_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return dtx_fail(DTX_ERR_NOMEM, "out of memory for a tokenizer");
+    if (vocab_cap < 256) vocab_cap = 256;
+    if (vocab_cap > MAX_VOCAB) vocab_cap = MAX_VOCAB;
+    if (arena_hint < 1024) arena_hint = 1024;
+    t->off = calloc((size_t)vocab_cap, sizeof *t->off);
+    t->len = calloc((size_t)vocab_cap, sizeof *t->len);
+    t->kind = calloc((size_t)vocab_cap, 1);
+    t->arena = malloc(arena_hint);
+    t->arena_cap = arena_hint;
+    t->vocab_size = 0;
+    if (!t->off || !t->len || !t->kind || !t->arena || dtx_bmap_init(&t->map, (size_t)vocab_cap) != 0) {
+        dtx_tokenizer_free(t);
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory for a tokenizer of %lld tokens", (long long)vocab_cap);
+    }
+    t->n_ranks = 0;
+    t->arena_len = 0;
+    t->vocab_cap = vocab_cap;
+    for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
+    *out = t;
+    return DTX_OK;
+}
+
+static dtx_status grow_ids(struct dtx_tokenizer *t, int64_t id) {
+    if (id < t->vocab_cap) return DTX_OK;
+    int64_t cap = t->vocab_cap;
+    while (cap <= id) cap *= 2;
+    if (cap > MAX_VOCAB) cap = MAX_VOCAB;
+    uint32_t *o = realloc(t->off, (size_t)cap * sizeof *o);
+    if (o) t->off = o;
+    uint32_t *l = realloc(t->len, (size_t)cap * sizeof *l);
+    if (l) t->len = l;
+    uint8_t *k = realloc(t->kind, (size_t)cap);
+    if (k) t->kind = k;
+    if (!o || !l || !k) return dtx_fail(DTX_ERR_NOMEM, "out of memory for %lld token ids", (long long)cap);
+    memset(t->kind + t->vocab_cap, 0, (size_t)(cap - t->vocab_cap));
+    t->vocab_cap = cap;
+    return DTX_OK;
+}
+
+static dtx_status arena_append(struct dtx_tokenizer *t, const uint8_t *p, size_t n, uint32_t *off) {
+    if (t->arena_len + n > UINT32_MAX) return dtx_fail(DTX_ERR_FORMAT, "token bytes exceed 4 GiB in all");
+    if (t->arena_len + n > t->arena_cap) {
+        size_t cap = t->arena_cap;
+        while (cap < t->arena_len + n) cap *= 2;
+        uint8_t *a = realloc(t->arena, cap);
+        if (!a) return dtx_fail(DTX_ERR_NOMEM, "out of memory for %zu bytes of tokens", cap);
+        t->arena = a;
+        t->arena_cap = cap;
+    }
+    memcpy(t->arena + t->arena_len, p, n);
+    *off = (uint32_t)t->arena_len;
+    t->arena_len += n;
+    return DTX_OK;
+}
+
+static dtx_status check_id(struct dtx_tokenizer *t, int64_t id) {
+    if (id < 0 || id >= MAX_VOCAB)
+        return dtx_fail(DTX_ERR_FORMAT, "token id %lld out of range [0, %d)", (long long)id, MAX_VOCAB);
+    dtx_status st = grow_ids(t, id);
+    if (st) return st;
+    if (t->kind[id]) return dtx_fail(DTX_ERR_FORMAT, "duplicate token id %lld", (long long)id);
+    return DTX_OK;
+}
+
+dtx_status dtx_tok_add(struct dtx_tokenizer *t, const uint8_t *bytes, size_t n, int64_t id) {
+    if (n == 0) return dtx_fail(DTX_ERR_FORMAT, "token %lld is empty", (long long)id);
+    if (n > UINT32_MAX / 2) return dtx_fail(DTX_ERR_FORMAT, "token %lld is too long", (long long)id);
+    dtx_status st = check_id(t, id);
+    if (st) return st;
+    uint32_t off;
+    if ((st = arena_append(t, bytes, n, &off))) return st;
+    int32_t prev = dtx_bmap_put(&t->map, t->arena, off, n, (int32_t)id);
+    if (prev == -2) return DTX_ERR_NOMEM;
+    if (prev >= 0) {
+        t->arena_len -= n;
+        return dtx_fail(DTX_ERR_FORMAT, "token %lld has the same bytes as token %lld", (long long)id, (long long)prev);
+    }
+    t->off[id] = off;
+    t->len[id] = (uint32_t)n;
+    t->kind[id] = 1;
+    if (n == 1) t->byte_id[bytes[0]] = (int32_t)id;
+    t->n_ranks++;
+    if (id + 1 > t->vocab_size) t->vocab_size = id + 1;
+    return DTX_OK;
+}
+
+dtx_status dtx_tok_add_special(struct dtx_tokenizer *t, const char *name, int64_t id) {
+    size_t n = strlen(name);
+    if (n == 0 || n > DTX_TOK_SPECIAL_MAXLEN)
+        return dtx_fail(DTX_ERR_FORMAT, "special token '%.64s' must be 1 to %d bytes", name, DTX_TOK_SPECIAL_MAXLEN);
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)name[i] < 0x21 || (unsigned char)name[i] > 0x7e)
+            return dtx_fail(DTX_ERR_FORMAT, "special token '%.64s' must be printable ASCII without spaces", name);
+    if (t->n_special == DTX_TOK_MAX_SPECIAL)
+        return dtx_fail(DTX_ERR_FORMAT, "more than %d special tokens", DTX_TOK_MAX_SPECIAL);
+    for (int i = 0; i < t->n_special; i++)
+        if (strcmp(t->special[i].name, name) == 0) return dtx_fail(DTX_ERR_FORMAT, "duplicate special token %s", name);
+    dtx_status st = check_id(t, id);
+    if (st) return st;
+    uint32_t off;
+    if ((st = arena_append(t, (const uint8_t *)name, n, &off))) return st;
+    t->off[id] = off;
+    t->len[id] = (uint32_t)n;
+    t->kind[id] = 2;
+    dtx_special *s = &t->special[t->n_special++];
+    memcpy(s->name, name, n + 1);
+    s->len = n;
+    s->id = (int32_t)id;
+    if (id + 1 > t->vocab_size) t->vocab_size = id + 1;
+    return DTX_OK;
+}
+
+dtx_status dtx_tok_finish(struct dtx_tokenizer *t) {
+    for (int b = 0; b < 256; b++)
+        if (t->byte_id[b] < 0)
+            return dtx_fail(DTX_ERR_FORMAT, "no token for the single byte 0x%02x, so some text could not be encoded", b);
+    if (!t->split) return dtx_split_new(&t->split);
+    return DTX_OK;
+}
+
+void dtx_tokenizer_free(dtx_tokenizer *t) {
+    if (!t) return;
+    free(t->off);
+    free(t->len);
+    free(t->kind);
+    free(t->arena);
+    dtx_bmap_free(&t->map);
+    dtx_split_free(t->split);
+    free(t);
+}
+
+/* ------------------------------------------------------------ encode */
+
+void dtx_idbuf_free(dtx_idbuf *b) {
+    free(b->ids);
+    free(b->scratch);
+    memset(b, 0, sizeof *b);
+}
+
+static dtx_status idbuf_reserve(dtx_idbuf *b, int64_t extra) {
+    if (b->n + extra <= b->cap) return DTX_OK;
+    int64_t cap = b->cap ? b->cap : 256;
+    while (cap < b->n + extra) cap *= 2;
+    int32_t *ids = realloc(b->ids, (size_t)cap * sizeof *ids);
+    if (!ids) return dtx_fail(DTX_ERR_NOMEM, "out of memory for %lld token ids", (long long)cap);
+    b->ids = ids;
+    b->cap = cap;
+    return DTX_OK;
+}
+
+static void *scratch(dtx_idbuf *b, size_t bytes) {
+    if (bytes > b->scratch_cap) {
+        void *p = realloc(b->scratch, bytes);
+        if (!p) {
+            dtx_fail(DTX_ERR_NOMEM, "out of memory for a piece of %zu bytes", bytes);
+            return NULL;
+        }
+        b->scratch = p;
+        b->scratch_cap = bytes;
+    }
+    return b->scratch;
+}
+
+static inline int32_t rank_of(const struct dtx_tokenizer *t, const uint8_t *p, size_t a, size_t b) {
+    int32_t r = dtx_bmap_get(&t->map, t->arena, p + a, b - a);
+    return r < 0 ? NO_RANK : r;
+}
+
+/* tiktoken's _byte_pair_merge, literally: parts[i] = (start, rank of the pair
+ * starting at part i); merge the leftmost lowest-ranked pair until none has
+ * a rank. O(n^2) per piece, used for short pieces. */
+typedef struct {
+    uint32_t start;
+    int32_t rank;
+} part;
+
+static dtx_status merge_simple(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out) {
+    part *parts = scratch(out, (n + 1) * sizeof *parts);
+    if (!parts) return DTX_ERR_NOMEM;
+    size_t m = n + 1;
+    for (size_t i = 0; i + 1 < n; i++) parts[i] = (part){(uint32_t)i, rank_of(t, p, i, i + 2)};
+    parts[n - 1] = (part){(uint32_t)(n - 1), NO_RANK};
+    parts[n] = (part){(uint32_t)n, NO_RANK};
+    for (;;) {
+        int32_t best = NO_RANK;
+        size_t bi = 0;
+        for (size_t i = 0; i + 1 < m; i++)
+            if (parts[i].rank < best) best = parts[i].rank, bi = i;
+        if (best == NO_RANK) break;
+        if (bi > 0) parts[bi - 1].rank = bi + 2 < m ? rank_of(t, p, parts[bi - 1].start, parts[bi + 2].start) : NO_RANK;
+        parts[bi].rank = bi + 3 < m ? rank_of(t, p, parts[bi].start, parts[bi + 3].start) : NO_RANK;
+        memmove(&parts[bi + 1], &parts[bi + 2], (m - bi - 2) * sizeof *parts);
+        m--;
+    }
+    dtx_status st = idbuf_reserve(out, (int64_t)m - 1);
+    if (st) return st;
+    for (size_t i = 0; i + 1 < m; i++) out->ids[out->n++] = rank_of(t, p, parts[i].start, parts[i + 1].start);
+    return DTX_OK;
+}
+
+/* The same merge order with a heap keyed (rank, start) and a linked list of
+ * parts: O(n log n), for long pieces (a megabyte of one letter). A part is
+ * named by its start offset, which never changes; nxt[s] is its end. */
+typedef struct {
+    int32_t rank;
+    uint32_t start, end; /* the pair's span, to recognise stale entries */
+} hentry;
+
+static inline int hless(const hentry *a, const hentry *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->start < b->start);
+}
+
+static void hpush(hentry *h, size_t *n, hentry e) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (!hless(&e, &h[up])) break;
+        h[i] = h[up];
+        i = up;
+    }
+    h[i] = e;
+}
+
+static hentry hpop(hentry *h, size_t *n) {
+    hentry top = h[0], last = h[--(*n)];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && hless(&h[c + 1], &h[c])) c++;
+        if (!hless(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = last;
+    return top;
+}
+
+static dtx_status merge_heap(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out) {
+    if (n >= UINT32_MAX / 4) return dtx_fail(DTX_ERR_ARG, "a piece of %zu bytes is too long to encode", n);
+    size_t hcap = 3 * n;
+    size_t bytes = hcap * sizeof(hentry) + (n + 1) * 2 * sizeof(uint32_t) + (n + 1);
+    uint8_t *mem = scratch(out, bytes);
+    if (!mem) return DTX_ERR_NOMEM;
+    hentry *h = (hentry *)mem;
+    uint32_t *nxt = (uint32_t *)(mem + hcap * sizeof(hentry));
+    uint32_t *prv = nxt + (n + 1);
+    uint8_t *alive = (uint8_t *)(prv + (n + 1));
+    size_t hn = 0;
+    for (size_t i = 0; i < n; i++) {
+        nxt[i] = (uint32_t)(i + 1);
+        prv[i] = (uint32_t)(i - 1); /* UINT32_MAX for the first */
+        alive[i] = 1;
+    }
+    for (size_t i = 0; i + 1 < n; i++) {
+        int32_t r = rank_of(t, p, i, i + 2);
+        if (r != NO_RANK) hpush(h, &hn, (hentry){r, (uint32_t)i, (uint32_t)(i + 2)});
+    }
+    while (hn) {
+        hentry e = hpop(h, &hn);
+        uint32_t s = e.start;
+        if (!alive[s] || nxt[s] >= n || nxt[nxt[s]] != e.end) continue; /* stale */
+        uint32_t r = nxt[s];
+        alive[r] = 0;
+        nxt[s] = nxt[r];
+        if (nxt[r] < n) prv[nxt[r]] = s;
+        if (s > 0) {
+            uint32_t q = prv[s];
+            int32_t rk = rank_of(t, p, q, nxt[s]);
+            if (rk != NO_RANK) hpush(h, &hn, (hentry){rk, q, nxt[s]});
+        }
+        if (nxt[s] < n) {
+            int32_t rk = rank_of(t, p, s, nxt[nxt[s]]);
+            if (rk != NO_RANK) hpush(h, &hn, (hentry){rk, s, nxt[nxt[s]]});
+        }
+    }
+    int64_t count = 0;
+    for (size_t s = 0; s < n; s = nxt[s]) count++;
+    dtx_status st = idbuf_reserve(out, count);
+    if (st) return st;
+    for (size_t s = 0; s < n; s = nxt[s]) out->ids[out->n++] = rank_of(t, p, s, nxt[s]);
+    return DTX_OK;
+}
+
+int dtx_tok_merge_method = 0; /* tests: 0 automatic, 1 always simple, 2 always heap */
+
+dtx_status dtx_tok_encode_piece(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out) {
+    if (n == 0) return DTX_OK;
+    dtx_status st = idbuf_reserve(out, 1);
+    if (st) return st;
+    if (n == 1) {
+        out->ids[out->n++] = t->byte_id[p[0]];
+        return DTX_OK;
+    }
+    int32_t whole = dtx_bmap_get(&t->map, t->arena, p, n);
+    if (whole >= 0) {
+        out->ids[out->n++] = whole;
+        return DTX_OK;
+    }
+    int heap = dtx_tok_merge_method ? dtx_tok_merge_method == 2 : n > 96;
+    return heap ? merge_heap(t, p, n, out) : merge_simple(t, p, n, out);
+}
+
+typedef struct {
+    const struct dtx_tokenizer *t;
+    dtx_idbuf *buf;
+    dtx_status st;
+} enc_ctx;
+
+static int on_piece(const uint8_t *p, size_t n, void *ctx) {
+    enc_ctx *c = ctx;
+    c->st = dtx_tok_encode_piece(c->t, p, n, c->buf);
+    return c->st != DTX_OK;
+}
+
+static dtx_status encode_ordinary(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *buf) {
+    if (n == 0) return DTX_OK;
+    enc_ctx c = {t, buf, DTX_OK};
+    int rc = dtx_split_run(t->split, p, n, on_piece, &c);
+    return rc == 0 ? DTX_OK : rc < 0 ? DTX_ERR_ARG : c.st;
+}
+
+/* The leftmost special token at or after pos (the longest there), as
+ * tiktoken's encode with allowed_special="all". next_at[k] caches where
+ * special k next occurs (SIZE_MAX: not searched yet; len: nowhere). */
+static const dtx_special *next_special(const struct dtx_tokenizer *t, const uint8_t *text, size_t len, size_t pos,
+                                       size_t *at, size_t *next_at) {
+    const dtx_special *best = NULL;
+    size_t best_at = len;
+    for (int k = 0; k < t->n_special; k++) {
+        size_t a = next_at[k];
+        if (a == SIZE_MAX || a < pos) {
+            const uint8_t *f = pos < len ? memmem(text + pos, len - pos, t->special[k].name, t->special[k].len) : NULL;
+            a = next_at[k] = f ? (size_t)(f - text) : len;
+        }
+        if (a == len) continue;
+        if (a < best_at || (a == best_at && t->special[k].len > best->len)) best = &t->special[k], best_at = a;
+    }
+    *at = best_at;
+    return best;
+}
+
+dtx_status dtx_tokenizer_encode(const dtx_tokenizer *t, const char *text, size_t len, dtx_encode_mode mode,
+                                int32_t **ids, int64_t *n) {
+    *ids = NULL;
+    *n = 0;
+    if (!text && len) return dtx_fail(DTX_ERR_ARG, "encode: NULL text of length %zu", len);
+    if (mode != DTX_ENCODE_ORDINARY && mode != DTX_ENCODE_SPECIAL)
+        return dtx_fail(DTX_ERR_ARG, "encode: unknown mode %d", (int)mode);
+    const uint8_t *p = (const uint8_t *)text;
+    dtx_idbuf buf = {0};
+    dtx_status st = idbuf_reserve(&buf, (int64_t)(len / 4 + 16));
+    if (st == DTX_OK && mode == DTX_ENCODE_SPECIAL && t->n_special > 0) {
+        size_t next_at[DTX_TOK_MAX_SPECIAL];
+        for (int k = 0; k < t->n_special; k++) next_at[k] = SIZE_MAX;
+        size_t pos = 0;
+        while (st == DTX_OK) {
+            size_t at;
+            const dtx_special *s = next_special(t, p, len, pos, &at, next_at);
+            st = encode_ordinary(t, p + pos, at - pos, &buf);
+            if (st || !s) break;
+            if ((st = idbuf_reserve(&buf, 1))) break;
+            buf.ids[buf.n++] = s->id;
+            pos = at + s->len;
+        }
+    } else if (st == DTX_OK) {
+        st = encode_ordinary(t, p, len, &buf);
+    }
+    free(buf.scratch);
+    if (st) {
+        free(buf.ids);
+        return st;
+    }
+    *ids = buf.ids;
+    *n = buf.n;
+    return DTX_OK;
+}
+
+/* ------------------------------------------------------------ decode, queries */
+
+dtx_status dtx_tokenizer_decode(const dtx_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len) {
+    *text = NULL;
+    *len = 0;
+    if (n < 0 || (n && !ids)) return dtx_fail(DTX_ERR_ARG, "decode: bad id list (n = %lld)", (long long)n);
+    size_t total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (id < 0 || id >= t->vocab_size || !t->kind[id])
+            return dtx_fail(DTX_ERR_ARG, "decode: token %lld has id %ld, which is no token of this vocabulary (size %lld)",
+                            (long long)i, (long)id, (long long)t->vocab_size);
+        total += t->len[id];
+    }
+    char *out = malloc(total + 1);
+    if (!out) return dtx_fail(DTX_ERR_NOMEM, "decode: out of memory for %zu bytes", total + 1);
+    size_t o = 0;
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(out + o, t->arena + t->off[ids[i]], t->len[ids[i]]);
+        o += t->len[ids[i]];
+    }
+    out[o] = '\0';
+    *text = out;
+    *len = o;
+    return DTX_OK;
+}
+
+int64_t dtx_tokenizer_vocab_size(const dtx_tokenizer *t) { return t->vocab_size; }
+int64_t dtx_tokenizer_num_ordinary(const dtx_tokenizer *t) { return t->n_ranks; }
+int dtx_tokenizer_num_special(const dtx_tokenizer *t) { return t->n_special; }
+
+const char *dtx_tokenizer_special(const dtx_tokenizer *t, int i, int32_t *id) {
+    if (i < 0 || i >= t->n_special) return NULL;
+    if (id) *id = t->special[i].id;
+    return t->special[i].name;
+}
+
+int32_t dtx_tokenizer_token_id(const dtx_tokenizer *t, const char *special) {
+    for (int i = 0; i < t->n_special; i++)
+        if (strcmp(t->special[i].name, special) == 0) return t->special[i].id;
+    return -1;
+}
+
+const char *dtx_tokenizer_token_bytes(const dtx_tokenizer *t, int32_t id, size_t *len) {
+    if (id < 0 || id >= t->vocab_size || !t->kind[id]) return NULL;
+    *len = t->len[id];
+    return (const char *)t->arena + t->off[id];
+}
+
+const char *dtx_tokenizer_source(const dtx_tokenizer *t) {
+    return t->source == DTX_TOKSRC_TIKTOKEN ? "tiktoken" : "difftx";
+}

@@ -1,0 +1,144 @@
+/* Internal parts of the byte-level BPE tokenizer (docs/tokenizer.md), shared
+ * by src/io/tokenizer*.c. Not part of the public API.
+ *
+ *   tokenizer.c        the object, the byte-string -> rank table, encode
+ *                      (tiktoken's byte-pair merge) and decode
+ *   tokenizer_split.c  pre-tokenisation with the cl100k_base pattern (PCRE2)
+ *   tokenizer_file.c   our file format, tiktoken rank files, base64
+ *   tokenizer_train.c  BPE training
+ */
+#ifndef DTX_IO_TOKENIZER_H
+#define DTX_IO_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/common.h"
+
+/* ------------------------------------------------------------ pre-tokenisation */
+
+/* The compiled cl100k_base split pattern. Matching is thread-safe: every
+ * call makes its own match data. */
+typedef struct dtx_split dtx_split;
+
+/* The name stored in tokenizer files for the one pattern we implement. */
+#define DTX_SPLIT_CL100K "cl100k_base"
+
+dtx_status dtx_split_new(dtx_split **out);
+/* Tests: non-zero makes dtx_split_new skip the JIT (the interpreter gives
+ * the same pieces). */
+extern int dtx_split_no_jit;
+void dtx_split_free(dtx_split *s);
+
+/* Called for each piece in order; a non-zero return stops the walk and
+ * becomes dtx_split_run's return value. */
+typedef int (*dtx_piece_fn)(const uint8_t *piece, size_t len, void *ctx);
+
+/* Cuts text[0, len) into pieces that cover it exactly, in order, none empty:
+ * the pattern's matches (leftmost-first, as tiktoken's regex), and between
+ * them any bytes the pattern cannot match (bytes of invalid UTF-8), each
+ * maximal such run one piece. Returns 0, fn's non-zero value, or -1 after
+ * dtx_fail (a PCRE2 error). */
+int dtx_split_run(const dtx_split *s, const uint8_t *text, size_t len, dtx_piece_fn fn, void *ctx);
+
+/* ------------------------------------------------------------ byte-string table */
+
+/* Open addressing, linear probing: byte strings (kept in the owner's arena)
+ * -> int32 value. Keys are referenced by (offset, length) into the arena. */
+typedef struct {
+    uint64_t head;  /* the key's first 8 bytes, zero-padded: most keys compare here */
+    uint32_t hash;  /* 0: empty slot */
+    int32_t value;
+    uint32_t len;
+    uint32_t off;   /* arenas stay below 4 GiB */
+} dtx_bmap_slot;
+
+typedef struct {
+    dtx_bmap_slot *slots;
+    size_t cap;   /* power of two */
+    size_t count;
+} dtx_bmap;
+
+uint32_t dtx_bytes_hash(const uint8_t *p, size_t n);
+/* cap_hint: the number of keys expected. 0 or -1 (dtx_fail) on failure. */
+int dtx_bmap_init(dtx_bmap *m, size_t cap_hint);
+void dtx_bmap_free(dtx_bmap *m);
+/* The value of key p[0, n), or -1. */
+int32_t dtx_bmap_get(const dtx_bmap *m, const uint8_t *arena, const uint8_t *p, size_t n);
+/* Inserts key (arena + off, n) -> value; grows as needed. Returns the value
+ * already there (the key is then not inserted) or -1 when new; -2 on out of
+ * memory (dtx_fail). */
+int32_t dtx_bmap_put(dtx_bmap *m, const uint8_t *arena, uint32_t off, size_t n, int32_t value);
+
+/* ------------------------------------------------------------ the tokenizer */
+
+#define DTX_TOK_MAX_SPECIAL 64
+#define DTX_TOK_SPECIAL_MAXLEN 64
+
+typedef enum { DTX_TOKSRC_DIFFTX = 0, DTX_TOKSRC_TIKTOKEN = 1 } dtx_tok_source;
+
+typedef struct {
+    char name[DTX_TOK_SPECIAL_MAXLEN + 1];
+    size_t len;
+    int32_t id;
+} dtx_special;
+
+struct dtx_tokenizer {
+    dtx_tok_source source;
+    int64_t vocab_size;   /* largest id + 1                                  */
+    int64_t n_ranks;      /* ordinary (byte-string) tokens                  */
+    int64_t vocab_cap;    /* room in off/len/kind                            */
+    /* Per id in [0, vocab_size): the token's bytes, arena + off[id], len[id];
+     * kind[id] 0: no token (a hole), 1: ordinary, 2: special. */
+    uint32_t *off;
+    uint32_t *len;
+    uint8_t *kind;
+    uint8_t *arena;
+    size_t arena_len, arena_cap;
+    dtx_bmap map;         /* ordinary token bytes -> id (= rank)             */
+    int32_t byte_id[256]; /* the token of each single byte (all present)     */
+    int n_special;
+    dtx_special special[DTX_TOK_MAX_SPECIAL];
+    dtx_split *split;
+};
+
+/* An empty tokenizer able to hold ids below vocab_cap and arena_hint bytes
+ * (both grow). */
+dtx_status dtx_tok_new(struct dtx_tokenizer **out, int64_t vocab_cap, size_t arena_hint);
+/* Adds an ordinary token: its bytes are copied into the arena. Fails with
+ * DTX_ERR_FORMAT ("duplicate ...") when the bytes or the id are taken. */
+dtx_status dtx_tok_add(struct dtx_tokenizer *t, const uint8_t *bytes, size_t n, int64_t id);
+/* Adds a special token (printable ASCII, no spaces, 1..64 bytes). */
+dtx_status dtx_tok_add_special(struct dtx_tokenizer *t, const char *name, int64_t id);
+/* Checks the finished vocabulary (every single byte present, ...), compiles
+ * the split pattern. */
+dtx_status dtx_tok_finish(struct dtx_tokenizer *t);
+
+/* Appends the BPE encoding of one piece (tiktoken's byte-pair merge: the
+ * whole piece if it is a token, else repeatedly merge the adjacent pair
+ * whose concatenation has the lowest rank, leftmost first). */
+typedef struct {
+    int32_t *ids;
+    int64_t n, cap;
+    /* scratch for the merge */
+    void *scratch;
+    size_t scratch_cap;
+} dtx_idbuf;
+
+dtx_status dtx_tok_encode_piece(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out);
+void dtx_idbuf_free(dtx_idbuf *b);
+/* Tests: 0 picks the merge by piece length, 1 forces tiktoken's quadratic
+ * loop, 2 the heap (both give the same ids). */
+extern int dtx_tok_merge_method;
+
+/* ------------------------------------------------------------ base64 */
+
+/* Standard alphabet with '=' padding. Encoded length of n bytes. */
+size_t dtx_b64_len(size_t n);
+/* Writes dtx_b64_len(n) characters (no terminator). */
+void dtx_b64_encode(const uint8_t *in, size_t n, char *out);
+/* Decodes s[0, n) strictly (length a multiple of 4, canonical padding);
+ * returns the number of bytes written to out (room for n/4*3 bytes), or -1. */
+int64_t dtx_b64_decode(const char *s, size_t n, uint8_t *out);
+
+#endif

@@ -1,0 +1,426 @@
+/* The fused flash attention (fp32 build) against the plain materialised
+ * kernel: forward output, o1, o2, rstd and every gradient over odd lengths,
+ * head widths, GQA ratios and both architectures; the saved lse against a
+ * direct log-sum-exp; the tile product and the vector exp on their own; the
+ * portable path against the AVX-512 one; other tilings; determinism; and
+ * the workspace growing linearly in T. Set DTX_FLASH_VERBOSE=1 to print the
+ * measured errors. */
+#include "../test.h"
+#include "kernels/attention_flash.h"
+#include "kernels/kernels.h"
+#include "kernels/tile_gemm.h"
+
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FLASH_TOL 1e-5 /* max-element relative error vs plain, fp32 */
+
+static int verbose(void) {
+    const char *v = getenv("DTX_FLASH_VERBOSE");
+    return v && *v && *v != '0';
+}
+
+static real *alloc_r(size_t n) { return calloc(n ? n : 1, sizeof(real)); }
+
+static real *randn(dtx_rng *r, size_t n, double mean, double sd) {
+    real *x = alloc_r(n);
+    for (size_t i = 0; i < n; i++) x[i] = (real)(mean + sd * dtx_rng_normal(r));
+    return x;
+}
+
+/* ------------------------------------------------------------ a problem */
+
+typedef struct {
+    dtx_attn_dims a;
+    size_t nq, nk, nv, no, nlse, nrstd;
+    real *q, *k, *v, *gamma, *dout;
+} prob;
+
+static prob prob_make(uint64_t seed, int diff, int64_t B, int64_t T, int64_t H, int64_t G, int64_t d,
+                      double lam, double lam_init, double qk_sd) {
+    dtx_rng r;
+    dtx_rng_seed(&r, seed);
+    prob p;
+    memset(&p, 0, sizeof p);
+    p.a = (dtx_attn_dims){.B = B, .T = T, .n_heads = H, .n_kv_heads = G, .head_dim = d, .diff = diff,
+                          .lambda = lam, .lambda_init = lam_init, .eps = 1e-5};
+    int64_t sub = diff ? 2 : 1;
+    p.nq = (size_t)(B * T * sub * H * d), p.nk = (size_t)(B * T * sub * G * d);
+    p.nv = (size_t)(B * T * G * sub * d), p.no = (size_t)(B * T * H * sub * d);
+    p.nlse = (size_t)(B * sub * H * T), p.nrstd = (size_t)(B * T * H);
+    p.q = randn(&r, p.nq, 0, qk_sd), p.k = randn(&r, p.nk, 0, qk_sd), p.v = randn(&r, p.nv, 0, 1);
+    p.gamma = randn(&r, (size_t)(2 * d), 1, 0.3), p.dout = randn(&r, p.no, 0, 1);
+    return p;
+}
+
+static void prob_free(prob *p) { free(p->q), free(p->k), free(p->v), free(p->gamma), free(p->dout); }
+
+/* Everything one implementation produces. */
+typedef struct {
+    real *out, *o1, *o2, *rstd, *dq, *dk, *dv, *dg;
+    float *lse;
+    double dl;
+} result;
+
+static result run(const prob *p, dtx_attn_impl impl) {
+    dtx_attn_dims a = p->a;
+    a.impl = impl;
+    result R = {alloc_r(p->no), alloc_r(p->no), alloc_r(p->no), alloc_r(p->nrstd), alloc_r(p->nq), alloc_r(p->nk),
+                alloc_r(p->nv), alloc_r((size_t)(2 * a.head_dim)), NULL, 0};
+    R.lse = calloc(p->nlse, sizeof(float));
+    dtx_attn_saved s = {.att = impl == DTX_ATTN_PLAIN ? alloc_r(dtx_attention_att_size(&a)) : NULL,
+                        .lse = impl == DTX_ATTN_FLASH ? R.lse : NULL, .o1 = R.o1, .o2 = R.o2, .rstd = R.rstd,
+                        .work = impl == DTX_ATTN_FLASH ? dtx_alloc(dtx_attention_flash_workspace_size(&a) + 1,
+                                                                   sizeof(real))
+                                                       : NULL};
+    dtx_attention_forward(&a, R.out, &s, p->q, p->k, p->v, p->gamma);
+    dtx_attention_backward(&a, R.dq, R.dk, R.dv, a.diff ? R.dg : NULL, a.diff ? &R.dl : NULL, p->dout, R.out, &s,
+                           p->q, p->k, p->v, p->gamma);
+    free(s.att), free(s.work);
+    return R;
+}
+
+static void result_free(result *R) {
+    free(R->out), free(R->o1), free(R->o2), free(R->rstd), free(R->dq), free(R->dk), free(R->dv), free(R->dg);
+    free(R->lse);
+}
+
+static double worst_seen;
+
+/* Flash vs plain on every output; returns the worst relative error. */
+static double compare(const prob *p, const result *f, const result *r, const char *name, double tol) {
+    const char *names[8] = {"out", "o1", "o2", "rstd", "dq", "dk", "dv", "dsubln"};
+    const real *fa[8] = {f->out, f->o1, f->o2, f->rstd, f->dq, f->dk, f->dv, f->dg};
+    const real *ra[8] = {r->out, r->o1, r->o2, r->rstd, r->dq, r->dk, r->dv, r->dg};
+    size_t n[8] = {p->no, p->no, p->no, p->nrstd, p->nq, p->nk, p->nv, (size_t)(2 * p->a.head_dim)};
+    int nt = p->a.diff ? 8 : 7;
+    /* dq and dk are measured against the largest input gradient (dq, dk or
+     * dv): at T = 1 they are exactly 0 and what is left is fp32 rounding of
+     * dO·vᵀ − rowsum(dO ⊙ o), which the plain kernel sums in double. */
+    double gscale = 0;
+    for (int i = 4; i < 7; i++)
+        for (size_t j = 0; j < n[i]; j++) gscale = fmax(gscale, fabs(ra[i][j]));
+    double worst = 0;
+    for (int i = 0; i < nt; i++) {
+        if (!p->a.diff && (i >= 1 && i <= 3)) continue;
+        double e = rel_err(fa[i], ra[i], n[i], 0, i == 4 || i == 5 ? gscale : 1e-30);
+        CHECKF(e < tol, "%s: %s rel err %.3g", name, names[i], e);
+        worst = e > worst || e != e ? e : worst;
+    }
+    if (p->a.diff) {
+        /* dλ sums B·T·H·2d terms of both signs that largely cancel: measure
+         * it against the size of dγ, a sum over the same rows. */
+        double floor = 0;
+        for (int64_t c = 0; c < 2 * p->a.head_dim; c++) floor = fmax(floor, fabs(r->dg[c]));
+        double e = fabs(f->dl - r->dl) / fmax(fabs(r->dl), floor);
+        CHECKF(e < tol, "%s: dlambda rel err %.3g (%.9g vs %.9g)", name, e, f->dl, r->dl);
+        worst = e > worst ? e : worst;
+    }
+    if (verbose()) printf("    %-40s worst rel err %.2e\n", name, worst);
+    worst_seen = worst > worst_seen ? worst : worst_seen;
+    return worst;
+}
+
+static void flash_vs_plain(int diff, int64_t T, int64_t H, int64_t G, int64_t d, double lam, double qk_sd,
+                           uint64_t seed) {
+    prob p = prob_make(seed, diff, 2, T, H, G, d, lam, 0.8 - 0.6 * exp(-0.3 * (double)(seed % 5)), qk_sd);
+    result f = run(&p, DTX_ATTN_FLASH), r = run(&p, DTX_ATTN_PLAIN);
+    char name[96];
+    snprintf(name, sizeof name, "%s T%lld H%lld G%lld d%lld sd%.0f%s", diff ? "diff" : "tfm", (long long)T,
+             (long long)H, (long long)G, (long long)d, qk_sd, dtx_tile_simd() ? "" : " portable");
+    compare(&p, &f, &r, name, FLASH_TOL);
+    result_free(&f), result_free(&r), prob_free(&p);
+}
+
+/* ------------------------------------------------------- flash vs plain */
+
+/* Odd lengths around and across the default tiles of 128 queries × 64 keys
+ * (63, 65 around a key tile, 130 around a query tile, 257 across three),
+ * every head width, GQA ratios 1, 2, 4 (and 3 for the Transformer). */
+TEST(kernel_flash_matches_plain_diff) {
+    static const int64_t Ts[] = {1, 7, 63, 65, 130, 257}, ds[] = {8, 16, 64, 128}, reps[] = {1, 2, 4};
+    uint64_t seed = 100;
+    for (int it = 0; it < 6; it++)
+        for (int id = 0; id < 4; id++) {
+            int64_t rep = reps[(it + id) % 3], G = rep == 4 ? 1 : 2;
+            if (Ts[it] == 257 && ds[id] == 128 && rep == 1) G = 1; /* keep the plain reference quick */
+            flash_vs_plain(1, Ts[it], G * rep, G, ds[id], 0.5 + 0.1 * id, 1, seed++);
+        }
+    if (verbose()) printf("    worst over the sweep %.2e\n", worst_seen);
+}
+
+TEST(kernel_flash_matches_plain_transformer) {
+    static const int64_t Ts[] = {1, 7, 63, 65, 130, 257}, ds[] = {8, 16, 64, 128}, reps[] = {1, 2, 3, 4};
+    uint64_t seed = 200;
+    for (int it = 0; it < 6; it++)
+        for (int id = 0; id < 4; id++) {
+            int64_t rep = reps[(it + id) % 4], G = rep >= 3 ? 1 : 2;
+            flash_vs_plain(0, Ts[it], G * rep, G, ds[id], 0, 1, seed++);
+        }
+}
+
+/* Every GQA ratio at a length spanning three query tiles. */
+TEST(kernel_flash_matches_plain_gqa) {
+    for (int64_t rep = 1; rep <= 4; rep++) {
+        flash_vs_plain(0, 150, 2 * rep, 2, 32, 0, 1, 300 + (uint64_t)rep);
+        if (rep != 3) flash_vs_plain(1, 150, 2 * rep, 2, 32, 0.8, 1, 310 + (uint64_t)rep);
+    }
+}
+
+/* Peaked maps (scores of sd ~10): the running max moves from tile to tile
+ * and most probabilities underflow. λ near 1 makes O1 − λ·O2 cancel. */
+TEST(kernel_flash_matches_plain_peaked) {
+    flash_vs_plain(1, 200, 2, 1, 32, 0.3, 3, 401);
+    flash_vs_plain(0, 200, 2, 2, 32, 0, 3, 402);
+    flash_vs_plain(1, 130, 2, 2, 16, 0.95, 1, 403);
+}
+
+/* Other tilings: query tiles larger and smaller than key tiles, ragged
+ * sizes not multiples of 16, a single tile for everything. */
+TEST(kernel_flash_tilings) {
+    static const int64_t tiles[][2] = {{16, 48}, {64, 128}, {32, 16}, {7, 5}, {64, 64}, {256, 32}};
+    for (int i = 0; i < 6; i++) {
+        dtx_flash_set_tiles(tiles[i][0], tiles[i][1]);
+        flash_vs_plain(1, 131, 4, 2, 16, 0.6, 1, 500 + (uint64_t)i);
+        flash_vs_plain(0, 131, 4, 2, 16, 0, 1, 510 + (uint64_t)i);
+    }
+    dtx_flash_set_tiles(0, 0);
+}
+
+/* ------------------------------------------------------------ lse */
+
+TEST(kernel_flash_lse) {
+    for (int diff = 0; diff <= 1; diff++) {
+        int64_t B = 2, T = 150, H = 4, G = 2, d = 16, sub = diff ? 2 : 1, NQ = sub * H, NK = sub * G;
+        prob p = prob_make(600 + (uint64_t)diff, diff, B, T, H, G, d, 0.5, 0.5, 2);
+        result f = run(&p, DTX_ATTN_FLASH);
+        double worst = 0;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t j = 0; j < NQ; j++) {
+                /* query sub-head j reads key sub-head: DIFF 2g + (j & 1), Transformer g */
+                int64_t hh = diff ? j / 2 : j, ksub = diff ? 2 * (hh / (H / G)) + (j & 1) : hh / (H / G);
+                for (int64_t t = 0; t < T; t++) {
+                    double z[150], mx = -INFINITY, sum = 0;
+                    for (int64_t s = 0; s <= t; s++) {
+                        double acc = 0;
+                        for (int64_t c = 0; c < d; c++)
+                            acc += (double)p.q[(b * T + t) * NQ * d + j * d + c] * p.k[(b * T + s) * NK * d + ksub * d + c];
+                        z[s] = acc / sqrt((double)d);
+                        mx = fmax(mx, z[s]);
+                    }
+                    for (int64_t s = 0; s <= t; s++) sum += exp(z[s] - mx);
+                    double want = mx + log(sum), got = f.lse[(b * NQ + j) * T + t];
+                    worst = fmax(worst, fabs(got - want) / fmax(1, fabs(want)));
+                }
+            }
+        CHECKF(worst < 2e-6, "%s lse error %.3g", diff ? "diff" : "tfm", worst);
+        if (verbose()) printf("    lse %s worst err %.2e\n", diff ? "diff" : "tfm", worst);
+        result_free(&f), prob_free(&p);
+    }
+}
+
+/* ------------------------------------------------------------ tile ops */
+
+TEST(kernel_flash_exp_accuracy) {
+    int64_t n = 1 << 20;
+    real *x = alloc_r((size_t)n), *y = alloc_r((size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = (real)(-88.0 * (double)i / (double)(n - 1));
+    x[0] = 0, x[1] = -1e-8f, x[2] = -FLT_MIN;
+    for (int pass = 0; pass < 2; pass++) {
+        double worst_rel = 0, worst_abs_tiny = 0;
+        int prev = dtx_tile_force_portable(pass == 1);
+        dtx_tile_exp(y, x, n);
+        dtx_tile_force_portable(prev);
+        for (int64_t i = 0; i < n; i++) {
+            double want = exp((double)x[i]);
+            if (want >= FLT_MIN) worst_rel = fmax(worst_rel, fabs(y[i] - want) / want);
+            else worst_abs_tiny = fmax(worst_abs_tiny, fabs(y[i] - want));
+        }
+        CHECKF(worst_rel < 3e-7, "exp (%s) relative error %.3g", pass ? "portable" : "kernel", worst_rel);
+        CHECKF(worst_abs_tiny <= FLT_MIN, "exp (%s) below FLT_MIN: error %.3g", pass ? "portable" : "kernel",
+               worst_abs_tiny);
+        if (verbose()) printf("    exp %s: worst rel err %.2e over [-88, 0]\n", pass ? "portable" : "simd", worst_rel);
+    }
+    real big[3] = {-INFINITY, -1000, -90}, out[3] = {1, 1, 1};
+    dtx_tile_exp(out, big, 3);
+    CHECK(out[0] == 0 && out[1] == 0 && out[2] < FLT_MIN);
+    free(x), free(y);
+}
+
+/* The product against textbook loops, with strided and transposed A, ragged
+ * M and N, and both the overwrite and the accumulate form. */
+TEST(kernel_flash_tile_gemm) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 700);
+    static const int64_t shapes[][3] = {{64, 64, 64}, {13, 77, 9}, {1, 1, 1}, {6, 16, 130}, {65, 129, 33}, {5, 3, 0}};
+    for (int pass = 0; pass < 2; pass++) {
+        int prev = dtx_tile_force_portable(pass == 1);
+        for (int si = 0; si < 6; si++)
+            for (int trans = 0; trans <= 1; trans++)
+                for (int acc = 0; acc <= 1; acc++) {
+                    int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2], lda = (trans ? M : K) + 3;
+                    int64_t ldb = N + 5, ldc = N + 2;
+                    real *A = randn(&r, (size_t)((trans ? K : M) * lda + 1), 0, 1), *B = randn(&r, (size_t)(K * ldb + 1), 0, 1);
+                    real *C = randn(&r, (size_t)(M * ldc), 0, 1);
+                    double *want = calloc((size_t)(M * ldc), sizeof(double));
+                    for (int64_t i = 0; i < M; i++)
+                        for (int64_t j = 0; j < ldc; j++) {
+                            double s = (acc || j >= N) ? C[i * ldc + j] : 0;
+                            if (j < N)
+                                for (int64_t kk = 0; kk < K; kk++)
+                                    s += (double)(trans ? A[kk * lda + i] : A[i * lda + kk]) * B[kk * ldb + j];
+                            want[i * ldc + j] = s;
+                        }
+                    dtx_tile_gemm(M, N, K, A, trans ? 1 : lda, trans ? lda : 1, B, ldb, C, ldc, acc);
+                    double worst = 0;
+                    for (int64_t i = 0; i < M * ldc; i++)
+                        worst = fmax(worst, fabs(C[i] - want[i]) / (1 + fabs(want[i])));
+                    CHECKF(worst < 1e-5, "gemm %lldx%lldx%lld trans %d acc %d %s: err %.3g", (long long)M,
+                           (long long)N, (long long)K, trans, acc, pass ? "portable" : "simd", worst);
+                    free(A), free(B), free(C), free(want);
+                }
+        dtx_tile_force_portable(prev);
+    }
+}
+
+/* The causal shortcuts: with A zero where the caller promises it (K_HI, K_LO)
+ * the result is the full product; with N_HI the needed part of C is. Diagonal
+ * offsets cover tiles above, on and below the diagonal. */
+TEST(kernel_flash_tile_gemm_causal) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 710);
+    static const int64_t diags[] = {-70, -20, -3, 0, 5, 40, 200};
+    int64_t M = 45, N = 70, K = 67, ld = 80;
+    for (int pass = 0; pass < 2; pass++) {
+        int prev = dtx_tile_force_portable(pass == 1);
+        for (int tri = DTX_TRI_N_HI; tri <= DTX_TRI_K_LO; tri++)
+            for (int di = 0; di < 7; di++) {
+                int64_t diag = diags[di];
+                real *A = randn(&r, (size_t)(M * ld), 0, 1), *B = randn(&r, (size_t)(K * ld), 0, 1);
+                real *C = randn(&r, (size_t)(M * ld), 0, 1), *C0 = malloc(sizeof(real) * (size_t)(M * ld));
+                memcpy(C0, C, sizeof(real) * (size_t)(M * ld));
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t kk = 0; kk < K; kk++)
+                        if ((tri == DTX_TRI_K_HI && kk > diag + i) || (tri == DTX_TRI_K_LO && kk < i - diag))
+                            A[i * ld + kk] = 0;
+                int acc = di % 2;
+                dtx_tile_gemm_tri(M, N, K, A, ld, 1, B, ld, C, ld, acc, (dtx_tri)tri, diag);
+                double worst = 0;
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        if (tri == DTX_TRI_N_HI && j > diag + i) continue; /* unspecified */
+                        double s = acc ? C0[i * ld + j] : 0;
+                        for (int64_t kk = 0; kk < K; kk++) s += (double)A[i * ld + kk] * B[kk * ld + j];
+                        worst = fmax(worst, fabs(C[i * ld + j] - s) / (1 + fabs(s)));
+                    }
+                for (int64_t i = 0; i < M; i++) /* columns beyond N untouched */
+                    for (int64_t j = N; j < ld; j++) worst = fmax(worst, fabs(C[i * ld + j] - C0[i * ld + j]));
+                CHECKF(worst < 1e-5, "tri %d diag %lld %s: err %.3g", tri, (long long)diag,
+                       pass ? "portable" : "simd", worst);
+                free(A), free(B), free(C), free(C0);
+            }
+        dtx_tile_force_portable(prev);
+    }
+}
+
+TEST(kernel_flash_tile_transpose) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 720);
+    static const int64_t shapes[][2] = {{16, 16}, {1, 1}, {37, 5}, {100, 64}, {3, 50}};
+    for (int pass = 0; pass < 2; pass++) {
+        int prev = dtx_tile_force_portable(pass == 1);
+        for (int si = 0; si < 5; si++) {
+            int64_t R = shapes[si][0], Cn = shapes[si][1], lds = Cn + 7, ldd = R + 9;
+            real *src = randn(&r, (size_t)(R * lds), 0, 1), *dst = randn(&r, (size_t)(Cn * ldd), 0, 1);
+            real *dst0 = malloc(sizeof(real) * (size_t)(Cn * ldd));
+            memcpy(dst0, dst, sizeof(real) * (size_t)(Cn * ldd));
+            dtx_tile_transpose(dst, ldd, src, lds, R, Cn);
+            int bad = 0;
+            for (int64_t c = 0; c < Cn; c++)
+                for (int64_t i = 0; i < ldd; i++)
+                    bad += dst[c * ldd + i] != (i < R ? src[i * lds + c] : dst0[c * ldd + i]);
+            CHECKF(bad == 0, "transpose %lldx%lld %s: %d wrong", (long long)R, (long long)Cn,
+                   pass ? "portable" : "simd", bad);
+            free(src), free(dst), free(dst0);
+        }
+        dtx_tile_force_portable(prev);
+    }
+}
+
+/* ---------------------------------------------- paths, determinism, memory */
+
+/* The forced portable path (DTX_FLASH_PORTABLE=1 does the same) agrees with
+ * the AVX-512 path; skipped checks when the CPU has no AVX-512. */
+TEST(kernel_flash_portable_matches_simd) {
+    if (!dtx_tile_simd()) {
+        printf("    (AVX-512 off: no CPU support, or DTX_FLASH_PORTABLE=1; nothing to compare)\n");
+        return;
+    }
+    for (int diff = 0; diff <= 1; diff++) {
+        prob p = prob_make(800 + (uint64_t)diff, diff, 2, 200, 4, 2, 64, 0.7, 0.5, 1);
+        result s = run(&p, DTX_ATTN_FLASH);
+        int prev = dtx_tile_force_portable(1);
+        CHECK(!dtx_tile_simd());
+        result f = run(&p, DTX_ATTN_FLASH);
+        dtx_tile_force_portable(prev);
+        compare(&p, &f, &s, diff ? "portable vs simd diff" : "portable vs simd tfm", FLASH_TOL);
+        double e = 0;
+        for (size_t i = 0; i < p.nlse; i++) e = fmax(e, fabs(f.lse[i] - s.lse[i]));
+        CHECKF(e < 1e-5, "lse portable vs simd %.3g", e);
+        result_free(&s), result_free(&f), prob_free(&p);
+    }
+}
+
+static int same_bits(const void *a, const void *b, size_t n) { return memcmp(a, b, n) == 0; }
+
+/* Two runs give the same bits; so do runs on 1 and on several threads. */
+TEST(kernel_flash_deterministic) {
+    for (int diff = 0; diff <= 1; diff++) {
+        prob p = prob_make(900 + (uint64_t)diff, diff, 2, 300, 4, 2, 32, 0.6, 0.5, 1);
+        int nth = omp_get_max_threads();
+        result x = run(&p, DTX_ATTN_FLASH), y = run(&p, DTX_ATTN_FLASH);
+        omp_set_num_threads(1);
+        result z = run(&p, DTX_ATTN_FLASH);
+        omp_set_num_threads(nth > 1 ? nth : 2);
+        result u = run(&p, DTX_ATTN_FLASH);
+        omp_set_num_threads(nth);
+        const result *o[3] = {&y, &z, &u};
+        size_t sr = sizeof(real);
+        for (int i = 0; i < 3; i++) {
+            CHECK(same_bits(x.out, o[i]->out, p.no * sr) && same_bits(x.lse, o[i]->lse, p.nlse * sizeof(float)));
+            CHECK(same_bits(x.dq, o[i]->dq, p.nq * sr) && same_bits(x.dk, o[i]->dk, p.nk * sr) &&
+                  same_bits(x.dv, o[i]->dv, p.nv * sr));
+            if (diff)
+                CHECK(same_bits(x.dg, o[i]->dg, (size_t)(2 * p.a.head_dim) * sr) && x.dl == o[i]->dl &&
+                      same_bits(x.o1, o[i]->o1, p.no * sr) && same_bits(x.rstd, o[i]->rstd, p.nrstd * sr));
+        }
+        result_free(&x), result_free(&y), result_free(&z), result_free(&u), prob_free(&p);
+    }
+}
+
+/* The only T-dependent memory is s->work (plus lse/o1/o2/rstd, all O(T));
+ * the stack scratch is fixed (4·BQ·BK). Doubling T at most doubles the
+ * workspace (plus the 16-element rounding), and PLAIN asks for none. */
+TEST(kernel_flash_workspace_linear) {
+    for (int diff = 0; diff <= 1; diff++) {
+        dtx_attn_dims a = {.impl = DTX_ATTN_FLASH, .B = 3, .T = 1000, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64,
+                           .diff = diff, .lambda = 0.5, .lambda_init = 0.2, .eps = 1e-5};
+        size_t w1 = dtx_attention_flash_workspace_size(&a);
+        a.T = 2000;
+        size_t w2 = dtx_attention_flash_workspace_size(&a);
+        a.T = 64000;
+        size_t w64 = dtx_attention_flash_workspace_size(&a);
+        CHECKF(w2 <= 2 * w1 + 64 && w2 > w1, "workspace %zu -> %zu", w1, w2);
+        CHECKF(w64 <= 64 * w1 + 64 * 64, "workspace not linear: %zu at T=1000, %zu at T=64000", w1, w64);
+        /* formula from kernels.h, every term a multiple of 16 here */
+        int64_t B = 3, T = 64000, Tp = 64016, H = 4, G = 2, d = 64, sub = diff ? 2 : 1, w = sub * d;
+        size_t want = (size_t)(B * sub * G * d * Tp + B * G * w * Tp + B * sub * H * T +
+                               (diff ? B * T * H * w + ((B * G * (w + 1) * 2 + 15) / 16) * 16 : 0));
+        CHECKF(w64 == want, "workspace %zu, formula %zu", w64, want);
+        a.impl = DTX_ATTN_PLAIN;
+        CHECK(dtx_attention_flash_workspace_size(&a) == 0);
+    }
+}
