@@ -16,9 +16,15 @@
  * children are driven in lockstep, A B A B, one step per command; both stay
  * alive between steps unless the machine's memory cannot hold both.
  *
- * Usage: bench/bench [--quick] [--out FILE] [--steps N] [--no-torch]
- *                    [--sections peak,train,torch,attn,long]
- *        bench/bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]
+ * Usage (make bench builds it as build/bench/bench and runs it from the
+ * repository root):
+ *   bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch | --torch-full]
+ *         [--torch-attn ref|fused] [--openblas DIR] [--python PATH]
+ *         [--sections peak,train,torch,attn,long]
+ *     --quick   config S at batch 2, 2 timed steps, no T = 16K runs (make bench QUICK=1)
+ *     --tiny    a seconds-long smoke test of the harness (meaningless numbers)
+ *   bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]
+ *     one configuration in this process (for profiling by hand)
  * Internal: --serve ..., --attn-child ....                                   */
 #include <errno.h>
 #include <immintrin.h>
@@ -80,6 +86,16 @@ static long meminfo_kib(const char *key) {
         }
     fclose(f);
     return v;
+}
+
+static void loadavg(char *buf, size_t n) {
+    double l[3] = {NAN, NAN, NAN};
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf %lf %lf", &l[0], &l[1], &l[2]) != 3) l[0] = NAN;
+        fclose(f);
+    }
+    snprintf(buf, n, "%.2f, %.2f, %.2f", l[0], l[1], l[2]);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -145,7 +161,8 @@ __attribute__((noinline)) static float bf16_loop(long iters, float seed) {
 
 static volatile float peak_sink;
 
-/* GFLOP/s of all threads together: best of `trials` runs of ~0.25 s each. */
+/* GFLOP/s of all threads together: best of `trials` runs of ~0.1 s each
+ * (many short runs: on a shared machine one of them usually finds it quiet). */
 static double measure_peak(int bf16, int trials) {
 #ifndef __AVX512BF16__
     if (bf16) return NAN;
@@ -168,7 +185,7 @@ static double measure_peak(int bf16, int trials) {
         }
         double dt = now_s() - t0;
         peak_sink = sink;
-        if (dt < 0.2) { /* calibrating */
+        if (dt < 0.08) { /* calibrating */
             iters *= 2;
             continue;
         }
@@ -417,8 +434,8 @@ static void step(child *c, run_result *r, const char *cmd, const char *label, in
     } else if (r->nfwd < MAXSTEPS) {
         r->fwd[r->nfwd++] = s;
     }
-    fprintf(stderr, "  %-32s %-5s %s%d/%d  %8.2f s\n", label, cmd, i == 0 && !strcmp(cmd, "train") ? "warm " : "",
-            i, n, s);
+    if (i == 0 && !strcmp(cmd, "train")) fprintf(stderr, "  %-32s train warm-up  %8.2f s\n", label, s);
+    else fprintf(stderr, "  %-32s %-5s %d/%d      %8.2f s\n", label, cmd, i, n, s);
 }
 
 static void finish(child *c, run_result *r) {
@@ -711,27 +728,49 @@ static int attn_child_main(int argc, char **argv) {
 
 /* ================================================================= report */
 
-static char *md;      /* the markdown report */
-static size_t md_len, md_cap;
+/* A growing string. */
+typedef struct {
+    char *s;
+    size_t len, cap;
+} strbuf;
 
-/* Appends to the report and prints to stdout. */
-static void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void out(const char *fmt, ...) {
-    char buf[4096];
+static void sb_vout(strbuf *b, const char *fmt, va_list ap) {
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0) return;
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = 2 * (b->cap + (size_t)n + 1024);
+        char *p = realloc(b->s, cap);
+        if (!p) return;
+        b->s = p;
+        b->cap = cap;
+    }
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+}
+
+static void sb_out(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_out(strbuf *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    sb_vout(b, fmt, ap);
     va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
-    fputs(buf, stdout);
+}
+
+static strbuf md; /* the markdown report */
+
+/* Appends to the report and prints the same to stdout. */
+static void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void out(const char *fmt, ...) {
+    size_t before = md.len;
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vout(&md, fmt, ap);
+    va_end(ap);
+    if (md.s) fputs(md.s + before, stdout);
     fflush(stdout);
-    if (md_len + (size_t)n + 1 > md_cap) {
-        md_cap = 2 * (md_cap + (size_t)n + 1024);
-        md = realloc(md, md_cap);
-    }
-    memcpy(md + md_len, buf, (size_t)n + 1);
-    md_len += (size_t)n;
 }
 
 static const char *fmt_gib(char *buf, double kib) {
@@ -820,7 +859,8 @@ static int file_exists(const char *p) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch] [--torch-attn ref|fused]\n"
+            "usage: bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch | --torch-full]\n"
+            "             [--torch-attn ref|fused]\n"
             "             [--openblas DIR] [--python PATH]\n"
             "             [--sections peak,train,torch,attn,long]\n"
             "       bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]\n");
@@ -831,7 +871,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--attn-child")) return attn_child_main(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--one")) return one_main(argc, argv);
 
-    int quick = 0, tiny = 0, steps = 3, no_torch = 0;
+    int quick = 0, tiny = 0, steps = 3, no_torch = 0, torch_full = 0;
     const char *outfile = "bench/results.md", *sections = "peak,train,torch,attn,long";
     const char *python = "/usr/bin/python3", *script = "tools/bench_torch.py", *torch_attn = "fused";
     const char *openblas_dir = "build/openblas";
@@ -839,6 +879,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--tiny")) tiny = quick = 1;
         else if (!strcmp(argv[i], "--no-torch")) no_torch = 1;
+        else if (!strcmp(argv[i], "--torch-full")) torch_full = 1;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) outfile = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sections") && i + 1 < argc) sections = argv[++i];
@@ -918,15 +959,18 @@ int main(int argc, char **argv) {
     out("- date: %s\n- command: `%s`\n- machine: %s, %ld online CPUs, %.1f GiB memory\n", date, cmdline, cpu, sysconf(_SC_NPROCESSORS_ONLN),
         (double)meminfo_kib("MemTotal:") / (1 << 20));
     out("- threads: %d (OpenMP, every measurement including PyTorch)\n", threads);
+    char load0[64];
+    loadavg(load0, sizeof load0);
+    out("- load average at the start (1, 5, 15 min): %s\n", load0);
 
     /* ---- 1. peak */
     double pk32 = NAN, pk16 = NAN;
     if (do_peak) {
         fprintf(stderr, "measuring the FMA peak...\n");
-        pk32 = measure_peak(0, 5);
-        pk16 = measure_peak(1, 5);
+        pk32 = measure_peak(0, 20);
+        pk16 = measure_peak(1, 20);
         out("- measured peak (start): fp32 %.1f GFLOP/s (vfmadd231ps zmm, 32 flops each), "
-            "bf16 %.1f GFLOP/s (vdpbf16ps zmm, 64 flops each); best of 5 × ~0.25 s on %d threads\n",
+            "bf16 %.1f GFLOP/s (vdpbf16ps zmm, 64 flops each); best of 20 × ~0.1 s on %d threads\n",
             pk32, pk16, threads);
     }
     out("\n");
@@ -977,8 +1021,8 @@ int main(int argc, char **argv) {
             /* PyTorch runs fewer sequences per step to fit the time budget
              * (tokens/s is per token); config L's materialised attention needs
              * micro-batches of one sequence to fit in memory. */
-            int64_t tb = quick ? b->B : (!strcmp(b->name, "S") ? 2 : 1);
-            int64_t tm = tb;
+            int64_t tb = quick || torch_full ? b->B : (!strcmp(b->name, "S") ? 2 : 1);
+            int64_t tm = !strcmp(b->name, "L") ? 1 : tb;
             R->torch_batch = tb;
             R->torch_micro = tm;
             for (int p = 0; p < 2; p++) {
@@ -994,6 +1038,101 @@ int main(int argc, char **argv) {
         }
     }
 
+    /* ---- 4. attention memory (printed later) */
+    strbuf attn_sb = {0};
+    if (do_attn) {
+        sb_out(&attn_sb, "## Attention memory (config S attention, one layer, batch 1)\n\n");
+        sb_out(&attn_sb, "Computed from the size functions of src/kernels/kernels.h: what the forward keeps for the backward "
+            "(plain: the T×T maps; flash: the per-row log-sum-exp; DIFF also o1, o2 and rstd) and the scratch "
+            "(flash: dtx_attention_flash_workspace_size; plain: none). Measured: the RSS high-water mark of a "
+            "child process that runs one forward + backward, minus its RSS once the inputs and outputs (q, k, v, "
+            "out, dout, dq, dk, dv: 8·T·dim floats, %.0f KiB per token) were allocated and touched.\n\n",
+            8.0 * (double)CFG_S.dim * sizeof(real) / 1024);
+        sb_out(&attn_sb, "| T | arch | impl | saved for backward | scratch | total (computed) | measured | fwd+bwd time |\n");
+        sb_out(&attn_sb, "|---:|---|---|---:|---:|---:|---:|---:|\n");
+        int64_t Ts[3] = {1024, 4096, 16384};
+        long total_kib = meminfo_kib("MemTotal:");
+        for (int ti = 0; ti < 3; ti++) {
+            for (int a = 0; a < 2; a++) {
+                for (int im = 0; im < 2; im++) {
+                    dtx_attn_impl impl = im ? DTX_ATTN_FLASH : DTX_ATTN_PLAIN;
+                    dtx_attn_dims ad = attn_dims_S(Ts[ti], a == 0, impl);
+                    double saved = attn_saved_bytes(&ad), scratch = attn_scratch_bytes(&ad);
+                    double bytes = saved + scratch;
+                    char cs[32], cw[32], cb[32], mb[200], tb[32] = "–";
+                    snprintf(mb, sizeof mb, "–");
+                    int run = 1;
+                    const char *why = NULL;
+                    if (bytes + attn_io_bytes(&ad) > 0.5 * 1024.0 * (double)total_kib) run = 0, why = "not run (memory)";
+                    else if (impl == DTX_ATTN_PLAIN && Ts[ti] > 4096) run = 0, why = "not run";
+                    else if (quick && (Ts[ti] > 4096 || (impl == DTX_ATTN_PLAIN && Ts[ti] > 1024)))
+                        run = 0, why = "not run (QUICK)";
+                    if (run) {
+                        char sT[32];
+                        snprintf(sT, sizeof sT, "%lld", (long long)Ts[ti]);
+                        spawn_spec s = {self_exe, {"bench", "--attn-child", sT, im ? "flash" : "plain",
+                                                   (char *)ARCH[a], NULL}, our_env};
+                        child c;
+                        run_result r;
+                        if (!start(&c, &s, &r, 1, Ts[ti])) {
+                            fprintf(c.in, "go\n");
+                            fflush(c.in);
+                            char buf[256];
+                            double sec;
+                            long hwm, before;
+                            if (!child_line(&c, buf, sizeof buf) &&
+                                sscanf(buf, "ok %lf %ld %ld", &sec, &hwm, &before) == 3) {
+                                fmt_bytes(mb, 1024.0 * (double)(hwm - before));
+                                snprintf(tb, sizeof tb, "%.2f s", sec);
+                            } else {
+                                snprintf(mb, sizeof mb, "failed: %s", c.why);
+                            }
+                            child_quit(&c);
+                        } else {
+                            snprintf(mb, sizeof mb, "failed: %s", r.why);
+                        }
+                        fprintf(stderr, "  attention T=%lld %s %s: %s %s\n", (long long)Ts[ti], ARCH[a],
+                                im ? "flash" : "plain", mb, tb);
+                    } else {
+                        snprintf(mb, sizeof mb, "%s", why);
+                    }
+                    sb_out(&attn_sb, "| %lld | %s | %s | %s | %s | %s | %s | %s |\n", (long long)Ts[ti], ARCH[a],
+                        im ? "flash" : "plain", fmt_bytes(cs, saved), fmt_bytes(cw, scratch), fmt_bytes(cb, bytes), mb,
+                        tb);
+                }
+            }
+        }
+        sb_out(&attn_sb, "\n");
+    }
+
+    /* ---- 5. long context */
+    run_result rlong;
+    memset(&rlong, 0, sizeof rlong);
+    int have_long = 0;
+    if (do_long) {
+        have_long = 1;
+        spawn_spec s;
+        char st[8][32];
+        serve_spec(&s, st, &CFG_S16K, 0, 0, our_env);
+        child c;
+        if (!start(&c, &s, &rlong, 1, CFG_S16K.T)) {
+            step(&c, &rlong, "train", "difftx S T=16384 diff fp32", 0, 1);
+            /* a second (timed) step when the first took under 90 s */
+            if (rlong.ok && rlong.warm < 90) step(&c, &rlong, "train", "difftx S T=16384 diff fp32", 1, 1);
+            finish(&c, &rlong);
+        }
+    }
+
+    /* ---- 6. the peak again; MFU is against the higher of the two measurements */
+    double pk32e = NAN, pk16e = NAN;
+    if (do_peak) {
+        pk32e = measure_peak(0, 20);
+        pk16e = measure_peak(1, 20);
+    }
+    double pk32_start = pk32, pk16_start = pk16;
+    if (pk32e > pk32) pk32 = pk32e;
+    if (pk16e > pk16) pk16 = pk16e;
+
     /* ---- tables */
     if (do_train || do_torch) {
         out("## Training and forward throughput\n\n");
@@ -1001,10 +1140,12 @@ int main(int argc, char **argv) {
             "output projection; not the embedding lookup) + per layer causal attention with T/2 keys on "
             "average: QKᵀ T·dim, PV T·dim (Transformer) or 2·T·dim (DIFF: A1·V and A2·V at value width 2d). "
             "Training = 3 × forward. MFU = model FLOP/s ÷ the measured peak of the precision used "
-            "(fp32 peak for fp32, bf16 peak for bf16). tokens/s and MFU are from the median of the timed "
+            "(fp32 peak for fp32, bf16 peak for bf16; the higher of the start and end measurements: fp32 %.1f, "
+            "bf16 %.1f GFLOP/s). tokens/s and MFU are from the median of the timed "
             "steps (n) after one warm-up step; DIFF and baseline steps are interleaved. Peak RSS: the "
             "high-water mark of the child process that ran that configuration (training and forward). "
-            "MHA, untied embeddings.\n\n");
+            "MHA, untied embeddings.\n\n",
+            pk32, pk16);
         for (int ci = 0; ci < ncfg; ci++) {
             cfg_results *R = &res[ci];
             const bcfg *b = &R->c;
@@ -1052,7 +1193,8 @@ int main(int argc, char **argv) {
                     "1.13", torch_attn, blas ? "OpenBLAS (pthreads) for fp32 matmuls" :
                     "**the system's reference BLAS** (OpenBLAS not found: see bench/openblas.sh)",
                     (long long)R->torch_batch,
-                    R->torch_batch < b->B ? " (fewer than ours, to fit the time budget; tokens/s is per token)" : "");
+                    R->torch_batch < b->B ? " (fewer than ours, to fit the time budget; tokens/s is per token; "
+                                            "`--torch-full` runs the full batch)" : "");
                 out("| impl | arch | prec | train tok/s | train MFU | fwd tok/s | fwd MFU | peak RSS | n | difftx/torch train | difftx/torch fwd |\n");
                 out("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
                 for (int p = 0; p < 2; p++) {
@@ -1086,88 +1228,9 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* ---- 4. attention memory */
-    if (do_attn) {
-        out("## Attention memory (config S attention, one layer, batch 1)\n\n");
-        out("Computed from the size functions of src/kernels/kernels.h: what the forward keeps for the backward "
-            "(plain: the T×T maps; flash: the per-row log-sum-exp; DIFF also o1, o2 and rstd) and the scratch "
-            "(flash: dtx_attention_flash_workspace_size; plain: none). Measured: the RSS high-water mark of a "
-            "child process that runs one forward + backward, minus its RSS once the inputs and outputs (q, k, v, "
-            "out, dout, dq, dk, dv: 8·T·dim floats, %.0f KiB per token) were allocated and touched.\n\n",
-            8.0 * (double)CFG_S.dim * sizeof(real) / 1024);
-        out("| T | arch | impl | saved for backward | scratch | total (computed) | measured | fwd+bwd time |\n");
-        out("|---:|---|---|---:|---:|---:|---:|---:|\n");
-        int64_t Ts[3] = {1024, 4096, 16384};
-        long total_kib = meminfo_kib("MemTotal:");
-        for (int ti = 0; ti < 3; ti++) {
-            for (int a = 0; a < 2; a++) {
-                for (int im = 0; im < 2; im++) {
-                    dtx_attn_impl impl = im ? DTX_ATTN_FLASH : DTX_ATTN_PLAIN;
-                    dtx_attn_dims ad = attn_dims_S(Ts[ti], a == 0, impl);
-                    double saved = attn_saved_bytes(&ad), scratch = attn_scratch_bytes(&ad);
-                    double bytes = saved + scratch;
-                    char cs[32], cw[32], cb[32], mb[200], tb[32] = "–";
-                    snprintf(mb, sizeof mb, "–");
-                    int run = 1;
-                    const char *why = NULL;
-                    if (bytes + attn_io_bytes(&ad) > 0.5 * 1024.0 * (double)total_kib) run = 0, why = "not run (memory)";
-                    else if (impl == DTX_ATTN_PLAIN && Ts[ti] > 4096) run = 0, why = "not run";
-                    else if (quick && (Ts[ti] > 4096 || (impl == DTX_ATTN_PLAIN && Ts[ti] > 1024)))
-                        run = 0, why = "not run (QUICK)";
-                    if (run) {
-                        char sT[32];
-                        snprintf(sT, sizeof sT, "%lld", (long long)Ts[ti]);
-                        spawn_spec s = {self_exe, {"bench", "--attn-child", sT, im ? "flash" : "plain",
-                                                   (char *)ARCH[a], NULL}, our_env};
-                        child c;
-                        run_result r;
-                        if (!start(&c, &s, &r, 1, Ts[ti])) {
-                            fprintf(c.in, "go\n");
-                            fflush(c.in);
-                            char buf[256];
-                            double sec;
-                            long hwm, before;
-                            if (!child_line(&c, buf, sizeof buf) &&
-                                sscanf(buf, "ok %lf %ld %ld", &sec, &hwm, &before) == 3) {
-                                fmt_bytes(mb, 1024.0 * (double)(hwm - before));
-                                snprintf(tb, sizeof tb, "%.2f s", sec);
-                            } else {
-                                snprintf(mb, sizeof mb, "failed: %s", c.why);
-                            }
-                            child_quit(&c);
-                        } else {
-                            snprintf(mb, sizeof mb, "failed: %s", r.why);
-                        }
-                        fprintf(stderr, "  attention T=%lld %s %s: %s %s\n", (long long)Ts[ti], ARCH[a],
-                                im ? "flash" : "plain", mb, tb);
-                    } else {
-                        snprintf(mb, sizeof mb, "%s", why);
-                    }
-                    out("| %lld | %s | %s | %s | %s | %s | %s | %s |\n", (long long)Ts[ti], ARCH[a],
-                        im ? "flash" : "plain", fmt_bytes(cs, saved), fmt_bytes(cw, scratch), fmt_bytes(cb, bytes), mb,
-                        tb);
-                }
-            }
-        }
-        out("\n");
-    }
+    if (attn_sb.s) out("%s", attn_sb.s);
 
-    /* ---- 5. long context */
-    run_result rlong;
-    memset(&rlong, 0, sizeof rlong);
-    int have_long = 0;
     if (do_long) {
-        have_long = 1;
-        spawn_spec s;
-        char st[8][32];
-        serve_spec(&s, st, &CFG_S16K, 0, 0, our_env);
-        child c;
-        if (!start(&c, &s, &rlong, 1, CFG_S16K.T)) {
-            step(&c, &rlong, "train", "difftx S T=16384 diff fp32", 0, 1);
-            /* a second (timed) step when the first took under 3 minutes */
-            if (rlong.ok && rlong.warm < 180) step(&c, &rlong, "train", "difftx S T=16384 diff fp32", 1, 1);
-            finish(&c, &rlong);
-        }
         out("## Long context: one training step at T = 16384 (config S, DIFF, fp32, batch 1)\n\n");
         dtx_config cd = make_config(&CFG_S16K, 1);
         double fl = 3 * model_flops_fwd(&cd, CFG_S16K.T) * (double)CFG_S16K.T;
@@ -1184,11 +1247,6 @@ int main(int argc, char **argv) {
     }
 
     /* ---- 6. peak again, targets */
-    double pk32e = NAN, pk16e = NAN;
-    if (do_peak) {
-        pk32e = measure_peak(0, 5);
-        pk16e = measure_peak(1, 5);
-    }
     if (ncfg && (do_train || do_torch || have_long)) {
         out("## Targets (issue)\n\n| target | measured | met |\n|---|---|---|\n");
         for (int ci = 0; ci < ncfg; ci++) {
@@ -1230,11 +1288,14 @@ int main(int argc, char **argv) {
     if (do_peak)
         out("Measured peak at the end: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (start: %.1f, %.1f; a large "
             "difference means the machine was disturbed).\n\n",
-            pk32e, pk16e, pk32, pk16);
+            pk32e, pk16e, pk32_start, pk16_start);
+    char load1[64];
+    loadavg(load1, sizeof load1);
+    out("Load average at the end (1, 5, 15 min): %s (this run itself keeps about %d busy).\n\n", load1, threads);
     out("Total benchmark time: %.1f min.\n", (now_s() - t_start) / 60);
 
     FILE *fo = fopen(outfile, "w");
-    if (!fo || fwrite(md, 1, md_len, fo) != md_len || fclose(fo)) {
+    if (!fo || fwrite(md.s, 1, md.len, fo) != md.len || fclose(fo)) {
         fprintf(stderr, "bench: cannot write %s\n", outfile);
         return 1;
     }

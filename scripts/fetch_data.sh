@@ -89,7 +89,7 @@ n=0 n_train=0 n_val=0
 while IFS= read -r src; do
     name=$(basename "$src")
     n=$((n + 1))
-    if [ $((n % 10)) -eq 0 ]; then split=val; n_val=$((n_val + 1)); else split=train; n_train=$((n_train + 1)); fi
+    if [ $((n % 10)) -eq 0 ]; then split="val"; n_val=$((n_val + 1)); else split="train"; n_train=$((n_train + 1)); fi
     clean "$src" >"$new/$split/$name"
 done < <(LC_ALL=C find "$tmp/package/data" -maxdepth 1 -type f -name '[0-9][0-9][0-9][0-9]_*.txt' | LC_ALL=C sort)
 if [ "$n" -eq 0 ]; then
@@ -97,7 +97,7 @@ if [ "$n" -eq 0 ]; then
     exit 1
 fi
 if LC_ALL=C grep -rlq $'\x01' "$new"; then
-    echo "fetch_data: a stage marker survived the cleaning (sed without \\x01 support?)" >&2
+    echo "fetch_data: a stage marker survived the cleaning (a sed without \\xHH escapes?)" >&2
     exit 1
 fi
 sha=$(tree_sha "$new")
@@ -133,7 +133,7 @@ years=$(LC_ALL=C find "$new" -type f -name '[0-9][0-9][0-9][0-9]_*.txt' | sed 's
     echo "contents  SHA-256 $sha (names and bytes of train/ and val/, see the script)"
     echo
     echo "val/:"
-    ls "$new/val" | LC_ALL=C sort | sed 's/^/  /'
+    LC_ALL=C find "$new/val" -type f -name '*.txt' | sed 's|.*/|  |' | LC_ALL=C sort
     echo
     echo "package/NOTICE:"
     sed 's/^/  /' "$tmp/package/NOTICE"

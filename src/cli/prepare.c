@@ -102,7 +102,7 @@ static int collect(const char *path, int depth, int top, const struct stat *out_
             break;
         }
     closedir(d);
-    if (!rc) qsort(names.v, names.n, sizeof *names.v, cmp_str);
+    if (!rc && names.n) qsort(names.v, names.n, sizeof *names.v, cmp_str);
     for (size_t i = 0; i < names.n && !rc; i++) {
         size_t len = strlen(path) + strlen(names.v[i]) + 2;
         char *child = malloc(len);

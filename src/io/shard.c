@@ -255,7 +255,6 @@ dtx_status dtx_shard_open(dtx_shard **out, const char *path, int64_t vocab_size)
     s->width = (int)h.width;
     s->eos_id = (int32_t)h.eos_id;
     s->n_docs = h.n_docs > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)h.n_docs;
-    (void)madvise((void *)map, (size_t)size, MADV_RANDOM);
     *out = s;
     return DTX_OK;
 }

@@ -16,9 +16,9 @@
  * p = DTX_PREC_FP32: fp32 products; DTX_PREC_BF16: x, w (and dout) rounded to
  * bf16, fp32 accumulation, fp32 outputs. The float build runs oneDNN matmul
  * primitives (matmul_dnnl.c, cached per shape) and falls back to the
- * reference below, with one warning line, if oneDNN fails; the double build
- * always runs the reference and ignores p. oneDNN shares the OpenMP runtime:
- * call these outside parallel regions. Thread-safe (calls are serialised). */
+ * reference below (fp32), with one warning line, if oneDNN fails; the double
+ * build always runs the reference and ignores p. oneDNN shares the OpenMP
+ * runtime: call these outside parallel regions. Thread-safe (serialised). */
 void dtx_matmul_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N,
                         dtx_precision p);
 /* dx [M, K] += dout · w ; dw [N, K] += doutᵀ · x   (dx, dw optional)          */

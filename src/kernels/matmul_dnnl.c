@@ -88,6 +88,7 @@ static entry cache[CACHE_CAP];
 static int n_cache;
 static uint64_t use_clock;
 static size_t n_created;
+static int force_failure; /* dtx_dnnl_matmul_force_failure */
 /* bf16 operands: a (src), b (weights), grown as needed, reused across calls. */
 static uint16_t *scratch[2];
 static size_t scratch_cap[2];
@@ -121,6 +122,13 @@ static void clear_locked(void) {
 void dtx_matmul_cache_clear(void) {
     pthread_mutex_lock(&lock);
     clear_locked();
+    pthread_mutex_unlock(&lock);
+}
+
+void dtx_dnnl_matmul_force_failure(int on) {
+    pthread_mutex_lock(&lock);
+    clear_locked();
+    force_failure = on;
     pthread_mutex_unlock(&lock);
 }
 
@@ -169,6 +177,10 @@ static dnnl_status_t create(entry *e, int64_t m, int64_t k, int64_t n, const dnn
     dnnl_post_ops_t ops = NULL;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st;
+    if (force_failure) {
+        *what = "failure forced by a test";
+        return dnnl_unimplemented;
+    }
 #define TRY(call, name) do { *what = (name); if ((st = (call)) != dnnl_success) goto done; } while (0)
     TRY(dnnl_memory_desc_init_by_strides(&smd, 2, sdims, dt, ss), "src descriptor");
     TRY(dnnl_memory_desc_init_by_strides(&wmd, 2, wdims, dt, ws), "weights descriptor");

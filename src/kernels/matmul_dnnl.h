@@ -23,6 +23,9 @@ enum { DTX_DNNL_DID_DX = 1, DTX_DNNL_DID_DW = 2 };
  * reference for the requested parts that are missing. */
 int dtx_dnnl_matmul_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, int64_t M,
                              int64_t K, int64_t N, dtx_precision p);
+/* Tests: on != 0 makes every primitive creation fail (the fallback path);
+ * clears the cache either way. */
+void dtx_dnnl_matmul_force_failure(int on);
 #endif
 
 /* dst[i] = bf16(src[i]): round to nearest, ties to even; NaN stays a (quiet)

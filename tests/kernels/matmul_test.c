@@ -270,6 +270,39 @@ TEST(kernel_matmul_primitive_cache) {
     mm_free(&c);
 }
 
+/* When oneDNN fails the reference runs instead (one warning line on stderr,
+ * once per process), so results are the reference's, bit for bit. */
+TEST(kernel_matmul_dnnl_failure_falls_back) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 308);
+    int64_t M = 17, K = 64, N = 3;
+    mm_case c = mm_make(&r, M, K, N);
+    size_t nmn = (size_t)(M * N), nmk = (size_t)(M * K), nnk = (size_t)(N * K);
+    float *out = nan_f(nmn), *ref = nan_f(nmn);
+    float *dx = copy_f(c.dx0, nmk), *dw = copy_f(c.dw0, nnk), *rdx = copy_f(c.dx0, nmk), *rdw = copy_f(c.dw0, nnk);
+    dtx_matmul_ref_forward(ref, c.x, c.w, M, K, N);
+    dtx_matmul_ref_backward(rdx, rdw, c.dout, c.x, c.w, M, K, N);
+    fprintf(stderr, "    (a oneDNN failure is forced next: a warning line is expected)\n");
+    dtx_dnnl_matmul_force_failure(1);
+    size_t n0 = dtx_matmul_primitives_created();
+    for (int p = 0; p < 2; p++) {
+        dtx_precision prec = p ? DTX_PREC_BF16 : DTX_PREC_FP32;
+        dtx_matmul_forward(out, c.x, c.w, M, K, N, prec);
+        CHECK(memcmp(out, ref, nmn * sizeof(float)) == 0);
+        memcpy(dx, c.dx0, nmk * sizeof(float));
+        memcpy(dw, c.dw0, nnk * sizeof(float));
+        dtx_matmul_backward(dx, dw, c.dout, c.x, c.w, M, K, N, prec);
+        CHECK(memcmp(dx, rdx, nmk * sizeof(float)) == 0 && memcmp(dw, rdw, nnk * sizeof(float)) == 0);
+    }
+    CHECK(dtx_matmul_primitives_created() == n0);
+    dtx_dnnl_matmul_force_failure(0);
+    dtx_matmul_forward(out, c.x, c.w, M, K, N, DTX_PREC_FP32); /* oneDNN again */
+    CHECK(dtx_matmul_primitives_created() == n0 + 1);
+    CHECK(rel_err_f(out, ref, nmn) < 1e-5);
+    free(out), free(ref), free(dx), free(dw), free(rdx), free(rdw);
+    mm_free(&c);
+}
+
 /* Zero-sized dimensions: nothing to multiply; forward with K = 0 is zeros. */
 TEST(kernel_matmul_empty_dims) {
     float x[4] = {1, 2, 3, 4}, w[4] = {1, 2, 3, 4}, out[4] = {NAN, NAN, NAN, NAN}, g[4] = {5, 5, 5, 5};
