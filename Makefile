@@ -46,14 +46,17 @@ $(LIB64): $(call obj64,$(LIB_SRC))
 	@rm -f $@; ar rcs $@ $^
 
 $(BIN): $(call obj32,$(CLI_SRC)) $(LIB32)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	@echo "LD      $@"
+	@$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/test_f32: $(call obj32,$(TEST_COMMON) $(F32_TESTS)) $(LIB32)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	@echo "LD      $@"
+	@$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 $(BUILD)/tests/test_f64: $(call obj64,$(TEST_COMMON) $(FD_TESTS)) $(LIB64)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DDTX_DOUBLE $^ -o $@ $(LDLIBS)
+	@echo "LD      $@"
+	@$(CC) $(CFLAGS) -DDTX_DOUBLE $^ -o $@ $(LDLIBS)
 
 TEST_BINS := $(BUILD)/tests/test_f32 $(BUILD)/tests/test_f64
 test: deps tiktoken-ranks

@@ -81,7 +81,6 @@ static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B
     CARVE(a->xnf, N * D);
     CARVE(a->rstdf, N);
     CARVE(a->probs, N * V);
-    CARVE(a->dlogits, N * V);
     CARVE(a->dresid, N * D);
     CARVE(a->dx1, N * D);
     CARVE(a->dx2, N * D);
@@ -279,10 +278,14 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
     if (dtx_model_ensure_grads(m)) return dtx_fail(DTX_ERR_NOMEM, "out of memory allocating gradients");
     const dtx_config *c = &m->cfg;
     int64_t N = a->B * a->T, D = c->dim, V = c->vocab_size, L = c->n_layers;
-    memset(a->dlogits, 0, (size_t)(N * V) * sizeof(real));
-    dtx_crossentropy_backward(a->dlogits, a->probs, a->targets, N, V, loss_scale / (double)N);
+    /* The logits buffer holds the softmax probabilities; turn them into
+     * dlogits in place, so the N×V logits exist once. The forward's
+     * activations stay valid, but another backward needs another forward. */
+    real *dlogits = a->probs;
+    dtx_crossentropy_backward_inplace(dlogits, a->targets, N, V, loss_scale / (double)N);
+    a->has_targets = 0;
     memset(a->dx1, 0, (size_t)(N * D) * sizeof(real));
-    dtx_matmul_backward(a->dx1, G(m->out_w), a->dlogits, a->xnf, P(m->out_w), N, D, V, m->precision);
+    dtx_matmul_backward(a->dx1, G(m->out_w), dlogits, a->xnf, P(m->out_w), N, D, V, m->precision);
     memset(a->dresid, 0, (size_t)(N * D) * sizeof(real));
     real *xL = a->resid + (size_t)(L * N * D);
     dtx_rmsnorm_backward(a->dresid, G(m->final_norm), a->dx1, xL, P(m->final_norm), a->rstdf, N, D);

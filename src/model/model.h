@@ -41,9 +41,9 @@ typedef struct {
     real *resid;           /* [L + 1, N, D]: block inputs, then the output */
     dtx_layer_acts *layers;
     real *xnf, *rstdf;     /* final norm [N, D], [N]                      */
-    real *probs;           /* [N, V] logits, then softmax probabilities   */
+    real *probs;           /* [N, V] logits, then softmax probabilities,
+                              then (in the backward) dlogits              */
     /* backward scratch */
-    real *dlogits;         /* [N, V] */
     real *dresid, *dx1, *dx2;  /* [N, D] each */
     real *dq, *dk, *dv;    /* [N, D], [N, KV], [N, KV] */
     real *dh1, *dh3, *dg;  /* [N, F] each */
