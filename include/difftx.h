@@ -325,6 +325,75 @@ void dtx_shard_writer_abort(dtx_shard_writer *w);
 dtx_status dtx_shard_write(const char *path, const int32_t *tokens, int64_t n, int64_t vocab_size);
 /* ================================================================= end data */
 
+/* =============================================================== generation
+ * Cached decoding (docs/generate.md). A KV cache holds, for every layer, the
+ * post-RoPE keys and the values of the tokens seen so far:
+ *   K [n_layers, max_len, kv_dim] and V [n_layers, max_len, kv_dim] floats,
+ * kv_dim = n_kv_heads·2d (DIFF) or n_kv_heads·d (Transformer), so
+ * 2·n_layers·max_len·kv_dim·sizeof(dtx_real) bytes (dtx_kvcache_bytes).
+ * dtx_model_prefill runs the prompt through the model in one batched pass and
+ * writes its keys and values into the cache; dtx_model_decode then feeds one
+ * token at a time (position = tokens already cached). Both return the logits
+ * of the last token, equal (to rounding) to the last row of dtx_model_forward
+ * over the whole sequence so far. They honour the model's matmul precision,
+ * and use the model's parameters as they are at each call. A cache belongs
+ * to one model shape (checked); one sequence at a time; not thread-safe. */
+
+typedef struct dtx_kvcache dtx_kvcache;
+
+/* A cache for sequences of up to max_len tokens (1 <= max_len <=
+ * max_seq_len; max_len <= 0 means max_seq_len). */
+dtx_status dtx_kvcache_init(dtx_kvcache **out, const dtx_model *m, int64_t max_len);
+void dtx_kvcache_free(dtx_kvcache *c);
+/* Forgets the cached tokens (len = 0); keeps the memory. */
+void dtx_kvcache_reset(dtx_kvcache *c);
+int64_t dtx_kvcache_len(const dtx_kvcache *c);     /* tokens cached            */
+int64_t dtx_kvcache_max_len(const dtx_kvcache *c);
+/* Bytes of the K and V arrays: 2·n_layers·max_len·kv_dim·sizeof(dtx_real). */
+size_t dtx_kvcache_bytes(const dtx_kvcache *c);
+/* Bytes of the working buffers on top of that (grown by the longest prefill). */
+size_t dtx_kvcache_scratch_bytes(const dtx_kvcache *c);
+
+/* Appends tokens[0, n) (n >= 1) at positions len .. len + n − 1: one batched
+ * pass (on an empty cache the fused flash attention; after earlier tokens each
+ * row attends over the cache). logits_last [vocab], when non-NULL, receives
+ * the logits of the last of them. DTX_ERR_ARG for a token out of range or
+ * when the cache has no room for n more (nothing is appended then). */
+dtx_status dtx_model_prefill(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int64_t n, dtx_real *logits_last);
+/* Appends one token at position len and writes its logits [vocab] (when
+ * non-NULL). DTX_ERR_ARG when the cache is full or the id is out of range. */
+dtx_status dtx_model_decode(dtx_model *m, dtx_kvcache *c, int32_t token, dtx_real *logits);
+
+/* Sampling: a plain configuration value. */
+typedef struct {
+    double temperature; /* <= 0: greedy (argmax, lowest id on ties)                  */
+    int64_t top_k;      /* keep the k most probable tokens; 0: off                    */
+    double top_p;       /* then the smallest set whose probability is >= top_p; 1: off */
+    uint64_t seed;      /* for dtx_sample_rng_seed                                     */
+} dtx_sampler;
+/* temperature 0.8, top_k 0, top_p 1, seed 1. */
+dtx_sampler dtx_sampler_default(void);
+/* DTX_ERR_ARG naming the field: top_k < 0, top_p outside (0, 1], a NaN. */
+dtx_status dtx_sampler_validate(const dtx_sampler *s);
+
+/* The sampler's RNG: xoshiro256** seeded by splitmix64, a plain value. */
+typedef struct {
+    uint64_t s[4];
+} dtx_sample_rng;
+void dtx_sample_rng_seed(dtx_sample_rng *r, uint64_t seed);
+
+/* Draws a token from logits [V]: greedy when temperature <= 0; otherwise
+ * p = softmax(logits / temperature), restricted to the top_k most probable
+ * (when top_k > 0), then to the smallest most-probable set with cumulative
+ * probability >= top_p (when top_p < 1), renormalised, one draw (ties in
+ * probability are ordered by id). Without truncation the draw walks the ids
+ * in order. Deterministic: the same rng state and logits give the same id;
+ * advances rng by one draw (none when greedy). DTX_ERR_NOMEM when the
+ * truncation's index buffer cannot be allocated. */
+dtx_status dtx_sample_logits(const dtx_sampler *s, dtx_sample_rng *rng, const dtx_real *logits, int64_t V,
+                             int32_t *token);
+/* ========================================================== end generation */
+
 #ifdef __cplusplus
 }
 #endif

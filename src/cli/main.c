@@ -7,6 +7,7 @@
 
 int cmd_tokenizer(int argc, char **argv); /* src/cli/tokenizer_cmd.c */
 int cmd_prepare(int argc, char **argv);   /* src/cli/prepare.c */
+int cmd_generate(int argc, char **argv);  /* src/cli/generate.c */
 
 typedef struct {
     const char *name;
@@ -18,6 +19,7 @@ static const command commands[] = {
     {"train", cmd_train, "train a model (new or --init FILE) on a token file"},
     {"score", cmd_score, "mean next-token cross-entropy of one token sequence, as JSON"},
     {"sample", cmd_sample, "continue a prompt, greedily or with a temperature"},
+    {"generate", cmd_generate, "continue a text prompt, streaming text (KV-cached decoding)"},
     {"info", cmd_info, "architecture, config and parameter counts of a model file"},
     {"tokenizer", cmd_tokenizer, "train, apply or inspect a byte-level BPE tokenizer"},
     {"prepare", cmd_prepare, "encode text files into a token shard (docs/data.md)"},

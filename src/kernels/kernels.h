@@ -164,4 +164,18 @@ void dtx_attention_flash_backward(const dtx_attn_dims *a, real *dq, real *dk, re
                                   double *dlambda, const real *dout, const real *out, const dtx_attn_saved *s,
                                   const real *q, const real *k, const real *v, const real *subln_w);
 
+/* ---- Cached decoding (attention_decode.c): ONE query row (the token at
+ * position len − 1) over the first len rows of a layer's KV cache, the math
+ * of one row of dtx_attention_forward. a->impl, a->B and a->T are ignored.
+ *   q [NQ·d] (after RoPE); kcache [len, NK·d] and vcache [len, V width]
+ *   (row strides NK·d and n_kv_heads·w, w = 2d DIFF / d, i.e. the rows of
+ *   k and v as dtx_attention_forward takes them); out [NQ·d] (overwritten);
+ *   scratch: dtx_attention_decode_scratch_size(a, len) elements.
+ * Softmax in fp32 with max subtraction (sum in double); DIFF combines the two
+ * maps per key before reading V. Heads run on OpenMP threads when the cache
+ * is long; results do not depend on the thread count. No allocation.        */
+size_t dtx_attention_decode_scratch_size(const dtx_attn_dims *a, int64_t len);
+void dtx_attention_decode(const dtx_attn_dims *a, real *out, const real *q, const real *kcache, const real *vcache,
+                          int64_t len, const real *subln_w, real *scratch);
+
 #endif

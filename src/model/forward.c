@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/profile.h"
 #include "model/model.h"
 
 #define P(off) (m->params + (off))
@@ -138,18 +139,18 @@ static void attention_block_forward(dtx_model *m, int64_t l, const real *x, real
     const dtx_layer_offsets *o = &m->layers[l];
     dtx_layer_acts *la = &m->acts.layers[l];
     int64_t B = m->acts.B, T = m->acts.T, N = B * T, D = c->dim, KV = m->kv_dim, d = m->head_dim;
-    dtx_rmsnorm_forward(la->xn1, la->rstd1, x, P(o->attn_norm), N, D, c->norm_eps);
-    dtx_matmul_forward(la->q, la->xn1, P(o->wq), N, D, D, m->precision);
-    dtx_matmul_forward(la->k, la->xn1, P(o->wk), N, D, KV, m->precision);
-    dtx_matmul_forward(la->v, la->xn1, P(o->wv), N, D, KV, m->precision);
-    dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, 0, D / d, d);
-    dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d);
+    DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn1, la->rstd1, x, P(o->attn_norm), N, D, c->norm_eps));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(la->q, la->xn1, P(o->wq), N, D, D, m->precision));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(la->k, la->xn1, P(o->wk), N, D, KV, m->precision));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(la->v, la->xn1, P(o->wv), N, D, KV, m->precision));
+    DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, 0, D / d, d));
+    DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d));
     la->lambda = dtx_model_lambda(m, l);
     dtx_attn_dims ad = attn_dims(m, B, T, l, la->lambda);
-    dtx_attention_forward(&ad, la->attn_y, &la->att, la->q, la->k, la->v,
-                          c->arch == DTX_ARCH_DIFF ? P(o->subln) : NULL);
-    dtx_matmul_forward(scratch, la->attn_y, P(o->wo), N, D, D, m->precision);
-    dtx_residual_forward(la->x_mid, x, scratch, N * D);
+    DTX_PROF(DTX_PROF_ATTENTION, 0, dtx_attention_forward(&ad, la->attn_y, &la->att, la->q, la->k, la->v,
+                          c->arch == DTX_ARCH_DIFF ? P(o->subln) : NULL));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(scratch, la->attn_y, P(o->wo), N, D, D, m->precision));
+    DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(la->x_mid, x, scratch, N * D));
 }
 
 /* dx_mid [N, D] (gradient at x_mid) -> dx (+=): through the attention path;
@@ -163,14 +164,14 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
     int diff = c->arch == DTX_ARCH_DIFF;
     real *dattn = a->dx1, *dxn = a->dx2;
     memset(dattn, 0, (size_t)(N * D) * sizeof(real));
-    dtx_matmul_backward(dattn, G(o->wo), dx, la->attn_y, P(o->wo), N, D, D, m->precision);
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(dattn, G(o->wo), dx, la->attn_y, P(o->wo), N, D, D, m->precision));
     memset(a->dq, 0, (size_t)(N * D) * sizeof(real));
     memset(a->dk, 0, (size_t)(N * KV) * sizeof(real));
     memset(a->dv, 0, (size_t)(N * KV) * sizeof(real));
     double dlambda = 0;
     dtx_attn_dims ad = attn_dims(m, B, T, l, la->lambda);
-    dtx_attention_backward(&ad, a->dq, a->dk, a->dv, diff ? G(o->subln) : NULL, &dlambda, dattn, la->attn_y, &la->att, la->q,
-                           la->k, la->v, diff ? P(o->subln) : NULL);
+    DTX_PROF(DTX_PROF_ATTENTION, 1, dtx_attention_backward(&ad, a->dq, a->dk, a->dv, diff ? G(o->subln) : NULL, &dlambda, dattn, la->attn_y, &la->att, la->q,
+                           la->k, la->v, diff ? P(o->subln) : NULL));
     if (diff) {
         /* λ = exp(q1·k1) − exp(q2·k2) + λ_init */
         double e1, e2;
@@ -182,13 +183,13 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
             G(o->lk2)[i] -= (real)(dlambda * e2 * P(o->lq2)[i]);
         }
     }
-    dtx_rope_backward(a->dq, m->rope_cos, m->rope_sin, B, T, 0, D / d, d);
-    dtx_rope_backward(a->dk, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d);
+    DTX_PROF(DTX_PROF_ROPE, 1, dtx_rope_backward(a->dq, m->rope_cos, m->rope_sin, B, T, 0, D / d, d));
+    DTX_PROF(DTX_PROF_ROPE, 1, dtx_rope_backward(a->dk, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d));
     memset(dxn, 0, (size_t)(N * D) * sizeof(real));
-    dtx_matmul_backward(dxn, G(o->wq), a->dq, la->xn1, P(o->wq), N, D, D, m->precision);
-    dtx_matmul_backward(dxn, G(o->wk), a->dk, la->xn1, P(o->wk), N, D, KV, m->precision);
-    dtx_matmul_backward(dxn, G(o->wv), a->dv, la->xn1, P(o->wv), N, D, KV, m->precision);
-    dtx_rmsnorm_backward(dx, G(o->attn_norm), dxn, x, P(o->attn_norm), la->rstd1, N, D);
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(dxn, G(o->wq), a->dq, la->xn1, P(o->wq), N, D, D, m->precision));
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(dxn, G(o->wk), a->dk, la->xn1, P(o->wk), N, D, KV, m->precision));
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(dxn, G(o->wv), a->dv, la->xn1, P(o->wv), N, D, KV, m->precision));
+    DTX_PROF(DTX_PROF_NORM, 1, dtx_rmsnorm_backward(dx, G(o->attn_norm), dxn, x, P(o->attn_norm), la->rstd1, N, D));
 }
 
 /* ------------------------------------------------------------ feed-forward block */
@@ -199,12 +200,12 @@ static void ffn_block_forward(dtx_model *m, int64_t l, real *out, real *scratch)
     const dtx_layer_offsets *o = &m->layers[l];
     dtx_layer_acts *la = &m->acts.layers[l];
     int64_t N = m->acts.B * m->acts.T, D = c->dim, F = c->ffn_dim;
-    dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps);
-    dtx_matmul_forward(la->h1, la->xn2, P(o->w1), N, D, F, m->precision);
-    dtx_matmul_forward(la->h3, la->xn2, P(o->w3), N, D, F, m->precision);
-    dtx_swiglu_forward(la->g, la->h1, la->h3, N * F);
-    dtx_matmul_forward(scratch, la->g, P(o->w2), N, F, D, m->precision);
-    dtx_residual_forward(out, la->x_mid, scratch, N * D);
+    DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(la->h1, la->xn2, P(o->w1), N, D, F, m->precision));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(la->h3, la->xn2, P(o->w3), N, D, F, m->precision));
+    DTX_PROF(DTX_PROF_SWIGLU, 0, dtx_swiglu_forward(la->g, la->h1, la->h3, N * F));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(scratch, la->g, P(o->w2), N, F, D, m->precision));
+    DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(out, la->x_mid, scratch, N * D));
 }
 
 /* dx [N, D]: gradient at the block output on entry, at x_mid on exit (+=). */
@@ -216,14 +217,14 @@ static void ffn_block_backward(dtx_model *m, int64_t l, real *dx) {
     int64_t N = a->B * a->T, D = c->dim, F = c->ffn_dim;
     size_t nf = (size_t)(N * F) * sizeof(real);
     memset(a->dg, 0, nf);
-    dtx_matmul_backward(a->dg, G(o->w2), dx, la->g, P(o->w2), N, F, D, m->precision);
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(a->dg, G(o->w2), dx, la->g, P(o->w2), N, F, D, m->precision));
     memset(a->dh1, 0, nf);
     memset(a->dh3, 0, nf);
-    dtx_swiglu_backward(a->dh1, a->dh3, a->dg, la->h1, la->h3, N * F);
+    DTX_PROF(DTX_PROF_SWIGLU, 1, dtx_swiglu_backward(a->dh1, a->dh3, a->dg, la->h1, la->h3, N * F));
     memset(a->dx2, 0, (size_t)(N * D) * sizeof(real));
-    dtx_matmul_backward(a->dx2, G(o->w1), a->dh1, la->xn2, P(o->w1), N, D, F, m->precision);
-    dtx_matmul_backward(a->dx2, G(o->w3), a->dh3, la->xn2, P(o->w3), N, D, F, m->precision);
-    dtx_rmsnorm_backward(dx, G(o->ffn_norm), a->dx2, la->x_mid, P(o->ffn_norm), la->rstd2, N, D);
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(a->dx2, G(o->w1), a->dh1, la->xn2, P(o->w1), N, D, F, m->precision));
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(a->dx2, G(o->w3), a->dh3, la->xn2, P(o->w3), N, D, F, m->precision));
+    DTX_PROF(DTX_PROF_NORM, 1, dtx_rmsnorm_backward(dx, G(o->ffn_norm), a->dx2, la->x_mid, P(o->ffn_norm), la->rstd2, N, D));
 }
 
 /* ------------------------------------------------------------ whole model */
@@ -254,18 +255,19 @@ dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t 
     a->has_targets = targets != NULL;
     if (targets) memcpy(a->targets, targets, (size_t)N * sizeof(int32_t));
 
-    dtx_embedding_forward(a->resid, tokens, P(m->tok_emb), N, D);
+    DTX_PROF(DTX_PROF_EMBEDDING, 0, dtx_embedding_forward(a->resid, tokens, P(m->tok_emb), N, D));
     for (int64_t l = 0; l < L; l++) {
         real *x = a->resid + (size_t)(l * N * D), *next = x + (size_t)(N * D);
         attention_block_forward(m, l, x, a->dx1);
         ffn_block_forward(m, l, next, a->dx1);
     }
     real *xL = a->resid + (size_t)(L * N * D);
-    dtx_rmsnorm_forward(a->xnf, a->rstdf, xL, P(m->final_norm), N, D, c->norm_eps);
-    dtx_matmul_forward(a->probs, a->xnf, P(m->out_w), N, D, V, m->precision);
+    DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(a->xnf, a->rstdf, xL, P(m->final_norm), N, D, c->norm_eps));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(a->probs, a->xnf, P(m->out_w), N, D, V, m->precision));
     if (logits) memcpy(logits, a->probs, (size_t)(N * V) * sizeof(real));
     if (targets) {
-        double l = dtx_crossentropy_forward(a->probs, a->probs, a->targets, N, V);
+        double l = 0;
+        DTX_PROF(DTX_PROF_LOSS, 0, l = dtx_crossentropy_forward(a->probs, a->probs, a->targets, N, V));
         if (loss) *loss = l;
     }
     return DTX_OK;
@@ -282,19 +284,19 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
      * dlogits in place, so the N×V logits exist once. The forward's
      * activations stay valid, but another backward needs another forward. */
     real *dlogits = a->probs;
-    dtx_crossentropy_backward_inplace(dlogits, a->targets, N, V, loss_scale / (double)N);
+    DTX_PROF(DTX_PROF_LOSS, 1, dtx_crossentropy_backward_inplace(dlogits, a->targets, N, V, loss_scale / (double)N));
     a->has_targets = 0;
     memset(a->dx1, 0, (size_t)(N * D) * sizeof(real));
-    dtx_matmul_backward(a->dx1, G(m->out_w), dlogits, a->xnf, P(m->out_w), N, D, V, m->precision);
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(a->dx1, G(m->out_w), dlogits, a->xnf, P(m->out_w), N, D, V, m->precision));
     memset(a->dresid, 0, (size_t)(N * D) * sizeof(real));
     real *xL = a->resid + (size_t)(L * N * D);
-    dtx_rmsnorm_backward(a->dresid, G(m->final_norm), a->dx1, xL, P(m->final_norm), a->rstdf, N, D);
+    DTX_PROF(DTX_PROF_NORM, 1, dtx_rmsnorm_backward(a->dresid, G(m->final_norm), a->dx1, xL, P(m->final_norm), a->rstdf, N, D));
     for (int64_t l = L - 1; l >= 0; l--) {
         /* dresid: gradient at the block output; the residual paths are identities,
          * so each sub-block's backward adds its branch into the same buffer. */
         ffn_block_backward(m, l, a->dresid);
         attention_block_backward(m, l, a->resid + (size_t)(l * N * D), a->dresid);
     }
-    dtx_embedding_backward(G(m->tok_emb), a->dresid, a->tokens, N, D);
+    DTX_PROF(DTX_PROF_EMBEDDING, 1, dtx_embedding_backward(G(m->tok_emb), a->dresid, a->tokens, N, D));
     return DTX_OK;
 }

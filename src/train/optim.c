@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/profile.h"
 #include "model/model.h"
+#include "train/checkpoint.h"
 
 struct dtx_optimizer {
     dtx_model *m;
@@ -102,7 +104,15 @@ static void adamw_tensor(real *p, const real *g, real *mo, real *ve, size_t n, d
     }
 }
 
+static dtx_status optimizer_step(dtx_optimizer *opt, double *grad_norm_out, double *lr_used);
+
 dtx_status dtx_optimizer_step(dtx_optimizer *opt, double *grad_norm_out, double *lr_used) {
+    dtx_status st = DTX_OK;
+    DTX_PROF(DTX_PROF_OPTIMIZER, 1, st = optimizer_step(opt, grad_norm_out, lr_used));
+    return st;
+}
+
+static dtx_status optimizer_step(dtx_optimizer *opt, double *grad_norm_out, double *lr_used) {
     dtx_model *m = opt->m;
     const dtx_optim_config *o = &opt->cfg;
     double norm = grad_norm(m->grads, m->n_params);
@@ -129,3 +139,12 @@ dtx_status dtx_optimizer_step(dtx_optimizer *opt, double *grad_norm_out, double 
     if (lr_used) *lr_used = lr;
     return DTX_OK;
 }
+
+/* ------------------------------------------------- checkpoint accessors
+ * Declared in src/train/checkpoint.h: a checkpoint saves and restores the
+ * optimizer's whole state, which is its config, both moments and the step. */
+
+const dtx_optim_config *dtx_optimizer_config(const dtx_optimizer *opt) { return &opt->cfg; }
+real *dtx_optimizer_moment1(dtx_optimizer *opt) { return opt->mom; }
+real *dtx_optimizer_moment2(dtx_optimizer *opt) { return opt->vel; }
+void dtx_optimizer_set_steps(dtx_optimizer *opt, int64_t steps) { opt->step = steps; }

@@ -1,0 +1,234 @@
+/* difftx generate: continue a text prompt with the KV-cached decoder
+ * (docs/generate.md). The prompt is encoded with the tokenizer, prefilled in
+ * one batched pass, then tokens are sampled and fed back one at a time; each
+ * token's bytes go to stdout as soon as it is sampled. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/flags.h"
+#include "difftx.h"
+
+int cmd_generate(int argc, char **argv);
+
+static const char *CMD = "generate";
+
+static const char USAGE[] =
+    "usage: difftx generate --model MODEL.safetensors --tokenizer TOK [--prompt TEXT]\n"
+    "                       [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
+    "                       [--seed S] [--precision fp32|bf16] [--no-bos] [--special]\n"
+    "\n"
+    "Continues a text prompt (--prompt, or all of stdin, bytes as they are) and\n"
+    "streams the new text to stdout token by token. The prompt is encoded with the\n"
+    "tokenizer, after <|bos|> when the tokenizer has one; it is processed in one\n"
+    "batched pass (prefill), then each new token is one cached decode step.\n"
+    "Generation stops after N tokens, at <|eos|> (not printed; <|endoftext|> for a\n"
+    "tiktoken file), or when the sequence reaches the model's max_seq_len. At the end\n"
+    "one line on stderr gives the prefill and decode speeds.\n"
+    "\n"
+    "  --model PATH        model file                                      [required]\n"
+    "  --tokenizer PATH    tokenizer file (difftx tokenizer train, or tiktoken) [required]\n"
+    "  --prompt TEXT       the prompt (default: read stdin to the end)\n"
+    "  --max-tokens N      most tokens to generate (default 200)\n"
+    "  --temperature T     0 = greedy, else softmax(logits / T) (default 0.8)\n"
+    "  --top-k K           sample among the K most probable tokens (default 0 = off)\n"
+    "  --top-p P           then among the fewest whose probability reaches P\n"
+    "                      (nucleus; default 1 = off)\n"
+    "  --seed S            sampler seed (default 1)\n"
+    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
+    "                      operands and fp32 accumulation\n"
+    "  --no-bos            do not start the prompt with <|bos|>\n"
+    "  --special           special-token text in the prompt (\"<|eos|>\") becomes its\n"
+    "                      id; without it, it is encoded as plain text\n";
+
+typedef struct {
+    const char *model, *tokenizer, *prompt;
+    int64_t max_tokens;
+    double temperature, top_p;
+    int64_t top_k;
+    uint64_t seed;
+    int precision, no_bos, special;
+} gen_args;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* All of stdin; NULL (after the message) on failure. */
+static char *read_stdin(size_t *len) {
+    size_t cap = 1 << 12, n = 0;
+    char *b = malloc(cap + 1);
+    while (b) {
+        n += fread(b + n, 1, cap - n, stdin);
+        if (n < cap) break;
+        char *nb = realloc(b, cap * 2 + 1);
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    if (!b) {
+        runtime_error(CMD, "out of memory reading the prompt from stdin");
+        return NULL;
+    }
+    if (ferror(stdin)) {
+        free(b);
+        runtime_error(CMD, "stdin: read error");
+        return NULL;
+    }
+    b[n] = '\0';
+    *len = n;
+    return b;
+}
+
+/* The prompt's ids (after <|bos|> unless --no-bos) into *ids (malloc'd). */
+static int encode_prompt(const gen_args *a, const dtx_tokenizer *t, int32_t **ids, int64_t *n) {
+    size_t len;
+    char *text = NULL;
+    if (a->prompt) {
+        len = strlen(a->prompt);
+    } else {
+        if (!(text = read_stdin(&len))) return EXIT_RUNTIME;
+    }
+    int32_t *enc = NULL;
+    int64_t m = 0;
+    dtx_status st = dtx_tokenizer_encode(t, a->prompt ? a->prompt : text, len,
+                                         a->special ? DTX_ENCODE_SPECIAL : DTX_ENCODE_ORDINARY, &enc, &m);
+    free(text);
+    if (st) return lib_error(CMD);
+    int32_t bos = a->no_bos ? -1 : dtx_tokenizer_token_id(t, "<|bos|>");
+    int64_t total = m + (bos >= 0);
+    int32_t *out = malloc((size_t)(total ? total : 1) * sizeof *out);
+    if (!out) {
+        free(enc);
+        return runtime_error(CMD, "out of memory");
+    }
+    if (bos >= 0) out[0] = bos;
+    if (m) memcpy(out + (bos >= 0), enc, (size_t)m * sizeof *out);
+    free(enc);
+    *ids = out;
+    *n = total;
+    return EXIT_OK;
+}
+
+/* Writes one token's bytes (a special token: its text; an id with no token:
+ * nothing); *last receives the last byte written. */
+static void emit(const dtx_tokenizer *t, int32_t id, int *last) {
+    char *s = NULL;
+    size_t len = 0;
+    if (dtx_tokenizer_decode(t, &id, 1, &s, &len) != DTX_OK) return;
+    if (len) {
+        fwrite(s, 1, len, stdout);
+        fflush(stdout);
+        *last = (unsigned char)s[len - 1];
+    }
+    free(s);
+}
+
+static int generate(dtx_model *m, const dtx_tokenizer *t, const gen_args *a, const int32_t *prompt, int64_t n) {
+    const dtx_config *c = dtx_model_config(m);
+    int64_t V = c->vocab_size, Vt = dtx_tokenizer_vocab_size(t);
+    int64_t Vs = Vt < V ? Vt : V; /* sample only ids the tokenizer can print */
+    int32_t eos = dtx_tokenizer_token_id(t, "<|eos|>");
+    if (eos < 0) eos = dtx_tokenizer_token_id(t, "<|endoftext|>");
+    /* Token j (1-based) comes from the logits at position n + j − 2; the
+     * sequence stays within max_seq_len, so the cache needs at most
+     * min(n + max_tokens, max_seq_len) − 1 positions (n <= that). */
+    int64_t end = n + a->max_tokens < c->max_seq_len ? n + a->max_tokens : c->max_seq_len;
+    dtx_kvcache *cache = NULL;
+    dtx_real *logits = malloc((size_t)V * sizeof *logits);
+    if (!logits) return runtime_error(CMD, "out of memory");
+    if (dtx_kvcache_init(&cache, m, end - 1) != DTX_OK) {
+        free(logits);
+        return lib_error(CMD);
+    }
+    dtx_sampler s = {.temperature = a->temperature, .top_k = a->top_k, .top_p = a->top_p, .seed = a->seed};
+    dtx_sample_rng rng;
+    dtx_sample_rng_seed(&rng, a->seed);
+    int rc = EXIT_OK, last = '\n';
+    double t0 = now_s();
+    if (dtx_model_prefill(m, cache, prompt, n, logits) != DTX_OK) rc = lib_error(CMD);
+    double t1 = now_s(), t2 = t1;
+    int64_t generated = 0, decoded = 0;
+    while (rc == EXIT_OK) {
+        int32_t tok;
+        if (dtx_sample_logits(&s, &rng, logits, Vs, &tok) != DTX_OK) {
+            rc = lib_error(CMD);
+            break;
+        }
+        if (tok == eos) break;
+        emit(t, tok, &last);
+        if (++generated == a->max_tokens || dtx_kvcache_len(cache) == dtx_kvcache_max_len(cache)) break;
+        if (dtx_model_decode(m, cache, tok, logits) != DTX_OK) {
+            rc = lib_error(CMD);
+            break;
+        }
+        decoded++;
+        t2 = now_s();
+    }
+    dtx_kvcache_free(cache);
+    free(logits);
+    if (rc != EXIT_OK) return rc;
+    if (last != '\n' && isatty(STDOUT_FILENO)) putchar('\n');
+    if ((rc = finish_stdout(CMD)) != EXIT_OK) return rc;
+    double pre_ms = (t1 - t0) * 1e3, dec_ms = (t2 - t1) * 1e3;
+    fprintf(stderr, "prefill: %lld tokens in %.1f ms (%.1f tok/s); decode: %lld tokens in %.1f ms (%.1f tok/s)\n",
+            (long long)n, pre_ms, pre_ms > 0 ? n / (pre_ms * 1e-3) : 0.0, (long long)decoded, dec_ms,
+            dec_ms > 0 ? decoded / (dec_ms * 1e-3) : 0.0);
+    return EXIT_OK;
+}
+
+int cmd_generate(int argc, char **argv) {
+    gen_args a = {.max_tokens = 200, .temperature = 0.8, .top_p = 1.0, .seed = 1};
+    flag fl[] = {
+        FLAG_STR("--model", &a.model),
+        FLAG_STR("--tokenizer", &a.tokenizer),
+        FLAG_STR("--prompt", &a.prompt),
+        FLAG_INT("--max-tokens", &a.max_tokens, 1, 1 << 24),
+        FLAG_REAL("--temperature", &a.temperature, 0, 0, 1e6, 0),
+        FLAG_INT("--top-k", &a.top_k, 0, INT32_MAX),
+        FLAG_REAL("--top-p", &a.top_p, 0, 1, 1, 0),
+        FLAG_SEED("--seed", &a.seed),
+        FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
+        FLAG_BOOL("--no-bos", &a.no_bos, 1),
+        FLAG_BOOL("--special", &a.special, 1),
+    };
+    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
+    case FLAGS_HELP: return finish_stdout(CMD);
+    case FLAGS_ERROR: return EXIT_USAGE;
+    }
+    if (!a.model) return usage_error(CMD, "--model is required");
+    if (!a.tokenizer) return usage_error(CMD, "--tokenizer is required");
+    int rc = EXIT_OK;
+    dtx_tokenizer *t = NULL;
+    dtx_model *m = NULL;
+    int32_t *prompt = NULL;
+    int64_t n = 0;
+    if (dtx_tokenizer_load(&t, a.tokenizer) != DTX_OK) rc = lib_error(CMD);
+    if (rc == EXIT_OK && dtx_model_load(&m, a.model) != DTX_OK) rc = lib_error(CMD);
+    if (rc == EXIT_OK && dtx_model_set_precision(m, (dtx_precision)a.precision) != DTX_OK) rc = lib_error(CMD);
+    const dtx_config *c = rc == EXIT_OK ? dtx_model_config(m) : NULL;
+    if (rc == EXIT_OK && dtx_tokenizer_vocab_size(t) > c->vocab_size)
+        rc = runtime_error(CMD, "the tokenizer %s has %lld tokens but the model %s only vocab_size %lld", a.tokenizer,
+                           (long long)dtx_tokenizer_vocab_size(t), a.model, (long long)c->vocab_size);
+    if (rc == EXIT_OK) rc = encode_prompt(&a, t, &prompt, &n);
+    if (rc == EXIT_OK && n == 0)
+        rc = usage_error(CMD, "the prompt is empty and there is no <|bos|> to start from (give --prompt TEXT)");
+    if (rc == EXIT_OK && n > c->max_seq_len - 1)
+        rc = usage_error(CMD,
+                         "the prompt is %lld tokens; the model's max_seq_len %lld leaves room for at most %lld "
+                         "(one position is kept for the first new token)",
+                         (long long)n, (long long)c->max_seq_len, (long long)(c->max_seq_len - 1));
+    if (rc == EXIT_OK) rc = generate(m, t, &a, prompt, n);
+    free(prompt);
+    dtx_model_free(m);
+    dtx_tokenizer_free(t);
+    return rc;
+}

@@ -1,0 +1,247 @@
+/* Cached decoding (issue 4): a KV cache, a batched prefill and one-token
+ * decode steps, over the same kernels as the full forward (forward.c).
+ *
+ * The cache of layer l: K [max_len, KV] and V [max_len, KV] (KV = kv_dim),
+ * row p holding the post-RoPE key and the value of the token at position p,
+ * written in place as tokens arrive (llama2.c style). One step over n new
+ * tokens at positions pos0 .. pos0 + n − 1, per layer:
+ *
+ *   xn = attention_norm(x)           q = xn·wqᵀ [n, D]   (RoPE at pos0 + i)
+ *   K[pos0 ..] = RoPE(xn·wkᵀ)        V[pos0 ..] = xn·wvᵀ  (straight into the cache)
+ *   attention: pos0 = 0 and n > 1: the fused flash forward over the n rows
+ *              (B = 1, T = n; the cache rows are exactly its k and v);
+ *              otherwise row i attends over cache rows 0 .. pos0 + i
+ *              (dtx_attention_decode, one query row at a time);
+ *   x += att·woᵀ;  x += w2(silu(w1 xn2) ⊙ w3 xn2), xn2 = ffn_norm(x).
+ *
+ * Then the final norm and the output projection of the LAST row only. The
+ * row buffers are sized for the longest step so far (one row at init, so a
+ * decode step never allocates). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+#define P(off) (m->params + (off))
+
+struct dtx_kvcache {
+    /* the model shape it was made for */
+    dtx_arch arch;
+    int64_t n_layers, dim, n_heads, n_kv_heads, head_dim, kv_dim, ffn_dim, vocab_size;
+    int64_t max_len, len;
+    real *k, *v;    /* [n_layers, max_len, kv_dim] each */
+    real *scores;   /* dtx_attention_decode scratch for a full cache */
+    size_t scores_n;
+    /* row buffers for up to rows_cap rows (flash buffers when flash_cap) */
+    int64_t rows_cap;
+    int flash_cap;
+    real *mem;
+    size_t mem_n;
+    real *x, *xn, *q, *att, *tmp, *rstd, *h;  /* [r, D] x5, [r], [r, F] */
+    real *h3;                                 /* [r, F] */
+    real *o1, *o2, *orstd, *work;             /* flash: DIFF o1/o2/rstd, workspace */
+    float *lse;
+};
+
+static dtx_attn_dims dims(const dtx_model *m, int64_t T, int64_t layer, double lambda) {
+    const dtx_config *c = &m->cfg;
+    dtx_attn_dims a = {
+        .impl = DTX_ATTN_FLASH, .B = 1, .T = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
+        .head_dim = m->head_dim, .diff = c->arch == DTX_ARCH_DIFF, .lambda = lambda,
+        .lambda_init = dtx_lambda_init(layer), .eps = c->norm_eps,
+    };
+    return a;
+}
+
+/* Lays the row buffers for r rows out from base (or only counts when base is
+ * NULL); every buffer on a 64-byte boundary. Returns the element count. */
+static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, int flash) {
+    size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, R = (size_t)r, off = 0;
+    dtx_attn_dims ad = dims(m, r, 0, 0);
+    size_t n_o = flash ? dtx_attention_o_size(&ad) : 0, n_rs = flash ? dtx_attention_rstd_size(&ad) : 0;
+    size_t n_work = flash ? dtx_attention_flash_workspace_size(&ad) : 0;
+    size_t n_lse = flash ? (dtx_attention_lse_size(&ad) * sizeof(float) + sizeof(real) - 1) / sizeof(real) : 0;
+    real *lse = NULL;
+#define CARVE(ptr, cnt)                                 \
+    do {                                                \
+        if (base) (ptr) = base + off;                   \
+        off += ((size_t)(cnt) + 15) & ~(size_t)15;      \
+    } while (0)
+    CARVE(c->x, R * D);
+    CARVE(c->xn, R * D);
+    CARVE(c->q, R * D);
+    CARVE(c->att, R * D);
+    CARVE(c->tmp, R * D);
+    CARVE(c->rstd, R);
+    CARVE(c->h, R * F);
+    CARVE(c->h3, R * F);
+    CARVE(c->o1, n_o);
+    CARVE(c->o2, n_o);
+    CARVE(c->orstd, n_rs);
+    CARVE(c->work, n_work);
+    CARVE(lse, n_lse);
+#undef CARVE
+    if (base) {
+        c->lse = n_lse ? (float *)lse : NULL;
+        if (!n_o) c->o1 = c->o2 = c->orstd = NULL;
+        if (!n_work) c->work = NULL;
+    }
+    return off;
+}
+
+/* Row buffers for r rows (and the flash buffers when flash). */
+static dtx_status ensure_rows(const dtx_model *m, dtx_kvcache *c, int64_t r, int flash) {
+    if (c->mem && r <= c->rows_cap && (!flash || c->flash_cap)) return DTX_OK;
+    if (r < c->rows_cap) r = c->rows_cap;
+    flash = flash || c->flash_cap;
+    size_t n = layout(m, c, NULL, r, flash);
+    real *mem = dtx_alloc(n, sizeof(real));
+    if (!mem)
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory for the generation buffers of %lld rows (%zu values)",
+                        (long long)r, n);
+    free(c->mem);
+    c->mem = mem;
+    c->mem_n = n;
+    c->rows_cap = r;
+    c->flash_cap = flash;
+    layout(m, c, mem, r, flash);
+    return DTX_OK;
+}
+
+dtx_status dtx_kvcache_init(dtx_kvcache **out, const dtx_model *m, int64_t max_len) {
+    *out = NULL;
+    const dtx_config *cfg = &m->cfg;
+    if (max_len <= 0) max_len = cfg->max_seq_len;
+    if (max_len > cfg->max_seq_len)
+        return dtx_fail(DTX_ERR_ARG, "KV cache length %lld exceeds the model's max_seq_len %lld", (long long)max_len,
+                        (long long)cfg->max_seq_len);
+    dtx_kvcache *c = calloc(1, sizeof *c);
+    if (!c) return dtx_fail(DTX_ERR_NOMEM, "out of memory for a KV cache");
+    c->arch = cfg->arch;
+    c->n_layers = cfg->n_layers;
+    c->dim = cfg->dim;
+    c->n_heads = cfg->n_heads;
+    c->n_kv_heads = cfg->n_kv_heads;
+    c->head_dim = m->head_dim;
+    c->kv_dim = m->kv_dim;
+    c->ffn_dim = cfg->ffn_dim;
+    c->vocab_size = cfg->vocab_size;
+    c->max_len = max_len;
+    size_t kv_n = (size_t)(c->n_layers * max_len * c->kv_dim);
+    dtx_attn_dims ad = dims(m, 1, 0, 0);
+    c->scores_n = dtx_attention_decode_scratch_size(&ad, max_len);
+    c->k = dtx_alloc(kv_n, sizeof(real));
+    c->v = c->k ? dtx_alloc(kv_n, sizeof(real)) : NULL;
+    c->scores = c->v ? dtx_alloc(c->scores_n, sizeof(real)) : NULL;
+    if (!c->scores) {
+        dtx_kvcache_free(c);
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory for a KV cache of %lld positions (%zu bytes)",
+                        (long long)max_len, 2 * kv_n * sizeof(real));
+    }
+    dtx_status st = ensure_rows(m, c, 1, 0);
+    if (st) {
+        dtx_kvcache_free(c);
+        return st;
+    }
+    *out = c;
+    return DTX_OK;
+}
+
+void dtx_kvcache_free(dtx_kvcache *c) {
+    if (!c) return;
+    free(c->k);
+    free(c->v);
+    free(c->scores);
+    free(c->mem);
+    free(c);
+}
+
+void dtx_kvcache_reset(dtx_kvcache *c) { c->len = 0; }
+int64_t dtx_kvcache_len(const dtx_kvcache *c) { return c->len; }
+int64_t dtx_kvcache_max_len(const dtx_kvcache *c) { return c->max_len; }
+
+size_t dtx_kvcache_bytes(const dtx_kvcache *c) {
+    return 2 * (size_t)(c->n_layers * c->max_len * c->kv_dim) * sizeof(real);
+}
+
+size_t dtx_kvcache_scratch_bytes(const dtx_kvcache *c) { return (c->scores_n + c->mem_n) * sizeof(real); }
+
+/* The cache was made for a model of this shape. */
+static dtx_status check_shape(const dtx_model *m, const dtx_kvcache *c) {
+    const dtx_config *cfg = &m->cfg;
+    if (c->arch != cfg->arch || c->n_layers != cfg->n_layers || c->dim != cfg->dim || c->n_heads != cfg->n_heads ||
+        c->n_kv_heads != cfg->n_kv_heads || c->ffn_dim != cfg->ffn_dim || c->vocab_size != cfg->vocab_size ||
+        c->max_len > cfg->max_seq_len)
+        return dtx_fail(DTX_ERR_ARG, "the KV cache was made for a model of another shape");
+    return DTX_OK;
+}
+
+/* Appends tokens [n] at positions c->len ..; logits of the last (optional). */
+static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int64_t n, real *logits) {
+    const dtx_config *cfg = &m->cfg;
+    dtx_status st;
+    if ((st = check_shape(m, c))) return st;
+    if (n < 1) return dtx_fail(DTX_ERR_ARG, "prefill needs at least one token, got %lld", (long long)n);
+    if (n > c->max_len - c->len)
+        return dtx_fail(DTX_ERR_ARG,
+                        "KV cache full: %lld cached + %lld new tokens exceed its %lld positions (max_seq_len %lld)",
+                        (long long)c->len, (long long)n, (long long)c->max_len, (long long)cfg->max_seq_len);
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= cfg->vocab_size)
+            return dtx_fail(DTX_ERR_ARG, "token id %lld at position %lld is out of range [0, %lld)",
+                            (long long)tokens[i], (long long)(c->len + i), (long long)cfg->vocab_size);
+    const int64_t pos0 = c->len, D = cfg->dim, KV = m->kv_dim, F = cfg->ffn_dim, V = cfg->vocab_size;
+    const int64_t d = m->head_dim, L = cfg->n_layers, ML = c->max_len;
+    const int flash = pos0 == 0 && n > 1, diff = cfg->arch == DTX_ARCH_DIFF;
+    const dtx_precision pr = m->precision;
+    if ((st = ensure_rows(m, c, n, flash))) return st;
+
+    dtx_embedding_forward(c->x, tokens, P(m->tok_emb), n, D);
+    for (int64_t l = 0; l < L; l++) {
+        const dtx_layer_offsets *o = &m->layers[l];
+        real *kc = c->k + (size_t)(l * ML * KV), *vc = c->v + (size_t)(l * ML * KV);
+        real *kn = kc + (size_t)(pos0 * KV), *vn = vc + (size_t)(pos0 * KV);
+        const real *subln = diff ? P(o->subln) : NULL;
+        /* attention block */
+        dtx_rmsnorm_forward(c->xn, c->rstd, c->x, P(o->attn_norm), n, D, cfg->norm_eps);
+        dtx_matmul_forward(c->q, c->xn, P(o->wq), n, D, D, pr);
+        dtx_matmul_forward(kn, c->xn, P(o->wk), n, D, KV, pr);
+        dtx_matmul_forward(vn, c->xn, P(o->wv), n, D, KV, pr);
+        dtx_rope_forward(c->q, m->rope_cos, m->rope_sin, 1, n, pos0, D / d, d);
+        dtx_rope_forward(kn, m->rope_cos, m->rope_sin, 1, n, pos0, KV / d, d);
+        dtx_attn_dims ad = dims(m, n, l, dtx_model_lambda(m, l));
+        if (flash) {
+            dtx_attn_saved s = {.att = NULL, .lse = c->lse, .o1 = c->o1, .o2 = c->o2, .rstd = c->orstd, .work = c->work};
+            dtx_attention_forward(&ad, c->att, &s, c->q, kc, vc, subln);
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                dtx_attention_decode(&ad, c->att + i * D, c->q + i * D, kc, vc, pos0 + i + 1, subln, c->scores);
+        }
+        dtx_matmul_forward(c->tmp, c->att, P(o->wo), n, D, D, pr);
+        dtx_residual_forward(c->x, c->x, c->tmp, n * D);
+        /* feed-forward block (the gate overwrites h1 in place) */
+        dtx_rmsnorm_forward(c->xn, c->rstd, c->x, P(o->ffn_norm), n, D, cfg->norm_eps);
+        dtx_matmul_forward(c->h, c->xn, P(o->w1), n, D, F, pr);
+        dtx_matmul_forward(c->h3, c->xn, P(o->w3), n, D, F, pr);
+        dtx_swiglu_forward(c->h, c->h, c->h3, n * F);
+        dtx_matmul_forward(c->tmp, c->h, P(o->w2), n, F, D, pr);
+        dtx_residual_forward(c->x, c->x, c->tmp, n * D);
+    }
+    c->len += n;
+    if (logits) {
+        dtx_rmsnorm_forward(c->xn, c->rstd, c->x + (n - 1) * D, P(m->final_norm), 1, D, cfg->norm_eps);
+        dtx_matmul_forward(logits, c->xn, P(m->out_w), 1, D, V, pr);
+    }
+    return DTX_OK;
+}
+
+dtx_status dtx_model_prefill(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int64_t n, dtx_real *logits_last) {
+    return step(m, c, tokens, n, logits_last);
+}
+
+dtx_status dtx_model_decode(dtx_model *m, dtx_kvcache *c, int32_t token, dtx_real *logits) {
+    if (c->len >= c->max_len)
+        return dtx_fail(DTX_ERR_ARG, "KV cache full: all %lld positions are used (max_seq_len %lld)",
+                        (long long)c->max_len, (long long)m->cfg.max_seq_len);
+    return step(m, c, &token, 1, logits);
+}
