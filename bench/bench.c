@@ -161,20 +161,36 @@ __attribute__((noinline)) static float bf16_loop(long iters, float seed) {
 
 static volatile float peak_sink;
 
-/* GFLOP/s of all threads together: best of `trials` runs of ~0.1 s each
+typedef struct {
+    double all;  /* every thread together                                  */
+    double one;  /* one thread alone, times the thread count               */
+    double peak; /* the higher: another tenant on one core lowers `all`    */
+} peak_t;
+
+static double measure_peak_nt(int bf16, int trials, int nt);
+
+static peak_t measure_peak(int bf16) {
+    int nt = omp_get_max_threads();
+    peak_t p;
+    p.all = measure_peak_nt(bf16, 20, nt);
+    p.one = nt * measure_peak_nt(bf16, 10, 1);
+    p.peak = p.all > p.one ? p.all : p.one;
+    return p;
+}
+
+/* GFLOP/s of nt threads together: best of `trials` runs of ~0.1 s each
  * (many short runs: on a shared machine one of them usually finds it quiet). */
-static double measure_peak(int bf16, int trials) {
+static double measure_peak_nt(int bf16, int trials, int nt) {
 #ifndef __AVX512BF16__
     if (bf16) return NAN;
 #endif
     double flops_per_iter = NACC * (bf16 ? 64.0 : 32.0);
     long iters = 1L << 16;
-    int nt = omp_get_max_threads();
     double best = 0;
     for (int trial = -1; trial < trials;) {
         float sink = 0;
         double t0 = now_s();
-#pragma omp parallel reduction(+ : sink)
+#pragma omp parallel num_threads(nt) reduction(+ : sink)
         {
             float seed = (float)omp_get_thread_num();
 #ifdef __AVX512BF16__
@@ -448,18 +464,33 @@ static void finish(child *c, run_result *r) {
     }
 }
 
-/* How many timed steps fit: n, unless a step takes so long that n of them
- * would exceed budget_s (then fewer, at least 1). */
-static int fit_steps(int n, double step_s, double budget_s) {
-    if (!(step_s > 0)) return n;
-    int k = (int)(budget_s / step_s);
-    return k < 1 ? 1 : (k < n ? k : n);
+/* Whether another timed training step fits: fewer than nsteps so far, and
+ * the steps so far plus one more of their mean stay within budget_s. A
+ * failed run needs no more. */
+static int wants_more(const run_result *r, int nsteps, double budget_s) {
+    if (!r->ok || r->ntrain >= nsteps) return 0;
+    if (r->ntrain == 0) return 1;
+    double sum = 0;
+    for (int i = 0; i < r->ntrain; i++) sum += r->train[i];
+    return sum * (1.0 + 1.0 / r->ntrain) <= budget_s;
+}
+
+/* One child alone: warm-up, timed training steps, as many forward passes. */
+static void run_one(const spawn_spec *sp, const char *label, int64_t B, int64_t T, int nsteps, double budget_s,
+                    run_result *r) {
+    child c;
+    start(&c, sp, r, B, T);
+    step(&c, r, "train", label, 0, nsteps);
+    while (wants_more(r, nsteps, budget_s)) step(&c, r, "train", label, r->ntrain + 1, nsteps);
+    for (int i = 1, n = r->ntrain; i <= n; i++) step(&c, r, "fwd", label, i, n);
+    finish(&c, r);
 }
 
 /* Runs A and B (the DIFF and the baseline child) in lockstep: warm-up A,
- * warm-up B, then train A, train B, ... and fwd A, fwd B, .... If the
- * machine cannot hold both (MemAvailable after A's warm-up < 1.2 × A's peak
- * RSS), A runs to the end before B starts. */
+ * warm-up B, then train A, train B, ... (while another round fits the budget
+ * of timed training per child, at most nsteps) and as many fwd A, fwd B.
+ * If the machine cannot hold both (MemAvailable after A's warm-up < 1.2 × A's
+ * peak RSS + 512 MiB), A runs to the end before B starts. */
 static void run_pair(const spawn_spec *sa, const spawn_spec *sb, const char *la, const char *lb, int64_t B,
                      int64_t T, int nsteps, double budget_s, run_result *ra, run_result *rb, int *sequential) {
     child ca, cb;
@@ -468,25 +499,22 @@ static void run_pair(const spawn_spec *sa, const spawn_spec *sb, const char *la,
     start(&ca, sa, ra, B, T);
     step(&ca, ra, "train", la, 0, nsteps);
     long avail = meminfo_kib("MemAvailable:");
-    if (ra->ok && avail > 0 && avail < (long)(1.2 * (double)ra->hwm_kib) + 512 * 1024) *sequential = 1;
-    int n = fit_steps(nsteps, ra->ok ? ra->warm * 1.1 : 0, budget_s);
-    if (*sequential) {
-        for (int i = 1; i <= n; i++) step(&ca, ra, "train", la, i, n);
-        for (int i = 1; i <= n; i++) step(&ca, ra, "fwd", la, i, n);
+    if (ra->ok && avail > 0 && avail < (long)(1.2 * (double)ra->hwm_kib) + 512 * 1024) {
+        *sequential = 1;
+        while (wants_more(ra, nsteps, budget_s)) step(&ca, ra, "train", la, ra->ntrain + 1, nsteps);
+        for (int i = 1, n = ra->ntrain; i <= n; i++) step(&ca, ra, "fwd", la, i, n);
         finish(&ca, ra);
-        start(&cb, sb, rb, B, T);
-        step(&cb, rb, "train", lb, 0, n);
-        for (int i = 1; i <= n; i++) step(&cb, rb, "train", lb, i, n);
-        for (int i = 1; i <= n; i++) step(&cb, rb, "fwd", lb, i, n);
-        finish(&cb, rb);
+        run_one(sb, lb, B, T, nsteps, budget_s, rb);
         return;
     }
     start(&cb, sb, rb, B, T);
-    step(&cb, rb, "train", lb, 0, n);
-    if (rb->ok) n = fit_steps(n, rb->warm * 1.1, budget_s);
-    for (int i = 1; i <= n; i++) {
-        step(&ca, ra, "train", la, i, n);
-        step(&cb, rb, "train", lb, i, n);
+    step(&cb, rb, "train", lb, 0, nsteps);
+    int n = 0;
+    while ((ra->ok || rb->ok) && (!ra->ok || wants_more(ra, nsteps, budget_s)) &&
+           (!rb->ok || wants_more(rb, nsteps, budget_s))) {
+        n++;
+        step(&ca, ra, "train", la, n, nsteps);
+        step(&cb, rb, "train", lb, n, nsteps);
     }
     for (int i = 1; i <= n; i++) {
         step(&ca, ra, "fwd", la, i, n);
@@ -964,14 +992,15 @@ int main(int argc, char **argv) {
     out("- load average at the start (1, 5, 15 min): %s\n", load0);
 
     /* ---- 1. peak */
-    double pk32 = NAN, pk16 = NAN;
+    peak_t p32s = {NAN, NAN, NAN}, p16s = {NAN, NAN, NAN}, p32e = p32s, p16e = p16s;
     if (do_peak) {
         fprintf(stderr, "measuring the FMA peak...\n");
-        pk32 = measure_peak(0, 20);
-        pk16 = measure_peak(1, 20);
-        out("- measured peak (start): fp32 %.1f GFLOP/s (vfmadd231ps zmm, 32 flops each), "
-            "bf16 %.1f GFLOP/s (vdpbf16ps zmm, 64 flops each); best of 20 × ~0.1 s on %d threads\n",
-            pk32, pk16, threads);
+        p32s = measure_peak(0);
+        p16s = measure_peak(1);
+        out("- measured peak at the start: fp32 %.1f GFLOP/s (vfmadd231ps zmm: 32 flops), bf16 %.1f GFLOP/s "
+            "(vdpbf16ps zmm: 64 flops); %d threads together %.1f and %.1f, one thread alone × %d: %.1f and %.1f "
+            "(the higher counts: another tenant on one core lowers the first)\n",
+            p32s.peak, p16s.peak, threads, p32s.all, p16s.all, threads, p32s.one, p16s.one);
     }
     out("\n");
 
@@ -1124,14 +1153,11 @@ int main(int argc, char **argv) {
     }
 
     /* ---- 6. the peak again; MFU is against the higher of the two measurements */
-    double pk32e = NAN, pk16e = NAN;
     if (do_peak) {
-        pk32e = measure_peak(0, 20);
-        pk16e = measure_peak(1, 20);
+        p32e = measure_peak(0);
+        p16e = measure_peak(1);
     }
-    double pk32_start = pk32, pk16_start = pk16;
-    if (pk32e > pk32) pk32 = pk32e;
-    if (pk16e > pk16) pk16 = pk16e;
+    double pk32 = fmax(p32s.peak, p32e.peak), pk16 = fmax(p16s.peak, p16e.peak);
 
     /* ---- tables */
     if (do_train || do_torch) {
@@ -1286,9 +1312,10 @@ int main(int argc, char **argv) {
         out("\n");
     }
     if (do_peak)
-        out("Measured peak at the end: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (start: %.1f, %.1f; a large "
-            "difference means the machine was disturbed).\n\n",
-            pk32e, pk16e, pk32_start, pk16_start);
+        out("Measured peak at the end: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (threads together %.1f, %.1f; one "
+            "thread × %d %.1f, %.1f). At the start: %.1f, %.1f. A large difference means the machine was "
+            "disturbed.\n\n",
+            p32e.peak, p16e.peak, p32e.all, p16e.all, threads, p32e.one, p16e.one, p32s.peak, p16s.peak);
     char load1[64];
     loadavg(load1, sizeof load1);
     out("Load average at the end (1, 5, 15 min): %s (this run itself keeps about %d busy).\n\n", load1, threads);

@@ -29,10 +29,10 @@ void source_close(token_source *s) {
 
 static void window(const token_source *s, int64_t start, int64_t T, int32_t *in, int32_t *tg) {
     if (s->shard) {
-        dtx_status st = dtx_shard_read(s->shard, start, T, in);
-        st |= dtx_shard_read(s->shard, start + 1, T, tg);
-        assert(st == DTX_OK);
-        (void)st;
+        dtx_status a = dtx_shard_read(s->shard, start, T, in), b = dtx_shard_read(s->shard, start + 1, T, tg);
+        assert(a == DTX_OK && b == DTX_OK);
+        (void)a;
+        (void)b;
         return;
     }
     memcpy(in, s->tokens + start, (size_t)T * sizeof(int32_t));

@@ -1,10 +1,19 @@
 /* difftx train: AdamW training of a new model (config flags) or of an
- * existing one (--init) on a token file, saved as safetensors at the end. */
+ * existing one (--init) on a token shard or a text file of ids, with a
+ * progress display, validation, a JSONL log, and checkpoints that resume
+ * bit-identically (docs/training.md). The final model is saved at the end. */
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,6 +21,7 @@
 #include "cli/cli.h"
 #include "cli/flags.h"
 #include "difftx.h"
+#include "train/checkpoint.h"
 
 static const char *CMD = "train";
 
@@ -24,10 +34,11 @@ static const char *usage_text(char *buf, size_t cap) {
              "usage: difftx train --tokens FILE --out MODEL.safetensors [flags]\n"
              "\n"
              "Trains a model with AdamW on random windows of a token stream and saves it.\n"
+             "See docs/training.md for checkpoints, resuming and the log format.\n"
              "\n"
              "data and output:\n"
-             "  --tokens FILE        token ids (whitespace-separated text, or a token shard)  [required]\n"
-             "  --out PATH           where to save the model (safetensors)                    [required]\n"
+             "  --tokens FILE        token ids (a token shard, or whitespace-separated text)  [required]\n"
+             "  --out PATH           where to save the final model (safetensors)              [required]\n"
              "  --bf16               save BF16 tensors (default F32)\n"
              "  --init MODEL         continue from the weights of MODEL (fresh optimizer state);\n"
              "                       the model flags below are then refused\n"
@@ -51,10 +62,34 @@ static const char *usage_text(char *buf, size_t cap) {
              "  --schedule cosine|linear|constant (%s)\n"
              "  --wd X (%g)  --decay-embeddings (%s)  --beta1 X (%g)  --beta2 X (%g)  --adam-eps X (%g)\n"
              "  --clip X (%g)         global gradient-norm clip; 0 disables\n"
-             "\n"
              "  --precision fp32|bf16 matrix products in fp32 (default), or with bf16 operands and\n"
              "                       fp32 accumulation; weights, gradients and AdamW state stay fp32\n"
-             "  --log-every N        print a progress line every N steps (10)\n",
+             "\n"
+             "validation and logging:\n"
+             "  --val-tokens FILE    validation tokens (shard or text); the validation loss is the\n"
+             "                       mean over --eval-batches batches read in order from its start\n"
+             "  --eval-every N       validate every N steps and after the last (100)\n"
+             "  --eval-batches N     batches of --batch x --seq tokens per validation (10)\n"
+             "  --log FILE.jsonl     one JSON object per step (and per validation, checkpoint)\n"
+             "  --log-every N        print a progress line every N steps (10); with stderr on a\n"
+             "                       terminal a progress bar is redrawn there (and the lines go\n"
+             "                       only to a stdout that is not a terminal)\n"
+             "\n"
+             "checkpoints (model, optimizer state, sampler state; resume is bit-identical):\n"
+             "  --ckpt-dir DIR       where checkpoints go (the --out path + .ckpt)\n"
+             "  --ckpt-every N       write a checkpoint every N steps and after the last; 0 (the\n"
+             "                       default) writes one only on Ctrl-C or --stop-after\n"
+             "  --keep K             keep the newest K checkpoints (3); 0 keeps all\n"
+             "  --resume             continue from the newest checkpoint in --ckpt-dir (start\n"
+             "                       from step 0 if there is none); the settings that decide\n"
+             "                       the result (model, optimizer, --steps, batches, seed,\n"
+             "                       precision, data) must match the checkpoint\n"
+             "  --stop-after N       end the run cleanly after step N, writing a checkpoint, as if\n"
+             "                       interrupted (for tests and job schedulers)\n"
+             "\n"
+             "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and exits with\n"
+             "status 130 (143); a second one quits at once (an unfinished checkpoint write\n"
+             "completes first). A NaN or infinite loss stops the run with status 1.\n",
              dtx_arch_name(c.arch), (long long)c.dim, (long long)c.n_layers, (long long)c.n_heads,
              (long long)c.vocab_size, (long long)c.ffn_dim, (long long)c.max_seq_len, c.rope_theta, c.norm_eps,
              c.tie_embeddings ? "tied" : "untied", o.lr, o.min_lr / o.lr, (long long)o.warmup_steps,
@@ -67,10 +102,12 @@ typedef struct {
     dtx_config cfg;
     dtx_optim_config opt;
     int arch, schedule, precision;
-    const char *init, *tokens, *out;
+    const char *init, *tokens, *out, *val_tokens, *log_path, *ckpt_dir_flag;
     int64_t steps, batch, seq, accum, log_every;
+    int64_t eval_every, eval_batches, ckpt_every, keep, stop_after, debug_nan_at;
     uint64_t seed;
-    int bf16;
+    int bf16, resume;
+    char ckpt_dir[4096];
 } train_args;
 
 /* The flags that describe a new model's shape: refused with --init. */
@@ -89,6 +126,9 @@ static void set_defaults(train_args *a) {
     a->accum = 1;
     a->log_every = 10;
     a->seed = 1;
+    a->eval_every = 100;
+    a->eval_batches = 10;
+    a->keep = 3;
 }
 
 /* --seq against the model (known only after --init is read). */
@@ -104,6 +144,12 @@ static int check_seq(train_args *a, flag *fl, int n_fl, const dtx_config *c) {
 static int check_flags(train_args *a, flag *fl, int n_fl) {
     if (!a->tokens) return usage_error(CMD, "--tokens is required (a token file to train on)");
     if (!a->out) return usage_error(CMD, "--out is required (where to save the model)");
+    if (!a->val_tokens) {
+        if (flags_get(fl, n_fl, "--eval-every")->seen) return usage_error(CMD, "--eval-every needs --val-tokens");
+        if (flags_get(fl, n_fl, "--eval-batches")->seen) return usage_error(CMD, "--eval-batches needs --val-tokens");
+    }
+    if (a->ckpt_dir_flag) snprintf(a->ckpt_dir, sizeof a->ckpt_dir, "%s", a->ckpt_dir_flag);
+    else snprintf(a->ckpt_dir, sizeof a->ckpt_dir, "%s.ckpt", a->out);
     a->opt.schedule = (dtx_schedule)a->schedule;
     a->opt.total_steps = a->steps;
     if (flags_get(fl, n_fl, "--lr")->seen && !flags_get(fl, n_fl, "--min-lr")->seen) {
@@ -134,9 +180,59 @@ static int check_out_dir(const char *out) {
     if (!slash) snprintf(dir, sizeof dir, ".");
     else if (slash == out) snprintf(dir, sizeof dir, "/");
     else snprintf(dir, sizeof dir, "%.*s", (int)(slash - out), out);
-    if (access(dir, W_OK) != 0)
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || access(dir, W_OK) != 0)
         return runtime_error(CMD, "--out %s: cannot write to folder '%s': %s", out, dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return runtime_error(CMD, "--out %s: cannot write to '%s': not a folder", out, dir);
     return EXIT_OK;
+}
+
+/* The checkpoint folder either exists (a writable folder) or can be made:
+ * its nearest existing ancestor is a writable folder. */
+static int check_ckpt_dir(const char *dir) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (;;) {
+        struct stat sb;
+        if (stat(p, &sb) == 0) {
+            if (!S_ISDIR(sb.st_mode))
+                return runtime_error(CMD, "--ckpt-dir %s: cannot create it: '%s' is not a folder", dir, p);
+            if (access(p, W_OK) != 0)
+                return runtime_error(CMD, "--ckpt-dir %s: cannot write to folder '%s': %s", dir, p, strerror(errno));
+            return EXIT_OK;
+        }
+        /* ENOTDIR: a component is a file, reported when the walk reaches it */
+        if (errno != ENOENT && errno != ENOTDIR)
+            return runtime_error(CMD, "--ckpt-dir %s: %s: %s", dir, p, strerror(errno));
+        char *slash = strrchr(p, '/');
+        while (slash && slash > p && slash[1] == '\0') { /* trailing slashes */
+            *slash = '\0';
+            slash = strrchr(p, '/');
+        }
+        if (!slash) snprintf(p, sizeof p, ".");
+        else if (slash == p) snprintf(p, sizeof p, "/");
+        else *slash = '\0';
+    }
+}
+
+/* mkdir -p. Returns 0, or an errno value with the folder that failed in bad. */
+static int make_dirs(const char *dir, char *bad, size_t cap) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *q = p + 1;; q++) {
+        if (*q != '/' && *q != '\0') continue;
+        char c = *q;
+        *q = '\0';
+        struct stat sb;
+        if (mkdir(p, 0777) != 0 && (errno != EEXIST || stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+            int e = errno == EEXIST ? ENOTDIR : errno;
+            snprintf(bad, cap, "%s", p);
+            return e;
+        }
+        *q = c;
+        if (c == '\0') break;
+    }
+    return 0;
 }
 
 static double now_s(void) {
@@ -145,107 +241,739 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+/* ---------------------------------------------------------------- signals */
+
+static volatile sig_atomic_t g_signal;  /* the first SIGINT/SIGTERM: stop after this step */
+static volatile sig_atomic_t g_writing; /* a checkpoint or the model is being written     */
+static volatile sig_atomic_t g_force;   /* a second signal arrived during that write      */
+
+static void on_signal(int sig) {
+    if (!g_signal) {
+        g_signal = sig;
+        return;
+    }
+    if (g_writing) {
+        g_force = sig;
+        return;
+    }
+    static const char msg[] = "\ndifftx train: interrupted again: quitting without a checkpoint\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(128 + sig);
+}
+
+static void install_signals(struct sigaction *old_int, struct sigaction *old_term) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, old_int);
+    sigaction(SIGTERM, &sa, old_term);
+}
+
+/* ---------------------------------------------------------------- checkpoint files */
+
+/* "ckpt_<digits>.safetensors" -> its step; -1 for any other name. */
+static int64_t ckpt_step_of(const char *name) {
+    static const char pre[] = "ckpt_", suf[] = ".safetensors";
+    size_t n = strlen(name), lp = sizeof pre - 1, ls = sizeof suf - 1;
+    if (n <= lp + ls || strncmp(name, pre, lp) != 0 || strcmp(name + n - ls, suf) != 0) return -1;
+    int64_t v = 0;
+    for (size_t i = lp; i < n - ls; i++) {
+        if (name[i] < '0' || name[i] > '9' || v > (INT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (name[i] - '0');
+    }
+    return v;
+}
+
+static void ckpt_path(char *buf, size_t cap, const char *dir, int64_t step) {
+    snprintf(buf, cap, "%s/ckpt_%08lld.safetensors", dir, (long long)step);
+}
+
+static int cmp_desc(const void *x, const void *y) {
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+/* The steps of the checkpoints in dir, newest first (malloc'd; *n may be 0).
+ * Also removes the temporary files of checkpoint writes that were killed
+ * (ckpt_*.safetensors.tmp.PID of a process that is gone). A folder that does
+ * not exist holds none. Returns EXIT_OK or an exit code. */
+static int list_ckpts(const char *dir, int64_t **steps, int *n, int clean) {
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return EXIT_OK;
+        return runtime_error(CMD, "--ckpt-dir %s: %s", dir, strerror(errno));
+    }
+    int cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s = ckpt_step_of(e->d_name);
+        if (s < 0) {
+            const char *tmp = strstr(e->d_name, ".safetensors.tmp.");
+            if (clean && tmp && strncmp(e->d_name, "ckpt_", 5) == 0) {
+                long pid = strtol(tmp + strlen(".safetensors.tmp."), NULL, 10);
+                if (pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
+                    char p[4400];
+                    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+                    unlink(p);
+                }
+            }
+            continue;
+        }
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *ns = realloc(*steps, (size_t)cap * sizeof **steps);
+            if (!ns) {
+                closedir(d);
+                free(*steps);
+                *steps = NULL;
+                return runtime_error(CMD, "out of memory listing %s", dir);
+            }
+            *steps = ns;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    if (*n) qsort(*steps, (size_t)*n, sizeof **steps, cmp_desc);
+    return EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- state */
+
 typedef struct {
     dtx_model *model;
     dtx_optimizer *opt;
-    int32_t *tokens;
-    int64_t n_tokens;
-    batcher batches;
+    token_source data, val;
+    dtx_batch_rng rng;
+    int32_t *inputs, *targets;
+    uint64_t data_hash;
+    int64_t start_step;           /* steps done when this process began training */
+    double last_loss, last_lr;
+    char resumed_from[4400];      /* the checkpoint loaded, "" for a fresh run */
+    int64_t last_ckpt_step;       /* -1: none written or loaded */
+    double last_ckpt_s;           /* seconds the last write took */
+    char last_ckpt[4400];
+    FILE *log;
+    /* progress display */
+    int bar, lines, bar_shown;
+    double t0, t_line, t_bar;
+    int64_t line_step;
 } train_state;
 
 static void state_free(train_state *s) {
-    batcher_free(&s->batches);
+    source_close(&s->data);
+    source_close(&s->val);
     dtx_optimizer_free(s->opt);
     dtx_model_free(s->model);
-    free(s->tokens);
+    free(s->inputs);
+    free(s->targets);
+    if (s->log) fclose(s->log);
 }
 
-/* One optimizer step over accum micro-batches; *loss is their mean. */
-static int train_step(train_state *s, const train_args *a, double *loss, double *gnorm, double *lr) {
-    dtx_model_zero_grad(s->model);
-    double sum = 0;
-    for (int64_t k = 0; k < a->accum; k++) {
-        batcher_next(&s->batches);
-        double l;
-        if (dtx_model_forward(s->model, s->batches.inputs, s->batches.targets, a->batch, a->seq, NULL, &l) != DTX_OK ||
-            dtx_model_backward(s->model, 1.0 / (double)a->accum) != DTX_OK)
-            return lib_error(CMD);
-        sum += l;
-    }
-    *loss = sum / (double)a->accum;
-    if (!isfinite(*loss))
-        return runtime_error(CMD, "loss became %g at step %lld; try a lower --lr or a --clip", *loss,
-                             (long long)dtx_optimizer_steps_done(s->opt) + 1);
-    if (dtx_optimizer_step(s->opt, gnorm, lr) != DTX_OK) return lib_error(CMD);
-    return EXIT_OK;
+/* The run's own metadata: what a checkpoint records beyond the model and the
+ * optimizer. The first N_COMPARED must match on --resume. */
+enum { N_RUN_META = 10, N_COMPARED = 7, RUN_VAL = 4400 };
+typedef struct {
+    const char *keys[N_RUN_META];
+    char vals[N_RUN_META][RUN_VAL];
+    const char *values[N_RUN_META];
+} run_meta;
+
+static void build_run_meta(run_meta *r, const train_state *s, const train_args *a) {
+    int n = 0;
+#define R(key, ...)                                             \
+    do {                                                        \
+        r->keys[n] = (key);                                     \
+        snprintf(r->vals[n], RUN_VAL, __VA_ARGS__);             \
+        r->values[n] = r->vals[n];                              \
+        n++;                                                    \
+    } while (0)
+    R("batch", "%lld", (long long)a->batch);
+    R("seq", "%lld", (long long)a->seq);
+    R("accum", "%lld", (long long)a->accum);
+    R("seed", "%llu", (unsigned long long)a->seed);
+    R("precision", "%s", dtx_precision_name((dtx_precision)a->precision));
+    R("data_tokens", "%lld", (long long)s->data.count);
+    R("data_hash", "%016" PRIx64, s->data_hash);
+    /* informational: not compared */
+    R("data_path", "%s", a->tokens);
+    R("loss", "%.17g", s->last_loss);
+    R("threads", "%d", omp_get_max_threads());
+#undef R
 }
 
-static int train_loop(train_state *s, const train_args *a, double *final_loss) {
-    double t_last = now_s();
-    int64_t last_logged = 0;
-    for (int64_t step = 1; step <= a->steps; step++) {
-        double loss = NAN, gnorm = NAN, lr = NAN;
-        int rc = train_step(s, a, &loss, &gnorm, &lr);
-        if (rc != EXIT_OK) return rc;
-        *final_loss = loss;
-        if (step % a->log_every == 0 || step == a->steps) {
-            double t = now_s();
-            double toks = (double)(step - last_logged) * (double)(a->batch * a->seq * a->accum);
-            printf("step %lld/%lld  loss %.4f  lr %.2e  gnorm %.3f  %.0f tok/s\n", (long long)step,
-                   (long long)a->steps, loss, lr, gnorm, toks / (t - t_last > 1e-9 ? t - t_last : 1e-9));
-            fflush(stdout);
-            t_last = t;
-            last_logged = step;
+static const struct {
+    const char *key, *flag;
+} KEY_FLAGS[] = {
+    {"arch", "--arch"},         {"dim", "--dim"},
+    {"n_layers", "--layers"},   {"n_heads", "--heads"},
+    {"n_kv_heads", "--kv-heads"}, {"vocab_size", "--vocab"},
+    {"ffn_dim", "--ffn"},       {"max_seq_len", "--max-seq"},
+    {"rope_theta", "--rope-theta"}, {"norm_eps", "--norm-eps"},
+    {"tie_embeddings", "--tie/--no-tie"}, {"lr", "--lr"},
+    {"min_lr", "--min-lr"},     {"warmup_steps", "--warmup"},
+    {"total_steps", "--steps"}, {"schedule", "--schedule"},
+    {"beta1", "--beta1"},       {"beta2", "--beta2"},
+    {"eps", "--adam-eps"},      {"weight_decay", "--wd"},
+    {"decay_embeddings", "--decay-embeddings"}, {"clip_norm", "--clip"},
+    {"batch", "--batch"},       {"seq", "--seq"},
+    {"accum", "--accum"},       {"seed", "--seed"},
+    {"precision", "--precision"}, {"data_tokens", "--tokens"},
+    {"data_hash", "--tokens"},
+};
+
+static const char *flag_of(const char *key, const train_args *a) {
+    static const char *const model_keys[] = {"arch",        "dim",        "n_layers", "n_heads",
+                                             "n_kv_heads",  "vocab_size", "ffn_dim",  "max_seq_len",
+                                             "rope_theta",  "norm_eps",   "tie_embeddings"};
+    if (a->init)
+        for (size_t i = 0; i < sizeof model_keys / sizeof *model_keys; i++)
+            if (strcmp(key, model_keys[i]) == 0) return "--init";
+    for (size_t i = 0; i < sizeof KEY_FLAGS / sizeof *KEY_FLAGS; i++)
+        if (strcmp(key, KEY_FLAGS[i].key) == 0) return KEY_FLAGS[i].flag;
+    return key;
+}
+
+/* A value for a message: real numbers (written with %.17g) shortened with
+ * %g when that still tells the two apart. */
+static void show_value(char *buf, size_t cap, const char *key, const char *v, const char *other) {
+    static const char *const reals[] = {"rope_theta", "norm_eps", "lr",           "min_lr",   "beta1",
+                                        "beta2",      "eps",      "weight_decay", "clip_norm"};
+    int is_real = 0;
+    for (size_t i = 0; i < sizeof reals / sizeof *reals; i++) is_real |= strcmp(key, reals[i]) == 0;
+    char *e1, *e2;
+    double x = strtod(v, &e1), y = strtod(other, &e2);
+    if (is_real && *v && *other && *e1 == '\0' && *e2 == '\0') {
+        char sx[64], sy[64];
+        snprintf(sx, sizeof sx, "%g", x);
+        snprintf(sy, sizeof sy, "%g", y);
+        if (strcmp(sx, sy) != 0) {
+            snprintf(buf, cap, "%s", sx);
+            return;
         }
     }
-    return EXIT_OK;
+    snprintf(buf, cap, "%s", v);
 }
 
-static int load_data(train_state *s, const train_args *a, const dtx_config *c) {
-    if (dtx_tokens_read(a->tokens, c->vocab_size, &s->tokens, &s->n_tokens) != DTX_OK) return lib_error(CMD);
-    if (s->n_tokens < a->seq + 1)
-        return runtime_error(CMD, "%s holds %lld tokens; --seq %lld needs at least %lld", a->tokens,
-                             (long long)s->n_tokens, (long long)a->seq, (long long)a->seq + 1);
-    /* A different stream than the weight init, same seed. */
-    if (batcher_init(&s->batches, s->tokens, s->n_tokens, a->batch, a->seq, a->seed ^ 0x5eedba7c4e5ULL) != DTX_OK)
-        return lib_error(CMD);
-    return EXIT_OK;
+/* Refuses a checkpoint made with other settings than this run's: the
+ * result would not be the one an uninterrupted run gives. */
+static int compare_with_ckpt(const dtx_ckpt *ck, const char *path, const train_state *s, const train_args *a,
+                             const dtx_config *cfg) {
+    const char *keys[DTX_CKPT_N_DESCRIBE + N_COMPARED];
+    char dvals[DTX_CKPT_N_DESCRIBE][DTX_CKPT_VALUE_MAX];
+    const char *values[DTX_CKPT_N_DESCRIBE + N_COMPARED];
+    int n = dtx_ckpt_describe(cfg, &a->opt, keys, dvals);
+    for (int i = 0; i < n; i++) values[i] = dvals[i];
+    static run_meta r; /* large: not on the stack */
+    build_run_meta(&r, s, a);
+    for (int i = 0; i < N_COMPARED; i++, n++) keys[n] = r.keys[i], values[n] = r.values[i];
+    for (int i = 0; i < n; i++) {
+        const char *theirs = dtx_ckpt_meta(ck, keys[i]);
+        if (!theirs) return runtime_error(CMD, "--resume: %s: missing metadata key '%s'", path, keys[i]);
+        if (strcmp(theirs, values[i]) == 0) continue;
+        char here[80], there[80];
+        show_value(here, sizeof here, keys[i], values[i], theirs);
+        show_value(there, sizeof there, keys[i], theirs, values[i]);
+        return usage_error(CMD,
+                           "--resume: %s differs from the checkpoint %s (%s = %s in this run, %s in the checkpoint); "
+                           "a resumed run must use the same settings",
+                           flag_of(keys[i], a), path, keys[i], here, there);
+    }
+    const char *threads = dtx_ckpt_meta(ck, "threads");
+    if (threads && atoi(threads) != omp_get_max_threads())
+        printf("note: %s was written by a run with %s threads, this one has %d: the result may differ in the last "
+               "bits from an uninterrupted run\n",
+               path, threads, omp_get_max_threads());
+    const char *loss = dtx_ckpt_meta(ck, "loss");
+    return loss ? EXIT_OK : runtime_error(CMD, "--resume: %s: missing metadata key 'loss'", path);
 }
 
-static void print_header(const train_state *s, const train_args *a) {
-    const dtx_config *c = dtx_model_config(s->model);
-    printf("model %s  dim %lld  layers %lld  heads %lld  kv_heads %lld  vocab %lld  ffn %lld  max_seq %lld  %s  "
-           "%zu params%s%s\n",
-           dtx_arch_name(c->arch), (long long)c->dim, (long long)c->n_layers, (long long)c->n_heads,
-           (long long)c->n_kv_heads, (long long)c->vocab_size, (long long)c->ffn_dim, (long long)c->max_seq_len,
-           c->tie_embeddings ? "tied" : "untied", dtx_model_num_params(s->model), a->init ? "  from " : "",
-           a->init ? a->init : "");
-    printf("data %s: %lld tokens  batch %lld x seq %lld x accum %lld = %lld tokens/step  %lld steps\n", a->tokens,
-           (long long)s->n_tokens, (long long)a->batch, (long long)a->seq, (long long)a->accum,
-           (long long)(a->batch * a->seq * a->accum), (long long)a->steps);
+/* ---------------------------------------------------------------- output */
+
+/* A stdout line; a progress bar on stderr is cleared first. */
+__attribute__((format(printf, 2, 3))) static void say(train_state *s, const char *fmt, ...) {
+    if (s->bar_shown) {
+        fputs("\r\033[K", stderr);
+        s->bar_shown = 0;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
     fflush(stdout);
 }
 
-static int run(train_args *a, flag *fl, int n_fl) {
-    train_state s = {0};
-    int rc = check_out_dir(a->out);
-    if (rc == EXIT_OK) {
-        dtx_status st = a->init ? dtx_model_load(&s.model, a->init) : dtx_model_init(&s.model, &a->cfg, a->seed);
-        rc = st == DTX_OK ? EXIT_OK : lib_error(CMD);
+/* Ends the progress bar's line (keeping it), so that a message that follows
+ * starts on a line of its own. */
+static void bar_break(train_state *s) {
+    if (!s->bar_shown) return;
+    fputc('\n', stderr);
+    fflush(stderr);
+    s->bar_shown = 0;
+}
+
+/* One JSON object per line, flushed, so a killed run keeps its log.
+ * Returns EXIT_OK or an exit code. */
+__attribute__((format(printf, 3, 4))) static int log_json(train_state *s, const train_args *a, const char *fmt, ...) {
+    if (!s->log) return EXIT_OK;
+    va_list ap;
+    va_start(ap, fmt);
+    errno = 0;
+    int w = vfprintf(s->log, fmt, ap);
+    va_end(ap);
+    if (w < 0 || fputc('\n', s->log) == EOF || fflush(s->log) != 0) {
+        int e = errno ? errno : EIO;
+        bar_break(s);
+        return runtime_error(CMD, "--log %s: cannot write: %s", a->log_path, strerror(e));
     }
+    return EXIT_OK;
+}
+
+/* A JSON number; NaN and infinities (which JSON lacks) become null. */
+static const char *jnum(char *buf, size_t cap, double x) {
+    if (!isfinite(x)) snprintf(buf, cap, "null");
+    else snprintf(buf, cap, "%.9g", x);
+    return buf;
+}
+
+/* A JSON string literal of s. */
+static const char *jstr(char *buf, size_t cap, const char *str) {
+    size_t k = 0;
+    buf[k++] = '"';
+    for (; *str && k + 8 < cap; str++) {
+        unsigned char c = (unsigned char)*str;
+        if (c == '"' || c == '\\') buf[k++] = '\\', buf[k++] = (char)c;
+        else if (c < 0x20) k += (size_t)snprintf(buf + k, cap - k, "\\u%04x", c);
+        else buf[k++] = (char)c;
+    }
+    buf[k++] = '"';
+    buf[k] = '\0';
+    return buf;
+}
+
+static void fmt_eta(char *buf, size_t cap, double sec) {
+    if (!isfinite(sec) || sec < 0) snprintf(buf, cap, "?");
+    else if (sec < 60) snprintf(buf, cap, "%.0fs", sec);
+    else if (sec < 3600) snprintf(buf, cap, "%dm%02ds", (int)(sec / 60), (int)fmod(sec, 60));
+    else if (sec < 100 * 3600.0) snprintf(buf, cap, "%dh%02dm", (int)(sec / 3600), (int)fmod(sec / 60, 60));
+    else snprintf(buf, cap, "%.0fh", sec / 3600);
+}
+
+static void fmt_rate(char *buf, size_t cap, double r) {
+    if (r >= 1e6) snprintf(buf, cap, "%.2fM", r / 1e6);
+    else if (r >= 1e4) snprintf(buf, cap, "%.1fk", r / 1e3);
+    else snprintf(buf, cap, "%.0f", r);
+}
+
+static int term_width(void) {
+    struct winsize w;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col >= 20) return w.ws_col;
+    return 80;
+}
+
+static void draw_bar(train_state *s, const train_args *a, int64_t step, double loss, double lr, double now) {
+    double el = now - s->t0, done = (double)(step - s->start_step);
+    double per_step = done > 0 ? el / done : NAN;
+    double rate = el > 0 ? done * (double)(a->batch * a->seq * a->accum) / el : 0;
+    char eta[32], r[32], head[64], tail[256], bar[64] = "", line[512];
+    fmt_eta(eta, sizeof eta, per_step * (double)(a->steps - step));
+    fmt_rate(r, sizeof r, rate);
+    snprintf(head, sizeof head, "step %lld/%lld", (long long)step, (long long)a->steps);
+    int nt = snprintf(tail, sizeof tail, " %3.0f%%  loss %.4f  lr %.2e  %s tok/s  eta %s",
+                      floor(100.0 * (double)step / (double)a->steps), loss, lr, r, eta);
+    /* never wrap: \r returns to the start of this line only. The bar takes
+     * what the terminal leaves, up to 30 cells; the text is cut last. */
+    int cols = term_width() - 1, width = cols - (int)strlen(head) - nt - 3;
+    if (width > 30) width = 30;
+    if (width >= 5) {
+        int filled = (int)((double)width * (double)step / (double)a->steps);
+        bar[0] = ' ';
+        bar[1] = '[';
+        for (int i = 0; i < width; i++) bar[2 + i] = i < filled ? '#' : '.';
+        bar[2 + width] = ']';
+        bar[3 + width] = '\0';
+    }
+    int n = snprintf(line, sizeof line, "%s%s%s", head, bar, tail);
+    if (n > cols) line[cols] = '\0';
+    fprintf(stderr, "\r%s\033[K", line);
+    fflush(stderr);
+    s->bar_shown = 1;
+    s->t_bar = now;
+}
+
+static void report(train_state *s, const train_args *a, int64_t step, double loss, double lr, double gnorm,
+                   double now) {
+    if (s->bar && (step == s->start_step + 1 || step == a->steps || now - s->t_bar >= 0.1))
+        draw_bar(s, a, step, loss, lr, now);
+    if (s->lines && (step % a->log_every == 0 || step == a->steps)) {
+        double dt = now - s->t_line, el = now - s->t0;
+        double toks = (double)(step - s->line_step) * (double)(a->batch * a->seq * a->accum);
+        char eta[32];
+        fmt_eta(eta, sizeof eta, el / (double)(step - s->start_step) * (double)(a->steps - step));
+        say(s, "step %lld/%lld  loss %.4f  lr %.2e  gnorm %.3f  %.0f tok/s  eta %s\n", (long long)step,
+            (long long)a->steps, loss, lr, gnorm, toks / (dt > 1e-9 ? dt : 1e-9), eta);
+        s->t_line = now;
+        s->line_step = step;
+    }
+}
+
+/* ---------------------------------------------------------------- steps */
+
+enum { STEP_DONE = 0, STEP_INTERRUPTED = -1 };
+
+/* One optimizer step's forward and backward over accum micro-batches; *loss
+ * is their mean. A signal between micro-batches abandons the step: the
+ * sampler goes back to where the step began, and the weights, moments and
+ * step count are untouched, so the state is that after the previous step.
+ * Returns STEP_DONE, STEP_INTERRUPTED or an exit code. */
+static int forward_backward(train_state *s, const train_args *a, double *loss) {
+    dtx_batch_rng at_start = s->rng;
+    dtx_model_zero_grad(s->model);
+    double sum = 0;
+    for (int64_t k = 0; k < a->accum; k++) {
+        if (k > 0 && g_signal) {
+            s->rng = at_start;
+            return STEP_INTERRUPTED;
+        }
+        source_sample(&s->data, &s->rng, a->batch, a->seq, s->inputs, s->targets);
+        double l;
+        if (dtx_model_forward(s->model, s->inputs, s->targets, a->batch, a->seq, NULL, &l) != DTX_OK ||
+            dtx_model_backward(s->model, 1.0 / (double)a->accum) != DTX_OK) {
+            bar_break(s);
+            return lib_error(CMD);
+        }
+        sum += l;
+    }
+    *loss = sum / (double)a->accum;
+    return STEP_DONE;
+}
+
+/* The validation loss: the mean over eval_batches batches read in order from
+ * the start of the validation tokens (wrapping), so it is the same for the
+ * same weights. Touches neither the sampler nor the weights. */
+static int evaluate(train_state *s, const train_args *a, double *val) {
+    int64_t pos = 0;
+    double sum = 0;
+    for (int64_t k = 0; k < a->eval_batches; k++) {
+        if (g_signal) return STEP_INTERRUPTED;
+        source_sequential(&s->val, &pos, a->batch, a->seq, s->inputs, s->targets);
+        double l;
+        if (dtx_model_forward(s->model, s->inputs, s->targets, a->batch, a->seq, NULL, &l) != DTX_OK) {
+            bar_break(s);
+            return lib_error(CMD);
+        }
+        sum += l;
+    }
+    *val = sum / (double)a->eval_batches;
+    return STEP_DONE;
+}
+
+/* Removes all but the newest `keep` checkpoints. */
+static void prune(train_state *s, const train_args *a) {
+    if (a->keep <= 0) return;
+    int64_t *steps;
+    int n;
+    if (list_ckpts(a->ckpt_dir, &steps, &n, 0) != EXIT_OK) return;
+    for (int i = (int)a->keep; i < n; i++) {
+        char p[4400];
+        ckpt_path(p, sizeof p, a->ckpt_dir, steps[i]);
+        if (unlink(p) != 0) say(s, "note: could not remove old checkpoint %s: %s\n", p, strerror(errno));
+    }
+    free(steps);
+}
+
+/* Writes the checkpoint of the state after `step` steps (unless that one is
+ * already on disk). A second Ctrl-C during the write lets it finish, then
+ * quits. Returns EXIT_OK or an exit code. */
+static int write_ckpt(train_state *s, const train_args *a, int64_t step) {
+    if (s->last_ckpt_step == step) return EXIT_OK;
+    char path[4400];
+    int e = make_dirs(a->ckpt_dir, path, sizeof path);
+    if (e) {
+        bar_break(s);
+        return runtime_error(CMD, "--ckpt-dir %s: cannot create '%s': %s", a->ckpt_dir, path, strerror(e));
+    }
+    ckpt_path(path, sizeof path, a->ckpt_dir, step);
+    static run_meta r;
+    build_run_meta(&r, s, a);
+    double t = now_s();
+    g_writing = 1;
+    dtx_status st = dtx_ckpt_save(path, s->model, s->opt, &s->rng, r.keys, r.values, N_RUN_META);
+    g_writing = 0;
+    s->last_ckpt_s = now_s() - t;
+    if (st != DTX_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dtx_last_error());
+        bar_break(s);
+        return runtime_error(CMD, "writing the checkpoint of step %lld: %s", (long long)step, why);
+    }
+    s->last_ckpt_step = step;
+    snprintf(s->last_ckpt, sizeof s->last_ckpt, "%s", path);
+    prune(s, a);
+    char js[4500];
+    int rc = log_json(s, a, "{\"step\":%lld,\"checkpoint\":%s}", (long long)step, jstr(js, sizeof js, path));
+    if (g_force) {
+        bar_break(s);
+        fprintf(stderr, "difftx train: interrupted again; checkpoint written to %s\n", path);
+        exit(128 + g_force);
+    }
+    return rc;
+}
+
+/* Stops the run at a non-finite loss or gradient norm (v says which value). */
+static int stop_nonfinite(train_state *s, const train_args *a, int64_t step, const char *what, const char *v,
+                          double x) {
+    char l[32];
+    /* the run stops either way; a log that cannot be written is reported by log_json */
+    (void)log_json(s, a, "{\"step\":%lld,\"loss\":%s,\"error\":\"%s is not finite\"}", (long long)step,
+                   jnum(l, sizeof l, x), what);
+    bar_break(s);
+    if (s->last_ckpt_step >= 0)
+        return runtime_error(CMD, "%s is %s at step %lld: stopped without updating the weights; the last good "
+                                  "checkpoint is %s (step %lld)",
+                             what, v, (long long)step, s->last_ckpt, (long long)s->last_ckpt_step);
+    return runtime_error(CMD, "%s is %s at step %lld: stopped without updating the weights; no checkpoint was "
+                              "written (see --ckpt-every)",
+                         what, v, (long long)step);
+}
+
+enum { LOOP_DONE = 0, LOOP_STOPPED = -2 };
+
+/* Runs steps start_step+1 .. steps. Returns LOOP_DONE, LOOP_STOPPED
+ * (--stop-after: checkpoint written), or an exit code (130/143 for a signal,
+ * checkpoint written). */
+static int train_loop(train_state *s, const train_args *a) {
+    const double tokens_per_step = (double)(a->batch * a->seq * a->accum);
+    s->t0 = s->t_line = now_s();
+    s->line_step = s->start_step;
+    if (a->stop_after > 0 && a->stop_after <= s->start_step) {
+        say(s, "already at step %lld, not before --stop-after %lld: nothing to do\n", (long long)s->start_step,
+            (long long)a->stop_after);
+        return LOOP_STOPPED;
+    }
+    for (int64_t step = s->start_step + 1; step <= a->steps; step++) {
+        if (g_signal) {
+            int rc = write_ckpt(s, a, step - 1);
+            bar_break(s);
+            if (rc != EXIT_OK) return rc;
+            fprintf(stderr, "difftx train: interrupted at step %lld; checkpoint written to %s; resume with --resume\n",
+                    (long long)(step - 1), s->last_ckpt);
+            return 128 + g_signal;
+        }
+        double t_step = now_s(), loss = NAN, gnorm = NAN, lr = NAN;
+        int rc = forward_backward(s, a, &loss);
+        if (rc == STEP_INTERRUPTED) {
+            step--; /* the step did not happen: the top of the loop writes the checkpoint */
+            continue;
+        }
+        if (rc != STEP_DONE) return rc;
+        if (a->debug_nan_at == step) loss = NAN;
+        if (!isfinite(loss))
+            return stop_nonfinite(s, a, step, "the loss", isnan(loss) ? "NaN" : loss > 0 ? "inf" : "-inf", loss);
+        /* its only failure: a gradient norm that is not finite (nothing is updated then) */
+        if (dtx_optimizer_step(s->opt, &gnorm, &lr) != DTX_OK)
+            return stop_nonfinite(s, a, step, "the gradient norm", "not finite", loss);
+        s->last_loss = loss;
+        s->last_lr = lr;
+        double now = now_s();
+        char b1[32], b2[32], b3[32], b4[32];
+        rc = log_json(s, a, "{\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"tokens_per_s\":%.1f,"
+                            "\"elapsed_s\":%.3f}",
+                      (long long)step, jnum(b1, sizeof b1, loss), jnum(b2, sizeof b2, lr), jnum(b3, sizeof b3, gnorm),
+                      tokens_per_step / (now - t_step > 1e-9 ? now - t_step : 1e-9), now - s->t0);
+        if (rc != EXIT_OK) return rc;
+        report(s, a, step, loss, lr, gnorm, now);
+        if (s->val.count && (step % a->eval_every == 0 || step == a->steps)) {
+            double val = NAN;
+            rc = evaluate(s, a, &val);
+            if (rc == STEP_DONE) {
+                say(s, "eval step %lld  val_loss %.4f\n", (long long)step, val);
+                rc = log_json(s, a, "{\"step\":%lld,\"val_loss\":%s,\"elapsed_s\":%.3f}", (long long)step,
+                              jnum(b4, sizeof b4, val), now_s() - s->t0);
+                if (rc != EXIT_OK) return rc;
+            } else if (rc != STEP_INTERRUPTED) return rc;
+        }
+        if (a->ckpt_every > 0 && (step % a->ckpt_every == 0 || step == a->steps)) {
+            if ((rc = write_ckpt(s, a, step)) != EXIT_OK) return rc;
+            struct stat sb;
+            double mb = stat(s->last_ckpt, &sb) == 0 ? (double)sb.st_size / 1e6 : NAN;
+            say(s, "checkpoint step %lld: %s (%.1f MB, %.2f s)\n", (long long)step, s->last_ckpt, mb,
+                s->last_ckpt_s);
+        }
+        if (step == a->stop_after && step < a->steps) {
+            if ((rc = write_ckpt(s, a, step)) != EXIT_OK) return rc;
+            say(s, "stopped after step %lld (--stop-after); checkpoint written to %s; resume with --resume\n",
+                (long long)step, s->last_ckpt);
+            return LOOP_STOPPED;
+        }
+    }
+    /* leave the final state on the screen */
+    if (s->bar && a->steps > s->start_step) draw_bar(s, a, a->steps, s->last_loss, s->last_lr, now_s());
+    bar_break(s);
+    return LOOP_DONE;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static int open_data(train_state *s, const train_args *a, const dtx_config *c) {
+    if (source_open(&s->data, a->tokens, c->vocab_size) != DTX_OK) return lib_error(CMD);
+    if (s->data.count < a->seq + 1)
+        return runtime_error(CMD, "%s holds %lld tokens; --seq %lld needs at least %lld", a->tokens,
+                             (long long)s->data.count, (long long)a->seq, (long long)a->seq + 1);
+    if (a->val_tokens) {
+        if (source_open(&s->val, a->val_tokens, c->vocab_size) != DTX_OK) return lib_error(CMD);
+        if (s->val.count < a->seq + 1)
+            return runtime_error(CMD, "--val-tokens %s holds %lld tokens; --seq %lld needs at least %lld",
+                                 a->val_tokens, (long long)s->val.count, (long long)a->seq, (long long)a->seq + 1);
+    }
+    s->data_hash = source_hash(&s->data);
+    size_t n = (size_t)a->batch * (size_t)a->seq;
+    s->inputs = dtx_alloc(n, sizeof(int32_t));
+    s->targets = dtx_alloc(n, sizeof(int32_t));
+    if (!s->inputs || !s->targets) return lib_error(CMD);
+    return EXIT_OK;
+}
+
+/* The model and optimizer: from the newest checkpoint with --resume, else
+ * fresh (or from --init). init_model is the --init model (taken or freed). */
+static int build_state(train_state *s, const train_args *a, const dtx_config *cfg, dtx_model *init_model) {
+    int64_t *steps = NULL;
+    int n = 0;
+    int rc = list_ckpts(a->ckpt_dir, &steps, &n, 1);
+    int64_t newest = n ? steps[0] : -1;
+    free(steps);
+    if (rc != EXIT_OK) {
+        dtx_model_free(init_model);
+        return rc;
+    }
+    if (n && !a->resume) {
+        dtx_model_free(init_model);
+        return runtime_error(CMD,
+                             "--ckpt-dir %s already holds checkpoints (the newest of step %lld): continue that run "
+                             "with --resume, or remove them or choose another --ckpt-dir",
+                             a->ckpt_dir, (long long)newest);
+    }
+    if (n) {
+        char path[4400];
+        ckpt_path(path, sizeof path, a->ckpt_dir, newest);
+        dtx_ckpt ck;
+        dtx_model_free(init_model);
+        if (dtx_ckpt_load(&ck, path) != DTX_OK) return lib_error(CMD);
+        rc = compare_with_ckpt(&ck, path, s, a, cfg);
+        if (rc == EXIT_OK) {
+            s->model = ck.model;
+            s->opt = ck.opt;
+            ck.model = NULL;
+            ck.opt = NULL;
+            s->rng = ck.rng;
+            s->start_step = ck.step;
+            s->last_loss = strtod(dtx_ckpt_meta(&ck, "loss"), NULL);
+            s->last_ckpt_step = ck.step;
+            snprintf(s->last_ckpt, sizeof s->last_ckpt, "%s", path);
+            snprintf(s->resumed_from, sizeof s->resumed_from, "%s", path);
+        }
+        dtx_ckpt_free(&ck);
+        return rc;
+    }
+    if (init_model) s->model = init_model;
+    else if (dtx_model_init(&s->model, cfg, a->seed) != DTX_OK) return lib_error(CMD);
+    if (dtx_optimizer_init(&s->opt, s->model, &a->opt) != DTX_OK) return lib_error(CMD);
+    /* a different stream than the weight init, same seed */
+    dtx_batch_rng_seed(&s->rng, a->seed ^ 0x5eedba7c4e5ULL);
+    return EXIT_OK;
+}
+
+static void print_header(train_state *s, const train_args *a) {
+    const dtx_config *c = dtx_model_config(s->model);
+    say(s,
+        "model %s  dim %lld  layers %lld  heads %lld  kv_heads %lld  vocab %lld  ffn %lld  max_seq %lld  %s  "
+        "%zu params%s%s\n",
+        dtx_arch_name(c->arch), (long long)c->dim, (long long)c->n_layers, (long long)c->n_heads,
+        (long long)c->n_kv_heads, (long long)c->vocab_size, (long long)c->ffn_dim, (long long)c->max_seq_len,
+        c->tie_embeddings ? "tied" : "untied", dtx_model_num_params(s->model), a->init ? "  from " : "",
+        a->init ? a->init : "");
+    say(s, "data %s: %lld tokens  batch %lld x seq %lld x accum %lld = %lld tokens/step  %lld steps\n", a->tokens,
+        (long long)s->data.count, (long long)a->batch, (long long)a->seq, (long long)a->accum,
+        (long long)(a->batch * a->seq * a->accum), (long long)a->steps);
+    if (a->val_tokens)
+        say(s, "val %s: %lld tokens  every %lld steps on %lld batches\n", a->val_tokens, (long long)s->val.count,
+            (long long)a->eval_every, (long long)a->eval_batches);
+    char keep[48] = "all";
+    if (a->keep > 0) snprintf(keep, sizeof keep, "the newest %lld", (long long)a->keep);
+    if (a->ckpt_every > 0)
+        say(s, "checkpoints every %lld steps in %s, keeping %s\n", (long long)a->ckpt_every, a->ckpt_dir, keep);
+    if (s->resumed_from[0])
+        say(s, "resumed from %s at step %lld (loss %.4f)\n", s->resumed_from, (long long)s->start_step,
+            s->last_loss);
+    else if (a->resume)
+        say(s, "no checkpoint in %s: starting at step 0\n", a->ckpt_dir);
+}
+
+static int open_log(train_state *s, const train_args *a) {
+    if (!a->log_path) return EXIT_OK;
+    s->log = fopen(a->log_path, s->resumed_from[0] ? "a" : "w");
+    if (!s->log) return runtime_error(CMD, "--log %s: cannot open: %s", a->log_path, strerror(errno));
+    if (s->resumed_from[0]) {
+        char js[4500];
+        return log_json(s, a, "{\"step\":%lld,\"resumed_from\":%s}", (long long)s->start_step,
+                        jstr(js, sizeof js, s->resumed_from));
+    }
+    return EXIT_OK;
+}
+
+static int run(train_args *a, flag *fl, int n_fl) {
+    static train_state s; /* large path buffers: not on the stack */
+    memset(&s, 0, sizeof s);
+    s.last_ckpt_step = -1;
+    s.last_loss = NAN;
+    s.bar = isatty(STDERR_FILENO);
+    s.lines = !s.bar || !isatty(STDOUT_FILENO);
+    int rc = check_out_dir(a->out);
+    if (rc == EXIT_OK) rc = check_ckpt_dir(a->ckpt_dir);
+    dtx_model *init_model = NULL;
+    dtx_config cfg = a->cfg;
+    if (rc == EXIT_OK && a->init) {
+        if (dtx_model_load(&init_model, a->init) != DTX_OK) rc = lib_error(CMD);
+        else {
+            cfg = *dtx_model_config(init_model);
+            rc = check_seq(a, fl, n_fl, &cfg);
+        }
+    }
+    if (rc == EXIT_OK) rc = open_data(&s, a, &cfg);
+    if (rc == EXIT_OK) {
+        rc = build_state(&s, a, &cfg, init_model);
+        init_model = NULL;
+    }
+    dtx_model_free(init_model);
     if (rc == EXIT_OK && dtx_model_set_precision(s.model, (dtx_precision)a->precision) != DTX_OK) rc = lib_error(CMD);
-    if (rc == EXIT_OK && a->init) rc = check_seq(a, fl, n_fl, dtx_model_config(s.model));
-    if (rc == EXIT_OK) rc = load_data(&s, a, dtx_model_config(s.model));
-    if (rc == EXIT_OK && dtx_optimizer_init(&s.opt, s.model, &a->opt) != DTX_OK) rc = lib_error(CMD);
-    double final_loss = NAN;
+    if (rc == EXIT_OK) rc = open_log(&s, a);
     if (rc == EXIT_OK) {
         print_header(&s, a);
-        rc = train_loop(&s, a, &final_loss);
-    }
-    if (rc == EXIT_OK && dtx_model_save(s.model, a->out, a->bf16) != DTX_OK) rc = lib_error(CMD);
-    if (rc == EXIT_OK) {
-        printf("final loss %.4f\nsaved %s\n", final_loss, a->out);
-        rc = finish_stdout(CMD);
+        struct sigaction old_int, old_term;
+        install_signals(&old_int, &old_term);
+        rc = train_loop(&s, a);
+        if (rc == LOOP_DONE) {
+            g_writing = 1;
+            dtx_status st = dtx_model_save(s.model, a->out, a->bf16);
+            g_writing = 0;
+            if (st != DTX_OK) {
+                char why[1024];
+                snprintf(why, sizeof why, "%s", dtx_last_error());
+                if (s.last_ckpt_step >= 0)
+                    rc = runtime_error(CMD, "saving the model: %s (the checkpoint %s holds step %lld)", why,
+                                       s.last_ckpt, (long long)s.last_ckpt_step);
+                else rc = runtime_error(CMD, "saving the model: %s", why);
+            } else {
+                say(&s, "final loss %.4f\nsaved %s\n", s.last_loss, a->out);
+                rc = finish_stdout(CMD);
+            }
+        } else if (rc == LOOP_STOPPED) rc = finish_stdout(CMD);
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGTERM, &old_term, NULL);
     }
     state_free(&s);
     return rc;
@@ -289,9 +1017,20 @@ int cmd_train(int argc, char **argv) {
         FLAG_REAL("--clip", &a.opt.clip_norm, 0, 0, INFINITY, 0),
         FLAG_INT("--log-every", &a.log_every, 1, BIG),
         FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
+        FLAG_STR("--val-tokens", &a.val_tokens),
+        FLAG_INT("--eval-every", &a.eval_every, 1, BIG),
+        FLAG_INT("--eval-batches", &a.eval_batches, 1, SIZE),
+        FLAG_STR("--log", &a.log_path),
+        FLAG_STR("--ckpt-dir", &a.ckpt_dir_flag),
+        FLAG_INT("--ckpt-every", &a.ckpt_every, 0, BIG),
+        FLAG_INT("--keep", &a.keep, 0, BIG),
+        FLAG_BOOL("--resume", &a.resume, 1),
+        FLAG_INT("--stop-after", &a.stop_after, 1, BIG),
+        /* a test hook (docs/training.md): the loss of this step reads as NaN */
+        FLAG_INT("--debug-nan-at", &a.debug_nan_at, 1, BIG),
     };
     int n_fl = (int)(sizeof fl / sizeof fl[0]);
-    char usage[4096];
+    char usage[8192];
     switch (flags_parse(CMD, usage_text(usage, sizeof usage), fl, n_fl, argc, argv, NULL, 0, NULL)) {
     case FLAGS_HELP: return finish_stdout(CMD);
     case FLAGS_ERROR: return EXIT_USAGE;

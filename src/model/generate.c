@@ -16,13 +16,25 @@
  *
  * Then the final norm and the output projection of the LAST row only. The
  * row buffers are sized for the longest step so far (one row at init, so a
- * decode step never allocates). */
+ * decode step never allocates).
+ *
+ * Linear layers: several rows go to dtx_matmul_forward (oneDNN); a single
+ * row (every decode step) to the matrix-vector product below, which streams
+ * each weight matrix once at memory speed (oneDNN's M = 1 primitive ran at a
+ * third of that on the test box). With bf16 products the single-row path
+ * reads a bf16 copy of the parameters that the cache keeps (half the model's
+ * size again), made at the first one-row step of each sequence (len = 0
+ * marks a new one), so decoding streams half the bytes: bf16 operands (the
+ * row rounded to nearest even), exact products, fp32 accumulation — the
+ * contract of dtx_matmul_forward with DTX_PREC_BF16. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/model.h"
 
 #define P(off) (m->params + (off))
+/* Below this many weights a matrix-vector product runs on the calling thread. */
+#define GEMV_PAR_MIN ((int64_t)1 << 15)
 
 struct dtx_kvcache {
     /* the model shape it was made for */
@@ -41,6 +53,10 @@ struct dtx_kvcache {
     real *h3;                                 /* [r, F] */
     real *o1, *o2, *orstd, *work;             /* flash: DIFF o1/o2/rstd, workspace */
     float *lse;
+    real *xr;         /* [max(D, F)] a row rounded to bf16 */
+    uint16_t *wbf;    /* bf16 copy of the parameters (same offsets), or NULL */
+    size_t wbf_n;
+    int wbf_valid;    /* wbf holds the current sequence's copy */
 };
 
 static dtx_attn_dims dims(const dtx_model *m, int64_t T, int64_t layer, double lambda) {
@@ -75,6 +91,7 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
     CARVE(c->rstd, R);
     CARVE(c->h, R * F);
     CARVE(c->h3, R * F);
+    CARVE(c->xr, D > F ? D : F);
     CARVE(c->o1, n_o);
     CARVE(c->o2, n_o);
     CARVE(c->orstd, n_rs);
@@ -153,6 +170,7 @@ void dtx_kvcache_free(dtx_kvcache *c) {
     free(c->v);
     free(c->scores);
     free(c->mem);
+    free(c->wbf);
     free(c);
 }
 
@@ -164,7 +182,89 @@ size_t dtx_kvcache_bytes(const dtx_kvcache *c) {
     return 2 * (size_t)(c->n_layers * c->max_len * c->kv_dim) * sizeof(real);
 }
 
-size_t dtx_kvcache_scratch_bytes(const dtx_kvcache *c) { return (c->scores_n + c->mem_n) * sizeof(real); }
+size_t dtx_kvcache_scratch_bytes(const dtx_kvcache *c) {
+    return (c->scores_n + c->mem_n) * sizeof(real) + c->wbf_n * sizeof(uint16_t);
+}
+
+/* ------------------------------------------------------------ one-row linear */
+
+/* out [N] = x [K] · w [N, K]ᵀ, fp32 (the working precision). */
+static void gemv(real *restrict out, const real *restrict x, const real *restrict w, int64_t K, int64_t N) {
+#pragma omp parallel for schedule(static) if (N * K >= GEMV_PAR_MIN)
+    for (int64_t n = 0; n < N; n++) {
+        const real *restrict wr = w + n * K;
+        real acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t k = 0; k < K; k++) acc += x[k] * wr[k];
+        out[n] = acc;
+    }
+}
+
+#ifndef DTX_DOUBLE
+/* float -> bf16 bits, round to nearest even (NaN stays NaN). */
+static inline uint16_t to_bf16(float f) {
+    uint32_t b;
+    memcpy(&b, &f, sizeof b);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40u);
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+static inline float from_bf16(uint16_t h) {
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/* out [N] = bf16(x) [K] · w [N, K]ᵀ with w in bf16; products of two bf16
+ * values are exact in fp32, summed in fp32. xr [K] is scratch. */
+static void gemv_bf16(float *restrict out, const float *restrict x, const uint16_t *restrict w, int64_t K, int64_t N,
+                      float *restrict xr) {
+    for (int64_t k = 0; k < K; k++) xr[k] = from_bf16(to_bf16(x[k]));
+#pragma omp parallel for schedule(static) if (N * K >= GEMV_PAR_MIN)
+    for (int64_t n = 0; n < N; n++) {
+        const uint16_t *restrict wr = w + n * K;
+        float acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t k = 0; k < K; k++) acc += xr[k] * from_bf16(wr[k]);
+        out[n] = acc;
+    }
+}
+
+/* The bf16 copy of the parameters for this sequence. */
+static dtx_status ensure_bf16(const dtx_model *m, dtx_kvcache *c) {
+    if (c->wbf_valid) return DTX_OK;
+    if (!c->wbf) {
+        c->wbf = dtx_alloc(m->n_params, sizeof(uint16_t));
+        if (!c->wbf)
+            return dtx_fail(DTX_ERR_NOMEM, "out of memory for the bf16 copy of %zu parameters", m->n_params);
+        c->wbf_n = m->n_params;
+    }
+    const float *p = m->params;
+    uint16_t *q = c->wbf;
+    int64_t n = (int64_t)m->n_params;
+#pragma omp parallel for schedule(static) if (n >= ((int64_t)1 << 20))
+    for (int64_t i = 0; i < n; i++) q[i] = to_bf16(p[i]);
+    c->wbf_valid = 1;
+    return DTX_OK;
+}
+#endif
+
+/* out [M, N] = x [M, K] · (parameter at off) [N, K]ᵀ in the model's precision. */
+static void linear(const dtx_model *m, dtx_kvcache *c, real *out, const real *x, size_t off, int64_t M, int64_t K,
+                   int64_t N) {
+    if (M > 1) {
+        dtx_matmul_forward(out, x, m->params + off, M, K, N, m->precision);
+        return;
+    }
+#ifndef DTX_DOUBLE
+    if (m->precision == DTX_PREC_BF16) {
+        gemv_bf16(out, x, c->wbf + off, K, N, c->xr);
+        return;
+    }
+#endif
+    gemv(out, x, m->params + off, K, N);
+}
 
 /* The cache was made for a model of this shape. */
 static dtx_status check_shape(const dtx_model *m, const dtx_kvcache *c) {
@@ -193,8 +293,12 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
     const int64_t pos0 = c->len, D = cfg->dim, KV = m->kv_dim, F = cfg->ffn_dim, V = cfg->vocab_size;
     const int64_t d = m->head_dim, L = cfg->n_layers, ML = c->max_len;
     const int flash = pos0 == 0 && n > 1, diff = cfg->arch == DTX_ARCH_DIFF;
-    const dtx_precision pr = m->precision;
     if ((st = ensure_rows(m, c, n, flash))) return st;
+    if (pos0 == 0) c->wbf_valid = 0; /* a new sequence: the weights may have changed */
+#ifndef DTX_DOUBLE
+    /* the one-row products (decode steps, a prefill's logits) read the bf16 copy */
+    if (m->precision == DTX_PREC_BF16 && (n == 1 || logits) && (st = ensure_bf16(m, c))) return st;
+#endif
 
     dtx_embedding_forward(c->x, tokens, P(m->tok_emb), n, D);
     for (int64_t l = 0; l < L; l++) {
@@ -204,9 +308,9 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
         const real *subln = diff ? P(o->subln) : NULL;
         /* attention block */
         dtx_rmsnorm_forward(c->xn, c->rstd, c->x, P(o->attn_norm), n, D, cfg->norm_eps);
-        dtx_matmul_forward(c->q, c->xn, P(o->wq), n, D, D, pr);
-        dtx_matmul_forward(kn, c->xn, P(o->wk), n, D, KV, pr);
-        dtx_matmul_forward(vn, c->xn, P(o->wv), n, D, KV, pr);
+        linear(m, c, c->q, c->xn, o->wq, n, D, D);
+        linear(m, c, kn, c->xn, o->wk, n, D, KV);
+        linear(m, c, vn, c->xn, o->wv, n, D, KV);
         dtx_rope_forward(c->q, m->rope_cos, m->rope_sin, 1, n, pos0, D / d, d);
         dtx_rope_forward(kn, m->rope_cos, m->rope_sin, 1, n, pos0, KV / d, d);
         dtx_attn_dims ad = dims(m, n, l, dtx_model_lambda(m, l));
@@ -217,20 +321,20 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
             for (int64_t i = 0; i < n; i++)
                 dtx_attention_decode(&ad, c->att + i * D, c->q + i * D, kc, vc, pos0 + i + 1, subln, c->scores);
         }
-        dtx_matmul_forward(c->tmp, c->att, P(o->wo), n, D, D, pr);
+        linear(m, c, c->tmp, c->att, o->wo, n, D, D);
         dtx_residual_forward(c->x, c->x, c->tmp, n * D);
         /* feed-forward block (the gate overwrites h1 in place) */
         dtx_rmsnorm_forward(c->xn, c->rstd, c->x, P(o->ffn_norm), n, D, cfg->norm_eps);
-        dtx_matmul_forward(c->h, c->xn, P(o->w1), n, D, F, pr);
-        dtx_matmul_forward(c->h3, c->xn, P(o->w3), n, D, F, pr);
+        linear(m, c, c->h, c->xn, o->w1, n, D, F);
+        linear(m, c, c->h3, c->xn, o->w3, n, D, F);
         dtx_swiglu_forward(c->h, c->h, c->h3, n * F);
-        dtx_matmul_forward(c->tmp, c->h, P(o->w2), n, F, D, pr);
+        linear(m, c, c->tmp, c->h, o->w2, n, F, D);
         dtx_residual_forward(c->x, c->x, c->tmp, n * D);
     }
     c->len += n;
     if (logits) {
         dtx_rmsnorm_forward(c->xn, c->rstd, c->x + (n - 1) * D, P(m->final_norm), 1, D, cfg->norm_eps);
-        dtx_matmul_forward(logits, c->xn, P(m->out_w), 1, D, V, pr);
+        linear(m, c, logits, c->xn, m->out_w, 1, D, V);
     }
     return DTX_OK;
 }

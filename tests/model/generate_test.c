@@ -1,0 +1,538 @@
+/* Cached decoding (src/model/generate.c, src/kernels/attention_decode.c) and
+ * the sampler (src/model/sample.c).
+ *
+ * The cache is checked against recomputation: after a prefill and after each
+ * decode step the logits equal the last row of dtx_model_forward over the
+ * whole sequence so far, for both architectures, MHA and GQA, tied and
+ * untied (max-element error relative to max |logit|). A prefill equals the
+ * same tokens decoded one at a time, and a prefill in chunks. The sampler's
+ * truncation rules are checked on small hand-made distributions. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "model/model.h"
+#include "test.h"
+
+enum { VOCAB = 61, MAXLEN = 32 };
+
+static dtx_config small_config(dtx_arch arch, int gqa, int tie) {
+    dtx_config c = dtx_config_default();
+    c.arch = arch;
+    c.dim = 64;
+    c.n_layers = 3;
+    c.n_heads = arch == DTX_ARCH_DIFF ? 4 : 8; /* d = 8 for both */
+    c.n_kv_heads = gqa ? c.n_heads / 4 : c.n_heads;
+    c.vocab_size = VOCAB;
+    c.ffn_dim = 96;
+    c.max_seq_len = MAXLEN;
+    c.tie_embeddings = tie;
+    return c;
+}
+
+/* A model with its 1-D tensors (norm weights, subln, λ vectors) randomised
+ * too, so that a mixed-up weight cannot hide behind a weight of ones. */
+static dtx_model *make_model(dtx_arch arch, int gqa, int tie, uint64_t seed) {
+    dtx_config c = small_config(arch, gqa, tie);
+    dtx_model *m = NULL;
+    if (dtx_model_init(&m, &c, seed) != DTX_OK) return NULL;
+    dtx_rng r;
+    dtx_rng_seed(&r, seed + 100);
+    real *p = dtx_model_params(m);
+    for (int i = 0; i < dtx_model_num_tensors(m); i++) {
+        const dtx_tensor_info *t = dtx_model_tensor(m, i);
+        if (t->ndim != 1) continue;
+        for (size_t j = 0; j < t->numel; j++) p[t->offset + j] *= (real)(1 + 0.3 * dtx_rng_normal(&r));
+    }
+    return m;
+}
+
+static void random_tokens(int32_t *t, int64_t n, uint64_t seed) {
+    dtx_rng r;
+    dtx_rng_seed(&r, seed);
+    for (int64_t i = 0; i < n; i++) t[i] = (int32_t)(dtx_rng_next(&r) % VOCAB);
+}
+
+/* Logits of the last of tokens [n], recomputed by the full forward. */
+static int full_last(dtx_model *m, const int32_t *tokens, int64_t n, real *out) {
+    real *all = malloc((size_t)(n * VOCAB) * sizeof *all);
+    if (!all) return -1;
+    dtx_status st = dtx_model_forward(m, tokens, NULL, 1, n, all, NULL);
+    if (!st) memcpy(out, all + (n - 1) * VOCAB, VOCAB * sizeof *out);
+    free(all);
+    return st ? -1 : 0;
+}
+
+static const char *combo_name(dtx_arch arch, int gqa, int tie) {
+    static char buf[64];
+    snprintf(buf, sizeof buf, "%s %s %s", arch == DTX_ARCH_DIFF ? "diff" : "transformer", gqa ? "gqa" : "mha",
+             tie ? "tied" : "untied");
+    return buf;
+}
+
+/* Prefill n0 random tokens, then decode until the cache is full, comparing
+ * the logits after every step with the full forward: over the sequence so
+ * far (per_prefix), or the matching row of one forward over the whole
+ * sequence (the same values by causality; far fewer forwards). Returns the
+ * worst relative error. */
+static double check_against_forward(dtx_arch arch, int gqa, int tie, dtx_precision prec, int64_t n0, int per_prefix,
+                                    double tol) {
+    dtx_model *m = make_model(arch, gqa, tie, 11 + (uint64_t)(2 * gqa + tie));
+    double worst = 0;
+    dtx_kvcache *c = NULL;
+    real *all = NULL;
+    if (!m) {
+        CHECKF(0, "model init: %s", dtx_last_error());
+        return 1;
+    }
+    dtx_model_set_precision(m, prec);
+    int32_t seq[MAXLEN];
+    random_tokens(seq, MAXLEN, 5);
+    real cached[VOCAB], full[VOCAB];
+    all = malloc((size_t)MAXLEN * VOCAB * sizeof *all);
+    if (!all || dtx_kvcache_init(&c, m, 0) != DTX_OK) {
+        CHECKF(0, "cache init: %s", dtx_last_error());
+        goto done;
+    }
+    if (!per_prefix && dtx_model_forward(m, seq, NULL, 1, MAXLEN, all, NULL) != DTX_OK) {
+        CHECKF(0, "forward: %s", dtx_last_error());
+        goto done;
+    }
+    CHECK(dtx_kvcache_max_len(c) == MAXLEN && dtx_kvcache_len(c) == 0);
+    for (int64_t n = n0; n <= MAXLEN; n++) {
+        dtx_status st = n == n0 ? dtx_model_prefill(m, c, seq, n0, cached) : dtx_model_decode(m, c, seq[n - 1], cached);
+        if (st != DTX_OK) {
+            CHECKF(0, "%s: step %lld: %s", combo_name(arch, gqa, tie), (long long)n, dtx_last_error());
+            goto done;
+        }
+        if (!per_prefix) memcpy(full, all + (n - 1) * VOCAB, sizeof full);
+        else if (full_last(m, seq, n, full) != 0) {
+            CHECKF(0, "%s: forward: %s", combo_name(arch, gqa, tie), dtx_last_error());
+            goto done;
+        }
+        double e = rel_err_f(cached, full, VOCAB);
+        CHECKF(e <= tol, "%s: step %lld: logits differ by %.3g relative", combo_name(arch, gqa, tie), (long long)n, e);
+        if (e > worst) worst = e;
+    }
+    CHECK(dtx_kvcache_len(c) == MAXLEN);
+    /* Full: one more token is refused with a message, and nothing changes. */
+    CHECK(dtx_model_decode(m, c, 1, cached) == DTX_ERR_ARG);
+    CHECKF(strstr(dtx_last_error(), "KV cache full"), "%s", dtx_last_error());
+    CHECK(dtx_kvcache_len(c) == MAXLEN);
+    if (prec == DTX_PREC_BF16) { /* and bf16 did take effect: fp32 differs */
+        dtx_model_set_precision(m, DTX_PREC_FP32);
+        CHECK(full_last(m, seq, MAXLEN, full) == 0);
+        CHECKF(rel_err_f(cached, full, VOCAB) > 1e-4, "bf16 logits equal fp32's (%.3g)",
+               rel_err_f(cached, full, VOCAB));
+    }
+done:
+    free(all);
+    dtx_kvcache_free(c);
+    dtx_model_free(m);
+    return worst;
+}
+
+TEST(generate_cached_logits_match_full_forward) {
+    double worst_all = 0;
+    for (int arch = 0; arch < 2; arch++)
+        for (int gqa = 0; gqa < 2; gqa++)
+            for (int tie = 0; tie < 2; tie++) {
+                /* n0 = 9: the flash prefill, then each step against a forward over
+                 * the sequence so far; n0 = 1: a one-row prefill (the decode kernel)
+                 * against the rows of one forward over the whole sequence. */
+                double e1 = check_against_forward((dtx_arch)arch, gqa, tie, DTX_PREC_FP32, 9, 1, 1e-5);
+                double e2 = check_against_forward((dtx_arch)arch, gqa, tie, DTX_PREC_FP32, 1, 0, 1e-5);
+                if (e1 > worst_all) worst_all = e1;
+                if (e2 > worst_all) worst_all = e2;
+            }
+    printf("    worst cached-vs-full logit error (fp32): %.2e\n", worst_all);
+}
+
+/* bf16 products: the cache and the full forward round the same operands
+ * (weights, and activations that agree to fp32 rounding, which the rounding
+ * to bf16 mostly absorbs), so they agree far more closely than bf16's 4e-3. */
+TEST(generate_cached_logits_match_full_forward_bf16) {
+    double worst_all = 0;
+    for (int arch = 0; arch < 2; arch++) {
+        double e = check_against_forward((dtx_arch)arch, 1, 0, DTX_PREC_BF16, 9, 0, 1e-3);
+        if (e > worst_all) worst_all = e;
+    }
+    printf("    worst cached-vs-full logit error (bf16): %.2e\n", worst_all);
+}
+
+/* A prefill of n tokens leaves the same cache as n single decodes from an
+ * empty cache, and as a prefill in two chunks (the second attends over the
+ * first): the logits of the step after agree. */
+TEST(generate_prefill_equals_single_decodes) {
+    for (int arch = 0; arch < 2; arch++)
+        for (int gqa = 0; gqa < 2; gqa++) {
+            dtx_model *m = make_model((dtx_arch)arch, gqa, 0, 3);
+            REQUIRE(m);
+            enum { N = 17 };
+            int32_t seq[N + 1];
+            random_tokens(seq, N + 1, 9);
+            dtx_kvcache *a = NULL, *b = NULL, *c = NULL;
+            REQUIRE(dtx_kvcache_init(&a, m, N + 1) == DTX_OK);
+            REQUIRE(dtx_kvcache_init(&b, m, N + 1) == DTX_OK);
+            REQUIRE(dtx_kvcache_init(&c, m, 0) == DTX_OK);
+            real la[VOCAB], lb[VOCAB], lc[VOCAB];
+            REQUIRE(dtx_model_prefill(m, a, seq, N, la) == DTX_OK);
+            for (int i = 0; i < N; i++) REQUIRE(dtx_model_decode(m, b, seq[i], lb) == DTX_OK);
+            REQUIRE(dtx_model_prefill(m, c, seq, 6, NULL) == DTX_OK);
+            REQUIRE(dtx_model_prefill(m, c, seq + 6, N - 6, lc) == DTX_OK);
+            CHECK(dtx_kvcache_len(a) == N && dtx_kvcache_len(b) == N && dtx_kvcache_len(c) == N);
+            double e1 = rel_err_f(lb, la, VOCAB), e2 = rel_err_f(lc, la, VOCAB);
+            CHECKF(e1 <= 1e-5 && e2 <= 1e-5, "%s: after prefill: decodes %.3g, chunks %.3g",
+                   combo_name((dtx_arch)arch, gqa, 0), e1, e2);
+            REQUIRE(dtx_model_decode(m, a, seq[N], la) == DTX_OK);
+            REQUIRE(dtx_model_decode(m, b, seq[N], lb) == DTX_OK);
+            REQUIRE(dtx_model_decode(m, c, seq[N], lc) == DTX_OK);
+            e1 = rel_err_f(lb, la, VOCAB), e2 = rel_err_f(lc, la, VOCAB);
+            CHECKF(e1 <= 1e-5 && e2 <= 1e-5, "%s: next step: decodes %.3g, chunks %.3g",
+                   combo_name((dtx_arch)arch, gqa, 0), e1, e2);
+            /* reset starts a new sequence in the same memory */
+            dtx_kvcache_reset(a);
+            CHECK(dtx_kvcache_len(a) == 0);
+            REQUIRE(dtx_model_prefill(m, a, seq, N, la) == DTX_OK);
+            REQUIRE(dtx_model_decode(m, a, seq[N], la) == DTX_OK);
+            CHECK(rel_err_f(lb, la, VOCAB) <= 1e-5);
+            dtx_kvcache_free(a);
+            dtx_kvcache_free(b);
+            dtx_kvcache_free(c);
+            dtx_model_free(m);
+        }
+}
+
+TEST(generate_refuses_bad_arguments) {
+    dtx_model *m = make_model(DTX_ARCH_DIFF, 0, 1, 1);
+    REQUIRE(m);
+    dtx_kvcache *c = NULL;
+    CHECK(dtx_kvcache_init(&c, m, MAXLEN + 1) == DTX_ERR_ARG && !c);
+    CHECKF(strstr(dtx_last_error(), "max_seq_len"), "%s", dtx_last_error());
+    REQUIRE(dtx_kvcache_init(&c, m, 8) == DTX_OK);
+    /* K and V: 2 · layers · max_len · kv_dim floats */
+    CHECK(dtx_kvcache_bytes(c) == 2 * 3 * 8 * 64 * sizeof(real));
+    CHECK(dtx_kvcache_scratch_bytes(c) > 0);
+    int32_t seq[10];
+    random_tokens(seq, 10, 1);
+    real logits[VOCAB];
+    CHECK(dtx_model_prefill(m, c, seq, 9, logits) == DTX_ERR_ARG);
+    CHECKF(strstr(dtx_last_error(), "KV cache full") && strstr(dtx_last_error(), "9 new"), "%s", dtx_last_error());
+    CHECK(dtx_model_prefill(m, c, seq, 0, logits) == DTX_ERR_ARG);
+    CHECK(dtx_kvcache_len(c) == 0);
+    seq[3] = VOCAB;
+    CHECK(dtx_model_prefill(m, c, seq, 5, logits) == DTX_ERR_ARG);
+    CHECKF(strstr(dtx_last_error(), "out of range"), "%s", dtx_last_error());
+    CHECK(dtx_model_decode(m, c, -1, logits) == DTX_ERR_ARG);
+    CHECK(dtx_kvcache_len(c) == 0);
+    seq[3] = 1;
+    CHECK(dtx_model_prefill(m, c, seq, 8, NULL) == DTX_OK);
+    CHECK(dtx_model_decode(m, c, 1, logits) == DTX_ERR_ARG);
+    CHECK(dtx_kvcache_len(c) == 8);
+    /* a cache made for another model shape */
+    dtx_model *other = make_model(DTX_ARCH_TRANSFORMER, 0, 1, 1);
+    REQUIRE(other);
+    dtx_kvcache_reset(c);
+    CHECK(dtx_model_decode(other, c, 1, logits) == DTX_ERR_ARG);
+    CHECKF(strstr(dtx_last_error(), "another shape"), "%s", dtx_last_error());
+    dtx_model_free(other);
+    dtx_kvcache_free(c);
+    dtx_model_free(m);
+}
+
+/* dtx_sample (now on the cache) continues greedily exactly as the argmax of
+ * the full forward recomputed at every step. */
+TEST(generate_dtx_sample_greedy_matches_recomputation) {
+    dtx_model *m = make_model(DTX_ARCH_DIFF, 1, 0, 21);
+    REQUIRE(m);
+    enum { NP = 4, NN = 20 };
+    int32_t prompt[NP] = {3, 1, 4, 1}, out[NP + NN], ref[NP + NN];
+    REQUIRE(dtx_sample(m, prompt, NP, NN, 0, 1, out) == DTX_OK);
+    memcpy(ref, prompt, sizeof prompt);
+    real logits[VOCAB];
+    for (int n = NP; n < NP + NN; n++) {
+        REQUIRE(full_last(m, ref, n, logits) == 0);
+        int best = 0;
+        for (int i = 1; i < VOCAB; i++)
+            if (logits[i] > logits[best]) best = i;
+        ref[n] = best;
+    }
+    CHECK(memcmp(out, ref, sizeof out) == 0);
+    /* the whole length allowed, and one more refused */
+    int32_t big[MAXLEN];
+    CHECK(dtx_sample(m, prompt, NP, MAXLEN - NP, 0.9, 3, big) == DTX_OK);
+    CHECK(dtx_sample(m, prompt, NP, MAXLEN - NP + 1, 0.9, 3, big) == DTX_ERR_ARG);
+    dtx_model_free(m);
+}
+
+/* The decode kernel on a long cache (the multi-threaded path): one query
+ * row over len cached rows equals the last row of the plain (materialised)
+ * attention forward over the same len rows, and gives the same bits with one
+ * thread and with several. */
+TEST(generate_attention_decode_matches_forward_last_row) {
+    enum { LEN = 700 };
+    for (int diff = 0; diff < 2; diff++)
+        for (int gqa = 0; gqa < 2; gqa++) {
+            dtx_attn_dims a = {.impl = DTX_ATTN_PLAIN, .B = 1, .T = LEN, .n_heads = diff ? 4 : 8,
+                               .n_kv_heads = gqa ? 2 : (diff ? 4 : 8), .head_dim = 16, .diff = diff,
+                               .lambda = 0.37, .lambda_init = 0.2, .eps = 1e-5};
+            int64_t NQ = (diff ? 2 : 1) * a.n_heads, D = NQ * 16, KV = (diff ? 2 : 1) * a.n_kv_heads * 16;
+            real *q = malloc((size_t)(LEN * D) * sizeof(real)), *k = malloc((size_t)(LEN * KV) * sizeof(real));
+            real *v = malloc((size_t)(LEN * KV) * sizeof(real)), *ref = malloc((size_t)(LEN * D) * sizeof(real));
+            real *att = malloc(dtx_attention_att_size(&a) * sizeof(real));
+            real *o1 = malloc((dtx_attention_o_size(&a) + 1) * sizeof(real));
+            real *o2 = malloc((dtx_attention_o_size(&a) + 1) * sizeof(real));
+            real *rs = malloc((dtx_attention_rstd_size(&a) + 1) * sizeof(real));
+            real *scratch = malloc(dtx_attention_decode_scratch_size(&a, LEN) * sizeof(real));
+            real gamma[32], out1[128], out2[128];
+            REQUIRE(q && k && v && ref && att && o1 && o2 && rs && scratch);
+            dtx_rng r;
+            dtx_rng_seed(&r, 40 + (uint64_t)(2 * diff + gqa));
+            for (int64_t i = 0; i < LEN * D; i++) q[i] = (real)dtx_rng_normal(&r);
+            for (int64_t i = 0; i < LEN * KV; i++) k[i] = (real)dtx_rng_normal(&r), v[i] = (real)dtx_rng_normal(&r);
+            for (int i = 0; i < 32; i++) gamma[i] = (real)(1 + 0.3 * dtx_rng_normal(&r));
+            dtx_attn_saved sv = {.att = att, .o1 = o1, .o2 = o2, .rstd = rs};
+            dtx_attention_forward(&a, ref, &sv, q, k, v, gamma);
+            const real *qlast = q + (LEN - 1) * D;
+            int threads = omp_get_max_threads();
+            omp_set_num_threads(1);
+            dtx_attention_decode(&a, out1, qlast, k, v, LEN, gamma, scratch);
+            omp_set_num_threads(threads > 1 ? threads : 2);
+            dtx_attention_decode(&a, out2, qlast, k, v, LEN, gamma, scratch);
+            omp_set_num_threads(threads);
+            double e = rel_err_f(out2, ref + (LEN - 1) * D, (size_t)D);
+            CHECKF(e <= 1e-5, "diff %d gqa %d: %.3g", diff, gqa, e);
+            CHECKF(memcmp(out1, out2, (size_t)D * sizeof(real)) == 0, "diff %d gqa %d: thread count changes the bits",
+                   diff, gqa);
+            free(q), free(k), free(v), free(ref), free(att), free(o1), free(o2), free(rs), free(scratch);
+        }
+}
+
+/* A model large enough that the decode step's products and attention run
+ * on several threads: a 290-token prefill, then 10 decodes, against the rows
+ * of one full forward. */
+TEST(generate_larger_model_matches_full_forward) {
+    enum { T = 300, N0 = 290, V = 500 };
+    for (int arch = 0; arch < 2; arch++) {
+        dtx_config c = dtx_config_default();
+        c.arch = (dtx_arch)arch;
+        c.dim = 256;
+        c.n_layers = 2;
+        c.n_heads = arch == DTX_ARCH_DIFF ? 4 : 8;
+        c.n_kv_heads = c.n_heads / 2;
+        c.vocab_size = V;
+        c.ffn_dim = 512;
+        c.max_seq_len = T;
+        dtx_model *m = NULL;
+        REQUIRE(dtx_model_init(&m, &c, 17) == DTX_OK);
+        int32_t *seq = malloc(T * sizeof *seq);
+        real *all = malloc((size_t)T * V * sizeof *all), logits[V];
+        REQUIRE(seq && all);
+        dtx_rng r;
+        dtx_rng_seed(&r, 2);
+        for (int i = 0; i < T; i++) seq[i] = (int32_t)(dtx_rng_next(&r) % V);
+        REQUIRE(dtx_model_forward(m, seq, NULL, 1, T, all, NULL) == DTX_OK);
+        dtx_kvcache *kc = NULL;
+        REQUIRE(dtx_kvcache_init(&kc, m, 0) == DTX_OK);
+        double worst = 0;
+        for (int n = N0; n <= T; n++) {
+            dtx_status st = n == N0 ? dtx_model_prefill(m, kc, seq, N0, logits) : dtx_model_decode(m, kc, seq[n - 1], logits);
+            REQUIRE(st == DTX_OK);
+            double e = rel_err_f(logits, all + (size_t)(n - 1) * V, V);
+            if (e > worst) worst = e;
+        }
+        CHECKF(worst <= 1e-5, "%s: worst %.3g", dtx_arch_name(c.arch), worst);
+        dtx_kvcache_free(kc);
+        free(seq);
+        free(all);
+        dtx_model_free(m);
+    }
+}
+
+/* ------------------------------------------------------------ the sampler */
+
+static int32_t draw(const dtx_sampler *s, dtx_sample_rng *r, const real *logits, int64_t V) {
+    int32_t t = -1;
+    if (dtx_sample_logits(s, r, logits, V, &t) != DTX_OK) return -1;
+    return t;
+}
+
+/* Frequencies of n draws into freq [V]. */
+static void frequencies(const dtx_sampler *s, const real *logits, int64_t V, int n, double *freq) {
+    dtx_sample_rng r;
+    dtx_sample_rng_seed(&r, s->seed);
+    for (int64_t i = 0; i < V; i++) freq[i] = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t t = draw(s, &r, logits, V);
+        if (t >= 0 && t < V) freq[t] += 1.0 / n;
+    }
+}
+
+TEST(generate_sampler_greedy_and_truncation_to_one) {
+    dtx_sampler s = dtx_sampler_default();
+    CHECK(s.temperature == 0.8 && s.top_k == 0 && s.top_p == 1 && s.seed == 1);
+    dtx_rng g;
+    dtx_rng_seed(&g, 4);
+    enum { V = 300 };
+    real logits[V];
+    for (int trial = 0; trial < 20; trial++) {
+        for (int i = 0; i < V; i++) logits[i] = (real)(3 * dtx_rng_normal(&g));
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (logits[i] > logits[best]) best = i;
+        dtx_sample_rng r;
+        dtx_sample_rng_seed(&r, (uint64_t)trial);
+        s = (dtx_sampler){.temperature = 0, .top_k = 0, .top_p = 1};
+        CHECK(draw(&s, &r, logits, V) == best);
+        s = (dtx_sampler){.temperature = 1.5, .top_k = 1, .top_p = 1};
+        for (int k = 0; k < 10; k++) CHECK(draw(&s, &r, logits, V) == best);
+        s = (dtx_sampler){.temperature = 1.5, .top_k = 0, .top_p = 1e-9};
+        for (int k = 0; k < 10; k++) CHECK(draw(&s, &r, logits, V) == best);
+        s = (dtx_sampler){.temperature = 1.5, .top_k = 50, .top_p = 1e-9};
+        for (int k = 0; k < 10; k++) CHECK(draw(&s, &r, logits, V) == best);
+    }
+    /* ties: the lowest id, greedy or truncated */
+    real tie[4] = {1, 5, 5, 2};
+    dtx_sample_rng r;
+    dtx_sample_rng_seed(&r, 1);
+    s = (dtx_sampler){.temperature = 0};
+    CHECK(draw(&s, &r, tie, 4) == 1);
+    s = (dtx_sampler){.temperature = 1, .top_k = 1, .top_p = 1};
+    CHECK(draw(&s, &r, tie, 4) == 1);
+    s = (dtx_sampler){.temperature = 1, .top_k = 0, .top_p = 0.01};
+    CHECK(draw(&s, &r, tie, 4) == 1);
+}
+
+/* p = (0.5, 0.3, 0.15, 0.05): which tokens each rule keeps, and that the
+ * kept ones are drawn in renormalised proportion. */
+TEST(generate_sampler_truncation_rules) {
+    const double p[4] = {0.5, 0.3, 0.15, 0.05};
+    real logits[4];
+    for (int i = 0; i < 4; i++) logits[i] = (real)log(p[i]);
+    struct {
+        int64_t top_k;
+        double top_p;
+        double want[4];
+    } cases[] = {
+        {0, 1, {0.5, 0.3, 0.15, 0.05}},
+        {2, 1, {0.625, 0.375, 0, 0}},
+        {3, 1, {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}},
+        {0, 0.45, {1, 0, 0, 0}},
+        {0, 0.75, {0.625, 0.375, 0, 0}},
+        {0, 0.85, {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}},
+        {0, 0.99, {0.5, 0.3, 0.15, 0.05}},
+        {3, 0.7, {0.625, 0.375, 0, 0}},   /* top-3 renormalised: 0.526, 0.842 ≥ 0.7 */
+        {3, 0.9, {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}},
+        {4, 1, {0.5, 0.3, 0.15, 0.05}},
+        {10, 1, {0.5, 0.3, 0.15, 0.05}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        dtx_sampler s = {.temperature = 1, .top_k = cases[c].top_k, .top_p = cases[c].top_p, .seed = 7 + c};
+        double f[4];
+        frequencies(&s, logits, 4, 20000, f);
+        for (int i = 0; i < 4; i++) {
+            if (cases[c].want[i] == 0) CHECKF(f[i] == 0, "top_k %lld top_p %g: token %d drawn (%.4f)",
+                                               (long long)s.top_k, s.top_p, i, f[i]);
+            else CHECKF(fabs(f[i] - cases[c].want[i]) < 0.02, "top_k %lld top_p %g: token %d at %.4f, want %.4f",
+                        (long long)s.top_k, s.top_p, i, f[i], cases[c].want[i]);
+        }
+    }
+}
+
+/* Temperature 1 on a 3-token distribution: frequencies within 2% over 20k
+ * draws (5 standard deviations); temperature 2 flattens it to p^(1/2). */
+TEST(generate_sampler_frequencies) {
+    const double p[3] = {0.6, 0.3, 0.1};
+    real logits[3];
+    for (int i = 0; i < 3; i++) logits[i] = (real)(log(p[i]) + 4); /* a shift changes nothing */
+    dtx_sampler s = {.temperature = 1, .top_k = 0, .top_p = 1, .seed = 42};
+    double f[3];
+    frequencies(&s, logits, 3, 20000, f);
+    for (int i = 0; i < 3; i++) CHECKF(fabs(f[i] - p[i]) < 0.02, "T=1: token %d at %.4f, want %.2f", i, f[i], p[i]);
+    s.temperature = 2;
+    frequencies(&s, logits, 3, 20000, f);
+    double z = sqrt(0.6) + sqrt(0.3) + sqrt(0.1);
+    for (int i = 0; i < 3; i++)
+        CHECKF(fabs(f[i] - sqrt(p[i]) / z) < 0.02, "T=2: token %d at %.4f, want %.4f", i, f[i], sqrt(p[i]) / z);
+}
+
+/* A nucleus much larger than the first selection round (64): a near-uniform
+ * 1000-token distribution. Every drawn id is in the nucleus computed by a
+ * full sort, and most of the nucleus is drawn. */
+TEST(generate_sampler_large_nucleus) {
+    enum { V = 1000, DRAWS = 4000 };
+    static real logits[V];
+    static int order[V], seen[V];
+    dtx_rng g;
+    dtx_rng_seed(&g, 8);
+    for (int i = 0; i < V; i++) logits[i] = (real)(0.3 * dtx_rng_normal(&g));
+    double z = 0, e[V];
+    for (int i = 0; i < V; i++) z += e[i] = exp((double)logits[i]);
+    for (int i = 0; i < V; i++) order[i] = i;
+    for (int i = 1; i < V; i++) /* insertion sort by probability, ties by id */
+        for (int j = i; j > 0 && (e[order[j]] > e[order[j - 1]] ||
+                                  (e[order[j]] == e[order[j - 1]] && order[j] < order[j - 1])); j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    double acc = 0;
+    int keep = 0;
+    while (acc < 0.7 * z) acc += e[order[keep++]];
+    CHECK(keep > 256); /* needs at least three selection rounds */
+    int in[V] = {0};
+    for (int i = 0; i < keep; i++) in[order[i]] = 1;
+    dtx_sampler s = {.temperature = 1, .top_k = 0, .top_p = 0.7, .seed = 5};
+    dtx_sample_rng r;
+    dtx_sample_rng_seed(&r, 5);
+    int outside = 0, distinct = 0;
+    for (int i = 0; i < DRAWS; i++) {
+        int32_t t = draw(&s, &r, logits, V);
+        REQUIRE(t >= 0 && t < V);
+        outside += !in[t];
+        distinct += !seen[t];
+        seen[t] = 1;
+    }
+    CHECKF(outside == 0, "%d draws outside the nucleus of %d", outside, keep);
+    CHECKF(distinct > keep * 3 / 4, "only %d of %d nucleus tokens drawn", distinct, keep);
+}
+
+TEST(generate_sampler_seed_determinism_and_validation) {
+    enum { V = 50, N = 200 };
+    real logits[V];
+    dtx_rng g;
+    dtx_rng_seed(&g, 3);
+    for (int i = 0; i < V; i++) logits[i] = (real)dtx_rng_normal(&g);
+    int32_t a[N], b[N], c[N];
+    dtx_sampler s = {.temperature = 0.9, .top_k = 20, .top_p = 0.9, .seed = 77};
+    dtx_sample_rng ra, rb, rc;
+    dtx_sample_rng_seed(&ra, 77);
+    dtx_sample_rng_seed(&rb, 77);
+    dtx_sample_rng_seed(&rc, 78);
+    for (int i = 0; i < N; i++) {
+        a[i] = draw(&s, &ra, logits, V);
+        b[i] = draw(&s, &rb, logits, V);
+        c[i] = draw(&s, &rc, logits, V);
+    }
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK(memcmp(a, c, sizeof a) != 0);
+    CHECK(dtx_sampler_validate(&s) == DTX_OK);
+    dtx_sampler bad = s;
+    bad.top_k = -1;
+    CHECK(dtx_sampler_validate(&bad) == DTX_ERR_ARG && strstr(dtx_last_error(), "top_k"));
+    bad = s;
+    bad.top_p = 0;
+    CHECK(dtx_sampler_validate(&bad) == DTX_ERR_ARG && strstr(dtx_last_error(), "top_p"));
+    bad.top_p = 1.5;
+    CHECK(dtx_sampler_validate(&bad) == DTX_ERR_ARG);
+    bad.top_p = NAN;
+    CHECK(dtx_sampler_validate(&bad) == DTX_ERR_ARG);
+    bad = s;
+    bad.temperature = NAN;
+    CHECK(dtx_sampler_validate(&bad) == DTX_ERR_ARG);
+    int32_t t;
+    CHECK(dtx_sample_logits(&s, &ra, logits, 0, &t) == DTX_ERR_ARG);
+}
