@@ -835,6 +835,12 @@ typedef struct {
 } cfg_results;
 
 static const char *ARCH[2] = {"diff", "transformer"};
+static double max_mfu; /* the largest MFU printed: above 1 means a disturbed peak measurement */
+
+static double note_mfu(double m) {
+    if (m > max_mfu) max_mfu = m;
+    return 100 * m;
+}
 static const char *PREC[2] = {"fp32", "bf16"};
 
 static void serve_spec(spawn_spec *s, char store[][32], const bcfg *b, int arch, int prec, char **envp) {
@@ -1207,7 +1213,7 @@ int main(int argc, char **argv) {
                             snprintf(ratio_f, sizeof ratio_f, "%.3f", tps(&R->ours[p][0], 0) / tf);
                         }
                         out("| difftx | %s | %s | %.0f | %.1f%% | %.0f | %.1f%% | %s | %d%s | %s | %s |\n", ARCH[a],
-                            PREC[p], tt_, 100 * 3 * fl * tt_ / (pk * 1e9), tf, 100 * fl * tf / (pk * 1e9),
+                            PREC[p], tt_, note_mfu(3 * fl * tt_ / (pk * 1e9)), tf, note_mfu(fl * tf / (pk * 1e9)),
                             fmt_gib(g, (double)r->hwm_kib), r->ntrain, R->seq_ours[p] ? " (seq.)" : "", ratio_t,
                             ratio_f);
                     }
@@ -1244,7 +1250,7 @@ int main(int argc, char **argv) {
                         if (r->micro_batch < r->batch)
                             snprintf(mbs, sizeof mbs, " (micro-batch %lld)", (long long)r->micro_batch);
                         out("| torch | %s | %s | %.0f | %.1f%% | %.0f | %.1f%% | %s | %d%s%s | %s | %s |\n", ARCH[a],
-                            PREC[p], tt_, 100 * 3 * fl * tt_ / (pk * 1e9), tf, 100 * fl * tf / (pk * 1e9),
+                            PREC[p], tt_, note_mfu(3 * fl * tt_ / (pk * 1e9)), tf, note_mfu(fl * tf / (pk * 1e9)),
                             fmt_gib(g, (double)r->hwm_kib), r->ntrain, R->seq_torch[p] ? " (seq.)" : "", mbs, rt,
                             rf);
                     }
@@ -1254,6 +1260,9 @@ int main(int argc, char **argv) {
         }
     }
 
+    if (max_mfu > 1)
+        out("**An MFU above 100%% means the peak measurements (start and end) both caught the machine busy: "
+            "the MFU figures of this run are too high.**\n\n");
     if (attn_sb.s) out("%s", attn_sb.s);
 
     if (do_long) {

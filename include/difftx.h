@@ -335,9 +335,12 @@ dtx_status dtx_shard_write(const char *path, const int32_t *tokens, int64_t n, i
  * writes its keys and values into the cache; dtx_model_decode then feeds one
  * token at a time (position = tokens already cached). Both return the logits
  * of the last token, equal (to rounding) to the last row of dtx_model_forward
- * over the whole sequence so far. They honour the model's matmul precision,
- * and use the model's parameters as they are at each call. A cache belongs
- * to one model shape (checked); one sequence at a time; not thread-safe. */
+ * over the whole sequence so far. They honour the model's matmul precision
+ * and read the parameters as they are at each call, except that with bf16
+ * products the one-row products (decode steps) read a bf16 copy of the
+ * parameters kept in the cache, made once per sequence (at its first such
+ * step after the cache was empty). A cache belongs to one model shape
+ * (checked); one sequence at a time; not thread-safe. */
 
 typedef struct dtx_kvcache dtx_kvcache;
 
@@ -351,7 +354,9 @@ int64_t dtx_kvcache_len(const dtx_kvcache *c);     /* tokens cached            *
 int64_t dtx_kvcache_max_len(const dtx_kvcache *c);
 /* Bytes of the K and V arrays: 2·n_layers·max_len·kv_dim·sizeof(dtx_real). */
 size_t dtx_kvcache_bytes(const dtx_kvcache *c);
-/* Bytes of the working buffers on top of that (grown by the longest prefill). */
+/* Bytes of the working buffers on top of that: rows of the longest prefill so
+ * far, one step's attention scores, and with bf16 products the parameters'
+ * bf16 copy (2 bytes each). */
 size_t dtx_kvcache_scratch_bytes(const dtx_kvcache *c);
 
 /* Appends tokens[0, n) (n >= 1) at positions len .. len + n − 1: one batched

@@ -216,8 +216,8 @@ int cmd_generate(int argc, char **argv) {
     if (rc == EXIT_OK && dtx_model_set_precision(m, (dtx_precision)a.precision) != DTX_OK) rc = lib_error(CMD);
     const dtx_config *c = rc == EXIT_OK ? dtx_model_config(m) : NULL;
     if (rc == EXIT_OK && dtx_tokenizer_vocab_size(t) > c->vocab_size)
-        rc = runtime_error(CMD, "the tokenizer %s has %lld tokens but the model %s only vocab_size %lld", a.tokenizer,
-                           (long long)dtx_tokenizer_vocab_size(t), a.model, (long long)c->vocab_size);
+        rc = runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
+                           a.tokenizer, (long long)dtx_tokenizer_vocab_size(t), (long long)c->vocab_size, a.model);
     if (rc == EXIT_OK) rc = encode_prompt(&a, t, &prompt, &n);
     if (rc == EXIT_OK && n == 0)
         rc = usage_error(CMD, "the prompt is empty and there is no <|bos|> to start from (give --prompt TEXT)");

@@ -32,8 +32,6 @@
 #include <math.h>
 #include <omp.h>
 
-enum { MAXW = 2 * DTX_ATTN_MAX_HEAD_DIM };
-
 /* Below this much work (len · 2 · H · d, about the multiply-adds) one thread does it all. */
 #define PAR_MIN ((int64_t)1 << 16)
 
