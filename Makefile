@@ -84,8 +84,11 @@ tiktoken-ranks:
 data:
 	@scripts/fetch_data.sh
 
-demo: deps
-	@$(MAKE) --no-print-directory $(BIN)
+# The demo (scripts/demo.sh --help): setup (with python3-matplotlib), build,
+# corpus, tokenizer, then a DIFF Transformer and its baseline trained side by
+# side into runs/demo/. Settings come as variables: make demo QUICK=1,
+# make demo STEPS=600 DIM=192, make demo MINUTES=5 THREADS=2, ...
+demo:
 	@scripts/demo.sh $(BIN)
 
 # The PyTorch side (needs python3-torch: scripts/setup.sh --torch).

@@ -98,6 +98,36 @@ static void loadavg(char *buf, size_t n) {
     snprintf(buf, n, "%.2f, %.2f, %.2f", l[0], l[1], l[2]);
 }
 
+/* Busy CPU time of the whole machine (/proc/stat: all but idle and iowait,
+ * steal included), in clock ticks. */
+static unsigned long long machine_busy_ticks(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return 0;
+    unsigned long long v[10] = {0};
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                   &v[5], &v[6], &v[7], &v[8], &v[9]);
+    fclose(f);
+    if (n < 8) return 0;
+    return v[0] + v[1] + v[2] + v[5] + v[6] + v[7]; /* user nice system irq softirq steal */
+}
+
+/* utime + stime of a process (all its threads), in clock ticks. */
+static unsigned long long pid_ticks(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p) return 0;
+    unsigned long long ut = 0, st = 0;
+    /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2) return 0;
+    return ut + st;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -399,6 +429,7 @@ typedef struct {
     double fwd[MAXSTEPS];
     int nfwd;
     long hwm_kib;                /* RSS high-water mark of the child */
+    double other_cpu_s, timed_s; /* CPU time of everything else during the timed steps, their wall time */
     int64_t batch, micro_batch;  /* sequences per step (PyTorch may differ) */
     int64_t T;
 } run_result;
@@ -438,7 +469,17 @@ static void step(child *c, run_result *r, const char *cmd, const char *label, in
     if (!r->ok) return;
     double s;
     long h;
-    if (child_cmd(c, cmd, &s, &h)) {
+    unsigned long long b0 = machine_busy_ticks(), p0 = pid_ticks(c->pid);
+    double t0 = now_s();
+    int rc = child_cmd(c, cmd, &s, &h);
+    double t1 = now_s();
+    unsigned long long b1 = machine_busy_ticks(), p1 = pid_ticks(c->pid);
+    if (!rc && i > 0 && b0 && b1 >= b0 && p1 >= p0) {
+        double other = ((double)(b1 - b0) - (double)(p1 - p0)) / (double)sysconf(_SC_CLK_TCK);
+        r->other_cpu_s += other > 0 ? other : 0;
+        r->timed_s += t1 - t0;
+    }
+    if (rc) {
         rr_fail(r, c);
         fprintf(stderr, "  %-32s %s %d: FAILED (%s)\n", label, cmd, i, r->why);
         return;
@@ -822,6 +863,15 @@ static double tps(const run_result *r, int train) {
     return (double)(r->batch * r->T) / m;
 }
 
+/* tokens/s of the fastest timed training step (interference only slows). */
+static double tps_best(const run_result *r) {
+    if (!r->ok || r->ntrain < 1) return NAN;
+    double m = r->train[0];
+    for (int i = 1; i < r->ntrain; i++)
+        if (r->train[i] < m) m = r->train[i];
+    return (double)(r->batch * r->T) / m;
+}
+
 /* ============================================================= main driver */
 
 typedef struct {
@@ -1171,13 +1221,15 @@ int main(int argc, char **argv) {
         out("Model FLOPs per token, forward = 2 × (all matmul weights: q, k, v, o, w1, w2, w3 per layer, and the "
             "output projection; not the embedding lookup) + per layer causal attention with T/2 keys on "
             "average: QKᵀ T·dim, PV T·dim (Transformer) or 2·T·dim (DIFF: A1·V and A2·V at value width 2d). "
-            "Training = 3 × forward. MFU = model FLOP/s ÷ the measured peak of the precision used "
+            "Training = 3 × forward. MFU = model FLOP/s (median step) ÷ the measured peak of the precision used "
             "(fp32 peak for fp32, bf16 peak for bf16; the higher of the start and end measurements: fp32 %.1f, "
             "bf16 %.1f GFLOP/s). tokens/s and MFU are from the median of the timed "
             "steps (n) after one warm-up step; DIFF and baseline steps are interleaved. Peak RSS: the "
             "high-water mark of the child process that ran that configuration (training and forward). "
-            "MHA, untied embeddings.\n\n",
-            pk32, pk16);
+            "Other load: the CPU time of everything else on the machine (other tenants, the idle partner child, "
+            "hypervisor steal) during that row's timed steps, in cores; near 0 the row is clean, near %d it ran "
+            "on a shared machine and its times are inflated. MHA, untied embeddings.\n\n",
+            pk32, pk16, threads);
         for (int ci = 0; ci < ncfg; ci++) {
             cfg_results *R = &res[ci];
             const bcfg *b = &R->c;
@@ -1193,8 +1245,8 @@ int main(int argc, char **argv) {
                 R->nparams[0], R->nparams[1], fd / 1e6, fb / 1e6, (long long)(b->B * b->T),
                 3 * fd * (double)(b->B * b->T) / 1e12, 3 * fb * (double)(b->B * b->T) / 1e12);
             if (R->have_ours) {
-                out("| impl | arch | prec | train tok/s | train MFU | fwd tok/s | fwd MFU | peak RSS | n | DIFF/base train | DIFF/base fwd |\n");
-                out("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                out("| impl | arch | prec | train tok/s | (best step) | train MFU | fwd tok/s | fwd MFU | peak RSS | n | other load | DIFF/base train | DIFF/base fwd |\n");
+                out("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
                 for (int p = 0; p < 2; p++) {
                     double pk = p ? pk16 : pk32;
                     for (int a = 0; a < 2; a++) {
@@ -1202,7 +1254,7 @@ int main(int argc, char **argv) {
                         double fl = a == 0 ? fd : fb;
                         char g[32];
                         if (!r->ok) {
-                            out("| difftx | %s | %s | failed: %s | | | | %s | | | |\n", ARCH[a], PREC[p], r->why,
+                            out("| difftx | %s | %s | failed: %s | | | | | %s | | | | |\n", ARCH[a], PREC[p], r->why,
                                 fmt_gib(g, (double)r->hwm_kib));
                             continue;
                         }
@@ -1212,9 +1264,10 @@ int main(int argc, char **argv) {
                             snprintf(ratio_t, sizeof ratio_t, "%.3f", tps(&R->ours[p][0], 1) / tt_);
                             snprintf(ratio_f, sizeof ratio_f, "%.3f", tps(&R->ours[p][0], 0) / tf);
                         }
-                        out("| difftx | %s | %s | %.0f | %.1f%% | %.0f | %.1f%% | %s | %d%s | %s | %s |\n", ARCH[a],
-                            PREC[p], tt_, note_mfu(3 * fl * tt_ / (pk * 1e9)), tf, note_mfu(fl * tf / (pk * 1e9)),
-                            fmt_gib(g, (double)r->hwm_kib), r->ntrain, R->seq_ours[p] ? " (seq.)" : "", ratio_t,
+                        out("| difftx | %s | %s | %.0f | (%.0f) | %.1f%% | %.0f | %.1f%% | %s | %d%s | %.2f | %s | %s |\n",
+                            ARCH[a], PREC[p], tt_, tps_best(r), note_mfu(3 * fl * tt_ / (pk * 1e9)), tf, note_mfu(fl * tf / (pk * 1e9)),
+                            fmt_gib(g, (double)r->hwm_kib), r->ntrain, R->seq_ours[p] ? " (seq.)" : "",
+                            r->timed_s > 0 ? r->other_cpu_s / r->timed_s : NAN, ratio_t,
                             ratio_f);
                     }
                 }
@@ -1227,8 +1280,8 @@ int main(int argc, char **argv) {
                     (long long)R->torch_batch,
                     R->torch_batch < b->B ? " (fewer than ours, to fit the time budget; tokens/s is per token; "
                                             "`--torch-full` runs the full batch)" : "");
-                out("| impl | arch | prec | train tok/s | train MFU | fwd tok/s | fwd MFU | peak RSS | n | difftx/torch train | difftx/torch fwd |\n");
-                out("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                out("| impl | arch | prec | train tok/s | (best step) | train MFU | fwd tok/s | fwd MFU | peak RSS | n | other load | difftx/torch train | difftx/torch fwd |\n");
+                out("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
                 for (int p = 0; p < 2; p++) {
                     double pk = p ? pk16 : pk32;
                     for (int a = 0; a < 2; a++) {
@@ -1236,7 +1289,7 @@ int main(int argc, char **argv) {
                         double fl = a == 0 ? fd : fb;
                         char g[32];
                         if (!r->ok) {
-                            out("| torch | %s | %s | failed: %s | | | | %s | | | |\n", ARCH[a], PREC[p], r->why,
+                            out("| torch | %s | %s | failed: %s | | | | | %s | | | | |\n", ARCH[a], PREC[p], r->why,
                                 fmt_gib(g, (double)r->hwm_kib));
                             continue;
                         }
@@ -1249,9 +1302,10 @@ int main(int argc, char **argv) {
                         char mbs[48] = "";
                         if (r->micro_batch < r->batch)
                             snprintf(mbs, sizeof mbs, " (micro-batch %lld)", (long long)r->micro_batch);
-                        out("| torch | %s | %s | %.0f | %.1f%% | %.0f | %.1f%% | %s | %d%s%s | %s | %s |\n", ARCH[a],
-                            PREC[p], tt_, note_mfu(3 * fl * tt_ / (pk * 1e9)), tf, note_mfu(fl * tf / (pk * 1e9)),
-                            fmt_gib(g, (double)r->hwm_kib), r->ntrain, R->seq_torch[p] ? " (seq.)" : "", mbs, rt,
+                        out("| torch | %s | %s | %.0f | (%.0f) | %.1f%% | %.0f | %.1f%% | %s | %d%s%s | %.2f | %s | %s |\n",
+                            ARCH[a], PREC[p], tt_, tps_best(r), note_mfu(3 * fl * tt_ / (pk * 1e9)), tf, note_mfu(fl * tf / (pk * 1e9)),
+                            fmt_gib(g, (double)r->hwm_kib), r->ntrain, R->seq_torch[p] ? " (seq.)" : "", mbs,
+                            r->timed_s > 0 ? r->other_cpu_s / r->timed_s : NAN, rt,
                             rf);
                     }
                 }

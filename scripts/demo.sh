@@ -27,14 +27,16 @@
 # setting that decides the result starts the training over.
 #
 # Flags (each also an environment variable, which `make demo VAR=value` sets):
-#   --quick            QUICK=1      a ~1 minute smoke run: a tiny model, vocab 1024,
-#                                   300 steps of 8 x 64 tokens
-#   --steps N          STEPS        optimizer steps of each run (default 300;
-#                                   quick 300)
-#   --minutes M        MINUTES      instead of --steps: a time budget per run; a
-#                                   short timing run measures tokens/s and picks
-#                                   the steps (the chosen number is kept, so a
-#                                   rerun resumes with the same schedule)
+#   --quick            QUICK=1      a smoke run of seconds (under a minute on a busy
+#                                   machine): a tiny model, vocab 1024, 600 steps
+#                                   of 8 x 64 tokens, one thread, into runs/demo/quick/
+#   --minutes M        MINUTES      the time budget of each run (default 3): a short
+#                                   timing run measures this machine's tokens/s
+#                                   and picks the steps (kept in runs/demo/
+#                                   settings.txt, so a rerun resumes with the same
+#                                   schedule); validation adds a little
+#   --steps N          STEPS        a fixed number of steps instead (quick: 600), the
+#                                   same result on every machine
 #   --dim N            DIM          model width (256; quick 64)
 #   --layers N         LAYERS       blocks (4; quick 2)
 #   --heads H          HEADS        DIFF heads; the baseline gets 2H (4; quick 2)
@@ -47,7 +49,9 @@
 #   --warmup N         WARMUP       warmup steps (5% of the steps)
 #   --seed N           SEED         weights, batches and sampling (1)
 #   --precision P      PRECISION    fp32 (default) or bf16 matrix products
-#   --threads N        THREADS      OpenMP threads (default: all cores)
+#   --threads N        THREADS      OpenMP threads (default: OMP_NUM_THREADS, else the
+#                                   cores that other processes leave idle, measured
+#                                   over a second before training; quick 1)
 #   --max-tokens N     GEN_TOKENS   tokens generated per sample (60)
 #   --prompt TEXT      PROMPT       one prompt instead of the two defaults
 #                                   ("My fellow Americans," and "The state of the Union is")
@@ -101,13 +105,16 @@ done
 is_true() { case ${1:-} in ''|0|no|false) return 1 ;; *) return 0 ;; esac; }
 quick=0; is_true "${QUICK:-}" && quick=1
 if [ $quick = 1 ]; then
-    d_dim=64 d_layers=2 d_heads=2 d_ffn=172 d_vocab=1024 d_seq=64 d_steps=300
+    d_dim=64 d_layers=2 d_heads=2 d_ffn=172 d_vocab=1024 d_seq=64 d_steps=600
 else
-    d_dim=256 d_layers=4 d_heads=4 d_ffn=688 d_vocab=4096 d_seq=256 d_steps=300
+    d_dim=256 d_layers=4 d_heads=4 d_ffn=688 d_vocab=4096 d_seq=256 d_steps=
 fi
 dim=${DIM:-$d_dim} layers=${LAYERS:-$d_layers} heads=${HEADS:-$d_heads} kv_heads=${KV_HEADS:-}
 ffn=${FFN:-$d_ffn} vocab=${VOCAB:-$d_vocab} seq=${SEQ:-$d_seq} batch=${BATCH:-8}
-lr=${LR:-2e-3} seed=${SEED:-1} precision=${PRECISION:-fp32} threads=${THREADS:-}
+# QUICK runs one thread: a model this small gains little from two, and loses
+# much when another process keeps a core busy (each OpenMP barrier waits).
+d_threads=; [ $quick = 1 ] && d_threads=1
+lr=${LR:-2e-3} seed=${SEED:-1} precision=${PRECISION:-fp32} threads=${THREADS:-${OMP_NUM_THREADS:-$d_threads}}
 minutes=${MINUTES:-} steps=${STEPS:-} warmup=${WARMUP:-} gen_tokens=${GEN_TOKENS:-60}
 [ -n "$kv_heads" ] || kv_heads=$heads
 
@@ -128,13 +135,19 @@ fi
 case $precision in fp32|bf16) ;; *) bad_usage "--precision must be fp32 or bf16, not '$precision'" ;; esac
 [ $((dim % (2 * heads))) = 0 ] || bad_usage "--dim $dim must be a multiple of 2 x --heads $heads (DIFF head width dim/2H)"
 [ $((heads % kv_heads)) = 0 ] || bad_usage "--heads $heads must be a multiple of --kv-heads $kv_heads"
-[ -n "$steps" ] || [ -n "$minutes" ] || steps=$d_steps
+if [ -z "$steps" ] && [ -z "$minutes" ]; then
+    if [ $quick = 1 ]; then steps=$d_steps; else minutes=3; fi
+fi
 if [ -n "${PROMPT:-}" ]; then prompts=("$PROMPT"); else prompts=("My fellow Americans," "The state of the Union is"); fi
 
+# Paths given are relative to the caller's folder; the defaults to the repository.
+abspath() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+[ -z "$bin" ] || bin=$(abspath "$bin")
+[ -z "${CORPUS:-}" ] || CORPUS=$(abspath "$CORPUS")
+[ -z "${DEMO_DIR:-}" ] || DEMO_DIR=$(abspath "$DEMO_DIR")
 cd "$(dirname "$0")/.."
 root=$PWD
-bin=${bin:-build/difftx}
-case $bin in /*) ;; *) bin="$root/$bin" ;; esac
+bin=${bin:-$root/build/difftx}
 corpus=${CORPUS:-data/sotu}
 top=${DEMO_DIR:-runs/demo}
 run=$top; [ $quick = 1 ] && run=$top/quick
@@ -142,20 +155,21 @@ run=$top; [ $quick = 1 ] && run=$top/quick
 tps=$((batch * seq)) # tokens per step
 
 # ---- sections, timings, failures
-step="start"; t_all=$(date +%s.%N); t_step=$t_all; timings=()
+step="start"; t_all=$(date +%s.%N); t_step=$t_all; timings=(); sub_timings=(); n_section=0
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 hms() { awk -v s="$1" 'BEGIN { s = int(s + 0.5); if (s >= 60) printf "%dm%02ds", s / 60, s % 60; else printf "%ds", s }'; }
 end_section() {
     [ "$step" = start ] && return 0
     local t; t=$(now)
-    timings+=("$(printf '%-10s %7s s' "$step" "$(secs "$t_step" "$t")")")
+    timings+=("$(printf '%-13s %7s s' "$step" "$(secs "$t_step" "$t")")" ${sub_timings[@]+"${sub_timings[@]}"})
+    sub_timings=()
     echo "   ($step: $(secs "$t_step" "$t") s)"
 }
 section() { # name, title
     end_section
-    step=$1; t_step=$(now)
-    printf '\n== %s. %s\n' "$((${#timings[@]} + 1))" "$2"
+    step=$1; t_step=$(now); n_section=$((n_section + 1))
+    printf '\n== %s. %s\n' "$n_section" "$2"
 }
 on_err() {
     local rc=$?
@@ -184,7 +198,7 @@ elif is_true "${NO_PLOT:-}"; then scripts/setup.sh
 else scripts/setup.sh --plot
 fi
 if is_true "${NO_BUILD:-}"; then echo "using $bin as it is (--no-build)"
-else make --no-print-directory "$bin"
+else make --no-print-directory "${bin#"$root"/}" # the target as the Makefile names it: build/difftx
 fi
 [ -x "$bin" ] || die "$bin is not an executable"
 echo "binary  $bin"
@@ -238,6 +252,21 @@ base+=" lr=$lr warmup=${warmup:-auto} seed=$seed precision=$precision corpus=$co
 budget=$( [ -n "$steps" ] && echo "steps=$steps" || echo "minutes=$minutes" )
 stamp=$run/settings.txt
 section train "training: DIFF, then the Transformer baseline, on the same batches"
+# Other processes slow the runs down, and OpenMP threads on busy cores wait for
+# each other at every barrier: without --threads, use the cores that are idle.
+cores=$(nproc 2>/dev/null || echo 1)
+if [ -z "$threads" ] && [ -r /proc/stat ]; then
+    a=$(head -n 1 /proc/stat); sleep 1; b=$(head -n 1 /proc/stat)
+    busy=$(awk -v a="$a" -v b="$b" -v c="$cores" 'BEGIN { split(a, x); split(b, y); t = 0
+        for (i = 2; i <= 9; i++) t += y[i] - x[i]   # user .. steal
+        idle = (y[5] - x[5]) + (y[6] - x[6])        # idle + iowait
+        printf "%.1f", (t > 0 ? c * (1 - idle / t) : 0) }')
+    free=$(awk -v b="$busy" -v c="$cores" 'BEGIN { f = int(c - b + 0.5); print (f < 1 ? 1 : f) }')
+    if [ "$free" -lt "$cores" ]; then
+        threads=$free; export OMP_NUM_THREADS=$threads
+        echo "other processes keep $busy of $cores cores busy: training with $threads thread(s) (THREADS=N to choose)"
+    fi
+fi
 clear_runs() {
     rm -rf "$run"/diff.* "$run"/transformer.* "$run"/loss.png "$run"/results.txt "$run"/samples.txt "$run"/timing
 }
@@ -248,24 +277,27 @@ if [ -f "$stamp" ] && [ "$(sed -n 1p "$stamp")" = "$base $budget" ]; then
     steps=$(sed -n 2p "$stamp")
     echo "same settings as the runs in $run: $steps steps (reusing finished models, resuming unfinished ones)"
 else
+    # runs without a settings file are not ours to reuse (an older demo's, say)
     if [ -f "$stamp" ]; then
         echo "the settings differ from those of the runs in $run: starting over"
-        clear_runs
     fi
+    clear_runs
     if [ -z "$steps" ]; then
         # Time one short DIFF run (the baseline runs at about the same speed)
         # and turn the budget into steps; validation costs ~10% on top.
         probe=$run/timing; rm -rf "$probe"; mkdir -p "$probe"
-        n_probe=8; [ $quick = 1 ] && n_probe=30
+        n_probe=12; [ $quick = 1 ] && n_probe=40
         echo "timing $n_probe steps of DIFF to turn $minutes min into steps..."
         train_args diff "$n_probe" 0
         "$bin" train "${targs[@]}" --log "$probe/t.jsonl" --log-every 1000 \
             --out "$probe/t.safetensors" > "$probe/t.out"
-        # the median over the steps after the first two (warm-up of caches and threads)
-        rate=$(awk -F'"tokens_per_s":' 'NR > 2 && NF > 1 { split($2, a, /[,}]/); print a[1] }' "$probe/t.jsonl" |
+        # the median over the steps after the first four (the first are slower)
+        rate=$(awk -F'"tokens_per_s":' 'NR > 4 && NF > 1 { split($2, a, /[,}]/); print a[1] }' "$probe/t.jsonl" |
                sort -g | awk '{ r[++n] = $1 } END { if (n) print r[int((n + 1) / 2)] }')
         [ -n "$rate" ] || die "could not read tokens/s from the timing run ($probe/t.jsonl)"
-        steps=$(awk -v m="$minutes" -v r="$rate" -v t="$tps" 'BEGIN { s = int(m * 60 * r / t / 1.1); print (s < 10 ? 10 : s) }')
+        # (a multiple of 10 from 100 on, so validations can fall on a divisor)
+        steps=$(awk -v m="$minutes" -v r="$rate" -v t="$tps" 'BEGIN { s = int(m * 60 * r / t / 1.1)
+            if (s >= 100) s -= s % 10; print (s < 10 ? 10 : s) }')
         echo "measured $(printf '%.0f' "$rate") tokens/s -> $steps steps of $tps tokens per run"
         rm -rf "$probe"
     fi
@@ -306,6 +338,7 @@ for a in diff transformer; do
     esac
     t_train[$a]=$(secs "$t0" "$(now)")
     echo "   (${arch_name[$a]}: ${t_train[$a]} s)"
+    sub_timings+=("$(printf '%-13s %7s s' "  $a" "${t_train[$a]}")")
 done
 echo
 "$bin" info "$run/diff.safetensors" | grep -E '^(params|baseline|difference)'
@@ -396,6 +429,6 @@ end_section
 echo
 echo "== timings"
 printf '   %s\n' "${timings[@]}"
-echo "   total      $(printf '%7s' "$(secs "$t_all" "$(now)")") s"
+echo "   total         $(printf '%7s' "$(secs "$t_all" "$(now)")") s"
 echo
 echo "results: $run/results.txt   loss curves: $run/loss.png   samples: $run/samples.txt"

@@ -2,9 +2,16 @@
 # Installs the Debian packages difftx needs, only those that are missing.
 #   scripts/setup.sh            build dependencies (gcc, make, cJSON, oneDNN, PCRE2)
 #   scripts/setup.sh --torch    also python3-torch (only to regenerate fixtures)
+#   scripts/setup.sh --plot     also python3-matplotlib (tools/plot_loss.py, make demo)
 set -euo pipefail
 pkgs=(gcc make libc6-dev libcjson-dev libdnnl-dev libpcre2-dev)
-[ "${1:-}" = "--torch" ] && pkgs+=(python3 python3-torch python3-numpy python3-matplotlib)
+for opt in "$@"; do
+    case $opt in
+        --torch) pkgs+=(python3 python3-torch python3-numpy python3-matplotlib) ;;
+        --plot) pkgs+=(python3 python3-matplotlib) ;;
+        *) echo "setup: unknown option $opt (--torch, --plot)" >&2; exit 2 ;;
+    esac
+done
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
