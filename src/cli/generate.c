@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/common.h"
 #include "cli/flags.h"
 #include "difftx.h"
 
@@ -60,31 +61,11 @@ static double now_s(void) {
 
 /* All of stdin; NULL (after the message) on failure. */
 static char *read_stdin(size_t *len) {
-    size_t cap = 1 << 12, n = 0;
-    char *b = malloc(cap + 1);
-    while (b) {
-        n += fread(b + n, 1, cap - n, stdin);
-        if (n < cap) break;
-        char *nb = realloc(b, cap * 2 + 1);
-        if (!nb) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    if (!b) {
-        runtime_error(CMD, "out of memory reading the prompt from stdin");
+    char *b;
+    if (dtx_read_stream(stdin, "stdin", &b, len) != DTX_OK) {
+        runtime_error(CMD, "%s", dtx_last_error());
         return NULL;
     }
-    if (ferror(stdin)) {
-        free(b);
-        runtime_error(CMD, "stdin: read error");
-        return NULL;
-    }
-    b[n] = '\0';
-    *len = n;
     return b;
 }
 

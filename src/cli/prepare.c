@@ -18,6 +18,7 @@
 #include <omp.h>
 #endif
 
+#include "common/common.h"
 #include "cli/flags.h"
 #include "difftx.h"
 
@@ -120,37 +121,11 @@ static int collect(const char *path, int depth, int top, const struct stat *out_
 
 /* The whole file; NULL after a message. */
 static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        runtime_error(CMD, "%s: %s", path, strerror(errno));
+    char *b;
+    if (dtx_read_file(path, &b, len) != DTX_OK) {
+        runtime_error(CMD, "%s", dtx_last_error());
         return NULL;
     }
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap + 1);
-    while (b) {
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = realloc(b, cap * 2 + 1);
-        if (!nb) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!b) {
-        runtime_error(CMD, "%s: out of memory reading it", path);
-        return NULL;
-    }
-    if (err) {
-        free(b);
-        runtime_error(CMD, "%s: read error", path);
-        return NULL;
-    }
-    *len = n;
     return b;
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/common.h"
 #include "cli/flags.h"
 #include "difftx.h"
 
@@ -79,31 +80,11 @@ static double now_s(void) {
 
 /* The whole of f (binary); NULL with a message on failure. */
 static char *read_stream(const char *cmd, FILE *f, const char *name, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap + 1);
-    while (b) {
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = realloc(b, cap * 2 + 1);
-        if (!nb) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    if (!b) {
-        runtime_error(cmd, "%s: out of memory reading it", name);
+    char *b;
+    if (dtx_read_stream(f, name, &b, len) != DTX_OK) {
+        runtime_error(cmd, "%s", dtx_last_error());
         return NULL;
     }
-    if (ferror(f)) {
-        free(b);
-        runtime_error(cmd, "%s: read error", name);
-        return NULL;
-    }
-    b[n] = '\0';
-    *len = n;
     return b;
 }
 

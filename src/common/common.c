@@ -52,6 +52,45 @@ void *dtx_calloc(size_t count, size_t elem_size) {
     return p;
 }
 
+dtx_status dtx_read_stream(FILE *f, const char *name, char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    size_t cap = 1 << 16, n = 0;
+    char *b = malloc(cap + 1);
+    while (b) {
+        n += fread(b + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *nb = cap > SIZE_MAX / 4 ? NULL : realloc(b, cap * 2 + 1);
+        if (!nb) {
+            free(b);
+            b = NULL;
+            break;
+        }
+        b = nb;
+        cap *= 2;
+    }
+    if (!b) return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory reading it", name);
+    if (ferror(f)) {
+        int err = errno ? errno : EIO;
+        free(b);
+        return dtx_fail(DTX_ERR_IO, "%s: read error: %s", name, strerror(err));
+    }
+    b[n] = '\0';
+    *buf = b;
+    *len = n;
+    return DTX_OK;
+}
+
+dtx_status dtx_read_file(const char *path, char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(errno));
+    dtx_status st = dtx_read_stream(f, path, buf, len);
+    fclose(f);
+    return st;
+}
+
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;

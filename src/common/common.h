@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include "difftx.h"
 
 typedef dtx_real real;
@@ -17,6 +18,12 @@ void dtx_clear_error(void);
  * on an element count whose byte size overflows. Free with free(). */
 void *dtx_alloc(size_t count, size_t elem_size);
 void *dtx_calloc(size_t count, size_t elem_size);
+
+/* Reads all of f (binary) into a malloc'd, NUL-terminated buffer; name is
+ * used in the failure message (DTX_ERR_IO or DTX_ERR_NOMEM). */
+dtx_status dtx_read_stream(FILE *f, const char *name, char **buf, size_t *len);
+/* Opens path and reads it whole, as above. */
+dtx_status dtx_read_file(const char *path, char **buf, size_t *len);
 
 /* Deterministic RNG (splitmix64 seeded xoshiro256**). */
 typedef struct { uint64_t s[4]; } dtx_rng;

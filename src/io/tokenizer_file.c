@@ -82,35 +82,6 @@ int64_t dtx_b64_decode(const char *s, size_t n, uint8_t *out) {
 
 /* ------------------------------------------------------------ reading */
 
-static dtx_status read_all(const char *path, char **buf, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap + 1);
-    while (b) {
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = cap > SIZE_MAX / 4 ? NULL : realloc(b, cap * 2 + 1);
-        if (!nb) {
-            free(b);
-            b = NULL;
-            break;
-        }
-        b = nb;
-        cap *= 2;
-    }
-    int err = ferror(f) ? (errno ? errno : EIO) : 0;
-    fclose(f);
-    if (!b) return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory reading the file", path);
-    if (err) {
-        free(b);
-        return dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(err));
-    }
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return DTX_OK;
-}
 
 typedef struct {
     const char *path;
@@ -295,7 +266,7 @@ dtx_status dtx_tokenizer_load(dtx_tokenizer **out, const char *path) {
     *out = NULL;
     char *buf = NULL;
     size_t len = 0;
-    dtx_status st = read_all(path, &buf, &len);
+    dtx_status st = dtx_read_file(path, &buf, &len);
     if (st) return st;
     cursor c = {.path = path, .buf = buf, .len = len};
     if (len == 0) {

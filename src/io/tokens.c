@@ -9,31 +9,6 @@
 #include "common/common.h"
 #include "io/shard.h"
 
-static dtx_status read_all(const char *path, char **buf, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap + 1);
-    while (b) {
-        n += fread(b + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = cap > SIZE_MAX / 4 ? NULL : realloc(b, cap * 2 + 1);
-        if (!nb) { free(b); b = NULL; break; }
-        b = nb;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!b) return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory reading the file", path);
-    if (err) {
-        free(b);
-        return dtx_fail(DTX_ERR_IO, "%s: read error", path);
-    }
-    b[n] = '\0';
-    *buf = b;
-    *len = n;
-    return DTX_OK;
-}
 
 /* A shard, checked by dtx_shard_open (its vocab_size must equal vocab_size
  * when that is > 0), copied out as int32. */
@@ -66,7 +41,7 @@ dtx_status dtx_tokens_read(const char *path, int64_t vocab_size, int32_t **out, 
     if (is_shard) return read_shard(path, vocab_size, out, n_out);
     char *buf = NULL;
     size_t len = 0;
-    dtx_status st = read_all(path, &buf, &len);
+    dtx_status st = dtx_read_file(path, &buf, &len);
     if (st) return st;
     /* at most one token per two bytes, plus one */
     size_t cap = len / 2 + 1;
