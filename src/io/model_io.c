@@ -14,6 +14,7 @@
 static const char *const known_keys[] = {"format", "arch", "dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size",
                                          "ffn_dim", "max_seq_len", "rope_theta", "norm_eps", "tie_embeddings"};
 #define N_KNOWN (int)(sizeof known_keys / sizeof known_keys[0])
+_Static_assert(N_KNOWN == DTX_CONFIG_META_KEYS, "dtx_config_meta covers every known key");
 
 static dtx_status meta_int(const dtx_st_file *f, const char *path, const char *key, int64_t *out) {
     const char *s = dtx_st_meta(f, key);
@@ -145,25 +146,33 @@ done:
     return st;
 }
 
+void dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, size_t cap) {
+    *key = known_keys[i];
+    switch (i) {
+    case 0: snprintf(val, cap, "difftx"); break;
+    case 1: snprintf(val, cap, "%s", dtx_arch_name(c->arch)); break;
+    case 2: snprintf(val, cap, "%" PRId64, c->dim); break;
+    case 3: snprintf(val, cap, "%" PRId64, c->n_layers); break;
+    case 4: snprintf(val, cap, "%" PRId64, c->n_heads); break;
+    case 5: snprintf(val, cap, "%" PRId64, c->n_kv_heads); break;
+    case 6: snprintf(val, cap, "%" PRId64, c->vocab_size); break;
+    case 7: snprintf(val, cap, "%" PRId64, c->ffn_dim); break;
+    case 8: snprintf(val, cap, "%" PRId64, c->max_seq_len); break;
+    case 9: snprintf(val, cap, "%.17g", c->rope_theta); break;
+    case 10: snprintf(val, cap, "%.17g", c->norm_eps); break;
+    default: snprintf(val, cap, "%s", c->tie_embeddings ? "true" : "false"); break;
+    }
+}
+
 dtx_status dtx_model_save(const dtx_model *m, const char *path, int bf16) {
     const dtx_config *c = &m->cfg;
     char vals[N_KNOWN][48];
     const char *keys[N_KNOWN + 64], *values[N_KNOWN + 64];
     int n = 0;
-#define META(key, ...) do { snprintf(vals[n], sizeof vals[n], __VA_ARGS__); keys[n] = key; values[n] = vals[n]; n++; } while (0)
-    META("format", "difftx");
-    META("arch", "%s", dtx_arch_name(c->arch));
-    META("dim", "%" PRId64, c->dim);
-    META("n_layers", "%" PRId64, c->n_layers);
-    META("n_heads", "%" PRId64, c->n_heads);
-    META("n_kv_heads", "%" PRId64, c->n_kv_heads);
-    META("vocab_size", "%" PRId64, c->vocab_size);
-    META("ffn_dim", "%" PRId64, c->ffn_dim);
-    META("max_seq_len", "%" PRId64, c->max_seq_len);
-    META("rope_theta", "%.17g", c->rope_theta);
-    META("norm_eps", "%.17g", c->norm_eps);
-    META("tie_embeddings", "%s", c->tie_embeddings ? "true" : "false");
-#undef META
+    for (; n < DTX_CONFIG_META_KEYS; n++) {
+        dtx_config_meta(c, n, &keys[n], vals[n], sizeof vals[n]);
+        values[n] = vals[n];
+    }
     for (int i = 0; i < m->n_extra_meta && n < N_KNOWN + 64; i++) {
         keys[n] = m->extra_meta_keys[i];
         values[n] = m->extra_meta_values[i];

@@ -79,6 +79,10 @@ dtx_status dtx_model_ensure_grads(dtx_model *m);
 /* Chooses the attention implementation (tests compare the two). */
 void dtx_model_set_attention(dtx_model *m, dtx_attn_impl impl);
 void dtx_model_free_acts(dtx_model *m);
+/* The config's interop.md metadata, pair i of DTX_CONFIG_META_KEYS:
+ * *key and the value formatted into val (as model files store it). */
+#define DTX_CONFIG_META_KEYS 12
+void dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, size_t cap);
 /* Bytes held by the activations of the last forward (0 before any). */
 size_t dtx_model_activation_bytes(const dtx_model *m);
 

@@ -28,18 +28,7 @@ int dtx_ckpt_describe(const dtx_config *c, const dtx_optim_config *o, const char
         n++;                                                       \
     } while (0)
     /* the model file's keys, formatted as src/io/model_io.c writes them */
-    D("format", "difftx");
-    D("arch", "%s", dtx_arch_name(c->arch));
-    D("dim", "%" PRId64, c->dim);
-    D("n_layers", "%" PRId64, c->n_layers);
-    D("n_heads", "%" PRId64, c->n_heads);
-    D("n_kv_heads", "%" PRId64, c->n_kv_heads);
-    D("vocab_size", "%" PRId64, c->vocab_size);
-    D("ffn_dim", "%" PRId64, c->ffn_dim);
-    D("max_seq_len", "%" PRId64, c->max_seq_len);
-    D("rope_theta", "%.17g", c->rope_theta);
-    D("norm_eps", "%.17g", c->norm_eps);
-    D("tie_embeddings", "%s", c->tie_embeddings ? "true" : "false");
+    for (int i = 0; i < DTX_CONFIG_META_KEYS; i++, n++) dtx_config_meta(c, i, &keys[n], vals[n], DTX_CKPT_VALUE_MAX);
     /* the optimizer */
     D("lr", "%.17g", o->lr);
     D("min_lr", "%.17g", o->min_lr);
