@@ -20,7 +20,7 @@
  * repository root):
  *   bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch | --torch-full]
  *         [--torch-attn ref|fused] [--openblas DIR] [--python PATH]
- *         [--sections peak,train,torch,attn,long]
+ *         [--sections peak,train,torch,attn,long] [--configs S,L]
  *     --quick   config S at batch 2, 2 timed steps, no T = 16K runs (make bench QUICK=1)
  *     --tiny    a seconds-long smoke test of the harness (meaningless numbers)
  *   bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]
@@ -946,7 +946,7 @@ static void usage(void) {
             "usage: bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch | --torch-full]\n"
             "             [--torch-attn ref|fused]\n"
             "             [--openblas DIR] [--python PATH]\n"
-            "             [--sections peak,train,torch,attn,long]\n"
+            "             [--sections peak,train,torch,attn,long] [--configs S,L]\n"
             "       bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]\n");
 }
 
@@ -958,7 +958,7 @@ int main(int argc, char **argv) {
     int quick = 0, tiny = 0, steps = 3, no_torch = 0, torch_full = 0;
     const char *outfile = "bench/results.md", *sections = "peak,train,torch,attn,long";
     const char *python = "/usr/bin/python3", *script = "tools/bench_torch.py", *torch_attn = "fused";
-    const char *openblas_dir = "build/openblas";
+    const char *openblas_dir = "build/openblas", *configs = "S,L";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--tiny")) tiny = quick = 1;
@@ -967,6 +967,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) outfile = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sections") && i + 1 < argc) sections = argv[++i];
+        else if (!strcmp(argv[i], "--configs") && i + 1 < argc) configs = argv[++i];
         else if (!strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
         else if (!strcmp(argv[i], "--torch-attn") && i + 1 < argc) torch_attn = argv[++i];
         else if (!strcmp(argv[i], "--openblas") && i + 1 < argc) openblas_dir = argv[++i];
@@ -1071,9 +1072,8 @@ int main(int argc, char **argv) {
         cfgs[0].B = 2;
         ncfg = 1;
     } else {
-        cfgs[0] = CFG_S;
-        cfgs[1] = CFG_L;
-        ncfg = 2;
+        if (strstr(configs, "S")) cfgs[ncfg++] = CFG_S;
+        if (strstr(configs, "L")) cfgs[ncfg++] = CFG_L;
     }
     cfg_results *res = calloc((size_t)ncfg, sizeof *res);
     for (int ci = 0; ci < ncfg && (do_train || do_torch); ci++) {
