@@ -11,7 +11,7 @@ CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror=im
 LDLIBS  := -fopenmp -ldnnl -lcjson -lpcre2-8 -lm $(SAN)
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-LIB_SRC  := $(sort $(wildcard src/common/*.c src/kernels/*.c src/model/*.c src/io/*.c src/train/*.c))
+LIB_SRC  := $(sort $(wildcard src/common/*.c src/kernels/*.c src/model/*.c src/io/*.c src/train/*.c src/eval/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 # *_fd_test.c: finite-difference checks, linked against the double build.
 FD_TESTS := $(sort $(wildcard tests/*/*_fd_test.c))

@@ -7,5 +7,13 @@ int cmd_train(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+
+/* difftx eval subcommands (argv[0] = the measurement's name). */
+int cmd_eval_ppl(int argc, char **argv);       /* src/cli/eval_ppl.c */
+int cmd_eval_needle(int argc, char **argv);    /* src/cli/eval_needle.c */
+int cmd_eval_attn_mass(int argc, char **argv); /* src/cli/eval_attn_mass.c */
+int cmd_eval_outliers(int argc, char **argv);  /* src/cli/eval_outliers.c */
+int cmd_eval_attn_map(int argc, char **argv);  /* src/cli/eval_attn_map.c */
 
 #endif

@@ -23,6 +23,7 @@ static const command commands[] = {
     {"info", cmd_info, "architecture, config and parameter counts of a model file"},
     {"tokenizer", cmd_tokenizer, "train, apply or inspect a byte-level BPE tokenizer"},
     {"prepare", cmd_prepare, "encode text files into a token shard (docs/data.md)"},
+    {"eval", cmd_eval, "the paper's measurements: ppl, needle, attn-mass, outliers, attn-map"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
