@@ -350,6 +350,10 @@ dtx_status dtx_kvcache_init(dtx_kvcache **out, const dtx_model *m, int64_t max_l
 void dtx_kvcache_free(dtx_kvcache *c);
 /* Forgets the cached tokens (len = 0); keeps the memory. */
 void dtx_kvcache_reset(dtx_kvcache *c);
+/* Forgets all but the first len cached tokens (0 <= len <= dtx_kvcache_len;
+ * DTX_ERR_ARG otherwise), so several continuations can share one prefilled
+ * prefix: prefill the prefix, then per continuation append and truncate back. */
+dtx_status dtx_kvcache_truncate(dtx_kvcache *c, int64_t len);
 int64_t dtx_kvcache_len(const dtx_kvcache *c);     /* tokens cached            */
 int64_t dtx_kvcache_max_len(const dtx_kvcache *c);
 /* Bytes of the K and V arrays: 2·n_layers·max_len·kv_dim·sizeof(dtx_real). */

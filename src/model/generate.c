@@ -175,6 +175,13 @@ void dtx_kvcache_free(dtx_kvcache *c) {
 }
 
 void dtx_kvcache_reset(dtx_kvcache *c) { c->len = 0; }
+dtx_status dtx_kvcache_truncate(dtx_kvcache *c, int64_t len) {
+    if (len < 0 || len > c->len)
+        return dtx_fail(DTX_ERR_ARG, "cannot truncate a KV cache of %lld tokens to %lld", (long long)c->len,
+                        (long long)len);
+    c->len = len; /* rows past len are overwritten by the next append */
+    return DTX_OK;
+}
 int64_t dtx_kvcache_len(const dtx_kvcache *c) { return c->len; }
 int64_t dtx_kvcache_max_len(const dtx_kvcache *c) { return c->max_len; }
 

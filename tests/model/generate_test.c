@@ -536,3 +536,35 @@ TEST(generate_sampler_seed_determinism_and_validation) {
     int32_t t;
     CHECK(dtx_sample_logits(&s, &ra, logits, 0, &t) == DTX_ERR_ARG);
 }
+
+/* Truncating back to a shared prefix and appending another continuation gives
+ * the logits of that continuation computed from scratch. */
+TEST(generate_truncate_shares_prefix) {
+    dtx_model *m = make_model(DTX_ARCH_DIFF, 1, 0, 23);
+    REQUIRE(m);
+    dtx_kvcache *c = NULL;
+    REQUIRE(dtx_kvcache_init(&c, m, MAXLEN) == DTX_OK);
+    int32_t seq[20];
+    random_tokens(seq, 20, 5);
+    real got[VOCAB], want[VOCAB];
+    REQUIRE(dtx_model_prefill(m, c, seq, 10, NULL) == DTX_OK);
+    REQUIRE(dtx_model_prefill(m, c, seq + 10, 5, NULL) == DTX_OK); /* continuation A */
+    REQUIRE(dtx_kvcache_truncate(c, 10) == DTX_OK);
+    CHECK(dtx_kvcache_len(c) == 10);
+    int32_t other[14];
+    memcpy(other, seq, 10 * sizeof(int32_t));
+    other[10] = 7, other[11] = 8, other[12] = 9, other[13] = 2; /* continuation B */
+    REQUIRE(dtx_model_prefill(m, c, other + 10, 3, NULL) == DTX_OK);
+    REQUIRE(dtx_model_decode(m, c, other[13], got) == DTX_OK);
+    REQUIRE(full_last(m, other, 14, want) == 0);
+    double mx = 0, err = 0;
+    for (int i = 0; i < VOCAB; i++) {
+        mx = fmax(mx, fabs((double)want[i]));
+        err = fmax(err, fabs((double)got[i] - (double)want[i]));
+    }
+    CHECKF(err <= 1e-5 * mx, "truncated-cache logits differ by %g (max |logit| %g)", err, mx);
+    CHECK(dtx_kvcache_truncate(c, 15) == DTX_ERR_ARG);
+    CHECK(dtx_kvcache_truncate(c, -1) == DTX_ERR_ARG);
+    dtx_kvcache_free(c);
+    dtx_model_free(m);
+}
