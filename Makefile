@@ -25,7 +25,7 @@ BIN   := $(BUILD)/difftx
 obj32 = $(patsubst %.c,$(BUILD)/f32/%.o,$(1))
 obj64 = $(patsubst %.c,$(BUILD)/f64/%.o,$(1))
 
-.PHONY: all setup test test-asan demo fixtures check-fixtures interop-check clean bench
+.PHONY: all setup test test-asan demo reproduce fixtures check-fixtures interop-check clean bench
 all: $(BIN)
 
 setup: deps
@@ -90,6 +90,12 @@ data:
 # make demo STEPS=600 DIM=192, make demo MINUTES=5 THREADS=2, ...
 demo:
 	@scripts/demo.sh $(BIN)
+
+# The paper's measurements on small models trained here (scripts/reproduce.sh
+# --help, docs/reproduce.md): about 90 min on 2 cores, QUICK=1 about 15.
+# Writes runs/reproduce/REPORT.md (and REPORT.md at the top for the full run).
+reproduce:
+	@scripts/reproduce.sh
 
 # The PyTorch side (needs python3-torch: scripts/setup.sh --torch).
 fixtures:

@@ -1,9 +1,343 @@
-/* difftx eval: placeholder until the measurement lands. */
+/* difftx eval attn-mass: where the position that predicts the answer looks
+ * (spec §6.5, the paper's Table 3 and Fig 1); docs/eval_needle.md. Needle
+ * prompts from src/eval/needle.c; attention rows recomputed by
+ * src/eval/probe.c from one forward pass per prompt. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
 #include "cli/cli.h"
 #include "cli/flags.h"
+#include "difftx.h"
+#include "eval/needle.h"
+#include "eval/probe.h"
+
+static const char *CMD = "eval attn-mass";
+
+static const char USAGE[] =
+    "usage: difftx eval attn-mass --model MODEL --tokenizer TOK --haystack PATH[,PATH...]\n"
+    "                             [--length L] [--needles N] [--depths 0,25,50,75,100]\n"
+    "                             [--samples 20] [--seed 1] [--json OUT]\n"
+    "                             [--precision fp32|bf16]\n"
+    "\n"
+    "Attention allocation (DIFF Transformer paper, Table 3): for needle prompts (the\n"
+    "ones of 'difftx eval needle' with R = 1), the attention row of the last prompt\n"
+    "position, the one that predicts the first answer token, split into four\n"
+    "segments: BOS, the answer needle, the rest of the context (framing, haystack,\n"
+    "other needles: the 'noise') and the query. Per answer depth the raw masses are\n"
+    "summed over layers, heads and samples and divided by their total. For DIFF the\n"
+    "map is the combined A1 - lambda*A2, whose weights do not sum to 1; A1 and A2\n"
+    "alone are in the JSON.\n"
+    "\n"
+    "  --model PATH       model file                                       [required]\n"
+    "  --tokenizer PATH   tokenizer file; it must have <|bos|>             [required]\n"
+    "  --haystack LIST    held-out text: files or folders (their *.txt files),\n"
+    "                     comma-separated                                  [required]\n"
+    "  --length L         prompt length in tokens (default max_seq_len - 8)\n"
+    "  --needles N        needles per prompt, 1..16 (default 1)\n"
+    "  --depths LIST      answer depths in percent, 0..100 (default 0,25,50,75,100)\n"
+    "  --samples S        prompts per depth (default 20)\n"
+    "  --seed S           seed of every prompt, hashed with its depth (default 1)\n"
+    "  --json OUT         also write every depth's masses as JSON\n"
+    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
+    "                     operands and fp32 accumulation\n";
+
+enum { MAX_DEPTHS = 64, N_SEG = 4, N_MAPS = 3 };
+enum { SEG_BOS, SEG_ANSWER, SEG_CONTEXT, SEG_QUERY };
+static const char *const SEG_NAME[N_SEG] = {"bos", "answer", "context", "query"};
+/* Indexed like dtx_probe_map: A1, A2, DIFF (the combined map). */
+static const char *const MAP_KEY[N_MAPS] = {"a1", "a2", "combined"};
+
+typedef struct {
+    const char *model, *tokenizer, *haystack, *depths_s, *json;
+    int64_t length, needles, samples;
+    uint64_t seed;
+    int precision;
+    double depths[MAX_DEPTHS];
+    int n_depths;
+} mass_args;
+
+/* Raw segment sums of one depth: [map][segment], and per layer for the combined map. */
+typedef struct {
+    double sum[N_MAPS][N_SEG];
+    double *layer; /* [n_layers][N_SEG], combined map */
+    int64_t rows;  /* attention rows summed: layers × heads × samples */
+    int64_t tokens;
+} mass;
+
+/* The four segments' masses of one row over keys 0..t. */
+static void segment_masses(const double *row, const dtx_needle_prompt *p, int64_t t, double seg[N_SEG]) {
+    double all = 0, answer = 0, query = 0;
+    for (int64_t j = 0; j <= t; j++) all += row[j];
+    for (int64_t j = p->needle_begin[0]; j < p->needle_end[0]; j++) answer += row[j];
+    for (int64_t j = p->context_end; j <= t; j++) query += row[j];
+    seg[SEG_BOS] = row[0];
+    seg[SEG_ANSWER] = answer;
+    seg[SEG_QUERY] = query;
+    seg[SEG_CONTEXT] = all - row[0] - answer - query;
+}
+
+/* Adds one prompt's rows (every layer and head, every map the arch has). */
+static dtx_status add_prompt(dtx_model *m, const dtx_needle_prompt *p, double *row, mass *acc) {
+    const dtx_config *c = dtx_model_config(m);
+    dtx_status st = dtx_model_forward(m, p->tokens, NULL, 1, p->n, NULL, NULL);
+    int64_t t = p->n - 1;
+    int n_maps = c->arch == DTX_ARCH_DIFF ? N_MAPS : 1;
+    for (int64_t l = 0; l < c->n_layers && !st; l++)
+        for (int64_t h = 0; h < c->n_heads && !st; h++)
+            for (int mp = 0; mp < n_maps && !st; mp++) {
+                /* The Transformer's one map is both "a1" and "combined". */
+                dtx_probe_map map = (dtx_probe_map)mp;
+                if ((st = dtx_probe_attention_row(m, 0, l, h, map, t, row))) break;
+                double seg[N_SEG];
+                segment_masses(row, p, t, seg);
+                for (int s = 0; s < N_SEG; s++) {
+                    acc->sum[mp][s] += seg[s];
+                    if (n_maps == 1) acc->sum[DTX_PROBE_DIFF][s] += seg[s];
+                    if (map == DTX_PROBE_DIFF || n_maps == 1) acc->layer[l * N_SEG + s] += seg[s];
+                }
+            }
+    if (st) return st;
+    acc->rows += c->n_layers * c->n_heads;
+    acc->tokens += p->n;
+    return DTX_OK;
+}
+
+static dtx_needle_spec mass_spec(const mass_args *a, int d, int64_t sample) {
+    dtx_needle_spec s = {
+        .length = a->length,
+        .n_needles = (int)a->needles,
+        .n_queries = 1,
+        .depth = a->depths[d] / 100,
+        .seed = dtx_needle_cell_seed(a->seed, (int)a->needles, 1, a->length, a->depths[d], sample),
+        .with_answer = 0,
+    };
+    return s;
+}
+
+static int run_depths(const mass_args *a, dtx_model *m, const dtx_needle_source *src, mass *acc) {
+    double *row = malloc((size_t)a->length * sizeof *row);
+    if (!row) return runtime_error(CMD, "out of memory");
+    int tty = isatty(STDERR_FILENO), rc = EXIT_OK;
+    int64_t total = a->n_depths * a->samples, done = 0;
+    for (int d = 0; d < a->n_depths && rc == EXIT_OK; d++)
+        for (int64_t s = 0; s < a->samples && rc == EXIT_OK; s++) {
+            dtx_needle_spec spec = mass_spec(a, d, s);
+            dtx_needle_prompt p;
+            dtx_status st = dtx_needle_make(src, &spec, &p);
+            if (st == DTX_ERR_ARG) rc = usage_error(CMD, "--length %lld: %s", (long long)a->length, dtx_last_error());
+            else if (st) rc = lib_error(CMD);
+            else if (add_prompt(m, &p, row, &acc[d]) != DTX_OK) rc = lib_error(CMD);
+            dtx_needle_prompt_free(&p);
+            done++;
+            if (tty && rc == EXIT_OK)
+                fprintf(stderr, "\rattn-mass: %lld/%lld prompts%s", (long long)done, (long long)total,
+                        done == total ? "\n" : "");
+        }
+    free(row);
+    return rc;
+}
+
+/* ------------------------------------------------------------ reporting */
+
+/* seg / total of the four; zeros when the total is zero. */
+static void normalised(const double *sum, double out[N_SEG]) {
+    double tot = 0;
+    for (int s = 0; s < N_SEG; s++) tot += sum[s];
+    for (int s = 0; s < N_SEG; s++) out[s] = tot != 0 ? sum[s] / tot : 0;
+}
+
+/* All depths pooled. */
+static mass pooled(const mass_args *a, const mass *acc) {
+    mass all = {0};
+    for (int d = 0; d < a->n_depths; d++) {
+        for (int mp = 0; mp < N_MAPS; mp++)
+            for (int s = 0; s < N_SEG; s++) all.sum[mp][s] += acc[d].sum[mp][s];
+        all.rows += acc[d].rows;
+        all.tokens += acc[d].tokens;
+    }
+    return all;
+}
+
+static void print_row(const char *label, const mass *x) {
+    double v[N_SEG], tot = 0;
+    normalised(x->sum[DTX_PROBE_DIFF], v);
+    for (int s = 0; s < N_SEG; s++) tot += x->sum[DTX_PROBE_DIFF][s];
+    printf(" %6s  %6.3f  %14.3f  %6.3f  %6.3f  %13.3f\n", label, v[SEG_ANSWER], v[SEG_CONTEXT], v[SEG_BOS],
+           v[SEG_QUERY], x->rows ? tot / (double)x->rows : 0);
+}
+
+static void print_report(const mass_args *a, const dtx_model *m, const mass *acc) {
+    const dtx_config *c = dtx_model_config(m);
+    int diff = c->arch == DTX_ARCH_DIFF;
+    printf("attention allocation: %s (%s, %zu parameters), length %lld, %lld needle%s, %lld samples per depth, "
+           "seed %llu\n",
+           a->model, dtx_arch_name(c->arch), dtx_model_num_params(m), (long long)a->length, (long long)a->needles,
+           a->needles == 1 ? "" : "s", (long long)a->samples, (unsigned long long)a->seed);
+    printf("Map: %s. Attention of the last prompt position, summed over %lld layers x %lld heads and the samples,\n"
+           "normalised over the four segments (the paper's Table 3; noise = all other context).\n\n",
+           diff ? "A1 - lambda*A2 (combined)" : "softmax (A1)", (long long)c->n_layers, (long long)c->n_heads);
+    printf("  depth  answer  noise(context)     BOS   query  mean row mass\n");
+    char label[32];
+    for (int d = 0; d < a->n_depths; d++) {
+        snprintf(label, sizeof label, "%g%%", a->depths[d]);
+        print_row(label, &acc[d]);
+    }
+    mass all = pooled(a, acc);
+    print_row("all", &all);
+}
+
+static void jnum(cJSON *o, const char *k, double v, int *ok) {
+    if (!cJSON_AddNumberToObject(o, k, v)) *ok = 0;
+}
+static cJSON *jadd(cJSON *parent, const char *k, cJSON *child, int *ok) {
+    if (!child) *ok = 0;
+    else if (k ? !cJSON_AddItemToObject(parent, k, child) : !cJSON_AddItemToArray(parent, child)) {
+        cJSON_Delete(child);
+        *ok = 0;
+        return NULL;
+    }
+    return child;
+}
+
+/* {"normalized": {...}, "mean": {...}} of one map's sums. */
+static void json_map(cJSON *o, const char *key, const double *sum, int64_t rows, int *ok) {
+    cJSON *mo = jadd(o, key, cJSON_CreateObject(), ok);
+    cJSON *nz = jadd(mo, "normalized", cJSON_CreateObject(), ok), *mean = jadd(mo, "mean", cJSON_CreateObject(), ok);
+    double v[N_SEG];
+    normalised(sum, v);
+    for (int s = 0; s < N_SEG; s++) {
+        jnum(nz, SEG_NAME[s], v[s], ok);
+        jnum(mean, SEG_NAME[s], rows ? sum[s] / (double)rows : 0, ok);
+    }
+}
+
+static void json_depth(cJSON *arr, const dtx_config *c, double depth, const mass *x, int *ok) {
+    cJSON *o = jadd(arr, NULL, cJSON_CreateObject(), ok);
+    if (depth >= 0) jnum(o, "depth", depth, ok);
+    jnum(o, "rows", (double)x->rows, ok);
+    int n_maps = c->arch == DTX_ARCH_DIFF ? N_MAPS : 1;
+    json_map(o, MAP_KEY[DTX_PROBE_DIFF], x->sum[DTX_PROBE_DIFF], x->rows, ok);
+    for (int mp = 0; mp < n_maps && mp != DTX_PROBE_DIFF; mp++) json_map(o, MAP_KEY[mp], x->sum[mp], x->rows, ok);
+    if (!x->layer) return;
+    cJSON *layers = jadd(o, "layers", cJSON_CreateArray(), ok);
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        cJSON *lo = jadd(layers, NULL, cJSON_CreateObject(), ok);
+        double v[N_SEG];
+        normalised(&x->layer[l * N_SEG], v);
+        jnum(lo, "layer", (double)l, ok);
+        for (int s = 0; s < N_SEG; s++) jnum(lo, SEG_NAME[s], v[s], ok);
+    }
+}
+
+static int write_json(const mass_args *a, const dtx_model *m, const mass *acc) {
+    const dtx_config *c = dtx_model_config(m);
+    int ok = 1;
+    cJSON *root = cJSON_CreateObject();
+    if (!root) ok = 0;
+    if (!cJSON_AddStringToObject(root, "model", a->model)) ok = 0;
+    if (!cJSON_AddStringToObject(root, "arch", dtx_arch_name(c->arch))) ok = 0;
+    jnum(root, "params", (double)dtx_model_num_params(m), &ok);
+    if (!cJSON_AddStringToObject(root, "haystack", a->haystack)) ok = 0;
+    jnum(root, "length", (double)a->length, &ok);
+    jnum(root, "needles", (double)a->needles, &ok);
+    jnum(root, "samples", (double)a->samples, &ok);
+    jnum(root, "seed", (double)a->seed, &ok);
+    if (!cJSON_AddStringToObject(root, "precision", dtx_precision_name(dtx_model_precision(m)))) ok = 0;
+    cJSON *arr = jadd(root, "depths", cJSON_CreateArray(), &ok);
+    for (int d = 0; d < a->n_depths; d++) json_depth(arr, c, a->depths[d], &acc[d], &ok);
+    mass all = pooled(a, acc);
+    cJSON *allo = jadd(root, "all_depths", cJSON_CreateArray(), &ok);
+    json_depth(allo, c, -1, &all, &ok);
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return runtime_error(CMD, "--json %s: out of memory building the JSON", a->json);
+    size_t n = strlen(text);
+    char *full = realloc(text, n + 2);
+    if (!full) {
+        free(text);
+        return runtime_error(CMD, "--json %s: out of memory", a->json);
+    }
+    full[n] = '\n';
+    full[n + 1] = '\0';
+    dtx_status st = dtx_eval_write_atomic(a->json, full, n + 1);
+    free(full);
+    return st ? lib_error(CMD) : EXIT_OK;
+}
+
+/* ------------------------------------------------------------ setup */
+
+static int parse_args(mass_args *a, int argc, char **argv) {
+    flag fl[] = {
+        FLAG_STR("--model", &a->model),       FLAG_STR("--tokenizer", &a->tokenizer),
+        FLAG_STR("--haystack", &a->haystack), FLAG_INT("--length", &a->length, 1, INT32_MAX),
+        FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX), FLAG_STR("--depths", &a->depths_s),
+        FLAG_INT("--samples", &a->samples, 1, 1000000),         FLAG_SEED("--seed", &a->seed),
+        FLAG_STR("--json", &a->json),         FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
+    };
+    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
+    case FLAGS_HELP: return FLAGS_HELP;
+    case FLAGS_ERROR: return EXIT_USAGE;
+    }
+    if (!a->model) return usage_error(CMD, "--model is required");
+    if (!a->tokenizer) return usage_error(CMD, "--tokenizer is required");
+    if (!a->haystack) return usage_error(CMD, "--haystack is required");
+    int n = dtx_eval_parse_list(a->depths_s, a->depths, MAX_DEPTHS);
+    if (n < 0)
+        return usage_error(CMD, "--depths: expected comma-separated percentages (at most %d), got '%s'", MAX_DEPTHS,
+                           a->depths_s);
+    for (int i = 0; i < n; i++) {
+        if (a->depths[i] < 0 || a->depths[i] > 100)
+            return usage_error(CMD, "--depths: expected percentages in [0, 100], got '%s'", a->depths_s);
+        for (int j = 0; j < i; j++)
+            if (a->depths[j] == a->depths[i]) return usage_error(CMD, "--depths: '%s' repeats a depth", a->depths_s);
+    }
+    a->n_depths = n;
+    return EXIT_OK;
+}
+
+/* Loads everything and settles --length; EXIT_OK or the exit code. */
+static int open_all(mass_args *a, dtx_tokenizer **tok, dtx_model **m, dtx_needle_source **src) {
+    if (dtx_tokenizer_load(tok, a->tokenizer) != DTX_OK) return lib_error(CMD);
+    if (dtx_model_load(m, a->model) != DTX_OK) return lib_error(CMD);
+    if (dtx_model_set_precision(*m, (dtx_precision)a->precision) != DTX_OK) return lib_error(CMD);
+    const dtx_config *c = dtx_model_config(*m);
+    if (dtx_tokenizer_vocab_size(*tok) > c->vocab_size)
+        return runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
+                             a->tokenizer, (long long)dtx_tokenizer_vocab_size(*tok), (long long)c->vocab_size,
+                             a->model);
+    if (a->length == 0) a->length = c->max_seq_len > 8 ? c->max_seq_len - 8 : c->max_seq_len;
+    if (a->length > c->max_seq_len)
+        return usage_error(CMD, "--length %lld is more than the model's max_seq_len %lld", (long long)a->length,
+                           (long long)c->max_seq_len);
+    if (dtx_needle_source_open_list(src, *tok, a->haystack) != DTX_OK) return lib_error(CMD);
+    return EXIT_OK;
+}
 
 int cmd_eval_attn_mass(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return runtime_error("eval", "not implemented yet");
+    mass_args a = {.needles = 1, .samples = 20, .seed = 1, .depths_s = "0,25,50,75,100"};
+    int rc = parse_args(&a, argc, argv);
+    if (rc == FLAGS_HELP) return finish_stdout(CMD);
+    if (rc != EXIT_OK) return rc;
+    dtx_tokenizer *tok = NULL;
+    dtx_model *m = NULL;
+    dtx_needle_source *src = NULL;
+    mass acc[MAX_DEPTHS];
+    memset(acc, 0, sizeof acc);
+    rc = open_all(&a, &tok, &m, &src);
+    for (int d = 0; d < a.n_depths && rc == EXIT_OK; d++)
+        if (!(acc[d].layer = calloc((size_t)dtx_model_config(m)->n_layers * N_SEG, sizeof(double))))
+            rc = runtime_error(CMD, "out of memory");
+    if (rc == EXIT_OK) rc = run_depths(&a, m, src, acc);
+    if (rc == EXIT_OK) print_report(&a, m, acc);
+    if (rc == EXIT_OK && a.json) rc = write_json(&a, m, acc);
+    if (rc == EXIT_OK) rc = finish_stdout(CMD);
+    for (int d = 0; d < a.n_depths; d++) free(acc[d].layer);
+    dtx_needle_source_free(src);
+    dtx_model_free(m);
+    dtx_tokenizer_free(tok);
+    return rc;
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli/batch.h"
+#include "cli/needle_mix.h"
 #include "cli/cli.h"
 #include "cli/flags.h"
 #include "difftx.h"
@@ -42,6 +43,13 @@ static const char *usage_text(char *buf, size_t cap) {
              "  --bf16               save BF16 tensors (default F32)\n"
              "  --init MODEL         continue from the weights of MODEL (fresh optimizer state);\n"
              "                       the model flags below are then refused\n"
+             "  --needle-frac P      replace each batch row, with probability P, by a synthetic\n"
+             "                       multi-needle retrieval document of --seq + 1 tokens (0: off;\n"
+             "                       docs/eval_needle.md); needs the two flags below\n"
+             "  --needle-text PATH   the documents' haystack: training text (a file or a folder\n"
+             "                       of *.txt), never the text needle evaluation uses\n"
+             "  --needle-tokenizer F the tokenizer the token file was made with\n"
+             "  --needle-max N       needles per document, 1 to N uniformly (6)\n"
              "\n"
              "model (new models only; defaults in parentheses):\n"
              "  --arch diff|transformer (%s)\n"
@@ -108,6 +116,9 @@ typedef struct {
     uint64_t seed;
     int bf16, resume;
     char ckpt_dir[4096];
+    double needle_frac;
+    int64_t needle_max;
+    const char *needle_text, *needle_tok;
 } train_args;
 
 /* The flags that describe a new model's shape: refused with --init. */
@@ -129,6 +140,7 @@ static void set_defaults(train_args *a) {
     a->eval_every = 100;
     a->eval_batches = 10;
     a->keep = 3;
+    a->needle_max = 6;
 }
 
 /* --seq against the model (known only after --init is read). */
@@ -148,6 +160,8 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
         if (flags_get(fl, n_fl, "--eval-every")->seen) return usage_error(CMD, "--eval-every needs --val-tokens");
         if (flags_get(fl, n_fl, "--eval-batches")->seen) return usage_error(CMD, "--eval-batches needs --val-tokens");
     }
+    if (a->needle_frac > 0 && (!a->needle_text || !a->needle_tok))
+        return usage_error(CMD, "--needle-frac needs --needle-text and --needle-tokenizer");
     if (a->ckpt_dir_flag) snprintf(a->ckpt_dir, sizeof a->ckpt_dir, "%s", a->ckpt_dir_flag);
     else snprintf(a->ckpt_dir, sizeof a->ckpt_dir, "%s.ckpt", a->out);
     a->opt.schedule = (dtx_schedule)a->schedule;
@@ -357,6 +371,7 @@ typedef struct {
     int64_t last_ckpt_step;       /* -1: none written or loaded */
     double last_ckpt_s;           /* seconds the last write took */
     char last_ckpt[4400];
+    needle_mix needles;
     FILE *log;
     /* progress display */
     int bar, lines, bar_shown;
@@ -367,6 +382,7 @@ typedef struct {
 static void state_free(train_state *s) {
     source_close(&s->data);
     source_close(&s->val);
+    needle_mix_close(&s->needles);
     dtx_optimizer_free(s->opt);
     dtx_model_free(s->model);
     free(s->inputs);
@@ -376,7 +392,7 @@ static void state_free(train_state *s) {
 
 /* The run's own metadata: what a checkpoint records beyond the model and the
  * optimizer. The first N_COMPARED must match on --resume. */
-enum { N_RUN_META = 10, N_COMPARED = 7, RUN_VAL = 4400 };
+enum { N_RUN_META = 11, N_COMPARED = 8, RUN_VAL = 4400 };
 typedef struct {
     const char *keys[N_RUN_META];
     char vals[N_RUN_META][RUN_VAL];
@@ -399,6 +415,7 @@ static void build_run_meta(run_meta *r, const train_state *s, const train_args *
     R("precision", "%s", dtx_precision_name((dtx_precision)a->precision));
     R("data_tokens", "%lld", (long long)s->data.count);
     R("data_hash", "%016" PRIx64, s->data_hash);
+    R("needles", "%.17g/%lld", a->needle_frac, (long long)a->needle_max);
     /* informational: not compared */
     R("data_path", "%s", a->tokens);
     R("loss", "%.17g", s->last_loss);
@@ -423,7 +440,7 @@ static const struct {
     {"batch", "--batch"},       {"seq", "--seq"},
     {"accum", "--accum"},       {"seed", "--seed"},
     {"precision", "--precision"}, {"data_tokens", "--tokens"},
-    {"data_hash", "--tokens"},
+    {"data_hash", "--tokens"},  {"needles", "--needle-frac/--needle-max"},
 };
 
 static const char *flag_of(const char *key, const train_args *a) {
@@ -630,7 +647,7 @@ enum { STEP_DONE = 0, STEP_INTERRUPTED = -1 };
  * sampler goes back to where the step began, and the weights, moments and
  * step count are untouched, so the state is that after the previous step.
  * Returns STEP_DONE, STEP_INTERRUPTED or an exit code. */
-static int forward_backward(train_state *s, const train_args *a, double *loss) {
+static int forward_backward(train_state *s, const train_args *a, int64_t step, double *loss) {
     dtx_batch_rng at_start = s->rng;
     dtx_model_zero_grad(s->model);
     double sum = 0;
@@ -640,6 +657,10 @@ static int forward_backward(train_state *s, const train_args *a, double *loss) {
             return STEP_INTERRUPTED;
         }
         source_sample(&s->data, &s->rng, a->batch, a->seq, s->inputs, s->targets);
+        if (needle_mix_apply(&s->needles, a->seed, step, k, a->batch, a->seq, s->inputs, s->targets) != DTX_OK) {
+            bar_break(s);
+            return lib_error(CMD);
+        }
         double l;
         if (dtx_model_forward(s->model, s->inputs, s->targets, a->batch, a->seq, NULL, &l) != DTX_OK ||
             dtx_model_backward(s->model, 1.0 / (double)a->accum) != DTX_OK) {
@@ -765,7 +786,7 @@ static int train_loop(train_state *s, const train_args *a) {
             return 128 + g_signal;
         }
         double t_step = now_s(), loss = NAN, gnorm = NAN, lr = NAN;
-        int rc = forward_backward(s, a, &loss);
+        int rc = forward_backward(s, a, step, &loss);
         if (rc == STEP_INTERRUPTED) {
             step--; /* the step did not happen: the top of the loop writes the checkpoint */
             continue;
@@ -831,6 +852,9 @@ static int open_data(train_state *s, const train_args *a, const dtx_config *c) {
                                  a->val_tokens, (long long)s->val.count, (long long)a->seq, (long long)a->seq + 1);
     }
     s->data_hash = source_hash(&s->data);
+    if (needle_mix_open(&s->needles, a->needle_frac, a->needle_max, a->needle_tok, a->needle_text, c->vocab_size,
+                        a->seq) != DTX_OK)
+        return lib_error(CMD);
     size_t n = (size_t)a->batch * (size_t)a->seq;
     s->inputs = dtx_alloc(n, sizeof(int32_t));
     s->targets = dtx_alloc(n, sizeof(int32_t));
@@ -1025,6 +1049,10 @@ int cmd_train(int argc, char **argv) {
         FLAG_INT("--ckpt-every", &a.ckpt_every, 0, BIG),
         FLAG_INT("--keep", &a.keep, 0, BIG),
         FLAG_BOOL("--resume", &a.resume, 1),
+        FLAG_REAL("--needle-frac", &a.needle_frac, 0, 0, 1, 0),
+        FLAG_INT("--needle-max", &a.needle_max, 1, DTX_NEEDLE_MAX),
+        FLAG_STR("--needle-text", &a.needle_text),
+        FLAG_STR("--needle-tokenizer", &a.needle_tok),
         FLAG_INT("--stop-after", &a.stop_after, 1, BIG),
         /* a test hook (docs/training.md): the loss of this step reads as NaN */
         FLAG_INT("--debug-nan-at", &a.debug_nan_at, 1, BIG),

@@ -18,8 +18,22 @@
  * own (so a prompt's tokens are the concatenation of separately encoded
  * pieces); needles go between units. The answer needle (the queried city's)
  * sits at the requested depth: the unit boundary whose token offset in the
- * haystack is nearest depth × haystack tokens; the N − 1 distractors at
- * uniformly random boundaries. */
+ * haystack is nearest depth × haystack tokens (ties: the earlier one); the
+ * N − 1 others at uniformly random boundaries. Needles sharing a boundary
+ * keep index order, except that the answer needle goes first there when its
+ * boundary is in the first half of the haystack and last otherwise, so that
+ * depth 0 is the first needle after the framing and depth 1 the last one
+ * before the question.
+ *
+ * The haystack starts at a random unit of the source and runs on through
+ * consecutive units (wrapping round at the end of the source) until it fills
+ * the budget; the last unit is cut at token level to fill it exactly. The
+ * budget is length − (BOS + framing + needles + question [+ answer + "\n"]),
+ * the question being the longest of the R queried ones in an eval prompt (so
+ * that every query fits in length), the answer needle's in a training one.
+ * Training documents (with_answer) are therefore exactly length tokens; an
+ * eval prompt is length − (longest question − question 0) tokens.
+ * docs/eval_needle.md describes the format and every choice for users. */
 #ifndef DTX_EVAL_NEEDLE_H
 #define DTX_EVAL_NEEDLE_H
 
@@ -27,19 +41,31 @@
 
 #include "difftx.h"
 
-/* Haystack text: files read once, cut into sentence units (a unit ends after
- * ". ", "? ", "! " or a newline), every unit pre-encoded. Read-only after
- * open (thread-safe to share). */
+/* Haystack text: files read once, cut into sentence units, every unit
+ * pre-encoded. A unit ends after a '.', '?' or '!' that a space follows (the
+ * space begins the next unit, as a word's space does in BPE), after a
+ * newline, or, in text without such ends, at a space once it reaches 512
+ * bytes (1024 at most, then anywhere). Read-only after open (thread-safe to
+ * share). */
 typedef struct dtx_needle_source dtx_needle_source;
 
 /* paths: text files, or directories (their regular *.txt files, sorted by
- * name). The tokenizer must have <|bos|> (borrowed; must outlive the source).
+ * name, names beginning with '.' skipped; not recursive). The tokenizer must
+ * have <|bos|> (DTX_ERR_ARG otherwise; borrowed: it must outlive the source).
  * DTX_ERR_IO / DTX_ERR_FORMAT with the path on failure; an empty haystack is
- * an error. */
+ * an error. dtx_needle_make may run on one source from several threads. */
 dtx_status dtx_needle_source_open(dtx_needle_source **out, const dtx_tokenizer *tok, const char *const *paths,
                                   int n_paths);
+/* The same with the paths given as one comma-separated list (the eval
+ * commands' --haystack; a path with a comma in its name cannot be given). */
+dtx_status dtx_needle_source_open_list(dtx_needle_source **out, const dtx_tokenizer *tok, const char *list);
 void dtx_needle_source_free(dtx_needle_source *s);
 int64_t dtx_needle_source_tokens(const dtx_needle_source *s); /* total haystack tokens */
+int64_t dtx_needle_source_units(const dtx_needle_source *s);  /* sentence units        */
+
+/* The fixed city list (unique names, ASCII): i in [0, dtx_needle_num_cities()). */
+int dtx_needle_num_cities(void);
+const char *dtx_needle_city(int i);
 
 #define DTX_NEEDLE_MAX 16 /* most needles in one prompt */
 
@@ -54,8 +80,8 @@ typedef struct {
 
 typedef struct {
     int32_t *tokens;  /* the prompt (malloc'd; dtx_needle_prompt_free)        */
-    int64_t n;        /* == spec.length, except that an eval prompt may be up to
-                         a few tokens shorter when units do not fill it exactly */
+    int64_t n;        /* == spec.length, except that an eval prompt is shorter
+                         by (longest queried question − question 0) tokens   */
     int n_needles, n_queries;
     char city[DTX_NEEDLE_MAX][40];   /* needle i's city                         */
     char number[DTX_NEEDLE_MAX][8];  /* needle i's number, decimal             */
@@ -63,7 +89,10 @@ typedef struct {
     /* Eval prompts end with the question about needle 0 (the answer needle,
      * at the requested depth); query q < R is asked by replacing the prompt's
      * question with question_tokens(q): tokens [0, context_end) + question q. */
+    int64_t haystack_begin; /* 1 + framing tokens: where the haystack starts  */
     int64_t context_end;  /* where the question starts                      */
+    int64_t answer_begin, answer_end; /* training documents: the number's tokens
+                                         (then "\n" up to n); 0, 0 otherwise */
     int32_t *question[DTX_NEEDLE_MAX]; /* question tokens per queried needle  */
     int64_t question_n[DTX_NEEDLE_MAX];
 } dtx_needle_prompt;
@@ -72,9 +101,30 @@ typedef struct {
  * cannot hold the framing, the needles and the question (with a message
  * saying the minimum). Deterministic in (source, spec). */
 dtx_status dtx_needle_make(const dtx_needle_source *s, const dtx_needle_spec *spec, dtx_needle_prompt *out);
+/* Frees and zeroes *p; safe on a prompt whose make failed (it is zeroed). */
 void dtx_needle_prompt_free(dtx_needle_prompt *p);
 
-/* Wilson score 95% interval of k successes in n trials (z = 1.96). */
+/* Wilson score 95% interval of k successes in n trials (z = 1.96); [0, 1]
+ * for n <= 0. */
 void dtx_wilson95(int64_t k, int64_t n, double *lo, double *hi);
+
+/* A prompt's seed from the run's seed and its place in the grid: splitmix64
+ * hashing of (seed, N, R, length, depth in hundredths of a percent, sample),
+ * so a cell's prompts do not depend on the rest of the grid or its order. */
+uint64_t dtx_needle_cell_seed(uint64_t seed, int n_needles, int n_queries, int64_t length, double depth_pct,
+                              int64_t sample);
+
+/* The scoring criterion (YOCO's multi_needle.py): 1 when the needle's number
+ * occurs in the decoded text[0, len) as a substring, else 0. */
+int dtx_needle_answer_correct(const char *text, size_t len, const char *number);
+
+/* Parses a comma-separated list of finite numbers ("0,25,50") into
+ * out[0, cap): returns how many, -1 when an item is empty or not a number,
+ * -2 when there are more than cap. */
+int dtx_eval_parse_list(const char *s, double *out, int cap);
+
+/* Writes text[0, len) to path atomically (path.tmp.PID, fsync, rename): the
+ * eval commands' --json. DTX_ERR_IO naming the path on failure. */
+dtx_status dtx_eval_write_atomic(const char *path, const char *text, size_t len);
 
 #endif

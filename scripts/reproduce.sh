@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# make reproduce: the paper's measurements (spec §6) on small DIFF and
+# Transformer models trained here under one recipe, written up in REPORT.md.
+#
+# usage: scripts/reproduce.sh [--quick] [--dir DIR] [--no-setup] [--no-build]
+#                             (make reproduce [QUICK=1])
+#
+# The recipe (docs/reproduce.md has the why of each choice):
+#   data      the State of the Union corpus (make data): speeches in train/ and
+#             held-out speeches in val/; a BPE tokenizer trained on train/
+#   mixture   every training batch row is, with probability NEEDLE_FRAC, a
+#             synthetic multi-needle document (1-6 needles) whose haystack is
+#             train/ text; the evaluation's haystack is val/ text
+#   pairs     DIFF (H heads) and the Transformer (2H heads, the same projection
+#             shapes) with the same seed: the same initial-weight stream, the
+#             same batches and needle documents, steps and optimizer settings
+#   sweep     4 sizes per architecture, the same tokens (scaling fit)
+#   seeds     the largest size with 3 seeds (the headline comparisons)
+#   evals     difftx eval ppl, needle (Table 2 grid; depth x length), attn-mass,
+#             outliers, low-bit attention (8/6/4-bit logits), attn-map
+#   report    tools/report.py -> DIR/REPORT.md and its figures
+#
+# Both architectures of a pair train at the same time, one thread each.
+# Everything goes under runs/reproduce (runs/reproduce/quick for --quick). A
+# rerun reuses every finished model and result; an interrupted training run
+# resumes from its checkpoint. The full run writes REPORT.md at the top too.
+#
+# Exit status: 0 done, 1 a step failed, 2 bad usage, 130 interrupted.
+set -Eeuo pipefail
+
+usage() { sed -n '2,/^set -Eeuo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+die() { echo "reproduce: $*" >&2; exit 1; }
+is_true() { case ${1:-} in ''|0|no|false) return 1 ;; *) return 0 ;; esac; }
+
+quick=0; is_true "${QUICK:-}" && quick=1
+dir=${REPRO_DIR:-}
+while [ $# -gt 0 ]; do
+    case $1 in
+        -h|--help) usage; exit 0 ;;
+        --quick) quick=1 ;;
+        --no-setup) NO_SETUP=1 ;;
+        --no-build) NO_BUILD=1 ;;
+        --dir) [ $# -ge 2 ] || { echo "reproduce: --dir needs a value" >&2; exit 2; }; dir=$2; shift ;;
+        *) echo "reproduce: unknown argument $1 (scripts/reproduce.sh --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+case $dir in ''|/*) ;; *) dir=$PWD/$dir ;; esac
+cd "$(dirname "$0")/.."
+root=$PWD
+bin=$root/build/difftx
+
+# ---- the recipe's settings (everything that decides a result is here)
+if [ $quick = 1 ]; then
+    run=${dir:-runs/reproduce/quick}
+    vocab=2048 seq=128 batch=16 steps=150 layers=3
+    dims=(32 64 96 128)        # DIFF heads = dim / 32 (head width 16), baseline twice as many
+    head_width=16
+    samples=10 mass_samples=10 outlier_tokens=16384 ppl_tokens=30000 quant_samples=10
+else
+    run=${dir:-runs/reproduce}
+    vocab=4096 seq=256 batch=16 steps=500 layers=4
+    dims=(64 128 192 256)
+    head_width=32
+    samples=50 mass_samples=20 outlier_tokens=65536 ppl_tokens=100000 quant_samples=20
+fi
+lr=2e-3 needle_frac=${NEEDLE_FRAC:-0.3} needle_max=6 seeds=(1 2 3)
+headline=${dims[-1]}
+lengths="$((seq / 4)),$((seq / 2)),$((3 * seq / 4)),$seq"
+corpus=data/sotu
+settings="vocab=$vocab seq=$seq batch=$batch steps=$steps layers=$layers dims=${dims[*]} lr=$lr"
+settings+=" needle_frac=$needle_frac needle_max=$needle_max samples=$samples"
+
+t_all=$(date +%s)
+section() { printf '\n== %s  (%ds so far)\n' "$1" $(( $(date +%s) - t_all )); }
+trap 'echo; echo "reproduce: interrupted; run the same command again to continue" >&2; exit 130' INT TERM
+
+section "setup and build"
+is_true "${NO_SETUP:-}" || scripts/setup.sh --plot
+is_true "${NO_BUILD:-}" || make --no-print-directory build/difftx
+[ -x "$bin" ] || die "$bin is not an executable"
+mkdir -p "$run"
+if [ -f "$run/settings.txt" ] && [ "$(cat "$run/settings.txt")" != "$settings" ]; then
+    die "$run holds runs made with other settings ($(cat "$run/settings.txt")); remove it or use --dir"
+fi
+echo "$settings" > "$run/settings.txt"
+echo "settings: $settings"
+
+section "data, tokenizer, shards"
+make --no-print-directory data
+tok=$run/tokenizer.txt
+[ -s "$tok" ] || "$bin" tokenizer train --input "$corpus/train" --vocab-size "$vocab" --out "$tok"
+for s in train val; do
+    [ -s "$run/$s.bin" ] || "$bin" prepare --tokenizer "$tok" --input "$corpus/$s" --out "$run/$s.bin" --append-eos
+done
+
+# ---- training
+model_name() { echo "$run/models/$1-d$2-s$3"; }  # arch dim seed
+train_one() { # arch dim seed
+    local a=$1 dim=$2 seed=$3 h=$(( $2 / (2 * head_width) )) out
+    out=$(model_name "$a" "$dim" "$seed")
+    [ -s "$out.safetensors" ] && return 0
+    [ "$a" = transformer ] && h=$((2 * h))
+    OMP_NUM_THREADS=1 "$bin" train --tokens "$run/train.bin" --val-tokens "$run/val.bin" \
+        --arch "$a" --dim "$dim" --layers "$layers" --heads "$h" --ffn $(( (dim * 8 / 3 + 7) / 8 * 8 )) \
+        --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" --warmup $((steps / 20)) --lr "$lr" \
+        --seed "$seed" --eval-every $((steps / 10)) --log "$out.jsonl" --log-every $((steps / 5)) \
+        --ckpt-every $((steps / 5)) --keep 1 --resume \
+        --needle-frac "$needle_frac" --needle-max "$needle_max" --needle-text "$corpus/train" \
+        --needle-tokenizer "$tok" --out "$out.safetensors" > "$out.out" 2>&1
+}
+train_pair() { # dim seed: DIFF and the Transformer side by side
+    local rc1=0 rc2=0
+    echo "train dim $1 seed $2: DIFF and Transformer ($(date +%H:%M:%S))"
+    train_one diff "$1" "$2" & local p1=$!
+    train_one transformer "$1" "$2" & local p2=$!
+    wait $p1 || rc1=$?
+    wait $p2 || rc2=$?
+    for a in diff transformer; do
+        local f; f=$(model_name "$a" "$1" "$2")
+        [ -s "$f.safetensors" ] || { tail -n 3 "$f.out" >&2; die "training $a dim $1 seed $2 failed ($rc1/$rc2)"; }
+    done
+}
+mkdir -p "$run/models" "$run/eval"
+section "scaling sweep: dims ${dims[*]}, $steps steps x $((batch * seq)) tokens, seed 1"
+for d in "${dims[@]}"; do train_pair "$d" 1; done
+section "headline size dim $headline: seeds ${seeds[*]}"
+for s in "${seeds[@]}"; do train_pair "$headline" "$s"; done
+
+# ---- evaluations (each skipped when its JSON exists)
+ev() { # name model-base command...: runs difftx eval into $run/eval/NAME.json
+    local name=$1; shift
+    [ -s "$run/eval/$name.json" ] && return 0
+    "$bin" eval "$@" --json "$run/eval/$name.json" > "$run/eval/$name.txt" 2> "$run/eval/$name.err" ||
+        { cat "$run/eval/$name.err" >&2; die "difftx eval $1 for $name failed"; }
+}
+section "evaluations"
+for s in "${seeds[@]}"; do
+    for a in diff transformer; do
+        m=$(model_name "$a" "$headline" "$s").safetensors n=$a-s$s
+        echo "eval $n ($(date +%H:%M:%S))"
+        ev "ppl-$n" ppl --model "$m" --text "$corpus/val" --tokenizer "$tok" --max-tokens "$ppl_tokens"
+        ev "needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$seq" \
+            --samples "$samples" --seed 1
+        ev "mass-$n" attn-mass --model "$m" --tokenizer "$tok" --haystack "$corpus/val" \
+            --samples "$mass_samples" --seed 1
+        ev "outliers-$n" outliers --model "$m" --tokens "$run/val.bin" --count "$outlier_tokens"
+    done
+done
+for a in diff transformer; do
+    m=$(model_name "$a" "$headline" 1).safetensors
+    echo "eval $a seed 1: depth x length, low-bit attention, maps ($(date +%H:%M:%S))"
+    ev "heatmap-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$lengths" \
+        --grid 4x1 --samples "$samples" --seed 2
+    for b in 8 6 4; do
+        ev "quant$b-ppl-$a" ppl --model "$m" --text "$corpus/val" --tokenizer "$tok" --max-tokens "$ppl_tokens" \
+            --attn-bits "$b"
+        ev "quant$b-needle-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$seq" \
+            --samples "$quant_samples" --seed 1 --attn-bits "$b"
+    done
+    ev "quant16-needle-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$seq" \
+        --samples "$quant_samples" --seed 1
+    ev "map-$a" attn-map --model "$m" --tokenizer "$tok" --layer $((layers - 1)) --head 0 --text \
+        "There is a special magic number inside a lot of irrelevant text. Find it and memorize them. I will quiz you about the magic number there.
+The special magic Lisbon number is: 40817. We will keep our promises to the people who sent us here.
+What is the special magic Lisbon number? The special magic Lisbon number is "
+done
+
+section "report"
+/usr/bin/python3 tools/report.py --run "$run" --command "make reproduce$( [ $quick = 1 ] && echo ' QUICK=1')" \
+    --seconds $(( $(date +%s) - t_all ))
+[ $quick = 1 ] || [ -n "$dir" ] || cp "$run/REPORT.md" REPORT.md
+echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/REPORT.md"

@@ -1,0 +1,66 @@
+/* Synthetic needle documents in training batches (needle_mix.h). */
+#include <string.h>
+
+#include "cli/needle_mix.h"
+#include "common/common.h"
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+dtx_status needle_mix_open(needle_mix *x, double frac, int64_t max_needles, const char *tokenizer,
+                           const char *text, int64_t vocab_size, int64_t T) {
+    memset(x, 0, sizeof *x);
+    x->frac = frac;
+    x->max_needles = max_needles;
+    if (frac <= 0) return DTX_OK;
+    dtx_status st = dtx_tokenizer_load(&x->tok, tokenizer);
+    if (st) return st;
+    if (dtx_tokenizer_vocab_size(x->tok) != vocab_size)
+        return dtx_fail(DTX_ERR_ARG, "--needle-tokenizer %s has %lld tokens, the model %lld", tokenizer,
+                        (long long)dtx_tokenizer_vocab_size(x->tok), (long long)vocab_size);
+    const char *paths[1] = {text};
+    if ((st = dtx_needle_source_open(&x->src, x->tok, paths, 1))) return st;
+    /* The longest document must fit: make one now rather than fail mid-run. */
+    dtx_needle_spec spec = {.length = T + 1, .n_needles = (int)max_needles, .n_queries = 1, .depth = 0.5,
+                            .seed = 1, .with_answer = 1};
+    dtx_needle_prompt p;
+    if ((st = dtx_needle_make(x->src, &spec, &p))) return st;
+    dtx_needle_prompt_free(&p);
+    return DTX_OK;
+}
+
+void needle_mix_close(needle_mix *x) {
+    dtx_needle_source_free(x->src);
+    dtx_tokenizer_free(x->tok);
+    memset(x, 0, sizeof *x);
+}
+
+dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t micro, int64_t B, int64_t T,
+                            int32_t *inputs, int32_t *targets) {
+    if (x->frac <= 0) return DTX_OK;
+    for (int64_t r = 0; r < B; r++) {
+        uint64_t h = splitmix64(splitmix64(splitmix64(seed ^ 0x6e65656431ULL) ^ (uint64_t)step) ^
+                                ((uint64_t)micro << 32 | (uint64_t)r));
+        if ((double)(h >> 11) * 0x1p-53 >= x->frac) continue;
+        uint64_t h2 = splitmix64(h);
+        dtx_needle_spec spec = {.length = T + 1, .n_needles = 1 + (int)(h2 % (uint64_t)x->max_needles),
+                                .n_queries = 1, .depth = -1, .seed = splitmix64(h2), .with_answer = 1};
+        dtx_needle_prompt p;
+        dtx_status st = dtx_needle_make(x->src, &spec, &p);
+        if (st) return st;
+        if (p.n != T + 1) {
+            dtx_needle_prompt_free(&p);
+            return dtx_fail(DTX_ERR_ARG, "a needle document has %lld tokens, not %lld", (long long)p.n,
+                            (long long)(T + 1));
+        }
+        memcpy(inputs + r * T, p.tokens, (size_t)T * sizeof(int32_t));
+        memcpy(targets + r * T, p.tokens + 1, (size_t)T * sizeof(int32_t));
+        dtx_needle_prompt_free(&p);
+        x->replaced++;
+    }
+    return DTX_OK;
+}

@@ -1,0 +1,37 @@
+/* Synthetic needle documents mixed into training batches (difftx train
+ * --needle-frac; the reproduction recipe, docs/eval_needle.md). A row of a
+ * batch is replaced, with probability frac, by a multi-needle document of
+ * exactly T + 1 tokens (src/eval/needle.h, with the answer) whose haystack is
+ * the --needle-text files: training text, never the held-out text the needle
+ * evaluation uses. Which rows, and each document, follow from a hash of
+ * (seed, step, micro-batch, row) alone: no state, so a resumed run and an
+ * uninterrupted one see the same documents, and two runs with the same seed
+ * (DIFF and its baseline) see the same ones. The rows not replaced keep the
+ * sampler's windows, and the sampler advances as without the mixture. */
+#ifndef DTX_CLI_NEEDLE_MIX_H
+#define DTX_CLI_NEEDLE_MIX_H
+
+#include <stdint.h>
+
+#include "difftx.h"
+#include "eval/needle.h"
+
+typedef struct {
+    double frac;             /* 0: off */
+    int64_t max_needles;     /* documents hold 1..max_needles needles */
+    dtx_tokenizer *tok;
+    dtx_needle_source *src;
+    int64_t replaced;        /* rows replaced so far in this process */
+} needle_mix;
+
+/* Loads the tokenizer and the haystack text; frac == 0 opens nothing.
+ * Fails (library message) when a file cannot be read, when the tokenizer's
+ * vocabulary is not vocab_size, or when T + 1 tokens cannot hold a document. */
+dtx_status needle_mix_open(needle_mix *x, double frac, int64_t max_needles, const char *tokenizer,
+                           const char *text, int64_t vocab_size, int64_t T);
+void needle_mix_close(needle_mix *x);
+/* Replaces the chosen rows of inputs/targets [B, T] in place. */
+dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t micro, int64_t B, int64_t T,
+                            int32_t *inputs, int32_t *targets);
+
+#endif
