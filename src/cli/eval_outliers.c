@@ -1,9 +1,307 @@
-/* difftx eval: placeholder until the measurement lands. */
+/* difftx eval outliers: the activation-outlier statistics of the paper's
+ * Table 5 (spec §6.8, docs/eval_probe.md): top-1/2/3/10/100 and the median
+ * of |attention logits| (every causal entry of every head's map, both maps
+ * for DIFF) and of |hidden states| (every layer's block output), pooled over
+ * consecutive windows of a token file. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "cli/cli.h"
 #include "cli/flags.h"
+#include "common/common.h"
+#include "difftx.h"
+#include "eval/probe.h"
+
+static const char *CMD = "eval outliers";
+
+static const char USAGE[] =
+    "usage: difftx eval outliers --model MODEL.safetensors (--tokens FILE | --text FILE --tokenizer TOK)\n"
+    "                            [--count N] [--window W] [--json OUT] [--precision fp32|bf16]\n"
+    "\n"
+    "Activation outliers (the paper's Table 5): the largest and the median absolute\n"
+    "values of the attention logits q.k/sqrt(d) before the softmax (every causal entry\n"
+    "of every head's map in every layer; both maps q1k1 and q2k2 for DIFF) and of the\n"
+    "hidden states (every value of every layer's block output, after both residual\n"
+    "additions). The input is cut into consecutive, non-overlapping windows of W\n"
+    "tokens, each run alone (batch 1); the first floor(N / W) whole windows are used.\n"
+    "Prints Top-1, Top-2, Top-3, Top-10, Top-100 (exact) and the median (to a\n"
+    "relative 2^-11) of both.\n"
+    "\n"
+    "  --model PATH      model file                                      [required]\n"
+    "  --tokens FILE     token ids (whitespace-separated) or a token shard\n"
+    "  --text FILE       a text file, encoded with --tokenizer (no <|bos|> added)\n"
+    "  --tokenizer PATH  tokenizer file for --text\n"
+    "  --count N         tokens to use (default 65536; fewer if the input is shorter)\n"
+    "  --window W        tokens per forward pass (default: the model's max_seq_len)\n"
+    "  --json OUT        also write the numbers as JSON (atomically)\n"
+    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
+    "                    operands and fp32 accumulation\n";
+
+typedef struct {
+    const char *model, *tokens, *text, *tokenizer, *json;
+    int64_t count, window;
+    int precision;
+} outl_args;
+
+typedef struct {
+    int64_t n_input, windows, window, used;
+    double seconds;
+    dtx_abs_stats logits, hidden;
+} outl_result;
+
+static const int TOPS[] = {1, 2, 3, 10, 100};
+enum { N_TOPS = sizeof TOPS / sizeof TOPS[0] };
+
+/* ------------------------------------------------------------ input */
+
+static int read_text_tokens(const outl_args *a, const dtx_config *c, int32_t **ids, int64_t *n) {
+    dtx_tokenizer *t = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = EXIT_OK;
+    if (dtx_tokenizer_load(&t, a->tokenizer) != DTX_OK) return lib_error(CMD);
+    if (dtx_tokenizer_vocab_size(t) > c->vocab_size)
+        rc = runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the model's vocab_size %lld",
+                           a->tokenizer, (long long)dtx_tokenizer_vocab_size(t), (long long)c->vocab_size);
+    if (rc == EXIT_OK && dtx_read_file(a->text, &buf, &len) != DTX_OK) rc = lib_error(CMD);
+    if (rc == EXIT_OK && dtx_tokenizer_encode(t, buf, len, DTX_ENCODE_ORDINARY, ids, n) != DTX_OK)
+        rc = lib_error(CMD);
+    free(buf);
+    dtx_tokenizer_free(t);
+    return rc;
+}
+
+static int read_input(const outl_args *a, const dtx_config *c, int32_t **ids, int64_t *n) {
+    if (a->tokens) return dtx_tokens_read(a->tokens, c->vocab_size, ids, n) == DTX_OK ? EXIT_OK : lib_error(CMD);
+    return read_text_tokens(a, c, ids, n);
+}
+
+/* ------------------------------------------------------------ measurement */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int measure(dtx_model *m, const int32_t *ids, outl_result *r) {
+    double t0 = now_s();
+    for (int64_t w = 0; w < r->windows; w++) {
+        if (dtx_model_forward(m, ids + w * r->window, NULL, 1, r->window, NULL, NULL) != DTX_OK ||
+            dtx_probe_add_logits(m, &r->logits) != DTX_OK || dtx_probe_add_hidden(m, &r->hidden) != DTX_OK)
+            return lib_error(CMD);
+    }
+    r->seconds = now_s() - t0;
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------ output */
+
+static void print_row(const char *name, const dtx_abs_stats *s) {
+    printf("%-18s", name);
+    for (int i = 0; i < N_TOPS; i++) {
+        double v = dtx_abs_stats_top(s, TOPS[i]);
+        if (isnan(v)) printf(" %10s", "-");
+        else printf(" %10.5g", v);
+    }
+    printf(" %10.5g\n", dtx_abs_stats_median(s));
+}
+
+static void print_report(const dtx_model *m, const outl_args *a, const outl_result *r) {
+    const dtx_config *c = dtx_model_config(m);
+    int diff = c->arch == DTX_ARCH_DIFF;
+    printf("model %s: %s, %lld layers, %lld heads (%lld KV), %s products\n", a->model, dtx_arch_name(c->arch),
+           (long long)c->n_layers, (long long)c->n_heads, (long long)c->n_kv_heads,
+           dtx_precision_name((dtx_precision)a->precision));
+    printf("tokens %lld in %lld windows of %lld (input %lld tokens, --count %lld), %.2f s\n", (long long)r->used,
+           (long long)r->windows, (long long)r->window, (long long)r->n_input, (long long)a->count, r->seconds);
+    printf("attention logits counted %lld (%s, causal entries), hidden values counted %lld\n",
+           (long long)r->logits.count, diff ? "both maps of every head and layer" : "every head and layer",
+           (long long)r->hidden.count);
+    if (r->logits.n_nan || r->hidden.n_nan)
+        printf("NaN values skipped: %lld logits, %lld hidden\n", (long long)r->logits.n_nan,
+               (long long)r->hidden.n_nan);
+    printf("\n%-18s %10s %10s %10s %10s %10s %10s\n", "activation", "Top-1", "Top-2", "Top-3", "Top-10", "Top-100",
+           "Median");
+    print_row("attention logits", &r->logits);
+    print_row("hidden states", &r->hidden);
+}
+
+/* A JSON number; null for NaN (fewer values than k) and infinities. */
+static void json_num(FILE *f, double v) {
+    if (isfinite(v)) fprintf(f, "%.9g", v);
+    else fputs("null", f);
+}
+
+/* A JSON string of plain text (paths): quotes, backslashes and control
+ * characters escaped; other bytes as they are. */
+static void json_text(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void json_stats(FILE *f, const char *name, const dtx_abs_stats *s) {
+    fprintf(f, "  \"%s\": {\"count\": %lld, \"nan\": %lld", name, (long long)s->count, (long long)s->n_nan);
+    for (int i = 0; i < N_TOPS; i++) {
+        fprintf(f, ", \"top%d\": ", TOPS[i]);
+        json_num(f, dtx_abs_stats_top(s, TOPS[i]));
+    }
+    fputs(", \"median\": ", f);
+    json_num(f, dtx_abs_stats_median(s));
+    fputs(", \"top\": [", f);
+    for (int64_t i = 0; i < s->n_top; i++) {
+        if (i) fputs(", ", f);
+        json_num(f, s->top[i]);
+    }
+    fputs("]}", f);
+}
+
+static void json_body(FILE *f, const dtx_model *m, const outl_args *a, const outl_result *r) {
+    fputs("{\n  \"model\": ", f);
+    json_text(f, a->model);
+    fprintf(f, ",\n  \"arch\": \"%s\",\n  \"precision\": \"%s\",\n", dtx_arch_name(dtx_model_config(m)->arch),
+            dtx_precision_name((dtx_precision)a->precision));
+    fprintf(f, "  \"tokens\": %lld,\n  \"window\": %lld,\n  \"windows\": %lld,\n  \"input_tokens\": %lld,\n",
+            (long long)r->used, (long long)r->window, (long long)r->windows, (long long)r->n_input);
+    fprintf(f, "  \"seconds\": %.3f,\n", r->seconds);
+    json_stats(f, "attention_logits", &r->logits);
+    fputs(",\n", f);
+    json_stats(f, "hidden_states", &r->hidden);
+    fputs("\n}\n", f);
+}
+
+/* The --json file: written to PATH.tmp.PID, then fsync and rename, so a
+ * reader never sees half a file and a failure leaves an older file in place.
+ * A PATH that exists and is not a regular file (/dev/stdout, a FIFO) is
+ * written in place: renaming over it would replace the device itself. */
+typedef struct {
+    FILE *f;
+    char *tmp; /* NULL: written in place */
+    const char *path;
+} out_file;
+
+static int out_open(out_file *o, const char *path) {
+    struct stat st;
+    o->path = path;
+    o->tmp = NULL;
+    if (!(stat(path, &st) == 0 && !S_ISREG(st.st_mode))) {
+        size_t cap = strlen(path) + 32;
+        if (!(o->tmp = malloc(cap))) return runtime_error(CMD, "out of memory");
+        snprintf(o->tmp, cap, "%s.tmp.%ld", path, (long)getpid());
+    }
+    const char *name = o->tmp ? o->tmp : path;
+    if (!(o->f = fopen(name, "w"))) {
+        int rc = runtime_error(CMD, "cannot write %s: %s", name, strerror(errno));
+        free(o->tmp);
+        return rc;
+    }
+    return EXIT_OK;
+}
+
+/* Publishes the file (ok != 0) or abandons it (the caller has reported why). */
+static int out_close(out_file *o, int ok) {
+    int bad = ferror(o->f) || fflush(o->f) != 0 || (o->tmp && fsync(fileno(o->f)) != 0);
+    int err = errno;
+    if (fclose(o->f) != 0 && !bad) bad = 1, err = errno;
+    if (ok && !bad && o->tmp && rename(o->tmp, o->path) != 0) bad = 1, err = errno;
+    if ((bad || !ok) && o->tmp) unlink(o->tmp);
+    free(o->tmp);
+    if (!ok) return EXIT_RUNTIME;
+    return bad ? runtime_error(CMD, "cannot write %s: %s", o->path, strerror(err ? err : EIO)) : EXIT_OK;
+}
+
+static int write_json(const char *path, const dtx_model *m, const outl_args *a, const outl_result *r) {
+    out_file o;
+    int rc = out_open(&o, path);
+    if (rc != EXIT_OK) return rc;
+    json_body(o.f, m, a, r);
+    return out_close(&o, 1);
+}
+
+/* ------------------------------------------------------------ command */
+
+static int check_args(const outl_args *a) {
+    if (!a->model) return usage_error(CMD, "--model is required");
+    if (!a->tokens && !a->text) return usage_error(CMD, "give the input: --tokens FILE or --text FILE");
+    if (a->tokens && a->text) return usage_error(CMD, "--tokens and --text exclude each other");
+    if (a->text && !a->tokenizer) return usage_error(CMD, "--text needs --tokenizer");
+    if (a->tokens && a->tokenizer) return usage_error(CMD, "--tokenizer goes with --text, not --tokens");
+    return EXIT_OK;
+}
+
+/* Windows of the input: whole windows only, at most --count tokens. */
+static int plan(const outl_args *a, const dtx_config *c, int64_t n, outl_result *r) {
+    r->window = a->window ? a->window : c->max_seq_len;
+    if (r->window > c->max_seq_len)
+        return usage_error(CMD, "--window %lld exceeds the model's max_seq_len %lld", (long long)r->window,
+                           (long long)c->max_seq_len);
+    const char *in = a->tokens ? a->tokens : a->text;
+    if (n < r->window)
+        return runtime_error(CMD, "%s holds %lld tokens, fewer than one window of %lld", in, (long long)n,
+                             (long long)r->window);
+    if (a->count < r->window)
+        return usage_error(CMD, "--count %lld is less than one window of %lld tokens", (long long)a->count,
+                           (long long)r->window);
+    r->n_input = n;
+    r->windows = (n < a->count ? n : a->count) / r->window;
+    r->used = r->windows * r->window;
+    return EXIT_OK;
+}
+
+static int run(dtx_model *m, const outl_args *a) {
+    const dtx_config *c = dtx_model_config(m);
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    outl_result r;
+    memset(&r, 0, sizeof r);
+    int rc = read_input(a, c, &ids, &n);
+    if (rc == EXIT_OK) rc = plan(a, c, n, &r);
+    if (rc == EXIT_OK && (dtx_abs_stats_init(&r.logits) != DTX_OK || dtx_abs_stats_init(&r.hidden) != DTX_OK))
+        rc = lib_error(CMD);
+    if (rc == EXIT_OK) rc = measure(m, ids, &r);
+    if (rc == EXIT_OK) print_report(m, a, &r);
+    if (rc == EXIT_OK && a->json) rc = write_json(a->json, m, a, &r);
+    if (rc == EXIT_OK && a->json) printf("\nwrote %s\n", a->json);
+    dtx_abs_stats_free(&r.logits);
+    dtx_abs_stats_free(&r.hidden);
+    free(ids);
+    return rc;
+}
 
 int cmd_eval_outliers(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return runtime_error("eval", "not implemented yet");
+    outl_args a = {.count = 65536};
+    flag fl[] = {
+        FLAG_STR("--model", &a.model),
+        FLAG_STR("--tokens", &a.tokens),
+        FLAG_STR("--text", &a.text),
+        FLAG_STR("--tokenizer", &a.tokenizer),
+        FLAG_INT("--count", &a.count, 1, (int64_t)1 << 40),
+        FLAG_INT("--window", &a.window, 1, (int64_t)1 << 30),
+        FLAG_STR("--json", &a.json),
+        FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
+    };
+    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
+    case FLAGS_HELP: return finish_stdout(CMD);
+    case FLAGS_ERROR: return EXIT_USAGE;
+    }
+    int rc = check_args(&a);
+    if (rc != EXIT_OK) return rc;
+    dtx_model *m = NULL;
+    if (dtx_model_load(&m, a.model) != DTX_OK) return lib_error(CMD);
+    if (dtx_model_set_precision(m, (dtx_precision)a.precision) != DTX_OK) rc = lib_error(CMD);
+    if (rc == EXIT_OK) rc = run(m, &a);
+    dtx_model_free(m);
+    return rc == EXIT_OK ? finish_stdout(CMD) : rc;
 }

@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""Draws the figures of `difftx eval` measurements from their JSON output.
+
+usage: tools/plot_eval.py <figure> [options] ...   (tools/plot_eval.py <figure> --help)
+
+One subcommand per figure (docs/eval_probe.md):
+
+  attn-map A.json [B.json] --out PNG    (or: attn-map A.json PNG)
+      The attention maps of `difftx eval attn-map --json`: a DIFF file gives
+      three panels, A1 = softmax(Q1K1^T/sqrt(d)), A2 and the weights the head
+      uses, A1 - lambda*A2 (a diverging colour map centred at 0); a
+      Transformer file gives its one map. A second file is drawn beside the
+      first (e.g. DIFF and its baseline on the same prompt). The softmax
+      panels share one colour scale, so the maps compare directly. Query rows
+      run down, key columns across; entries above the diagonal (future keys)
+      are blank. With T <= 64 tokens the axes carry the tokens.
+
+Needs only python3 and matplotlib (Debian: python3-matplotlib, installed by
+scripts/setup.sh --plot). Exit status: 0 written, 1 an input that cannot be
+read or is not such a file, 2 bad usage.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+LABEL_MAX_T = 64  # above this, token labels would overlap
+
+
+class InputError(Exception):
+    """An input file that cannot be read or has the wrong shape (exit 1)."""
+
+
+def fail(msg, code):
+    print(f"plot_eval: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def load_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot read {path}: {e}")
+
+
+# ------------------------------------------------------------------ attn-map
+
+def check_square(path, name, rows, T):
+    if not isinstance(rows, list) or len(rows) != T or any(
+            not isinstance(r, list) or len(r) != T for r in rows):
+        raise InputError(f"{path}: maps.{name} is not a {T} x {T} matrix")
+
+
+def read_attn_map(path):
+    """The panels of one attn-map file: [(title, T x T rows, kind)], plus tokens."""
+    d = load_json(path)
+    try:
+        arch, maps, tokens = d["arch"], d["maps"], d["tokens"]
+        layer, head = d["layer"], d["head"]
+    except (KeyError, TypeError):
+        raise InputError(f"{path}: not the JSON of difftx eval attn-map (arch, layer, head, tokens, maps)")
+    T = len(tokens)
+    where = f"layer {layer} head {head}"
+    if arch == "diff":
+        lam = d.get("lambda")
+        for name in ("a1", "a2", "diff"):
+            check_square(path, name, maps.get(name), T)
+        lam_s = f"{lam:.3g}" if isinstance(lam, (int, float)) else "?"
+        panels = [(f"DIFF A1  ({where})", maps["a1"], "prob"),
+                  ("DIFF A2", maps["a2"], "prob"),
+                  (f"DIFF A1 - \u03bbA2  (\u03bb = {lam_s})", maps["diff"], "signed")]
+    else:
+        check_square(path, "a1", maps.get("a1"), T)
+        panels = [(f"Transformer  ({where})", maps["a1"], "prob")]
+    return panels, tokens
+
+
+def token_label(tok):
+    s = tok.replace("\n", "\\n").replace("\t", "\\t")
+    if s and not s.strip():
+        s = s.replace(" ", "\u2423")  # a visible space for whitespace-only tokens
+    return s if len(s) <= 12 else s[:11] + "\u2026"
+
+
+def masked(rows):
+    """The causal part; entries above the diagonal become NaN (drawn blank)."""
+    return [[v if s <= t else math.nan for s, v in enumerate(r)] for t, r in enumerate(rows)]
+
+
+def draw_panel(ax, title, rows, kind, tokens, vmax_prob):
+    import matplotlib.colors as mcolors
+    T = len(rows)
+    data = masked(rows)
+    if kind == "signed":
+        m = max((abs(v) for r in data for v in r if not math.isnan(v)), default=1.0) or 1.0
+        im = ax.imshow(data, cmap="RdBu_r", norm=mcolors.TwoSlopeNorm(vcenter=0.0, vmin=-m, vmax=m),
+                       interpolation="nearest")
+    else:
+        im = ax.imshow(data, cmap="viridis", vmin=0.0, vmax=vmax_prob, interpolation="nearest")
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+    if T <= LABEL_MAX_T:
+        size = max(4, min(8, 360 // max(T, 1)))
+        labels = [token_label(t) for t in tokens]
+        ax.set_xticks(range(T))
+        ax.set_yticks(range(T))
+        ax.set_xticklabels(labels, rotation=90, fontsize=size)
+        ax.set_yticklabels(labels, fontsize=size)
+    return im
+
+
+def plot_attn_map(paths, out, title=None, dpi=150):
+    """One row of panels: every panel of every file, in order."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = [read_attn_map(p) for p in paths]
+    panels = [(t, rows, kind, toks) for ps, toks in files for (t, rows, kind) in ps]
+    vmax = max((v for _, rows, kind, _ in panels if kind == "prob" for r in rows for v in r), default=1.0)
+    T = max(len(toks) for _, toks in files)
+    side = 4.2 if T <= LABEL_MAX_T else 3.6
+    fig, axes = plt.subplots(1, len(panels), figsize=(side * len(panels) + 0.8, side + 0.9), squeeze=False)
+    for ax, (t, rows, kind, toks) in zip(axes[0], panels):
+        im = draw_panel(ax, t, rows, kind, toks, vmax or 1.0)
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    tmp = f"{out}.tmp.{os.getpid()}.png"
+    try:
+        fig.savefig(tmp, dpi=dpi)
+        os.replace(tmp, out)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise InputError(f"cannot write {out}: {e}")
+    finally:
+        plt.close(fig)
+
+
+def cmd_attn_map(args):
+    files = list(args.files)
+    out = args.out
+    if out is None and len(files) >= 2 and files[-1].lower().endswith(".png"):
+        out = files.pop()
+    if out is None:
+        fail("attn-map: give the output: --out PNG (or a last argument ending in .png)", 2)
+    if not 1 <= len(files) <= 2:
+        fail(f"attn-map: expected one or two JSON files, got {len(files)}", 2)
+    plot_attn_map(files, out, args.title, args.dpi)
+    print(f"wrote {out}")
+
+
+# ------------------------------------------------------------------ main
+
+class Parser(argparse.ArgumentParser):
+    """argparse with our one-line usage errors (exit 2)."""
+
+    def error(self, message):
+        where = self.prog.split()[-1]
+        fail(f"{message} (see --help)" if where == "plot_eval.py" else f"{where}: {message} (see --help)", 2)
+
+
+def build_parser():
+    p = Parser(prog="plot_eval.py", description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="figure", metavar="<figure>", parser_class=Parser)
+    a = sub.add_parser("attn-map", help="attention maps of difftx eval attn-map (DIFF and/or baseline)",
+                       description="DIFF: A1, A2 and A1 - lambda*A2; Transformer: its map. "
+                                   "Two files are drawn side by side.")
+    a.add_argument("files", nargs="+", metavar="JSON", help="one or two attn-map JSON files (then PNG if no --out)")
+    a.add_argument("--out", help="the PNG to write")
+    a.add_argument("--title", help="the figure's title")
+    a.add_argument("--dpi", type=int, default=150, help="resolution (150)")
+    a.set_defaults(run=cmd_attn_map)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if not getattr(args, "run", None):
+        fail("name a figure: attn-map (see --help)", 2)
+    try:
+        args.run(args)
+    except InputError as e:
+        fail(str(e), 1)
+    except ImportError as e:
+        fail(f"{e} (install python3-matplotlib: scripts/setup.sh --plot)", 1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
