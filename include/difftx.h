@@ -126,6 +126,26 @@ dtx_precision dtx_model_precision(const dtx_model *m);
 const char *dtx_precision_name(dtx_precision p);
 dtx_real *dtx_model_grads(dtx_model *m);  /* allocated on first backward */
 
+/* Low-bit attention logits, for evaluation (spec §6.9, docs/eval_quant.md):
+ * dynamic absmax quantisation of the pre-softmax logits z = q·k/√d inside
+ * the attention. Over the unmasked (causal) logits of a group, step
+ * s = max|z| / (2^(bits−1) − 1), z_q = round(z/s)·s (half away from zero;
+ * s = 0 gives z_q = 0), then the usual softmax. DIFF quantises z1 and z2
+ * separately, each with its own step. Groups:
+ *   DTX_QUANT_ROW     one step per (batch row, head or DIFF sub-head, query
+ *                     row): the default;
+ *   DTX_QUANT_TENSOR  one step per (batch row, layer, map) over all heads and
+ *                     all query rows of one call: dtx_model_forward's T rows,
+ *                     a prefill's n rows, a decode step's one row (so cached
+ *                     decoding differs from the full forward in this scope).
+ * bits 0 turns it off (exactly the unquantised model); 16 is a real 16-bit
+ * quantisation, not "off". Applied by dtx_model_forward, dtx_model_prefill
+ * and dtx_model_decode; forward only: dtx_model_backward after a quantised
+ * forward is DTX_ERR_ARG. DTX_ERR_ARG for bits outside {0} ∪ [2, 16] or an
+ * unknown scope. Off for a new or loaded model. */
+typedef enum { DTX_QUANT_ROW = 0, DTX_QUANT_TENSOR = 1 } dtx_quant_scope;
+dtx_status dtx_model_set_attention_quant(dtx_model *m, int bits, dtx_quant_scope scope);
+
 /* ------------------------------------------------------- forward/backward */
 
 /* Forward over a batch of tokens [B, T] (T <= max_seq_len, 0 <= id < vocab).

@@ -1,9 +1,285 @@
-/* difftx eval: placeholder until the measurement lands. */
+/* difftx eval ppl: the perplexity of a token file or a text under a model,
+ * with a sliding window past the context length (the Hugging Face
+ * perplexity guide's strided evaluation), optionally with low-bit attention
+ * logits (spec §6.9, docs/eval_quant.md).
+ *
+ * Windows over tokens x[0, n): every token after the first is predicted
+ * exactly once. Window k feeds x[b, e) and predicts x[b+1, e] (T = e − b <=
+ * W inputs). The first window ends at e = min(W, n − 1) and scores all its
+ * targets; each later one ends S targets further (the last one at n − 1),
+ * starts W before its end, and scores only the targets past the previous
+ * end: the rest of the window is context. Per-token NLL is computed from
+ * the logits in double (log-sum-exp with max subtraction). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli/cli.h"
 #include "cli/flags.h"
+#include "common/common.h"
+#include "difftx.h"
+#include "eval/needle.h" /* dtx_eval_write_atomic */
+
+static const char *CMD = "eval ppl";
+
+static const char USAGE[] =
+    "usage: difftx eval ppl --model MODEL (--tokens FILE | --text FILE --tokenizer TOK) [flags]\n"
+    "\n"
+    "Perplexity of FILE under the model, with a sliding window: the first window\n"
+    "scores all its targets, each later window moves on by STRIDE tokens and scores\n"
+    "only its last STRIDE targets, the rest being context; every token after the\n"
+    "first is predicted once. Prints the tokens scored, the mean NLL in nats, the\n"
+    "perplexity exp(NLL) and, for a text, bits per byte (total NLL / ln 2 / bytes).\n"
+    "\n"
+    "  --model PATH       model file                                    [required]\n"
+    "  --tokens FILE      whitespace-separated token ids, or a token shard\n"
+    "  --text FILE        a text, encoded with --tokenizer (ordinary tokens only:\n"
+    "                     special-token text stays text)\n"
+    "  --tokenizer TOK    tokenizer file for --text\n"
+    "  --window W         tokens per forward pass (default max_seq_len)\n"
+    "  --stride S         targets scored per window after the first (1..W;\n"
+    "                     default W/2)\n"
+    "  --max-tokens N     use only the first N tokens (default all)\n"
+    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
+    "                     operands and fp32 accumulation\n"
+    "  --attn-bits B      quantise the attention logits to B bits, 2..16 (dynamic\n"
+    "                     absmax, spec 6.9); 0 = off (default)\n"
+    "  --attn-scope row|tensor  one absmax step per query row and head (default),\n"
+    "                     or per layer and map over each window's forward pass\n"
+    "  --json OUT         also write the result as JSON (atomically)\n";
+
+typedef struct {
+    const char *model, *tokens, *text, *tokenizer, *json;
+    int64_t window, stride, max_tokens, attn_bits;
+    int precision, attn_scope;
+} ppl_args;
+
+/* The token sequence scored; bytes: of the text it encodes, -1 for ids. */
+typedef struct {
+    int32_t *ids;
+    int64_t n, n_read, bytes;
+} corpus;
+
+typedef struct {
+    double nll;                 /* total, nats */
+    int64_t scored, windows, W, S;
+} ppl_result;
+
+/* ------------------------------------------------------------ input */
+
+/* Encodes the text file (ordinary tokens); keeps the first max tokens and
+ * counts their bytes (ordinary tokens decode to exactly the text's bytes). */
+static int read_text(const ppl_args *a, const dtx_config *c, int64_t max, corpus *out) {
+    dtx_tokenizer *t = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    if (dtx_tokenizer_load(&t, a->tokenizer) != DTX_OK) return lib_error(CMD);
+    int rc = EXIT_OK;
+    if (dtx_read_file(a->text, &buf, &len) != DTX_OK ||
+        dtx_tokenizer_encode(t, buf, len, DTX_ENCODE_ORDINARY, &out->ids, &out->n_read) != DTX_OK)
+        rc = lib_error(CMD);
+    out->n = out->n_read < max ? out->n_read : max;
+    for (int64_t i = 0; rc == EXIT_OK && i < out->n; i++) {
+        size_t nb = 0;
+        if (out->ids[i] >= c->vocab_size) {
+            rc = runtime_error(CMD, "%s: token %lld has id %d, outside the model's vocab_size %lld (tokenizer %s)",
+                               a->text, (long long)i, out->ids[i], (long long)c->vocab_size, a->tokenizer);
+        } else {
+            dtx_tokenizer_token_bytes(t, out->ids[i], &nb);
+            out->bytes += (int64_t)nb;
+        }
+    }
+    free(buf);
+    dtx_tokenizer_free(t);
+    return rc;
+}
+
+static int read_corpus(const ppl_args *a, const dtx_config *c, corpus *out) {
+    memset(out, 0, sizeof *out);
+    int64_t max = a->max_tokens > 0 ? a->max_tokens : INT64_MAX;
+    const char *path = a->text ? a->text : a->tokens;
+    int rc;
+    if (a->text) {
+        rc = read_text(a, c, max, out);
+    } else {
+        out->bytes = -1;
+        rc = dtx_tokens_read(a->tokens, c->vocab_size, &out->ids, &out->n_read) != DTX_OK ? lib_error(CMD) : EXIT_OK;
+        out->n = out->n_read < max ? out->n_read : max;
+    }
+    if (rc == EXIT_OK && out->n < 2)
+        rc = runtime_error(CMD, "%s: %lld token%s to score; at least 2 are needed (the first is context only)", path,
+                           (long long)out->n, out->n == 1 ? "" : "s");
+    return rc;
+}
+
+/* ------------------------------------------------------------ scoring */
+
+/* −log softmax(row)[target], in double. */
+static double token_nll(const dtx_real *row, int64_t V, int32_t target) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+    for (int64_t v = 0; v < V; v++) sum += exp((double)row[v] - mx);
+    return mx + log(sum) - (double)row[target];
+}
+
+/* Runs every window (see the top of the file) and sums the NLL of the
+ * targets each one scores. */
+static int score_windows(dtx_model *m, const corpus *cp, int64_t W, int64_t S, ppl_result *r) {
+    const int64_t V = dtx_model_config(m)->vocab_size, n = cp->n;
+    dtx_real *logits = malloc((size_t)(W * V) * sizeof *logits);
+    if (!logits) return runtime_error(CMD, "out of memory for the logits of a %lld-token window", (long long)W);
+    memset(r, 0, sizeof *r);
+    r->W = W, r->S = S;
+    int rc = EXIT_OK;
+    for (int64_t done = 0; done < n - 1 && rc == EXIT_OK;) { /* done: last target scored so far */
+        int64_t e = done == 0 ? W : done + S;
+        if (e > n - 1) e = n - 1;
+        int64_t b = e - W > 0 ? e - W : 0, T = e - b;
+        if (dtx_model_forward(m, cp->ids + b, NULL, 1, T, logits, NULL) != DTX_OK) {
+            rc = lib_error(CMD);
+            break;
+        }
+        /* position i predicts x[b + i + 1]; the new targets are done + 1 .. e */
+        for (int64_t i = done - b; i < T; i++) r->nll += token_nll(logits + i * V, V, cp->ids[b + i + 1]);
+        r->scored += e - done;
+        r->windows++;
+        done = e;
+    }
+    free(logits);
+    if (rc == EXIT_OK && !isfinite(r->nll)) rc = runtime_error(CMD, "the NLL is not finite (%g)", r->nll);
+    return rc;
+}
+
+/* ------------------------------------------------------------ output */
+
+static double bits_per_byte(const corpus *cp, const ppl_result *r) {
+    return cp->bytes > 0 ? r->nll / log(2.0) / (double)cp->bytes : NAN;
+}
+
+static void print_result(const ppl_args *a, const dtx_model *m, const corpus *cp, const ppl_result *r) {
+    const dtx_config *c = dtx_model_config(m);
+    double mean = r->nll / (double)r->scored;
+    printf("model        %s (%s, %zu params)\n", a->model, dtx_arch_name(c->arch), dtx_model_num_params(m));
+    printf("input        %s: %lld tokens", a->text ? a->text : a->tokens, (long long)cp->n);
+    if (cp->n < cp->n_read) printf(" (first %lld of %lld)", (long long)cp->n, (long long)cp->n_read);
+    if (cp->bytes >= 0) printf(", %lld bytes", (long long)cp->bytes);
+    printf("\nwindows      %lld of up to %lld tokens, stride %lld\n", (long long)r->windows, (long long)r->W,
+           (long long)r->S);
+    if (a->attn_bits)
+        printf("attention    logits quantised to %lld bits, one step per %s\n", (long long)a->attn_bits,
+               a->attn_scope ? "layer and map of each window" : "query row and head");
+    else printf("attention    logits unquantised\n");
+    printf("tokens       %lld scored\n", (long long)r->scored);
+    printf("mean NLL     %.6f nats\n", mean);
+    printf("perplexity   %.4f\n", exp(mean));
+    if (cp->bytes > 0) printf("bits/byte    %.6f\n", bits_per_byte(cp, r));
+}
+
+static void jnum(cJSON *o, const char *k, double v, int *ok) {
+    if (!cJSON_AddNumberToObject(o, k, v)) *ok = 0;
+}
+
+static int write_json(const ppl_args *a, const dtx_model *m, const corpus *cp, const ppl_result *r) {
+    const dtx_config *c = dtx_model_config(m);
+    double mean = r->nll / (double)r->scored;
+    int ok = 1;
+    cJSON *root = cJSON_CreateObject();
+    if (!root || !cJSON_AddStringToObject(root, "model", a->model) ||
+        !cJSON_AddStringToObject(root, "arch", dtx_arch_name(c->arch)))
+        ok = 0;
+    jnum(root, "params", (double)dtx_model_num_params(m), &ok);
+    jnum(root, "tokens", (double)r->scored, &ok);
+    jnum(root, "windows", (double)r->windows, &ok);
+    jnum(root, "window", (double)r->W, &ok);
+    jnum(root, "stride", (double)r->S, &ok);
+    jnum(root, "nll", mean, &ok);
+    jnum(root, "ppl", exp(mean), &ok);
+    if (cp->bytes > 0) jnum(root, "bpb", bits_per_byte(cp, r), &ok);
+    else if (!cJSON_AddNullToObject(root, "bpb")) ok = 0;
+    jnum(root, "attn_bits", (double)a->attn_bits, &ok);
+    if (!cJSON_AddStringToObject(root, "attn_scope", a->attn_scope ? "tensor" : "row")) ok = 0;
+    char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    char *full = text ? realloc(text, strlen(text) + 2) : NULL;
+    if (!full) {
+        free(text);
+        return runtime_error(CMD, "--json %s: out of memory building the JSON", a->json);
+    }
+    size_t n = strlen(full);
+    full[n] = '\n', full[n + 1] = '\0';
+    dtx_status st = dtx_eval_write_atomic(a->json, full, n + 1);
+    free(full);
+    return st ? lib_error(CMD) : EXIT_OK;
+}
+
+/* ------------------------------------------------------------ setup */
+
+static int parse_args(ppl_args *a, int argc, char **argv) {
+    flag fl[] = {
+        FLAG_STR("--model", &a->model),         FLAG_STR("--tokens", &a->tokens),
+        FLAG_STR("--text", &a->text),           FLAG_STR("--tokenizer", &a->tokenizer),
+        FLAG_INT("--window", &a->window, 1, INT64_MAX), FLAG_INT("--stride", &a->stride, 1, INT64_MAX),
+        FLAG_INT("--max-tokens", &a->max_tokens, 1, INT64_MAX),
+        FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
+        FLAG_INT("--attn-bits", &a->attn_bits, 0, 16), FLAG_CHOICE("--attn-scope", &a->attn_scope, "row|tensor"),
+        FLAG_STR("--json", &a->json),
+    };
+    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
+    case FLAGS_HELP: return FLAGS_HELP;
+    case FLAGS_ERROR: return EXIT_USAGE;
+    }
+    if (!a->model) return usage_error(CMD, "--model is required");
+    if (!a->tokens == !a->text) return usage_error(CMD, "give exactly one of --tokens FILE and --text FILE");
+    if (a->text && !a->tokenizer) return usage_error(CMD, "--text needs --tokenizer");
+    if (a->tokens && a->tokenizer) return usage_error(CMD, "--tokenizer goes with --text, not with --tokens");
+    if (a->attn_bits == 1) return usage_error(CMD, "--attn-bits: expected 0 (off) or 2 to 16, got '1'");
+    if (a->window && a->stride > a->window)
+        return usage_error(CMD, "--stride %lld exceeds --window %lld", (long long)a->stride, (long long)a->window);
+    return EXIT_OK;
+}
+
+/* The window and stride for this model (defaults: max_seq_len, W/2). */
+static int resolve_window(ppl_args *a, const dtx_config *c) {
+    if (a->window > c->max_seq_len)
+        return runtime_error(CMD, "--window %lld exceeds the model's max_seq_len %lld", (long long)a->window,
+                             (long long)c->max_seq_len);
+    if (!a->window) a->window = c->max_seq_len;
+    if (a->stride > a->window)
+        return runtime_error(CMD, "--stride %lld exceeds the window, the model's max_seq_len %lld",
+                             (long long)a->stride, (long long)a->window);
+    if (!a->stride) a->stride = a->window / 2 > 0 ? a->window / 2 : 1;
+    return EXIT_OK;
+}
+
+static int run(ppl_args *a, dtx_model *m) {
+    const dtx_config *c = dtx_model_config(m);
+    int rc = resolve_window(a, c);
+    if (rc) return rc;
+    if (dtx_model_set_precision(m, (dtx_precision)a->precision) != DTX_OK ||
+        dtx_model_set_attention_quant(m, (int)a->attn_bits, (dtx_quant_scope)a->attn_scope) != DTX_OK)
+        return lib_error(CMD);
+    corpus cp;
+    ppl_result r;
+    rc = read_corpus(a, c, &cp);
+    if (rc == EXIT_OK) rc = score_windows(m, &cp, a->window, a->stride, &r);
+    /* the JSON first: a failure to write it is then the only line printed */
+    if (rc == EXIT_OK && a->json) rc = write_json(a, m, &cp, &r);
+    if (rc == EXIT_OK) print_result(a, m, &cp, &r);
+    free(cp.ids);
+    return rc;
+}
 
 int cmd_eval_ppl(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return runtime_error("eval", "not implemented yet");
+    ppl_args a;
+    memset(&a, 0, sizeof a);
+    int rc = parse_args(&a, argc, argv);
+    if (rc == FLAGS_HELP) return finish_stdout(CMD);
+    if (rc) return rc;
+    dtx_model *m = NULL;
+    if (dtx_model_load(&m, a.model) != DTX_OK) return lib_error(CMD);
+    rc = run(&a, m);
+    dtx_model_free(m);
+    return rc == EXIT_OK ? finish_stdout(CMD) : rc;
 }

@@ -6,6 +6,10 @@
  *   DIFF: q [B,T,2H·d], k [B,T,2G·d], v [B,T,G·2d], out [B,T,H·2d]; head h
  *     has q1 = sub-head 2h, q2 = 2h+1, reads k1 = 2g, k2 = 2g+1 and v = V[g],
  *     g = h / (H/G); att [B,2H,T,T] holds A1 at sub-head 2h, A2 at 2h+1.
+ * Quantised logits (evaluation, a->quant_bits > 0, docs/eval_quant.md): every
+ * logit row goes into att first, is quantised with dtx_quant_step/apply
+ * (its own absmax, or the batch row's over all heads and rows for TENSOR
+ * scope), then normalised in place; this is the reference for the row path.
  * Dot products, softmax denominators and row statistics are summed in double.
  * Per-row accumulators live on the stack (d ≤ DTX_ATTN_MAX_HEAD_DIM), so
  * nothing is allocated. Every output element is produced by one thread in a
@@ -55,15 +59,17 @@ static geom make_geom(const dtx_attn_dims *a) {
     return g;
 }
 
-/* Probability row t of one map: p [T] (p[s] = 0 for s > t); qt [d] the
- * query, k the key sub-head's first row (row stride ks). */
-static void softmax_row(real *p, const real *qt, const real *k, int64_t ks, int64_t t, int64_t T,
-                        int64_t d, double scale) {
+/* Logit row t of one map: p[s] = scale·q_t·k_s for s ≤ t (p[s > t] untouched);
+ * qt [d] the query, k the key sub-head's first row (row stride ks). */
+static void logits_row(real *p, const real *qt, const real *k, int64_t ks, int64_t t, int64_t d, double scale) {
+    for (int64_t s = 0; s <= t; s++) p[s] = (real)(scale * dotd(qt, k + s * ks, d));
+}
+
+/* In place: logits p[0..t] -> probabilities, p[s] = 0 for t < s < T. */
+static void normalise_row(real *p, int64_t t, int64_t T) {
     double mx = -INFINITY;
-    for (int64_t s = 0; s <= t; s++) {
-        p[s] = (real)(scale * dotd(qt, k + s * ks, d));
+    for (int64_t s = 0; s <= t; s++)
         if (p[s] > mx) mx = p[s];
-    }
     double sum = 0;
     for (int64_t s = 0; s <= t; s++) {
         double e = exp((double)p[s] - mx);
@@ -73,6 +79,27 @@ static void softmax_row(real *p, const real *qt, const real *k, int64_t ks, int6
     double inv = 1.0 / sum;
     for (int64_t s = 0; s <= t; s++) p[s] = (real)(p[s] * inv);
     for (int64_t s = t + 1; s < T; s++) p[s] = 0;
+}
+
+/* Probability row t of one map: p [T] (p[s] = 0 for s > t). */
+static void softmax_row(real *p, const real *qt, const real *k, int64_t ks, int64_t t, int64_t T,
+                        int64_t d, double scale) {
+    logits_row(p, qt, k, ks, t, d, scale);
+    normalise_row(p, t, T);
+}
+
+static double row_absmax(const real *p, int64_t t) {
+    double m = 0;
+    for (int64_t s = 0; s <= t; s++) m = fmax(m, fabs((double)p[s]));
+    return m;
+}
+
+/* Quantised logits (a->quant_bits): p holds row t's logits already; quantise
+ * them with the step of absmax (the row's own when absmax < 0), then softmax. */
+static void quant_softmax_row(real *p, int64_t t, int64_t T, double absmax, int bits) {
+    double step = dtx_quant_step(absmax < 0 ? row_absmax(p, t) : absmax, bits);
+    for (int64_t s = 0; s <= t; s++) p[s] = dtx_quant_apply(p[s], step);
+    normalise_row(p, t, T);
 }
 
 /* o [w] = Σ_{s ≤ t} p[s] · v[s, 0..w)  (v row stride vs) */
@@ -113,14 +140,15 @@ size_t dtx_attention_rstd_size(const dtx_attn_dims *a) {
 /* ---------------------------------------------------------------- forward */
 
 /* Transformer head j of batch b: att rows and out[b, :, j·d : j·d+d]. */
-static void forward_head(const geom *g, real *out, const dtx_attn_saved *sv, const real *q,
-                         const real *k, const real *v, int64_t b, int64_t j) {
+static void forward_head(const geom *g, const dtx_attn_dims *a, real *out, const dtx_attn_saved *sv, const real *q,
+                         const real *k, const real *v, const double *amax, int64_t b, int64_t j) {
     int64_t kv = j / g->n_rep, d = g->d;
     const real *kh = k + b * g->T * g->ks + kv * d, *vh = v + b * g->T * g->vs + kv * d;
     double o[MAXD];
     for (int64_t t = 0; t < g->T; t++) {
         real *p = att_row(sv, g, b, j, t);
-        softmax_row(p, q + (b * g->T + t) * g->qs + j * d, kh, g->ks, t, g->T, d, g->scale);
+        if (a->quant_bits) quant_softmax_row(p, t, g->T, amax ? amax[0] : -1, a->quant_bits);
+        else softmax_row(p, q + (b * g->T + t) * g->qs + j * d, kh, g->ks, t, g->T, d, g->scale);
         pv_row(o, p, vh, g->vs, t, d);
         real *ot = out + (b * g->T + t) * g->os + j * d;
         for (int64_t c = 0; c < d; c++) ot[c] = (real)o[c];
@@ -131,7 +159,7 @@ static void forward_head(const geom *g, real *out, const dtx_attn_saved *sv, con
  * rstd = 1/rms(O) over 2d, out = (1 − λ_init)·γ ⊙ O · rstd. */
 static void forward_diff_head(const geom *g, const dtx_attn_dims *a, real *out,
                               const dtx_attn_saved *sv, const real *q, const real *k, const real *v,
-                              const real *gamma, int64_t b, int64_t h) {
+                              const real *gamma, const double *amax, int64_t b, int64_t h) {
     int64_t kv = h / g->n_rep, d = g->d, w = g->w, T = g->T;
     const real *k1 = k + b * T * g->ks + 2 * kv * d, *k2 = k1 + d;
     const real *vh = v + b * T * g->vs + kv * w;
@@ -140,8 +168,13 @@ static void forward_diff_head(const geom *g, const dtx_attn_dims *a, real *out,
     for (int64_t t = 0; t < T; t++) {
         const real *q1 = q + (b * T + t) * g->qs + 2 * h * d, *q2 = q1 + d;
         real *p1 = att_row(sv, g, b, 2 * h, t), *p2 = att_row(sv, g, b, 2 * h + 1, t);
-        softmax_row(p1, q1, k1, g->ks, t, T, d, g->scale);
-        softmax_row(p2, q2, k2, g->ks, t, T, d, g->scale);
+        if (a->quant_bits) { /* z1 and z2 each with their own step */
+            quant_softmax_row(p1, t, T, amax ? amax[0] : -1, a->quant_bits);
+            quant_softmax_row(p2, t, T, amax ? amax[1] : -1, a->quant_bits);
+        } else {
+            softmax_row(p1, q1, k1, g->ks, t, T, d, g->scale);
+            softmax_row(p2, q2, k2, g->ks, t, T, d, g->scale);
+        }
         pv_row(o1, p1, vh, g->vs, t, w);
         pv_row(o2, p2, vh, g->vs, t, w);
         int64_t off = (b * T + t) * g->os + h * w;
@@ -158,17 +191,49 @@ static void forward_diff_head(const geom *g, const dtx_attn_dims *a, real *out,
     }
 }
 
+/* Quantised logits, batch row b: every logit row of every sub-head into att
+ * first (so that TENSOR scope can take its maximum over all of them), then
+ * each head quantises, normalises and reads V as the unquantised path. */
+static void plain_quant_forward_batch(const geom *g, const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
+                                      const real *q, const real *k, const real *v, const real *gamma, int64_t b) {
+    int64_t sub = a->diff ? 2 : 1, T = g->T, d = g->d;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < g->NQ; i++) {
+        /* sub-head i = sub·h + j reads key sub-head sub·(h / n_rep) + j */
+        int64_t ksub = sub * (i / sub / g->n_rep) + i % sub;
+        for (int64_t t = 0; t < T; t++)
+            logits_row(att_row(s, g, b, i, t), q + (b * T + t) * g->qs + i * d, k + b * T * g->ks + ksub * d, g->ks,
+                       t, d, g->scale);
+    }
+    double amax[2] = {0, 0};
+    if (a->quant_tensor) {
+        for (int64_t i = 0; i < g->NQ; i++)
+            for (int64_t t = 0; t < T; t++) amax[i % sub] = fmax(amax[i % sub], row_absmax(att_row(s, g, b, i, t), t));
+    }
+    const double *am = a->quant_tensor ? amax : NULL;
+#pragma omp parallel for schedule(static)
+    for (int64_t h = 0; h < g->H; h++) {
+        if (a->diff) forward_diff_head(g, a, out, s, q, k, v, gamma, am, b, h);
+        else forward_head(g, a, out, s, q, k, v, am, b, h);
+    }
+}
+
 /* out [B, T, NQ·d] (overwritten); s->att always, s->o1/o2/rstd for DIFF. */
 void dtx_attention_plain_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
                            const real *q, const real *k, const real *v, const real *subln_w) {
     geom g = make_geom(a);
     assert(out && s && s->att && q && k && v);
     assert(!a->diff || (s->o1 && s->o2 && s->rstd && subln_w));
+    assert(a->quant_bits == 0 || (a->quant_bits >= 2 && a->quant_bits <= 16));
+    if (a->quant_bits) {
+        for (int64_t b = 0; b < g.B; b++) plain_quant_forward_batch(&g, a, out, s, q, k, v, subln_w, b);
+        return;
+    }
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < g.B; b++) {
         for (int64_t h = 0; h < g.H; h++) {
-            if (a->diff) forward_diff_head(&g, a, out, s, q, k, v, subln_w, b, h);
-            else forward_head(&g, out, s, q, k, v, b, h);
+            if (a->diff) forward_diff_head(&g, a, out, s, q, k, v, subln_w, NULL, b, h);
+            else forward_head(&g, a, out, s, q, k, v, NULL, b, h);
         }
     }
 }
@@ -321,6 +386,7 @@ void dtx_attention_plain_backward(const dtx_attn_dims *a, real *dq, real *dk, re
                             const real *q, const real *k, const real *v, const real *subln_w) {
     geom g = make_geom(a);
     assert(dq && dk && dv && dout && s && s->att && q && k && v);
+    assert(a->quant_bits == 0); /* quantised logits are for evaluation: no gradient through round() */
     if (a->diff) {
         assert(s->o1 && s->o2 && s->rstd && subln_w);
         backward_diff(&g, a, dq, dk, dv, dsubln_w, dlambda, dout, s, q, k, v, subln_w);

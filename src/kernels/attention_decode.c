@@ -21,6 +21,13 @@
  * is a stride of a whole row, which the prefetchers do not follow across
  * pages (the column walk ran at 7 GB/s at len 1024, config S).
  *
+ * Quantised logits (evaluation, docs/eval_quant.md): the scores are then the
+ * plain reference's (double dots rounded to real), quantised in scratch
+ * before the softmax with the step of their own map (ROW scope) or of the
+ * given per-map absmax (TENSOR scope), so the row kernel and the reference
+ * see the same logits and round them alike. dtx_attention_quant_forward runs
+ * a whole [B, T] forward through this row kernel, one query row at a time.
+ *
  * Threads: when the cache is long enough to pay for waking them, each thread
  * takes a contiguous block of heads (a contiguous slice of every row). Every
  * head is computed the same way whichever thread runs it, so the result does
@@ -43,6 +50,20 @@
 
 size_t dtx_attention_decode_scratch_size(const dtx_attn_dims *a, int64_t len) {
     return (size_t)((a->diff ? 2 : 1) * a->n_heads * (len > 0 ? len : 0));
+}
+
+/* Exactly the plain reference's dot (attention.c): float products are exact
+ * in double, so only the summation order may differ, far below one float ulp. */
+static inline double dot_d(const real *a, const real *b, int64_t n) {
+    double acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = 0; i < n; i++) acc += (double)a[i] * b[i];
+    return acc;
+}
+
+/* The quantised path's logit: as the reference computes it. */
+static inline real quant_score(const real *qh, const real *kh, int64_t d, double scale) {
+    return (real)(scale * dot_d(qh, kh, d));
 }
 
 static inline real dot_r(const real *restrict a, const real *restrict b, int64_t n) {
@@ -73,13 +94,29 @@ static inline void axpy(real *restrict y, real alpha, const real *restrict x, in
     for (int64_t c = 0; c < w; c++) y[c] += alpha * x[c];
 }
 
-/* Heads [h0, h1) of one decode step (see the top of the file). */
+/* In place: p [len] = dtx_quant_apply(p, step of absmax), absmax < 0 meaning
+ * p's own. */
+static void quantise_map(real *p, int64_t len, double absmax, int bits) {
+    if (absmax < 0) {
+        absmax = 0;
+        for (int64_t t = 0; t < len; t++) absmax = fmax(absmax, fabs((double)p[t]));
+    }
+    double step = dtx_quant_step(absmax, bits);
+    for (int64_t t = 0; t < len; t++) p[t] = dtx_quant_apply(p[t], step);
+}
+
+/* Heads [h0, h1) of one decode step (see the top of the file); scratch holds
+ * their maps from its start: map j of head h at (sub·(h − h0) + j)·len.
+ * amax: TENSOR scope's per-map absmax (quantised rows only), else NULL. */
 static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const real *kcache, const real *vcache,
-                         int64_t len, const real *subln_w, real *scratch, int64_t h0, int64_t h1) {
+                         int64_t len, const real *subln_w, real *scratch, int64_t h0, int64_t h1,
+                         const double *amax) {
     const int64_t H = a->n_heads, G = a->n_kv_heads, n_rep = H / G, d = a->head_dim;
     const int64_t sub = a->diff ? 2 : 1, w = sub * d;
     const int64_t ks = sub * G * d, vs = G * w; /* cache row strides */
     const real scale = (real)(1.0 / sqrt((double)d));
+    const double scale_d = 1.0 / sqrt((double)d);
+    const int qb = a->quant_bits;
     /* 1. scores, row by row of the cache: each row's keys are read once,
      *    contiguously (a walk down one head's column would stride over rows
      *    and defeat the prefetchers once the cache outgrows the caches). */
@@ -87,14 +124,18 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
         const real *kr = kcache + t * ks;
         for (int64_t h = h0; h < h1; h++) {
             const int64_t g = h / n_rep;
-            for (int64_t j = 0; j < sub; j++) /* sub-head sub·h + j reads key sub-head sub·g + j */
-                scratch[(sub * h + j) * len + t] = scale * dot_r(q + (sub * h + j) * d, kr + (sub * g + j) * d, d);
+            for (int64_t j = 0; j < sub; j++) { /* sub-head sub·h + j reads key sub-head sub·g + j */
+                const real *qh = q + (sub * h + j) * d, *kh = kr + (sub * g + j) * d;
+                scratch[(sub * (h - h0) + j) * len + t] = qb ? quant_score(qh, kh, d, scale_d) : scale * dot_r(qh, kh, d);
+            }
         }
     }
-    /* 2. softmax of every map; DIFF folds its two maps into p1 − λ·p2 */
+    /* 2. softmax of every map (quantised first when asked); DIFF folds its
+     *    two maps into p1 − λ·p2 */
     const real lr = (real)a->lambda;
     for (int64_t h = h0; h < h1; h++) {
-        real *p1 = scratch + sub * h * len;
+        real *p1 = scratch + sub * (h - h0) * len;
+        for (int64_t j = 0; qb && j < sub; j++) quantise_map(p1 + j * len, len, amax ? amax[j] : -1, qb);
         softmax_inplace(p1, len);
         if (a->diff) {
             real *p2 = p1 + len;
@@ -107,7 +148,8 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
     for (int64_t c = h0 * w; c < h1 * w; c++) out[c] = 0;
     for (int64_t t = 0; t < len; t++) {
         const real *vr = vcache + t * vs;
-        for (int64_t h = h0; h < h1; h++) axpy(out + h * w, scratch[sub * h * len + t], vr + (h / n_rep) * w, w);
+        for (int64_t h = h0; h < h1; h++)
+            axpy(out + h * w, scratch[sub * (h - h0) * len + t], vr + (h / n_rep) * w, w);
     }
     if (!a->diff) return;
     /* 4. DIFF: per-head RMSNorm over 2d, γ, (1 − λ_init) */
@@ -121,15 +163,50 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
     }
 }
 
-void dtx_attention_decode(const dtx_attn_dims *a, real *out, const real *q, const real *kcache, const real *vcache,
-                          int64_t len, const real *subln_w, real *scratch) {
-    assert(a && out && q && kcache && vcache && scratch && len >= 1);
+static void check_dims(const dtx_attn_dims *a) {
     assert(a->n_heads > 0 && a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0);
     assert(a->head_dim > 0 && a->head_dim <= DTX_ATTN_MAX_HEAD_DIM);
+    assert(a->quant_bits == 0 || (a->quant_bits >= 2 && a->quant_bits <= 16));
+}
+
+void dtx_attention_decode_absmax(const dtx_attn_dims *a, double *absmax, const real *q, const real *kcache,
+                                 int64_t len) {
+    assert(a && absmax && q && kcache && len >= 1);
+    check_dims(a);
+    const int64_t H = a->n_heads, n_rep = H / a->n_kv_heads, d = a->head_dim, sub = a->diff ? 2 : 1;
+    const int64_t ks = sub * a->n_kv_heads * d;
+    const double scale = 1.0 / sqrt((double)d);
+    double m0 = absmax[0], m1 = a->diff ? absmax[1] : 0;
+    /* max is exact, so the threads' partial maxima combine to the same value */
+#pragma omp parallel for schedule(static) reduction(max : m0, m1) if (len * 2 * H * d >= PAR_MIN && !omp_in_parallel())
+    for (int64_t t = 0; t < len; t++) {
+        const real *kr = kcache + t * ks;
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t j = 0; j < sub; j++) {
+                double z = fabs((double)quant_score(q + (sub * h + j) * d, kr + (sub * (h / n_rep) + j) * d, d, scale));
+                if (j == 0) m0 = z > m0 ? z : m0;
+                else m1 = z > m1 ? z : m1;
+            }
+    }
+    absmax[0] = m0;
+    if (a->diff) absmax[1] = m1;
+}
+
+void dtx_attention_decode_with_absmax(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,
+                                      const real *vcache, int64_t len, const real *subln_w, real *scratch,
+                                      const double *absmax) {
+    assert(a && out && q && kcache && vcache && scratch && len >= 1);
+    check_dims(a);
     assert(!a->diff || subln_w);
-    const int64_t H = a->n_heads, work = len * 2 * H * a->head_dim;
+    double own[2] = {0, 0};
+    if (!a->quant_bits || !a->quant_tensor) absmax = NULL;
+    else if (!absmax) { /* this row alone is the tensor */
+        dtx_attention_decode_absmax(a, own, q, kcache, len);
+        absmax = own;
+    }
+    const int64_t H = a->n_heads, sub = a->diff ? 2 : 1, work = len * 2 * H * a->head_dim;
     if (work < PAR_MIN || omp_get_max_threads() == 1 || omp_in_parallel()) {
-        decode_heads(a, out, q, kcache, vcache, len, subln_w, scratch, 0, H);
+        decode_heads(a, out, q, kcache, vcache, len, subln_w, scratch, 0, H, absmax);
         return;
     }
     /* Each thread takes a contiguous block of heads: a contiguous slice of
@@ -138,6 +215,64 @@ void dtx_attention_decode(const dtx_attn_dims *a, real *out, const real *q, cons
     {
         int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
         int64_t h0 = H * id / nt, h1 = H * (id + 1) / nt;
-        if (h0 < h1) decode_heads(a, out, q, kcache, vcache, len, subln_w, scratch, h0, h1);
+        if (h0 < h1) decode_heads(a, out, q, kcache, vcache, len, subln_w, scratch + sub * h0 * len, h0, h1, absmax);
     }
+}
+
+void dtx_attention_decode(const dtx_attn_dims *a, real *out, const real *q, const real *kcache, const real *vcache,
+                          int64_t len, const real *subln_w, real *scratch) {
+    dtx_attention_decode_with_absmax(a, out, q, kcache, vcache, len, subln_w, scratch, NULL);
+}
+
+/* ------------------------------------------------- quantised full forward */
+
+static inline int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
+
+/* Elements of real holding n doubles. */
+static inline int64_t doubles_as_reals(int64_t n) {
+    return (n * (int64_t)sizeof(double) + (int64_t)sizeof(real) - 1) / (int64_t)sizeof(real);
+}
+
+size_t dtx_attention_quant_workspace_size(const dtx_attn_dims *a) {
+    if (a->impl != DTX_ATTN_FLASH || !a->quant_bits) return 0;
+    int64_t nq = (a->diff ? 2 : 1) * a->n_heads;
+    return (size_t)(round16(a->B * nq * a->T) + round16(doubles_as_reals(a->B * a->T * 2)));
+}
+
+/* Every row's per-map absmax over all heads: rowmax [B·T, 2]. */
+static void quant_row_maxima(const dtx_attn_dims *a, double *rowmax, const real *q, const real *k) {
+    const int64_t B = a->B, T = a->T, sub = a->diff ? 2 : 1;
+    const int64_t qs = sub * a->n_heads * a->head_dim, ks = sub * a->n_kv_heads * a->head_dim;
+#pragma omp parallel for collapse(2) schedule(dynamic, 16)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            double *m = rowmax + (b * T + t) * 2;
+            m[0] = m[1] = 0;
+            dtx_attention_decode_absmax(a, m, q + (b * T + t) * qs, k + b * T * ks, t + 1);
+        }
+}
+
+void dtx_attention_quant_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s, const real *q,
+                                 const real *k, const real *v, const real *subln_w) {
+    assert(a && out && s && s->work && q && k && v && a->quant_bits);
+    check_dims(a);
+    assert(!a->diff || subln_w);
+    const int64_t B = a->B, T = a->T, H = a->n_heads, sub = a->diff ? 2 : 1, d = a->head_dim;
+    const int64_t qs = sub * H * d, ks = sub * a->n_kv_heads * d, vs = a->n_kv_heads * sub * d, os = H * sub * d;
+    real *scores = s->work;
+    double *rowmax = (double *)(s->work + round16(B * sub * H * T));
+    if (a->quant_tensor) quant_row_maxima(a, rowmax, q, k);
+    /* One task per (batch, head): its rows in order, over a private slice of
+     * scores long enough for the last row. */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            double amax[2] = {0, 0};
+            for (int64_t t = 0; a->quant_tensor && t < T; t++)
+                for (int j = 0; j < 2; j++) amax[j] = fmax(amax[j], rowmax[(b * T + t) * 2 + j]);
+            real *sc = scores + (b * H + h) * sub * T;
+            for (int64_t t = 0; t < T; t++)
+                decode_heads(a, out + (b * T + t) * os, q + (b * T + t) * qs, k + b * T * ks, v + b * T * vs, t + 1,
+                             subln_w, sc, h, h + 1, a->quant_tensor ? amax : NULL);
+        }
 }

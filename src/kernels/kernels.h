@@ -11,6 +11,8 @@
 
 #include "common/common.h"
 
+#include <math.h>
+
 /* ---- linear layer without bias (nn.Linear orientation)
  * x [M, K], w [N, K]  ->  out [M, N] = x · wᵀ  (out is overwritten)
  * p = DTX_PREC_FP32: fp32 products; DTX_PREC_BF16: x, w (and dout) rounded to
@@ -110,7 +112,27 @@ typedef struct {
     double lambda;       /* DIFF: this layer's λ */
     double lambda_init;  /* DIFF: output scale is (1 − lambda_init) */
     double eps;          /* DIFF: per-head RMSNorm eps */
+    /* Evaluation only: absmax quantisation of the scaled logits to
+     * quant_bits bits (2..16; 0 = off, exactly the unquantised kernels).
+     * quant_tensor = 0: one scale per (batch row, sub-head, query row);
+     * 1: one per (batch row, map) over every head and query row of the call
+     * (map: z1 or z2 for DIFF, the one map otherwise). Forward only. See
+     * dtx_quant_step below and docs/eval_quant.md. */
+    int quant_bits;
+    int quant_tensor;
 } dtx_attn_dims;
+
+/* The quantiser both kernels apply (one definition, so the reference and the
+ * row kernel round alike): step s = absmax / (2^(b−1) − 1) over the unmasked
+ * logits; z_q = round(z/s)·s, half away from zero (C round); s = 0 (all
+ * logits 0) gives z_q = 0. Logits are quantised in double and rounded to
+ * real once. */
+static inline double dtx_quant_step(double absmax, int bits) {
+    return absmax / (double)(((int64_t)1 << (bits - 1)) - 1);
+}
+static inline real dtx_quant_apply(real z, double step) {
+    return step > 0 ? (real)(round((double)z / step) * step) : (real)0;
+}
 
 /* What the forward keeps for the backward (caller-owned buffers). */
 typedef struct {
@@ -140,8 +162,20 @@ size_t dtx_attention_rstd_size(const dtx_attn_dims *a);
  *     (per-task γ/λ gradient partials, reduced in a fixed order)
  *   + double build only: B·NQ·T (lse refined to double for the backward).   */
 size_t dtx_attention_flash_workspace_size(const dtx_attn_dims *a);
+/* Elements of `real` the quantised FLASH forward (a->quant_bits > 0, impl
+ * FLASH: dtx_attention_quant_forward) needs in s->work; 0 otherwise. Linear
+ * in T, each term rounded up to 16 elements: B·NQ·T (one row of scores per
+ * (batch, sub-head)) + B·T·2 doubles (per-row absmax, TENSOR scope).       */
+size_t dtx_attention_quant_workspace_size(const dtx_attn_dims *a);
+/* What s->work must hold for any call with these dims: the larger of the
+ * two above (so a buffer sized with quantisation on also serves it off).   */
+size_t dtx_attention_workspace_size(const dtx_attn_dims *a);
 
-/* out [B, T, NQ·d] (overwritten). subln_w is ignored for the Transformer.     */
+/* out [B, T, NQ·d] (overwritten). subln_w is ignored for the Transformer.
+ * With a->quant_bits > 0: PLAIN quantises the logits in its T×T buffer (and
+ * saves att, o1, o2, rstd as usual: the reference); FLASH runs
+ * dtx_attention_quant_forward instead of the fused kernel. The backward
+ * asserts quant_bits == 0 (training never quantises).                        */
 void dtx_attention_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
                            const real *q, const real *k, const real *v, const real *subln_w);
 /* dq, dk, dv (+=) with the shapes of q, k, v; DIFF also dsubln_w [2d] (+=) and
@@ -177,5 +211,28 @@ void dtx_attention_flash_backward(const dtx_attn_dims *a, real *dq, real *dk, re
 size_t dtx_attention_decode_scratch_size(const dtx_attn_dims *a, int64_t len);
 void dtx_attention_decode(const dtx_attn_dims *a, real *out, const real *q, const real *kcache, const real *vcache,
                           int64_t len, const real *subln_w, real *scratch);
+/* Quantised logits (a->quant_bits > 0) in the row kernel: the logits are then
+ * the reference's (dot products in double, rounded to real once), quantised
+ * per sub-head (ROW scope) or with one step per map over all heads of the
+ * row (TENSOR scope: the row is the tensor). To make several rows one
+ * tensor, fold each row's maxima with dtx_attention_decode_absmax into
+ * absmax [2] (zeroed first; entry 1 is DIFF's z2, unused otherwise), then
+ * call dtx_attention_decode_with_absmax for each row. absmax == NULL is
+ * dtx_attention_decode; absmax is ignored unless quant_bits and
+ * quant_tensor are both set.                                                */
+void dtx_attention_decode_absmax(const dtx_attn_dims *a, double *absmax, const real *q, const real *kcache,
+                                 int64_t len);
+void dtx_attention_decode_with_absmax(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,
+                                      const real *vcache, int64_t len, const real *subln_w, real *scratch,
+                                      const double *absmax);
+/* The FLASH forward with quantised logits (attention_decode.c): every query
+ * row through the row kernel above over the rows before it, so no T×T
+ * buffer; TENSOR scope first takes every row's maxima (a second pass of dot
+ * products). Tasks are (batch, head); s->work holds
+ * dtx_attention_quant_workspace_size(a) elements (8-byte aligned); s->lse,
+ * o1, o2 and rstd are not written (there is no backward). Same out as
+ * dtx_attention_plain_forward with the same dims, to rounding.              */
+void dtx_attention_quant_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s, const real *q,
+                                 const real *k, const real *v, const real *subln_w);
 
 #endif

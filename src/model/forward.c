@@ -21,9 +21,20 @@ static dtx_attn_dims attn_dims(const dtx_model *m, int64_t B, int64_t T, int64_t
     dtx_attn_dims a = {
         .impl = m->attn_impl, .B = B, .T = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = m->head_dim,
         .diff = c->arch == DTX_ARCH_DIFF, .lambda = lambda, .lambda_init = dtx_lambda_init(layer),
-        .eps = c->norm_eps,
+        .eps = c->norm_eps, .quant_bits = m->attn_quant_bits, .quant_tensor = m->attn_quant_scope == DTX_QUANT_TENSOR,
     };
     return a;
+}
+
+dtx_status dtx_model_set_attention_quant(dtx_model *m, int bits, dtx_quant_scope scope) {
+    if (bits != 0 && (bits < 2 || bits > 16))
+        return dtx_fail(DTX_ERR_ARG, "attention logit bits %d: expected 0 (off) or 2 to 16", bits);
+    if (scope != DTX_QUANT_ROW && scope != DTX_QUANT_TENSOR)
+        return dtx_fail(DTX_ERR_ARG, "unknown attention quantisation scope %d (expected row = %d or tensor = %d)",
+                        (int)scope, (int)DTX_QUANT_ROW, (int)DTX_QUANT_TENSOR);
+    m->attn_quant_bits = bits;
+    m->attn_quant_scope = scope;
+    return DTX_OK;
 }
 
 /* Lays every activation buffer for a [B, T] batch out from `base` (or only
@@ -36,7 +47,7 @@ static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B
     size_t V = (size_t)c->vocab_size, L = (size_t)c->n_layers;
     dtx_attn_dims ad = attn_dims(m, B, T, 0, 0);
     size_t n_att = dtx_attention_att_size(&ad), n_o = dtx_attention_o_size(&ad);
-    size_t n_rs = dtx_attention_rstd_size(&ad), n_work = dtx_attention_flash_workspace_size(&ad);
+    size_t n_rs = dtx_attention_rstd_size(&ad), n_work = dtx_attention_workspace_size(&ad);
     size_t n_lse = (dtx_attention_lse_size(&ad) * sizeof(float) + sizeof(real) - 1) / sizeof(real);
     size_t off = 0;
     dtx_layer_acts dummy;
@@ -105,10 +116,14 @@ void dtx_model_free_acts(dtx_model *m) {
 }
 
 /* Allocates the activations for a [B, T] batch in one block; reuses the
- * previous block when the shape and attention implementation are unchanged. */
+ * previous block when the shape, attention implementation and logit
+ * quantisation (which sizes the attention workspace) are unchanged. */
 static dtx_status ensure_acts(dtx_model *m, int64_t B, int64_t T) {
     dtx_acts *a = &m->acts;
-    if (a->mem && a->B == B && a->T == T && a->impl == m->attn_impl) return DTX_OK;
+    int qt = m->attn_quant_scope == DTX_QUANT_TENSOR;
+    if (a->mem && a->B == B && a->T == T && a->impl == m->attn_impl && a->quant_bits == m->attn_quant_bits &&
+        a->quant_tensor == qt)
+        return DTX_OK;
     dtx_model_free_acts(m);
     size_t N = (size_t)(B * T), L = (size_t)m->cfg.n_layers;
     dtx_acts probe;
@@ -127,6 +142,8 @@ static dtx_status ensure_acts(dtx_model *m, int64_t B, int64_t T) {
     a->B = B;
     a->T = T;
     a->impl = m->attn_impl;
+    a->quant_bits = m->attn_quant_bits;
+    a->quant_tensor = qt;
     a->bytes = total * sizeof(real);
     return DTX_OK;
 }
@@ -277,6 +294,9 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
     dtx_acts *a = &m->acts;
     if (!a->mem || !a->has_targets)
         return dtx_fail(DTX_ERR_ARG, "backward needs a forward pass with targets first");
+    if (a->quant_bits) /* round() has no useful gradient; the kernels assert this */
+        return dtx_fail(DTX_ERR_ARG, "backward after a forward with quantised attention logits (%d bits): "
+                        "quantisation is for evaluation only", a->quant_bits);
     if (dtx_model_ensure_grads(m)) return dtx_fail(DTX_ERR_NOMEM, "out of memory allocating gradients");
     const dtx_config *c = &m->cfg;
     int64_t N = a->B * a->T, D = c->dim, V = c->vocab_size, L = c->n_layers;

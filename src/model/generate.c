@@ -12,6 +12,9 @@
  *              (B = 1, T = n; the cache rows are exactly its k and v);
  *              otherwise row i attends over cache rows 0 .. pos0 + i
  *              (dtx_attention_decode, one query row at a time);
+ *              with quantised logits (dtx_model_set_attention_quant) the
+ *              same kernels quantise; TENSOR scope takes one step per map
+ *              over the n rows of the call, as dtx_model_forward over T;
  *   x += att·woᵀ;  x += w2(silu(w1 xn2) ⊙ w3 xn2), xn2 = ffn_norm(x).
  *
  * Then the final norm and the output projection of the LAST row only. The
@@ -44,9 +47,10 @@ struct dtx_kvcache {
     real *k, *v;    /* [n_layers, max_len, kv_dim] each */
     real *scores;   /* dtx_attention_decode scratch for a full cache */
     size_t scores_n;
-    /* row buffers for up to rows_cap rows (flash buffers when flash_cap) */
+    /* row buffers for up to rows_cap rows (flash buffers when flash_cap;
+     * their workspace also fits the quantised forward when quant_cap) */
     int64_t rows_cap;
-    int flash_cap;
+    int flash_cap, quant_cap;
     real *mem;
     size_t mem_n;
     real *x, *xn, *q, *att, *tmp, *rstd, *h;  /* [r, D] x5, [r], [r, F] */
@@ -64,18 +68,21 @@ static dtx_attn_dims dims(const dtx_model *m, int64_t T, int64_t layer, double l
     dtx_attn_dims a = {
         .impl = DTX_ATTN_FLASH, .B = 1, .T = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
         .head_dim = m->head_dim, .diff = c->arch == DTX_ARCH_DIFF, .lambda = lambda,
-        .lambda_init = dtx_lambda_init(layer), .eps = c->norm_eps,
+        .lambda_init = dtx_lambda_init(layer), .eps = c->norm_eps, .quant_bits = m->attn_quant_bits,
+        .quant_tensor = m->attn_quant_scope == DTX_QUANT_TENSOR,
     };
     return a;
 }
 
 /* Lays the row buffers for r rows out from base (or only counts when base is
- * NULL); every buffer on a 64-byte boundary. Returns the element count. */
-static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, int flash) {
+ * NULL); every buffer on a 64-byte boundary. Returns the element count. The
+ * flash workspace also fits the quantised forward when quant. */
+static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, int flash, int quant) {
     size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, R = (size_t)r, off = 0;
     dtx_attn_dims ad = dims(m, r, 0, 0);
+    ad.quant_bits = quant ? 16 : 0; /* any valid bits: the size depends only on quantisation being on */
     size_t n_o = flash ? dtx_attention_o_size(&ad) : 0, n_rs = flash ? dtx_attention_rstd_size(&ad) : 0;
-    size_t n_work = flash ? dtx_attention_flash_workspace_size(&ad) : 0;
+    size_t n_work = flash ? dtx_attention_workspace_size(&ad) : 0;
     size_t n_lse = flash ? (dtx_attention_lse_size(&ad) * sizeof(float) + sizeof(real) - 1) / sizeof(real) : 0;
     real *lse = NULL;
 #define CARVE(ptr, cnt)                                 \
@@ -106,12 +113,15 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
     return off;
 }
 
-/* Row buffers for r rows (and the flash buffers when flash). */
+/* Row buffers for r rows (and the flash buffers when flash, sized for the
+ * quantised forward when the model quantises the logits). */
 static dtx_status ensure_rows(const dtx_model *m, dtx_kvcache *c, int64_t r, int flash) {
-    if (c->mem && r <= c->rows_cap && (!flash || c->flash_cap)) return DTX_OK;
+    int quant = flash && m->attn_quant_bits;
+    if (c->mem && r <= c->rows_cap && (!flash || c->flash_cap) && (!quant || c->quant_cap)) return DTX_OK;
     if (r < c->rows_cap) r = c->rows_cap;
     flash = flash || c->flash_cap;
-    size_t n = layout(m, c, NULL, r, flash);
+    quant = flash && (quant || c->quant_cap);
+    size_t n = layout(m, c, NULL, r, flash, quant);
     real *mem = dtx_alloc(n, sizeof(real));
     if (!mem)
         return dtx_fail(DTX_ERR_NOMEM, "out of memory for the generation buffers of %lld rows (%zu values)",
@@ -121,7 +131,8 @@ static dtx_status ensure_rows(const dtx_model *m, dtx_kvcache *c, int64_t r, int
     c->mem_n = n;
     c->rows_cap = r;
     c->flash_cap = flash;
-    layout(m, c, mem, r, flash);
+    c->quant_cap = quant;
+    layout(m, c, mem, r, flash, quant);
     return DTX_OK;
 }
 
@@ -325,8 +336,13 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
             dtx_attn_saved s = {.att = NULL, .lse = c->lse, .o1 = c->o1, .o2 = c->o2, .rstd = c->orstd, .work = c->work};
             dtx_attention_forward(&ad, c->att, &s, c->q, kc, vc, subln);
         } else {
+            /* TENSOR scope: this step's n rows, over all heads, are the tensor */
+            double amax[2] = {0, 0};
+            for (int64_t i = 0; ad.quant_bits && ad.quant_tensor && i < n; i++)
+                dtx_attention_decode_absmax(&ad, amax, c->q + i * D, kc, pos0 + i + 1);
             for (int64_t i = 0; i < n; i++)
-                dtx_attention_decode(&ad, c->att + i * D, c->q + i * D, kc, vc, pos0 + i + 1, subln, c->scores);
+                dtx_attention_decode_with_absmax(&ad, c->att + i * D, c->q + i * D, kc, vc, pos0 + i + 1, subln,
+                                                 c->scores, amax);
         }
         linear(m, c, c->tmp, c->att, o->wo, n, D, D);
         dtx_residual_forward(c->x, c->x, c->tmp, n * D);

@@ -36,6 +36,7 @@ typedef struct {
 typedef struct {
     int64_t B, T;          /* the shape these buffers were sized for      */
     dtx_attn_impl impl;    /* ... and the attention implementation        */
+    int quant_bits, quant_tensor; /* ... and logit quantisation (work size) */
     size_t bytes;          /* size of mem                                 */
     real *mem;             /* one allocation holding everything below      */
     real *resid;           /* [L + 1, N, D]: block inputs, then the output */
@@ -65,6 +66,8 @@ struct dtx_model {
     dtx_acts acts;
     dtx_precision precision;  /* of every matrix product (default FP32) */
     dtx_attn_impl attn_impl;  /* FLASH by default; PLAIN is the reference  */
+    int attn_quant_bits;      /* attention logits quantised to these bits; 0: off */
+    dtx_quant_scope attn_quant_scope;
     /* metadata keys read from a file that difftx does not use: kept, and
      * written back on save (interop.md). */
     int n_extra_meta;
