@@ -9,6 +9,10 @@
 #include <stdio.h>
 #include <stddef.h>
 
+#include "difftx.h"
+
+struct cJSON;
+
 typedef void (*test_fn)(void);
 void test_register(const char *name, test_fn fn);
 void test_fail_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -38,11 +42,49 @@ const char *test_tmpdir(void);
 /* path = tmpdir/name; returns a static-per-call malloc'd string (freed at exit). */
 const char *test_path(const char *name);
 int write_file(const char *path, const void *data, size_t n);
+/* The whole file as a malloc'd, NUL-terminated buffer (its length in *len
+ * when len is not NULL); NULL when it cannot be read. */
+char *test_slurp(const char *path, size_t *len);
+/* 1 when no "<name>.tmp.<pid>" (an atomic write's temporary) is left in
+ * dir, 0 when one is or dir cannot be read. */
+int test_no_temp_files(const char *dir);
+/* Path of a committed fixture under tests/fixtures. */
+const char *fixture_path(const char *name);
+
+/* Runs the shell command line cmd (popen); captures what it writes to its
+ * stdout into out (NUL-terminated, truncated to cap) and returns the exit
+ * status (-1 when it did not exit normally). */
+int run_cmd(const char *cmd, char *out, size_t cap);
 /* Runs the difftx binary (env DIFFTX_BIN, default build/difftx) with args
  * (a shell-quoted string); captures stderr+stdout into out (truncated to
  * cap) and returns the exit status (-1 when it did not exit normally). */
 int run_cli(const char *args, char *out, size_t cap);
-/* Path of a committed fixture under tests/fixtures. */
-const char *fixture_path(const char *name);
+
+/* ---- the CLI tests' helpers (tests/cli): one output buffer, shared ---- */
+
+/* What the last cli() printed, stderr and stdout together. */
+extern char cli_out[1 << 17];
+/* Runs difftx with printf-formatted arguments (run_cli); the output lands in
+ * cli_out. Returns the exit status. */
+int cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* s occurs in cli_out. */
+int cli_has(const char *s);
+/* cli_out is one line: exactly one '\n', at its end (a one-line message). */
+int cli_one_line(void);
+/* ... and that line starts with prefix ("difftx eval ppl: "). */
+int cli_one_line_from(const char *prefix);
+
+/* Initialises a model of config c from seed, writes it (fp32) to
+ * test_path(name) and frees it. The path, or NULL on failure. */
+const char *test_model_file(const char *name, const dtx_config *c, uint64_t seed);
+/* Trains a tokenizer of vocab tokens on the n_texts NUL-terminated texts
+ * (dtx_tokenizer_train_texts) and saves it to test_path(name), returned in
+ * *path. The tokenizer (dtx_tokenizer_free), or NULL on failure. */
+dtx_tokenizer *test_tokenizer_file(const char *const *texts, int n_texts, int64_t vocab, const char *name,
+                                   const char **path);
+/* The JSON file at path, parsed whole (cJSON_Delete), or NULL. */
+struct cJSON *read_json(const char *path);
+/* o's number member key, NaN when it is missing or not a number. */
+double json_num(const struct cJSON *o, const char *key);
 
 #endif

@@ -1,6 +1,9 @@
 #include "test.h"
 
+#include <cjson/cJSON.h>
+#include <dirent.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -66,15 +69,36 @@ int write_file(const char *path, const void *data, size_t n) {
     return (fclose(f) == 0 && w == n) ? 0 : -1;
 }
 
-int run_cli(const char *args, char *out, size_t cap) {
-    const char *bin = getenv("DIFFTX_BIN");
-    if (!bin) bin = "build/difftx";
-    size_t len = strlen(bin) + strlen(args) + 32;
-    char *cmd = malloc(len);
-    if (!cmd) return -1;
-    snprintf(cmd, len, "%s %s 2>&1", bin, args);
+char *test_slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n < 0 ? NULL : malloc((size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) {
+        b[n] = '\0';
+        if (len) *len = (size_t)n;
+    }
+    return b;
+}
+
+int test_no_temp_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    for (struct dirent *e; (e = readdir(d));) found |= strstr(e->d_name, ".tmp.") != NULL;
+    closedir(d);
+    return !found;
+}
+
+int run_cmd(const char *cmd, char *out, size_t cap) {
     FILE *p = popen(cmd, "r");
-    free(cmd);
     if (!p) return -1;
     size_t n = 0;
     if (cap) out[0] = '\0';
@@ -83,6 +107,79 @@ int run_cli(const char *args, char *out, size_t cap) {
         if (n + 1 < cap) { out[n++] = (char)c; out[n] = '\0'; }
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int run_cli(const char *args, char *out, size_t cap) {
+    const char *bin = getenv("DIFFTX_BIN");
+    if (!bin) bin = "build/difftx";
+    size_t len = strlen(bin) + strlen(args) + 32;
+    char *cmd = malloc(len);
+    if (!cmd) return -1;
+    snprintf(cmd, len, "%s %s 2>&1", bin, args);
+    int rc = run_cmd(cmd, out, cap);
+    free(cmd);
+    return rc;
+}
+
+char cli_out[1 << 17];
+
+int cli(const char *fmt, ...) {
+    char args[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return run_cli(args, cli_out, sizeof cli_out);
+}
+
+int cli_has(const char *s) { return strstr(cli_out, s) != NULL; }
+
+int cli_one_line(void) {
+    const char *nl = strchr(cli_out, '\n');
+    return nl && nl[1] == '\0';
+}
+
+int cli_one_line_from(const char *prefix) {
+    return strncmp(cli_out, prefix, strlen(prefix)) == 0 && cli_one_line();
+}
+
+const char *test_model_file(const char *name, const dtx_config *c, uint64_t seed) {
+    const char *path = test_path(name);
+    dtx_model *m = NULL;
+    if (dtx_model_init(&m, c, seed) != DTX_OK) return NULL;
+    dtx_status st = dtx_model_save(m, path, 0);
+    dtx_model_free(m);
+    return st == DTX_OK ? path : NULL;
+}
+
+dtx_tokenizer *test_tokenizer_file(const char *const *texts, int n_texts, int64_t vocab, const char *name,
+                                   const char **path) {
+    size_t *lens = malloc((size_t)(n_texts > 0 ? n_texts : 1) * sizeof *lens);
+    if (!lens) return NULL;
+    for (int i = 0; i < n_texts; i++) lens[i] = strlen(texts[i]);
+    dtx_tokenizer *t = NULL;
+    dtx_status st = dtx_tokenizer_train_texts(&t, texts, lens, n_texts, vocab);
+    free(lens);
+    if (st != DTX_OK) return NULL;
+    *path = test_path(name);
+    if (dtx_tokenizer_save(t, *path) != DTX_OK) {
+        dtx_tokenizer_free(t);
+        return NULL;
+    }
+    return t;
+}
+
+cJSON *read_json(const char *path) {
+    char *buf = test_slurp(path, NULL);
+    if (!buf) return NULL;
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    return j;
+}
+
+double json_num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
 const char *fixture_path(const char *name) {

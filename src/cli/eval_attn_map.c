@@ -2,13 +2,10 @@
  * head, as JSON for tools/plot_eval.py attn-map (spec §6.5,
  * docs/eval_probe.md): DIFF's two softmax maps and their difference
  * A1 − λA2, or the Transformer's one map. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/flags.h"
@@ -168,58 +165,23 @@ static int json_body(FILE *f, const dtx_model *m, const dtx_tokenizer *tok, cons
     return 0;
 }
 
-/* The --json file: written to PATH.tmp.PID, then fsync and rename, so a
- * reader never sees half a file and a failure leaves an older file in place.
- * A PATH that exists and is not a regular file (/dev/stdout, a FIFO) is
- * written in place: renaming over it would replace the device itself. */
-typedef struct {
-    FILE *f;
-    char *tmp; /* NULL: written in place */
-    const char *path;
-} out_file;
-
-static int out_open(out_file *o, const char *path) {
-    struct stat st;
-    o->path = path;
-    o->tmp = NULL;
-    if (!(stat(path, &st) == 0 && !S_ISREG(st.st_mode))) {
-        size_t cap = strlen(path) + 32;
-        if (!(o->tmp = malloc(cap))) return runtime_error(CMD, "out of memory");
-        snprintf(o->tmp, cap, "%s.tmp.%ld", path, (long)getpid());
-    }
-    const char *name = o->tmp ? o->tmp : path;
-    if (!(o->f = fopen(name, "w"))) {
-        int rc = runtime_error(CMD, "cannot write %s: %s", name, strerror(errno));
-        free(o->tmp);
-        return rc;
-    }
-    return EXIT_OK;
-}
-
-/* Publishes the file (ok != 0) or abandons it (the caller has reported why). */
-static int out_close(out_file *o, int ok) {
-    int bad = ferror(o->f) || fflush(o->f) != 0 || (o->tmp && fsync(fileno(o->f)) != 0);
-    int err = errno;
-    if (fclose(o->f) != 0 && !bad) bad = 1, err = errno;
-    if (ok && !bad && o->tmp && rename(o->tmp, o->path) != 0) bad = 1, err = errno;
-    if ((bad || !ok) && o->tmp) unlink(o->tmp);
-    free(o->tmp);
-    if (!ok) return EXIT_RUNTIME;
-    return bad ? runtime_error(CMD, "cannot write %s: %s", o->path, strerror(err ? err : EIO)) : EXIT_OK;
-}
-
+/* The --json file, built in memory and written atomically
+ * (dtx_write_file_atomic: in place when PATH is /dev/stdout or a FIFO). */
 static int write_json(const map_args *a, const dtx_model *m, const dtx_tokenizer *tok, const prompt *p) {
     double *row = malloc((size_t)p->T * sizeof *row);
-    if (!row) return runtime_error(CMD, "out of memory");
-    out_file o;
-    int rc = out_open(&o, a->json);
-    if (rc == EXIT_OK) {
-        if (json_body(o.f, m, tok, a, p, row) == 0) rc = out_close(&o, 1);
-        else {
-            rc = lib_error(CMD);
-            out_close(&o, 0);
-        }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = row ? open_memstream(&text, &len) : NULL;
+    if (!f) {
+        free(row);
+        return runtime_error(CMD, "--json %s: out of memory building the JSON", a->json);
     }
+    int rc = json_body(f, m, tok, a, p, row) == 0 ? EXIT_OK : lib_error(CMD);
+    int bad = ferror(f);
+    bad |= fclose(f) != 0; /* closing sets text and len */
+    if (rc == EXIT_OK && bad) rc = runtime_error(CMD, "--json %s: out of memory building the JSON", a->json);
+    if (rc == EXIT_OK && dtx_write_file_atomic(a->json, text, len) != DTX_OK) rc = lib_error(CMD);
+    free(text);
     free(row);
     return rc;
 }

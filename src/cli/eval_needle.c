@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/flags.h"
+#include "common/common.h"
 #include "difftx.h"
 #include "eval/needle.h"
 
@@ -526,7 +527,7 @@ static int write_json(const needle_args *a, const dtx_model *m, const dtx_needle
     }
     full[n] = '\n';
     full[n + 1] = '\0';
-    dtx_status st = dtx_eval_write_atomic(a->json, full, n + 1);
+    dtx_status st = dtx_write_file_atomic(a->json, full, n + 1);
     free(full);
     return st ? lib_error(CMD) : EXIT_OK;
 }

@@ -3,14 +3,11 @@
  * of |attention logits| (every causal entry of every head's map, both maps
  * for DIFF) and of |hidden states| (every layer's block output), pooled over
  * consecutive windows of a token file. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/flags.h"
@@ -182,52 +179,23 @@ static void json_body(FILE *f, const dtx_model *m, const outl_args *a, const out
     fputs("\n}\n", f);
 }
 
-/* The --json file: written to PATH.tmp.PID, then fsync and rename, so a
- * reader never sees half a file and a failure leaves an older file in place.
- * A PATH that exists and is not a regular file (/dev/stdout, a FIFO) is
- * written in place: renaming over it would replace the device itself. */
-typedef struct {
-    FILE *f;
-    char *tmp; /* NULL: written in place */
-    const char *path;
-} out_file;
-
-static int out_open(out_file *o, const char *path) {
-    struct stat st;
-    o->path = path;
-    o->tmp = NULL;
-    if (!(stat(path, &st) == 0 && !S_ISREG(st.st_mode))) {
-        size_t cap = strlen(path) + 32;
-        if (!(o->tmp = malloc(cap))) return runtime_error(CMD, "out of memory");
-        snprintf(o->tmp, cap, "%s.tmp.%ld", path, (long)getpid());
-    }
-    const char *name = o->tmp ? o->tmp : path;
-    if (!(o->f = fopen(name, "w"))) {
-        int rc = runtime_error(CMD, "cannot write %s: %s", name, strerror(errno));
-        free(o->tmp);
-        return rc;
-    }
-    return EXIT_OK;
-}
-
-/* Publishes the file (ok != 0) or abandons it (the caller has reported why). */
-static int out_close(out_file *o, int ok) {
-    int bad = ferror(o->f) || fflush(o->f) != 0 || (o->tmp && fsync(fileno(o->f)) != 0);
-    int err = errno;
-    if (fclose(o->f) != 0 && !bad) bad = 1, err = errno;
-    if (ok && !bad && o->tmp && rename(o->tmp, o->path) != 0) bad = 1, err = errno;
-    if ((bad || !ok) && o->tmp) unlink(o->tmp);
-    free(o->tmp);
-    if (!ok) return EXIT_RUNTIME;
-    return bad ? runtime_error(CMD, "cannot write %s: %s", o->path, strerror(err ? err : EIO)) : EXIT_OK;
-}
-
+/* The --json file, built in memory and written atomically
+ * (dtx_write_file_atomic: in place when PATH is /dev/stdout or a FIFO). */
 static int write_json(const char *path, const dtx_model *m, const outl_args *a, const outl_result *r) {
-    out_file o;
-    int rc = out_open(&o, path);
-    if (rc != EXIT_OK) return rc;
-    json_body(o.f, m, a, r);
-    return out_close(&o, 1);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return runtime_error(CMD, "--json %s: out of memory building the JSON", path);
+    json_body(f, m, a, r);
+    int bad = ferror(f);
+    bad |= fclose(f) != 0; /* closing sets text and len */
+    if (bad) {
+        free(text);
+        return runtime_error(CMD, "--json %s: out of memory building the JSON", path);
+    }
+    dtx_status st = dtx_write_file_atomic(path, text, len);
+    free(text);
+    return st ? lib_error(CMD) : EXIT_OK;
 }
 
 /* ------------------------------------------------------------ command */

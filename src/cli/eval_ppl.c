@@ -20,7 +20,6 @@
 #include "cli/flags.h"
 #include "common/common.h"
 #include "difftx.h"
-#include "eval/needle.h" /* dtx_eval_write_atomic */
 
 static const char *CMD = "eval ppl";
 
@@ -209,7 +208,7 @@ static int write_json(const ppl_args *a, const dtx_model *m, const corpus *cp, c
     }
     size_t n = strlen(full);
     full[n] = '\n', full[n + 1] = '\0';
-    dtx_status st = dtx_eval_write_atomic(a->json, full, n + 1);
+    dtx_status st = dtx_write_file_atomic(a->json, full, n + 1);
     free(full);
     return st ? lib_error(CMD) : EXIT_OK;
 }

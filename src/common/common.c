@@ -1,11 +1,15 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static _Thread_local char last_error[512];
 
@@ -89,6 +93,75 @@ dtx_status dtx_read_file(const char *path, char **buf, size_t *len) {
     dtx_status st = dtx_read_stream(f, path, buf, len);
     fclose(f);
     return st;
+}
+
+/* Writes data to f, flushes it and, for a real file (sync), fsyncs it;
+ * closes f either way. 0 or an errno value. */
+static int put_and_close(FILE *f, const void *data, size_t len, int sync) {
+    int e = 0;
+    if (len && fwrite(data, 1, len, f) != len) e = errno ? errno : EIO;
+    if (!e && fflush(f) != 0) e = errno ? errno : EIO;
+    if (!e && sync && fsync(fileno(f)) != 0) e = errno ? errno : EIO;
+    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+    return e;
+}
+
+dtx_status dtx_write_file_atomic(const char *path, const void *data, size_t len) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        /* /dev/stdout, a FIFO, /dev/null: written in place, since renaming
+         * over it would replace the device or the pipe itself */
+        FILE *f = fopen(path, "wb");
+        int e = f ? put_and_close(f, data, len, 0) : (errno ? errno : EIO);
+        if (e) return dtx_fail(DTX_ERR_IO, "%s: cannot write: %s", path, strerror(e));
+        return DTX_OK;
+    }
+    size_t tl = strlen(path) + 32;
+    char *tmp = malloc(tl);
+    if (!tmp) return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory", path);
+    /* same folder as the target, so rename() stays on one file system */
+    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
+    const char *what = "cannot write the temporary file";
+    FILE *f = fopen(tmp, "wb");
+    int e = f ? 0 : (errno ? errno : EIO);
+    if (!e) {
+        what = "cannot write";
+        e = put_and_close(f, data, len, 1);
+        if (!e && rename(tmp, path) != 0) {
+            what = "cannot rename the temporary file over it";
+            e = errno ? errno : EIO;
+        }
+        if (e) unlink(tmp);
+    }
+    free(tmp);
+    if (e) return dtx_fail(DTX_ERR_IO, "%s: %s: %s", path, what, strerror(e));
+    return DTX_OK;
+}
+
+dtx_status dtx_map_file(const char *path, const char *what, dtx_mapped *out) {
+    out->data = NULL;
+    out->size = 0;
+    /* O_NONBLOCK: opening a FIFO must not hang; fstat then refuses it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return dtx_fail(DTX_ERR_IO, "%s: %s%s%s", path, what ? what : "", what ? ": " : "", strerror(errno));
+    struct stat sb;
+    dtx_status st = DTX_OK;
+    if (fstat(fd, &sb) != 0) st = dtx_fail(DTX_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode)) st = dtx_fail(DTX_ERR_IO, "%s: not a regular file", path);
+    else if ((uint64_t)sb.st_size > SIZE_MAX) st = dtx_fail(DTX_ERR_IO, "%s: too large to map", path);
+    else if (sb.st_size > 0) { /* mmap refuses a zero length */
+        void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) st = dtx_fail(DTX_ERR_IO, "%s: cannot mmap: %s", path, strerror(errno));
+        else out->data = m, out->size = (size_t)sb.st_size;
+    }
+    close(fd); /* the mapping keeps the file open */
+    return st;
+}
+
+void dtx_unmap_file(dtx_mapped *m) {
+    if (m->data) munmap(m->data, m->size);
+    m->data = NULL;
+    m->size = 0;
 }
 
 static uint64_t splitmix64(uint64_t *x) {

@@ -1,5 +1,6 @@
 /* Internal helpers shared by every module: failure messages, checked
- * allocation, a seeded RNG. Not part of the public API. */
+ * allocation, whole-file reads, atomic writes and read-only maps, a seeded
+ * RNG. Not part of the public API. */
 #ifndef DTX_COMMON_H
 #define DTX_COMMON_H
 
@@ -24,6 +25,31 @@ void *dtx_calloc(size_t count, size_t elem_size);
 dtx_status dtx_read_stream(FILE *f, const char *name, char **buf, size_t *len);
 /* Opens path and reads it whole, as above. */
 dtx_status dtx_read_file(const char *path, char **buf, size_t *len);
+
+/* Writes data[0, len) to path atomically: to path.tmp.PID in the same
+ * folder, fsync, then rename over path, so a reader never sees half a file
+ * and a failure leaves any older file in place (the temporary is removed).
+ * A path that exists and is not a regular file (/dev/stdout, a FIFO,
+ * /dev/null) is written in place instead: renaming over it would replace the
+ * device or pipe itself. On failure DTX_ERR_IO (DTX_ERR_NOMEM) with the
+ * message "PATH: what: strerror". */
+dtx_status dtx_write_file_atomic(const char *path, const void *data, size_t len);
+
+/* A whole file mapped read-only (MAP_PRIVATE). An empty file has data NULL
+ * and size 0. */
+typedef struct {
+    void *data;
+    size_t size;
+} dtx_mapped;
+/* Maps the regular file at path whole. Refuses anything else without
+ * blocking (a FIFO is opened O_NONBLOCK, then refused). On failure
+ * DTX_ERR_IO, out left empty, and one of the messages "PATH: WHAT: ERR"
+ * (what: the words for a failed open, e.g. "cannot open"; NULL gives
+ * "PATH: ERR"), "PATH: cannot stat: ERR", "PATH: not a regular file",
+ * "PATH: too large to map", "PATH: cannot mmap: ERR". */
+dtx_status dtx_map_file(const char *path, const char *what, dtx_mapped *out);
+/* Unmaps m (if mapped) and empties it; safe to call twice. */
+void dtx_unmap_file(dtx_mapped *m);
 
 /* Deterministic RNG (splitmix64 seeded xoshiro256**). */
 typedef struct { uint64_t s[4]; } dtx_rng;

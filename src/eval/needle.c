@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "common/common.h"
 
@@ -283,13 +282,13 @@ int64_t dtx_needle_source_units(const dtx_needle_source *s) { return s->n_units;
 typedef struct {
     int32_t *needle[DTX_NEEDLE_MAX];
     int64_t needle_n[DTX_NEEDLE_MAX];
-    int32_t *answer, *newline;
-    int64_t answer_n, newline_n;
+    int32_t *answer[DTX_NEEDLE_MAX], *newline;
+    int64_t answer_n[DTX_NEEDLE_MAX], newline_n;
 } pieces;
 
 static void pieces_free(pieces *p) {
     for (int i = 0; i < DTX_NEEDLE_MAX; i++) free(p->needle[i]);
-    free(p->answer);
+    for (int q = 0; q < DTX_NEEDLE_MAX; q++) free(p->answer[q]);
     free(p->newline);
 }
 
@@ -347,7 +346,8 @@ static dtx_status encode_pieces(const dtx_tokenizer *tok, const dtx_needle_spec 
                  p->city[q], p->city[q]);
         st = encode_str(tok, text, &p->question[q], &p->question_n[q]);
     }
-    if (!st && sp->with_answer) st = encode_str(tok, p->number[0], &pc->answer, &pc->answer_n);
+    for (int q = 0; q < sp->n_queries && !st && sp->with_answer; q++)
+        st = encode_str(tok, p->number[q], &pc->answer[q], &pc->answer_n[q]);
     if (!st && sp->with_answer) st = encode_str(tok, "\n", &pc->newline, &pc->newline_n);
     return st;
 }
@@ -355,15 +355,17 @@ static dtx_status encode_pieces(const dtx_tokenizer *tok, const dtx_needle_spec 
 /* Tokens that are not haystack; the budget check with the minimum in its message. */
 static dtx_status fixed_tokens(const dtx_needle_source *s, const dtx_needle_spec *sp, const dtx_needle_prompt *p,
                                const pieces *pc, int64_t *fixed) {
-    int64_t needles = 0, question = p->question_n[0];
+    int64_t needles = 0, question = p->question_n[0], answer = 0;
     for (int i = 0; i < sp->n_needles; i++) needles += pc->needle_n[i];
     if (!sp->with_answer) /* every queried question must fit in length */
         for (int q = 1; q < sp->n_queries; q++) question = p->question_n[q] > question ? p->question_n[q] : question;
-    int64_t answer = sp->with_answer ? pc->answer_n + pc->newline_n : 0;
+    else /* a training document asks all R questions, each answered */
+        for (int q = 0; q < sp->n_queries; q++)
+            answer += (q ? p->question_n[q] : 0) + pc->answer_n[q] + pc->newline_n;
     *fixed = 1 + s->framing_n + needles + question + answer;
     if (*fixed <= sp->length) return DTX_OK;
     char tail[64] = "";
-    if (sp->with_answer) snprintf(tail, sizeof tail, " + answer and newline %lld", (long long)answer);
+    if (sp->with_answer) snprintf(tail, sizeof tail, " + answers (and further questions) %lld", (long long)answer);
     return dtx_fail(DTX_ERR_ARG,
                     "needle prompt: length %lld is too short: this prompt needs at least %lld tokens (BOS 1 + "
                     "framing %lld + %d needle%s %lld + question %lld%s) before any haystack; the minimum varies "
@@ -466,10 +468,11 @@ static dtx_status assemble(const dtx_needle_source *s, const dtx_needle_spec *sp
     }
     p->context_end = at;
     put(p->tokens, &at, p->question[0], p->question_n[0]);
-    if (sp->with_answer) {
-        p->answer_begin = at;
-        put(p->tokens, &at, pc->answer, pc->answer_n);
-        p->answer_end = at;
+    for (int q = 0; q < sp->n_queries && sp->with_answer; q++) {
+        if (q) put(p->tokens, &at, p->question[q], p->question_n[q]);
+        if (!q) p->answer_begin = at;
+        put(p->tokens, &at, pc->answer[q], pc->answer_n[q]);
+        if (!q) p->answer_end = at;
         put(p->tokens, &at, pc->newline, pc->newline_n);
     }
     p->n = at;
@@ -542,32 +545,6 @@ uint64_t dtx_needle_cell_seed(uint64_t seed, int n_needles, int n_queries, int64
 int dtx_needle_answer_correct(const char *text, size_t len, const char *number) {
     size_t m = strlen(number);
     return m > 0 && memmem(text, len, number, m) != NULL;
-}
-
-dtx_status dtx_eval_write_atomic(const char *path, const char *text, size_t len) {
-    size_t tl = strlen(path) + 32;
-    char *tmp = malloc(tl);
-    if (!tmp) return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-    const char *what = "cannot create the temporary file";
-    int e = 0;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) e = errno ? errno : EIO;
-    if (!e) {
-        what = "cannot write";
-        if (fwrite(text, 1, len, f) != len) e = errno ? errno : EIO;
-        if (!e && fflush(f) != 0) e = errno ? errno : EIO;
-        if (!e && fsync(fileno(f)) != 0) e = errno ? errno : EIO;
-        if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
-        if (!e && rename(tmp, path) != 0) {
-            what = "cannot rename the temporary file over it";
-            e = errno ? errno : EIO;
-        }
-        if (e) unlink(tmp);
-    }
-    free(tmp);
-    if (e) return dtx_fail(DTX_ERR_IO, "%s: %s: %s", path, what, strerror(e));
-    return DTX_OK;
 }
 
 dtx_status dtx_needle_source_open_list(dtx_needle_source **out, const dtx_tokenizer *tok, const char *list) {

@@ -14,6 +14,10 @@
  *   QUESTION = "\nWhat is the special magic {city} number? The special magic
  *               {city} number is " (asked about ONE needle's city)
  *   answer   = "{n}" then "\n" (training documents only).
+ * A training document (with_answer) asks about each of the R queried needles
+ * in turn, each question followed by its answer: QUESTION_0 answer_0
+ * QUESTION_1 answer_1 ... (R answered retrievals per document, a denser
+ * signal for small models than one).
  * The haystack is natural text cut into sentence units, each encoded on its
  * own (so a prompt's tokens are the concatenation of separately encoded
  * pieces); needles go between units. The answer needle (the queried city's)
@@ -28,9 +32,9 @@
  * The haystack starts at a random unit of the source and runs on through
  * consecutive units (wrapping round at the end of the source) until it fills
  * the budget; the last unit is cut at token level to fill it exactly. The
- * budget is length − (BOS + framing + needles + question [+ answer + "\n"]),
+ * budget is length − (BOS + framing + needles + question(s) [+ answers]),
  * the question being the longest of the R queried ones in an eval prompt (so
- * that every query fits in length), the answer needle's in a training one.
+ * that every query fits in length), all R with their answers in a training one.
  * Training documents (with_answer) are therefore exactly length tokens; an
  * eval prompt is length − (longest question − question 0) tokens.
  * docs/eval_needle.md describes the format and every choice for users. */
@@ -75,7 +79,7 @@ typedef struct {
     int n_queries;    /* R, 1..N: the first R needles are the queried ones  */
     double depth;     /* answer needle depth in [0, 1]; < 0: uniformly random */
     uint64_t seed;    /* everything random in the prompt follows from this   */
-    int with_answer;  /* 1: a training document (question + answer + "\n")   */
+    int with_answer;  /* 1: a training document (R questions, each answered)  */
 } dtx_needle_spec;
 
 typedef struct {
@@ -91,8 +95,8 @@ typedef struct {
      * question with question_tokens(q): tokens [0, context_end) + question q. */
     int64_t haystack_begin; /* 1 + framing tokens: where the haystack starts  */
     int64_t context_end;  /* where the question starts                      */
-    int64_t answer_begin, answer_end; /* training documents: the number's tokens
-                                         (then "\n" up to n); 0, 0 otherwise */
+    int64_t answer_begin, answer_end; /* training documents: answer 0's tokens
+                                         (then "\n"); 0, 0 otherwise */
     int32_t *question[DTX_NEEDLE_MAX]; /* question tokens per queried needle  */
     int64_t question_n[DTX_NEEDLE_MAX];
 } dtx_needle_prompt;
@@ -122,9 +126,5 @@ int dtx_needle_answer_correct(const char *text, size_t len, const char *number);
  * out[0, cap): returns how many, -1 when an item is empty or not a number,
  * -2 when there are more than cap. */
 int dtx_eval_parse_list(const char *s, double *out, int cap);
-
-/* Writes text[0, len) to path atomically (path.tmp.PID, fsync, rename): the
- * eval commands' --json. DTX_ERR_IO naming the path on failure. */
-dtx_status dtx_eval_write_atomic(const char *path, const char *text, size_t len);
 
 #endif

@@ -16,8 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 /* The reference implementation refuses headers over 100 MB as well: a
@@ -141,36 +139,18 @@ static const char *find_duplicate(const char *const *names, size_t n, dtx_status
 /* ------------------------------------------------------------------ reader */
 
 static dtx_status map_file(dtx_st_file *f, const char *path) {
-    /* O_NONBLOCK: opening a FIFO must not hang; fstat then refuses it */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return dtx_fail(DTX_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return dtx_fail(DTX_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    dtx_mapped m;
+    dtx_status st = dtx_map_file(path, "cannot open", &m);
+    if (st != DTX_OK) return st;
+    /* also refuses an empty file, which has no mapping */
+    if (m.size < 8) {
+        size_t size = m.size;
+        dtx_unmap_file(&m);
+        return dtx_fail(DTX_ERR_FORMAT, "%s: truncated: %zu bytes, shorter than the 8-byte header length", path,
+                        size);
     }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return dtx_fail(DTX_ERR_IO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > SIZE_MAX) {
-        close(fd);
-        return dtx_fail(DTX_ERR_IO, "%s: too large to map", path);
-    }
-    size_t size = (size_t)st.st_size;
-    /* also keeps a zero-length file away from mmap, which refuses it */
-    if (size < 8) {
-        close(fd);
-        return dtx_fail(DTX_ERR_FORMAT, "%s: truncated: %zu bytes, shorter than the 8-byte header length",
-                        path, size);
-    }
-    void *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd); /* the mapping keeps the file open */
-    if (m == MAP_FAILED) return dtx_fail(DTX_ERR_IO, "%s: cannot mmap: %s", path, strerror(e));
-    f->map = m;
-    f->map_size = size;
+    f->map = m.data;
+    f->map_size = m.size;
     return DTX_OK;
 }
 
@@ -509,7 +489,7 @@ dtx_status dtx_st_open(dtx_st_file *f, const char *path) {
 }
 
 void dtx_st_close(dtx_st_file *f) {
-    if (f->map) munmap(f->map, f->map_size);
+    dtx_unmap_file(&(dtx_mapped){f->map, f->map_size});
     for (int i = 0; f->tensors && i < f->n_tensors; i++) free(f->tensors[i].name);
     for (int i = 0; f->meta_keys && i < f->n_meta; i++) free(f->meta_keys[i]);
     for (int i = 0; f->meta_values && i < f->n_meta; i++) free(f->meta_values[i]);

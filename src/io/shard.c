@@ -9,8 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 static const uint8_t MAGIC[8] = {'D', 'T', 'X', 'T', 'O', 'K', 'S', 0};
@@ -74,9 +72,8 @@ int dtx_shard_sniff(const char *path) {
 
 struct dtx_shard {
     char *path;
-    const uint8_t *map; /* the whole file */
-    size_t map_len;
-    const uint8_t *tok; /* map + header */
+    dtx_mapped file;    /* the whole file */
+    const uint8_t *tok; /* file.data + header */
     int64_t count;
     int64_t vocab_size;
     int width;
@@ -171,84 +168,41 @@ static dtx_status check_header(const char *path, const uint8_t *b, uint64_t size
 dtx_status dtx_shard_open(dtx_shard **out, const char *path, int64_t vocab_size) {
     assert(out && path);
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return dtx_fail(DTX_ERR_IO, "%s: not a regular file", path);
-    }
-    uint64_t size = (uint64_t)sb.st_size;
-    /* Check the header from a plain read first: an empty file cannot be mapped. */
-    uint8_t hb[DTX_SHARD_HEADER_SIZE];
-    size_t got = 0;
-    while (got < sizeof hb) {
-        ssize_t r = pread(fd, hb + got, sizeof hb - got, (off_t)got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            int e = errno;
-            close(fd);
-            return dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(e));
-        }
-        if (r == 0) break;
-        got += (size_t)r;
-    }
-    if (got < sizeof hb) size = got; /* shorter than a header (or it shrank while we looked) */
+    dtx_mapped file;
+    dtx_status st = dtx_map_file(path, NULL, &file);
+    if (st) return st;
+    /* An empty file has no mapping: check_header looks at no byte of it. */
+    const uint8_t *map = file.data;
     dtx_shard_header h;
-    dtx_status st = check_header(path, hb, size, &h);
-    if (st) {
-        close(fd);
-        return st;
-    }
-    if (vocab_size > 0 && (uint64_t)vocab_size != h.vocab_size) {
-        close(fd);
-        return dtx_fail(DTX_ERR_ARG,
-                        "%s: the shard's vocab_size is %" PRIu64 ", expected %" PRId64
-                        " (was it prepared with another tokenizer?)",
-                        path, h.vocab_size, vocab_size);
-    }
-    if (size > SIZE_MAX) {
-        close(fd);
-        return dtx_fail(DTX_ERR_NOMEM, "%s: %" PRIu64 " bytes do not fit in the address space", path, size);
-    }
-    void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) return dtx_fail(DTX_ERR_IO, "%s: cannot map the file: %s", path, strerror(e));
-    const uint8_t *tok = (const uint8_t *)map + DTX_SHARD_HEADER_SIZE;
-    /* The header again, from the mapping, in case the file changed under us. */
-    if (memcmp(map, hb, sizeof hb) != 0) {
-        munmap(map, (size_t)size);
-        return dtx_fail(DTX_ERR_IO, "%s: the file changed while it was being opened", path);
-    }
-    int64_t bad = h.width == 2 && h.vocab_size >= DTX_SHARD_MAX_VOCAB16
+    st = check_header(path, map, file.size, &h);
+    if (st == DTX_OK && vocab_size > 0 && (uint64_t)vocab_size != h.vocab_size)
+        st = dtx_fail(DTX_ERR_ARG,
+                      "%s: the shard's vocab_size is %" PRIu64 ", expected %" PRId64
+                      " (was it prepared with another tokenizer?)",
+                      path, h.vocab_size, vocab_size);
+    const uint8_t *tok = st ? NULL : map + DTX_SHARD_HEADER_SIZE;
+    int64_t bad = (st || (h.width == 2 && h.vocab_size >= DTX_SHARD_MAX_VOCAB16))
                       ? -1
                       : first_out_of_range(tok, (int)h.width, (int64_t)h.count, h.vocab_size);
     if (bad >= 0) {
         const uint8_t *p = tok + (size_t)bad * h.width;
         uint32_t v = h.width == 2 ? ((uint32_t)p[0] | (uint32_t)p[1] << 8) : get_u32(p);
-        munmap(map, (size_t)size);
-        return dtx_fail(DTX_ERR_FORMAT,
-                        "%s: token %" PRId64 " (byte offset %" PRIu64 ") has id %" PRIu32
-                        ", out of range for vocab_size %" PRIu64,
-                        path, bad, (uint64_t)DTX_SHARD_HEADER_SIZE + (uint64_t)bad * h.width, v, h.vocab_size);
+        st = dtx_fail(DTX_ERR_FORMAT,
+                      "%s: token %" PRId64 " (byte offset %" PRIu64 ") has id %" PRIu32
+                      ", out of range for vocab_size %" PRIu64,
+                      path, bad, (uint64_t)DTX_SHARD_HEADER_SIZE + (uint64_t)bad * h.width, v, h.vocab_size);
     }
-    dtx_shard *s = calloc(1, sizeof *s);
-    char *pc = strdup(path);
-    if (!s || !pc) {
+    dtx_shard *s = st ? NULL : calloc(1, sizeof *s);
+    char *pc = s ? strdup(path) : NULL;
+    if (!st && (!s || !pc)) st = dtx_fail(DTX_ERR_NOMEM, "%s: out of memory", path);
+    if (st) {
         free(s);
         free(pc);
-        munmap(map, (size_t)size);
-        return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory", path);
+        dtx_unmap_file(&file);
+        return st;
     }
     s->path = pc;
-    s->map = map;
-    s->map_len = (size_t)size;
+    s->file = file;
     s->tok = tok;
     s->count = (int64_t)h.count;
     s->vocab_size = (int64_t)h.vocab_size;
@@ -261,7 +215,7 @@ dtx_status dtx_shard_open(dtx_shard **out, const char *path, int64_t vocab_size)
 
 void dtx_shard_close(dtx_shard *s) {
     if (!s) return;
-    munmap((void *)s->map, s->map_len);
+    dtx_unmap_file(&s->file);
     free(s->path);
     free(s);
 }

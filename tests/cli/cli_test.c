@@ -3,7 +3,6 @@
  * forward, train end to end, sample. */
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,42 +12,22 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static char out[1 << 16];
-
-/* Runs difftx with printf-formatted arguments; output lands in out. */
-__attribute__((format(printf, 1, 2))) static int cli(const char *fmt, ...) {
-    char args[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return run_cli(args, out, sizeof out);
-}
-
-static int has(const char *s) { return strstr(out, s) != NULL; }
-
-/* A message is one line: exactly one '\n', at the end. */
-static int one_line(void) {
-    const char *nl = strchr(out, '\n');
-    return nl && nl[1] == '\0';
-}
-
 /* Usage error: exit 2, one line naming the command and each of the strings. */
-#define CHECK_USAGE(rc, cmd, s1, s2)                                                                        \
-    do {                                                                                                    \
-        CHECKF((rc) == 2, "exit %d, want 2: %s", (rc), out);                                               \
-        CHECKF(strncmp(out, "difftx " cmd, strlen("difftx " cmd)) == 0, "no 'difftx %s' prefix: %s", cmd, out); \
-        CHECKF(has(s1) && has(s2), "want '%s' and '%s' in: %s", s1, s2, out);                               \
-        CHECKF(one_line(), "not one line: %s", out);                                                       \
+#define CHECK_USAGE(rc, cmd, s1, s2)                                                                                    \
+    do {                                                                                                                \
+        CHECKF((rc) == 2, "exit %d, want 2: %s", (rc), cli_out);                                                        \
+        CHECKF(strncmp(cli_out, "difftx " cmd, strlen("difftx " cmd)) == 0, "no 'difftx %s' prefix: %s", cmd, cli_out); \
+        CHECKF(cli_has(s1) && cli_has(s2), "want '%s' and '%s' in: %s", s1, s2, cli_out);                               \
+        CHECKF(cli_one_line(), "not one line: %s", cli_out);                                                            \
     } while (0)
 
 /* Runtime refusal: exit 1, one line "difftx CMD: ..." holding both strings. */
-#define CHECK_REFUSED(rc, cmd, s1, s2)                                                                     \
-    do {                                                                                                   \
-        CHECKF((rc) == 1, "exit %d, want 1: %s", (rc), out);                                              \
-        CHECKF(strncmp(out, "difftx " cmd ": ", strlen("difftx " cmd ": ")) == 0, "no prefix: %s", out);   \
-        CHECKF(has(s1) && has(s2), "want '%s' and '%s' in: %s", s1, s2, out);                              \
-        CHECKF(one_line(), "not one line: %s", out);                                                      \
+#define CHECK_REFUSED(rc, cmd, s1, s2)                                                                           \
+    do {                                                                                                         \
+        CHECKF((rc) == 1, "exit %d, want 1: %s", (rc), cli_out);                                                 \
+        CHECKF(strncmp(cli_out, "difftx " cmd ": ", strlen("difftx " cmd ": ")) == 0, "no prefix: %s", cli_out); \
+        CHECKF(cli_has(s1) && cli_has(s2), "want '%s' and '%s' in: %s", s1, s2, cli_out);                        \
+        CHECKF(cli_one_line(), "not one line: %s", cli_out);                                                     \
     } while (0)
 
 static dtx_config tiny_config(dtx_arch arch, int tie) {
@@ -66,14 +45,7 @@ static dtx_config tiny_config(dtx_arch arch, int tie) {
 }
 
 /* Writes a freshly initialised model of config c to test_path(name). */
-static const char *model_file_cfg(const char *name, const dtx_config *c) {
-    const char *path = test_path(name);
-    dtx_model *m = NULL;
-    if (dtx_model_init(&m, c, 7) != DTX_OK) return NULL;
-    dtx_status st = dtx_model_save(m, path, 0);
-    dtx_model_free(m);
-    return st == DTX_OK ? path : NULL;
-}
+static const char *model_file_cfg(const char *name, const dtx_config *c) { return test_model_file(name, c, 7); }
 
 static const char *model_file(const char *name, dtx_arch arch, int tie) {
     dtx_config c = tiny_config(arch, tie);
@@ -228,10 +200,10 @@ static int valid_parts(st_bytes *s, dtx_arch arch, int tie) {
 TEST(cli_usage_unknown_command) {
     int rc = cli("frobnicate");
     CHECKF(rc == 2, "exit %d", rc);
-    CHECKF(has("unknown command 'frobnicate'") && one_line(), "%s", out);
+    CHECKF(cli_has("unknown command 'frobnicate'") && cli_one_line(), "%s", cli_out);
     rc = cli("%s", "");
     CHECKF(rc == 2, "no command: exit %d", rc);
-    CHECKF(has("usage: difftx"), "%s", out);
+    CHECKF(cli_has("usage: difftx"), "%s", cli_out);
     rc = cli("help frobnicate");
     CHECK_USAGE(rc, "help", "frobnicate", "unknown command");
 }
@@ -245,7 +217,7 @@ TEST(cli_usage_unknown_flag) {
 
 TEST(cli_usage_bad_values) {
     CHECK(cli("train --tokens t --out o --steps abc") == 2);
-    CHECKF(strcmp(out, "difftx train: --steps: expected a positive integer, got 'abc'\n") == 0, "%s", out);
+    CHECKF(strcmp(cli_out, "difftx train: --steps: expected a positive integer, got 'abc'\n") == 0, "%s", cli_out);
     CHECK_USAGE(cli("train --tokens t --out o --steps 12x"), "train", "--steps", "'12x'");
     CHECK_USAGE(cli("train --tokens t --out o --steps ' 12'"), "train", "--steps", "' 12'");
     CHECK_USAGE(cli("train --tokens t --out o --steps 99999999999999999999"), "train", "--steps",
@@ -291,16 +263,16 @@ TEST(cli_help) {
         char want[64];
         snprintf(want, sizeof want, "usage: difftx %s", cmds[i]);
         int rc = cli("%s --help", cmds[i]);
-        CHECKF(rc == 0 && has(want), "%s --help: exit %d: %s", cmds[i], rc, out);
+        CHECKF(rc == 0 && cli_has(want), "%s --help: exit %d: %s", cmds[i], rc, cli_out);
         rc = cli("help %s", cmds[i]);
-        CHECKF(rc == 0 && has(want), "help %s: exit %d", cmds[i], rc);
+        CHECKF(rc == 0 && cli_has(want), "help %s: exit %d", cmds[i], rc);
     }
     /* --help wins over flags that are missing or come later. */
-    CHECKF(cli("train --steps 5 --help --bogus") == 0 && has("--accum"), "%s", out);
+    CHECKF(cli("train --steps 5 --help --bogus") == 0 && cli_has("--accum"), "%s", cli_out);
     const char *top[] = {"--help", "help", "-h"};
     for (int i = 0; i < 3; i++) {
         int rc = cli("%s", top[i]);
-        CHECKF(rc == 0 && has("train") && has("score") && has("sample") && has("info"), "%s: %d %s", top[i], rc, out);
+        CHECKF(rc == 0 && cli_has("train") && cli_has("score") && cli_has("sample") && cli_has("info"), "%s: %d %s", top[i], rc, cli_out);
     }
 }
 
@@ -309,9 +281,9 @@ TEST(cli_help) {
 /* Parses `difftx info --json path`; NULL (and a failed check) otherwise. */
 static cJSON *info_json(const char *path) {
     int rc = cli("info --json '%s'", path);
-    CHECKF(rc == 0, "info --json %s: exit %d: %s", path, rc, out);
-    cJSON *j = rc == 0 ? cJSON_Parse(out) : NULL;
-    CHECKF(rc != 0 || j, "not JSON: %s", out);
+    CHECKF(rc == 0, "info --json %s: exit %d: %s", path, rc, cli_out);
+    cJSON *j = rc == 0 ? cJSON_Parse(cli_out) : NULL;
+    CHECKF(rc != 0 || j, "not JSON: %s", cli_out);
     return j;
 }
 
@@ -333,20 +305,20 @@ TEST(cli_info_text_both_archs) {
     const char *t = model_file("t.safetensors", DTX_ARCH_TRANSFORMER, 1);
     REQUIRE(d && t);
     int rc = cli("info '%s'", d);
-    CHECKF(rc == 0, "exit %d: %s", rc, out);
+    CHECKF(rc == 0, "exit %d: %s", rc, cli_out);
     const char *want_d[] = {"arch            diff", "dim             32", "n_layers        2", "n_heads         2",
                             "n_kv_heads      2", "head_dim        8", "vocab_size      16", "ffn_dim         64",
                             "max_seq_len     16", "rope_theta      10000", "norm_eps        1e-05",
                             "tie_embeddings  false", "\nlambda ", "baseline        transformer with n_heads 4",
                             "difference      +96 = 64 lambda", "32 subln"};
-    for (size_t i = 0; i < sizeof want_d / sizeof *want_d; i++) CHECKF(has(want_d[i]), "no '%s' in:\n%s", want_d[i], out);
+    for (size_t i = 0; i < sizeof want_d / sizeof *want_d; i++) CHECKF(cli_has(want_d[i]), "no '%s' in:\n%s", want_d[i], cli_out);
     rc = cli("info --tensors '%s'", t);
-    CHECKF(rc == 0, "exit %d: %s", rc, out);
+    CHECKF(rc == 0, "exit %d: %s", rc, cli_out);
     const char *want_t[] = {"arch            transformer", "n_heads         4", "head_dim        8",
                             "tie_embeddings  true", "baseline        diff with n_heads 2", "difference      -96",
                             "\n  layers.1.feed_forward.w2.weight ", " [32, 64]\n"};
-    for (size_t i = 0; i < sizeof want_t / sizeof *want_t; i++) CHECKF(has(want_t[i]), "no '%s' in:\n%s", want_t[i], out);
-    CHECKF(!has("\nlambda "), "a transformer has no lambda:\n%s", out);
+    for (size_t i = 0; i < sizeof want_t / sizeof *want_t; i++) CHECKF(cli_has(want_t[i]), "no '%s' in:\n%s", want_t[i], cli_out);
+    CHECKF(!cli_has("\nlambda "), "a transformer has no lambda:\n%s", cli_out);
 }
 
 /* The counts info prints agree with models the library builds, for both
@@ -393,7 +365,7 @@ TEST(cli_info_no_baseline_for_odd_heads) {
     REQUIRE(j);
     CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "baseline")));
     cJSON_Delete(j);
-    CHECK(cli("info '%s'", p) == 0 && has("baseline        none"));
+    CHECK(cli("info '%s'", p) == 0 && cli_has("baseline        none"));
 }
 
 TEST(cli_info_missing_file) {
@@ -407,7 +379,7 @@ TEST(cli_bad_file_shorter_than_8_bytes) {
     const char *p = test_path("short.safetensors");
     REQUIRE(write_file(p, "\x10\0\0\0\0", 5) == 0);
     CHECK_REFUSED(cli("info '%s'", p), "info", p, "truncated");
-    CHECK(has("8-byte"));
+    CHECK(cli_has("8-byte"));
 }
 
 TEST(cli_bad_file_cut_in_the_data) {
@@ -480,7 +452,7 @@ TEST(cli_bad_file_overlapping_offsets) {
     const char *p = st_put_together("overlap.safetensors", &s);
     REQUIRE(p);
     CHECK_REFUSED(cli("info '%s'", p), "info", "'layers.0.ffn_norm.weight'", "overlap");
-    CHECK(has("'layers.0.attention_norm.weight'"));
+    CHECK(cli_has("'layers.0.attention_norm.weight'"));
     st_free(&s);
 }
 
@@ -549,7 +521,7 @@ TEST(cli_bad_file_wrong_shape) {
     const char *p = st_put_together("shape.safetensors", &s);
     REQUIRE(p);
     CHECK_REFUSED(cli("info '%s'", p), "info", "tensor 'layers.0.feed_forward.w1.weight'", "[32, 64]");
-    CHECK(has("[64, 32]"));
+    CHECK(cli_has("[64, 32]"));
     st_free(&s);
 }
 
@@ -655,7 +627,7 @@ TEST(cli_bad_file_refused_by_every_command) {
 static int score_loss(const char *model, const char *tokens, double *loss, long long *n) {
     int rc = cli("score --model '%s' --tokens '%s'", model, tokens);
     if (rc != 0) return rc;
-    return sscanf(out, "{\"loss\": %lf, \"tokens\": %lld}", loss, n) == 2 ? 0 : -1;
+    return sscanf(cli_out, "{\"loss\": %lf, \"tokens\": %lld}", loss, n) == 2 ? 0 : -1;
 }
 
 TEST(cli_score_matches_library_forward) {
@@ -669,12 +641,12 @@ TEST(cli_score_matches_library_forward) {
         double loss;
         long long n;
         int rc = score_loss(mp, tp, &loss, &n);
-        REQUIREF(rc == 0, "score: %d: %s", rc, out);
+        REQUIREF(rc == 0, "score: %d: %s", rc, cli_out);
         CHECK(n == 15);
         /* exactly the JSON line, nothing else */
-        CHECKF(one_line() && out[0] == '{' && has("\"tokens\": 15}\n"), "%s", out);
-        cJSON *j = cJSON_Parse(out);
-        CHECKF(j && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "loss")), "%s", out);
+        CHECKF(cli_one_line() && cli_out[0] == '{' && cli_has("\"tokens\": 15}\n"), "%s", cli_out);
+        cJSON *j = cJSON_Parse(cli_out);
+        CHECKF(j && cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "loss")), "%s", cli_out);
         cJSON_Delete(j);
         dtx_model *m = NULL;
         REQUIRE(dtx_model_load(&m, mp) == DTX_OK);
@@ -720,7 +692,7 @@ TEST(cli_score_bad_tokens) {
 static const char *TINY = "--dim 32 --layers 2 --heads 2 --vocab 16 --ffn 64 --seq 16";
 
 static double final_loss(void) {
-    const char *p = strstr(out, "final loss ");
+    const char *p = strstr(cli_out, "final loss ");
     return p ? strtod(p + strlen("final loss "), NULL) : NAN;
 }
 
@@ -732,8 +704,8 @@ static const char *trained_model(void) {
     const char *mp = test_path("trained.safetensors");
     if (!toks) return NULL;
     int rc = cli("train %s --tokens '%s' --out '%s' --steps 200 --batch 8 --lr 3e-3 --log-every 50", TINY, toks, mp);
-    CHECKF(rc == 0, "train: exit %d: %s", rc, out);
-    CHECKF(final_loss() < 0.5, "final loss %g:\n%s", final_loss(), out);
+    CHECKF(rc == 0, "train: exit %d: %s", rc, cli_out);
+    CHECKF(final_loss() < 0.5, "final loss %g:\n%s", final_loss(), cli_out);
     if (rc != 0) return NULL;
     snprintf(path, sizeof path, "%s", mp);
     return path;
@@ -742,7 +714,7 @@ static const char *trained_model(void) {
 TEST(cli_train_learns_a_repeating_sequence) {
     const char *mp = trained_model();
     REQUIRE(mp);
-    CHECK(cli("info '%s'", mp) == 0 && has("arch            diff") && has("max_seq_len     16"));
+    CHECK(cli("info '%s'", mp) == 0 && cli_has("arch            diff") && cli_has("max_seq_len     16"));
     /* the score of an unseen stretch of the pattern agrees */
     const char *tp = pattern_file("tail.txt", 16, 5);
     double loss;
@@ -758,10 +730,10 @@ TEST(cli_train_log_lines) {
                  "--dim 32 --layers 1 --vocab 16 --ffn 64 --seq 8", toks, mp);
     REQUIRE(rc == 0);
     /* steps 3, 6 and the last */
-    CHECKF(has("step 3/7  loss ") && has("step 6/7  loss ") && has("step 7/7  loss ") && !has("step 1/7"), "%s", out);
-    CHECKF(has("  lr ") && has("  gnorm ") && has(" tok/s  eta "), "%s", out);
-    CHECK(has("saved ") && has(mp));
-    CHECK(cli("info '%s'", mp) == 0 && has("arch            transformer"));
+    CHECKF(cli_has("step 3/7  loss ") && cli_has("step 6/7  loss ") && cli_has("step 7/7  loss ") && !cli_has("step 1/7"), "%s", cli_out);
+    CHECKF(cli_has("  lr ") && cli_has("  gnorm ") && cli_has(" tok/s  eta "), "%s", cli_out);
+    CHECK(cli_has("saved ") && cli_has(mp));
+    CHECK(cli("info '%s'", mp) == 0 && cli_has("arch            transformer"));
 }
 
 /* With the same seed, 2 micro-batches of 4 windows draw the same windows as
@@ -771,9 +743,9 @@ TEST(cli_train_accum_matches_bigger_batch) {
     const char *a = test_path("accum.safetensors"), *b = test_path("batch.safetensors");
     REQUIRE(toks);
     int rc = cli("train %s --tokens '%s' --out '%s' --steps 5 --batch 4 --accum 2 --seed 3", TINY, toks, a);
-    CHECKF(rc == 0 && has("= 128 tokens/step"), "accum: %d: %s", rc, out);
+    CHECKF(rc == 0 && cli_has("= 128 tokens/step"), "accum: %d: %s", rc, cli_out);
     rc = cli("train %s --tokens '%s' --out '%s' --steps 5 --batch 8 --seed 3", TINY, toks, b);
-    CHECKF(rc == 0, "batch: %d: %s", rc, out);
+    CHECKF(rc == 0, "batch: %d: %s", rc, cli_out);
     dtx_model *ma = NULL, *mb = NULL;
     REQUIRE(dtx_model_load(&ma, a) == DTX_OK);
     REQUIRE(dtx_model_load(&mb, b) == DTX_OK);
@@ -792,12 +764,12 @@ TEST(cli_train_init_continues) {
     int rc = cli("train --init '%s' --tokens '%s' --out '%s' --steps 3 --lr 1e-4 --log-every 1 --bf16", mp, toks, next);
     REQUIRE(rc == 0);
     /* A fresh model starts near ln 16 = 2.77; the continued one is already low. */
-    const char *p = strstr(out, "step 1/3  loss ");
+    const char *p = strstr(cli_out, "step 1/3  loss ");
     REQUIRE(p);
     double first = strtod(p + strlen("step 1/3  loss "), NULL);
-    CHECKF(first < 0.5, "first loss %g:\n%s", first, out);
-    CHECK(has("from ") && has("max_seq 16"));
-    CHECK(cli("info '%s'", next) == 0 && has("dim             32"));
+    CHECKF(first < 0.5, "first loss %g:\n%s", first, cli_out);
+    CHECK(cli_has("from ") && cli_has("max_seq 16"));
+    CHECK(cli("info '%s'", next) == 0 && cli_has("dim             32"));
     /* config flags cannot override the file */
     CHECK_USAGE(cli("train --init '%s' --tokens '%s' --out '%s' --dim 64", mp, toks, next), "train", "--dim",
                 "--init");
@@ -840,12 +812,12 @@ TEST(cli_sample_greedy_continues_the_pattern) {
     const char *mp = trained_model();
     REQUIRE(mp);
     int rc = cli("sample --model '%s' --prompt '3 4 5' --max-tokens 10", mp);
-    CHECKF(rc == 0, "exit %d: %s", rc, out);
-    CHECKF(strcmp(out, "3 4 5 6 7 8 1 2 3 4 5 6 7\n") == 0, "%s", out);
+    CHECKF(rc == 0, "exit %d: %s", rc, cli_out);
+    CHECKF(strcmp(cli_out, "3 4 5 6 7 8 1 2 3 4 5 6 7\n") == 0, "%s", cli_out);
     const char *pf = text_file("prompt.txt", "8\n1\n");
     REQUIRE(pf);
     rc = cli("sample --model '%s' --prompt-file '%s' --max-tokens 4 --temperature 0", mp, pf);
-    CHECKF(rc == 0 && strcmp(out, "8 1 2 3 4 5\n") == 0, "%d: %s", rc, out);
+    CHECKF(rc == 0 && strcmp(cli_out, "8 1 2 3 4 5\n") == 0, "%d: %s", rc, cli_out);
 }
 
 TEST(cli_sample_with_temperature) {
@@ -853,19 +825,19 @@ TEST(cli_sample_with_temperature) {
     REQUIRE(mp);
     int rc = cli("sample --model '%s' --prompt '1' --max-tokens 12 --temperature 1.5 --seed 9", mp);
     REQUIRE(rc == 0);
-    static char first[sizeof out];
-    memcpy(first, out, sizeof out);
+    static char first[sizeof cli_out];
+    memcpy(first, cli_out, sizeof cli_out);
     /* 13 ids, all in the vocabulary */
     int n = 0;
     char *save = NULL;
-    for (char *w = strtok_r(out, " \n", &save); w; w = strtok_r(NULL, " \n", &save), n++) {
+    for (char *w = strtok_r(cli_out, " \n", &save); w; w = strtok_r(NULL, " \n", &save), n++) {
         long v = strtol(w, NULL, 10);
         CHECKF(v >= 0 && v < 16, "id %s", w);
     }
     CHECK(n == 13);
     /* same seed, same text */
     CHECK(cli("sample --model '%s' --prompt '1' --max-tokens 12 --temperature 1.5 --seed 9", mp) == 0);
-    CHECK(strcmp(out, first) == 0);
+    CHECK(strcmp(cli_out, first) == 0);
 }
 
 TEST(cli_sample_refuses_bad_prompts) {
@@ -897,10 +869,10 @@ TEST(cli_train_small_lr_scales_min_lr) {
     dtx_optim_config d = dtx_optim_default();
     int rc = cli("train --dim 32 --layers 1 --heads 2 --vocab 16 --ffn 32 --seq 8 --batch 2 --steps 2 "
                  "--log-every 1 --schedule linear --lr %g --tokens '%s' --out '%s'", d.min_lr / 10, toks, mp);
-    CHECKF(rc == 0, "exit %d: %s", rc, out);
-    const char *p = strstr(out, "step 2/2");
+    CHECKF(rc == 0, "exit %d: %s", rc, cli_out);
+    const char *p = strstr(cli_out, "step 2/2");
     char lr[32] = "";
-    CHECKF(p && sscanf(p, "step 2/2  loss %*f  lr %31s", lr) == 1, "%s", out);
+    CHECKF(p && sscanf(p, "step 2/2  loss %*f  lr %31s", lr) == 1, "%s", cli_out);
     char want_lr[32];
     snprintf(want_lr, sizeof want_lr, "%.2e", d.min_lr / 10 * (d.min_lr / d.lr));
     CHECKF(strcmp(lr, want_lr) == 0, "last lr %s, want %s", lr, want_lr);

@@ -8,16 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "test.h"
 
-static char out[1 << 17];
-
-static int has(const char *s) { return strstr(out, s) != NULL; }
-
 /* Runs scripts/demo.sh with the binary under test and args; captures
- * stdout + stderr into out and returns the exit status. */
+ * stdout + stderr into cli_out and returns the exit status. */
 __attribute__((format(printf, 1, 2))) static int demo(const char *fmt, ...) {
     char args[4096], cmd[8192];
     va_list ap;
@@ -27,15 +22,7 @@ __attribute__((format(printf, 1, 2))) static int demo(const char *fmt, ...) {
     const char *bin = getenv("DIFFTX_BIN");
     snprintf(cmd, sizeof cmd, "scripts/demo.sh --no-setup --no-build --no-plot %s '%s' 2>&1 </dev/null", args,
              bin ? bin : "build/difftx");
-    FILE *p = popen(cmd, "r");
-    if (!p) return -1;
-    size_t n = 0;
-    int c;
-    out[0] = '\0';
-    while ((c = fgetc(p)) != EOF)
-        if (n + 1 < sizeof out) { out[n++] = (char)c; out[n] = '\0'; }
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return run_cmd(cmd, cli_out, sizeof cli_out);
 }
 
 /* corpus/{train,val}/: a few "speeches" of varied sentences. */
@@ -70,7 +57,7 @@ static const char *make_corpus(void) {
 
 /* One thread: a tiny model gains nothing from two, and on a busy machine the
  * OpenMP barriers of two would make it slow. */
-#define TINY                                                                    \
+#define TINY                                                                   \
     "--threads 1 --dim 16 --layers 1 --heads 2 --ffn 32 --vocab 300 --seq 32 " \
     "--batch 2 --steps 12 --max-tokens 8"
 
@@ -79,16 +66,16 @@ TEST(demo_script_end_to_end) {
     REQUIRE(corpus);
     const char *dir = test_path("runs");
     int rc = demo(TINY " --corpus '%s' --dir '%s'", corpus, dir);
-    REQUIREF(rc == 0, "exit %d:\n%s", rc, out);
-    CHECKF(has("== 5. training") && has("== 8. generate"), "%s", out);
-    CHECKF(has("validation loss (final)") && has("parameters") && has("tokens trained") &&
-               has("DIFF - Tr."),
-           "%s", out);
-    CHECKF(has("tokens trained                          768            768"), "%s", out); /* 12 x 2 x 32 */
-    CHECKF(has("[DIFF]") && has("[Transformer]") && has("My fellow Americans,") &&
-               has("The state of the Union is"),
-           "%s", out);
-    CHECKF(has("== timings") && has("total"), "%s", out);
+    REQUIREF(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CHECKF(cli_has("== 5. training") && cli_has("== 8. generate"), "%s", cli_out);
+    CHECKF(cli_has("validation loss (final)") && cli_has("parameters") && cli_has("tokens trained") &&
+               cli_has("DIFF - Tr."),
+           "%s", cli_out);
+    CHECKF(cli_has("tokens trained                          768            768"), "%s", cli_out); /* 12 x 2 x 32 */
+    CHECKF(cli_has("[DIFF]") && cli_has("[Transformer]") && cli_has("My fellow Americans,") &&
+               cli_has("The state of the Union is"),
+           "%s", cli_out);
+    CHECKF(cli_has("== timings") && cli_has("total"), "%s", cli_out);
     char path[600];
     struct stat st;
     const char *files[] = {"diff.safetensors", "transformer.safetensors", "diff.jsonl", "transformer.jsonl",
@@ -97,7 +84,7 @@ TEST(demo_script_end_to_end) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
         CHECKF(stat(path, &st) == 0 && st.st_size > 0, "%s is missing", path);
     }
-    static char first[sizeof out];
+    static char first[sizeof cli_out];
     snprintf(path, sizeof path, "%s/results.txt", dir);
     FILE *f = fopen(path, "r");
     REQUIRE(f);
@@ -107,26 +94,26 @@ TEST(demo_script_end_to_end) {
 
     /* a rerun reuses the tokenizer, the shards and both models, and reports the same table */
     rc = demo(TINY " --corpus '%s' --dir '%s'", corpus, dir);
-    REQUIREF(rc == 0, "exit %d:\n%s", rc, out);
-    CHECKF(has("reusing") && has("already trained") && has(first), "%s", out);
+    REQUIREF(rc == 0, "exit %d:\n%s", rc, cli_out);
+    CHECKF(cli_has("reusing") && cli_has("already trained") && cli_has(first), "%s", cli_out);
 
     /* another setting starts the runs over */
     rc = demo(TINY " --lr 1e-3 --corpus '%s' --dir '%s'", corpus, dir);
-    CHECKF(rc == 0 && has("starting over") && !has("already trained"), "exit %d:\n%s", rc, out);
+    CHECKF(rc == 0 && cli_has("starting over") && !cli_has("already trained"), "exit %d:\n%s", rc, cli_out);
 }
 
 TEST(demo_script_usage_errors) {
     int rc = demo("--dim 100 --heads 4");
-    CHECKF(rc == 2 && has("multiple of 2 x --heads"), "exit %d: %s", rc, out);
+    CHECKF(rc == 2 && cli_has("multiple of 2 x --heads"), "exit %d: %s", rc, cli_out);
     rc = demo("--steps 10 --minutes 1");
-    CHECKF(rc == 2 && has("not both"), "exit %d: %s", rc, out);
+    CHECKF(rc == 2 && cli_has("not both"), "exit %d: %s", rc, cli_out);
     rc = demo("--precision fp16");
-    CHECKF(rc == 2 && has("fp32 or bf16"), "exit %d: %s", rc, out);
+    CHECKF(rc == 2 && cli_has("fp32 or bf16"), "exit %d: %s", rc, cli_out);
     rc = demo("--bogus");
-    CHECKF(rc == 2 && has("unknown flag --bogus"), "exit %d: %s", rc, out);
+    CHECKF(rc == 2 && cli_has("unknown flag --bogus"), "exit %d: %s", rc, cli_out);
     rc = demo("--steps 0");
-    CHECKF(rc == 2 && has("--steps must be a positive integer"), "exit %d: %s", rc, out);
+    CHECKF(rc == 2 && cli_has("--steps must be a positive integer"), "exit %d: %s", rc, cli_out);
     /* a corpus without train/ and val/ fails in the data step, naming it */
     rc = demo("--corpus '%s' --dir '%s'", test_tmpdir(), test_path("runs2"));
-    CHECKF(rc == 1 && has("[data]") && has("is not a folder"), "exit %d: %s", rc, out);
+    CHECKF(rc == 1 && cli_has("[data]") && cli_has("is not a folder"), "exit %d: %s", rc, cli_out);
 }

@@ -7,7 +7,6 @@
  * probe for one prompt. */
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,25 +15,6 @@
 #include "eval/needle.h"
 #include "eval/probe.h"
 #include "test.h"
-
-static char out[1 << 16];
-
-__attribute__((format(printf, 1, 2))) static int cli(const char *fmt, ...) {
-    char args[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return run_cli(args, out, sizeof out);
-}
-
-static int has(const char *s) { return strstr(out, s) != NULL; }
-
-/* One line, starting with the command's prefix. */
-static int one_line_error(const char *prefix) {
-    size_t n = strlen(out);
-    return strncmp(out, prefix, strlen(prefix)) == 0 && n > 0 && out[n - 1] == '\n' && strchr(out, '\n') == out + n - 1;
-}
 
 static const char FRAMING[] = "There is a special magic number inside a lot of irrelevant text. Find it and memorize "
                               "them. I will quiz you about the magic number there.\n";
@@ -129,11 +109,9 @@ static int setup(void) {
     const char *texts[] = {text, FRAMING,
                            "The special magic Paris number is: 12345. What is the special magic Paris number? "
                            "The special magic Tokyo number is 67890"};
-    size_t lens[] = {len, strlen(texts[1]), strlen(texts[2])};
-    int ok = dtx_tokenizer_train_texts(&tok, texts, lens, 3, 400) == DTX_OK;
-    tok_path = test_path("needle.tok");
+    tok = test_tokenizer_file(texts, 3, 400, "needle.tok", &tok_path);
     hay_path = test_path("hay.txt");
-    ok = ok && dtx_tokenizer_save(tok, tok_path) == DTX_OK && write_file(hay_path, text, len) == 0;
+    int ok = tok && write_file(hay_path, text, len) == 0;
     free(text);
     if (!ok) return -1;
     dtx_config cd = tiny(DTX_ARCH_DIFF, 32, 1), ct = tiny(DTX_ARCH_TRANSFORMER, 32, 1);
@@ -144,21 +122,6 @@ static int setup(void) {
     return diff1_path && tf1_path && bigram_path ? 0 : -1;
 }
 
-static cJSON *read_json(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return cJSON_Parse(buf);
-}
-
-static double num(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
 static const char *str(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(v) ? v->valuestring : "";
@@ -166,7 +129,7 @@ static const char *str(const cJSON *o, const char *k) {
 
 /* acc = k/n, inside its Wilson interval, which is the library's. */
 static void check_rate(const cJSON *o, const char *acc, const char *k, const char *n, const char *lo, const char *hi) {
-    double kk = num(o, k), nn = num(o, n), a = num(o, acc), l = num(o, lo), h = num(o, hi), wl, wh;
+    double kk = json_num(o, k), nn = json_num(o, n), a = json_num(o, acc), l = json_num(o, lo), h = json_num(o, hi), wl, wh;
     CHECKF(nn > 0 && kk >= 0 && kk <= nn, "%s %g of %g", k, kk, nn);
     CHECKF(fabs(a - kk / nn) < 1e-12 && a >= 0 && a <= 1, "%s %g, %g/%g", acc, a, kk, nn);
     dtx_wilson95((int64_t)kk, (int64_t)nn, &wl, &wh);
@@ -174,13 +137,13 @@ static void check_rate(const cJSON *o, const char *acc, const char *k, const cha
 }
 
 static void check_cell(const cJSON *c, int64_t samples) {
-    double r = num(c, "r");
-    CHECK(num(c, "samples") == (double)samples);
-    CHECK(num(c, "queries") == r * (double)samples);
+    double r = json_num(c, "r");
+    CHECK(json_num(c, "samples") == (double)samples);
+    CHECK(json_num(c, "queries") == r * (double)samples);
     check_rate(c, "acc", "correct_queries", "queries", "acc_lo", "acc_hi");
     check_rate(c, "all_acc", "all_correct", "samples", "all_lo", "all_hi");
-    CHECK(num(c, "all_correct") <= num(c, "correct_queries"));
-    CHECK(num(c, "mean_prompt_tokens") <= num(c, "length") && num(c, "mean_prompt_tokens") > 0.9 * num(c, "length"));
+    CHECK(json_num(c, "all_correct") <= json_num(c, "correct_queries"));
+    CHECK(json_num(c, "mean_prompt_tokens") <= json_num(c, "length") && json_num(c, "mean_prompt_tokens") > 0.9 * json_num(c, "length"));
 }
 
 TEST(eval_needle_cli_json) {
@@ -189,12 +152,12 @@ TEST(eval_needle_cli_json) {
     int rc = cli("eval needle --model %s --tokenizer %s --haystack %s --lengths 200,240 --grid 1x1,3x2 --depths 0,50,100 "
                  "--samples 3 --json %s",
                  diff1_path, tok_path, hay_path, js);
-    REQUIREF(rc == 0, "rc %d: %s", rc, out);
-    CHECK(has("Table 2") && has("N=3, R=2: per-query accuracy") && has("N=3, R=2: all-correct rate"));
+    REQUIREF(rc == 0, "rc %d: %s", rc, cli_out);
+    CHECK(cli_has("Table 2") && cli_has("N=3, R=2: per-query accuracy") && cli_has("N=3, R=2: all-correct rate"));
     cJSON *root = read_json(js);
     REQUIRE(root);
-    CHECK(strcmp(str(root, "arch"), "diff") == 0 && num(root, "samples") == 3 && num(root, "seed") == 1);
-    CHECK(num(root, "params") == (double)dtx_model_num_params(diff1));
+    CHECK(strcmp(str(root, "arch"), "diff") == 0 && json_num(root, "samples") == 3 && json_num(root, "seed") == 1);
+    CHECK(json_num(root, "params") == (double)dtx_model_num_params(diff1));
     const cJSON *cells = cJSON_GetObjectItemCaseSensitive(root, "cells");
     const cJSON *t2 = cJSON_GetObjectItemCaseSensitive(root, "table2");
     REQUIRE(cJSON_GetArraySize(cells) == 2 * 2 * 3 && cJSON_GetArraySize(t2) == 2 * 2);
@@ -204,13 +167,13 @@ TEST(eval_needle_cli_json) {
     const cJSON *row;
     cJSON_ArrayForEach(row, t2) {
         double k = 0, q = 0, all = 0;
-        cJSON_ArrayForEach(c, cells) if (num(c, "n") == num(row, "n") && num(c, "length") == num(row, "length")) {
-            k += num(c, "correct_queries");
-            q += num(c, "queries");
-            all += num(c, "all_correct");
+        cJSON_ArrayForEach(c, cells) if (json_num(c, "n") == json_num(row, "n") && json_num(c, "length") == json_num(row, "length")) {
+            k += json_num(c, "correct_queries");
+            q += json_num(c, "queries");
+            all += json_num(c, "all_correct");
         }
-        CHECK(num(row, "correct_queries") == k && num(row, "queries") == q && num(row, "all_correct") == all);
-        CHECK(num(row, "samples") == 9);
+        CHECK(json_num(row, "correct_queries") == k && json_num(row, "queries") == q && json_num(row, "all_correct") == all);
+        CHECK(json_num(row, "samples") == 9);
         check_rate(row, "acc", "correct_queries", "queries", "lo", "hi");
     }
     cJSON_Delete(root);
@@ -225,15 +188,15 @@ TEST(eval_needle_cli_cells_independent) {
     int rc = cli("eval needle --model %s --tokenizer %s --haystack %s --lengths 220 --grid 1x1,2x2 --depths 0,50 "
                  "--samples 2 --json %s",
                  diff1_path, tok_path, hay_path, a);
-    REQUIREF(rc == 0, "%s", out);
+    REQUIREF(rc == 0, "%s", cli_out);
     rc = cli("eval needle --model %s --tokenizer %s --haystack %s --lengths 220 --grid 2x2 --depths 50 --samples 2 "
              "--json %s",
              diff1_path, tok_path, hay_path, b);
-    REQUIREF(rc == 0, "%s", out);
+    REQUIREF(rc == 0, "%s", cli_out);
     cJSON *ja = read_json(a), *jb = read_json(b);
     REQUIRE(ja && jb);
     const cJSON *cb = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(jb, "cells"), 0), *c, *match = NULL;
-    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(ja, "cells")) if (num(c, "n") == 2 && num(c, "depth") == 50)
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(ja, "cells")) if (json_num(c, "n") == 2 && json_num(c, "depth") == 50)
         match = c;
     REQUIRE(cb && match);
     const cJSON *ea = cJSON_GetObjectItemCaseSensitive(match, "example");
@@ -241,7 +204,7 @@ TEST(eval_needle_cli_cells_independent) {
     CHECK(strcmp(str(ea, "city"), str(eb, "city")) == 0 && strcmp(str(ea, "number"), str(eb, "number")) == 0);
     CHECK(strcmp(str(ea, "output"), str(eb, "output")) == 0);
     CHECK(strlen(str(ea, "number")) == 5);
-    CHECK(num(match, "correct_queries") == num(cb, "correct_queries"));
+    CHECK(json_num(match, "correct_queries") == json_num(cb, "correct_queries"));
     /* Another seed, other prompts. */
     rc = cli("eval needle --model %s --tokenizer %s --haystack %s --lengths 220 --grid 2x2 --depths 50 --samples 2 "
              "--seed 2 --json %s",
@@ -262,7 +225,7 @@ TEST(eval_needle_cli_greedy_decoding) {
     int rc = cli("eval needle --model %s --tokenizer %s --haystack %s --lengths 200 --grid 1x1,2x2 --depths 0,100 "
                  "--samples 2 --json %s",
                  bigram_path, tok_path, hay_path, js);
-    REQUIREF(rc == 0, "%s", out);
+    REQUIREF(rc == 0, "%s", cli_out);
     cJSON *root = read_json(js);
     REQUIRE(root);
     const cJSON *c;
@@ -270,7 +233,7 @@ TEST(eval_needle_cli_greedy_decoding) {
     cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(root, "cells")) {
         const char *o = str(cJSON_GetObjectItemCaseSensitive(c, "example"), "output");
         CHECKF(strcmp(o, "42") == 0, "output '%s'", o);
-        CHECK(num(c, "correct_queries") == 0); /* "42" holds no 5-digit number */
+        CHECK(json_num(c, "correct_queries") == 0); /* "42" holds no 5-digit number */
         n++;
     }
     CHECK(n == 4);
@@ -299,12 +262,12 @@ TEST(eval_needle_cli_errors) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = cli("%s %s", base, cases[i].extra);
-        CHECKF(rc == cases[i].rc && one_line_error(P) && has(cases[i].want), "%s: rc %d: %s", cases[i].extra, rc, out);
+        CHECKF(rc == cases[i].rc && cli_one_line_from(P) && cli_has(cases[i].want), "%s: rc %d: %s", cases[i].extra, rc, cli_out);
     }
-    CHECK(cli("eval needle --tokenizer %s --haystack %s", tok_path, hay_path) == 2 && has("--model is required"));
-    CHECK(cli("eval needle --model %s --haystack %s", diff1_path, hay_path) == 2 && has("--tokenizer is required"));
-    CHECK(cli("eval needle --model %s --tokenizer %s", diff1_path, tok_path) == 2 && has("--haystack is required"));
-    CHECK(cli("eval needle --help") == 0 && has("usage: difftx eval needle"));
+    CHECK(cli("eval needle --tokenizer %s --haystack %s", tok_path, hay_path) == 2 && cli_has("--model is required"));
+    CHECK(cli("eval needle --model %s --haystack %s", diff1_path, hay_path) == 2 && cli_has("--tokenizer is required"));
+    CHECK(cli("eval needle --model %s --tokenizer %s", diff1_path, tok_path) == 2 && cli_has("--haystack is required"));
+    CHECK(cli("eval needle --help") == 0 && cli_has("usage: difftx eval needle"));
 }
 
 /* Files that are missing or not what they claim: one line, exit 1, no crash. */
@@ -321,27 +284,27 @@ TEST(eval_needle_cli_bad_files) {
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         int rc = cli("eval needle --model %s --tokenizer %s --haystack %s --lengths 200 --samples 1", cmds[i][0],
                      cmds[i][1], cmds[i][2]);
-        CHECKF(rc == 1 && one_line_error(P), "case %zu: rc %d: %s", i, rc, out);
+        CHECKF(rc == 1 && cli_one_line_from(P), "case %zu: rc %d: %s", i, rc, cli_out);
     }
     /* A JSON path that cannot be written. */
     int rc = cli("eval needle --model %s --tokenizer %s --haystack %s --lengths 200 --grid 1x1 --depths 50 "
                  "--samples 1 --json %s/no-dir/x.json",
                  diff1_path, tok_path, hay_path, test_tmpdir());
-    CHECKF(rc == 1 && has("no-dir"), "rc %d: %s", rc, out);
+    CHECKF(rc == 1 && cli_has("no-dir"), "rc %d: %s", rc, cli_out);
 }
 
 /* ------------------------------------------------------------ attn-mass */
 
 static const cJSON *depth_entry(const cJSON *root, double depth) {
     const cJSON *d;
-    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(root, "depths")) if (num(d, "depth") == depth) return d;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(root, "depths")) if (json_num(d, "depth") == depth) return d;
     return NULL;
 }
 
 static void seg4(const cJSON *d, const char *map, const char *kind, double v[4]) {
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, map), kind);
     const char *k[4] = {"bos", "answer", "context", "query"};
-    for (int i = 0; i < 4; i++) v[i] = num(o, k[i]);
+    for (int i = 0; i < 4; i++) v[i] = json_num(o, k[i]);
 }
 
 TEST(eval_attn_mass_cli_json) {
@@ -350,8 +313,8 @@ TEST(eval_attn_mass_cli_json) {
     int rc = cli("eval attn-mass --model %s --tokenizer %s --haystack %s --length 220 --needles 3 --samples 2 "
                  "--json %s",
                  diff1_path, tok_path, hay_path, js);
-    REQUIREF(rc == 0, "%s", out);
-    CHECK(has("answer") && has("noise(context)") && has("BOS") && has("query"));
+    REQUIREF(rc == 0, "%s", cli_out);
+    CHECK(cli_has("answer") && cli_has("noise(context)") && cli_has("BOS") && cli_has("query"));
     cJSON *root = read_json(js);
     REQUIRE(root);
     CHECK(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(root, "depths")) == 5);
@@ -359,7 +322,7 @@ TEST(eval_attn_mass_cli_json) {
     for (int di = 0; di <= 4; di++) {
         const cJSON *d = depth_entry(root, 25.0 * di);
         REQUIRE(d);
-        CHECK(num(d, "rows") == 2 * 2); /* 1 layer × 2 heads × 2 samples */
+        CHECK(json_num(d, "rows") == 2 * 2); /* 1 layer × 2 heads × 2 samples */
         double nz[4], mean[4], a1[4], a2[4], s = 0, s1 = 0, s2 = 0, sm = 0;
         seg4(d, "combined", "normalized", nz);
         seg4(d, "combined", "mean", mean);
@@ -390,7 +353,7 @@ TEST(eval_attn_mass_cli_matches_probe) {
     int rc = cli("eval attn-mass --model %s --tokenizer %s --haystack %s --length %lld --needles 2 --depths 50 "
                  "--samples 1 --seed 7 --json %s",
                  tf1_path, tok_path, hay_path, (long long)L, js);
-    REQUIREF(rc == 0, "%s", out);
+    REQUIREF(rc == 0, "%s", cli_out);
     cJSON *root = read_json(js);
     REQUIRE(root);
     const cJSON *d = depth_entry(root, 50);
@@ -440,14 +403,14 @@ TEST(eval_attn_mass_cli_errors) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int rc = cli("%s %s", base, cases[i].extra);
-        CHECKF(rc == cases[i].rc && one_line_error(P) && has(cases[i].want), "%s: rc %d: %s", cases[i].extra, rc, out);
+        CHECKF(rc == cases[i].rc && cli_one_line_from(P) && cli_has(cases[i].want), "%s: rc %d: %s", cases[i].extra, rc, cli_out);
     }
     const char *missing = test_path("missing");
     CHECK(cli("eval attn-mass --model %s --tokenizer %s --haystack %s", missing, tok_path, hay_path) == 1 &&
-          one_line_error(P));
+          cli_one_line_from(P));
     CHECK(cli("eval attn-mass --model %s --tokenizer %s --haystack %s", tf1_path, tok_path, missing) == 1 &&
-          one_line_error(P));
-    CHECK(cli("eval attn-mass --help") == 0 && has("usage: difftx eval attn-mass"));
+          cli_one_line_from(P));
+    CHECK(cli("eval attn-mass --help") == 0 && cli_has("usage: difftx eval attn-mass"));
 }
 
 /* --attn-bits reaches the model: recorded, and 2-bit logits change what a
@@ -459,11 +422,11 @@ TEST(eval_needle_cli_attn_quant) {
                       "--depths 0,25,50,75,100 --samples 1 --max-new 4 --json %s %s";
     REQUIRE(cli(fmt, diff1_path, tok_path, hay_path, a, "") == 0);
     int rc = cli(fmt, diff1_path, tok_path, hay_path, b, "--attn-bits 2 --attn-scope tensor");
-    REQUIREF(rc == 0, "%s", out);
-    CHECK(has("quantised to 2 bits"));
+    REQUIREF(rc == 0, "%s", cli_out);
+    CHECK(cli_has("quantised to 2 bits"));
     cJSON *ja = read_json(a), *jb = read_json(b);
     REQUIRE(ja && jb);
-    CHECK(num(ja, "attn_bits") == 0 && num(jb, "attn_bits") == 2 && strcmp(str(jb, "attn_scope"), "tensor") == 0);
+    CHECK(json_num(ja, "attn_bits") == 0 && json_num(jb, "attn_bits") == 2 && strcmp(str(jb, "attn_scope"), "tensor") == 0);
     int differ = 0;
     const cJSON *ca = cJSON_GetObjectItemCaseSensitive(ja, "cells")->child;
     const cJSON *cb = cJSON_GetObjectItemCaseSensitive(jb, "cells")->child;

@@ -8,7 +8,6 @@
  * line and exit 2 (usage) or 1 (runtime). */
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,32 +15,14 @@
 #include "difftx.h"
 #include "test.h"
 
-static char out[1 << 16];
-
-__attribute__((format(printf, 1, 2))) static int cli(const char *fmt, ...) {
-    char args[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return run_cli(args, out, sizeof out);
-}
-
-static int has(const char *s) { return strstr(out, s) != NULL; }
-
-static int one_line(void) {
-    const char *nl = strchr(out, '\n');
-    return nl && nl[1] == '\0';
-}
-
 /* exit rc, one line "difftx eval ppl: ..." holding s */
 #define CHECK_ERR(rc_want, call, s)                                                                        \
     do {                                                                                                   \
         int rc_ = (call);                                                                                  \
-        CHECKF(rc_ == (rc_want), "exit %d, want %d: %s", rc_, (rc_want), out);                             \
-        CHECKF(strncmp(out, "difftx eval ppl: ", 17) == 0, "no prefix: %s", out);                          \
-        CHECKF(has(s), "want '%s' in: %s", s, out);                                                        \
-        CHECKF(one_line(), "not one line: %s", out);                                                       \
+        CHECKF(rc_ == (rc_want), "exit %d, want %d: %s", rc_, (rc_want), cli_out);                         \
+        CHECKF(strncmp(cli_out, "difftx eval ppl: ", 17) == 0, "no prefix: %s", cli_out);                  \
+        CHECKF(cli_has(s), "want '%s' in: %s", s, cli_out);                                                \
+        CHECKF(cli_one_line(), "not one line: %s", cli_out);                                               \
     } while (0)
 
 enum { SEQ = 16 };
@@ -60,13 +41,8 @@ static dtx_config tiny_config(dtx_arch arch, int64_t vocab) {
 }
 
 static const char *model_file(const char *name, dtx_arch arch, int64_t vocab) {
-    const char *path = test_path(name);
     dtx_config c = tiny_config(arch, vocab);
-    dtx_model *m = NULL;
-    if (dtx_model_init(&m, &c, 7) != DTX_OK) return NULL;
-    dtx_status st = dtx_model_save(m, path, 0);
-    dtx_model_free(m);
-    return st == DTX_OK ? path : NULL;
+    return test_model_file(name, &c, 7);
 }
 
 /* n pseudo-random ids below vocab, as a text file of ids; ids[] gets them. */
@@ -92,7 +68,7 @@ static cJSON *ppl_json(const char *model, const char *input, const char *extra) 
     remove(jp);
     int rc = cli("eval ppl --model '%s' %s --json '%s' %s", model, input, jp, extra);
     if (rc != 0) {
-        test_fail_at(__FILE__, __LINE__, "eval ppl exited %d: %s", rc, out);
+        test_fail_at(__FILE__, __LINE__, "eval ppl exited %d: %s", rc, cli_out);
         return NULL;
     }
     FILE *f = fopen(jp, "rb");
@@ -103,11 +79,6 @@ static cJSON *ppl_json(const char *model, const char *input, const char *extra) 
     cJSON *j = cJSON_Parse(buf);
     if (!j) test_fail_at(__FILE__, __LINE__, "bad JSON: %s", buf);
     return j;
-}
-
-static double jnum(const cJSON *j, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
 static const char *jstr(const cJSON *j, const char *k) {
@@ -125,22 +96,22 @@ TEST(eval_ppl_cli_short_file_matches_score) {
         REQUIRE(mp && tp);
         double loss = NAN;
         long long n = 0;
-        REQUIREF(cli("score --model '%s' --tokens '%s'", mp, tp) == 0, "%s", out);
-        REQUIRE(sscanf(out, "{\"loss\": %lf, \"tokens\": %lld}", &loss, &n) == 2);
+        REQUIREF(cli("score --model '%s' --tokens '%s'", mp, tp) == 0, "%s", cli_out);
+        REQUIRE(sscanf(cli_out, "{\"loss\": %lf, \"tokens\": %lld}", &loss, &n) == 2);
         char tok_arg[512];
         snprintf(tok_arg, sizeof tok_arg, "--tokens '%s'", tp);
         cJSON *j = ppl_json(mp, tok_arg, "");
         REQUIRE(j);
-        CHECKF(fabs(jnum(j, "nll") - loss) <= 1e-6 * loss, "ppl nll %.9g, score %.9g", jnum(j, "nll"), loss);
-        CHECKF(fabs(jnum(j, "ppl") - exp(loss)) <= 1e-5 * exp(loss), "ppl %.9g", jnum(j, "ppl"));
-        CHECK(jnum(j, "tokens") == 11 && n == 11 && jnum(j, "windows") == 1);
-        CHECK(jnum(j, "window") == SEQ && jnum(j, "stride") == SEQ / 2);
+        CHECKF(fabs(json_num(j, "nll") - loss) <= 1e-6 * loss, "ppl nll %.9g, score %.9g", json_num(j, "nll"), loss);
+        CHECKF(fabs(json_num(j, "ppl") - exp(loss)) <= 1e-5 * exp(loss), "ppl %.9g", json_num(j, "ppl"));
+        CHECK(json_num(j, "tokens") == 11 && n == 11 && json_num(j, "windows") == 1);
+        CHECK(json_num(j, "window") == SEQ && json_num(j, "stride") == SEQ / 2);
         CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "bpb")));
-        CHECK(jnum(j, "attn_bits") == 0 && strcmp(jstr(j, "attn_scope"), "row") == 0);
+        CHECK(json_num(j, "attn_bits") == 0 && strcmp(jstr(j, "attn_scope"), "row") == 0);
         CHECK(strcmp(jstr(j, "arch"), arch ? "transformer" : "diff") == 0 && strcmp(jstr(j, "model"), mp) == 0);
-        CHECK(jnum(j, "params") > 1000);
+        CHECK(json_num(j, "params") > 1000);
         /* the readable lines on stdout */
-        CHECKF(has("tokens       11 scored") && has("perplexity") && has("mean NLL") && !has("bits/byte"), "%s", out);
+        CHECKF(cli_has("tokens       11 scored") && cli_has("perplexity") && cli_has("mean NLL") && !cli_has("bits/byte"), "%s", cli_out);
         cJSON_Delete(j);
     }
 }
@@ -193,10 +164,10 @@ TEST(eval_ppl_cli_sliding_window_matches_reference) {
             cJSON *j = ppl_json(mp, tok_arg, extra);
             REQUIRE(j);
             double ref = reference_nll(m, ids, N, W, S, &windows);
-            CHECKF(fabs(jnum(j, "nll") - ref) <= 1e-6 * ref, "arch %d W %lld S %lld: cli %.9g, reference %.9g", arch,
-                   (long long)W, (long long)S, jnum(j, "nll"), ref);
-            CHECK(jnum(j, "tokens") == N - 1 && jnum(j, "windows") == windows);
-            CHECK(jnum(j, "window") == W && jnum(j, "stride") == S);
+            CHECKF(fabs(json_num(j, "nll") - ref) <= 1e-6 * ref, "arch %d W %lld S %lld: cli %.9g, reference %.9g", arch,
+                   (long long)W, (long long)S, json_num(j, "nll"), ref);
+            CHECK(json_num(j, "tokens") == N - 1 && json_num(j, "windows") == windows);
+            CHECK(json_num(j, "window") == W && json_num(j, "stride") == S);
             cJSON_Delete(j);
         }
         /* --max-tokens: the first 50 tokens only */
@@ -205,8 +176,8 @@ TEST(eval_ppl_cli_sliding_window_matches_reference) {
         cJSON *j = ppl_json(mp, tok_arg, "--max-tokens 50");
         int64_t windows;
         double ref = reference_nll(m, ids, 50, SEQ, SEQ / 2, &windows);
-        CHECKF(j && fabs(jnum(j, "nll") - ref) <= 1e-6 * ref && jnum(j, "tokens") == 49, "max-tokens: %.9g vs %.9g",
-               j ? jnum(j, "nll") : NAN, ref);
+        CHECKF(j && fabs(json_num(j, "nll") - ref) <= 1e-6 * ref && json_num(j, "tokens") == 49, "max-tokens: %.9g vs %.9g",
+               j ? json_num(j, "nll") : NAN, ref);
         cJSON_Delete(j);
         dtx_model_free(m);
     }
@@ -218,12 +189,9 @@ TEST(eval_ppl_cli_text_bits_per_byte) {
     static const char TEXT[] =
         "the cat sat on the mat. the dog sat on the log. a cat and a dog and a mat.\n"
         "on the mat the cat sat; on the log the dog sat. the end of the story. <|eos|>\n";
-    const char *texts[] = {TEXT};
-    size_t lens[] = {strlen(TEXT)};
-    dtx_tokenizer *tok = NULL;
-    REQUIRE(dtx_tokenizer_train_texts(&tok, texts, lens, 1, 280) == DTX_OK);
-    const char *tkp = test_path("ppl.tok"), *txp = test_path("ppl.txt");
-    REQUIRE(dtx_tokenizer_save(tok, tkp) == DTX_OK && write_file(txp, TEXT, strlen(TEXT)) == 0);
+    const char *texts[] = {TEXT}, *tkp = NULL, *txp = test_path("ppl.txt");
+    dtx_tokenizer *tok = test_tokenizer_file(texts, 1, 280, "ppl.tok", &tkp);
+    REQUIRE(tok && write_file(txp, TEXT, strlen(TEXT)) == 0);
     int32_t *ids = NULL;
     int64_t n = 0;
     REQUIRE(dtx_tokenizer_encode(tok, TEXT, strlen(TEXT), DTX_ENCODE_ORDINARY, &ids, &n) == DTX_OK && n > SEQ);
@@ -240,13 +208,13 @@ TEST(eval_ppl_cli_text_bits_per_byte) {
     char arg[1024];
     snprintf(arg, sizeof arg, "--text '%s' --tokenizer '%s'", txp, tkp);
     cJSON *jt = ppl_json(mp, arg, "");
-    CHECKF(has("bits/byte"), "%s", out);
+    CHECKF(cli_has("bits/byte"), "%s", cli_out);
     snprintf(arg, sizeof arg, "--tokens '%s'", ip);
     cJSON *ji = ppl_json(mp, arg, "");
     REQUIRE(jt && ji);
-    double nll = jnum(jt, "nll"), bpb = jnum(jt, "bpb");
-    CHECK(jnum(jt, "tokens") == n - 1);
-    CHECKF(fabs(nll - jnum(ji, "nll")) <= 1e-9 * nll, "text %.12g vs ids %.12g", nll, jnum(ji, "nll"));
+    double nll = json_num(jt, "nll"), bpb = json_num(jt, "bpb");
+    CHECK(json_num(jt, "tokens") == n - 1);
+    CHECKF(fabs(nll - json_num(ji, "nll")) <= 1e-9 * nll, "text %.12g vs ids %.12g", nll, json_num(ji, "nll"));
     double want = nll * (double)(n - 1) / log(2.0) / (double)strlen(TEXT);
     CHECKF(fabs(bpb - want) <= 1e-9 * want, "bpb %.12g, want %.12g", bpb, want);
     /* "<|eos|>" in the text is text: ordinary tokens only */
@@ -273,18 +241,18 @@ TEST(eval_ppl_cli_attention_bits) {
         snprintf(arg, sizeof arg, "--tokens '%s'", tp);
         cJSON *j0 = ppl_json(mp, arg, ""), *j16 = ppl_json(mp, arg, "--attn-bits 16");
         cJSON *j4 = ppl_json(mp, arg, "--attn-bits 4"), *j4t = ppl_json(mp, arg, "--attn-bits 4 --attn-scope tensor");
-        CHECKF(has("quantised to 4 bits"), "%s", out);
+        CHECKF(cli_has("quantised to 4 bits"), "%s", cli_out);
         REQUIRE(j0 && j16 && j4 && j4t);
-        double n0 = jnum(j0, "nll"), d16 = fabs(jnum(j16, "nll") - n0), d4 = fabs(jnum(j4, "nll") - n0);
-        double d4t = fabs(jnum(j4t, "nll") - n0);
+        double n0 = json_num(j0, "nll"), d16 = fabs(json_num(j16, "nll") - n0), d4 = fabs(json_num(j4, "nll") - n0);
+        double d4t = fabs(json_num(j4t, "nll") - n0);
         if (getenv("DTX_QUANT_VERBOSE")) printf("    arch %d: 16 bits %.3g, 4 bits %.3g / %.3g\n", arch, d16, d4, d4t);
         /* untrained: logits of |z| <~ 1, so the 16-bit step is ~3e-5 and moves
          * the NLL by ~1e-7 of itself; the 4-bit step (~0.15) by ~1e-4 */
         CHECKF(d16 <= 5e-6 * n0, "arch %d: 16 bits moved the NLL by %.3g", arch, d16);
         CHECKF(d4 > 2e-5 * n0 && d4t > 2e-5 * n0, "arch %d: 4 bits moved the NLL by only %.3g / %.3g", arch, d4, d4t);
-        CHECK(jnum(j4, "attn_bits") == 4 && strcmp(jstr(j4, "attn_scope"), "row") == 0);
+        CHECK(json_num(j4, "attn_bits") == 4 && strcmp(jstr(j4, "attn_scope"), "row") == 0);
         CHECK(strcmp(jstr(j4t, "attn_scope"), "tensor") == 0);
-        CHECK(jnum(j4, "tokens") == N - 1);
+        CHECK(json_num(j4, "tokens") == N - 1);
         cJSON_Delete(j0), cJSON_Delete(j16), cJSON_Delete(j4), cJSON_Delete(j4t);
     }
 }
@@ -322,5 +290,5 @@ TEST(eval_ppl_cli_bad_flags_and_files) {
     CHECK_ERR(1, cli("eval ppl --model '%s' --tokens '%s' --json '%s'", mp, tp, test_path("no/such/dir.json")),
               "dir.json");
     /* and the help */
-    CHECK(cli("eval ppl --help") == 0 && has("--attn-scope") && has("--stride"));
+    CHECK(cli("eval ppl --help") == 0 && cli_has("--attn-scope") && cli_has("--stride"));
 }

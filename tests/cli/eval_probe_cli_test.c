@@ -4,7 +4,6 @@
  * consistency with the library's probe, and one-line errors. */
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,23 +14,6 @@
 #include "difftx.h"
 #include "eval/probe.h"
 #include "test.h"
-
-static char out[1 << 16];
-
-__attribute__((format(printf, 1, 2))) static int cli(const char *fmt, ...) {
-    char args[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return run_cli(args, out, sizeof out);
-}
-
-/* The output is exactly one line starting with prefix. */
-static int one_line(const char *prefix) {
-    size_t n = strlen(out);
-    return n > 0 && strncmp(out, prefix, strlen(prefix)) == 0 && strchr(out, '\n') == out + n - 1;
-}
 
 enum { EP_SEQ = 24 };
 
@@ -53,22 +35,15 @@ static int save_model(dtx_arch arch, const char *name, const char **path) {
     c.ffn_dim = 64;
     c.max_seq_len = EP_SEQ;
     if (arch == DTX_ARCH_TRANSFORMER) c = dtx_config_baseline(&c);
-    dtx_model *m = NULL;
-    if (dtx_model_init(&m, &c, arch == DTX_ARCH_DIFF ? 21 : 22) != DTX_OK) return -1;
-    *path = test_path(name);
-    int rc = dtx_model_save(m, *path, 0) == DTX_OK ? 0 : -1;
-    dtx_model_free(m);
-    return rc;
+    *path = test_model_file(name, &c, arch == DTX_ARCH_DIFF ? 21 : 22);
+    return *path ? 0 : -1;
 }
 
 /* Tokenizer, both models, a file of 100 token ids and a text file. */
 static int setup(void) {
     if (tok) return 0;
     const char *texts[] = {TEXT};
-    size_t lens[] = {strlen(TEXT)};
-    if (dtx_tokenizer_train_texts(&tok, texts, lens, 1, 300) != DTX_OK) return -1;
-    tok_path = test_path("probe.tok");
-    if (dtx_tokenizer_save(tok, tok_path) != DTX_OK) return -1;
+    if (!(tok = test_tokenizer_file(texts, 1, 300, "probe.tok", &tok_path))) return -1;
     if (save_model(DTX_ARCH_DIFF, "diff.safetensors", &diff_path) ||
         save_model(DTX_ARCH_TRANSFORMER, "tf.safetensors", &tf_path))
         return -1;
@@ -81,20 +56,6 @@ static int setup(void) {
     return write_file(ids_path, ids, o) || write_file(text_path, TEXT, strlen(TEXT)) ? -1 : 0;
 }
 
-static cJSON *read_json(const char *path) {
-    char *buf = NULL;
-    size_t len = 0;
-    if (dtx_read_file(path, &buf, &len) != DTX_OK) return NULL;
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    return j;
-}
-
-static double num(const cJSON *o, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
 /* ------------------------------------------------------------ outliers */
 
 /* top1 >= top2 >= top3 >= top10 >= top100 >= median >= 0, and the "top"
@@ -104,14 +65,14 @@ static void check_stats_order(const cJSON *s, const char *what) {
     const char *keys[] = {"top1", "top2", "top3", "top10", "top100", "median"};
     double prev = INFINITY;
     for (int i = 0; i < 6; i++) {
-        double v = num(s, keys[i]);
+        double v = json_num(s, keys[i]);
         CHECKF(v <= prev && v >= 0, "%s: %s = %g after %g", what, keys[i], v, prev);
         prev = v;
     }
     const cJSON *top = cJSON_GetObjectItemCaseSensitive(s, "top");
     REQUIRE(cJSON_IsArray(top) && cJSON_GetArraySize(top) == DTX_STATS_TOPK);
-    CHECK(cJSON_GetArrayItem(top, 0)->valuedouble == num(s, "top1"));
-    CHECK(cJSON_GetArrayItem(top, 99)->valuedouble == num(s, "top100"));
+    CHECK(cJSON_GetArrayItem(top, 0)->valuedouble == json_num(s, "top1"));
+    CHECK(cJSON_GetArrayItem(top, 99)->valuedouble == json_num(s, "top100"));
     for (int i = 1; i < DTX_STATS_TOPK; i++)
         CHECK(cJSON_GetArrayItem(top, i)->valuedouble <= cJSON_GetArrayItem(top, i - 1)->valuedouble);
 }
@@ -131,9 +92,9 @@ static void check_against_library(const char *model, const cJSON *j, int64_t win
     }
     const cJSON *jl = cJSON_GetObjectItemCaseSensitive(j, "attention_logits");
     const cJSON *jh = cJSON_GetObjectItemCaseSensitive(j, "hidden_states");
-    CHECK(num(jl, "count") == (double)lg.count && num(jh, "count") == (double)hs.count);
-    CHECK(fabs(num(jl, "top1") - lg.top[0]) <= 1e-8 * lg.top[0]);
-    CHECK(fabs(num(jh, "median") - dtx_abs_stats_median(&hs)) <= 1e-8 * dtx_abs_stats_median(&hs));
+    CHECK(json_num(jl, "count") == (double)lg.count && json_num(jh, "count") == (double)hs.count);
+    CHECK(fabs(json_num(jl, "top1") - lg.top[0]) <= 1e-8 * lg.top[0]);
+    CHECK(fabs(json_num(jh, "median") - dtx_abs_stats_median(&hs)) <= 1e-8 * dtx_abs_stats_median(&hs));
     dtx_abs_stats_free(&lg);
     dtx_abs_stats_free(&hs);
     free(ids);
@@ -143,17 +104,17 @@ static void check_against_library(const char *model, const cJSON *j, int64_t win
 static void check_outliers(const char *model, int diff) {
     const char *json = test_path(diff ? "outl_diff.json" : "outl_tf.json");
     int rc = cli("eval outliers --model %s --tokens %s --window 16 --count 70 --json %s", model, ids_path, json);
-    REQUIREF(rc == 0, "exit %d: %s", rc, out);
-    CHECK(strstr(out, "Top-100") && strstr(out, "attention logits") && strstr(out, "hidden states"));
+    REQUIREF(rc == 0, "exit %d: %s", rc, cli_out);
+    CHECK(strstr(cli_out, "Top-100") && strstr(cli_out, "attention logits") && strstr(cli_out, "hidden states"));
     cJSON *j = read_json(json);
     REQUIREF(j, "cannot parse %s", json);
     /* 70 tokens, windows of 16: 4 whole windows, 64 tokens */
-    CHECK(num(j, "tokens") == 64 && num(j, "windows") == 4 && num(j, "window") == 16 && num(j, "input_tokens") == 100);
+    CHECK(json_num(j, "tokens") == 64 && json_num(j, "windows") == 4 && json_num(j, "window") == 16 && json_num(j, "input_tokens") == 100);
     int64_t L = 2, NQ = 4, D = 32; /* DIFF: 2 heads x 2 maps; Transformer: 4 heads */
     const cJSON *lg = cJSON_GetObjectItemCaseSensitive(j, "attention_logits");
     const cJSON *hs = cJSON_GetObjectItemCaseSensitive(j, "hidden_states");
-    CHECKF(num(lg, "count") == (double)(4 * L * NQ * 16 * 17 / 2), "logits counted %g", num(lg, "count"));
-    CHECKF(num(hs, "count") == (double)(4 * 16 * L * D), "hidden counted %g", num(hs, "count"));
+    CHECKF(json_num(lg, "count") == (double)(4 * L * NQ * 16 * 17 / 2), "logits counted %g", json_num(lg, "count"));
+    CHECKF(json_num(hs, "count") == (double)(4 * 16 * L * D), "hidden counted %g", json_num(hs, "count"));
     check_stats_order(lg, "attention_logits");
     check_stats_order(hs, "hidden_states");
     check_against_library(model, j, 4, 16);
@@ -171,12 +132,12 @@ TEST(eval_probe_cli_outliers_text) {
     const char *json = test_path("outl_text.json");
     int rc = cli("eval outliers --model %s --text %s --tokenizer %s --json %s --precision bf16", diff_path,
                  text_path, tok_path, json);
-    REQUIREF(rc == 0, "exit %d: %s", rc, out);
+    REQUIREF(rc == 0, "exit %d: %s", rc, cli_out);
     cJSON *j = read_json(json);
     REQUIRE(j);
-    double T = num(j, "tokens");
-    CHECKF(num(j, "window") == EP_SEQ && T >= EP_SEQ && fmod(T, EP_SEQ) == 0, "tokens %g window %g", T,
-           num(j, "window"));
+    double T = json_num(j, "tokens");
+    CHECKF(json_num(j, "window") == EP_SEQ && T >= EP_SEQ && fmod(T, EP_SEQ) == 0, "tokens %g window %g", T,
+           json_num(j, "window"));
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "precision");
     CHECK(cJSON_IsString(p) && strcmp(p->valuestring, "bf16") == 0);
     cJSON_Delete(j);
@@ -185,30 +146,30 @@ TEST(eval_probe_cli_outliers_text) {
 TEST(eval_probe_cli_outliers_errors) {
     REQUIRE(setup() == 0);
     const char *P = "difftx eval outliers: ";
-    CHECK(cli("eval outliers --tokens %s", ids_path) == 2 && one_line(P));
-    CHECK(cli("eval outliers --model %s", diff_path) == 2 && one_line(P));
+    CHECK(cli("eval outliers --tokens %s", ids_path) == 2 && cli_one_line_from(P));
+    CHECK(cli("eval outliers --model %s", diff_path) == 2 && cli_one_line_from(P));
     CHECK(cli("eval outliers --model %s --tokens %s --text %s --tokenizer %s", diff_path, ids_path, text_path,
-              tok_path) == 2 && one_line(P));
-    CHECK(cli("eval outliers --model %s --text %s", diff_path, text_path) == 2 && one_line(P));
-    CHECK(cli("eval outliers --model %s --tokens %s --window 0", diff_path, ids_path) == 2 && one_line(P));
-    CHECK(cli("eval outliers --model %s --tokens %s --window 100", diff_path, ids_path) == 2 && one_line(P));
-    CHECK(cli("eval outliers --model %s --tokens %s --window 16 --count 8", diff_path, ids_path) == 2 && one_line(P));
-    CHECK(cli("eval outliers --model %s --tokens %s --count x", diff_path, ids_path) == 2 && one_line(P));
-    CHECK(cli("eval outliers --model %s --tokens %s --bogus", diff_path, ids_path) == 2 && one_line(P));
+              tok_path) == 2 && cli_one_line_from(P));
+    CHECK(cli("eval outliers --model %s --text %s", diff_path, text_path) == 2 && cli_one_line_from(P));
+    CHECK(cli("eval outliers --model %s --tokens %s --window 0", diff_path, ids_path) == 2 && cli_one_line_from(P));
+    CHECK(cli("eval outliers --model %s --tokens %s --window 100", diff_path, ids_path) == 2 && cli_one_line_from(P));
+    CHECK(cli("eval outliers --model %s --tokens %s --window 16 --count 8", diff_path, ids_path) == 2 && cli_one_line_from(P));
+    CHECK(cli("eval outliers --model %s --tokens %s --count x", diff_path, ids_path) == 2 && cli_one_line_from(P));
+    CHECK(cli("eval outliers --model %s --tokens %s --bogus", diff_path, ids_path) == 2 && cli_one_line_from(P));
     const char *short_ids = test_path("short.txt");
     REQUIRE(write_file(short_ids, "1 2 3 4 5", 9) == 0);
-    CHECK(cli("eval outliers --model %s --tokens %s", diff_path, short_ids) == 1 && one_line(P) &&
-          strstr(out, "fewer than one window"));
+    CHECK(cli("eval outliers --model %s --tokens %s", diff_path, short_ids) == 1 && cli_one_line_from(P) &&
+          strstr(cli_out, "fewer than one window"));
     const char *bad_ids = test_path("bad_ids.txt");
     REQUIRE(write_file(bad_ids, "1 2 99999", 9) == 0);
-    CHECK(cli("eval outliers --model %s --tokens %s", diff_path, bad_ids) == 1 && one_line(P));
-    CHECK(cli("eval outliers --model %s --tokens %s/none.txt", diff_path, test_tmpdir()) == 1 && one_line(P));
-    CHECK(cli("eval outliers --model %s/none.safetensors --tokens %s", test_tmpdir(), ids_path) == 1 && one_line(P));
+    CHECK(cli("eval outliers --model %s --tokens %s", diff_path, bad_ids) == 1 && cli_one_line_from(P));
+    CHECK(cli("eval outliers --model %s --tokens %s/none.txt", diff_path, test_tmpdir()) == 1 && cli_one_line_from(P));
+    CHECK(cli("eval outliers --model %s/none.safetensors --tokens %s", test_tmpdir(), ids_path) == 1 && cli_one_line_from(P));
     const char *json = test_path("no/such/dir/o.json");
     CHECK(cli("eval outliers --model %s --tokens %s --window 16 --json %s", diff_path, ids_path, json) == 1 &&
-          strstr(out, P) && strstr(out, "cannot write"));
+          strstr(cli_out, P) && strstr(cli_out, "cannot write"));
     CHECK(access(json, F_OK) != 0);
-    CHECK(cli("eval outliers --help") == 0 && strstr(out, "usage: difftx eval outliers"));
+    CHECK(cli("eval outliers --help") == 0 && strstr(cli_out, "usage: difftx eval outliers"));
 }
 
 /* ------------------------------------------------------------ attn-map */
@@ -255,19 +216,19 @@ TEST(eval_probe_cli_attn_map_diff) {
     const char *json = test_path("map_diff.json");
     int rc = cli("eval attn-map --model %s --tokenizer %s --text '%s' --layer 1 --head 1 --json %s", diff_path,
                  tok_path, PROMPT, json);
-    REQUIREF(rc == 0, "exit %d: %s", rc, out);
-    CHECK(strstr(out, "lambda") && strstr(out, "most attended key"));
+    REQUIREF(rc == 0, "exit %d: %s", rc, cli_out);
+    CHECK(strstr(cli_out, "lambda") && strstr(cli_out, "most attended key"));
     cJSON *j = read_json(json);
     REQUIRE(j);
     int T = (int)prompt_len(PROMPT);
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(j, "arch"), *toks = cJSON_GetObjectItemCaseSensitive(j, "tokens");
     CHECK(cJSON_IsString(arch) && strcmp(arch->valuestring, "diff") == 0);
-    CHECK(num(j, "layer") == 1 && num(j, "head") == 1 && num(j, "T") == T);
+    CHECK(json_num(j, "layer") == 1 && json_num(j, "head") == 1 && json_num(j, "T") == T);
     REQUIRE(cJSON_IsArray(toks) && cJSON_GetArraySize(toks) == T);
     CHECK(strcmp(cJSON_GetArrayItem(toks, 0)->valuestring, "<|bos|>") == 0);
     dtx_model *m = NULL;
     REQUIRE(dtx_model_load(&m, diff_path) == DTX_OK);
-    double lambda = num(j, "lambda");
+    double lambda = json_num(j, "lambda");
     CHECKF(fabs(lambda - dtx_model_lambda(m, 1)) < 1e-8, "lambda %g vs %g", lambda, dtx_model_lambda(m, 1));
     dtx_model_free(m);
     check_map(map_of(j, "a1"), T, 1.0, "a1");
@@ -288,11 +249,11 @@ TEST(eval_probe_cli_attn_map_transformer) {
     REQUIRE(write_file(prompt, PROMPT, strlen(PROMPT)) == 0);
     int rc = cli("eval attn-map --model %s --tokenizer %s --prompt-file %s --head 3 --json %s", tf_path, tok_path,
                  prompt, json);
-    REQUIREF(rc == 0, "exit %d: %s", rc, out);
+    REQUIREF(rc == 0, "exit %d: %s", rc, cli_out);
     cJSON *j = read_json(json);
     REQUIRE(j);
     int T = (int)prompt_len(PROMPT);
-    CHECK(num(j, "T") == T && num(j, "head") == 3 && num(j, "layer") == 0);
+    CHECK(json_num(j, "T") == T && json_num(j, "head") == 3 && json_num(j, "layer") == 0);
     CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "lambda")));
     check_map(map_of(j, "a1"), T, 1.0, "a1");
     CHECK(map_of(j, "a2") == NULL && map_of(j, "diff") == NULL);
@@ -306,11 +267,11 @@ TEST(eval_probe_cli_attn_map_cuts_long_prompt) {
     REQUIRE(prompt_len(TEXT) > EP_SEQ);
     int rc = cli("eval attn-map --model %s --tokenizer %s --prompt-file %s --json %s", diff_path, tok_path,
                  text_path, json);
-    REQUIREF(rc == 0, "exit %d: %s", rc, out);
-    CHECK(strstr(out, "cut to max_seq_len") != NULL);
+    REQUIREF(rc == 0, "exit %d: %s", rc, cli_out);
+    CHECK(strstr(cli_out, "cut to max_seq_len") != NULL);
     cJSON *j = read_json(json);
     REQUIRE(j);
-    CHECK(num(j, "T") == EP_SEQ && num(j, "prompt_tokens") == (double)prompt_len(TEXT));
+    CHECK(json_num(j, "T") == EP_SEQ && json_num(j, "prompt_tokens") == (double)prompt_len(TEXT));
     check_map(map_of(j, "a1"), EP_SEQ, 1.0, "a1");
     cJSON_Delete(j);
 }
@@ -320,11 +281,11 @@ TEST(eval_probe_cli_attn_map_errors) {
     const char *P = "difftx eval attn-map: ", *json = test_path("map_err.json");
     const char *base = "eval attn-map --model %s --tokenizer %s --text cat";
     char fmt[256];
-#define ERR(extra, code)                                                          \
-    do {                                                                          \
-        snprintf(fmt, sizeof fmt, "%s %s", base, extra);                          \
-        int rc_ = cli(fmt, diff_path, tok_path, json);                            \
-        CHECKF(rc_ == (code) && one_line(P), "'%s': exit %d: %s", extra, rc_, out); \
+#define ERR(extra, code)                                                                         \
+    do {                                                                                         \
+        snprintf(fmt, sizeof fmt, "%s %s", base, extra);                                         \
+        int rc_ = cli(fmt, diff_path, tok_path, json);                                           \
+        CHECKF(rc_ == (code) && cli_one_line_from(P), "'%s': exit %d: %s", extra, rc_, cli_out); \
     } while (0)
     ERR("--json %s --head 2", 2);  /* DIFF has 2 heads */
     ERR("--json %s --layer 2", 2); /* and 2 layers */
@@ -333,17 +294,17 @@ TEST(eval_probe_cli_attn_map_errors) {
     ERR("--json %s --precision fp64", 2);
     ERR("", 2); /* no --json */
 #undef ERR
-    CHECK(cli("eval attn-map --model %s --tokenizer %s --json %s", diff_path, tok_path, json) == 2 && one_line(P));
-    CHECK(cli("eval attn-map --tokenizer %s --text a --json %s", tok_path, json) == 2 && one_line(P));
-    CHECK(cli("eval attn-map --model %s --text a --json %s", diff_path, json) == 2 && one_line(P));
+    CHECK(cli("eval attn-map --model %s --tokenizer %s --json %s", diff_path, tok_path, json) == 2 && cli_one_line_from(P));
+    CHECK(cli("eval attn-map --tokenizer %s --text a --json %s", tok_path, json) == 2 && cli_one_line_from(P));
+    CHECK(cli("eval attn-map --model %s --text a --json %s", diff_path, json) == 2 && cli_one_line_from(P));
     CHECK(cli("eval attn-map --model %s/none --tokenizer %s --text a --json %s", test_tmpdir(), tok_path, json) == 1 &&
-          one_line(P));
+          cli_one_line_from(P));
     CHECK(cli("eval attn-map --model %s --tokenizer %s/none --text a --json %s", diff_path, test_tmpdir(), json) == 1 &&
-          one_line(P));
+          cli_one_line_from(P));
     CHECK(cli("eval attn-map --model %s --tokenizer %s --prompt-file %s/none --json %s", diff_path, tok_path,
-              test_tmpdir(), json) == 1 && one_line(P));
+              test_tmpdir(), json) == 1 && cli_one_line_from(P));
     CHECK(cli("eval attn-map --model %s --tokenizer %s --text a --json %s/no/dir/m.json", diff_path, tok_path,
-              test_tmpdir()) == 1 && strstr(out, "cannot write"));
+              test_tmpdir()) == 1 && strstr(cli_out, "cannot write"));
     CHECK(access(json, F_OK) != 0);
 }
 

@@ -2,26 +2,12 @@
  * test, a tiny model that memorised one sentence (so greedy generation has a
  * known answer and ends at <|eos|>), and a random model whose <|eos|> can
  * never win (so only the token limits stop it). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "difftx.h"
 #include "test.h"
-
-static char out[1 << 16];
-
-__attribute__((format(printf, 1, 2))) static int cli(const char *fmt, ...) {
-    char args[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return run_cli(args, out, sizeof out);
-}
-
-static int has(const char *s) { return strstr(out, s) != NULL; }
 
 static const char SENTENCE[] = "the cat sat on the mat.";
 
@@ -36,11 +22,8 @@ static int ensure_tokenizer(void) {
         "on the mat the cat sat; on the log the dog sat. the end of the story.",
         SENTENCE,
     };
-    size_t lens[3];
-    for (int i = 0; i < 3; i++) lens[i] = strlen(texts[i]);
-    if (dtx_tokenizer_train_texts(&tok, texts, lens, 3, 300) != DTX_OK) return -1;
-    tok_path = test_path("gen.tok");
-    return dtx_tokenizer_save(tok, tok_path) == DTX_OK ? 0 : -1;
+    tok = test_tokenizer_file(texts, 3, 300, "gen.tok", &tok_path);
+    return tok ? 0 : -1;
 }
 
 static dtx_config gen_config(int64_t vocab, int64_t max_seq_len) {
@@ -129,7 +112,7 @@ static const char *random_model(const char *name, int64_t vocab, int64_t max_seq
 static int summary(long prefill, long decode) {
     char want[96];
     snprintf(want, sizeof want, "prefill: %ld tokens in ", prefill);
-    const char *p = strstr(out, want);
+    const char *p = strstr(cli_out, want);
     if (!p) return 0;
     snprintf(want, sizeof want, " tok/s); decode: %ld tokens in ", decode);
     p = strstr(p, want);
@@ -148,29 +131,29 @@ TEST(generate_cli_continues_the_memorised_sentence) {
     free(pre);
     long rest = (long)(n - 2 - np); /* tokens of " sat on the mat." */
     int rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --temperature 0", mp, tok_path);
-    CHECKF(rc == 0, "exit %d: %s", rc, out);
-    CHECKF(strncmp(out, " sat on the mat.prefill: ", 25) == 0, "got: %s", out);
+    CHECKF(rc == 0, "exit %d: %s", rc, cli_out);
+    CHECKF(strncmp(cli_out, " sat on the mat.prefill: ", 25) == 0, "got: %s", cli_out);
     /* the last text token came from a decode step; <|eos|> was sampled after it */
-    CHECKF(summary((long)np + 1, rest), "want prefill %ld, decode %ld: %s", (long)np + 1, rest, out);
+    CHECKF(summary((long)np + 1, rest), "want prefill %ld, decode %ld: %s", (long)np + 1, rest, cli_out);
     /* the same from stdin, and with bf16 products */
     const char *pf = test_path("prompt.txt");
     REQUIRE(write_file(pf, "the cat", 7) == 0);
     rc = cli("generate --model '%s' --tokenizer '%s' --temperature 0 < '%s'", mp, tok_path, pf);
-    CHECKF(rc == 0 && strncmp(out, " sat on the mat.prefill: ", 25) == 0, "stdin: %d %s", rc, out);
+    CHECKF(rc == 0 && strncmp(cli_out, " sat on the mat.prefill: ", 25) == 0, "stdin: %d %s", rc, cli_out);
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --temperature 0 --precision bf16", mp, tok_path);
-    CHECKF(rc == 0 && strncmp(out, " sat on the mat.prefill: ", 25) == 0, "bf16: %d %s", rc, out);
+    CHECKF(rc == 0 && strncmp(cli_out, " sat on the mat.prefill: ", 25) == 0, "bf16: %d %s", rc, cli_out);
     /* a low temperature with top-k / top-p still follows the memorised text */
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --temperature 0.3 --top-k 3 --top-p 0.9 "
              "--seed 4",
              mp, tok_path);
-    CHECKF(rc == 0 && strncmp(out, " sat on the mat.prefill: ", 25) == 0, "top-k/top-p: %d %s", rc, out);
+    CHECKF(rc == 0 && strncmp(cli_out, " sat on the mat.prefill: ", 25) == 0, "top-k/top-p: %d %s", rc, cli_out);
     /* --max-tokens 2: two tokens, the second from the one decode step */
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --temperature 0 --max-tokens 2", mp, tok_path);
-    CHECKF(rc == 0 && strncmp(out, " sat on", 7) == 0 && !has("mat") && summary((long)np + 1, 1), "max 2: %d %s",
-           rc, out);
+    CHECKF(rc == 0 && strncmp(cli_out, " sat on", 7) == 0 && !cli_has("mat") && summary((long)np + 1, 1), "max 2: %d %s",
+           rc, cli_out);
     /* --max-tokens 1: the prefill's token only */
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --temperature 0 --max-tokens 1", mp, tok_path);
-    CHECKF(rc == 0 && strncmp(out, " sat", 4) == 0 && summary((long)np + 1, 0), "max 1: %d %s", rc, out);
+    CHECKF(rc == 0 && strncmp(cli_out, " sat", 4) == 0 && summary((long)np + 1, 0), "max 1: %d %s", rc, cli_out);
 }
 
 TEST(generate_cli_stops_at_max_tokens_and_max_seq_len) {
@@ -183,27 +166,27 @@ TEST(generate_cli_stops_at_max_tokens_and_max_seq_len) {
     free(ids);
     int rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat sat' --temperature 0 --max-tokens 100", mp,
                  tok_path);
-    CHECKF(rc == 0 && summary((long)np + 1, 12 - (long)np - 2), "max_seq_len: %d %s", rc, out);
+    CHECKF(rc == 0 && summary((long)np + 1, 12 - (long)np - 2), "max_seq_len: %d %s", rc, cli_out);
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat sat' --temperature 0 --max-tokens 5", mp,
              tok_path);
-    CHECKF(rc == 0 && summary((long)np + 1, 4), "max-tokens: %d %s", rc, out);
+    CHECKF(rc == 0 && summary((long)np + 1, 4), "max-tokens: %d %s", rc, cli_out);
     /* --no-bos: one prompt token fewer */
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat sat' --temperature 0 --max-tokens 5 --no-bos",
              mp, tok_path);
-    CHECKF(rc == 0 && summary((long)np, 4), "no-bos: %d %s", rc, out);
+    CHECKF(rc == 0 && summary((long)np, 4), "no-bos: %d %s", rc, cli_out);
     /* sampling is deterministic for a seed */
-    char first[sizeof out];
+    char first[sizeof cli_out];
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the' --temperature 1 --seed 5 --max-tokens 6", mp,
              tok_path);
     REQUIRE(rc == 0);
-    char *cut = strstr(out, "prefill: ");
+    char *cut = strstr(cli_out, "prefill: ");
     REQUIRE(cut);
     *cut = '\0';
-    strcpy(first, out);
+    strcpy(first, cli_out);
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the' --temperature 1 --seed 5 --max-tokens 6", mp,
              tok_path);
-    CHECKF(rc == 0 && strncmp(out, first, strlen(first)) == 0 && strstr(out, "prefill: ") == out + strlen(first),
-           "seed 5 twice: '%s' then '%s'", first, out);
+    CHECKF(rc == 0 && strncmp(cli_out, first, strlen(first)) == 0 && strstr(cli_out, "prefill: ") == cli_out + strlen(first),
+           "seed 5 twice: '%s' then '%s'", first, cli_out);
 }
 
 TEST(generate_cli_refuses_bad_input) {
@@ -219,38 +202,38 @@ TEST(generate_cli_refuses_bad_input) {
     };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         int rc = cli("generate --model '%s' --tokenizer '%s' --prompt hi %s", mp, tok_path, usage[i].args);
-        CHECKF(rc == 2 && strncmp(out, "difftx generate: ", 17) == 0 && has(usage[i].want) &&
-                   strchr(out, '\n') == out + strlen(out) - 1,
-               "%s: exit %d: %s", usage[i].args, rc, out);
+        CHECKF(rc == 2 && strncmp(cli_out, "difftx generate: ", 17) == 0 && cli_has(usage[i].want) &&
+                   strchr(cli_out, '\n') == cli_out + strlen(cli_out) - 1,
+               "%s: exit %d: %s", usage[i].args, rc, cli_out);
     }
     int rc = cli("generate --tokenizer '%s' --prompt hi", tok_path);
-    CHECKF(rc == 2 && has("--model is required"), "%d %s", rc, out);
+    CHECKF(rc == 2 && cli_has("--model is required"), "%d %s", rc, cli_out);
     rc = cli("generate --model '%s' --prompt hi", mp);
-    CHECKF(rc == 2 && has("--tokenizer is required"), "%d %s", rc, out);
+    CHECKF(rc == 2 && cli_has("--tokenizer is required"), "%d %s", rc, cli_out);
     /* a prompt longer than max_seq_len − 1 = 11 tokens */
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat sat on the mat. the dog sat on the log.'", mp,
              tok_path);
-    CHECKF(rc == 2 && has("max_seq_len 12") && has("at most 11") && strchr(out, '\n') == out + strlen(out) - 1,
-           "too long: %d %s", rc, out);
+    CHECKF(rc == 2 && cli_has("max_seq_len 12") && cli_has("at most 11") && strchr(cli_out, '\n') == cli_out + strlen(cli_out) - 1,
+           "too long: %d %s", rc, cli_out);
     /* empty prompt without <|bos|> */
     const char *empty = test_path("empty.txt");
     REQUIRE(write_file(empty, "", 0) == 0);
     rc = cli("generate --model '%s' --tokenizer '%s' --no-bos < '%s'", mp, tok_path, empty);
-    CHECKF(rc == 2 && has("empty"), "empty: %d %s", rc, out);
+    CHECKF(rc == 2 && cli_has("empty"), "empty: %d %s", rc, cli_out);
     /* ... but with <|bos|> an empty prompt is fine */
     rc = cli("generate --model '%s' --tokenizer '%s' --temperature 0 --max-tokens 3 < '%s'", mp, tok_path, empty);
-    CHECKF(rc == 0 && summary(1, 2), "bos only: %d %s", rc, out);
+    CHECKF(rc == 0 && summary(1, 2), "bos only: %d %s", rc, cli_out);
     /* runtime: a model whose vocabulary is smaller than the tokenizer's; missing files */
     const char *small = random_model("small_vocab.safetensors", dtx_tokenizer_vocab_size(tok) - 1, 12);
     REQUIRE(small);
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt hi", small, tok_path);
-    CHECKF(rc == 1 && has("difftx generate: ") && has("vocab_size"), "small vocab: %d %s", rc, out);
+    CHECKF(rc == 1 && cli_has("difftx generate: ") && cli_has("vocab_size"), "small vocab: %d %s", rc, cli_out);
     rc = cli("generate --model '%s' --tokenizer /nonexistent/tok --prompt hi", mp);
-    CHECKF(rc == 1 && has("difftx generate: "), "no tokenizer: %d %s", rc, out);
+    CHECKF(rc == 1 && cli_has("difftx generate: "), "no tokenizer: %d %s", rc, cli_out);
     rc = cli("generate --model /nonexistent/m.safetensors --tokenizer '%s' --prompt hi", tok_path);
-    CHECKF(rc == 1 && has("difftx generate: "), "no model: %d %s", rc, out);
+    CHECKF(rc == 1 && cli_has("difftx generate: "), "no model: %d %s", rc, cli_out);
     rc = cli("generate --help");
-    CHECKF(rc == 0 && has("usage: difftx generate") && has("--top-p"), "help: %d %s", rc, out);
+    CHECKF(rc == 0 && cli_has("usage: difftx generate") && cli_has("--top-p"), "help: %d %s", rc, cli_out);
     rc = cli("help generate");
-    CHECKF(rc == 0 && has("usage: difftx generate"), "help generate: %d %s", rc, out);
+    CHECKF(rc == 0 && cli_has("usage: difftx generate"), "help generate: %d %s", rc, cli_out);
 }

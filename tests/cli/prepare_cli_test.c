@@ -3,7 +3,6 @@
  * with and without <|eos|> separators), usage errors exit 2 and runtime ones
  * exit 1 with one line, and `difftx score --tokens shard.bin` scores a shard
  * as it scores the same ids written as text. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,30 +11,12 @@
 #include "common/common.h"
 #include "test.h"
 
-static char out[1 << 16];
-
-__attribute__((format(printf, 1, 2))) static int cli(const char *fmt, ...) {
-    char args[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return run_cli(args, out, sizeof out);
-}
-
-static int has(const char *s) { return strstr(out, s) != NULL; }
-
-static int one_line(void) {
-    const char *nl = strchr(out, '\n');
-    return nl && nl[1] == '\0';
-}
-
-#define CHECK_FAIL(rc, want_rc, s1, s2)                                                                   \
-    do {                                                                                                  \
-        CHECKF((rc) == (want_rc), "exit %d, want %d: %s", (rc), (want_rc), out);                           \
-        CHECKF(strncmp(out, "difftx prepare: ", 16) == 0, "no 'difftx prepare: ' prefix: %s", out);        \
-        CHECKF(has(s1) && has(s2), "want '%s' and '%s' in: %s", s1, s2, out);                             \
-        CHECKF(one_line(), "not one line: %s", out);                                                     \
+#define CHECK_FAIL(rc, want_rc, s1, s2)                                                                     \
+    do {                                                                                                    \
+        CHECKF((rc) == (want_rc), "exit %d, want %d: %s", (rc), (want_rc), cli_out);                        \
+        CHECKF(strncmp(cli_out, "difftx prepare: ", 16) == 0, "no 'difftx prepare: ' prefix: %s", cli_out); \
+        CHECKF(cli_has(s1) && cli_has(s2), "want '%s' and '%s' in: %s", s1, s2, cli_out);                   \
+        CHECKF(cli_one_line(), "not one line: %s", cli_out);                                                \
     } while (0)
 
 /* Three documents of varied text (with special-token text that must stay
@@ -82,16 +63,11 @@ static dtx_tokenizer *tokenizer(const char **path) {
                 memcpy(text + n, TEXTS[i], l);
                 n += l;
             }
+        text[n] = '\0';
         const char *texts[1] = {text};
-        size_t lens[1] = {n};
-        dtx_status st = dtx_tokenizer_train_texts(&t, texts, lens, 1, 400);
+        t = test_tokenizer_file(texts, 1, 400, "prep.tok", &p);
         free(text);
-        if (st) return NULL;
-        p = test_path("prep.tok");
-        if (dtx_tokenizer_save(t, p) != DTX_OK) {
-            dtx_tokenizer_free(t);
-            return NULL;
-        }
+        if (!t) return NULL;
         shared_tok = t;
         atexit(free_tok);
     }
@@ -153,7 +129,7 @@ TEST(prepare_cli_matches_encode) {
     char line[128];
     snprintf(line, sizeof line, "3 documents, %zu bytes -> %lld tokens", strlen(TEXTS[0]) + strlen(TEXTS[1]) + strlen(TEXTS[2]),
              (long long)n);
-    CHECKF(has(line) && has("each ended by <|eos|>") && has("MB/s") && has("prep_eos.bin"), "want '%s' in: %s", line, out);
+    CHECKF(cli_has(line) && cli_has("each ended by <|eos|>") && cli_has("MB/s") && cli_has("prep_eos.bin"), "want '%s' in: %s", line, cli_out);
     check_shard(sp, want, n, V, eos, 3);
     free(want);
 
@@ -164,7 +140,7 @@ TEST(prepare_cli_matches_encode) {
     rc = cli("prepare --tokenizer '%s' --input='%s/a.txt' --input '%s/b.txt' --input '%s/sub' --out '%s'", tokp, dir, dir,
              dir, sp);
     REQUIRE(rc == 0);
-    CHECKF(!has("ended by"), "%s", out);
+    CHECKF(!cli_has("ended by"), "%s", cli_out);
     check_shard(sp, want, n, V, -1, 3);
     free(want);
 
@@ -187,11 +163,11 @@ TEST(prepare_cli_matches_encode) {
 
 TEST(prepare_cli_usage_errors) {
     int rc = cli("prepare --help");
-    CHECKF(rc == 0 && has("usage: difftx prepare") && has("--append-eos"), "exit %d: %s", rc, out);
+    CHECKF(rc == 0 && cli_has("usage: difftx prepare") && cli_has("--append-eos"), "exit %d: %s", rc, cli_out);
     rc = cli("help prepare");
-    CHECKF(rc == 0 && has("usage: difftx prepare"), "exit %d: %s", rc, out);
+    CHECKF(rc == 0 && cli_has("usage: difftx prepare"), "exit %d: %s", rc, cli_out);
     rc = cli("--help");
-    CHECKF(rc == 0 && has("prepare"), "%s", out);
+    CHECKF(rc == 0 && cli_has("prepare"), "%s", cli_out);
     CHECK_FAIL(cli("prepare"), 2, "--tokenizer is required", "");
     CHECK_FAIL(cli("prepare --tokenizer t --out x.bin"), 2, "--input is required", "");
     CHECK_FAIL(cli("prepare --tokenizer t --input a.txt"), 2, "--out is required", "");
@@ -281,13 +257,13 @@ TEST(prepare_cli_score_shard) {
     dtx_model_free(m);
     int rc = cli("score --model '%s' --tokens '%s'", mp, ip);
     REQUIRE(rc == 0);
-    static char from_text[sizeof out];
-    memcpy(from_text, out, sizeof out);
+    static char from_text[sizeof cli_out];
+    memcpy(from_text, cli_out, sizeof cli_out);
     rc = cli("score --model '%s' --tokens '%s'", mp, sp);
-    CHECKF(rc == 0 && strcmp(out, from_text) == 0, "shard: exit %d: %s; text: %s", rc, out, from_text);
+    CHECKF(rc == 0 && strcmp(cli_out, from_text) == 0, "shard: exit %d: %s; text: %s", rc, cli_out, from_text);
     char want[64];
     snprintf(want, sizeof want, "\"tokens\": %lld}", (long long)(n - 1));
-    CHECKF(has(want), "%s", out);
+    CHECKF(cli_has(want), "%s", cli_out);
     /* a shard of another vocabulary is refused, naming the file */
     c.vocab_size = V + 1;
     REQUIRE(dtx_model_init(&m, &c, 3) == DTX_OK);
@@ -295,5 +271,5 @@ TEST(prepare_cli_score_shard) {
     REQUIRE(dtx_model_save(m, mp2, 0) == DTX_OK);
     dtx_model_free(m);
     rc = cli("score --model '%s' --tokens '%s'", mp2, sp);
-    CHECKF(rc == 1 && has("short.bin") && has("vocab_size is") && one_line(), "exit %d: %s", rc, out);
+    CHECKF(rc == 1 && cli_has("short.bin") && cli_has("vocab_size is") && cli_one_line(), "exit %d: %s", rc, cli_out);
 }

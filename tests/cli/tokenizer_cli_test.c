@@ -2,7 +2,6 @@
  * exact round trips of arbitrary bytes through files and pipes, and the
  * one-line refusals with exit 2 (usage) or 1 (runtime). */
 #include <cjson/cJSON.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,50 +9,13 @@
 #include "common/common.h"
 #include "test.h"
 
-static char out[1 << 16];
-
-__attribute__((format(printf, 1, 2))) static int cli(const char *fmt, ...) {
-    char args[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return run_cli(args, out, sizeof out);
-}
-
-static int has(const char *s) { return strstr(out, s) != NULL; }
-
-static int one_line(void) {
-    const char *nl = strchr(out, '\n');
-    return nl && nl[1] == '\0';
-}
-
 #define CHECK_FAIL(rc, want_rc, prefix, s1, s2)                                                           \
     do {                                                                                                  \
-        CHECKF((rc) == (want_rc), "exit %d, want %d: %s", (rc), (want_rc), out);                           \
-        CHECKF(strncmp(out, prefix, strlen(prefix)) == 0, "no '%s' prefix: %s", prefix, out);             \
-        CHECKF(has(s1) && has(s2), "want '%s' and '%s' in: %s", s1, s2, out);                             \
-        CHECKF(one_line(), "not one line: %s", out);                                                     \
+        CHECKF((rc) == (want_rc), "exit %d, want %d: %s", (rc), (want_rc), cli_out);                      \
+        CHECKF(strncmp(cli_out, prefix, strlen(prefix)) == 0, "no '%s' prefix: %s", prefix, cli_out);     \
+        CHECKF(cli_has(s1) && cli_has(s2), "want '%s' and '%s' in: %s", s1, s2, cli_out);                 \
+        CHECKF(cli_one_line(), "not one line: %s", cli_out);                                              \
     } while (0)
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) {
-        b[n] = '\0';
-        *len = (size_t)n;
-    }
-    return b;
-}
 
 /* A small corpus in a folder, and a tokenizer trained on it by the CLI. */
 static const char *tok_file(void) {
@@ -83,7 +45,7 @@ static const char *tok_file(void) {
     if (!ok) return NULL;
     const char *tok = test_path("cli.tok");
     if (cli("tokenizer train --input '%s' --vocab-size 300 --out '%s'", dir, tok) != 0) {
-        fprintf(stderr, "    train failed: %s\n", out);
+        fprintf(stderr, "    train failed: %s\n", cli_out);
         return NULL;
     }
     path = tok;
@@ -92,7 +54,7 @@ static const char *tok_file(void) {
 
 TEST(tokcli_usage_errors) {
     int rc = cli("tokenizer");
-    CHECKF(rc == 2 && has("usage: difftx tokenizer"), "exit %d: %s", rc, out);
+    CHECKF(rc == 2 && cli_has("usage: difftx tokenizer"), "exit %d: %s", rc, cli_out);
     CHECK_FAIL(cli("tokenizer frobnicate"), 2, "difftx tokenizer: ", "unknown subcommand 'frobnicate'", "train");
     CHECK_FAIL(cli("tokenizer train --out x.tok"), 2, "difftx tokenizer train: ", "--input is required", "");
     CHECK_FAIL(cli("tokenizer train --input a.txt"), 2, "difftx tokenizer train: ", "--out is required", "");
@@ -106,12 +68,12 @@ TEST(tokcli_usage_errors) {
     CHECK_FAIL(cli("tokenizer info"), 2, "difftx tokenizer info: ", "expected a tokenizer file", "");
     for (const char *const *s = (const char *const[]){"train", "encode", "decode", "info", NULL}; *s; s++) {
         rc = cli("tokenizer %s --help", *s);
-        CHECKF(rc == 0 && has("usage: difftx tokenizer") && has(*s), "%s --help: exit %d: %s", *s, rc, out);
+        CHECKF(rc == 0 && cli_has("usage: difftx tokenizer") && cli_has(*s), "%s --help: exit %d: %s", *s, rc, cli_out);
     }
     rc = cli("help tokenizer");
-    CHECKF(rc == 0 && has("usage: difftx tokenizer"), "exit %d: %s", rc, out);
+    CHECKF(rc == 0 && cli_has("usage: difftx tokenizer"), "exit %d: %s", rc, cli_out);
     rc = cli("--help");
-    CHECK(rc == 0 && has("tokenizer"));
+    CHECK(rc == 0 && cli_has("tokenizer"));
 }
 
 TEST(tokcli_runtime_errors) {
@@ -137,10 +99,10 @@ TEST(tokcli_train_info) {
     const char *tok = tok_file();
     REQUIRE(tok);
     int rc = cli("tokenizer info '%s'", tok);
-    CHECKF(rc == 0 && has("vocab_size  300") && has("<|eos|>          298") && has("source      difftx"), "%s", out);
+    CHECKF(rc == 0 && cli_has("vocab_size  300") && cli_has("<|eos|>          298") && cli_has("source      difftx"), "%s", cli_out);
     rc = cli("tokenizer info --json '%s'", tok);
     REQUIRE(rc == 0);
-    cJSON *j = cJSON_Parse(out);
+    cJSON *j = cJSON_Parse(cli_out);
     REQUIRE(j);
     CHECK(cJSON_GetObjectItem(j, "vocab_size")->valuedouble == 300);
     CHECK(cJSON_GetObjectItem(j, "ordinary")->valuedouble == 297);
@@ -153,9 +115,9 @@ TEST(tokcli_train_info) {
     snprintf(a, sizeof a, "%s/a.txt", test_path("cli_corpus"));
     snprintf(b, sizeof b, "%s/b.txt", test_path("cli_corpus"));
     rc = cli("tokenizer train --input '%s' --input='%s' --vocab-size 300 --out '%s'", a, b, tok2);
-    CHECKF(rc == 0 && has("trained 300 tokens") && has("saved"), "exit %d: %s", rc, out);
+    CHECKF(rc == 0 && cli_has("trained 300 tokens") && cli_has("saved"), "exit %d: %s", rc, cli_out);
     size_t l1, l2;
-    char *f1 = slurp(tok, &l1), *f2 = slurp(tok2, &l2);
+    char *f1 = test_slurp(tok, &l1), *f2 = test_slurp(tok2, &l2);
     CHECK(f1 && f2 && l1 == l2 && memcmp(f1, f2, l1) == 0);
     free(f1);
     free(f2);
@@ -176,11 +138,11 @@ TEST(tokcli_round_trip) {
     const char *in = test_path("bytes.bin"), *ids = test_path("bytes.ids"), *back = test_path("bytes.back");
     REQUIRE(write_file(in, data, n) == 0);
     int rc = cli("tokenizer encode --tokenizer '%s' --input '%s' > '%s'", tok, in, ids);
-    CHECKF(rc == 0, "encode: exit %d: %s", rc, out);
+    CHECKF(rc == 0, "encode: exit %d: %s", rc, cli_out);
     rc = cli("tokenizer decode --tokenizer '%s' < '%s' > '%s'", tok, ids, back);
-    CHECKF(rc == 0, "decode: exit %d: %s", rc, out);
+    CHECKF(rc == 0, "decode: exit %d: %s", rc, cli_out);
     size_t bl;
-    char *got = slurp(back, &bl);
+    char *got = test_slurp(back, &bl);
     CHECK(got && bl == n && memcmp(got, data, n) == 0);
     free(got);
     /* the ids file is a token file the library reads */
@@ -191,24 +153,24 @@ TEST(tokcli_round_trip) {
     free(data);
     /* --text, stdin, --special */
     rc = cli("tokenizer encode --tokenizer '%s' --text 'the model<|eos|>' --special", tok);
-    CHECKF(rc == 0 && one_line() && has(" 298\n"), "exit %d: %s", rc, out);
+    CHECKF(rc == 0 && cli_one_line() && cli_has(" 298\n"), "exit %d: %s", rc, cli_out);
     rc = cli("tokenizer encode --tokenizer '%s' --text 'the model<|eos|>'", tok);
-    CHECKF(rc == 0 && !has(" 298\n"), "exit %d: %s", rc, out);
+    CHECKF(rc == 0 && !cli_has(" 298\n"), "exit %d: %s", rc, cli_out);
     rc = cli("tokenizer encode --tokenizer '%s' --text ''", tok);
-    CHECKF(rc == 0 && strcmp(out, "\n") == 0, "exit %d: '%s'", rc, out);
+    CHECKF(rc == 0 && strcmp(cli_out, "\n") == 0, "exit %d: '%s'", rc, cli_out);
     rc = cli("tokenizer decode --tokenizer '%s' --ids '297 298 299'", tok);
-    CHECKF(rc == 0 && strcmp(out, "<|bos|><|eos|><|pad|>") == 0, "exit %d: %s", rc, out);
+    CHECKF(rc == 0 && strcmp(cli_out, "<|bos|><|eos|><|pad|>") == 0, "exit %d: %s", rc, cli_out);
     rc = cli("tokenizer encode --tokenizer '%s' --text 'the noise' | %s tokenizer decode --tokenizer '%s'", tok,
              getenv("DIFFTX_BIN") ? getenv("DIFFTX_BIN") : "build/difftx", tok);
-    CHECKF(rc == 0 && strcmp(out, "the noise") == 0, "exit %d: %s", rc, out);
+    CHECKF(rc == 0 && strcmp(cli_out, "the noise") == 0, "exit %d: %s", rc, cli_out);
 }
 
 TEST(tokcli_cl100k) {
     const char *ranks = getenv("DTX_TIKTOKEN_RANKS") ? getenv("DTX_TIKTOKEN_RANKS") : "data/tiktoken/cl100k_base.tiktoken";
     int rc = cli("tokenizer encode --tokenizer '%s' --text 'hello world'", ranks);
-    CHECKF(rc == 0 && strcmp(out, "15339 1917\n") == 0, "exit %d: %s (make test fetches %s)", rc, out, ranks);
+    CHECKF(rc == 0 && strcmp(cli_out, "15339 1917\n") == 0, "exit %d: %s (make test fetches %s)", rc, cli_out, ranks);
     rc = cli("tokenizer encode --tokenizer '%s' --special --text 'hi<|endoftext|>x'", ranks);
-    CHECKF(rc == 0 && strcmp(out, "6151 100257 87\n") == 0, "exit %d: %s", rc, out);
+    CHECKF(rc == 0 && strcmp(cli_out, "6151 100257 87\n") == 0, "exit %d: %s", rc, cli_out);
     rc = cli("tokenizer info '%s'", ranks);
-    CHECKF(rc == 0 && has("source      tiktoken") && has("vocab_size  100277") && has("<|endofprompt|>  100276"), "%s", out);
+    CHECKF(rc == 0 && cli_has("source      tiktoken") && cli_has("vocab_size  100277") && cli_has("<|endofprompt|>  100276"), "%s", cli_out);
 }

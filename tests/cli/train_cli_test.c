@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -22,22 +21,9 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static char out[1 << 16];
-
-__attribute__((format(printf, 1, 2))) static int cli(const char *fmt, ...) {
-    char args[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return run_cli(args, out, sizeof out);
-}
-
-static int has(const char *s) { return strstr(out, s) != NULL; }
-
-/* The line of out that starts with prefix (copied to line), or 0. */
+/* The line of cli_out that starts with prefix (copied to line), or 0. */
 static int line_with(const char *prefix, char *line, size_t cap) {
-    for (const char *p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+    for (const char *p = cli_out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
         if (strncmp(p, prefix, strlen(prefix)) != 0) continue;
         const char *e = strchr(p, '\n');
         size_t n = e ? (size_t)(e - p) : strlen(p);
@@ -52,18 +38,18 @@ static int line_with(const char *prefix, char *line, size_t cap) {
     do {                                                                                                 \
         int rc_ = (rc);                                                                                  \
         char line_[4096] = "";                                                                           \
-        CHECKF(rc_ == (want_rc), "exit %d, want %d: %s", rc_, (want_rc), out);                           \
-        CHECKF(line_with("difftx train: ", line_, sizeof line_), "no message: %s", out);                 \
+        CHECKF(rc_ == (want_rc), "exit %d, want %d: %s", rc_, (want_rc), cli_out);                       \
+        CHECKF(line_with("difftx train: ", line_, sizeof line_), "no message: %s", cli_out);             \
         CHECKF(strstr(line_, s1) && strstr(line_, s2), "want '%s' and '%s' in: %s", s1, s2, line_);      \
     } while (0)
 
 /* One whole-output line (nothing else printed): usage errors and refusals
  * before training. */
-#define CHECK_ONLY(rc, want_rc, s1, s2)                                                                  \
-    do {                                                                                                 \
-        CHECK_MSG(rc, want_rc, s1, s2);                                                                  \
-        const char *nl_ = strchr(out, '\n');                                                             \
-        CHECKF(strncmp(out, "difftx train: ", 14) == 0 && nl_ && nl_[1] == '\0', "not one line: %s", out); \
+#define CHECK_ONLY(rc, want_rc, s1, s2)                                                                            \
+    do {                                                                                                           \
+        CHECK_MSG(rc, want_rc, s1, s2);                                                                            \
+        const char *nl_ = strchr(cli_out, '\n');                                                                   \
+        CHECKF(strncmp(cli_out, "difftx train: ", 14) == 0 && nl_ && nl_[1] == '\0', "not one line: %s", cli_out); \
     } while (0)
 
 static int same_bytes(const char *a, const char *b) {
@@ -169,13 +155,13 @@ static int wait_exit(pid_t pid) {
     return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1;
 }
 
-/* Reads a file into out. */
+/* Reads a file into cli_out. */
 static void slurp(const char *path) {
-    out[0] = '\0';
+    cli_out[0] = '\0';
     FILE *f = fopen(path, "rb");
     if (!f) return;
-    size_t n = fread(out, 1, sizeof out - 1, f);
-    out[n] = '\0';
+    size_t n = fread(cli_out, 1, sizeof cli_out - 1, f);
+    cli_out[n] = '\0';
     fclose(f);
 }
 
@@ -240,14 +226,14 @@ TEST(train_cli_resume_is_bit_identical) {
                "%s", listing(a_dir));
         /* B: stopped after step 12, then resumed to the end; --keep 2 */
         rc = cli("train %s --out '%s' --keep 2 --stop-after 12 --log '%s/B.jsonl'", common, b_out, test_tmpdir());
-        CHECKF(rc == 0 && has("stopped after step 12 (--stop-after); checkpoint written to ") &&
-                   has("ckpt_00000012.safetensors; resume with --resume"),
-               "%d: %s", rc, out);
+        CHECKF(rc == 0 && cli_has("stopped after step 12 (--stop-after); checkpoint written to ") &&
+                   cli_has("ckpt_00000012.safetensors; resume with --resume"),
+               "%d: %s", rc, cli_out);
         CHECK(!exists(b_out));
         CHECK(strcmp(listing(b_dir), "ckpt_00000008.safetensors ckpt_00000012.safetensors") == 0);
         rc = cli("train %s --out '%s' --keep 2 --resume --log '%s/B.jsonl'", common, b_out, test_tmpdir());
-        CHECKF(rc == 0 && has("resumed from ") && has("ckpt_00000012.safetensors at step 12"), "%d: %s", rc, out);
-        CHECKF(!has("step 5/24") && has("step 20/24"), "%s", out);
+        CHECKF(rc == 0 && cli_has("resumed from ") && cli_has("ckpt_00000012.safetensors at step 12"), "%d: %s", rc, cli_out);
+        CHECKF(!cli_has("step 5/24") && cli_has("step 20/24"), "%s", cli_out);
         CHECKF(same_bytes(a_out, b_out), "setup %d: final models differ", k);
         CHECKF(same_bytes(ckpt(a_dir, 16), ckpt(b_dir, 16)), "setup %d: checkpoints of step 16 differ", k);
         CHECKF(same_bytes(ckpt(a_dir, 24), ckpt(b_dir, 24)), "setup %d: checkpoints of step 24 differ", k);
@@ -255,7 +241,7 @@ TEST(train_cli_resume_is_bit_identical) {
                listing(b_dir));
         /* a checkpoint of a finished run resumes to nothing more */
         rc = cli("train %s --out '%s' --keep 2 --resume", common, b_out);
-        CHECKF(rc == 0 && has("at step 24") && !has("step 24/24"), "%d: %s", rc, out);
+        CHECKF(rc == 0 && cli_has("at step 24") && !cli_has("step 24/24"), "%d: %s", rc, cli_out);
         CHECK(same_bytes(a_out, b_out));
     }
     /* the shard and the text file of the same ids draw the same batches */
@@ -278,7 +264,7 @@ TEST(train_cli_resume_is_bit_identical) {
     CHECK(dtx_ckpt_meta(&ck, "loss") && dtx_ckpt_meta(&ck, "seed") && dtx_ckpt_meta(&ck, "batch"));
     dtx_ckpt_free(&ck);
     /* a checkpoint is not a model: info refuses it */
-    CHECK(cli("info '%s'", ckpt(test_path("B0.safetensors.ckpt"), 24)) == 1 && has("unexpected tensor 'optim."));
+    CHECK(cli("info '%s'", ckpt(test_path("B0.safetensors.ckpt"), 24)) == 1 && cli_has("unexpected tensor 'optim."));
 }
 
 TEST(train_cli_resume_refuses_other_settings) {
@@ -290,7 +276,7 @@ TEST(train_cli_resume_refuses_other_settings) {
     snprintf(dir, sizeof dir, "%s.ckpt", o);
     /* --resume with no checkpoint starts from step 0 */
     int rc = cli("train %s --tokens '%s' --out '%s' --steps 10 --stop-after 4 --resume", TINY, bin, o);
-    CHECKF(rc == 0 && has("no checkpoint in ") && has("starting at step 0"), "%d: %s", rc, out);
+    CHECKF(rc == 0 && cli_has("no checkpoint in ") && cli_has("starting at step 0"), "%d: %s", rc, cli_out);
     REQUIRE(exists(ckpt(dir, 4)));
     struct {
         const char *flags, *s1, *s2;
@@ -308,11 +294,11 @@ TEST(train_cli_resume_refuses_other_settings) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rc = cli("train %s --tokens '%s' --out '%s' --resume %s", TINY, bin, o, cases[i].flags);
         CHECK_ONLY(rc, 2, cases[i].s1, cases[i].s2);
-        CHECKF(has("ckpt_00000004.safetensors") && has("a resumed run must use the same settings"), "%s", out);
+        CHECKF(cli_has("ckpt_00000004.safetensors") && cli_has("a resumed run must use the same settings"), "%s", cli_out);
     }
     /* other tokens: the same count, other ids */
     rc = cli("train %s --tokens '%s' --out '%s' --resume --steps 10 --stop-after 6", TINY, txt, o);
-    CHECKF(rc == 0 && exists(ckpt(dir, 6)), "the text file holds the same ids as the shard: %d: %s", rc, out);
+    CHECKF(rc == 0 && exists(ckpt(dir, 6)), "the text file holds the same ids as the shard: %d: %s", rc, cli_out);
     const char *other = test_path("other.bin");
     int32_t ids[3000];
     for (int i = 0; i < 3000; i++) ids[i] = i % 16;
@@ -366,7 +352,7 @@ TEST(train_cli_sigint_writes_checkpoint) {
     int rc = wait_exit(pid);
     slurp(sout);
     REQUIRE(started);
-    CHECKF(rc == 130, "exit %d: %s", rc, out);
+    CHECKF(rc == 130, "exit %d: %s", rc, cli_out);
     char line[4096];
     long long n = -1;
     REQUIRE(line_with("difftx train: interrupted at step ", line, sizeof line));
@@ -384,7 +370,7 @@ TEST(train_cli_sigint_writes_checkpoint) {
 
     /* resumed to n + 3 == never stopped until n + 3 */
     rc = cli("%s --resume --stop-after %lld", args, n + 3);
-    CHECKF(rc == 0 && exists(ckpt(dir, n + 3)), "%d: %s", rc, out);
+    CHECKF(rc == 0 && exists(ckpt(dir, n + 3)), "%d: %s", rc, cli_out);
     const char *ro = test_path("Iref.safetensors");
     char rdir[600];
     snprintf(rdir, sizeof rdir, "%s.ckpt", ro);
@@ -405,7 +391,7 @@ TEST(train_cli_sigint_writes_checkpoint) {
     kill(pid, SIGTERM);
     rc = wait_exit(pid);
     slurp(sout);
-    CHECKF(rc == 143 && has("interrupted at step "), "exit %d: %s", rc, out);
+    CHECKF(rc == 143 && cli_has("interrupted at step "), "exit %d: %s", rc, cli_out);
 }
 
 /* ------------------------------------------------------------ NaN */
@@ -422,14 +408,14 @@ TEST(train_cli_nan_stops_with_last_checkpoint) {
                  o, log);
     CHECK_MSG(rc, 1, "the loss is NaN at step 7: stopped without updating the weights",
               "the last good checkpoint is ");
-    CHECKF(has("ckpt_00000006.safetensors (step 6)\n"), "%s", out);
+    CHECKF(cli_has("ckpt_00000006.safetensors (step 6)\n"), "%s", cli_out);
     CHECK(!exists(o));
     CHECKF(strcmp(listing(dir), "ckpt_00000003.safetensors ckpt_00000006.safetensors") == 0, "%s", listing(dir));
     CHECK(each_json(log, NULL, NULL) > 0);
     /* the checkpoint is good: resuming without the hook finishes the run,
      * exactly as a run that never saw the NaN */
     rc = cli("train %s --tokens '%s' --out '%s' --steps 12 --ckpt-every 3 --resume", TINY, bin, o);
-    CHECKF(rc == 0, "%d: %s", rc, out);
+    CHECKF(rc == 0, "%d: %s", rc, cli_out);
     const char *ref = test_path("Nref.safetensors");
     rc = cli("train %s --tokens '%s' --out '%s' --steps 12", TINY, bin, ref);
     CHECK(rc == 0 && same_bytes(o, ref));
@@ -522,8 +508,8 @@ TEST(train_cli_log_and_validation) {
                  "--log '%s' --ckpt-every 5 --log-every 5",
                  TINY, bin, o, val, log);
     REQUIRE(rc == 0);
-    CHECKF(has("eval step 4  val_loss ") && has("eval step 8  val_loss ") && has("eval step 10  val_loss "), "%s", out);
-    CHECKF(has("step 5/10  loss ") && has(" tok/s  eta ") && !has("step 4/10"), "%s", out);
+    CHECKF(cli_has("eval step 4  val_loss ") && cli_has("eval step 8  val_loss ") && cli_has("eval step 10  val_loss "), "%s", cli_out);
+    CHECKF(cli_has("step 5/10  loss ") && cli_has(" tok/s  eta ") && !cli_has("step 4/10"), "%s", cli_out);
     log_summary s = {0};
     CHECK(each_json(log, summarise, &s) == 10 + 3 + 2);
     CHECKF(s.steps == 10 && s.evals == 3 && s.ckpts == 2 && s.bad == 0, "%d %d %d %d", s.steps, s.evals, s.ckpts,
@@ -604,8 +590,8 @@ TEST(train_cli_progress_bar_on_a_terminal) {
         CHECKF(len < 80, "a %zu-character line", len);
     }
     slurp(sout);
-    CHECKF(has("step 20/40  loss ") && has("step 40/40  loss ") && has("saved "), "%s", out);
-    CHECK(!strchr(out, '\r'));
+    CHECKF(cli_has("step 20/40  loss ") && cli_has("step 40/40  loss ") && cli_has("saved "), "%s", cli_out);
+    CHECK(!strchr(cli_out, '\r'));
 }
 
 /* ------------------------------------------------------------ flags */
@@ -618,10 +604,10 @@ TEST(train_cli_new_flags) {
     CHECK_ONLY(cli("train --tokens t --out o --stop-after 0"), 2, "--stop-after", "'0'");
     CHECK_ONLY(cli("train --tokens t --out o --resume=yes"), 2, "--resume", "takes no value");
     CHECK(cli("train --help") == 0);
-    CHECKF(has("--ckpt-dir DIR") && has("--ckpt-every N") && has("--keep K") && has("--resume") &&
-               has("--stop-after N") && has("--val-tokens FILE") && has("--eval-every N") &&
-               has("--eval-batches N") && has("--log FILE.jsonl") && has("Ctrl-C"),
-           "%s", out);
+    CHECKF(cli_has("--ckpt-dir DIR") && cli_has("--ckpt-every N") && cli_has("--keep K") && cli_has("--resume") &&
+               cli_has("--stop-after N") && cli_has("--val-tokens FILE") && cli_has("--eval-every N") &&
+               cli_has("--eval-batches N") && cli_has("--log FILE.jsonl") && cli_has("Ctrl-C"),
+           "%s", cli_out);
     const char *txt, *bin, *val;
     data_files(&txt, &bin, &val);
     REQUIRE(txt);

@@ -417,20 +417,6 @@ TEST(needle_cell_seed) {
     CHECK(dtx_needle_cell_seed(1, 2, 2, 4096, 0, 7) != dtx_needle_cell_seed(1, 2, 2, 4096, 0.01, 7));
 }
 
-TEST(needle_write_atomic) {
-    const char *p = test_path("out.json");
-    CHECK(dtx_eval_write_atomic(p, "{}\n", 3) == DTX_OK);
-    FILE *f = fopen(p, "rb");
-    REQUIRE(f);
-    char buf[8] = {0};
-    CHECK(fread(buf, 1, sizeof buf, f) == 3 && strcmp(buf, "{}\n") == 0);
-    fclose(f);
-    char bad[1024];
-    snprintf(bad, sizeof bad, "%s/no-such-dir/out.json", test_tmpdir());
-    CHECK(dtx_eval_write_atomic(bad, "{}", 2) == DTX_ERR_IO);
-    CHECK(strstr(dtx_last_error(), "no-such-dir") != NULL);
-}
-
 TEST(needle_parse_list) {
     double v[4];
     CHECK(dtx_eval_parse_list("0,25,50", v, 4) == 3 && v[0] == 0 && v[1] == 25 && v[2] == 50);

@@ -4,7 +4,6 @@
 #include "../test.h"
 #include "io/safetensors.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -63,16 +62,6 @@ static void expect_fail_at(int line, const char *path, dtx_status want, const ch
 #define EXPECT_BAD(header, data_len, s1, s2) \
     expect_fail_at(__LINE__, make_file(header, data_len), DTX_ERR_FORMAT, s1, s2)
 
-/* No "<name>.tmp.<pid>" left anywhere in the test folder. */
-static int no_temp_files(void) {
-    DIR *d = opendir(test_tmpdir());
-    if (!d) return 0;
-    int found = 0;
-    for (struct dirent *e; (e = readdir(d));) found |= strstr(e->d_name, ".tmp.") != NULL;
-    closedir(d);
-    return !found;
-}
-
 static uint8_t *read_all(const char *path, size_t *n) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return NULL;
@@ -102,7 +91,7 @@ TEST(st_roundtrip_f32) {
     const char *vals[] = {"difftx", "line\nnext\ttab", "64"};
     const char *path = test_path("rt32.safetensors");
     REQUIRE(dtx_st_write(path, out, 4, keys, vals, 3, 0) == DTX_OK);
-    CHECK(no_temp_files());
+    CHECK(test_no_temp_files(test_tmpdir()));
 
     size_t n;
     uint8_t *raw = read_all(path, &n);
@@ -577,7 +566,7 @@ TEST(st_write_missing_dir) {
     CHECK(dtx_st_write(path, out, 1, NULL, NULL, 0, 0) == DTX_ERR_IO);
     const char *msg = dtx_last_error();
     CHECKF(strncmp(msg, path, strlen(path)) == 0 && strstr(msg, "No such file or directory"), "%s", msg);
-    CHECK(no_temp_files());
+    CHECK(test_no_temp_files(test_tmpdir()));
     CHECK(access(path, F_OK) != 0);
 }
 
@@ -588,7 +577,7 @@ TEST(st_write_over_directory_fails_cleanly) {
     dtx_st_out out[] = {{"a", 1, {2}, v}};
     CHECK(dtx_st_write(path, out, 1, NULL, NULL, 0, 0) == DTX_ERR_IO);
     CHECKF(strstr(dtx_last_error(), path) && strstr(dtx_last_error(), "rename"), "%s", dtx_last_error());
-    CHECK(no_temp_files());
+    CHECK(test_no_temp_files(test_tmpdir()));
     rmdir(path);
 }
 
@@ -618,7 +607,7 @@ TEST(st_write_disk_full_keeps_old_file) {
     CHECK(st == DTX_ERR_IO);
     CHECKF(strncmp(dtx_last_error(), path, strlen(path)) == 0 && strstr(dtx_last_error(), "too large"), "%s",
            dtx_last_error());
-    CHECK(no_temp_files());
+    CHECK(test_no_temp_files(test_tmpdir()));
     dtx_st_file f;
     REQUIRE(dtx_st_open(&f, path) == DTX_OK);
     CHECK(f.n_tensors == 1 && strcmp(f.tensors[0].name, "old") == 0);
@@ -638,7 +627,7 @@ TEST(st_write_rejects_bad_args) {
     dtx_st_out many[] = {{"m", 9, {1}, v}};
     CHECK(dtx_st_write(path, many, 1, NULL, NULL, 0, 0) == DTX_ERR_ARG);
     CHECK(access(path, F_OK) != 0);
-    CHECK(no_temp_files());
+    CHECK(test_no_temp_files(test_tmpdir()));
 }
 
 TEST(st_close_is_safe) {

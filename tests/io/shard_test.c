@@ -3,7 +3,6 @@
  * and a distinctive piece of the one-line message), dtx_tokens_read on a
  * shard, and batch sampling: determinism from a seed, bit-identical resumption
  * from a saved RNG state, windows always in range, the sequential walk. */
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -28,15 +27,6 @@ static uint8_t *slurp(const char *path, size_t *n) {
     fclose(fp);
     *n = (size_t)len;
     return b;
-}
-
-static int no_temp_files(void) {
-    DIR *d = opendir(test_tmpdir());
-    if (!d) return 0;
-    int found = 0;
-    for (struct dirent *e; (e = readdir(d));) found |= strstr(e->d_name, ".tmp.") != NULL;
-    closedir(d);
-    return !found;
 }
 
 /* n tokens, ids uniform in [0, vocab), from a seed. */
@@ -67,7 +57,7 @@ static void roundtrip(int64_t n, int64_t vocab, int want_width) {
     if (n > 1) t[0] = 0;
     const char *p = test_path("rt.bin");
     REQUIRE(dtx_shard_write(p, t, n, vocab) == DTX_OK);
-    CHECK(no_temp_files());
+    CHECK(test_no_temp_files(test_tmpdir()));
     size_t len = 0;
     uint8_t *b = slurp(p, &len);
     REQUIRE(b);
@@ -141,7 +131,7 @@ TEST(shard_writer_documents) {
     CHECK(dtx_shard_writer_append(w, neg, 1) == DTX_ERR_ARG);
     CHECK(dtx_shard_writer_count(w) == 7);
     REQUIRE(dtx_shard_writer_commit(w) == DTX_OK);
-    CHECK(no_temp_files());
+    CHECK(test_no_temp_files(test_tmpdir()));
     dtx_shard *s = NULL;
     REQUIRE(dtx_shard_open(&s, p, 300) == DTX_OK);
     int32_t want[] = {1, 2, 3, 298, 299, 0, 298}, got[7];
@@ -155,7 +145,7 @@ TEST(shard_writer_documents) {
     CHECK(dtx_shard_writer_end_document(w) == DTX_OK); /* no eos: counted only */
     CHECK(dtx_shard_writer_count(w) == 3);
     dtx_shard_writer_abort(w);
-    CHECK(no_temp_files());
+    CHECK(test_no_temp_files(test_tmpdir()));
     REQUIRE(dtx_shard_open(&s, p, 300) == DTX_OK);
     CHECK(dtx_shard_count(s) == 7);
     dtx_shard_close(s);
@@ -166,7 +156,7 @@ TEST(shard_writer_documents) {
     CHECK(dtx_shard_writer_open(&w, test_path("no/such/dir/x.bin"), 300, -1) == DTX_ERR_IO &&
           strstr(dtx_last_error(), "x.bin") && strstr(dtx_last_error(), "No such file"));
     CHECK(dtx_shard_write(p, bad, 2, 300) == DTX_ERR_ARG);
-    CHECK(no_temp_files());
+    CHECK(test_no_temp_files(test_tmpdir()));
 }
 
 /* ---------------------------------------------------------------- malformed files */

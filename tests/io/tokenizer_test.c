@@ -15,25 +15,6 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) {
-        b[n] = '\0';
-        if (len) *len = (size_t)n;
-    }
-    return b;
-}
-
 /* A training text of a few hundred KB: varied sentences, code, numbers and
  * some non-Latin text, built from a seeded RNG. */
 static char *corpus(uint64_t seed, size_t target, size_t *len) {
@@ -215,7 +196,7 @@ TEST(tok_train_deterministic) {
     const char *p1 = test_path("det1.tok"), *p2 = test_path("det2.tok");
     REQUIRE(dtx_tokenizer_save(t1, p1) == DTX_OK && dtx_tokenizer_save(t2, p2) == DTX_OK);
     size_t l1, l2;
-    char *f1 = slurp(p1, &l1), *f2 = slurp(p2, &l2);
+    char *f1 = test_slurp(p1, &l1), *f2 = test_slurp(p2, &l2);
     REQUIRE(f1 && f2);
     CHECK(l1 == l2 && memcmp(f1, f2, l1) == 0);
     /* the same text from a file, and from a folder of split files in name order, trains the same */
@@ -234,7 +215,7 @@ TEST(tok_train_deterministic) {
     const char *p3 = test_path("det3.tok");
     REQUIRE(dtx_tokenizer_save(t3, p3) == DTX_OK);
     size_t l3;
-    char *f3 = slurp(p3, &l3);
+    char *f3 = test_slurp(p3, &l3);
     CHECK(f3 && l3 == l1 && memcmp(f3, f1, l1) == 0);
     free(text);
     free(f1);
@@ -316,7 +297,7 @@ TEST(tok_save_load_identity) {
     REQUIRE(dtx_tokenizer_load(&u, p1) == DTX_OK);
     REQUIRE(dtx_tokenizer_save(u, p2) == DTX_OK);
     size_t l1, l2;
-    char *f1 = slurp(p1, &l1), *f2 = slurp(p2, &l2);
+    char *f1 = test_slurp(p1, &l1), *f2 = test_slurp(p2, &l2);
     CHECK(f1 && f2 && l1 == l2 && memcmp(f1, f2, l1) == 0);
     static const char head[] =
         "difftx-tokenizer 1\npattern cl100k_base\nvocab_size 900\nordinary 897\nspecial 3\n"
@@ -533,7 +514,7 @@ TEST(tok_long_pieces) {
 /* Encodes every fixture case with t; returns the number that match tiktoken. */
 static int check_fixtures(const dtx_tokenizer *t, int *n_cases, int64_t *total_ids) {
     size_t len;
-    char *json = slurp(fixture_path("tokenizer/cl100k_cases.json"), &len);
+    char *json = test_slurp(fixture_path("tokenizer/cl100k_cases.json"), &len);
     if (!json) {
         test_fail_at(__FILE__, __LINE__, "cannot read %s", fixture_path("tokenizer/cl100k_cases.json"));
         return 0;

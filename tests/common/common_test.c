@@ -1,0 +1,105 @@
+/* src/common/common.c: the atomic file write (a new file, a replaced one, a
+ * failure that leaves nothing behind, a FIFO written in place) and the
+ * read-only whole-file map. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "test.h"
+
+TEST(common_write_file_atomic) {
+    const char *p = test_path("out.json");
+    CHECK(dtx_write_file_atomic(p, "{}\n", 3) == DTX_OK);
+    size_t n = 0;
+    char *got = test_slurp(p, &n);
+    CHECK(got && n == 3 && strcmp(got, "{}\n") == 0);
+    free(got);
+    /* an existing file is replaced whole */
+    CHECK(dtx_write_file_atomic(p, "[1]", 3) == DTX_OK);
+    got = test_slurp(p, &n);
+    CHECK(got && n == 3 && strcmp(got, "[1]") == 0);
+    free(got);
+    CHECK(dtx_write_file_atomic(p, "", 0) == DTX_OK);
+    got = test_slurp(p, &n);
+    CHECK(got && n == 0);
+    free(got);
+    CHECK(test_no_temp_files(test_tmpdir()));
+}
+
+TEST(common_write_file_atomic_fails) {
+    char bad[1024];
+    snprintf(bad, sizeof bad, "%s/no-such-dir/out.json", test_tmpdir());
+    CHECK(dtx_write_file_atomic(bad, "{}", 2) == DTX_ERR_IO);
+    /* "PATH: what: strerror" */
+    CHECK(strncmp(dtx_last_error(), bad, strlen(bad)) == 0);
+    CHECK(strstr(dtx_last_error(), "cannot write") && strstr(dtx_last_error(), strerror(ENOENT)));
+    /* a folder is not a regular file: opened in place, which fails */
+    const char *dir = test_path("a-folder");
+    REQUIRE(mkdir(dir, 0755) == 0);
+    CHECK(dtx_write_file_atomic(dir, "{}", 2) == DTX_ERR_IO);
+    CHECK(strstr(dtx_last_error(), "a-folder: cannot write: ") && strstr(dtx_last_error(), strerror(EISDIR)));
+    CHECK(test_no_temp_files(test_tmpdir()));
+    /* a path under a plain file: ENOTDIR, nothing left behind */
+    char under_file[1024];
+    const char *plain = test_path("plain.txt");
+    REQUIRE(write_file(plain, "x", 1) == 0);
+    snprintf(under_file, sizeof under_file, "%s/out.json", plain);
+    CHECK(dtx_write_file_atomic(under_file, "{}", 2) == DTX_ERR_IO && strstr(dtx_last_error(), strerror(ENOTDIR)));
+    CHECK(test_no_temp_files(test_tmpdir()));
+}
+
+/* A path that exists and is not a regular file is written in place: a FIFO
+ * stays a FIFO, and its reader gets the bytes. (No real device file here:
+ * a wrong rename as root would replace it.) */
+TEST(common_write_file_atomic_fifo_in_place) {
+    const char *fifo = test_path("pipe.json");
+    REQUIRE(mkfifo(fifo, 0600) == 0);
+    static const char TEXT[] = "{\"a\": 1}\n";
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        alarm(20); /* never hang the suite */
+        FILE *f = fopen(fifo, "rb");
+        char buf[64];
+        size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+        _exit(f && n == sizeof TEXT - 1 && memcmp(buf, TEXT, n) == 0 ? 0 : 1);
+    }
+    dtx_status st = dtx_write_file_atomic(fifo, TEXT, sizeof TEXT - 1);
+    CHECKF(st == DTX_OK, "%s", dtx_last_error());
+    int ws = 0;
+    if (st != DTX_OK) kill(pid, SIGKILL);
+    REQUIRE(waitpid(pid, &ws, 0) == pid);
+    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    struct stat sb;
+    CHECK(stat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode));
+    CHECK(test_no_temp_files(test_tmpdir()));
+}
+
+TEST(common_map_file) {
+    const char *p = test_path("map.bin");
+    REQUIRE(write_file(p, "hello", 5) == 0);
+    dtx_mapped m;
+    REQUIRE(dtx_map_file(p, "cannot open", &m) == DTX_OK);
+    CHECK(m.size == 5 && m.data && memcmp(m.data, "hello", 5) == 0);
+    dtx_unmap_file(&m);
+    CHECK(m.data == NULL && m.size == 0);
+    dtx_unmap_file(&m); /* twice is fine */
+    /* an empty file: no mapping */
+    const char *e = test_path("empty.bin");
+    REQUIRE(write_file(e, "", 0) == 0);
+    CHECK(dtx_map_file(e, "cannot open", &m) == DTX_OK && m.data == NULL && m.size == 0);
+    /* refusals */
+    CHECK(dtx_map_file(test_path("absent.bin"), "cannot open", &m) == DTX_ERR_IO && m.data == NULL &&
+          strstr(dtx_last_error(), "absent.bin: cannot open: No such file"));
+    CHECK(dtx_map_file(test_path("absent.bin"), NULL, &m) == DTX_ERR_IO &&
+          strstr(dtx_last_error(), "absent.bin: No such file"));
+    CHECK(dtx_map_file(test_tmpdir(), "cannot open", &m) == DTX_ERR_IO && strstr(dtx_last_error(), "not a regular file"));
+    const char *fifo = test_path("map.fifo");
+    REQUIRE(mkfifo(fifo, 0600) == 0);
+    CHECK(dtx_map_file(fifo, "cannot open", &m) == DTX_ERR_IO && strstr(dtx_last_error(), "not a regular file")); /* no hang */
+}
