@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "cli/batch.h"
-#include "cli/needle_mix.h"
+#include "train/needle_mix.h"
 #include "cli/cli.h"
 #include "cli/flags.h"
 #include "difftx.h"
@@ -50,6 +50,8 @@ static const char *usage_text(char *buf, size_t cap) {
              "                       of *.txt), never the text needle evaluation uses\n"
              "  --needle-tokenizer F the tokenizer the token file was made with\n"
              "  --needle-max N       needles per document, 1 to N uniformly (6)\n"
+             "  --copy-frac P        make each remaining row, with probability P, a copy document:\n"
+             "                       its first L tokens (16 <= L <= seq/4) repeated to fill it\n"
              "\n"
              "model (new models only; defaults in parentheses):\n"
              "  --arch diff|transformer (%s)\n"
@@ -116,7 +118,7 @@ typedef struct {
     uint64_t seed;
     int bf16, resume;
     char ckpt_dir[4096];
-    double needle_frac;
+    double needle_frac, copy_frac;
     int64_t needle_max;
     const char *needle_text, *needle_tok;
 } train_args;
@@ -160,6 +162,7 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
         if (flags_get(fl, n_fl, "--eval-every")->seen) return usage_error(CMD, "--eval-every needs --val-tokens");
         if (flags_get(fl, n_fl, "--eval-batches")->seen) return usage_error(CMD, "--eval-batches needs --val-tokens");
     }
+    if (a->needle_frac + a->copy_frac > 1) return usage_error(CMD, "--needle-frac + --copy-frac exceed 1");
     if (a->needle_frac > 0 && (!a->needle_text || !a->needle_tok))
         return usage_error(CMD, "--needle-frac needs --needle-text and --needle-tokenizer");
     if (a->ckpt_dir_flag) snprintf(a->ckpt_dir, sizeof a->ckpt_dir, "%s", a->ckpt_dir_flag);
@@ -415,7 +418,7 @@ static void build_run_meta(run_meta *r, const train_state *s, const train_args *
     R("precision", "%s", dtx_precision_name((dtx_precision)a->precision));
     R("data_tokens", "%lld", (long long)s->data.count);
     R("data_hash", "%016" PRIx64, s->data_hash);
-    R("needles", "%.17g/%lld", a->needle_frac, (long long)a->needle_max);
+    R("needles", "%.17g/%.17g/%lld", a->needle_frac, a->copy_frac, (long long)a->needle_max);
     /* informational: not compared */
     R("data_path", "%s", a->tokens);
     R("loss", "%.17g", s->last_loss);
@@ -440,7 +443,7 @@ static const struct {
     {"batch", "--batch"},       {"seq", "--seq"},
     {"accum", "--accum"},       {"seed", "--seed"},
     {"precision", "--precision"}, {"data_tokens", "--tokens"},
-    {"data_hash", "--tokens"},  {"needles", "--needle-frac/--needle-max"},
+    {"data_hash", "--tokens"},  {"needles", "--needle-frac/--copy-frac/--needle-max"},
 };
 
 static const char *flag_of(const char *key, const train_args *a) {
@@ -852,7 +855,7 @@ static int open_data(train_state *s, const train_args *a, const dtx_config *c) {
                                  a->val_tokens, (long long)s->val.count, (long long)a->seq, (long long)a->seq + 1);
     }
     s->data_hash = source_hash(&s->data);
-    if (needle_mix_open(&s->needles, a->needle_frac, a->needle_max, a->needle_tok, a->needle_text, c->vocab_size,
+    if (needle_mix_open(&s->needles, a->needle_frac, a->copy_frac, a->needle_max, a->needle_tok, a->needle_text, c->vocab_size,
                         a->seq) != DTX_OK)
         return lib_error(CMD);
     size_t n = (size_t)a->batch * (size_t)a->seq;
@@ -1050,6 +1053,7 @@ int cmd_train(int argc, char **argv) {
         FLAG_INT("--keep", &a.keep, 0, BIG),
         FLAG_BOOL("--resume", &a.resume, 1),
         FLAG_REAL("--needle-frac", &a.needle_frac, 0, 0, 1, 0),
+        FLAG_REAL("--copy-frac", &a.copy_frac, 0, 0, 1, 0),
         FLAG_INT("--needle-max", &a.needle_max, 1, DTX_NEEDLE_MAX),
         FLAG_STR("--needle-text", &a.needle_text),
         FLAG_STR("--needle-tokenizer", &a.needle_tok),

@@ -1,7 +1,7 @@
 /* Synthetic needle documents in training batches (needle_mix.h). */
 #include <string.h>
 
-#include "cli/needle_mix.h"
+#include "train/needle_mix.h"
 #include "common/common.h"
 
 static uint64_t splitmix64(uint64_t x) {
@@ -15,10 +15,11 @@ static uint64_t splitmix64(uint64_t x) {
  * evaluation's R), each answered, so a document teaches two retrievals. */
 static int queries(int n_needles) { return n_needles; }
 
-dtx_status needle_mix_open(needle_mix *x, double frac, int64_t max_needles, const char *tokenizer,
-                           const char *text, int64_t vocab_size, int64_t T) {
+dtx_status needle_mix_open(needle_mix *x, double frac, double copy_frac, int64_t max_needles,
+                           const char *tokenizer, const char *text, int64_t vocab_size, int64_t T) {
     memset(x, 0, sizeof *x);
     x->frac = frac;
+    x->copy_frac = copy_frac;
     x->max_needles = max_needles;
     if (frac <= 0) return DTX_OK;
     dtx_status st = dtx_tokenizer_load(&x->tok, tokenizer);
@@ -37,6 +38,17 @@ dtx_status needle_mix_open(needle_mix *x, double frac, int64_t max_needles, cons
     return DTX_OK;
 }
 
+/* A copy document: the row's own first L tokens (L in [16, T/4]) repeated
+ * until the row is full, so that every token after the first L is
+ * predictable by looking back L tokens: the plain induction that retrieval
+ * builds on, which small models otherwise learn slowly. */
+static void repeat_row(int32_t *in, int32_t *tg, int64_t T, uint64_t h) {
+    int64_t hi = T / 4 > 16 ? T / 4 : 16, L = 16 + (int64_t)(h % (uint64_t)(hi - 16 + 1));
+    if (L > T) L = T; /* T < 16: the row is left as it is */
+    for (int64_t i = L; i < T; i++) in[i] = in[i - L];
+    for (int64_t i = 0; i < T; i++) tg[i] = in[(i + 1) % L]; /* the sequence is w[j mod L] */
+}
+
 void needle_mix_close(needle_mix *x) {
     dtx_needle_source_free(x->src);
     dtx_tokenizer_free(x->tok);
@@ -45,12 +57,16 @@ void needle_mix_close(needle_mix *x) {
 
 dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t micro, int64_t B, int64_t T,
                             int32_t *inputs, int32_t *targets) {
-    if (x->frac <= 0) return DTX_OK;
+    if (x->frac <= 0 && x->copy_frac <= 0) return DTX_OK;
     for (int64_t r = 0; r < B; r++) {
         uint64_t h = splitmix64(splitmix64(splitmix64(seed ^ 0x6e65656431ULL) ^ (uint64_t)step) ^
                                 ((uint64_t)micro << 32 | (uint64_t)r));
-        if ((double)(h >> 11) * 0x1p-53 >= x->frac) continue;
+        double u = (double)(h >> 11) * 0x1p-53;
         uint64_t h2 = splitmix64(h);
+        if (u >= x->frac) {
+            if (u < x->frac + x->copy_frac) repeat_row(inputs + r * T, targets + r * T, T, h2);
+            continue;
+        }
         int n = 1 + (int)(h2 % (uint64_t)x->max_needles);
         dtx_needle_spec spec = {.length = T + 1, .n_needles = n, .n_queries = queries(n), .depth = -1,
                                 .seed = splitmix64(h2), .with_answer = 1};

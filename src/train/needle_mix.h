@@ -7,9 +7,12 @@
  * (seed, step, micro-batch, row) alone: no state, so a resumed run and an
  * uninterrupted one see the same documents, and two runs with the same seed
  * (DIFF and its baseline) see the same ones. The rows not replaced keep the
- * sampler's windows, and the sampler advances as without the mixture. */
-#ifndef DTX_CLI_NEEDLE_MIX_H
-#define DTX_CLI_NEEDLE_MIX_H
+ * sampler's windows, and the sampler advances as without the mixture.
+ * With copy_frac, a further share of the rows become copy documents (the
+ * row's own first L tokens repeated), which teach the plain induction that
+ * retrieval builds on; docs/reproduce.md says why the recipe uses them. */
+#ifndef DTX_TRAIN_NEEDLE_MIX_H
+#define DTX_TRAIN_NEEDLE_MIX_H
 
 #include <stdint.h>
 
@@ -18,6 +21,7 @@
 
 typedef struct {
     double frac;             /* 0: off */
+    double copy_frac;        /* rows made copy documents (repeat_row), after frac */
     int64_t max_needles;     /* documents hold 1..max_needles needles */
     dtx_tokenizer *tok;
     dtx_needle_source *src;
@@ -27,8 +31,8 @@ typedef struct {
 /* Loads the tokenizer and the haystack text; frac == 0 opens nothing.
  * Fails (library message) when a file cannot be read, when the tokenizer's
  * vocabulary is not vocab_size, or when T + 1 tokens cannot hold a document. */
-dtx_status needle_mix_open(needle_mix *x, double frac, int64_t max_needles, const char *tokenizer,
-                           const char *text, int64_t vocab_size, int64_t T);
+dtx_status needle_mix_open(needle_mix *x, double frac, double copy_frac, int64_t max_needles,
+                           const char *tokenizer, const char *text, int64_t vocab_size, int64_t T);
 void needle_mix_close(needle_mix *x);
 /* Replaces the chosen rows of inputs/targets [B, T] in place. */
 dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t micro, int64_t B, int64_t T,

@@ -1,0 +1,116 @@
+/* The training mixture (src/train/needle_mix.c): which rows are replaced,
+ * that needle rows are whole documents with aligned targets, that copy rows
+ * repeat their own first L tokens, that the choice is a function of (seed,
+ * step, micro-batch, row) alone, and that the rates follow the fractions. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difftx.h"
+#include "test.h"
+#include "train/needle_mix.h"
+
+enum { T = 400, B = 8 };
+static int64_t VOCAB; /* what the tokenizer reached (the text is small) */
+
+static const char *setup(const char **tok_path) {
+    static char text[40000];
+    size_t n = 0;
+    static const char *const w[] = {"river", "market", "winter", "harvest", "letter", "bridge", "road", "bells"};
+    for (int i = 0; i < 600 && n + 100 < sizeof text; i++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "The %s saw the %s near the %s. ", w[i % 8], w[(i / 8) % 8],
+                              w[(i * 3) % 8]);
+    const char *texts[] = {text, "The special magic Tokyo number is: 12345. What is the special magic number?"};
+    dtx_tokenizer *tok = test_tokenizer_file(texts, 2, 700, "mix_tok.txt", tok_path);
+    if (!tok) return NULL;
+    VOCAB = dtx_tokenizer_vocab_size(tok);
+    dtx_tokenizer_free(tok);
+    const char *hay = test_path("mix_hay.txt");
+    return write_file(hay, text, n) == 0 ? hay : NULL;
+}
+
+static void fill(int32_t *in, int32_t *tg, uint64_t salt) {
+    for (int64_t i = 0; i < B * T; i++) in[i] = (int32_t)((i * 7919 + (int64_t)salt * 31) % 500 + 1);
+    for (int64_t i = 0; i < B * T; i++) tg[i] = (int32_t)((i * 13 + 5) % 500 + 1);
+}
+
+/* 1 needle document, 2 copy document, 0 untouched, -1 broken. */
+static int kind(const int32_t *in, const int32_t *tg, const int32_t *in0, const int32_t *tg0, int32_t bos) {
+    if (!memcmp(in, in0, T * sizeof *in) && !memcmp(tg, tg0, T * sizeof *tg)) return 0;
+    if (in[0] == bos) {
+        for (int64_t i = 0; i + 1 < T; i++)
+            if (tg[i] != in[i + 1]) return -1;
+        return 1;
+    }
+    for (int64_t L = 16; L <= T / 4; L++) {
+        int ok = !memcmp(in, in0, (size_t)L * sizeof *in);
+        for (int64_t i = L; i < T && ok; i++) ok = in[i] == in[i - L];
+        for (int64_t i = 0; i < T && ok; i++) ok = tg[i] == in[(i + 1) % L];
+        if (ok) return 2;
+    }
+    return -1;
+}
+
+TEST(train_needle_mix_rows_and_rates) {
+    const char *tok_path = NULL, *hay = setup(&tok_path);
+    REQUIRE(hay && tok_path);
+    needle_mix x;
+    REQUIREF(needle_mix_open(&x, 0.5, 0.25, 3, tok_path, hay, VOCAB, T) == DTX_OK, "%s", dtx_last_error());
+    int32_t bos = dtx_tokenizer_token_id(x.tok, "<|bos|>");
+    REQUIRE(bos >= 0);
+    static int32_t in[B * T], tg[B * T], in0[B * T], tg0[B * T], again[B * T];
+    int64_t counts[3] = {0, 0, 0};
+    for (int64_t step = 1; step <= 60; step++) {
+        fill(in0, tg0, (uint64_t)step);
+        memcpy(in, in0, sizeof in);
+        memcpy(tg, tg0, sizeof tg);
+        REQUIREF(needle_mix_apply(&x, 7, step, 0, B, T, in, tg) == DTX_OK, "%s", dtx_last_error());
+        for (int r = 0; r < B; r++) {
+            int k = kind(in + r * T, tg + r * T, in0 + r * T, tg0 + r * T, bos);
+            REQUIREF(k >= 0, "step %lld row %d is neither a document, a copy nor untouched", (long long)step, r);
+            counts[k]++;
+        }
+        /* a function of (seed, step, micro, row) alone */
+        memcpy(again, in0, sizeof again);
+        static int32_t tg2[B * T];
+        memcpy(tg2, tg0, sizeof tg2);
+        REQUIRE(needle_mix_apply(&x, 7, step, 0, B, T, again, tg2) == DTX_OK);
+        CHECK(!memcmp(again, in, sizeof in) && !memcmp(tg2, tg, sizeof tg));
+    }
+    /* 480 rows: the expected 240 / 120 / 120 with a wide margin */
+    CHECKF(counts[1] > 180 && counts[1] < 300, "needle rows %lld of 480", (long long)counts[1]);
+    CHECKF(counts[2] > 75 && counts[2] < 170, "copy rows %lld of 480", (long long)counts[2]);
+    CHECKF(counts[0] > 75 && counts[0] < 170, "untouched rows %lld of 480", (long long)counts[0]);
+    /* another seed chooses differently */
+    fill(in0, tg0, 1);
+    memcpy(in, in0, sizeof in);
+    memcpy(tg, tg0, sizeof tg);
+    memcpy(again, in0, sizeof again);
+    static int32_t tg3[B * T];
+    memcpy(tg3, tg0, sizeof tg3);
+    REQUIRE(needle_mix_apply(&x, 7, 1, 0, B, T, in, tg) == DTX_OK);
+    REQUIRE(needle_mix_apply(&x, 8, 1, 0, B, T, again, tg3) == DTX_OK);
+    CHECK(memcmp(again, in, sizeof in) != 0);
+    needle_mix_close(&x);
+}
+
+TEST(train_needle_mix_errors) {
+    const char *tok_path = NULL, *hay = setup(&tok_path);
+    REQUIRE(hay && tok_path);
+    needle_mix x;
+    CHECK(needle_mix_open(&x, 0.5, 0, 3, tok_path, hay, VOCAB + 1, T) != DTX_OK);
+    CHECKF(strstr(dtx_last_error(), "tokens"), "%s", dtx_last_error());
+    needle_mix_close(&x);
+    CHECK(needle_mix_open(&x, 0.5, 0, 3, tok_path, hay, VOCAB, 40) != DTX_OK); /* too short a document */
+    CHECKF(strstr(dtx_last_error(), "too short"), "%s", dtx_last_error());
+    needle_mix_close(&x);
+    CHECK(needle_mix_open(&x, 0.5, 0, 3, test_path("missing.txt"), hay, VOCAB, T) != DTX_OK);
+    needle_mix_close(&x);
+    /* off: nothing opened, rows untouched */
+    REQUIRE(needle_mix_open(&x, 0, 0, 3, NULL, NULL, VOCAB, T) == DTX_OK);
+    static int32_t in[B * T], tg[B * T], in0[B * T];
+    fill(in, tg, 3);
+    memcpy(in0, in, sizeof in);
+    CHECK(needle_mix_apply(&x, 1, 1, 0, B, T, in, tg) == DTX_OK && !memcmp(in, in0, sizeof in));
+    needle_mix_close(&x);
+}
