@@ -53,23 +53,25 @@ bin=$root/build/difftx
 # ---- the recipe's settings (everything that decides a result is here)
 if [ $quick = 1 ]; then
     run=${dir:-runs/reproduce/quick}
-    vocab=2048 seq=128 batch=16 steps=150 layers=3
+    vocab=2048 seq=256 batch=8 steps=400 layers=3
     dims=(32 64 96 128)        # DIFF heads = dim / 32 (head width 16), baseline twice as many
     head_width=16
     samples=10 mass_samples=10 outlier_tokens=16384 ppl_tokens=30000 quant_samples=10
+    heat_grid=2x1 lengths=152,184,216,248 needle_max=3
 else
     run=${dir:-runs/reproduce}
-    vocab=4096 seq=256 batch=16 steps=500 layers=4
-    dims=(64 128 192 256)
+    vocab=4096 seq=512 batch=4 steps=1500 layers=4
+    dims=(64 96 128 192)       # DIFF heads = dim / 64 (head width 32), baseline twice as many
     head_width=32
     samples=50 mass_samples=20 outlier_tokens=65536 ppl_tokens=100000 quant_samples=20
+    heat_grid=4x1 lengths=192,256,384,504 needle_max=6
 fi
-lr=2e-3 needle_frac=${NEEDLE_FRAC:-0.3} needle_max=6 seeds=(1 2 3)
+lr=3e-3 needle_frac=${NEEDLE_FRAC:-0.5} copy_frac=${COPY_FRAC:-0} seeds=(1 2 3)
 headline=${dims[-1]}
-lengths="$((seq / 4)),$((seq / 2)),$((3 * seq / 4)),$seq"
+eval_len=$((seq - 8))  # the prompt; --max-new 8 answer tokens fill the context
 corpus=data/sotu
 settings="vocab=$vocab seq=$seq batch=$batch steps=$steps layers=$layers dims=${dims[*]} lr=$lr"
-settings+=" needle_frac=$needle_frac needle_max=$needle_max samples=$samples"
+settings+=" needle_frac=$needle_frac copy_frac=$copy_frac needle_max=$needle_max samples=$samples"
 
 t_all=$(date +%s)
 section() { printf '\n== %s  (%ds so far)\n' "$1" $(( $(date +%s) - t_all )); }
@@ -106,7 +108,7 @@ train_one() { # arch dim seed
         --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" --warmup $((steps / 20)) --lr "$lr" \
         --seed "$seed" --eval-every $((steps / 10)) --log "$out.jsonl" --log-every $((steps / 5)) \
         --ckpt-every $((steps / 5)) --keep 1 --resume \
-        --needle-frac "$needle_frac" --needle-max "$needle_max" --needle-text "$corpus/train" \
+        --needle-frac "$needle_frac" --copy-frac "$copy_frac" --needle-max "$needle_max" --needle-text "$corpus/train" \
         --needle-tokenizer "$tok" --out "$out.safetensors" > "$out.out" 2>&1
 }
 train_pair() { # dim seed: DIFF and the Transformer side by side
@@ -134,37 +136,43 @@ ev() { # name model-base command...: runs difftx eval into $run/eval/NAME.json
     "$bin" eval "$@" --json "$run/eval/$name.json" > "$run/eval/$name.txt" 2> "$run/eval/$name.err" ||
         { cat "$run/eval/$name.err" >&2; die "difftx eval $1 for $name failed"; }
 }
-section "evaluations"
-for s in "${seeds[@]}"; do
-    for a in diff transformer; do
+section "evaluations (both archs side by side, one thread each)"
+evals_of() { # arch: every evaluation of that arch's models, in order
+    local a=$1 s m n b
+    for s in "${seeds[@]}"; do
         m=$(model_name "$a" "$headline" "$s").safetensors n=$a-s$s
         echo "eval $n ($(date +%H:%M:%S))"
-        ev "ppl-$n" ppl --model "$m" --text "$corpus/val" --tokenizer "$tok" --max-tokens "$ppl_tokens"
-        ev "needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$seq" \
+        ev "ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$ppl_tokens"
+        ev "needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
             --samples "$samples" --seed 1
-        ev "mass-$n" attn-mass --model "$m" --tokenizer "$tok" --haystack "$corpus/val" \
+        ev "mass-$n" attn-mass --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --length "$eval_len" \
             --samples "$mass_samples" --seed 1
         ev "outliers-$n" outliers --model "$m" --tokens "$run/val.bin" --count "$outlier_tokens"
     done
-done
-for a in diff transformer; do
     m=$(model_name "$a" "$headline" 1).safetensors
     echo "eval $a seed 1: depth x length, low-bit attention, maps ($(date +%H:%M:%S))"
     ev "heatmap-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$lengths" \
-        --grid 4x1 --samples "$samples" --seed 2
+        --grid "$heat_grid" --samples "$samples" --seed 2
+    ev "quant16-needle-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
+        --samples "$quant_samples" --seed 1
     for b in 8 6 4; do
-        ev "quant$b-ppl-$a" ppl --model "$m" --text "$corpus/val" --tokenizer "$tok" --max-tokens "$ppl_tokens" \
+        ev "quant$b-ppl-$a" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$ppl_tokens" \
             --attn-bits "$b"
-        ev "quant$b-needle-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$seq" \
+        ev "quant$b-needle-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
             --samples "$quant_samples" --seed 1 --attn-bits "$b"
     done
-    ev "quant16-needle-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$seq" \
-        --samples "$quant_samples" --seed 1
     ev "map-$a" attn-map --model "$m" --tokenizer "$tok" --layer $((layers - 1)) --head 0 --text \
         "There is a special magic number inside a lot of irrelevant text. Find it and memorize them. I will quiz you about the magic number there.
 The special magic Lisbon number is: 40817. We will keep our promises to the people who sent us here.
 What is the special magic Lisbon number? The special magic Lisbon number is "
-done
+}
+OMP_NUM_THREADS=1 evals_of diff > "$run/eval/diff.log" 2>&1 & pd=$!
+OMP_NUM_THREADS=1 evals_of transformer > "$run/eval/transformer.log" 2>&1 & pt=$!
+rcd=0 rct=0
+wait $pd || rcd=$?
+wait $pt || rct=$?
+cat "$run/eval/diff.log" "$run/eval/transformer.log"
+[ $rcd = 0 ] && [ $rct = 0 ] || die "an evaluation failed (see above)"
 
 section "report"
 /usr/bin/python3 tools/report.py --run "$run" --command "make reproduce$( [ $quick = 1 ] && echo ' QUICK=1')" \

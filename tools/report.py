@@ -324,7 +324,8 @@ def section_needle(r, out, figs):
     hm = {a: r.eval(f"heatmap-{a}") for a in ARCHS}
     if all(hm.values()):
         figs["heatmap"] = hm
-        out.append("Depth × length (N = 4, R = 1, seed 1): `needle_heatmap.png`.\n")
+        g = hm["diff"]["cells"][0] if hm["diff"].get("cells") else {}
+        out.append(f"Depth × length (N = {g.get('n')}, R = {g.get('r')}, seed-1 models): `needle_heatmap.png`.\n")
         out.append("![depth x length](needle_heatmap.png)\n")
 
 
@@ -361,9 +362,9 @@ def section_mass(r, out):
     a, n = statistics.fmean(ans_gap), statistics.fmean(noise_gap)
     held = a > 0 and n < 0
     out.append("")
-    out.append(f"**Verdict:** DIFF puts {a:+.2f} more of its attention on the answer and {n:+.2f} on the other "
-               f"context than the Transformer (means over depths); the paper's claim (more on the answer, less "
-               f"noise) {'held' if held else 'held in part' if (a > 0 or n < 0) else 'did not hold'} here.\n")
+    out.append(f"**Verdict:** DIFF's share on the answer differs from the Transformer's by {a:+.2f} and its share on "
+               f"the other context by {n:+.2f} (means over depths); the paper's claim (more on the answer, less "
+               f"noise) {'held' if held else 'held for the noise only' if n < 0 else 'held for the answer only' if a > 0 else 'did not hold'} here.\n")
 
 
 STAT_KEYS = ("top1", "top2", "top3", "top10", "top100", "median")
@@ -399,9 +400,13 @@ def section_outliers(r, out):
     if ("logits", "diff") in ratios and ("logits", "transformer") in ratios:
         lr_ = ratios[("logits", "transformer")] / ratios[("logits", "diff")]
         hr = ratios[("hidden", "transformer")] / ratios[("hidden", "diff")]
+        lo, hi = lr_ > 1.1, hr > 1.1  # a 10% margin: the seeds spread about that much
+        held = ("held" if lo and hi else "held for the attention logits only" if lo else
+                "held for the hidden states only" if hi else "did not hold")
         out.append(f"**Verdict:** the Transformer's top attention logit is {lr_:.2f}× DIFF's (paper 8.2×) and its "
                    f"top hidden state {hr:.2f}× (paper 2.1×); the paper's claim (fewer outliers with DIFF) "
-                   f"{'held' if lr_ > 1 and hr > 1 else 'held for the logits only' if lr_ > 1 else 'held for the hidden states only' if hr > 1 else 'did not hold'} here.\n")
+                   f"{held} here. Models this small and this briefly trained have not grown the outliers "
+                   "(hundreds to thousands) that the paper's large models have.\n")
 
 
 def section_quant(r, out, figs):
@@ -429,9 +434,14 @@ def section_quant(r, out, figs):
     try:
         dt = res["transformer"][4][0] / res["transformer"][16][0]
         dd = res["diff"][4][0] / res["diff"][16][0]
+        small = max(dt, dd) < 1.01
         out.append(f"**Verdict:** 4-bit logits multiply the Transformer's perplexity by {dt:.3f} and DIFF's by "
-                   f"{dd:.3f}; the paper's claim (DIFF degrades much less) "
-                   f"{'held' if dd < dt else 'did not hold'} here.\n")
+                   f"{dd:.3f}; " + ("both barely change, so this test cannot separate the architectures here "
+                                    "(the small models' logits are small and well spread, see the outliers table); "
+                                    "the paper's gap comes from the Transformer's large outlier logits, which ours "
+                                    "lack." if small else
+                                    f"the paper's claim (DIFF degrades much less) "
+                                    f"{'held' if dd < dt else 'did not hold'} here.") + "\n")
     except (TypeError, ZeroDivisionError):
         out.append("**Verdict:** incomplete results.\n")
     figs["quant"] = res
@@ -500,7 +510,8 @@ def draw(r, figs):
             ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths])
             ax.set_xlabel("context length (tokens)")
             ax.set_ylabel("answer depth")
-            ax.set_title(f"{NAME[a]}: N = 4, R = 1")
+            c0 = js["cells"][0]
+            ax.set_title(f"{NAME[a]}: N = {c0['n']}, R = {c0['r']}")
         fig.colorbar(im, ax=axes, shrink=0.8)
         fig.savefig(os.path.join(r.dir, "needle_heatmap.png"), dpi=110)
         plt.close(fig)

@@ -51,7 +51,7 @@ static const char *usage_text(char *buf, size_t cap) {
              "  --needle-tokenizer F the tokenizer the token file was made with\n"
              "  --needle-max N       needles per document, 1 to N uniformly (6)\n"
              "  --copy-frac P        make each remaining row, with probability P, a copy document:\n"
-             "                       its first L tokens (16 <= L <= seq/4) repeated to fill it\n"
+             "                       L random ids (16 <= L <= seq/4) repeated to fill it\n"
              "\n"
              "model (new models only; defaults in parentheses):\n"
              "  --arch diff|transformer (%s)\n"
@@ -995,6 +995,9 @@ static int run(train_args *a, flag *fl, int n_fl) {
                                        s.last_ckpt, (long long)s.last_ckpt_step);
                 else rc = runtime_error(CMD, "saving the model: %s", why);
             } else {
+                if (s.needles.frac > 0 || s.needles.copy_frac > 0)
+                    say(&s, "mixture: %lld needle documents and %lld copy documents among the rows of this run\n",
+                        (long long)s.needles.documents, (long long)s.needles.copies);
                 say(&s, "final loss %.4f\nsaved %s\n", s.last_loss, a->out);
                 rc = finish_stdout(CMD);
             }

@@ -20,6 +20,7 @@ dtx_status needle_mix_open(needle_mix *x, double frac, double copy_frac, int64_t
     memset(x, 0, sizeof *x);
     x->frac = frac;
     x->copy_frac = copy_frac;
+    x->vocab = vocab_size;
     x->max_needles = max_needles;
     if (frac <= 0) return DTX_OK;
     dtx_status st = dtx_tokenizer_load(&x->tok, tokenizer);
@@ -38,13 +39,19 @@ dtx_status needle_mix_open(needle_mix *x, double frac, double copy_frac, int64_t
     return DTX_OK;
 }
 
-/* A copy document: the row's own first L tokens (L in [16, T/4]) repeated
- * until the row is full, so that every token after the first L is
- * predictable by looking back L tokens: the plain induction that retrieval
- * builds on, which small models otherwise learn slowly. */
-static void repeat_row(int32_t *in, int32_t *tg, int64_t T, uint64_t h) {
+/* A copy document: L random token ids (16 <= L <= T/4) repeated until the
+ * row is full, so that every token after the first L is predictable only by
+ * looking back L tokens. This is the plain induction that retrieval builds
+ * on; small models learn it from prose or needle documents alone far too
+ * slowly (docs/reproduce.md), and random ids leave no other way to lower
+ * the loss. */
+static void repeat_row(int32_t *in, int32_t *tg, int64_t T, int64_t vocab, uint64_t h) {
     int64_t hi = T / 4 > 16 ? T / 4 : 16, L = 16 + (int64_t)(h % (uint64_t)(hi - 16 + 1));
-    if (L > T) L = T; /* T < 16: the row is left as it is */
+    if (L > T) L = T;
+    for (int64_t i = 0; i < L; i++) {
+        h = splitmix64(h);
+        in[i] = (int32_t)(h % (uint64_t)vocab);
+    }
     for (int64_t i = L; i < T; i++) in[i] = in[i - L];
     for (int64_t i = 0; i < T; i++) tg[i] = in[(i + 1) % L]; /* the sequence is w[j mod L] */
 }
@@ -64,7 +71,10 @@ dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t 
         double u = (double)(h >> 11) * 0x1p-53;
         uint64_t h2 = splitmix64(h);
         if (u >= x->frac) {
-            if (u < x->frac + x->copy_frac) repeat_row(inputs + r * T, targets + r * T, T, h2);
+            if (u < x->frac + x->copy_frac) {
+                repeat_row(inputs + r * T, targets + r * T, T, x->vocab, h2);
+                x->copies++;
+            }
             continue;
         }
         int n = 1 + (int)(h2 % (uint64_t)x->max_needles);
@@ -81,7 +91,7 @@ dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t 
         memcpy(inputs + r * T, p.tokens, (size_t)T * sizeof(int32_t));
         memcpy(targets + r * T, p.tokens + 1, (size_t)T * sizeof(int32_t));
         dtx_needle_prompt_free(&p);
-        x->replaced++;
+        x->documents++;
     }
     return DTX_OK;
 }

@@ -8,9 +8,9 @@
  * uninterrupted one see the same documents, and two runs with the same seed
  * (DIFF and its baseline) see the same ones. The rows not replaced keep the
  * sampler's windows, and the sampler advances as without the mixture.
- * With copy_frac, a further share of the rows become copy documents (the
- * row's own first L tokens repeated), which teach the plain induction that
- * retrieval builds on; docs/reproduce.md says why the recipe uses them. */
+ * With copy_frac, a further share of the rows become copy documents (L
+ * random ids repeated), which teach the plain induction that retrieval
+ * builds on; docs/reproduce.md says why the recipe uses them. */
 #ifndef DTX_TRAIN_NEEDLE_MIX_H
 #define DTX_TRAIN_NEEDLE_MIX_H
 
@@ -23,9 +23,10 @@ typedef struct {
     double frac;             /* 0: off */
     double copy_frac;        /* rows made copy documents (repeat_row), after frac */
     int64_t max_needles;     /* documents hold 1..max_needles needles */
+    int64_t vocab;           /* copy documents draw ids from [0, vocab) */
     dtx_tokenizer *tok;
     dtx_needle_source *src;
-    int64_t replaced;        /* rows replaced so far in this process */
+    int64_t documents, copies; /* rows made needle / copy documents in this process */
 } needle_mix;
 
 /* Loads the tokenizer and the haystack text; frac == 0 opens nothing.

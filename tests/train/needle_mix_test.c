@@ -43,7 +43,8 @@ static int kind(const int32_t *in, const int32_t *tg, const int32_t *in0, const 
         return 1;
     }
     for (int64_t L = 16; L <= T / 4; L++) {
-        int ok = !memcmp(in, in0, (size_t)L * sizeof *in);
+        int ok = 1;
+        for (int64_t i = 0; i < L && ok; i++) ok = in[i] >= 0 && in[i] < VOCAB;
         for (int64_t i = L; i < T && ok; i++) ok = in[i] == in[i - L];
         for (int64_t i = 0; i < T && ok; i++) ok = tg[i] == in[(i + 1) % L];
         if (ok) return 2;
