@@ -119,6 +119,29 @@ TEST(needle_training_lengths_exact) {
     }
 }
 
+/* A training document with R > 1 asks every queried needle in turn, each
+ * question followed by its own answer and a newline, and is still exactly
+ * length tokens. */
+TEST(needle_training_answers_every_query) {
+    REQUIRE(setup() == 0);
+    for (int r = 1; r <= 4; r++)
+        for (uint64_t seed = 1; seed <= 6; seed++) {
+            dtx_needle_spec s = spec(700, 4, r, -1, seed, 1);
+            dtx_needle_prompt p;
+            REQUIREF(dtx_needle_make(src, &s, &p) == DTX_OK, "%s", dtx_last_error());
+            CHECK(p.n == 700);
+            char *tail = span_text(&p, p.context_end, p.n), want[2048] = "";
+            size_t n = 0;
+            for (int q = 0; q < r; q++)
+                n += (size_t)snprintf(want + n, sizeof want - n,
+                                      "\nWhat is the special magic %s number? The special magic %s number is %s\n",
+                                      p.city[q], p.city[q], p.number[q]);
+            CHECKF(tail && strcmp(tail, want) == 0, "R %d: '%s'", r, tail ? tail : "(null)");
+            free(tail);
+            dtx_needle_prompt_free(&p);
+        }
+}
+
 /* Everything but the haystack, checked on one prompt. */
 static void check_prompt(const dtx_needle_prompt *p, const dtx_needle_spec *s) {
     CHECK(p->tokens[0] == dtx_tokenizer_token_id(tok, "<|bos|>"));
