@@ -491,6 +491,10 @@ def draw(r, figs):
             ax[1].set_xlabel("training tokens")
             ax[1].set_title("loss vs tokens (headline size)")
             ax[1].legend()
+        from matplotlib.ticker import FormatStrFormatter
+        for x in ax:  # plain loss values on the log axis, not 5 × 10^0
+            x.yaxis.set_major_formatter(FormatStrFormatter("%.1f"))
+            x.yaxis.set_minor_formatter(FormatStrFormatter("%.1f"))
         fig.tight_layout()
         fig.savefig(os.path.join(r.dir, "scaling.png"), dpi=110)
         plt.close(fig)
