@@ -15,6 +15,12 @@ One subcommand per figure (docs/eval_probe.md):
       run down, key columns across; entries above the diagonal (future keys)
       are blank. With T <= 64 tokens the axes carry the tokens.
 
+  needle-heatmap A.json [B.json] --out PNG [--grid NxR]
+      The depth x length accuracy grid of `difftx eval needle --json` for one
+      (N, R) of its grid (the first, or --grid), one panel per file (e.g.
+      DIFF and its baseline), each cell's per-query accuracy printed in it:
+      the paper's Fig 5 layout.
+
 Needs only python3 and matplotlib (Debian: python3-matplotlib, installed by
 scripts/setup.sh --plot). Exit status: 0 written, 1 an input that cannot be
 read or is not such a file, 2 bad usage.
@@ -157,6 +163,68 @@ def cmd_attn_map(args):
     print(f"wrote {out}")
 
 
+def read_needle(path, grid):
+    js = load_json(path)
+    cells = js.get("cells") if isinstance(js, dict) else None
+    if not isinstance(cells, list) or not cells:
+        raise InputError(f"{path}: not the JSON of difftx eval needle (no cells)")
+    try:
+        if grid is None:
+            grid = (cells[0]["n"], cells[0]["r"])
+        cells = [c for c in cells if (c["n"], c["r"]) == grid]
+        lengths = sorted({c["length"] for c in cells})
+        depths = sorted({c["depth"] for c in cells})
+        acc = {(c["depth"], c["length"]): float(c["acc"]) for c in cells}
+    except (KeyError, TypeError, ValueError) as e:
+        raise InputError(f"{path}: a cell lacks {e}")
+    if not cells:
+        raise InputError(f"{path}: no cells with N = {grid[0]}, R = {grid[1]}")
+    return js, grid, lengths, depths, acc
+
+
+def plot_needle_heatmap(paths, out, grid=None, dpi=150):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    data = [read_needle(p, grid) for p in paths]
+    fig, axes = plt.subplots(1, len(data), figsize=(4.6 * len(data) + 1, 4), squeeze=False, constrained_layout=True)
+    im = None
+    for ax, (js, g, lengths, depths, acc) in zip(axes[0], data):
+        grid_v = [[acc.get((d, l), float("nan")) for l in lengths] for d in depths]
+        im = ax.imshow(grid_v, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+        for i, row in enumerate(grid_v):
+            for j, v in enumerate(row):
+                ax.text(j, i, "" if math.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=8)
+        ax.set_xticks(range(len(lengths)), [str(x) for x in lengths])
+        ax.set_yticks(range(len(depths)), [f"{d:g}%" for d in depths])
+        ax.set_xlabel("context length (tokens)")
+        if ax is axes[0][0]:
+            ax.set_ylabel("answer depth")
+        name = {"diff": "DIFF", "transformer": "Transformer"}.get(js.get("arch"), js.get("arch", "?"))
+        ax.set_title(f"{name}: N = {g[0]}, R = {g[1]}")
+    fig.colorbar(im, ax=list(axes[0]), shrink=0.8, label="per-query accuracy")
+    try:
+        fig.savefig(out, dpi=dpi)
+    except OSError as e:
+        raise InputError(f"cannot write {out}: {e}")
+    finally:
+        plt.close(fig)
+
+
+def cmd_needle_heatmap(args):
+    grid = None
+    if args.grid:
+        try:
+            n, r = (int(x) for x in args.grid.lower().split("x"))
+            grid = (n, r)
+        except ValueError:
+            fail(f"needle-heatmap: --grid: expected NxR, got '{args.grid}'", 2)
+    if not 1 <= len(args.files) <= 2:
+        fail(f"needle-heatmap: expected one or two JSON files, got {len(args.files)}", 2)
+    plot_needle_heatmap(args.files, args.out, grid, args.dpi)
+    print(f"wrote {args.out}")
+
+
 # ------------------------------------------------------------------ main
 
 class Parser(argparse.ArgumentParser):
@@ -179,13 +247,20 @@ def build_parser():
     a.add_argument("--title", help="the figure's title")
     a.add_argument("--dpi", type=int, default=150, help="resolution (150)")
     a.set_defaults(run=cmd_attn_map)
+    h = sub.add_parser("needle-heatmap", help="depth x length accuracy of difftx eval needle (Fig 5 layout)",
+                       description="One (N, R) of a needle grid as an answer-depth x context-length heatmap.")
+    h.add_argument("files", nargs="+", metavar="JSON", help="one or two needle JSON files")
+    h.add_argument("--out", required=True, help="the PNG to write")
+    h.add_argument("--grid", help="which N x R of the file's grid (default: the first)")
+    h.add_argument("--dpi", type=int, default=150, help="resolution (150)")
+    h.set_defaults(run=cmd_needle_heatmap)
     return p
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if not getattr(args, "run", None):
-        fail("name a figure: attn-map (see --help)", 2)
+        fail("name a figure: attn-map or needle-heatmap (see --help)", 2)
     try:
         args.run(args)
     except InputError as e:

@@ -498,27 +498,11 @@ def draw(r, figs):
         fig.tight_layout()
         fig.savefig(os.path.join(r.dir, "scaling.png"), dpi=110)
         plt.close(fig)
+    tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plot_eval.py")
     if "heatmap" in figs:
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for ax, a in zip(axes, ("transformer", "diff")):
-            js = figs["heatmap"][a]
-            lengths, depths = js["lengths"], js["depths"]
-            grid = [[float("nan")] * len(lengths) for _ in depths]
-            for c in js["cells"]:
-                grid[depths.index(c["depth"])][lengths.index(c["length"])] = c["acc"]
-            im = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
-            for i in range(len(depths)):
-                for j in range(len(lengths)):
-                    ax.text(j, i, f"{grid[i][j]:.2f}", ha="center", va="center", fontsize=8)
-            ax.set_xticks(range(len(lengths)), [str(x) for x in lengths])
-            ax.set_yticks(range(len(depths)), [f"{d}%" for d in depths])
-            ax.set_xlabel("context length (tokens)")
-            ax.set_ylabel("answer depth")
-            c0 = js["cells"][0]
-            ax.set_title(f"{NAME[a]}: N = {c0['n']}, R = {c0['r']}")
-        fig.colorbar(im, ax=axes, shrink=0.8)
-        fig.savefig(os.path.join(r.dir, "needle_heatmap.png"), dpi=110)
-        plt.close(fig)
+        subprocess.run([sys.executable, tool, "needle-heatmap", os.path.join(r.dir, "eval", "heatmap-transformer.json"),
+                        os.path.join(r.dir, "eval", "heatmap-diff.json"),
+                        "--out", os.path.join(r.dir, "needle_heatmap.png")], check=False)
     if "quant" in figs:
         res = figs["quant"]
         bits = (16, 8, 6, 4)
@@ -537,7 +521,6 @@ def draw(r, figs):
         fig.savefig(os.path.join(r.dir, "quant.png"), dpi=110)
         plt.close(fig)
     if "maps" in figs:
-        tool = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plot_eval.py")
         subprocess.run([sys.executable, tool, "attn-map", figs["maps"]["diff"], figs["maps"]["transformer"],
                         "--out", os.path.join(r.dir, "attn_map.png")], check=False)
 
