@@ -9,6 +9,11 @@ int cmd_sample(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 
+#include "difftx.h"
+/* dtx_model_load, or the model of a training checkpoint (difftx train
+ * --ckpt-dir) when path is one; on failure the model reader's message. */
+dtx_status cli_model_load(dtx_model **m, const char *path);
+
 /* difftx eval subcommands (argv[0] = the measurement's name). */
 int cmd_eval_ppl(int argc, char **argv);       /* src/cli/eval_ppl.c */
 int cmd_eval_needle(int argc, char **argv);    /* src/cli/eval_needle.c */

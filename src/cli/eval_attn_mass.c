@@ -303,7 +303,7 @@ static int parse_args(mass_args *a, int argc, char **argv) {
 /* Loads everything and settles --length; EXIT_OK or the exit code. */
 static int open_all(mass_args *a, dtx_tokenizer **tok, dtx_model **m, dtx_needle_source **src) {
     if (dtx_tokenizer_load(tok, a->tokenizer) != DTX_OK) return lib_error(CMD);
-    if (dtx_model_load(m, a->model) != DTX_OK) return lib_error(CMD);
+    if (cli_model_load(m, a->model) != DTX_OK) return lib_error(CMD);
     if (dtx_model_set_precision(*m, (dtx_precision)a->precision) != DTX_OK) return lib_error(CMD);
     const dtx_config *c = dtx_model_config(*m);
     if (dtx_tokenizer_vocab_size(*tok) > c->vocab_size)

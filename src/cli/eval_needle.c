@@ -536,7 +536,7 @@ static int write_json(const needle_args *a, const dtx_model *m, const dtx_needle
 
 static int open_runner(const needle_args *a, runner *r) {
     if (dtx_tokenizer_load(&r->tok, a->tokenizer) != DTX_OK) return lib_error(CMD);
-    if (dtx_model_load(&r->m, a->model) != DTX_OK) return lib_error(CMD);
+    if (cli_model_load(&r->m, a->model) != DTX_OK) return lib_error(CMD);
     if (dtx_model_set_precision(r->m, (dtx_precision)a->precision) != DTX_OK) return lib_error(CMD);
     if (dtx_model_set_attention_quant(r->m, (int)a->attn_bits, (dtx_quant_scope)a->attn_scope) != DTX_OK)
         return lib_error(CMD);

@@ -277,7 +277,7 @@ int cmd_eval_ppl(int argc, char **argv) {
     if (rc == FLAGS_HELP) return finish_stdout(CMD);
     if (rc) return rc;
     dtx_model *m = NULL;
-    if (dtx_model_load(&m, a.model) != DTX_OK) return lib_error(CMD);
+    if (cli_model_load(&m, a.model) != DTX_OK) return lib_error(CMD);
     rc = run(&a, m);
     dtx_model_free(m);
     return rc == EXIT_OK ? finish_stdout(CMD) : rc;

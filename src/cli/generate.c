@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "cli/cli.h"
 #include "cli/flags.h"
 #include "difftx.h"
 
@@ -193,7 +194,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t *prompt = NULL;
     int64_t n = 0;
     if (dtx_tokenizer_load(&t, a.tokenizer) != DTX_OK) rc = lib_error(CMD);
-    if (rc == EXIT_OK && dtx_model_load(&m, a.model) != DTX_OK) rc = lib_error(CMD);
+    if (rc == EXIT_OK && cli_model_load(&m, a.model) != DTX_OK) rc = lib_error(CMD);
     if (rc == EXIT_OK && dtx_model_set_precision(m, (dtx_precision)a.precision) != DTX_OK) rc = lib_error(CMD);
     const dtx_config *c = rc == EXIT_OK ? dtx_model_config(m) : NULL;
     if (rc == EXIT_OK && dtx_tokenizer_vocab_size(t) > c->vocab_size)

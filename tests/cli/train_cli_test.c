@@ -617,3 +617,24 @@ TEST(train_cli_new_flags) {
                    shortv),
                1, "--val-tokens", "holds 3 tokens");
 }
+
+/* The evaluation commands take a checkpoint where they take a model (to
+ * follow a run while it trains): the same numbers as the model file of the
+ * same step; anything that is neither keeps the model reader's message. */
+TEST(train_cli_checkpoint_as_model) {
+    const char *txt, *bin, *val;
+    data_files(&txt, &bin, &val);
+    REQUIRE(txt);
+    const char *out = test_path("K.safetensors"), *seq = test_path("K.txt");
+    REQUIRE(write_file(seq, "1 2 3 4 5 6 7 8 1 2 3\n", 22) == 0);
+    REQUIRE(cli("train %s --arch diff --tokens '%s' --steps 6 --ckpt-every 6 --out '%s'", TINY, bin, out) == 0);
+    static char want[1 << 17];
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s.ckpt", out);
+    REQUIRE(cli("score --model '%s' --tokens '%s'", out, seq) == 0);
+    memcpy(want, cli_out, sizeof want);
+    CHECK(cli("score --model '%s' --tokens '%s'", ckpt(dir, 6), seq) == 0);
+    CHECKF(strcmp(cli_out, want) == 0, "checkpoint: %s model: %s", cli_out, want);
+    CHECK(cli("eval ppl --model '%s' --tokens '%s'", ckpt(dir, 6), val) == 0);
+    CHECK(cli("score --model '%s' --tokens '%s'", val, seq) == 1 && cli_has("past the end") && cli_one_line());
+}
