@@ -101,15 +101,17 @@ model_name() { echo "$run/models/$1-d$2-s$3"; }  # arch dim seed
 train_one() { # arch dim seed
     local a=$1 dim=$2 seed=$3 h=$(( $2 / (2 * head_width) )) out
     out=$(model_name "$a" "$dim" "$seed")
-    [ -s "$out.safetensors" ] && return 0
     [ "$a" = transformer ] && h=$((2 * h))
-    OMP_NUM_THREADS=1 "$bin" train --tokens "$run/train.bin" --val-tokens "$run/val.bin" \
+    set -- train --tokens "$run/train.bin" --val-tokens "$run/val.bin" \
         --arch "$a" --dim "$dim" --layers "$layers" --heads "$h" --ffn $(( (dim * 8 / 3 + 7) / 8 * 8 )) \
         --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" --warmup $((steps / 20)) --lr "$lr" \
         --seed "$seed" --eval-every $((steps / 10)) --log "$out.jsonl" --log-every $((steps / 5)) \
         --ckpt-every $((steps / 5)) --keep 1 --resume \
         --needle-frac "$needle_frac" --copy-frac "$copy_frac" --needle-max "$needle_max" --needle-text "$corpus/train" \
-        --needle-tokenizer "$tok" --out "$out.safetensors" > "$out.out" 2>&1
+        --needle-tokenizer "$tok" --out "$out.safetensors"
+    echo "difftx $*" > "$out.cmd"  # for the report
+    [ -s "$out.safetensors" ] && return 0
+    OMP_NUM_THREADS=1 "$bin" "$@" > "$out.out" 2>&1
 }
 train_pair() { # dim seed: DIFF and the Transformer side by side
     local rc1=0 rc2=0
@@ -132,6 +134,7 @@ for s in "${seeds[@]}"; do train_pair "$headline" "$s"; done
 # ---- evaluations (each skipped when its JSON exists)
 ev() { # name model-base command...: runs difftx eval into $run/eval/NAME.json
     local name=$1; shift
+    echo "difftx eval $* --json $run/eval/$name.json" > "$run/eval/$name.cmd"  # for the report
     [ -s "$run/eval/$name.json" ] && return 0
     "$bin" eval "$@" --json "$run/eval/$name.json" > "$run/eval/$name.txt" 2> "$run/eval/$name.err" ||
         { cat "$run/eval/$name.err" >&2; die "difftx eval $1 for $name failed"; }
@@ -175,7 +178,14 @@ cat "$run/eval/diff.log" "$run/eval/transformer.log"
 [ $rcd = 0 ] && [ $rct = 0 ] || die "an evaluation failed (see above)"
 
 section "report"
+# the time of every invocation that did work adds up (a rerun that only reuses adds little)
+echo $(( $(cat "$run/seconds.txt" 2>/dev/null || echo 0) + $(date +%s) - t_all )) > "$run/seconds.txt"
 /usr/bin/python3 tools/report.py --run "$run" --command "make reproduce$( [ $quick = 1 ] && echo ' QUICK=1')" \
-    --seconds $(( $(date +%s) - t_all ))
-[ $quick = 1 ] || [ -n "$dir" ] || cp "$run/REPORT.md" REPORT.md
+    --seconds "$(cat "$run/seconds.txt")"
+if [ $quick = 0 ] && [ -z "$dir" ]; then
+    # the full run's report also goes to the top, its figures to docs/reproduce/
+    mkdir -p docs/reproduce
+    cp "$run"/*.png docs/reproduce/ 2>/dev/null || true
+    sed 's|](\([a-z_]*\.png\))|](docs/reproduce/\1)|' "$run/REPORT.md" > REPORT.md
+fi
 echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/REPORT.md"

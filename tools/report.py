@@ -143,6 +143,14 @@ class Run:
 
 # ---------------------------------------------------------------- sections
 
+def command(r, out, what, rel):
+    """Appends the exact command scripts/reproduce.sh ran (its .cmd file)."""
+    p = os.path.join(r.dir, rel + ".cmd")
+    if os.path.exists(p):
+        with open(p) as f:
+            out.append(f"*Command* ({what}): `{f.read().strip()}`\n")
+
+
 def section_models(r, out):
     s = r.settings
     out.append("## Models and recipe\n")
@@ -214,6 +222,8 @@ def section_scaling(r, out, figs):
                f"for the same validation loss (mean over the {len(fracs)} sizes); the paper's direction "
                f"{'held' if held else 'did not hold'} here"
                f"{' and the size of the saving is comparable' if 0.5 < mean_frac < 0.8 else ''}.\n")
+    command(r, out, f"one run of the sweep, DIFF dim {r.dims[0]} seed 1; the others differ in --arch, --heads, "
+            "--dim, --ffn, --seed and the paths", f"models/diff-d{r.dims[0]}-s1")
     figs["scaling"] = (pts, fits)
 
 
@@ -253,6 +263,8 @@ def section_tokens(r, out, figs):
                f"tokens) after an estimated {need:,.0f} tokens, {100 * frac:.0f}% of them "
                f"({'an extrapolation' if frac > 1 else 'within the run'}); the paper's claim (fewer tokens) "
                f"{'held' if frac < 1 else 'did not hold'} here.\n")
+    command(r, out, f"the Transformer at dim {d}, seed 1; validation every {r.settings.get('steps', 0) and int(r.settings['steps']) // 10} steps",
+            f"models/transformer-d{d}-s1")
     figs["tokens"] = (curves, fits)
 
 
@@ -273,6 +285,7 @@ def section_lm(r, out):
                f"{'lower' if m < 0 else 'higher'} by {abs(m):.4f} nats "
                f"({'more' if abs(m) > 2 * s else 'not more'} than twice the spread). The paper's models are "
                "better with DIFF at every size it trained (0.8B–13B).\n")
+    command(r, out, "perplexity, DIFF seed 1", "eval/ppl-diff-s1")
 
 
 def needle_table(js):
@@ -321,12 +334,14 @@ def section_needle(r, out, figs):
                f"{abs(g):.2f} accuracy; the paper's claim (DIFF ahead, the gap growing with N, 0.85 vs 0.55 at "
                f"N = 6) {'held' if g > 0.02 else 'did not hold'} here"
                f"{' in direction' if g > 0.02 else ''}.\n")
+    command(r, out, "DIFF seed 1; the same for each arch and seed", "eval/needle-diff-s1")
     hm = {a: r.eval(f"heatmap-{a}") for a in ARCHS}
     if all(hm.values()):
         figs["heatmap"] = hm
         g = hm["diff"]["cells"][0] if hm["diff"].get("cells") else {}
         out.append(f"Depth × length (N = {g.get('n')}, R = {g.get('r')}, seed-1 models): `needle_heatmap.png`.\n")
         out.append("![depth x length](needle_heatmap.png)\n")
+        command(r, out, "the heatmap, DIFF", "eval/heatmap-diff")
 
 
 def mass_rows(js):
@@ -365,6 +380,7 @@ def section_mass(r, out):
     out.append(f"**Verdict:** DIFF's share on the answer differs from the Transformer's by {a:+.2f} and its share on "
                f"the other context by {n:+.2f} (means over depths); the paper's claim (more on the answer, less "
                f"noise) {'held' if held else 'held for the noise only' if n < 0 else 'held for the answer only' if a > 0 else 'did not hold'} here.\n")
+    command(r, out, "DIFF seed 1", "eval/mass-diff-s1")
 
 
 STAT_KEYS = ("top1", "top2", "top3", "top10", "top100", "median")
@@ -407,6 +423,7 @@ def section_outliers(r, out):
                    f"top hidden state {hr:.2f}× (paper 2.1×); the paper's claim (fewer outliers with DIFF) "
                    f"{held} here. Models this small and this briefly trained have not grown the outliers "
                    "(hundreds to thousands) that the paper's large models have.\n")
+    command(r, out, "DIFF seed 1", "eval/outliers-diff-s1")
 
 
 def section_quant(r, out, figs):
@@ -446,6 +463,8 @@ def section_quant(r, out, figs):
         out.append("**Verdict:** incomplete results.\n")
     figs["quant"] = res
     out.append("![low-bit attention](quant.png)\n")
+    command(r, out, "4-bit perplexity, DIFF", "eval/quant4-ppl-diff")
+    command(r, out, "4-bit needles, DIFF", "eval/quant4-needle-diff")
 
 
 def section_maps(r, out, figs):
@@ -458,6 +477,7 @@ def section_maps(r, out, figs):
     out.append("The last layer's head 0 on a short needle prompt (seed-1 models): DIFF's two maps and their "
                "difference A1 − λA2, and the Transformer's map.\n")
     out.append("![attention maps](attn_map.png)\n")
+    command(r, out, "DIFF; then `tools/plot_eval.py attn-map` on both archs' JSON", "eval/map-diff")
 
 
 # ---------------------------------------------------------------- figures
@@ -542,7 +562,7 @@ def main():
     out = ["# difftx: the DIFF Transformer paper's measurements, reproduced on a CPU\n",
            f"Written by `{args.command}` on {datetime.date.today().isoformat()} "
            f"({os.cpu_count()} cores, {cpu}"
-           + (f"; {args.seconds / 60:.0f} min" if args.seconds else "") + "). "
+           + (f"; {args.seconds / 60:.0f} min of work in all" if args.seconds else "") + "). "
            "Every number below was measured by `difftx` on models trained by the same command; the paper's "
            "numbers (Ye et al., ICLR 2025) come from 0.8–13B models trained on up to 1T tokens, ours from models "
            "of a few million parameters trained on a few million tokens, so what can be compared is the "
