@@ -82,6 +82,8 @@ const char *test_model_file(const char *name, const dtx_config *c, uint64_t seed
  * *path. The tokenizer (dtx_tokenizer_free), or NULL on failure. */
 dtx_tokenizer *test_tokenizer_file(const char *const *texts, int n_texts, int64_t vocab, const char *name,
                                    const char **path);
+/* Files a and b both exist and hold the same bytes. */
+int same_bytes(const char *a, const char *b);
 /* The JSON file at path, parsed whole (cJSON_Delete), or NULL. */
 struct cJSON *read_json(const char *path);
 /* o's number member key, NaN when it is missing or not a number. */

@@ -188,3 +188,17 @@ const char *fixture_path(const char *name) {
     snprintf(p, 512, "%s/%s", dir ? dir : "tests/fixtures", name);
     return p;
 }
+
+/* Both files exist and hold the same bytes. */
+int same_bytes(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    while (same) {
+        int x = fgetc(fa), y = fgetc(fb);
+        if (x != y) same = 0;
+        if (x == EOF || y == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}

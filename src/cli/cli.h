@@ -11,8 +11,10 @@ int cmd_eval(int argc, char **argv);
 
 #include "difftx.h"
 /* dtx_model_load, or the model of a training checkpoint (difftx train
- * --ckpt-dir) when path is one; on failure the model reader's message. */
-dtx_status cli_model_load(dtx_model **m, const char *path);
+ * --ckpt-dir) when path is one (on failure the model reader's message),
+ * with its matrix products set to precision (a dtx_precision). *m is NULL
+ * on failure. */
+dtx_status cli_model_load(dtx_model **m, const char *path, int precision);
 
 /* difftx eval subcommands (argv[0] = the measurement's name). */
 int cmd_eval_ppl(int argc, char **argv);       /* src/cli/eval_ppl.c */

@@ -274,8 +274,7 @@ int cmd_eval_attn_map(int argc, char **argv) {
     dtx_tokenizer *t = NULL;
     dtx_model *m = NULL;
     if (dtx_tokenizer_load(&t, a.tokenizer) != DTX_OK) return lib_error(CMD);
-    if (cli_model_load(&m, a.model) != DTX_OK) rc = lib_error(CMD);
-    if (rc == EXIT_OK && dtx_model_set_precision(m, (dtx_precision)a.precision) != DTX_OK) rc = lib_error(CMD);
+    if (cli_model_load(&m, a.model, a.precision) != DTX_OK) rc = lib_error(CMD);
     if (rc == EXIT_OK) rc = run(m, t, &a);
     dtx_model_free(m);
     dtx_tokenizer_free(t);

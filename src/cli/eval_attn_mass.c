@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/flags.h"
+#include "cli/json_out.h"
 #include "common/common.h"
 #include "difftx.h"
 #include "eval/needle.h"
@@ -191,18 +192,6 @@ static void print_report(const mass_args *a, const dtx_model *m, const mass *acc
     print_row("all", &all);
 }
 
-static void jnum(cJSON *o, const char *k, double v, int *ok) {
-    if (!cJSON_AddNumberToObject(o, k, v)) *ok = 0;
-}
-static cJSON *jadd(cJSON *parent, const char *k, cJSON *child, int *ok) {
-    if (!child) *ok = 0;
-    else if (k ? !cJSON_AddItemToObject(parent, k, child) : !cJSON_AddItemToArray(parent, child)) {
-        cJSON_Delete(child);
-        *ok = 0;
-        return NULL;
-    }
-    return child;
-}
 
 /* {"normalized": {...}, "mean": {...}} of one map's sums. */
 static void json_map(cJSON *o, const char *key, const double *sum, int64_t rows, int *ok) {
@@ -239,34 +228,21 @@ static int write_json(const mass_args *a, const dtx_model *m, const mass *acc) {
     int ok = 1;
     cJSON *root = cJSON_CreateObject();
     if (!root) ok = 0;
-    if (!cJSON_AddStringToObject(root, "model", a->model)) ok = 0;
-    if (!cJSON_AddStringToObject(root, "arch", dtx_arch_name(c->arch))) ok = 0;
+    jstr(root, "model", a->model, &ok);
+    jstr(root, "arch", dtx_arch_name(c->arch), &ok);
     jnum(root, "params", (double)dtx_model_num_params(m), &ok);
-    if (!cJSON_AddStringToObject(root, "haystack", a->haystack)) ok = 0;
+    jstr(root, "haystack", a->haystack, &ok);
     jnum(root, "length", (double)a->length, &ok);
     jnum(root, "needles", (double)a->needles, &ok);
     jnum(root, "samples", (double)a->samples, &ok);
     jnum(root, "seed", (double)a->seed, &ok);
-    if (!cJSON_AddStringToObject(root, "precision", dtx_precision_name(dtx_model_precision(m)))) ok = 0;
+    jstr(root, "precision", dtx_precision_name(dtx_model_precision(m)), &ok);
     cJSON *arr = jadd(root, "depths", cJSON_CreateArray(), &ok);
     for (int d = 0; d < a->n_depths; d++) json_depth(arr, c, a->depths[d], &acc[d], &ok);
     mass all = pooled(a, acc);
     cJSON *allo = jadd(root, "all_depths", cJSON_CreateArray(), &ok);
     json_depth(allo, c, -1, &all, &ok);
-    char *text = ok ? cJSON_Print(root) : NULL;
-    cJSON_Delete(root);
-    if (!text) return runtime_error(CMD, "--json %s: out of memory building the JSON", a->json);
-    size_t n = strlen(text);
-    char *full = realloc(text, n + 2);
-    if (!full) {
-        free(text);
-        return runtime_error(CMD, "--json %s: out of memory", a->json);
-    }
-    full[n] = '\n';
-    full[n + 1] = '\0';
-    dtx_status st = dtx_write_file_atomic(a->json, full, n + 1);
-    free(full);
-    return st ? lib_error(CMD) : EXIT_OK;
+    return json_write_report(CMD, a->json, root, ok, 1);
 }
 
 /* ------------------------------------------------------------ setup */
@@ -303,8 +279,7 @@ static int parse_args(mass_args *a, int argc, char **argv) {
 /* Loads everything and settles --length; EXIT_OK or the exit code. */
 static int open_all(mass_args *a, dtx_tokenizer **tok, dtx_model **m, dtx_needle_source **src) {
     if (dtx_tokenizer_load(tok, a->tokenizer) != DTX_OK) return lib_error(CMD);
-    if (cli_model_load(m, a->model) != DTX_OK) return lib_error(CMD);
-    if (dtx_model_set_precision(*m, (dtx_precision)a->precision) != DTX_OK) return lib_error(CMD);
+    if (cli_model_load(m, a->model, a->precision) != DTX_OK) return lib_error(CMD);
     const dtx_config *c = dtx_model_config(*m);
     if (dtx_tokenizer_vocab_size(*tok) > c->vocab_size)
         return runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",

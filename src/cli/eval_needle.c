@@ -11,6 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/flags.h"
+#include "cli/json_out.h"
 #include "common/common.h"
 #include "difftx.h"
 #include "eval/needle.h"
@@ -389,22 +390,6 @@ static void print_report(const needle_args *a, const dtx_model *m, const tally *
     }
 }
 
-/* cJSON helpers that remember a failed allocation in *ok. */
-static void jnum(cJSON *o, const char *k, double v, int *ok) {
-    if (!cJSON_AddNumberToObject(o, k, v)) *ok = 0;
-}
-static void jstr(cJSON *o, const char *k, const char *v, int *ok) {
-    if (!cJSON_AddStringToObject(o, k, v)) *ok = 0;
-}
-static cJSON *jadd(cJSON *parent, const char *k, cJSON *child, int *ok) {
-    if (!child) *ok = 0;
-    else if (k ? !cJSON_AddItemToObject(parent, k, child) : !cJSON_AddItemToArray(parent, child)) {
-        cJSON_Delete(child);
-        *ok = 0;
-        return NULL;
-    }
-    return child;
-}
 
 /* text as valid UTF-8 (an invalid or cut byte becomes U+FFFD), so that the
  * JSON stays parseable whatever the model generated; out holds 3 × the input. */
@@ -516,28 +501,14 @@ static cJSON *json_report(const needle_args *a, const dtx_model *m, const dtx_ne
 static int write_json(const needle_args *a, const dtx_model *m, const dtx_needle_source *src, const tally *cells) {
     int ok = 1;
     cJSON *root = json_report(a, m, src, cells, &ok);
-    char *text = ok ? cJSON_Print(root) : NULL;
-    cJSON_Delete(root);
-    if (!text) return runtime_error(CMD, "--json %s: out of memory building the JSON", a->json);
-    size_t n = strlen(text);
-    char *full = realloc(text, n + 2);
-    if (!full) {
-        free(text);
-        return runtime_error(CMD, "--json %s: out of memory", a->json);
-    }
-    full[n] = '\n';
-    full[n + 1] = '\0';
-    dtx_status st = dtx_write_file_atomic(a->json, full, n + 1);
-    free(full);
-    return st ? lib_error(CMD) : EXIT_OK;
+    return json_write_report(CMD, a->json, root, ok, 1);
 }
 
 /* ------------------------------------------------------------ setup */
 
 static int open_runner(const needle_args *a, runner *r) {
     if (dtx_tokenizer_load(&r->tok, a->tokenizer) != DTX_OK) return lib_error(CMD);
-    if (cli_model_load(&r->m, a->model) != DTX_OK) return lib_error(CMD);
-    if (dtx_model_set_precision(r->m, (dtx_precision)a->precision) != DTX_OK) return lib_error(CMD);
+    if (cli_model_load(&r->m, a->model, a->precision) != DTX_OK) return lib_error(CMD);
     if (dtx_model_set_attention_quant(r->m, (int)a->attn_bits, (dtx_quant_scope)a->attn_scope) != DTX_OK)
         return lib_error(CMD);
     const dtx_config *c = dtx_model_config(r->m);

@@ -267,9 +267,8 @@ int cmd_eval_outliers(int argc, char **argv) {
     int rc = check_args(&a);
     if (rc != EXIT_OK) return rc;
     dtx_model *m = NULL;
-    if (cli_model_load(&m, a.model) != DTX_OK) return lib_error(CMD);
-    if (dtx_model_set_precision(m, (dtx_precision)a.precision) != DTX_OK) rc = lib_error(CMD);
-    if (rc == EXIT_OK) rc = run(m, &a);
+    if (cli_model_load(&m, a.model, a.precision) != DTX_OK) return lib_error(CMD);
+    rc = run(m, &a);
     dtx_model_free(m);
     return rc == EXIT_OK ? finish_stdout(CMD) : rc;
 }

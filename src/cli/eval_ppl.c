@@ -18,6 +18,7 @@
 
 #include "cli/cli.h"
 #include "cli/flags.h"
+#include "cli/json_out.h"
 #include "common/common.h"
 #include "difftx.h"
 
@@ -176,10 +177,6 @@ static void print_result(const ppl_args *a, const dtx_model *m, const corpus *cp
     if (cp->bytes > 0) printf("bits/byte    %.6f\n", bits_per_byte(cp, r));
 }
 
-static void jnum(cJSON *o, const char *k, double v, int *ok) {
-    if (!cJSON_AddNumberToObject(o, k, v)) *ok = 0;
-}
-
 static int write_json(const ppl_args *a, const dtx_model *m, const corpus *cp, const ppl_result *r) {
     const dtx_config *c = dtx_model_config(m);
     double mean = r->nll / (double)r->scored;
@@ -199,18 +196,7 @@ static int write_json(const ppl_args *a, const dtx_model *m, const corpus *cp, c
     else if (!cJSON_AddNullToObject(root, "bpb")) ok = 0;
     jnum(root, "attn_bits", (double)a->attn_bits, &ok);
     if (!cJSON_AddStringToObject(root, "attn_scope", a->attn_scope ? "tensor" : "row")) ok = 0;
-    char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
-    cJSON_Delete(root);
-    char *full = text ? realloc(text, strlen(text) + 2) : NULL;
-    if (!full) {
-        free(text);
-        return runtime_error(CMD, "--json %s: out of memory building the JSON", a->json);
-    }
-    size_t n = strlen(full);
-    full[n] = '\n', full[n + 1] = '\0';
-    dtx_status st = dtx_write_file_atomic(a->json, full, n + 1);
-    free(full);
-    return st ? lib_error(CMD) : EXIT_OK;
+    return json_write_report(CMD, a->json, root, ok, 0);
 }
 
 /* ------------------------------------------------------------ setup */
@@ -256,8 +242,7 @@ static int run(ppl_args *a, dtx_model *m) {
     const dtx_config *c = dtx_model_config(m);
     int rc = resolve_window(a, c);
     if (rc) return rc;
-    if (dtx_model_set_precision(m, (dtx_precision)a->precision) != DTX_OK ||
-        dtx_model_set_attention_quant(m, (int)a->attn_bits, (dtx_quant_scope)a->attn_scope) != DTX_OK)
+    if (dtx_model_set_attention_quant(m, (int)a->attn_bits, (dtx_quant_scope)a->attn_scope) != DTX_OK)
         return lib_error(CMD);
     corpus cp;
     ppl_result r;
@@ -277,7 +262,7 @@ int cmd_eval_ppl(int argc, char **argv) {
     if (rc == FLAGS_HELP) return finish_stdout(CMD);
     if (rc) return rc;
     dtx_model *m = NULL;
-    if (cli_model_load(&m, a.model) != DTX_OK) return lib_error(CMD);
+    if (cli_model_load(&m, a.model, a.precision) != DTX_OK) return lib_error(CMD);
     rc = run(&a, m);
     dtx_model_free(m);
     return rc == EXIT_OK ? finish_stdout(CMD) : rc;

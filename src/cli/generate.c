@@ -194,8 +194,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t *prompt = NULL;
     int64_t n = 0;
     if (dtx_tokenizer_load(&t, a.tokenizer) != DTX_OK) rc = lib_error(CMD);
-    if (rc == EXIT_OK && cli_model_load(&m, a.model) != DTX_OK) rc = lib_error(CMD);
-    if (rc == EXIT_OK && dtx_model_set_precision(m, (dtx_precision)a.precision) != DTX_OK) rc = lib_error(CMD);
+    if (rc == EXIT_OK && cli_model_load(&m, a.model, a.precision) != DTX_OK) rc = lib_error(CMD);
     const dtx_config *c = rc == EXIT_OK ? dtx_model_config(m) : NULL;
     if (rc == EXIT_OK && dtx_tokenizer_vocab_size(t) > c->vocab_size)
         rc = runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",

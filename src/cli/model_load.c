@@ -5,7 +5,7 @@
 #include "common/common.h"
 #include "train/checkpoint.h"
 
-dtx_status cli_model_load(dtx_model **m, const char *path) {
+static dtx_status load(dtx_model **m, const char *path) {
     dtx_status st = dtx_model_load(m, path);
     if (st == DTX_OK) return DTX_OK;
     /* A checkpoint holds the model beside the optimizer state: evaluating
@@ -21,4 +21,14 @@ dtx_status cli_model_load(dtx_model **m, const char *path) {
         return DTX_OK;
     }
     return dtx_fail(st, "%s", why);
+}
+
+dtx_status cli_model_load(dtx_model **m, const char *path, int precision) {
+    *m = NULL;
+    dtx_status st = load(m, path);
+    if (!st && (st = dtx_model_set_precision(*m, (dtx_precision)precision))) {
+        dtx_model_free(*m);
+        *m = NULL;
+    }
+    return st;
 }

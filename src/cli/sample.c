@@ -122,8 +122,7 @@ int cmd_sample(int argc, char **argv) {
     int rc = a.prompt ? parse_prompt(a.prompt, &prompt, &n) : EXIT_OK;
     if (rc != EXIT_OK) return rc;
     dtx_model *m = NULL;
-    if (cli_model_load(&m, a.model) != DTX_OK) rc = lib_error(CMD);
-    if (rc == EXIT_OK && dtx_model_set_precision(m, (dtx_precision)a.precision) != DTX_OK) rc = lib_error(CMD);
+    if (cli_model_load(&m, a.model, a.precision) != DTX_OK) rc = lib_error(CMD);
     if (rc == EXIT_OK) rc = finish_prompt(&a, dtx_model_config(m), &prompt, &n);
     if (rc == EXIT_OK) rc = generate(m, &a, prompt, n);
     dtx_model_free(m);

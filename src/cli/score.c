@@ -55,11 +55,7 @@ int cmd_score(int argc, char **argv) {
     if (!model_path) return usage_error(CMD, "--model is required");
     if (!tokens_path) return usage_error(CMD, "--tokens is required");
     dtx_model *m = NULL;
-    if (cli_model_load(&m, model_path) != DTX_OK) return lib_error(CMD);
-    if (dtx_model_set_precision(m, (dtx_precision)precision) != DTX_OK) {
-        dtx_model_free(m);
-        return lib_error(CMD);
-    }
+    if (cli_model_load(&m, model_path, precision) != DTX_OK) return lib_error(CMD);
     int rc = score(m, tokens_path);
     dtx_model_free(m);
     return rc == EXIT_OK ? finish_stdout(CMD) : rc;

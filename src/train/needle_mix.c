@@ -11,10 +11,6 @@ static uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-/* Questions per document: two when there are two needles or more (the
- * evaluation's R), each answered, so a document teaches two retrievals. */
-static int queries(int n_needles) { return n_needles; }
-
 dtx_status needle_mix_open(needle_mix *x, double frac, double copy_frac, int64_t max_needles,
                            const char *tokenizer, const char *text, int64_t vocab_size, int64_t T) {
     memset(x, 0, sizeof *x);
@@ -31,7 +27,7 @@ dtx_status needle_mix_open(needle_mix *x, double frac, double copy_frac, int64_t
     const char *paths[1] = {text};
     if ((st = dtx_needle_source_open(&x->src, x->tok, paths, 1))) return st;
     /* The longest document must fit: make one now rather than fail mid-run. */
-    dtx_needle_spec spec = {.length = T + 1, .n_needles = (int)max_needles, .n_queries = queries((int)max_needles), .depth = 0.5,
+    dtx_needle_spec spec = {.length = T + 1, .n_needles = (int)max_needles, .n_queries = (int)max_needles, .depth = 0.5,
                             .seed = 1, .with_answer = 1};
     dtx_needle_prompt p;
     if ((st = dtx_needle_make(x->src, &spec, &p))) return st;
@@ -78,7 +74,7 @@ dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t 
             continue;
         }
         int n = 1 + (int)(h2 % (uint64_t)x->max_needles);
-        dtx_needle_spec spec = {.length = T + 1, .n_needles = n, .n_queries = queries(n), .depth = -1,
+        dtx_needle_spec spec = {.length = T + 1, .n_needles = n, .n_queries = n /* every needle asked */, .depth = -1,
                                 .seed = splitmix64(h2), .with_answer = 1};
         dtx_needle_prompt p;
         dtx_status st = dtx_needle_make(x->src, &spec, &p);

@@ -52,19 +52,6 @@ static int line_with(const char *prefix, char *line, size_t cap) {
         CHECKF(strncmp(cli_out, "difftx train: ", 14) == 0 && nl_ && nl_[1] == '\0', "not one line: %s", cli_out); \
     } while (0)
 
-static int same_bytes(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int same = fa && fb;
-    while (same) {
-        int x = fgetc(fa), y = fgetc(fb);
-        if (x != y) same = 0;
-        if (x == EOF || y == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
 static int exists(const char *p) { return access(p, F_OK) == 0; }
 
 static const char *ckpt(const char *dir, long long step) {

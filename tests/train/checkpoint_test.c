@@ -61,19 +61,6 @@ static int step(dtx_model *m, dtx_optimizer *opt, const dtx_shard *s, dtx_batch_
     return dtx_optimizer_step(opt, NULL, NULL) == DTX_OK ? 0 : -1;
 }
 
-static int same_bytes(const char *a, const char *b) {
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int same = fa && fb;
-    while (same) {
-        int x = fgetc(fa), y = fgetc(fb);
-        if (x != y) same = 0;
-        if (x == EOF || y == EOF) break;
-    }
-    if (fa) fclose(fa);
-    if (fb) fclose(fb);
-    return same;
-}
-
 static const char *const EXTRA_K[] = {"data_path", "batch"};
 static const char *const EXTRA_V[] = {"some/where.bin", "3"};
 
