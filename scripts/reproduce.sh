@@ -8,9 +8,12 @@
 # The recipe (docs/reproduce.md has the why of each choice):
 #   data      the State of the Union corpus (make data): speeches in train/ and
 #             held-out speeches in val/; a BPE tokenizer trained on train/
-#   mixture   every training batch row is, with probability NEEDLE_FRAC, a
-#             synthetic multi-needle document (1-6 needles) whose haystack is
-#             train/ text; the evaluation's haystack is val/ text
+#   warm-up   WARM_STEPS steps on random-id copy documents alone (context 128):
+#             the induction that retrieval needs; without it neither arch
+#             learned retrieval in any run we made (docs/reproduce.md)
+#   mixture   then every training batch row is, with probability NEEDLE_FRAC,
+#             a synthetic multi-needle document (1-6 needles) whose haystack
+#             is train/ text; the evaluation's haystack is val/ text
 #   pairs     DIFF (H heads) and the Transformer (2H heads, the same projection
 #             shapes) with the same seed: the same initial-weight stream, the
 #             same batches and needle documents, steps and optimizer settings
@@ -57,21 +60,23 @@ if [ $quick = 1 ]; then
     dims=(32 64 96 128)        # DIFF heads = dim / 32 (head width 16), baseline twice as many
     head_width=16
     samples=10 mass_samples=10 outlier_tokens=16384 ppl_tokens=30000 quant_samples=10
-    heat_grid=2x1 lengths=152,184,216,248 needle_max=3
+    heat_grid=2x1 lengths=152,184,216,248 needle_max=3 warm_steps=${WARM_STEPS:-300}
 else
     run=${dir:-runs/reproduce}
     vocab=4096 seq=512 batch=4 steps=1500 layers=4
     dims=(64 96 128 192)       # DIFF heads = dim / 64 (head width 32), baseline twice as many
     head_width=32
     samples=50 mass_samples=20 outlier_tokens=65536 ppl_tokens=100000 quant_samples=20
-    heat_grid=4x1 lengths=192,256,384,504 needle_max=6
+    heat_grid=4x1 lengths=192,256,384,504 needle_max=6 warm_steps=${WARM_STEPS:-600}
 fi
-lr=3e-3 needle_frac=${NEEDLE_FRAC:-0.5} copy_frac=${COPY_FRAC:-0} seeds=(1 2 3)
+lr=3e-3 needle_frac=${NEEDLE_FRAC:-0.6} copy_frac=${COPY_FRAC:-0.2} seeds=(1 2 3)
+warm_seq=128 warm_batch=$((batch * seq / 128))  # the warm-up: as many tokens per step as the main phase
 headline=${dims[-1]}
 eval_len=$((seq - 8))  # the prompt; --max-new 8 answer tokens fill the context
 corpus=data/sotu
 settings="vocab=$vocab seq=$seq batch=$batch steps=$steps layers=$layers dims=${dims[*]} lr=$lr"
 settings+=" needle_frac=$needle_frac copy_frac=$copy_frac needle_max=$needle_max samples=$samples"
+settings+=" warm_steps=$warm_steps warm_seq=$warm_seq warm_batch=$warm_batch"
 
 t_all=$(date +%s)
 section() { printf '\n== %s  (%ds so far)\n' "$1" $(( $(date +%s) - t_all )); }
@@ -98,19 +103,26 @@ done
 
 # ---- training
 model_name() { echo "$run/models/$1-d$2-s$3"; }  # arch dim seed
-train_one() { # arch dim seed
+train_one() { # arch dim seed: the warm-up, then the main phase from its weights
     local a=$1 dim=$2 seed=$3 h=$(( $2 / (2 * head_width) )) out
     out=$(model_name "$a" "$dim" "$seed")
     [ "$a" = transformer ] && h=$((2 * h))
-    set -- train --tokens "$run/train.bin" --val-tokens "$run/val.bin" \
+    local warm=(train --tokens "$run/train.bin" \
         --arch "$a" --dim "$dim" --layers "$layers" --heads "$h" --ffn $(( (dim * 8 / 3 + 7) / 8 * 8 )) \
-        --vocab "$vocab" --seq "$seq" --batch "$batch" --steps "$steps" --warmup $((steps / 20)) --lr "$lr" \
+        --vocab "$vocab" --max-seq "$seq" --seq "$warm_seq" --batch "$warm_batch" --steps "$warm_steps" \
+        --warmup $((warm_steps / 10)) --lr "$lr" --seed "$seed" --copy-frac 1 \
+        --log "$out.warm.jsonl" --log-every $((warm_steps / 4)) --out "$out.warm.safetensors")
+    set -- train --init "$out.warm.safetensors" --tokens "$run/train.bin" --val-tokens "$run/val.bin" \
+        --seq "$seq" --batch "$batch" --steps "$steps" --warmup $((steps / 20)) --lr "$lr" \
         --seed "$seed" --eval-every $((steps / 10)) --log "$out.jsonl" --log-every $((steps / 5)) \
         --ckpt-every $((steps / 5)) --keep 1 --resume \
         --needle-frac "$needle_frac" --copy-frac "$copy_frac" --needle-max "$needle_max" --needle-text "$corpus/train" \
         --needle-tokenizer "$tok" --out "$out.safetensors"
-    echo "difftx $*" > "$out.cmd"  # for the report
+    printf 'difftx %s\ndifftx %s\n' "${warm[*]}" "$*" > "$out.cmd"  # for the report
     [ -s "$out.safetensors" ] && return 0
+    if [ ! -s "$out.warm.safetensors" ]; then
+        OMP_NUM_THREADS=1 "$bin" "${warm[@]}" > "$out.warm.out" 2>&1 || return 1
+    fi
     OMP_NUM_THREADS=1 "$bin" "$@" > "$out.out" 2>&1
 }
 train_pair() { # dim seed: DIFF and the Transformer side by side
@@ -122,11 +134,11 @@ train_pair() { # dim seed: DIFF and the Transformer side by side
     wait $p2 || rc2=$?
     for a in diff transformer; do
         local f; f=$(model_name "$a" "$1" "$2")
-        [ -s "$f.safetensors" ] || { tail -n 3 "$f.out" >&2; die "training $a dim $1 seed $2 failed ($rc1/$rc2)"; }
+        [ -s "$f.safetensors" ] || { tail -n 3 "$f.warm.out" "$f.out" >&2 2>/dev/null; die "training $a dim $1 seed $2 failed ($rc1/$rc2)"; }
     done
 }
 mkdir -p "$run/models" "$run/eval"
-section "scaling sweep: dims ${dims[*]}, $steps steps x $((batch * seq)) tokens, seed 1"
+section "scaling sweep: dims ${dims[*]}, $warm_steps warm-up + $steps steps x $((batch * seq)) tokens, seed 1"
 for d in "${dims[@]}"; do train_pair "$d" 1; done
 section "headline size dim $headline: seeds ${seeds[*]}"
 for s in "${seeds[@]}"; do train_pair "$headline" "$s"; done
