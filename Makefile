@@ -92,7 +92,7 @@ demo:
 	@scripts/demo.sh $(BIN)
 
 # The paper's measurements on small models trained here (scripts/reproduce.sh
-# --help, docs/reproduce.md): about an hour on 2 cores (57 min measured), QUICK=1 8 min.
+# --help, docs/reproduce.md): under 90 minutes on 2 cores (79 min measured), QUICK=1 9 min.
 # Writes runs/reproduce/REPORT.md (and REPORT.md at the top for the full run).
 reproduce:
 	@scripts/reproduce.sh

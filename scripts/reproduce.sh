@@ -118,7 +118,7 @@ train_one() { # arch dim seed: the warm-up, then the main phase from its weights
         --ckpt-every $((steps / 5)) --keep 1 --resume \
         --needle-frac "$needle_frac" --copy-frac "$copy_frac" --needle-max "$needle_max" --needle-text "$corpus/train" \
         --needle-tokenizer "$tok" --out "$out.safetensors"
-    printf 'difftx %s\ndifftx %s\n' "${warm[*]}" "$*" > "$out.cmd"  # for the report
+    { printf 'difftx'; printf ' %q' "${warm[@]}"; printf '\ndifftx'; printf ' %q' "$@"; echo; } > "$out.cmd"  # for the report
     [ -s "$out.safetensors" ] && return 0
     if [ ! -s "$out.warm.safetensors" ]; then
         OMP_NUM_THREADS=1 "$bin" "${warm[@]}" > "$out.warm.out" 2>&1 || return 1
@@ -146,7 +146,7 @@ for s in "${seeds[@]}"; do train_pair "$headline" "$s"; done
 # ---- evaluations (each skipped when its JSON exists)
 ev() { # name model-base command...: runs difftx eval into $run/eval/NAME.json
     local name=$1; shift
-    echo "difftx eval $* --json $run/eval/$name.json" > "$run/eval/$name.cmd"  # for the report
+    { printf 'difftx eval'; printf ' %q' "$@" --json "$run/eval/$name.json"; echo; } > "$run/eval/$name.cmd"  # for the report
     [ -s "$run/eval/$name.json" ] && return 0
     "$bin" eval "$@" --json "$run/eval/$name.json" > "$run/eval/$name.txt" 2> "$run/eval/$name.err" ||
         { cat "$run/eval/$name.err" >&2; die "difftx eval $1 for $name failed"; }
