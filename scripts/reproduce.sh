@@ -70,7 +70,8 @@ else
     heat_grid=4x1 lengths=192,256,384,504 needle_max=6 warm_steps=${WARM_STEPS:-600}
 fi
 lr=3e-3 needle_frac=${NEEDLE_FRAC:-0.6} copy_frac=${COPY_FRAC:-0.2} seeds=(1 2 3)
-warm_seq=128 warm_batch=$((batch * seq / 128))  # the warm-up: as many tokens per step as the main phase
+warm_seq=128
+warm_batch=$((batch * seq / warm_seq))  # the warm-up: as many tokens per step as the main phase
 headline=${dims[-1]}
 eval_len=$((seq - 8))  # the prompt; --max-new 8 answer tokens fill the context
 corpus=data/sotu
@@ -103,6 +104,7 @@ done
 
 # ---- training
 model_name() { echo "$run/models/$1-d$2-s$3"; }  # arch dim seed
+cmdline() { printf 'difftx'; printf ' %q' "$@"; echo; }  # a difftx command as it would be typed (for the report)
 train_one() { # arch dim seed: the warm-up, then the main phase from its weights
     local a=$1 dim=$2 seed=$3 h=$(( $2 / (2 * head_width) )) out
     out=$(model_name "$a" "$dim" "$seed")
@@ -118,7 +120,7 @@ train_one() { # arch dim seed: the warm-up, then the main phase from its weights
         --ckpt-every $((steps / 5)) --keep 1 --resume \
         --needle-frac "$needle_frac" --copy-frac "$copy_frac" --needle-max "$needle_max" --needle-text "$corpus/train" \
         --needle-tokenizer "$tok" --out "$out.safetensors"
-    { printf 'difftx'; printf ' %q' "${warm[@]}"; printf '\ndifftx'; printf ' %q' "$@"; echo; } > "$out.cmd"  # for the report
+    { cmdline "${warm[@]}"; cmdline "$@"; } > "$out.cmd"
     [ -s "$out.safetensors" ] && return 0
     if [ ! -s "$out.warm.safetensors" ]; then
         OMP_NUM_THREADS=1 "$bin" "${warm[@]}" > "$out.warm.out" 2>&1 || return 1
@@ -146,7 +148,7 @@ for s in "${seeds[@]}"; do train_pair "$headline" "$s"; done
 # ---- evaluations (each skipped when its JSON exists)
 ev() { # name model-base command...: runs difftx eval into $run/eval/NAME.json
     local name=$1; shift
-    { printf 'difftx eval'; printf ' %q' "$@" --json "$run/eval/$name.json"; echo; } > "$run/eval/$name.cmd"  # for the report
+    cmdline eval "$@" --json "$run/eval/$name.json" > "$run/eval/$name.cmd"
     [ -s "$run/eval/$name.json" ] && return 0
     "$bin" eval "$@" --json "$run/eval/$name.json" > "$run/eval/$name.txt" 2> "$run/eval/$name.err" ||
         { cat "$run/eval/$name.err" >&2; die "difftx eval $1 for $name failed"; }

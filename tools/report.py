@@ -200,8 +200,7 @@ def section_warmup(r, out):
     hi = max(16, T // 4)
     chance = math.log(V)
     floor = chance * statistics.fmean(L - 1 for L in range(16, hi + 1)) / T
-    rows, learned = [], {a: 0 for a in ARCHS}
-    n = {a: 0 for a in ARCHS}
+    rows = []
     for (a, d, seed), base in sorted(r.models.items()):
         p = base + ".warm.jsonl"
         if not os.path.exists(p):
@@ -212,8 +211,6 @@ def section_warmup(r, out):
         tail = [l for _, l in pts[-max(1, len(pts) // 10):]]
         m = statistics.fmean(tail)
         state = "formed" if m < (chance + floor) / 2 else "partly" if m < chance - 1 else "not formed"
-        learned[a] += state == "formed"
-        n[a] += 1
         rows.append((d, seed, a, m, state))
     if not rows:
         return
@@ -230,7 +227,9 @@ def section_warmup(r, out):
     for (d, seed), c in sorted(by.items()):
         out.append(f"| {d} | {seed} | {c.get('transformer', 'n/a')} | {c.get('diff', 'n/a')} |")
     out.append("")
-    out.append(f"Induction formed in {learned['diff']} of {n['diff']} DIFF models and {learned['transformer']} of "
+    n = {a: sum(r[2] == a for r in rows) for a in ARCHS}
+    formed = {a: sum(r[2] == a and r[4] == "formed" for r in rows) for a in ARCHS}
+    out.append(f"Induction formed in {formed['diff']} of {n['diff']} DIFF models and {formed['transformer']} of "
                f"{n['transformer']} Transformers. Retrieval builds on it: before the recipe had this warm-up, no "
                "model in any run we made learned to retrieve a needle (docs/reproduce.md).\n")
 

@@ -192,7 +192,6 @@ static void print_report(const mass_args *a, const dtx_model *m, const mass *acc
     print_row("all", &all);
 }
 
-
 /* {"normalized": {...}, "mean": {...}} of one map's sums. */
 static void json_map(cJSON *o, const char *key, const double *sum, int64_t rows, int *ok) {
     cJSON *mo = jadd(o, key, cJSON_CreateObject(), ok);

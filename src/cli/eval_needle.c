@@ -390,7 +390,6 @@ static void print_report(const needle_args *a, const dtx_model *m, const tally *
     }
 }
 
-
 /* text as valid UTF-8 (an invalid or cut byte becomes U+FFFD), so that the
  * JSON stays parseable whatever the model generated; out holds 3 × the input. */
 static void utf8_clean(const char *text, char *out) {

@@ -182,9 +182,9 @@ static int write_json(const ppl_args *a, const dtx_model *m, const corpus *cp, c
     double mean = r->nll / (double)r->scored;
     int ok = 1;
     cJSON *root = cJSON_CreateObject();
-    if (!root || !cJSON_AddStringToObject(root, "model", a->model) ||
-        !cJSON_AddStringToObject(root, "arch", dtx_arch_name(c->arch)))
-        ok = 0;
+    if (!root) ok = 0;
+    jstr(root, "model", a->model, &ok);
+    jstr(root, "arch", dtx_arch_name(c->arch), &ok);
     jnum(root, "params", (double)dtx_model_num_params(m), &ok);
     jnum(root, "tokens", (double)r->scored, &ok);
     jnum(root, "windows", (double)r->windows, &ok);
@@ -195,7 +195,7 @@ static int write_json(const ppl_args *a, const dtx_model *m, const corpus *cp, c
     if (cp->bytes > 0) jnum(root, "bpb", bits_per_byte(cp, r), &ok);
     else if (!cJSON_AddNullToObject(root, "bpb")) ok = 0;
     jnum(root, "attn_bits", (double)a->attn_bits, &ok);
-    if (!cJSON_AddStringToObject(root, "attn_scope", a->attn_scope ? "tensor" : "row")) ok = 0;
+    jstr(root, "attn_scope", a->attn_scope ? "tensor" : "row", &ok);
     return json_write_report(CMD, a->json, root, ok, 0);
 }
 
