@@ -117,9 +117,11 @@ const dtx_tensor_info *dtx_model_find(const dtx_model *m, const char *name);
 dtx_real *dtx_model_params(dtx_model *m);
 
 /* Matrix-product precision. FP32: fp32 everywhere. BF16: the linear layers
+ * and the flash attention's tile products (q·kᵀ, P·v and their gradients)
  * multiply bf16 operands with fp32 accumulation; parameters, gradients,
- * AdamW state and everything outside the matrix products stay fp32. The
- * double test build ignores it. */
+ * AdamW state, softmax and everything outside the matrix products stay
+ * fp32. The plain attention, generation's KV-cache attention (prefill and
+ * decode) and the double test build stay fp32 whatever it says. */
 typedef enum { DTX_PREC_FP32 = 0, DTX_PREC_BF16 = 1 } dtx_precision;
 dtx_status dtx_model_set_precision(dtx_model *m, dtx_precision p);
 dtx_precision dtx_model_precision(const dtx_model *m);

@@ -58,4 +58,10 @@ uint64_t dtx_rng_next(dtx_rng *r);
 double dtx_rng_uniform(dtx_rng *r);   /* [0, 1) */
 double dtx_rng_normal(dtx_rng *r);    /* N(0, 1), Box-Muller */
 
+/* bf16 bits: the top half of a float. Rounding is to nearest, ties to even;
+ * a NaN stays a quiet NaN (its payload cut, never rounded into inf). Shared
+ * by the safetensors reader/writer and the bf16 kernels. */
+float dtx_bf16_to_f32(uint16_t h);
+uint16_t dtx_f32_to_bf16(float f);
+
 #endif

@@ -41,17 +41,6 @@ static uint32_t le32(const uint8_t *p) {
 }
 static uint64_t le64(const uint8_t *p) { return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32; }
 
-float dtx_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-
-uint16_t dtx_f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
-    /* Plain rounding could carry a NaN's low payload into inf (or cut it to
-     * the inf pattern): keep the top bits and force the quiet bit instead. */
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
-}
-
 float dtx_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;

@@ -56,9 +56,7 @@ dtx_status dtx_st_write(const char *path, const dtx_st_out *tensors, int n_tenso
                         const char *const *meta_keys, const char *const *meta_values, int n_meta,
                         int bf16);
 
-/* Scalar conversions used by the reader and writer. */
-float dtx_bf16_to_f32(uint16_t h);
-uint16_t dtx_f32_to_bf16(float f);
+/* Scalar conversions used by the reader and writer (bf16: common.h). */
 float dtx_f16_to_f32(uint16_t h);
 
 #endif

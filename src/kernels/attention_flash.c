@@ -22,9 +22,17 @@
  * partials in task order. Every value is computed by one task in a fixed
  * order, so results do not depend on the thread count or schedule.
  *
+ * bf16 mode (a->precision, float build): the same tiles and the same loops,
+ * but every product takes bf16 operands (tile_bf16.h): q, k, v and dO are
+ * converted once per call into the two operand layouts in s->work (k, v and
+ * q of a backward task by that task), the P and dS tiles just before their
+ * products; S, P, dP, dS, the softmax states and the O accumulators stay
+ * fp32. Tile sizes are rounded down to even there (pairs must not straddle
+ * a tile edge).
+ *
  * Memory: s->lse, s->o1/o2/rstd (as the plain kernel) and s->work
  * (dtx_attention_flash_workspace_size, linear in T); per-task stack scratch
- * of 4·BQ·BK elements. Nothing is allocated. */
+ * of 4·BQ·BK elements (plus two bf16 tiles). Nothing is allocated. */
 #include "kernels/attention_flash.h"
 
 #include <assert.h>
@@ -32,6 +40,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/tile_bf16.h"
 #include "kernels/tile_gemm.h"
 
 enum { MAX_BQ = DTX_FLASH_MAX_BQ, MAX_TILE = DTX_FLASH_MAX_TILE, MAXW = 2 * DTX_ATTN_MAX_HEAD_DIM };
@@ -60,11 +69,15 @@ typedef struct {
     int64_t NQ, NK;                      /* q and k sub-heads */
     int64_t qs, ks, vs, os;              /* row strides of q, k, v, out (= o1, o2) */
     int64_t bq, bk;                      /* tile sizes */
-    int diff;
+    int diff, bf16;                      /* bf16: the products take bf16 operands */
+    int64_t dp, wp, Tpair;               /* bf16: d, w rounded up to even; ⌈T/2⌉ pair rows */
     real scale; /* 1/√d */
     /* s->work regions, offsets in elements of real (each a multiple of 16) */
     int64_t off_part, off_kt, off_vt, off_do, off_D, off_lse, total;
+    int64_t off_qa, off_qb, off_kb, off_doa, off_dob; /* bf16 copies (see the bf16 section) */
 } fgeom;
+
+static inline int64_t even_down(int64_t n) { return n > 2 ? n & ~(int64_t)1 : 2; }
 
 static fgeom make_fgeom(const dtx_attn_dims *a) {
     assert(a && a->B >= 0 && a->T >= 0 && a->n_heads > 0 && a->n_kv_heads > 0);
@@ -83,6 +96,14 @@ static fgeom make_fgeom(const dtx_attn_dims *a) {
     g.NQ = sub * g.H, g.NK = sub * g.G, g.w = sub * g.d;
     g.qs = g.NQ * g.d, g.ks = g.NK * g.d, g.vs = g.G * g.w, g.os = g.H * g.w;
     g.bq = tile_bq, g.bk = tile_bk;
+#ifdef DTX_DOUBLE
+    g.bf16 = 0;
+#else
+    g.bf16 = a->precision == DTX_PREC_BF16;
+#endif
+    if (g.bf16) g.bq = even_down(g.bq), g.bk = even_down(g.bk);
+    assert(g.bq <= MAX_BQ && g.bq * g.bk <= MAX_TILE);
+    g.dp = g.d + (g.d & 1), g.wp = g.w + (g.w & 1), g.Tpair = (g.T + 1) / 2;
     g.scale = (real)(1.0 / sqrt((double)g.d));
     int64_t per_double = (int64_t)(sizeof(double) / sizeof(real)), o = 0;
     g.off_part = o, o += round16(g.diff ? g.B * g.G * (g.w + 1) * per_double : 0); /* first: 8-byte aligned */
@@ -95,6 +116,12 @@ static fgeom make_fgeom(const dtx_attn_dims *a) {
 #else
     g.off_lse = -1;
 #endif
+    int64_t bf = g.bf16; /* bf16 regions: sizes in floats (a bf16 pair is one float) */
+    g.off_qa = o, o += round16(bf * g.B * g.T * g.NQ * g.dp / 2);
+    g.off_qb = o, o += round16(bf * g.B * g.NQ * g.Tpair * g.d);
+    g.off_kb = o, o += round16(bf * g.B * g.NK * g.Tpair * g.d);
+    g.off_doa = o, o += round16(bf * g.B * g.T * g.H * g.wp / 2);
+    g.off_dob = o, o += round16(bf * g.B * g.H * g.Tpair * g.w);
     g.total = o;
     return g;
 }
@@ -118,22 +145,95 @@ static void transpose_k(const fgeom *g, real *work, const real *k, int64_t b, in
     dtx_tile_transpose(kt_ptr(g, work, b, sub), g->Tp, k + b * g->T * g->ks + sub * g->d, g->ks, g->T, g->d);
 }
 
+/* ------------------------------------------------- bf16 operand copies
+ * (tile_bf16.h layouts; bf16 mode only, so never in the double build):
+ *   Kᵀ of k sub-head:   B layout of kᵀ [d × T], ldp Tp, in the Kᵀ region;
+ *   V of a KV group:    forward: B layout of v [T × w] (pairs of keys),
+ *                       ldp w; backward: B layout of vᵀ [w × T], ldp Tp;
+ *                       both in the Vᵀ region;
+ *   q sub-head j:       A layout [T × d'] inside rows of NQ·d' (qa), and
+ *                       B layout [T × d] (pairs of queries), ldp d (qb);
+ *   k sub-head:         B layout [T × d] (pairs of keys), ldp d (kb);
+ *   dO of head h:       A layout inside rows of H·w' (doa), B layout
+ *                       [T × w], ldp w (dob).
+ * A tile starting at row t0 (even) of a B-layout copy starts t0·ldp bf16
+ * values in; one starting at column t0 of kᵀ or vᵀ starts 2·t0 in. */
+#ifndef DTX_DOUBLE
+static dtx_bf16 *as_bf16(real *p) { return (dtx_bf16 *)(void *)p; }
+static dtx_bf16 *ktb_ptr(const fgeom *g, real *work, int64_t b, int64_t sub) {
+    return as_bf16(kt_ptr(g, work, b, sub));
+}
+static dtx_bf16 *vb_ptr(const fgeom *g, real *work, int64_t b, int64_t grp) {
+    return as_bf16(vt_ptr(g, work, b, grp));
+}
+static dtx_bf16 *qa_ptr(const fgeom *g, real *work, int64_t b, int64_t j) {
+    return as_bf16(work + g->off_qa) + (b * g->T * g->NQ + j) * g->dp;
+}
+static dtx_bf16 *qb_ptr(const fgeom *g, real *work, int64_t b, int64_t j) {
+    return as_bf16(work + g->off_qb) + (b * g->NQ + j) * g->Tpair * 2 * g->d;
+}
+static dtx_bf16 *kb_ptr(const fgeom *g, real *work, int64_t b, int64_t sub) {
+    return as_bf16(work + g->off_kb) + (b * g->NK + sub) * g->Tpair * 2 * g->d;
+}
+static dtx_bf16 *doa_ptr(const fgeom *g, real *work, int64_t b, int64_t h) {
+    return as_bf16(work + g->off_doa) + (b * g->T * g->H + h) * g->wp;
+}
+static dtx_bf16 *dob_ptr(const fgeom *g, real *work, int64_t b, int64_t h) {
+    return as_bf16(work + g->off_dob) + (b * g->H + h) * g->Tpair * 2 * g->w;
+}
+
+static void pack_kt(const fgeom *g, real *work, const real *k, int64_t b, int64_t sub) {
+    dtx_bf16_pack_bt(ktb_ptr(g, work, b, sub), g->Tp, k + b * g->T * g->ks + sub * g->d, g->ks, g->T, g->d);
+}
+static void pack_q(const fgeom *g, real *work, const real *q, int64_t b, int64_t j, int both) {
+    const real *src = q + b * g->T * g->qs + j * g->d;
+    dtx_bf16_pack_a(qa_ptr(g, work, b, j), g->NQ * g->dp, src, g->qs, 1, g->T, g->d);
+    if (both) dtx_bf16_pack_b(qb_ptr(g, work, b, j), g->d, src, g->qs, g->T, g->d);
+}
+#endif
+
 /* ---------------------------------------------------------------- forward */
 
 /* Online-softmax state of one map over a query tile, and its score tile. */
 typedef struct {
     real m[MAX_BQ], l[MAX_BQ], alpha[MAX_BQ]; /* running max, denominator, last rescale */
     _Alignas(64) real S[MAX_TILE];            /* [bq × bk] scores, then probabilities */
+#ifndef DTX_DOUBLE
+    _Alignas(64) dtx_bf16 Pb[MAX_TILE]; /* bf16 mode: P in the A layout */
+#endif
 } fmap;
+
+/* What one map reads for a query tile: fp32 qh [mq, d] (stride qs), kt
+ * [d, Tp] (Kᵀ from the key tile on: kt + k0), vh [T, w] (stride vs); or in
+ * bf16 mode the copies qa (query tile rows), ktb, vb (whole sequence). */
+typedef struct {
+    const real *qh, *kt, *vh;
+#ifndef DTX_DOUBLE
+    const dtx_bf16 *qa, *ktb, *vb;
+#endif
+} mapsrc;
+
+/* S [mq × nk] (stride ld) = q·kᵀ of query rows [q0, q0+mq) and keys
+ * [k0, k0+nk) of one map; beyond the diagonal unspecified (DTX_TRI_N_HI). */
+static void scores(const fgeom *g, const mapsrc *in, real *S, int64_t ld, int64_t q0, int64_t mq, int64_t k0,
+                   int64_t nk) {
+#ifndef DTX_DOUBLE
+    if (g->bf16) {
+        dtx_bf16_gemm_tri(mq, nk, g->d, in->qa, g->NQ * g->dp, in->ktb + 2 * k0, g->Tp, S, ld, 0, DTX_TRI_N_HI,
+                          q0 - k0);
+        return;
+    }
+#endif
+    dtx_tile_gemm_tri(mq, nk, g->d, in->qh, g->qs, 1, in->kt + k0, g->Tp, S, ld, 0, DTX_TRI_N_HI, q0 - k0);
+}
 
 /* One key tile [k0, k0 + nk) of one map for query rows [q0, q0 + mq):
  * S = q·ktᵀ, online softmax update, o = alpha·o + P·v. On the diagonal the
- * products skip what the causal mask zeroes (DTX_TRI_*).
- * qh [mq, d] (stride qs), kt [d, Tp], v [nk, w] (stride vs), o [mq, w] (stride os). */
-static void map_step(fmap *f, const fgeom *g, const real *qh, const real *kt, const real *vh, int64_t w, real *o,
-                     int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
+ * products skip what the causal mask zeroes (DTX_TRI_*). o [mq, w] (stride os). */
+static void map_step(fmap *f, const fgeom *g, const mapsrc *in, int64_t w, real *o, int64_t q0, int64_t mq,
+                     int64_t k0, int64_t nk) {
     int64_t bk = g->bk, diag = q0 - k0;
-    dtx_tile_gemm_tri(mq, nk, g->d, qh, g->qs, 1, kt + k0, g->Tp, f->S, bk, 0, DTX_TRI_N_HI, diag);
+    scores(g, in, f->S, bk, q0, mq, k0, nk);
     dtx_tile_softmax_update(f->S, bk, mq, nk, diag, g->scale, f->m, f->l, f->alpha);
     if (k0 > 0) /* the first tile overwrites o instead (acc = 0 below) */
         for (int64_t r = 0; r < mq; r++) {
@@ -142,7 +242,14 @@ static void map_step(fmap *f, const fgeom *g, const real *qh, const real *kt, co
 #pragma omp simd
             for (int64_t c = 0; c < w; c++) orow[c] *= al;
         }
-    dtx_tile_gemm_tri(mq, w, nk, f->S, bk, 1, vh + k0 * g->vs, g->vs, o, g->os, k0 > 0, DTX_TRI_K_HI, diag);
+#ifndef DTX_DOUBLE
+    if (g->bf16) {
+        dtx_bf16_pack_a(f->Pb, bk, f->S, bk, 1, mq, nk);
+        dtx_bf16_gemm_tri(mq, w, nk, f->Pb, bk, in->vb + k0 * w, w, o, g->os, k0 > 0, DTX_TRI_K_HI, diag);
+        return;
+    }
+#endif
+    dtx_tile_gemm_tri(mq, w, nk, f->S, bk, 1, in->vh + k0 * g->vs, g->vs, o, g->os, k0 > 0, DTX_TRI_K_HI, diag);
 }
 
 static void map_init(fmap *f, int64_t mq) {
@@ -163,13 +270,17 @@ static void map_finish(const fmap *f, const fgeom *g, real *o, int64_t w, float 
 static void fwd_tile(const fgeom *g, real *out, const dtx_attn_saved *s, const real *q, const real *v,
                      int64_t b, int64_t j, int64_t q0, int64_t mq) {
     int64_t d = g->d, T = g->T, kv = j / g->n_rep;
-    const real *qh = q + (b * T + q0) * g->qs + j * d, *vh = v + b * T * g->vs + kv * d;
-    const real *kt = kt_ptr(g, s->work, b, kv);
+    mapsrc in = {.qh = q + (b * T + q0) * g->qs + j * d, .kt = kt_ptr(g, s->work, b, kv),
+                 .vh = v + b * T * g->vs + kv * d};
+#ifndef DTX_DOUBLE
+    if (g->bf16)
+        in.qa = qa_ptr(g, s->work, b, j) + q0 * g->NQ * g->dp, in.ktb = ktb_ptr(g, s->work, b, kv),
+        in.vb = vb_ptr(g, s->work, b, kv);
+#endif
     real *o = out + (b * T + q0) * g->os + j * d;
     fmap f;
     map_init(&f, mq);
-    for (int64_t k0 = 0; k0 < q0 + mq; k0 += g->bk)
-        map_step(&f, g, qh, kt, vh, d, o, q0, mq, k0, min64(g->bk, q0 + mq - k0));
+    for (int64_t k0 = 0; k0 < q0 + mq; k0 += g->bk) map_step(&f, g, &in, d, o, q0, mq, k0, min64(g->bk, q0 + mq - k0));
     map_finish(&f, g, o, d, s->lse + (b * g->NQ + j) * T + q0, mq);
 }
 
@@ -180,15 +291,23 @@ static void fwd_diff_tile(const fgeom *g, const dtx_attn_dims *a, real *out, con
                           const real *q, const real *v, const real *gamma, int64_t b, int64_t h, int64_t q0,
                           int64_t mq) {
     int64_t d = g->d, w = g->w, T = g->T, grp = h / g->n_rep, off = (b * T + q0) * g->os + h * w;
-    const real *q1 = q + (b * T + q0) * g->qs + 2 * h * d, *q2 = q1 + d, *vh = v + b * T * g->vs + grp * w;
-    const real *kt1 = kt_ptr(g, s->work, b, 2 * grp), *kt2 = kt_ptr(g, s->work, b, 2 * grp + 1);
+    mapsrc in[2];
+    for (int i = 0; i < 2; i++) {
+        in[i] = (mapsrc){.qh = q + (b * T + q0) * g->qs + (2 * h + i) * d, .kt = kt_ptr(g, s->work, b, 2 * grp + i),
+                         .vh = v + b * T * g->vs + grp * w};
+#ifndef DTX_DOUBLE
+        if (g->bf16)
+            in[i].qa = qa_ptr(g, s->work, b, 2 * h + i) + q0 * g->NQ * g->dp,
+            in[i].ktb = ktb_ptr(g, s->work, b, 2 * grp + i), in[i].vb = vb_ptr(g, s->work, b, grp);
+#endif
+    }
     real *o1 = s->o1 + off, *o2 = s->o2 + off;
     fmap f[2];
     map_init(&f[0], mq), map_init(&f[1], mq);
     for (int64_t k0 = 0; k0 < q0 + mq; k0 += g->bk) {
         int64_t nk = min64(g->bk, q0 + mq - k0);
-        map_step(&f[0], g, q1, kt1, vh, w, o1, q0, mq, k0, nk);
-        map_step(&f[1], g, q2, kt2, vh, w, o2, q0, mq, k0, nk);
+        map_step(&f[0], g, &in[0], w, o1, q0, mq, k0, nk);
+        map_step(&f[1], g, &in[1], w, o2, q0, mq, k0, nk);
     }
     float *lse1 = s->lse + (b * g->NQ + 2 * h) * T + q0;
     map_finish(&f[0], g, o1, w, lse1, mq);
@@ -219,10 +338,25 @@ void dtx_attention_flash_forward(const dtx_attn_dims *a, real *out, const dtx_at
     int64_t nqt = (g.T + g.bq - 1) / g.bq, nbh = g.B * g.H;
 #pragma omp parallel
     {
+        if (!g.bf16) {
 #pragma omp for collapse(2) schedule(static)
-        for (int64_t b = 0; b < g.B; b++)
-            for (int64_t sub = 0; sub < g.NK; sub++) transpose_k(&g, s->work, k, b, sub);
-        /* (implicit barrier: every Kᵀ is complete) */
+            for (int64_t b = 0; b < g.B; b++)
+                for (int64_t sub = 0; sub < g.NK; sub++) transpose_k(&g, s->work, k, b, sub);
+        } else {
+#ifndef DTX_DOUBLE
+#pragma omp for collapse(2) schedule(static) nowait
+            for (int64_t b = 0; b < g.B; b++)
+                for (int64_t sub = 0; sub < g.NK; sub++) pack_kt(&g, s->work, k, b, sub);
+#pragma omp for collapse(2) schedule(static) nowait
+            for (int64_t b = 0; b < g.B; b++)
+                for (int64_t grp = 0; grp < g.G; grp++)
+                    dtx_bf16_pack_b(vb_ptr(&g, s->work, b, grp), g.w, v + b * g.T * g.vs + grp * g.w, g.vs, g.T, g.w);
+#pragma omp for collapse(2) schedule(static)
+            for (int64_t b = 0; b < g.B; b++)
+                for (int64_t j = 0; j < g.NQ; j++) pack_q(&g, s->work, q, b, j, 0);
+#endif
+        }
+        /* (implicit barrier: every Kᵀ, or every bf16 copy, is complete) */
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < nqt * nbh; task++) {
             int64_t qt = nqt - 1 - task / nbh, bh = task % nbh; /* longest rows first */
@@ -245,6 +379,17 @@ typedef struct {
     double lam, cs;
 } bargs;
 
+/* dO as the products see it: rounded to bf16 in bf16 mode. The row terms
+ * D = rowsum(dO ⊙ O) take the same rounded dO as dP = dO·vᵀ, so that
+ * Σ_s P_s·(dP_s − D) stays 0 as it must (at T = 1 dq is then exactly 0). */
+static inline real as_operand(const fgeom *g, real x) {
+#ifndef DTX_DOUBLE
+    if (g->bf16) return dtx_bf16_to_f32(dtx_f32_to_bf16(x));
+#endif
+    (void)g;
+    return x;
+}
+
 /* Transformer head j, batch b: D[t] = dout_t · out_t. */
 static void prep_head(const fgeom *g, const bargs *p, int64_t b, int64_t j) {
     int64_t d = g->d, T = g->T;
@@ -253,7 +398,7 @@ static void prep_head(const fgeom *g, const bargs *p, int64_t b, int64_t j) {
         const real *x = p->out + (b * T + t) * g->os + j * d, *y = p->dout + (b * T + t) * g->os + j * d;
         double acc = 0;
 #pragma omp simd reduction(+ : acc)
-        for (int64_t c = 0; c < d; c++) acc += (double)x[c] * y[c];
+        for (int64_t c = 0; c < d; c++) acc += (double)x[c] * as_operand(g, y[c]);
         D[t] = (real)acc;
     }
 }
@@ -262,7 +407,7 @@ static void prep_head(const fgeom *g, const bargs *p, int64_t b, int64_t j) {
  * recomputed from o1, o2, rstd,
  *   dx̂ = c·γ ⊙ dY;  dγ += c·dY ⊙ x̂;  dO = rstd·(dx̂ − x̂·mean(dx̂ ⊙ x̂));
  *   D1 = dO·o1, D2 = dO·o2 (so the branch-2 FlashAttention term is −λ·D2);
- *   dλ += −D2.
+ *   dλ += −D2 (with dO unrounded in bf16 mode, where D1, D2 take it rounded).
  * dO goes to the workspace; dg [w] and *dl are this task's partials. */
 static void prep_diff_head(const fgeom *g, const bargs *p, int64_t b, int64_t h, double *dg, double *dl) {
     int64_t w = g->w, T = g->T;
@@ -280,16 +425,17 @@ static void prep_diff_head(const fgeom *g, const bargs *p, int64_t b, int64_t h,
             dg[c] += cs * dY[c] * xh;
         }
         m /= (double)w;
-        double s1 = 0, s2 = 0;
-#pragma omp simd reduction(+ : s1, s2)
+        double s1 = 0, s2 = 0, sl = 0; /* sl: dO·o2 with dO unrounded, for dλ */
+#pragma omp simd reduction(+ : s1, s2, sl)
         for (int64_t c = 0; c < w; c++) {
             double xh = (o1[c] - lam * o2[c]) * rs;
             dO[c] = (real)(rs * (cs * p->gamma[c] * dY[c] - xh * m));
-            s1 += dO[c] * (double)o1[c];
-            s2 += dO[c] * (double)o2[c];
+            s1 += as_operand(g, dO[c]) * (double)o1[c];
+            s2 += as_operand(g, dO[c]) * (double)o2[c];
+            sl += dO[c] * (double)o2[c];
         }
         D1[t] = (real)s1, D2[t] = (real)s2;
-        *dl -= s2;
+        *dl -= sl;
     }
 }
 
@@ -299,6 +445,10 @@ typedef struct {
     _Alignas(64) real P2[MAX_TILE]; /* DIFF branch 2 */
     _Alignas(64) real dP[MAX_TILE]; /* dO·Vᵀ */
     _Alignas(64) real Pc[MAX_TILE]; /* DIFF P1 − λ·P2 */
+#ifndef DTX_DOUBLE
+    _Alignas(64) dtx_bf16 X[MAX_TILE]; /* bf16 mode: dS [mq × nk] in the A layout */
+    _Alignas(64) dtx_bf16 Y[MAX_TILE]; /* bf16 mode: Pᵀ or dSᵀ [nk × mq] in the A layout */
+#endif
 } btile;
 
 /* The lse row of q sub-head j in batch b, as the backward uses it: the
@@ -309,6 +459,38 @@ static const real *lse_row(const fgeom *g, const bargs *p, int64_t b, int64_t j)
 #else
     return p->s->lse + (b * g->NQ + j) * g->T;
 #endif
+}
+
+/* dS = scale·P ⊙ (dP − D) in place of P1 (Transformer; D: the tile's row terms). */
+static void ds_rows(const fgeom *g, btile *bt, const real *D, int64_t mq, int64_t nk, int64_t diag) {
+    int64_t bk = g->bk;
+    real sc = g->scale;
+    for (int64_t r = 0; r < mq; r++) {
+        real *pr = bt->P1 + r * bk, *dpr = bt->dP + r * bk, Dr = D[r];
+        int64_t nv = valid_cols(diag, r, nk); /* dP is unspecified beyond */
+#pragma omp simd
+        for (int64_t c = 0; c < nv; c++) pr[c] = sc * pr[c] * (dpr[c] - Dr);
+    }
+}
+
+/* DIFF: Pc = P1 − λ·P2, then dS1 = scale·P1 ⊙ (dP − D1) in place of P1 and
+ * dS2 = −λ·scale·P2 ⊙ (dP − D2) in place of P2. */
+static void ds_diff_rows(const fgeom *g, btile *bt, real lam, const real *D1, const real *D2, int64_t mq, int64_t nk,
+                         int64_t diag) {
+    int64_t bk = g->bk;
+    real c1 = g->scale, c2 = -lam * g->scale;
+    for (int64_t r = 0; r < mq; r++) {
+        real *p1 = bt->P1 + r * bk, *p2 = bt->P2 + r * bk, *pc = bt->Pc + r * bk, *dpr = bt->dP + r * bk;
+        real d1 = D1[r], d2 = D2[r];
+        int64_t nv = valid_cols(diag, r, nk); /* dP is unspecified beyond; P1, P2 are 0 there */
+#pragma omp simd
+        for (int64_t c = 0; c < nv; c++) {
+            pc[c] = p1[c] - lam * p2[c];
+            p1[c] = c1 * p1[c] * (dpr[c] - d1);
+            p2[c] = c2 * p2[c] * (dpr[c] - d2);
+        }
+        for (int64_t c = nv; c < nk; c++) pc[c] = 0;
+    }
 }
 
 /* P [mq × nk] (stride bk) of one map: S = q·ktᵀ, then exp(scale·S − lse);
@@ -341,13 +523,7 @@ static void bwd_tile(const fgeom *g, const bargs *p, btile *bt, int64_t b, int64
                       diag);
     dtx_tile_gemm_tri(nk, d, mq, bt->P1, 1, bk, dO, g->os, p->dv + (b * T + k0) * g->vs + grp * d, g->vs, 1,
                       DTX_TRI_K_LO, diag);
-    real sc = g->scale;
-    for (int64_t r = 0; r < mq; r++) {
-        real *pr = bt->P1 + r * bk, *dpr = bt->dP + r * bk, Dr = D[r];
-        int64_t nv = valid_cols(diag, r, nk); /* dP is unspecified beyond */
-#pragma omp simd
-        for (int64_t c = 0; c < nv; c++) pr[c] = sc * pr[c] * (dpr[c] - Dr);
-    }
+    ds_rows(g, bt, D, mq, nk, diag);
     dqdk(g, bt->P1, qh, kh, p->dq + (b * T + q0) * g->qs + j * d, p->dk + (b * T + k0) * g->ks + grp * d, mq, nk,
          diag);
 }
@@ -369,25 +545,101 @@ static void bwd_diff_tile(const fgeom *g, const bargs *p, btile *bt, int64_t b, 
     recompute_p(g, bt->P2, q1 + d, kt_ptr(g, work, b, 2 * grp + 1), lse2, q0, mq, k0, nk);
     dtx_tile_gemm_tri(mq, nk, w, dO, g->os, 1, vt_ptr(g, work, b, grp) + k0, g->Tp, bt->dP, bk, 0, DTX_TRI_N_HI,
                       diag);
-    real lam = (real)p->lam, c1 = g->scale, c2 = -lam * g->scale;
-    for (int64_t r = 0; r < mq; r++) {
-        real *p1 = bt->P1 + r * bk, *p2 = bt->P2 + r * bk, *pc = bt->Pc + r * bk, *dpr = bt->dP + r * bk;
-        real d1 = D1[r], d2 = D2[r];
-        int64_t nv = valid_cols(diag, r, nk); /* dP is unspecified beyond; P1, P2 are 0 there */
-#pragma omp simd
-        for (int64_t c = 0; c < nv; c++) {
-            pc[c] = p1[c] - lam * p2[c];
-            p1[c] = c1 * p1[c] * (dpr[c] - d1);
-            p2[c] = c2 * p2[c] * (dpr[c] - d2);
-        }
-        for (int64_t c = nv; c < nk; c++) pc[c] = 0;
-    }
+    ds_diff_rows(g, bt, (real)p->lam, D1, D2, mq, nk, diag);
     dtx_tile_gemm_tri(nk, w, mq, bt->Pc, 1, bk, dO, g->os, p->dv + (b * T + k0) * g->vs + grp * w, g->vs, 1,
                       DTX_TRI_K_LO, diag);
     real *dq1 = p->dq + (b * T + q0) * g->qs + 2 * h * d, *dk1 = p->dk + (b * T + k0) * g->ks + 2 * grp * d;
     dqdk(g, bt->P1, q1, k1, dq1, dk1, mq, nk, diag);
     dqdk(g, bt->P2, q1 + d, k1 + d, dq1 + d, dk1 + d, mq, nk, diag);
 }
+
+#ifndef DTX_DOUBLE
+/* ------------------------------------------------- bf16 backward tiles
+ * The same steps as bwd_tile / bwd_diff_tile with bf16 operands: the maps
+ * recomputed from the bf16 q and kᵀ copies, dP from the dO and vᵀ copies,
+ * P (or P1 − λ·P2) transposed into Y for dV += Pᵀ·dO, and each dS packed
+ * twice, as rows (X, for dq += dS·k) and transposed (Y, for dk += dSᵀ·q). */
+
+/* P [mq × nk] (stride bk) of q sub-head j against k sub-head ksub. */
+static void recompute_p_bf16(const fgeom *g, const bargs *p, real *P, int64_t b, int64_t j, int64_t ksub,
+                             int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
+    real *work = p->s->work;
+    mapsrc in = {.qa = qa_ptr(g, work, b, j) + q0 * g->NQ * g->dp, .ktb = ktb_ptr(g, work, b, ksub)};
+    scores(g, &in, P, g->bk, q0, mq, k0, nk);
+    dtx_tile_exp_rows(P, P, g->bk, mq, nk, q0 - k0, g->scale, lse_row(g, p, b, j) + q0);
+}
+
+/* dP [mq × nk] = dO·vᵀ (head h, group grp; w wide). */
+static void dp_bf16(const fgeom *g, const bargs *p, real *dP, int64_t b, int64_t h, int64_t grp, int64_t q0,
+                    int64_t mq, int64_t k0, int64_t nk) {
+    real *work = p->s->work;
+    dtx_bf16_gemm_tri(mq, nk, g->w, doa_ptr(g, work, b, h) + q0 * g->H * g->wp, g->H * g->wp,
+                      vb_ptr(g, work, b, grp) + 2 * k0, g->Tp, dP, g->bk, 0, DTX_TRI_N_HI, q0 - k0);
+}
+
+/* dv += Mᵀ·dO for M [mq × nk] (stride bk): M is P or P1 − λ·P2. */
+static void dv_bf16(const fgeom *g, const bargs *p, btile *bt, const real *M, int64_t b, int64_t h, int64_t grp,
+                    int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
+    dtx_bf16_pack_a(bt->Y, g->bq, M, 1, g->bk, nk, mq);
+    dtx_bf16_gemm_tri(nk, g->w, mq, bt->Y, g->bq, dob_ptr(g, p->s->work, b, h) + q0 * g->w, g->w,
+                      p->dv + (b * g->T + k0) * g->vs + grp * g->w, g->vs, 1, DTX_TRI_K_LO, q0 - k0);
+}
+
+/* dq_j += dS·k_ksub and dk_ksub += dSᵀ·q_j for one map (dS [mq × nk],
+ * stride bk, zero where masked). */
+static void dqdk_bf16(const fgeom *g, const bargs *p, btile *bt, const real *dS, int64_t b, int64_t j, int64_t ksub,
+                      int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
+    int64_t d = g->d, T = g->T, diag = q0 - k0;
+    real *work = p->s->work;
+    dtx_bf16_pack_a(bt->X, g->bk, dS, g->bk, 1, mq, nk);
+    dtx_bf16_pack_a(bt->Y, g->bq, dS, 1, g->bk, nk, mq);
+    dtx_bf16_gemm_tri(mq, d, nk, bt->X, g->bk, kb_ptr(g, work, b, ksub) + k0 * d, d,
+                      p->dq + (b * T + q0) * g->qs + j * d, g->qs, 1, DTX_TRI_K_HI, diag);
+    dtx_bf16_gemm_tri(nk, d, mq, bt->Y, g->bq, qb_ptr(g, work, b, j) + q0 * d, d,
+                      p->dk + (b * T + k0) * g->ks + ksub * d, g->ks, 1, DTX_TRI_K_LO, diag);
+}
+
+static void bwd_tile_bf16(const fgeom *g, const bargs *p, btile *bt, int64_t b, int64_t j, int64_t grp, int64_t q0,
+                          int64_t mq, int64_t k0, int64_t nk) {
+    recompute_p_bf16(g, p, bt->P1, b, j, grp, q0, mq, k0, nk);
+    dp_bf16(g, p, bt->dP, b, j, grp, q0, mq, k0, nk);
+    dv_bf16(g, p, bt, bt->P1, b, j, grp, q0, mq, k0, nk);
+    ds_rows(g, bt, p->D + (b * g->NQ + j) * g->T + q0, mq, nk, q0 - k0);
+    dqdk_bf16(g, p, bt, bt->P1, b, j, grp, q0, mq, k0, nk);
+}
+
+static void bwd_diff_tile_bf16(const fgeom *g, const bargs *p, btile *bt, int64_t b, int64_t h, int64_t grp,
+                               int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
+    const real *D1 = p->D + (b * g->NQ + 2 * h) * g->T + q0;
+    recompute_p_bf16(g, p, bt->P1, b, 2 * h, 2 * grp, q0, mq, k0, nk);
+    recompute_p_bf16(g, p, bt->P2, b, 2 * h + 1, 2 * grp + 1, q0, mq, k0, nk);
+    dp_bf16(g, p, bt->dP, b, h, grp, q0, mq, k0, nk);
+    ds_diff_rows(g, bt, (real)p->lam, D1, D1 + g->T, mq, nk, q0 - k0);
+    dv_bf16(g, p, bt, bt->Pc, b, h, grp, q0, mq, k0, nk);
+    dqdk_bf16(g, p, bt, bt->P1, b, 2 * h, 2 * grp, q0, mq, k0, nk);
+    dqdk_bf16(g, p, bt, bt->P2, b, 2 * h + 1, 2 * grp + 1, q0, mq, k0, nk);
+}
+
+/* The bf16 copies one backward task reads (batch b, group grp): kᵀ and k of
+ * the group's k sub-heads, vᵀ, and q, dO of its heads (after the row terms,
+ * which write DIFF's dO). */
+static void pack_group_bf16(const fgeom *g, const bargs *p, int64_t b, int64_t grp) {
+    int64_t T = g->T, sub = g->diff ? 2 : 1;
+    real *work = p->s->work;
+    for (int64_t i = 0; i < sub; i++) {
+        int64_t ks = sub * grp + i;
+        pack_kt(g, work, p->k, b, ks);
+        dtx_bf16_pack_b(kb_ptr(g, work, b, ks), g->d, p->k + b * T * g->ks + ks * g->d, g->ks, T, g->d);
+    }
+    dtx_bf16_pack_bt(vb_ptr(g, work, b, grp), g->Tp, p->v + b * T * g->vs + grp * g->w, g->vs, T, g->w);
+    for (int64_t h = grp * g->n_rep; h < (grp + 1) * g->n_rep; h++) {
+        for (int64_t i = 0; i < sub; i++) pack_q(g, work, p->q, b, sub * h + i, 1);
+        const real *dO = (g->diff ? p->dO : p->dout) + b * T * g->os + h * g->w;
+        dtx_bf16_pack_a(doa_ptr(g, work, b, h), g->H * g->wp, dO, g->os, 1, T, g->w);
+        dtx_bf16_pack_b(dob_ptr(g, work, b, h), g->w, dO, g->os, T, g->w);
+    }
+}
+#endif
 
 #ifdef DTX_DOUBLE
 /* Double build only: the saved lse is float by contract, so exp(scale·S −
@@ -422,12 +674,17 @@ static void refine_lse(const fgeom *g, const bargs *p, real *P, int64_t b, int64
 static void bwd_group(const fgeom *g, const bargs *p, int64_t b, int64_t grp, double *dg, double *dl) {
     int64_t T = g->T, sub = g->diff ? 2 : 1;
     real *work = p->s->work;
-    for (int64_t i = 0; i < sub; i++) transpose_k(g, work, p->k, b, sub * grp + i);
-    dtx_tile_transpose(vt_ptr(g, work, b, grp), g->Tp, p->v + b * T * g->vs + grp * g->w, g->vs, T, g->w);
+    if (!g->bf16) {
+        for (int64_t i = 0; i < sub; i++) transpose_k(g, work, p->k, b, sub * grp + i);
+        dtx_tile_transpose(vt_ptr(g, work, b, grp), g->Tp, p->v + b * T * g->vs + grp * g->w, g->vs, T, g->w);
+    }
     for (int64_t h = grp * g->n_rep; h < (grp + 1) * g->n_rep; h++) {
         if (g->diff) prep_diff_head(g, p, b, h, dg, dl);
         else prep_head(g, p, b, h);
     }
+#ifndef DTX_DOUBLE
+    if (g->bf16) pack_group_bf16(g, p, b, grp);
+#endif
     btile bt;
 #ifdef DTX_DOUBLE
     for (int64_t h = grp * g->n_rep; h < (grp + 1) * g->n_rep; h++)
@@ -438,6 +695,11 @@ static void bwd_group(const fgeom *g, const bargs *p, int64_t b, int64_t grp, do
             int64_t nk = min64(g->bk, T - k0);
             for (int64_t q0 = k0 / g->bq * g->bq; q0 < T; q0 += g->bq) {
                 int64_t mq = min64(g->bq, T - q0);
+#ifndef DTX_DOUBLE
+                if (g->bf16 && g->diff) bwd_diff_tile_bf16(g, p, &bt, b, h, grp, q0, mq, k0, nk);
+                else if (g->bf16) bwd_tile_bf16(g, p, &bt, b, h, grp, q0, mq, k0, nk);
+                else
+#endif
                 if (g->diff) bwd_diff_tile(g, p, &bt, b, h, grp, q0, mq, k0, nk);
                 else bwd_tile(g, p, &bt, b, h, grp, q0, mq, k0, nk);
             }

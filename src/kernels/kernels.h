@@ -120,6 +120,12 @@ typedef struct {
      * dtx_quant_step below and docs/eval_quant.md. */
     int quant_bits;
     int quant_tensor;
+    /* FLASH only: DTX_PREC_BF16 runs the kernel's tile products (q·kᵀ, P·v
+     * and the five of the backward) on bf16 operands with fp32 accumulation,
+     * as the bf16 matmuls do; scores, softmax, lse, the O accumulators, the
+     * epilogue and every output stay fp32 (tile_bf16.h). DTX_PREC_FP32 (0,
+     * the default) is fp32 throughout. PLAIN and the double build ignore it. */
+    dtx_precision precision;
 } dtx_attn_dims;
 
 /* The quantiser both kernels apply (one definition, so the reference and the
@@ -160,7 +166,11 @@ size_t dtx_attention_rstd_size(const dtx_attn_dims *a);
  *   B·NK·d·Tp (Kᵀ) + B·G·w·Tp (Vᵀ) + B·NQ·T (row terms D)
  *   + DIFF only: B·T·H·w (dO after the RMSNorm backward) + B·G·(w+1) doubles
  *     (per-task γ/λ gradient partials, reduced in a fixed order)
- *   + double build only: B·NQ·T (lse refined to double for the backward).   */
+ *   + double build only: B·NQ·T (lse refined to double for the backward)
+ *   + bf16 only (Kᵀ and Vᵀ then hold bf16 copies in their own space): with
+ *     d', w' = d, w rounded up to even and T' = ⌈T/2⌉, bf16 copies of q and
+ *     dO in both operand layouts and of k along keys:
+ *     B·T·NQ·d'/2 + B·NQ·T'·d + B·NK·T'·d + B·T·H·w'/2 + B·H·T'·w.         */
 size_t dtx_attention_flash_workspace_size(const dtx_attn_dims *a);
 /* Elements of `real` the quantised FLASH forward (a->quant_bits > 0, impl
  * FLASH: dtx_attention_quant_forward) needs in s->work; 0 otherwise. Linear

@@ -30,7 +30,7 @@ void dtx_dnnl_matmul_force_failure(int on);
 
 /* dst[i] = bf16(src[i]): round to nearest, ties to even; NaN stays a (quiet)
  * NaN; overflow rounds to ±inf; subnormals are rounded like any value — the
- * semantics of dtx_f32_to_bf16 (src/io/safetensors.h), vectorised. Parallel
+ * semantics of dtx_f32_to_bf16 (src/common/common.h), vectorised. Parallel
  * with OpenMP for big arrays; call outside parallel regions. */
 void dtx_bf16_convert(uint16_t *dst, const float *src, size_t n);
 /* The single-threaded loop behind it. */

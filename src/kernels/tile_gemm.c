@@ -16,12 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if !defined(DTX_DOUBLE) && defined(__x86_64__) && defined(__GNUC__)
-#define TILE_AVX512 1
-#include <immintrin.h>
-#else
-#define TILE_AVX512 0
-#endif
+#include "kernels/tile_avx512.h"
 
 /* ---------------------------------------------------------------- dispatch */
 
@@ -129,16 +124,7 @@ static void exp_rows_portable(real *P, const real *S, int64_t ld, int64_t M, int
 /* --------------------------------------------------------- AVX-512 path */
 #if TILE_AVX512
 
-#define AVX512_TARGET "avx512f,avx512dq,avx512bw,avx512vl,fma"
-#define AVX512_FN __attribute__((target(AVX512_TARGET)))
-#define AVX512_INLINE static inline __attribute__((always_inline, target(AVX512_TARGET)))
-
 enum { MR = 6, NVMAX = 4, NB = 16 * NVMAX }; /* micro-tile: 6 rows × 4 zmm (64 columns) */
-
-/* Lanes [0, n) of a 16-lane mask (n clamped to [0, 16]). */
-AVX512_INLINE __mmask16 lanes(int64_t n) {
-    return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
-}
 
 /* The micro-kernel: C[mr × 16·nv] (=|+=) A·B over K. mr and nv are compile-
  * time constants at every call site, so the loops unroll fully and the
@@ -208,39 +194,6 @@ AVX512_FN static void gemm_avx512(int64_t M, int64_t N, int64_t K, const float *
             mk_table[mr][nv](ke - kb, A + i * sar + kb * sac, sar, sac, B + kb * ldb + j, ldb, C + i * ldc + j,
                              ldc, lanes(n - 16 * (nv - 1)), acc);
         }
-    }
-}
-
-/* In-register transpose of a 16×16 block: unpack pairs of rows (ps), then
- * pairs of pairs (pd), which leaves 4×4 blocks transposed inside each
- * 128-bit lane; two rounds of lane shuffles move the lanes into place. */
-AVX512_INLINE void tr16(__m512 r[16]) {
-    __m512 t[16], u[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    /* u[4j + i]: lane L holds column 4L + j of rows 4i .. 4i+3 */
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-        u[0 + i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        u[4 + i] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        u[8 + i] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        u[12 + i] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        __m512 v0 = _mm512_shuffle_f32x4(u[4 * j], u[4 * j + 1], 0x44);
-        __m512 v1 = _mm512_shuffle_f32x4(u[4 * j], u[4 * j + 1], 0xEE);
-        __m512 v2 = _mm512_shuffle_f32x4(u[4 * j + 2], u[4 * j + 3], 0x44);
-        __m512 v3 = _mm512_shuffle_f32x4(u[4 * j + 2], u[4 * j + 3], 0xEE);
-        r[0 + j] = _mm512_shuffle_f32x4(v0, v2, 0x88);
-        r[4 + j] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
-        r[8 + j] = _mm512_shuffle_f32x4(v1, v3, 0x88);
-        r[12 + j] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
     }
 }
 

@@ -22,6 +22,7 @@ static dtx_attn_dims attn_dims(const dtx_model *m, int64_t B, int64_t T, int64_t
         .impl = m->attn_impl, .B = B, .T = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = m->head_dim,
         .diff = c->arch == DTX_ARCH_DIFF, .lambda = lambda, .lambda_init = dtx_lambda_init(layer),
         .eps = c->norm_eps, .quant_bits = m->attn_quant_bits, .quant_tensor = m->attn_quant_scope == DTX_QUANT_TENSOR,
+        .precision = m->precision,
     };
     return a;
 }
@@ -116,13 +117,14 @@ void dtx_model_free_acts(dtx_model *m) {
 }
 
 /* Allocates the activations for a [B, T] batch in one block; reuses the
- * previous block when the shape, attention implementation and logit
- * quantisation (which sizes the attention workspace) are unchanged. */
+ * previous block when the shape, attention implementation, logit
+ * quantisation and precision (which size the attention workspace) are
+ * unchanged. */
 static dtx_status ensure_acts(dtx_model *m, int64_t B, int64_t T) {
     dtx_acts *a = &m->acts;
     int qt = m->attn_quant_scope == DTX_QUANT_TENSOR;
     if (a->mem && a->B == B && a->T == T && a->impl == m->attn_impl && a->quant_bits == m->attn_quant_bits &&
-        a->quant_tensor == qt)
+        a->quant_tensor == qt && a->precision == m->precision)
         return DTX_OK;
     dtx_model_free_acts(m);
     size_t N = (size_t)(B * T), L = (size_t)m->cfg.n_layers;
@@ -144,6 +146,7 @@ static dtx_status ensure_acts(dtx_model *m, int64_t B, int64_t T) {
     a->impl = m->attn_impl;
     a->quant_bits = m->attn_quant_bits;
     a->quant_tensor = qt;
+    a->precision = m->precision;
     a->bytes = total * sizeof(real);
     return DTX_OK;
 }

@@ -37,6 +37,7 @@ typedef struct {
     int64_t B, T;          /* the shape these buffers were sized for      */
     dtx_attn_impl impl;    /* ... and the attention implementation        */
     int quant_bits, quant_tensor; /* ... and logit quantisation (work size) */
+    dtx_precision precision;      /* ... and precision (bf16 attention needs more work) */
     size_t bytes;          /* size of mem                                 */
     real *mem;             /* one allocation holding everything below      */
     real *resid;           /* [L + 1, N, D]: block inputs, then the output */
@@ -64,7 +65,7 @@ struct dtx_model {
     dtx_layer_offsets *layers;
     real *rope_cos, *rope_sin; /* [max_seq_len, head_dim/2] */
     dtx_acts acts;
-    dtx_precision precision;  /* of every matrix product (default FP32) */
+    dtx_precision precision;  /* of the matrix products, flash attention's too (default FP32) */
     dtx_attn_impl attn_impl;  /* FLASH by default; PLAIN is the reference  */
     int attn_quant_bits;      /* attention logits quantised to these bits; 0: off */
     dtx_quant_scope attn_quant_scope;

@@ -3,8 +3,9 @@
  * head widths, GQA ratios and both architectures; the saved lse against a
  * direct log-sum-exp; the tile product and the vector exp on their own; the
  * portable path against the AVX-512 one; other tilings; determinism; and
- * the workspace growing linearly in T. Set DTX_FLASH_VERBOSE=1 to print the
- * measured errors. */
+ * the workspace growing linearly in T; the bf16 mode against the plain fp32
+ * kernel (tolerance of bf16 operands). Set DTX_FLASH_VERBOSE=1 to print the
+ * measured errors. The bf16 tile products themselves: tile_bf16_test.c. */
 #include "../test.h"
 #include "kernels/attention_flash.h"
 #include "kernels/kernels.h"
@@ -17,6 +18,10 @@
 #include <string.h>
 
 #define FLASH_TOL 1e-5 /* max-element relative error vs plain, fp32 */
+/* bf16 mode vs plain, both on inputs rounded to bf16: what is left are the
+ * kernel's own roundings of P, dS (and DIFF's dO) to bf16, 2^-9 relative
+ * each; measured worst 4.6e-3 over the tests below (2026-11-30, verbose). */
+#define FLASH_BF16_TOL 1e-2
 
 static int verbose(void) {
     const char *v = getenv("DTX_FLASH_VERBOSE");
@@ -124,15 +129,33 @@ static double compare(const prob *p, const result *f, const result *r, const cha
     return worst;
 }
 
+static void round_bf16(real *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = dtx_bf16_to_f32(dtx_f32_to_bf16(x[i]));
+}
+
+/* Flash (in precision prec) vs the plain fp32 kernel; returns the worst
+ * error. For bf16 both see inputs already rounded to bf16, so the error
+ * measured is that of the kernel's own roundings (P, dS and DIFF's dO). */
+static double flash_vs_plain_prec(int diff, int64_t T, int64_t H, int64_t G, int64_t d, double lam, double qk_sd,
+                                  uint64_t seed, dtx_precision prec) {
+    prob p = prob_make(seed, diff, 2, T, H, G, d, lam, 0.8 - 0.6 * exp(-0.3 * (double)(seed % 5)), qk_sd);
+    if (prec == DTX_PREC_BF16) /* the operands as the kernel will see them: what is left is its own rounding */
+        round_bf16(p.q, p.nq), round_bf16(p.k, p.nk), round_bf16(p.v, p.nv), round_bf16(p.dout, p.no);
+    result r = run(&p, DTX_ATTN_PLAIN);
+    p.a.precision = prec;
+    result f = run(&p, DTX_ATTN_FLASH);
+    char name[96];
+    snprintf(name, sizeof name, "%s T%lld H%lld G%lld d%lld sd%.0f%s%s", diff ? "diff" : "tfm", (long long)T,
+             (long long)H, (long long)G, (long long)d, qk_sd, prec == DTX_PREC_BF16 ? " bf16" : "",
+             dtx_tile_simd() ? "" : " portable");
+    double e = compare(&p, &f, &r, name, prec == DTX_PREC_BF16 ? FLASH_BF16_TOL : FLASH_TOL);
+    result_free(&f), result_free(&r), prob_free(&p);
+    return e;
+}
+
 static void flash_vs_plain(int diff, int64_t T, int64_t H, int64_t G, int64_t d, double lam, double qk_sd,
                            uint64_t seed) {
-    prob p = prob_make(seed, diff, 2, T, H, G, d, lam, 0.8 - 0.6 * exp(-0.3 * (double)(seed % 5)), qk_sd);
-    result f = run(&p, DTX_ATTN_FLASH), r = run(&p, DTX_ATTN_PLAIN);
-    char name[96];
-    snprintf(name, sizeof name, "%s T%lld H%lld G%lld d%lld sd%.0f%s", diff ? "diff" : "tfm", (long long)T,
-             (long long)H, (long long)G, (long long)d, qk_sd, dtx_tile_simd() ? "" : " portable");
-    compare(&p, &f, &r, name, FLASH_TOL);
-    result_free(&f), result_free(&r), prob_free(&p);
+    flash_vs_plain_prec(diff, T, H, G, d, lam, qk_sd, seed, DTX_PREC_FP32);
 }
 
 /* ------------------------------------------------------- flash vs plain */
@@ -186,6 +209,47 @@ TEST(kernel_flash_tilings) {
         dtx_flash_set_tiles(tiles[i][0], tiles[i][1]);
         flash_vs_plain(1, 131, 4, 2, 16, 0.6, 1, 500 + (uint64_t)i);
         flash_vs_plain(0, 131, 4, 2, 16, 0, 1, 510 + (uint64_t)i);
+    }
+    dtx_flash_set_tiles(0, 0);
+}
+
+/* ------------------------------------------------------------ bf16 mode */
+
+/* bf16 operands against the plain fp32 kernel: odd lengths (a pad pair),
+ * odd and even head widths, GQA, both architectures, on the AVX-512 BF16
+ * path and the portable one. The error must also not vanish: bf16 rounding
+ * is there (an fp32 run in disguise would pass at 1e-6). */
+TEST(kernel_flash_bf16_matches_plain) {
+    static const int64_t Ts[] = {1, 7, 65, 130, 257}, ds[] = {8, 13, 64, 128};
+    double worst = 0, least = 1;
+    uint64_t seed = 1000;
+    for (int pass = 0; pass < 2; pass++) {
+        int prev = dtx_tile_force_portable(pass == 1);
+        for (int it = 0; it < 5; it++)
+            for (int id = 0; id < 4; id++) {
+                if (pass == 1 && (it + id) % 2) continue; /* the portable path is slow: half the grid */
+                int64_t rep = 1 + (it + id) % 3, G = rep == 3 ? 1 : 2, diff = (it + id + pass) % 2;
+                double e = flash_vs_plain_prec((int)diff, Ts[it], G * rep, G, ds[id], 0.6, 1, seed++, DTX_PREC_BF16);
+                worst = fmax(worst, e);
+                if (Ts[it] > 7) least = fmin(least, e);
+            }
+        dtx_tile_force_portable(prev);
+    }
+    CHECKF(least > 1e-5, "bf16 errors as small as %.3g: are the products really bf16?", least);
+    if (verbose()) printf("    bf16 worst over the sweep %.2e, least %.2e\n", worst, least);
+}
+
+/* Peaked maps and λ near 1 (O1 − λ·O2 cancels), and other even and odd
+ * tilings (odd ones are rounded down to even in bf16 mode). */
+TEST(kernel_flash_bf16_peaked_and_tilings) {
+    flash_vs_plain_prec(1, 200, 2, 1, 32, 0.3, 3, 1101, DTX_PREC_BF16);
+    flash_vs_plain_prec(0, 200, 2, 2, 32, 0, 3, 1102, DTX_PREC_BF16);
+    flash_vs_plain_prec(1, 130, 2, 2, 16, 0.95, 1, 1103, DTX_PREC_BF16);
+    static const int64_t tiles[][2] = {{16, 48}, {32, 16}, {7, 5}, {256, 32}};
+    for (int i = 0; i < 4; i++) {
+        dtx_flash_set_tiles(tiles[i][0], tiles[i][1]);
+        flash_vs_plain_prec(1, 131, 4, 2, 16, 0.6, 1, 1110 + (uint64_t)i, DTX_PREC_BF16);
+        flash_vs_plain_prec(0, 131, 4, 2, 16, 0, 1, 1120 + (uint64_t)i, DTX_PREC_BF16);
     }
     dtx_flash_set_tiles(0, 0);
 }
@@ -378,8 +442,10 @@ static int same_bits(const void *a, const void *b, size_t n) { return memcmp(a, 
 
 /* Two runs give the same bits; so do runs on 1 and on several threads. */
 TEST(kernel_flash_deterministic) {
-    for (int diff = 0; diff <= 1; diff++) {
+    for (int mode = 0; mode < 4; mode++) {
+        int diff = mode % 2;
         prob p = prob_make(900 + (uint64_t)diff, diff, 2, 300, 4, 2, 32, 0.6, 0.5, 1);
+        p.a.precision = mode >= 2 ? DTX_PREC_BF16 : DTX_PREC_FP32;
         int nth = omp_get_max_threads();
         result x = run(&p, DTX_ATTN_FLASH), y = run(&p, DTX_ATTN_FLASH);
         omp_set_num_threads(1);
@@ -420,6 +486,13 @@ TEST(kernel_flash_workspace_linear) {
         size_t want = (size_t)(B * sub * G * d * Tp + B * G * w * Tp + B * sub * H * T +
                                (diff ? B * T * H * w + ((B * G * (w + 1) * 2 + 15) / 16) * 16 : 0));
         CHECKF(w64 == want, "workspace %zu, formula %zu", w64, want);
+        /* bf16 adds its copies (kernels.h): d, w even here, T' = T/2 */
+        a.precision = DTX_PREC_BF16;
+        size_t extra = (size_t)(B * T * sub * H * d / 2 + B * sub * H * (T / 2) * d + B * sub * G * (T / 2) * d +
+                                B * T * H * w / 2 + B * H * (T / 2) * w);
+        CHECKF(dtx_attention_flash_workspace_size(&a) == want + extra, "bf16 workspace %zu, formula %zu",
+               dtx_attention_flash_workspace_size(&a), want + extra);
+        a.precision = DTX_PREC_FP32;
         a.impl = DTX_ATTN_PLAIN;
         CHECK(dtx_attention_flash_workspace_size(&a) == 0);
     }
