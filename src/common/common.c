@@ -192,23 +192,6 @@ uint64_t dtx_rng_next(dtx_rng *r) {
 
 double dtx_rng_uniform(dtx_rng *r) { return (double)(dtx_rng_next(r) >> 11) * 0x1.0p-53; }
 
-float dtx_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-uint16_t dtx_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    /* Plain rounding could carry a NaN's low payload into inf (or cut it to
-     * the inf pattern): keep the top bits and force the quiet bit instead. */
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
-}
-
 double dtx_rng_normal(dtx_rng *r) {
     double u1 = dtx_rng_uniform(r), u2 = dtx_rng_uniform(r);
     if (u1 < 1e-300) u1 = 1e-300;

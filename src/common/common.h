@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include "difftx.h"
 
 typedef dtx_real real;
@@ -60,8 +61,22 @@ double dtx_rng_normal(dtx_rng *r);    /* N(0, 1), Box-Muller */
 
 /* bf16 bits: the top half of a float. Rounding is to nearest, ties to even;
  * a NaN stays a quiet NaN (its payload cut, never rounded into inf). Shared
- * by the safetensors reader/writer and the bf16 kernels. */
-float dtx_bf16_to_f32(uint16_t h);
-uint16_t dtx_f32_to_bf16(float f);
+ * by the safetensors reader/writer and the bf16 kernels; inline so that
+ * loops over them vectorise. */
+static inline float dtx_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline uint16_t dtx_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    /* Plain rounding could carry a NaN's low payload into inf (or cut it to
+     * the inf pattern): keep the top bits and force the quiet bit instead. */
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
 
 #endif
