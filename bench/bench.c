@@ -751,8 +751,10 @@ static real *touch_alloc(size_t n, int fill) {
     return p;
 }
 
-/* --attn-child T plain|flash diff|transformer: one forward + backward;
- * answers "ok SECONDS HWM_KIB RSS_BEFORE_KIB". */
+/* --attn-child T plain|flash diff|transformer: allocates, says "ready 1",
+ * waits for "go", runs one forward + backward and answers "ok SECONDS
+ * HWM_KIB RSS_BEFORE_KIB". (Waiting for "go" matters: a child that ran and
+ * exited before the parent wrote "go" made that write raise SIGPIPE.) */
 static int attn_child_main(int argc, char **argv) {
     if (argc != 5) {
         printf("err --attn-child needs 3 arguments\n");
@@ -786,6 +788,8 @@ static int attn_child_main(int argc, char **argv) {
     }
     printf("ready 1\n");
     fflush(stdout);
+    char line[64];
+    if (!fgets(line, sizeof line, stdin) || strncmp(line, "go", 2)) return 1;
     double dl = 0, t0 = now_s();
     dtx_attention_forward(&a, out, &s, q, k, v, diff ? gamma : NULL);
     dtx_attention_backward(&a, dq, dk, dv, diff ? dgamma : NULL, &dl, dout, out, &s, q, k, v, diff ? gamma : NULL);
@@ -954,6 +958,10 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--serve")) return serve_main(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--attn-child")) return attn_child_main(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--one")) return one_main(argc, argv);
+    /* A child that dies must not take the bench with it: writing to its pipe
+     * then fails with EPIPE (and the row says how it died) instead of
+     * killing this process. */
+    signal(SIGPIPE, SIG_IGN);
 
     int quick = 0, tiny = 0, steps = 3, no_torch = 0, torch_full = 0;
     const char *outfile = "bench/results.md", *sections = "peak,train,torch,attn,long";

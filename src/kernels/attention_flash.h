@@ -23,7 +23,9 @@
 
 /* Override the tile sizes (both > 0, bq ≤ DTX_FLASH_MAX_BQ, bq·bk ≤
  * DTX_FLASH_MAX_TILE); (0, 0) restores the defaults. Not thread-safe: call it
- * between kernel calls. Results depend on the tiling only through rounding. */
+ * between kernel calls. Results depend on the tiling only through rounding.
+ * The bf16 mode rounds odd sizes down to even (1 up to 2): its operand pairs
+ * must not straddle a tile edge. */
 void dtx_flash_set_tiles(int64_t bq, int64_t bk);
 
 #endif
