@@ -59,19 +59,25 @@ uint64_t dtx_rng_next(dtx_rng *r);
 double dtx_rng_uniform(dtx_rng *r);   /* [0, 1) */
 double dtx_rng_normal(dtx_rng *r);    /* N(0, 1), Box-Muller */
 
-/* bf16 bits: the top half of a float. Rounding is to nearest, ties to even;
- * a NaN stays a quiet NaN (its payload cut, never rounded into inf). Shared
- * by the safetensors reader/writer and the bf16 kernels; inline so that
- * loops over them vectorise. */
-static inline float dtx_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
+/* The bits of a float, and back. */
+static inline uint32_t dtx_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+static inline float dtx_bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
+
+/* bf16 bits: the top half of a float. Rounding is to nearest, ties to even;
+ * a NaN stays a quiet NaN (its payload cut, never rounded into inf). Shared
+ * by the safetensors reader/writer and the bf16 kernels; inline so that
+ * loops over them vectorise. */
+static inline float dtx_bf16_to_f32(uint16_t h) { return dtx_bits_f32((uint32_t)h << 16); }
 static inline uint16_t dtx_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
+    uint32_t u = dtx_f32_bits(f);
     /* Plain rounding could carry a NaN's low payload into inf (or cut it to
      * the inf pattern): keep the top bits and force the quiet bit instead. */
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);

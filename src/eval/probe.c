@@ -20,17 +20,6 @@
  * bucket spans a relative 2^-10 of its lower edge. */
 #define MANT_DROP (23 - (DTX_STATS_HIST_BITS - 8))
 
-static inline uint32_t float_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float bits_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 dtx_status dtx_abs_stats_init(dtx_abs_stats *s) {
     memset(s, 0, sizeof *s);
@@ -64,7 +53,7 @@ static inline int top_wants(const dtx_abs_stats *s, double a) {
  * range land in the +inf bucket). */
 static inline void push(dtx_abs_stats *s, double a, float af) {
     s->count++;
-    s->hist[float_bits(af) >> MANT_DROP]++;
+    s->hist[dtx_f32_bits(af) >> MANT_DROP]++;
     if (top_wants(s, a)) top_insert(s, a);
 }
 
@@ -97,9 +86,9 @@ void dtx_abs_stats_merge(dtx_abs_stats *dst, const dtx_abs_stats *src) {
 static double bucket_mid(int64_t i) {
     uint32_t lo_bits = (uint32_t)i << MANT_DROP, hi_bits = (uint32_t)(i + 1) << MANT_DROP;
     if (i == 0) return 0;
-    if (lo_bits >= float_bits(INFINITY)) return INFINITY;
-    double lo = bits_float(lo_bits);
-    double hi = hi_bits >= float_bits(INFINITY) ? (double)FLT_MAX : (double)bits_float(hi_bits);
+    if (lo_bits >= dtx_f32_bits(INFINITY)) return INFINITY;
+    double lo = dtx_bits_f32(lo_bits);
+    double hi = hi_bits >= dtx_f32_bits(INFINITY) ? (double)FLT_MAX : (double)dtx_bits_f32(hi_bits);
     return 0.5 * (lo + hi);
 }
 

@@ -32,8 +32,6 @@ static const size_t dtype_sizes[] = {4, 2, 2};
 
 /* ------------------------------------------------------ scalar conversions */
 
-static uint32_t f32_bits(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
-static float bits_f32(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
 
 static uint16_t le16(const uint8_t *p) { return (uint16_t)(p[0] | (unsigned)p[1] << 8); }
 static uint32_t le32(const uint8_t *p) {
@@ -44,8 +42,8 @@ static uint64_t le64(const uint8_t *p) { return (uint64_t)le32(p) | (uint64_t)le
 float dtx_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    if (exp == 0x1f) return bits_f32(sign | 0x7f800000u | man << 13); /* inf, NaN (payload kept) */
-    if (exp != 0) return bits_f32(sign | (exp + 112u) << 23 | man << 13); /* rebias 15 -> 127 */
+    if (exp == 0x1f) return dtx_bits_f32(sign | 0x7f800000u | man << 13); /* inf, NaN (payload kept) */
+    if (exp != 0) return dtx_bits_f32(sign | (exp + 112u) << 23 | man << 13); /* rebias 15 -> 127 */
     float v = (float)man * 0x1p-24f; /* zero or subnormal: man * 2^-24, exact in float */
     return sign ? -v : v;
 }
@@ -56,7 +54,7 @@ void dtx_st_to_real(const dtx_st_tensor *t, real *dst) {
     switch (t->dtype) {
     case DTX_ST_F32:
         /* byte loads: a foreign writer may leave F32 data unaligned */
-        for (size_t i = 0; i < n; i++) dst[i] = (real)bits_f32(le32(p + 4 * i));
+        for (size_t i = 0; i < n; i++) dst[i] = (real)dtx_bits_f32(le32(p + 4 * i));
         break;
     case DTX_ST_BF16:
         for (size_t i = 0; i < n; i++) dst[i] = (real)dtx_bf16_to_f32(le16(p + 2 * i));
@@ -625,7 +623,7 @@ static int put_tensor(FILE *fp, const dtx_st_out *t, int64_t numel, int bf16) {
             /* in the DTX_DOUBLE build BF16 rounds via float: a double
              * rounding that can differ from direct rounding only on ties */
             float v = (float)t->data[i + (int64_t)j];
-            uint32_t u = bf16 ? dtx_f32_to_bf16(v) : f32_bits(v);
+            uint32_t u = bf16 ? dtx_f32_to_bf16(v) : dtx_f32_bits(v);
             for (size_t b = 0; b < esize; b++) buf[j * esize + b] = (uint8_t)(u >> (8 * b));
         }
         int e = put(fp, buf, k * esize);

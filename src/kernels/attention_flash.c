@@ -227,6 +227,20 @@ static void scores(const fgeom *g, const mapsrc *in, real *S, int64_t ld, int64_
     dtx_tile_gemm_tri(mq, nk, g->d, in->qh, g->qs, 1, in->kt + k0, g->Tp, S, ld, 0, DTX_TRI_N_HI, q0 - k0);
 }
 
+/* The sources of q sub-head j (query rows from q0, batch b) against k
+ * sub-head ksub and value group grp, in the working layout of either mode. */
+static mapsrc map_src(const fgeom *g, real *work, const real *q, const real *v, int64_t b, int64_t j, int64_t ksub,
+                      int64_t grp, int64_t q0) {
+    mapsrc in = {.qh = q + (b * g->T + q0) * g->qs + j * g->d, .kt = kt_ptr(g, work, b, ksub),
+                 .vh = v + b * g->T * g->vs + grp * g->w};
+#ifndef DTX_DOUBLE
+    if (g->bf16)
+        in.qa = qa_ptr(g, work, b, j) + q0 * g->NQ * g->dp, in.ktb = ktb_ptr(g, work, b, ksub),
+        in.vb = vb_ptr(g, work, b, grp);
+#endif
+    return in;
+}
+
 /* One key tile [k0, k0 + nk) of one map for query rows [q0, q0 + mq):
  * S = q·ktᵀ, online softmax update, o = alpha·o + P·v. On the diagonal the
  * products skip what the causal mask zeroes (DTX_TRI_*). o [mq, w] (stride os). */
@@ -270,13 +284,7 @@ static void map_finish(const fmap *f, const fgeom *g, real *o, int64_t w, float 
 static void fwd_tile(const fgeom *g, real *out, const dtx_attn_saved *s, const real *q, const real *v,
                      int64_t b, int64_t j, int64_t q0, int64_t mq) {
     int64_t d = g->d, T = g->T, kv = j / g->n_rep;
-    mapsrc in = {.qh = q + (b * T + q0) * g->qs + j * d, .kt = kt_ptr(g, s->work, b, kv),
-                 .vh = v + b * T * g->vs + kv * d};
-#ifndef DTX_DOUBLE
-    if (g->bf16)
-        in.qa = qa_ptr(g, s->work, b, j) + q0 * g->NQ * g->dp, in.ktb = ktb_ptr(g, s->work, b, kv),
-        in.vb = vb_ptr(g, s->work, b, kv);
-#endif
+    mapsrc in = map_src(g, s->work, q, v, b, j, kv, kv, q0);
     real *o = out + (b * T + q0) * g->os + j * d;
     fmap f;
     map_init(&f, mq);
@@ -290,17 +298,9 @@ static void fwd_tile(const fgeom *g, real *out, const dtx_attn_saved *s, const r
 static void fwd_diff_tile(const fgeom *g, const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
                           const real *q, const real *v, const real *gamma, int64_t b, int64_t h, int64_t q0,
                           int64_t mq) {
-    int64_t d = g->d, w = g->w, T = g->T, grp = h / g->n_rep, off = (b * T + q0) * g->os + h * w;
-    mapsrc in[2];
-    for (int i = 0; i < 2; i++) {
-        in[i] = (mapsrc){.qh = q + (b * T + q0) * g->qs + (2 * h + i) * d, .kt = kt_ptr(g, s->work, b, 2 * grp + i),
-                         .vh = v + b * T * g->vs + grp * w};
-#ifndef DTX_DOUBLE
-        if (g->bf16)
-            in[i].qa = qa_ptr(g, s->work, b, 2 * h + i) + q0 * g->NQ * g->dp,
-            in[i].ktb = ktb_ptr(g, s->work, b, 2 * grp + i), in[i].vb = vb_ptr(g, s->work, b, grp);
-#endif
-    }
+    int64_t w = g->w, T = g->T, grp = h / g->n_rep, off = (b * T + q0) * g->os + h * w;
+    mapsrc in[2] = {map_src(g, s->work, q, v, b, 2 * h, 2 * grp, grp, q0),
+                    map_src(g, s->work, q, v, b, 2 * h + 1, 2 * grp + 1, grp, q0)};
     real *o1 = s->o1 + off, *o2 = s->o2 + off;
     fmap f[2];
     map_init(&f[0], mq), map_init(&f[1], mq);
@@ -493,39 +493,91 @@ static void ds_diff_rows(const fgeom *g, btile *bt, real lam, const real *D1, co
     }
 }
 
-/* P [mq × nk] (stride bk) of one map: S = q·ktᵀ, then exp(scale·S − lse);
- * masked entries are 0. */
-static void recompute_p(const fgeom *g, real *P, const real *qh, const real *kt, const real *lse, int64_t q0,
+/* The tile steps of the backward, each in the working layout of either
+ * mode (bf16: the copies of the bf16 section, P and dS packed per tile into
+ * X (rows) and Y (transposed)). Query tile [q0, q0+mq) × key tile [k0, k0+nk),
+ * batch b; diag = q0 − k0. */
+
+/* P [mq × nk] (stride bk) of q sub-head j against k sub-head ksub:
+ * exp(scale·q·kᵀ − lse), 0 where masked. */
+static void recompute_p(const fgeom *g, const bargs *p, real *P, int64_t b, int64_t j, int64_t ksub, int64_t q0,
                         int64_t mq, int64_t k0, int64_t nk) {
-    dtx_tile_gemm_tri(mq, nk, g->d, qh, g->qs, 1, kt + k0, g->Tp, P, g->bk, 0, DTX_TRI_N_HI, q0 - k0);
-    dtx_tile_exp_rows(P, P, g->bk, mq, nk, q0 - k0, g->scale, lse);
+    mapsrc in = map_src(g, p->s->work, p->q, p->v, b, j, ksub, g->diff ? ksub / 2 : ksub, q0);
+    scores(g, &in, P, g->bk, q0, mq, k0, nk);
+    dtx_tile_exp_rows(P, P, g->bk, mq, nk, q0 - k0, g->scale, lse_row(g, p, b, j) + q0);
 }
 
-/* dq_i += dS·k_j and dk_j += dSᵀ·q_i for one map (dS [mq × nk], stride bk,
- * zero where masked). */
-static void dqdk(const fgeom *g, const real *dS, const real *qh, const real *kh, real *dqh, real *dkh, int64_t mq,
-                 int64_t nk, int64_t diag) {
-    dtx_tile_gemm_tri(mq, g->d, nk, dS, g->bk, 1, kh, g->ks, dqh, g->qs, 1, DTX_TRI_K_HI, diag);
-    dtx_tile_gemm_tri(nk, g->d, mq, dS, 1, g->bk, qh, g->qs, dkh, g->ks, 1, DTX_TRI_K_LO, diag);
+/* The gradient of head h's attention output before the value product:
+ * dout (Transformer) or the RMSNorm backward's dO (DIFF, workspace). */
+static const real *grad_o(const fgeom *g, const bargs *p) { return g->diff ? p->dO : p->dout; }
+
+/* dP [mq × nk] (stride bk) = dO·vᵀ for head h (value group grp, w wide). */
+static void dp_tile(const fgeom *g, const bargs *p, real *dP, int64_t b, int64_t h, int64_t grp, int64_t q0,
+                    int64_t mq, int64_t k0, int64_t nk) {
+    real *work = p->s->work;
+#ifndef DTX_DOUBLE
+    if (g->bf16) {
+        dtx_bf16_gemm_tri(mq, nk, g->w, doa_ptr(g, work, b, h) + q0 * g->H * g->wp, g->H * g->wp,
+                          vb_ptr(g, work, b, grp) + 2 * k0, g->Tp, dP, g->bk, 0, DTX_TRI_N_HI, q0 - k0);
+        return;
+    }
+#endif
+    const real *dO = grad_o(g, p) + (b * g->T + q0) * g->os + h * g->w;
+    dtx_tile_gemm_tri(mq, nk, g->w, dO, g->os, 1, vt_ptr(g, work, b, grp) + k0, g->Tp, dP, g->bk, 0, DTX_TRI_N_HI,
+                      q0 - k0);
 }
 
-/* Transformer head j (KV head grp), query tile [q0, q0+mq) × key tile [k0, k0+nk):
+/* dv += Mᵀ·dO for M [mq × nk] (stride bk): P, or DIFF's P1 − λ·P2. */
+static void dv_tile(const fgeom *g, const bargs *p, btile *bt, const real *M, int64_t b, int64_t h, int64_t grp,
+                    int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
+    real *dv = p->dv + (b * g->T + k0) * g->vs + grp * g->w;
+#ifndef DTX_DOUBLE
+    if (g->bf16) {
+        dtx_bf16_pack_a(bt->Y, g->bq, M, 1, g->bk, nk, mq);
+        dtx_bf16_gemm_tri(nk, g->w, mq, bt->Y, g->bq, dob_ptr(g, p->s->work, b, h) + q0 * g->w, g->w, dv, g->vs, 1,
+                          DTX_TRI_K_LO, q0 - k0);
+        return;
+    }
+#endif
+    (void)bt;
+    const real *dO = grad_o(g, p) + (b * g->T + q0) * g->os + h * g->w;
+    dtx_tile_gemm_tri(nk, g->w, mq, M, 1, g->bk, dO, g->os, dv, g->vs, 1, DTX_TRI_K_LO, q0 - k0);
+}
+
+/* dq_j += dS·k_ksub and dk_ksub += dSᵀ·q_j for one map (dS [mq × nk],
+ * stride bk, zero where masked). */
+static void dqdk(const fgeom *g, const bargs *p, btile *bt, const real *dS, int64_t b, int64_t j, int64_t ksub,
+                 int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
+    int64_t d = g->d, T = g->T, diag = q0 - k0;
+    real *dq = p->dq + (b * T + q0) * g->qs + j * d, *dk = p->dk + (b * T + k0) * g->ks + ksub * d;
+#ifndef DTX_DOUBLE
+    if (g->bf16) {
+        real *work = p->s->work;
+        dtx_bf16_pack_a(bt->X, g->bk, dS, g->bk, 1, mq, nk);
+        dtx_bf16_pack_a(bt->Y, g->bq, dS, 1, g->bk, nk, mq);
+        dtx_bf16_gemm_tri(mq, d, nk, bt->X, g->bk, kb_ptr(g, work, b, ksub) + k0 * d, d, dq, g->qs, 1,
+                          DTX_TRI_K_HI, diag);
+        dtx_bf16_gemm_tri(nk, d, mq, bt->Y, g->bq, qb_ptr(g, work, b, j) + q0 * d, d, dk, g->ks, 1, DTX_TRI_K_LO,
+                          diag);
+        return;
+    }
+#endif
+    (void)bt;
+    const real *qh = p->q + (b * T + q0) * g->qs + j * d, *kh = p->k + (b * T + k0) * g->ks + ksub * d;
+    dtx_tile_gemm_tri(mq, d, nk, dS, g->bk, 1, kh, g->ks, dq, g->qs, 1, DTX_TRI_K_HI, diag);
+    dtx_tile_gemm_tri(nk, d, mq, dS, 1, g->bk, qh, g->qs, dk, g->ks, 1, DTX_TRI_K_LO, diag);
+}
+
+/* Transformer head j (KV head grp), one tile pair:
  *   P = exp(scale·q·kᵀ − lse); dP = dO·vᵀ; dv += Pᵀ·dO;
  *   dS = scale·P ⊙ (dP − D); dq += dS·k; dk += dSᵀ·q. */
 static void bwd_tile(const fgeom *g, const bargs *p, btile *bt, int64_t b, int64_t j, int64_t grp, int64_t q0,
                      int64_t mq, int64_t k0, int64_t nk) {
-    int64_t d = g->d, T = g->T, bk = g->bk, diag = q0 - k0;
-    const real *qh = p->q + (b * T + q0) * g->qs + j * d, *kh = p->k + (b * T + k0) * g->ks + grp * d;
-    const real *dO = p->dout + (b * T + q0) * g->os + j * d, *D = p->D + (b * g->NQ + j) * T + q0;
-    real *work = p->s->work;
-    recompute_p(g, bt->P1, qh, kt_ptr(g, work, b, grp), lse_row(g, p, b, j) + q0, q0, mq, k0, nk);
-    dtx_tile_gemm_tri(mq, nk, d, dO, g->os, 1, vt_ptr(g, work, b, grp) + k0, g->Tp, bt->dP, bk, 0, DTX_TRI_N_HI,
-                      diag);
-    dtx_tile_gemm_tri(nk, d, mq, bt->P1, 1, bk, dO, g->os, p->dv + (b * T + k0) * g->vs + grp * d, g->vs, 1,
-                      DTX_TRI_K_LO, diag);
-    ds_rows(g, bt, D, mq, nk, diag);
-    dqdk(g, bt->P1, qh, kh, p->dq + (b * T + q0) * g->qs + j * d, p->dk + (b * T + k0) * g->ks + grp * d, mq, nk,
-         diag);
+    recompute_p(g, p, bt->P1, b, j, grp, q0, mq, k0, nk);
+    dp_tile(g, p, bt->dP, b, j, grp, q0, mq, k0, nk);
+    dv_tile(g, p, bt, bt->P1, b, j, grp, q0, mq, k0, nk);
+    ds_rows(g, bt, p->D + (b * g->NQ + j) * g->T + q0, mq, nk, q0 - k0);
+    dqdk(g, p, bt, bt->P1, b, j, grp, q0, mq, k0, nk);
 }
 
 /* DIFF head h (group grp), one tile pair: both maps recomputed; with
@@ -535,91 +587,17 @@ static void bwd_tile(const fgeom *g, const bargs *p, btile *bt, int64_t b, int64
  *   dq_i += dS_i·k_i;  dk_i += dS_iᵀ·q_i. */
 static void bwd_diff_tile(const fgeom *g, const bargs *p, btile *bt, int64_t b, int64_t h, int64_t grp,
                           int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
-    int64_t d = g->d, w = g->w, T = g->T, bk = g->bk, diag = q0 - k0;
-    const real *q1 = p->q + (b * T + q0) * g->qs + 2 * h * d, *k1 = p->k + (b * T + k0) * g->ks + 2 * grp * d;
-    const real *dO = p->dO + (b * T + q0) * g->os + h * w;
-    const real *D1 = p->D + (b * g->NQ + 2 * h) * T + q0, *D2 = D1 + T;
-    const real *lse1 = lse_row(g, p, b, 2 * h) + q0, *lse2 = lse_row(g, p, b, 2 * h + 1) + q0;
-    real *work = p->s->work;
-    recompute_p(g, bt->P1, q1, kt_ptr(g, work, b, 2 * grp), lse1, q0, mq, k0, nk);
-    recompute_p(g, bt->P2, q1 + d, kt_ptr(g, work, b, 2 * grp + 1), lse2, q0, mq, k0, nk);
-    dtx_tile_gemm_tri(mq, nk, w, dO, g->os, 1, vt_ptr(g, work, b, grp) + k0, g->Tp, bt->dP, bk, 0, DTX_TRI_N_HI,
-                      diag);
-    ds_diff_rows(g, bt, (real)p->lam, D1, D2, mq, nk, diag);
-    dtx_tile_gemm_tri(nk, w, mq, bt->Pc, 1, bk, dO, g->os, p->dv + (b * T + k0) * g->vs + grp * w, g->vs, 1,
-                      DTX_TRI_K_LO, diag);
-    real *dq1 = p->dq + (b * T + q0) * g->qs + 2 * h * d, *dk1 = p->dk + (b * T + k0) * g->ks + 2 * grp * d;
-    dqdk(g, bt->P1, q1, k1, dq1, dk1, mq, nk, diag);
-    dqdk(g, bt->P2, q1 + d, k1 + d, dq1 + d, dk1 + d, mq, nk, diag);
+    const real *D1 = p->D + (b * g->NQ + 2 * h) * g->T + q0;
+    recompute_p(g, p, bt->P1, b, 2 * h, 2 * grp, q0, mq, k0, nk);
+    recompute_p(g, p, bt->P2, b, 2 * h + 1, 2 * grp + 1, q0, mq, k0, nk);
+    dp_tile(g, p, bt->dP, b, h, grp, q0, mq, k0, nk);
+    ds_diff_rows(g, bt, (real)p->lam, D1, D1 + g->T, mq, nk, q0 - k0);
+    dv_tile(g, p, bt, bt->Pc, b, h, grp, q0, mq, k0, nk);
+    dqdk(g, p, bt, bt->P1, b, 2 * h, 2 * grp, q0, mq, k0, nk);
+    dqdk(g, p, bt, bt->P2, b, 2 * h + 1, 2 * grp + 1, q0, mq, k0, nk);
 }
 
 #ifndef DTX_DOUBLE
-/* ------------------------------------------------- bf16 backward tiles
- * The same steps as bwd_tile / bwd_diff_tile with bf16 operands: the maps
- * recomputed from the bf16 q and kᵀ copies, dP from the dO and vᵀ copies,
- * P (or P1 − λ·P2) transposed into Y for dV += Pᵀ·dO, and each dS packed
- * twice, as rows (X, for dq += dS·k) and transposed (Y, for dk += dSᵀ·q). */
-
-/* P [mq × nk] (stride bk) of q sub-head j against k sub-head ksub. */
-static void recompute_p_bf16(const fgeom *g, const bargs *p, real *P, int64_t b, int64_t j, int64_t ksub,
-                             int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
-    real *work = p->s->work;
-    mapsrc in = {.qa = qa_ptr(g, work, b, j) + q0 * g->NQ * g->dp, .ktb = ktb_ptr(g, work, b, ksub)};
-    scores(g, &in, P, g->bk, q0, mq, k0, nk);
-    dtx_tile_exp_rows(P, P, g->bk, mq, nk, q0 - k0, g->scale, lse_row(g, p, b, j) + q0);
-}
-
-/* dP [mq × nk] = dO·vᵀ (head h, group grp; w wide). */
-static void dp_bf16(const fgeom *g, const bargs *p, real *dP, int64_t b, int64_t h, int64_t grp, int64_t q0,
-                    int64_t mq, int64_t k0, int64_t nk) {
-    real *work = p->s->work;
-    dtx_bf16_gemm_tri(mq, nk, g->w, doa_ptr(g, work, b, h) + q0 * g->H * g->wp, g->H * g->wp,
-                      vb_ptr(g, work, b, grp) + 2 * k0, g->Tp, dP, g->bk, 0, DTX_TRI_N_HI, q0 - k0);
-}
-
-/* dv += Mᵀ·dO for M [mq × nk] (stride bk): M is P or P1 − λ·P2. */
-static void dv_bf16(const fgeom *g, const bargs *p, btile *bt, const real *M, int64_t b, int64_t h, int64_t grp,
-                    int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
-    dtx_bf16_pack_a(bt->Y, g->bq, M, 1, g->bk, nk, mq);
-    dtx_bf16_gemm_tri(nk, g->w, mq, bt->Y, g->bq, dob_ptr(g, p->s->work, b, h) + q0 * g->w, g->w,
-                      p->dv + (b * g->T + k0) * g->vs + grp * g->w, g->vs, 1, DTX_TRI_K_LO, q0 - k0);
-}
-
-/* dq_j += dS·k_ksub and dk_ksub += dSᵀ·q_j for one map (dS [mq × nk],
- * stride bk, zero where masked). */
-static void dqdk_bf16(const fgeom *g, const bargs *p, btile *bt, const real *dS, int64_t b, int64_t j, int64_t ksub,
-                      int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
-    int64_t d = g->d, T = g->T, diag = q0 - k0;
-    real *work = p->s->work;
-    dtx_bf16_pack_a(bt->X, g->bk, dS, g->bk, 1, mq, nk);
-    dtx_bf16_pack_a(bt->Y, g->bq, dS, 1, g->bk, nk, mq);
-    dtx_bf16_gemm_tri(mq, d, nk, bt->X, g->bk, kb_ptr(g, work, b, ksub) + k0 * d, d,
-                      p->dq + (b * T + q0) * g->qs + j * d, g->qs, 1, DTX_TRI_K_HI, diag);
-    dtx_bf16_gemm_tri(nk, d, mq, bt->Y, g->bq, qb_ptr(g, work, b, j) + q0 * d, d,
-                      p->dk + (b * T + k0) * g->ks + ksub * d, g->ks, 1, DTX_TRI_K_LO, diag);
-}
-
-static void bwd_tile_bf16(const fgeom *g, const bargs *p, btile *bt, int64_t b, int64_t j, int64_t grp, int64_t q0,
-                          int64_t mq, int64_t k0, int64_t nk) {
-    recompute_p_bf16(g, p, bt->P1, b, j, grp, q0, mq, k0, nk);
-    dp_bf16(g, p, bt->dP, b, j, grp, q0, mq, k0, nk);
-    dv_bf16(g, p, bt, bt->P1, b, j, grp, q0, mq, k0, nk);
-    ds_rows(g, bt, p->D + (b * g->NQ + j) * g->T + q0, mq, nk, q0 - k0);
-    dqdk_bf16(g, p, bt, bt->P1, b, j, grp, q0, mq, k0, nk);
-}
-
-static void bwd_diff_tile_bf16(const fgeom *g, const bargs *p, btile *bt, int64_t b, int64_t h, int64_t grp,
-                               int64_t q0, int64_t mq, int64_t k0, int64_t nk) {
-    const real *D1 = p->D + (b * g->NQ + 2 * h) * g->T + q0;
-    recompute_p_bf16(g, p, bt->P1, b, 2 * h, 2 * grp, q0, mq, k0, nk);
-    recompute_p_bf16(g, p, bt->P2, b, 2 * h + 1, 2 * grp + 1, q0, mq, k0, nk);
-    dp_bf16(g, p, bt->dP, b, h, grp, q0, mq, k0, nk);
-    ds_diff_rows(g, bt, (real)p->lam, D1, D1 + g->T, mq, nk, q0 - k0);
-    dv_bf16(g, p, bt, bt->Pc, b, h, grp, q0, mq, k0, nk);
-    dqdk_bf16(g, p, bt, bt->P1, b, 2 * h, 2 * grp, q0, mq, k0, nk);
-    dqdk_bf16(g, p, bt, bt->P2, b, 2 * h + 1, 2 * grp + 1, q0, mq, k0, nk);
-}
-
 /* The bf16 copies one backward task reads (batch b, group grp): kᵀ and k of
  * the group's k sub-heads, vᵀ, and q, dO of its heads (after the row terms,
  * which write DIFF's dO). */
@@ -651,14 +629,13 @@ static void refine_lse(const fgeom *g, const bargs *p, real *P, int64_t b, int64
     int64_t T = g->T;
     real *lr = p->s->work + g->off_lse + (b * g->NQ + j) * T;
     const float *lf = p->s->lse + (b * g->NQ + j) * T;
-    const real *kt = kt_ptr(g, p->s->work, b, ksub);
-    for (int64_t t = 0; t < T; t++) lr[t] = lf[t];
+    for (int64_t t = 0; t < T; t++) lr[t] = lf[t]; /* = lse_row(g, p, b, j), which recompute_p reads */
     for (int64_t q0 = 0; q0 < T; q0 += g->bq) {
         int64_t mq = min64(g->bq, T - q0);
         double sum[MAX_BQ] = {0};
         for (int64_t k0 = 0; k0 < q0 + mq; k0 += g->bk) {
             int64_t nk = min64(g->bk, q0 + mq - k0);
-            recompute_p(g, P, p->q + (b * T + q0) * g->qs + j * g->d, kt, lr + q0, q0, mq, k0, nk);
+            recompute_p(g, p, P, b, j, ksub, q0, mq, k0, nk);
             for (int64_t r = 0; r < mq; r++)
                 for (int64_t c = 0; c < nk; c++) sum[r] += P[r * g->bk + c];
         }
@@ -695,11 +672,6 @@ static void bwd_group(const fgeom *g, const bargs *p, int64_t b, int64_t grp, do
             int64_t nk = min64(g->bk, T - k0);
             for (int64_t q0 = k0 / g->bq * g->bq; q0 < T; q0 += g->bq) {
                 int64_t mq = min64(g->bq, T - q0);
-#ifndef DTX_DOUBLE
-                if (g->bf16 && g->diff) bwd_diff_tile_bf16(g, p, &bt, b, h, grp, q0, mq, k0, nk);
-                else if (g->bf16) bwd_tile_bf16(g, p, &bt, b, h, grp, q0, mq, k0, nk);
-                else
-#endif
                 if (g->diff) bwd_diff_tile(g, p, &bt, b, h, grp, q0, mq, k0, nk);
                 else bwd_tile(g, p, &bt, b, h, grp, q0, mq, k0, nk);
             }

@@ -58,6 +58,14 @@ AVX512_INLINE void tr16(__m512 r[16]) {
     }
 }
 
+/* x[j] = column j of a block of up to 16 rows × 16 columns of src (row
+ * stride lds): rows [0, nr) loaded with the column mask kc, the others 0,
+ * then transposed in registers. */
+AVX512_INLINE void load_tr16(__m512 x[16], const float *src, int64_t lds, int64_t nr, __mmask16 kc) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) x[i] = i < nr ? _mm512_maskz_loadu_ps(kc, src + i * lds) : _mm512_setzero_ps();
+    tr16(x);
+}
 #endif /* TILE_AVX512 */
 
 #endif

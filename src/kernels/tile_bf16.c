@@ -116,10 +116,7 @@ BF16_FN static void pack_a_trans(dtx_bf16 *dst, int64_t ldd, const float *src, i
             int64_t nr = min64(16, rows - r0), nc = min64(16, cols - c0);
             __mmask16 kr = lanes(nr), kc = lanes(nc);
             __m512 x[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++)
-                x[i] = i < nc ? _mm512_maskz_loadu_ps(kr, src + (c0 + i) * sc + r0) : _mm512_setzero_ps();
-            tr16(x);
+            load_tr16(x, src + c0 * sc + r0, sc, nc, kr);
             for (int64_t j = 0; j < nr; j++)
                 _mm256_mask_storeu_epi16(dst + (r0 + j) * ldd + c0, kc, (__m256i)_mm512_cvtneps_pbh(x[j]));
         }

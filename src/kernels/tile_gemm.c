@@ -205,10 +205,7 @@ AVX512_FN static void transpose_avx512(float *dst, int64_t ldd, const float *src
             int64_t nr = min64(16, rows - r0), nc = min64(16, cols - c0);
             __mmask16 kc = lanes(nc), kr = lanes(nr);
             __m512 x[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++)
-                x[i] = i < nr ? _mm512_maskz_loadu_ps(kc, src + (r0 + i) * lds + c0) : _mm512_setzero_ps();
-            tr16(x);
+            load_tr16(x, src + r0 * lds + c0, lds, nr, kc);
             for (int64_t j = 0; j < nc; j++) _mm512_mask_storeu_ps(dst + (c0 + j) * ldd + r0, kr, x[j]);
         }
 }
