@@ -425,6 +425,44 @@ dtx_status dtx_sample_logits(const dtx_sampler *s, dtx_sample_rng *rng, const dt
                              int32_t *token);
 /* ========================================================== end generation */
 
+
+/* ================================================= CPU instruction set
+ * The hand-written SIMD kernels (flash attention tiles, vector exp, softmax
+ * rows, bf16 tiles) and oneDNN's matrix products run at one ISA level,
+ * detected once per process (CPU flags and OS register support):
+ *   DTX_ISA_PORTABLE     plain C (compiler-vectorised for the build's -march)
+ *   DTX_ISA_AVX2         AVX2 + FMA (ymm): AMD Zen 1-3, Intel Haswell on
+ *   DTX_ISA_AVX512       AVX-512 F/DQ/BW/VL (zmm)
+ *   DTX_ISA_AVX512_BF16  AVX-512 with native bf16 (vdpbf16ps)
+ * The environment variable DTX_ISA=portable|avx2|avx512|avx512bf16 caps it:
+ * the level used is the lower of the CPU's and the one asked for, so every
+ * path below the CPU's can run on one machine. It also caps oneDNN
+ * (dnnl_set_max_cpu_isa) when set before the first matrix product. Without
+ * native bf16 (level below AVX512_BF16, or oneDNN without a bf16 matmul),
+ * the bf16 precision is emulated: operands rounded to bf16, products and
+ * sums in fp32 on the fp32 kernels, the same numerics as native bf16. */
+typedef enum { DTX_ISA_PORTABLE = 0, DTX_ISA_AVX2 = 1, DTX_ISA_AVX512 = 2, DTX_ISA_AVX512_BF16 = 3 } dtx_isa;
+dtx_isa dtx_isa_cpu(void);         /* what the CPU supports                      */
+dtx_isa dtx_isa_level(void);       /* what the kernels use (DTX_ISA applied)     */
+const char *dtx_isa_name(dtx_isa i); /* "portable", "avx2", "avx512", "avx512bf16" */
+/* 1 and *out set when s names a level (the DTX_ISA spellings), else 0. */
+int dtx_isa_parse(const char *s, dtx_isa *out);
+/* A one-line message when DTX_ISA holds something else (it is then
+ * ignored), NULL when it is unset or valid. */
+const char *dtx_isa_env_error(void);
+/* Tests: a further cap on top of DTX_ISA (DTX_ISA_AVX512_BF16 lifts it);
+ * returns the previous one. Call between kernel calls, outside parallel
+ * regions. oneDNN keeps the cap it had at its first use. */
+dtx_isa dtx_isa_set_cap(dtx_isa cap);
+/* 1 when the CPU reports AVX-512 VNNI (informational: no kernel uses it). */
+int dtx_isa_cpu_has_vnni(void);
+/* What runs the matrix products: oneDNN's ISA ("avx2", "avx512_core_bf16",
+ * ...; "none" in the double build) and whether its bf16 matmul is native
+ * (1) or emulated by difftx on fp32 primitives (0). Creates oneDNN's
+ * engine on the first call. */
+const char *dtx_matmul_isa_name(void);
+int dtx_matmul_bf16_native(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,10 @@ typedef void (*test_fn)(void);
 void test_register(const char *name, test_fn fn);
 void test_fail_at(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int test_failed_now(void);
+/* Marks the running test skipped (it cannot run on this CPU or machine),
+ * with the reason printed beside it; a test that also failed a check counts
+ * as failed. */
+void test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #define TEST(name)                                                              \
     static void name(void);                                                     \
@@ -29,6 +33,28 @@ int test_failed_now(void);
 #define CHECKF(cond, ...) do { if (!(cond)) test_fail_at(__FILE__, __LINE__, __VA_ARGS__); } while (0)
 #define REQUIRE(cond) do { if (!(cond)) { test_fail_at(__FILE__, __LINE__, "%s", #cond); return; } } while (0)
 #define REQUIREF(cond, ...) do { if (!(cond)) { test_fail_at(__FILE__, __LINE__, __VA_ARGS__); return; } } while (0)
+/* Ends the test as skipped: SKIP("no AVX-512 on this CPU"). */
+#define SKIP(...) do { test_skip(__VA_ARGS__); return; } while (0)
+
+/* ---- ISA levels (every kernel test runs once per level the CPU has) ---- */
+
+/* Runs body once for every ISA level from portable to the CPU's, with the
+ * kernels capped at that level (dtx_isa_set_cap), as `lvl`; restores the
+ * cap afterwards. */
+#define FOR_EACH_ISA(lvl) for (dtx_isa lvl = test_isa_first(); test_isa_more(lvl); lvl = test_isa_next(lvl))
+dtx_isa test_isa_first(void);
+/* The highest level the kernels may use here: the CPU's, under DTX_ISA. */
+dtx_isa test_isa_top(void);
+int test_isa_more(dtx_isa lvl);
+dtx_isa test_isa_next(dtx_isa lvl);
+/* Skips the test unless level lvl can run here (the CPU has it and DTX_ISA
+ * allows it). */
+#define REQUIRE_ISA(lvl)                                                                            \
+    do {                                                                                            \
+        if (test_isa_top() < (lvl))                                                                 \
+            SKIP("needs ISA %s; this CPU has %s%s", dtx_isa_name(lvl), dtx_isa_name(dtx_isa_cpu()),  \
+                 dtx_isa_level() < dtx_isa_cpu() ? " (capped by DTX_ISA)" : "");                     \
+    } while (0)
 
 /* ---- helpers (tests/test_util.c) ---- */
 
@@ -62,11 +88,15 @@ int run_cli(const char *args, char *out, size_t cap);
 
 /* ---- the CLI tests' helpers (tests/cli): one output buffer, shared ---- */
 
-/* What the last cli() printed, stderr and stdout together. */
+/* What the last cli() printed, stderr and stdout together (cli_split:
+ * stdout only, stderr in cli_err). */
 extern char cli_out[1 << 17];
+extern char cli_err[1 << 14];
 /* Runs difftx with printf-formatted arguments (run_cli); the output lands in
  * cli_out. Returns the exit status. */
 int cli(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* As cli(), but stdout goes to cli_out and stderr to cli_err. */
+int cli_split(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* s occurs in cli_out. */
 int cli_has(const char *s);
 /* cli_out is one line: exactly one '\n', at its end (a one-line message). */

@@ -122,6 +122,52 @@ int run_cli(const char *args, char *out, size_t cap) {
 }
 
 char cli_out[1 << 17];
+char cli_err[1 << 14];
+
+int cli_split(const char *fmt, ...) {
+    char args[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    const char *bin = getenv("DIFFTX_BIN"), *err = test_path("cli.stderr");
+    if (!bin) bin = "build/difftx";
+    size_t len = strlen(bin) + strlen(args) + strlen(err) + 32;
+    char *cmd = malloc(len);
+    if (!cmd) return -1;
+    snprintf(cmd, len, "%s %s 2>'%s'", bin, args, err);
+    int rc = run_cmd(cmd, cli_out, sizeof cli_out);
+    free(cmd);
+    size_t n = 0;
+    char *e = test_slurp(err, &n);
+    snprintf(cli_err, sizeof cli_err, "%s", e ? e : "");
+    free(e);
+    return rc;
+}
+
+static dtx_isa isa_saved;
+dtx_isa test_isa_top(void) {
+    dtx_isa prev = dtx_isa_set_cap(DTX_ISA_AVX512_BF16), top = dtx_isa_level();
+    dtx_isa_set_cap(prev);
+    return top;
+}
+dtx_isa test_isa_first(void) {
+    isa_saved = dtx_isa_set_cap(DTX_ISA_PORTABLE);
+    return DTX_ISA_PORTABLE;
+}
+int test_isa_more(dtx_isa lvl) {
+    dtx_isa_set_cap(DTX_ISA_AVX512_BF16);
+    dtx_isa top = dtx_isa_level();
+    dtx_isa_set_cap(lvl <= DTX_ISA_AVX512_BF16 ? lvl : isa_saved);
+    if (lvl <= top) return 1;
+    dtx_isa_set_cap(isa_saved);
+    return 0;
+}
+dtx_isa test_isa_next(dtx_isa lvl) {
+    lvl = (dtx_isa)(lvl + 1);
+    if (lvl <= DTX_ISA_AVX512_BF16) dtx_isa_set_cap(lvl);
+    return lvl;
+}
 
 int cli(const char *fmt, ...) {
     char args[8192];

@@ -334,7 +334,6 @@ void dtx_attention_flash_forward(const dtx_attn_dims *a, real *out, const dtx_at
     fgeom g = make_fgeom(a);
     assert(out && s && s->lse && s->work && q && k && v);
     assert(!g.diff || (s->o1 && s->o2 && s->rstd && subln_w));
-    (void)dtx_tile_simd(); /* settle the dispatch before the threads start */
     int64_t nqt = (g.T + g.bq - 1) / g.bq, nbh = g.B * g.H;
 #pragma omp parallel
     {
@@ -684,7 +683,6 @@ void dtx_attention_flash_backward(const dtx_attn_dims *a, real *dq, real *dk, re
     fgeom g = make_fgeom(a);
     assert(dq && dk && dv && dout && s && s->lse && s->work && q && k && v);
     assert(g.diff ? (s->o1 && s->o2 && s->rstd && subln_w) : out != NULL);
-    (void)dtx_tile_simd();
     bargs p = {q, k, v, dout, out, subln_w, s, dq, dk, dv, s->work + g.off_do, s->work + g.off_D,
                a->lambda, 1.0 - a->lambda_init};
     double *part = (double *)(void *)(s->work + g.off_part); /* [B·G, w + 1] */

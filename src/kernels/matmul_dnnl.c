@@ -10,6 +10,16 @@
  *                                            weights x {M,K}, sum post-op.
  * BF16: src and weights are rounded to bf16 into scratch buffers owned by this
  * module; oneDNN accumulates in fp32 and writes (or adds into) an fp32 dst.
+ * Where oneDNN has no bf16 matmul (AVX2 CPUs: oneDNN 2.6 answers
+ * `unimplemented`), bf16 is emulated: the operands are rounded to bf16 and
+ * widened back to fp32 in the scratch buffers, and the fp32 primitive
+ * multiplies them. A product of two bf16 values is exact in fp32, so this is
+ * the native numerics (bf16 products, fp32 sums) up to the order of the
+ * fp32 additions, at fp32 speed. Which one runs is decided once, at the first
+ * bf16 product, by creating a small bf16 primitive.
+ *
+ * The engine is created under the ISA cap of dtx_isa_level() (DTX_ISA):
+ * dnnl_set_max_cpu_isa before the first oneDNN call.
  *
  * One primitive per (shape, product, precision, accumulate, thread count) is
  * created on first use and kept in a small table (LRU, CACHE_CAP entries).
@@ -42,21 +52,40 @@ void dtx_bf16_convert_portable(uint16_t *restrict dst, const float *restrict src
     }
 }
 
+/* Both conversions split big arrays over the threads the same way. */
+#define SPLIT_CONVERT(fn, dst, src, n)                                                      \
+    do {                                                                                   \
+        enum { CHUNK = 1 << 20 };                                                          \
+        if ((n) <= 2 * (size_t)CHUNK) {                                                    \
+            fn(dst, src, n);                                                               \
+            break;                                                                         \
+        }                                                                                  \
+        int64_t n_chunks = (int64_t)(((n) + CHUNK - 1) / CHUNK);                           \
+        _Pragma("omp parallel for schedule(static)") for (int64_t c = 0; c < n_chunks; c++) { \
+            size_t i0 = (size_t)c * CHUNK, len = (n) - i0 < (size_t)CHUNK ? (n) - i0 : (size_t)CHUNK; \
+            fn((dst) + i0, (src) + i0, len);                                               \
+        }                                                                                  \
+    } while (0)
+
+/* Memory-bound: one core nearly saturates the bandwidth of a small box, so
+ * only big arrays are split (1 Mi values = 4 MiB per task). */
 void dtx_bf16_convert(uint16_t *dst, const float *src, size_t n) {
-    /* Memory-bound: one core nearly saturates the bandwidth of a small box,
-     * so only big arrays are split (1 Mi values = 4 MiB per task). */
-    enum { CHUNK = 1 << 20 };
-    if (n <= 2 * (size_t)CHUNK) {
-        dtx_bf16_convert_portable(dst, src, n);
-        return;
-    }
-    int64_t n_chunks = (int64_t)((n + CHUNK - 1) / CHUNK);
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < n_chunks; c++) {
-        size_t i0 = (size_t)c * CHUNK, len = n - i0 < (size_t)CHUNK ? n - i0 : (size_t)CHUNK;
-        dtx_bf16_convert_portable(dst + i0, src + i0, len);
+    SPLIT_CONVERT(dtx_bf16_convert_portable, dst, src, n);
+}
+
+void dtx_bf16_round_portable(float *restrict dst, const float *restrict src, size_t n) {
+#pragma omp simd
+    for (size_t i = 0; i < n; i++) {
+        union { float f; uint32_t u; } v = {.f = src[i]};
+        uint32_t b = v.u;
+        uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+        uint32_t quiet = (b & 0xffff0000u) | 0x00400000u;
+        v.u = (b & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
+        dst[i] = v.f;
     }
 }
+
+void dtx_bf16_round(float *dst, const float *src, size_t n) { SPLIT_CONVERT(dtx_bf16_round_portable, dst, src, n); }
 
 #ifndef DTX_DOUBLE
 /* ------------------------------------------------------------ oneDNN */
@@ -89,8 +118,11 @@ static int n_cache;
 static uint64_t use_clock;
 static size_t n_created;
 static int force_failure; /* dtx_dnnl_matmul_force_failure */
-/* bf16 operands: a (src), b (weights), grown as needed, reused across calls. */
-static uint16_t *scratch[2];
+static int bf16_native = -1; /* -1 not probed yet, 1 oneDNN bf16 matmuls, 0 emulated */
+static int force_emulation;  /* dtx_dnnl_bf16_force_emulation */
+/* bf16 operands (native: bf16 values; emulated: bf16-rounded floats): a
+ * (src), b (weights), grown as needed, reused across calls; sizes in bytes. */
+static void *scratch[2];
 static size_t scratch_cap[2];
 
 /* One line per process, the first time anything fails. Caller holds lock. */
@@ -132,6 +164,15 @@ void dtx_dnnl_matmul_force_failure(int on) {
     pthread_mutex_unlock(&lock);
 }
 
+int dtx_dnnl_bf16_force_emulation(int on) {
+    pthread_mutex_lock(&lock);
+    clear_locked();
+    int prev = force_emulation;
+    force_emulation = on;
+    pthread_mutex_unlock(&lock);
+    return prev;
+}
+
 size_t dtx_matmul_primitives_created(void) {
     pthread_mutex_lock(&lock);
     size_t n = n_created;
@@ -150,9 +191,19 @@ static void at_exit(void) {
     pthread_mutex_unlock(&lock);
 }
 
+/* oneDNN's ISA for our level: the cap DTX_ISA asks for (no cap at the top). */
+static void cap_isa(void) {
+    static const dnnl_cpu_isa_t caps[] = {dnnl_cpu_isa_sse41, dnnl_cpu_isa_avx2, dnnl_cpu_isa_avx512_core,
+                                          dnnl_cpu_isa_all};
+    dtx_isa lvl = dtx_isa_level();
+    /* Fails (harmlessly) when DNNL_MAX_CPU_ISA is set or oneDNN already ran. */
+    if (lvl < DTX_ISA_AVX512_BF16) (void)dnnl_set_max_cpu_isa(caps[lvl]);
+}
+
 /* Engine and stream, once. Caller holds lock. */
 static int ensure_engine(void) {
     if (init_state) return init_state > 0;
+    cap_isa();
     dnnl_status_t st = dnnl_engine_create(&engine, dnnl_cpu, 0);
     if (st == dnnl_success) st = dnnl_stream_create(&stream, engine, dnnl_stream_default_flags);
     if (st != dnnl_success) {
@@ -205,6 +256,26 @@ done:
     return st;
 }
 
+/* Whether oneDNN multiplies bf16 here: probed once with a small primitive
+ * (it answers `unimplemented` on CPUs without AVX-512). Caller holds lock. */
+static int bf16_is_native(void) {
+    if (force_emulation) return 0;
+    if (bf16_native < 0) {
+        const dnnl_dims_t dims = {16, 16}, str = {16, 1};
+        dnnl_memory_desc_t a, b, c;
+        dnnl_matmul_desc_t md;
+        dnnl_primitive_desc_t pd = NULL;
+        int ok = dnnl_memory_desc_init_by_strides(&a, 2, dims, dnnl_bf16, str) == dnnl_success &&
+                 dnnl_memory_desc_init_by_strides(&b, 2, dims, dnnl_bf16, str) == dnnl_success &&
+                 dnnl_memory_desc_init_by_strides(&c, 2, dims, dnnl_f32, str) == dnnl_success &&
+                 dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) == dnnl_success &&
+                 dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL) == dnnl_success;
+        if (pd) dnnl_primitive_desc_destroy(pd);
+        bf16_native = ok;
+    }
+    return bf16_native;
+}
+
 /* The cached primitive for this product (created on a miss), or NULL when
  * oneDNN cannot do it. Caller holds lock. */
 static entry *lookup(int64_t M, int64_t K, int64_t N, int prod, dtx_precision p, int accum) {
@@ -228,7 +299,7 @@ static entry *lookup(int64_t M, int64_t K, int64_t N, int prod, dtx_precision p,
             entry_free(e);
         }
         e->M = M, e->K = K, e->N = N, e->prod = prod, e->prec = (int)p, e->accum = accum, e->nthr = nthr;
-        dnnl_data_type_t dt = p == DTX_PREC_BF16 ? dnnl_bf16 : dnnl_f32;
+        dnnl_data_type_t dt = p == DTX_PREC_BF16 && bf16_is_native() ? dnnl_bf16 : dnnl_f32;
         const char *what = "";
         dnnl_status_t st;
         if (prod == PROD_FWD) {
@@ -278,12 +349,15 @@ static int run(entry *e, const void *src, const void *wei, float *dst) {
     return 1;
 }
 
-/* bf16 copy of src [n] in scratch slot i (grown when needed); NULL when out
- * of memory. Caller holds lock. */
-static const uint16_t *to_bf16(int i, const float *src, size_t n) {
-    if (n > scratch_cap[i]) {
-        size_t cap = n + n / 4;
-        uint16_t *p = dtx_alloc(cap, sizeof(uint16_t));
+/* The bf16 operand of src [n] in scratch slot i (grown when needed): bf16
+ * values for a native primitive, bf16-rounded floats for an emulated one;
+ * NULL when out of memory. Caller holds lock. */
+static const void *to_bf16(int i, const float *src, size_t n) {
+    int native = bf16_is_native();
+    size_t bytes = n * (native ? sizeof(uint16_t) : sizeof(float));
+    if (bytes > scratch_cap[i]) {
+        size_t cap = bytes + bytes / 4;
+        void *p = dtx_alloc(cap, 1);
         if (!p) {
             if (!warned) {
                 warned = 1;
@@ -295,7 +369,8 @@ static const uint16_t *to_bf16(int i, const float *src, size_t n) {
         scratch[i] = p;
         scratch_cap[i] = cap;
     }
-    dtx_bf16_convert(scratch[i], src, n);
+    if (native) dtx_bf16_convert(scratch[i], src, n);
+    else dtx_bf16_round(scratch[i], src, n);
     return scratch[i];
 }
 
@@ -306,7 +381,7 @@ int dtx_dnnl_matmul_forward(float *out, const float *x, const float *w, int64_t 
     int done = 0;
     entry *e = ensure_engine() ? lookup(M, K, N, PROD_FWD, p, 0) : NULL;
     if (e && p == DTX_PREC_BF16) {
-        const uint16_t *xb = to_bf16(0, x, (size_t)(M * K)), *wb = xb ? to_bf16(1, w, (size_t)(N * K)) : NULL;
+        const void *xb = to_bf16(0, x, (size_t)(M * K)), *wb = xb ? to_bf16(1, w, (size_t)(N * K)) : NULL;
         done = wb && run(e, xb, wb, out);
     } else if (e) {
         done = run(e, x, w, out);
@@ -325,13 +400,13 @@ int dtx_dnnl_matmul_backward(float *dx, float *dw, const float *dout, const floa
         entry *ew = dw ? lookup(M, K, N, PROD_DW, p, 1) : NULL;
         if (p == DTX_PREC_BF16 && (ex || ew)) {
             /* dout once for both products; then w, then x in the second slot. */
-            const uint16_t *db = to_bf16(0, dout, (size_t)(M * N));
+            const void *db = to_bf16(0, dout, (size_t)(M * N));
             if (db && ex) {
-                const uint16_t *wb = to_bf16(1, w, (size_t)(N * K));
+                const void *wb = to_bf16(1, w, (size_t)(N * K));
                 if (wb && run(ex, db, wb, dx)) done |= DTX_DNNL_DID_DX;
             }
             if (db && ew) {
-                const uint16_t *xb = to_bf16(1, x, (size_t)(M * K));
+                const void *xb = to_bf16(1, x, (size_t)(M * K));
                 if (xb && run(ew, db, xb, dw)) done |= DTX_DNNL_DID_DW;
             }
         } else {
@@ -343,9 +418,41 @@ int dtx_dnnl_matmul_backward(float *dx, float *dw, const float *dout, const floa
     return done;
 }
 
+static const char *dnnl_isa_str(dnnl_cpu_isa_t isa) {
+    switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "unknown";
+    }
+}
+
+const char *dtx_matmul_isa_name(void) {
+    pthread_mutex_lock(&lock);
+    const char *s = ensure_engine() ? dnnl_isa_str(dnnl_get_effective_cpu_isa()) : "unavailable";
+    pthread_mutex_unlock(&lock);
+    return s;
+}
+
+int dtx_matmul_bf16_native(void) {
+    pthread_mutex_lock(&lock);
+    int n = ensure_engine() && bf16_is_native();
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
 #else /* DTX_DOUBLE: oneDNN has no f64 matmul; the reference does everything. */
 
 size_t dtx_matmul_primitives_created(void) { return 0; }
 void dtx_matmul_cache_clear(void) {}
+const char *dtx_matmul_isa_name(void) { return "none"; }
+int dtx_matmul_bf16_native(void) { return 0; }
 
 #endif

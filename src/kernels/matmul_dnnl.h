@@ -26,6 +26,10 @@ int dtx_dnnl_matmul_backward(float *dx, float *dw, const float *dout, const floa
 /* Tests: on != 0 makes every primitive creation fail (the fallback path);
  * clears the cache either way. */
 void dtx_dnnl_matmul_force_failure(int on);
+/* Tests: on != 0 emulates bf16 (rounded operands, fp32 primitives) even
+ * where oneDNN multiplies bf16 natively; clears the cache; returns the
+ * previous setting. */
+int dtx_dnnl_bf16_force_emulation(int on);
 #endif
 
 /* dst[i] = bf16(src[i]): round to nearest, ties to even; NaN stays a (quiet)
@@ -35,5 +39,9 @@ void dtx_dnnl_matmul_force_failure(int on);
 void dtx_bf16_convert(uint16_t *dst, const float *src, size_t n);
 /* The single-threaded loop behind it. */
 void dtx_bf16_convert_portable(uint16_t *dst, const float *src, size_t n);
+/* dst[i] = the float value of bf16(src[i]) (same rounding; dst may be src):
+ * the operands of emulated bf16 products. Parallel like dtx_bf16_convert. */
+void dtx_bf16_round(float *dst, const float *src, size_t n);
+void dtx_bf16_round_portable(float *dst, const float *src, size_t n);
 
 #endif

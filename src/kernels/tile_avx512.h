@@ -2,7 +2,8 @@
  * TILE_AVX512 is 1 in the float build on x86-64 with GCC-compatible
  * compilers; the functions are compiled with target attributes, so the code
  * builds with any -march and runs only after a CPU check
- * (dtx_tile_simd, dtx_tile_bf16_simd). Internal header. */
+ * (dtx_isa_level, through tile_gemm.c's table and dtx_tile_bf16_simd).
+ * Internal header. */
 #ifndef DTX_TILE_AVX512_H
 #define DTX_TILE_AVX512_H
 

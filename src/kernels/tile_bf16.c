@@ -20,19 +20,10 @@ static inline int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo
 /* A 32-bit word that may alias the bf16 arrays (two packed values). */
 typedef uint32_t word_t __attribute__((may_alias));
 
-static int cpu_bf16 = -1; /* -1 unknown, else whether the CPU has AVX512_BF16 */
-
 int dtx_tile_bf16_simd(void) {
 #if TILE_AVX512
-    int s = __atomic_load_n(&cpu_bf16, __ATOMIC_RELAXED);
-    if (s < 0) {
-        __builtin_cpu_init();
-        s = __builtin_cpu_supports("avx512bf16") ? 1 : 0;
-        __atomic_store_n(&cpu_bf16, s, __ATOMIC_RELAXED);
-    }
-    return s && dtx_tile_simd();
+    return dtx_isa_level() >= DTX_ISA_AVX512_BF16;
 #else
-    (void)cpu_bf16;
     return 0;
 #endif
 }

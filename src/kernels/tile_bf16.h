@@ -14,7 +14,7 @@
  * Rounding to bf16 is round-to-nearest-even (dtx_f32_to_bf16, common.h;
  * the AVX-512 BF16 conversions also flush denormal inputs, which never
  * matter here: exp already flushes below FLT_MIN). The AVX-512 BF16 path runs
- * when the CPU has it and dtx_tile_simd() allows SIMD; a portable path
+ * at ISA level DTX_ISA_AVX512_BF16 (dtx_isa_level()); a portable path
  * (plain C, fp32 arithmetic on the rounded values) computes the same values
  * up to the order of fp32 additions. Float build only: the double build
  * never takes the bf16 mode. Internal header. */
@@ -26,8 +26,8 @@
 
 typedef uint16_t dtx_bf16;
 
-/* 1 when the AVX-512 BF16 kernels are in use (dtx_tile_simd() and the CPU
- * has AVX512_BF16). */
+/* 1 when the AVX-512 BF16 kernels are in use (float build, ISA level
+ * DTX_ISA_AVX512_BF16). */
 int dtx_tile_bf16_simd(void);
 
 /* A operand: dst[r·ldd + c] = bf16(src[r·sr + c·sc]) for r < rows, c < cols,

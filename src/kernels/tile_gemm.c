@@ -1,58 +1,18 @@
-/* Tile products, vector exp and the flash softmax row steps (see tile_gemm.h).
+/* Tile products, vector exp and the flash softmax row steps (see
+ * tile_gemm.h): the portable implementations, and the entry points, which
+ * call the implementation of the ISA level in use through one table
+ * (tile_ops.h; tile_avx2.c, tile_avx512.c).
  *
- * AVX-512 path (fp32 build only): every product is C[m×n] (=|+=) A[m×k]·B[k×n]
- * computed by register-blocked micro-kernels that keep a 6 × 64 block of C in
- * 24 zmm accumulators, load one 64-wide row of B per k step (4 vectors, the
- * last one masked for ragged n) and broadcast one element of A per row. A is
- * only ever broadcast, so it may be read with arbitrary strides (Aᵀ for free).
- * The code is compiled with target attributes, so it builds with any -march,
- * and it only runs after a CPU check.
- *
- * Portable path: the same loops in plain C (the compiler vectorises the inner
- * column loop) and libm exp. */
+ * Portable path: plain C loops (the compiler vectorises the inner column
+ * loop) and libm exp. It is the reference the SIMD paths are tested against,
+ * and the only path of the double build. */
 #include "kernels/tile_gemm.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/tile_avx512.h"
-
-/* ---------------------------------------------------------------- dispatch */
-
-static int cpu_simd = -1; /* -1 unknown, else 0/1: CPU (and env) allow AVX-512 */
-static int forced;        /* dtx_tile_force_portable */
-
-static int detect_simd(void) {
-#if TILE_AVX512
-    __builtin_cpu_init();
-    int ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-    const char *e = getenv("DTX_FLASH_PORTABLE");
-    if (e && *e && *e != '0') ok = 0;
-    return ok;
-#else
-    return 0;
-#endif
-}
-
-int dtx_tile_simd(void) {
-    /* Relaxed atomics: threads that race on the first call all store the same value. */
-    int s = __atomic_load_n(&cpu_simd, __ATOMIC_RELAXED);
-    if (s < 0) {
-        s = detect_simd();
-        __atomic_store_n(&cpu_simd, s, __ATOMIC_RELAXED);
-    }
-    return s && !__atomic_load_n(&forced, __ATOMIC_RELAXED);
-}
-
-int dtx_tile_force_portable(int on) {
-    int prev = __atomic_load_n(&forced, __ATOMIC_RELAXED);
-    __atomic_store_n(&forced, on ? 1 : 0, __ATOMIC_RELAXED);
-    return prev;
-}
-
-static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+#include "kernels/tile_ops.h"
 
 /* ---------------------------------------------------------- portable path */
 
@@ -64,20 +24,15 @@ static real exp_r(real x) {
 #endif
 }
 
-static inline int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
-
-/* Number of valid keys of row r in a tile of width N (causal, see header). */
-static inline int64_t valid_cols(int64_t diag, int64_t r, int64_t N) { return clamp64(diag + r + 1, 0, N); }
-
 /* C [M×N] (=|+=) A·B, one C row at a time: the inner loop over n is a plain
  * axpy the compiler vectorises. Causal limits per row (see dtx_tri). */
 static void gemm_portable(int64_t M, int64_t N, int64_t K, const real *A, int64_t sar, int64_t sac,
                           const real *B, int64_t ldb, real *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag) {
     for (int64_t r = 0; r < M; r++) {
         real *c = C + r * ldc;
-        int64_t ne = tri == DTX_TRI_N_HI ? valid_cols(diag, r, N) : N;
-        int64_t kb = tri == DTX_TRI_K_LO ? clamp64(r - diag, 0, K) : 0;
-        int64_t ke = tri == DTX_TRI_K_HI ? clamp64(diag + r + 1, 0, K) : K;
+        int64_t ne = tri == DTX_TRI_N_HI ? tile_valid_cols(diag, r, N) : N;
+        int64_t kb = tri == DTX_TRI_K_LO ? tile_clamp64(r - diag, 0, K) : 0;
+        int64_t ke = tri == DTX_TRI_K_HI ? tile_clamp64(diag + r + 1, 0, K) : K;
         if (!acc) memset(c, 0, sizeof(real) * (size_t)ne);
         for (int64_t kk = kb; kk < ke; kk++) {
             real a = A[r * sar + kk * sac];
@@ -92,7 +47,7 @@ static void softmax_update_portable(real *S, int64_t ld, int64_t M, int64_t N, i
                                     real *m, real *l, real *alpha) {
     for (int64_t r = 0; r < M; r++) {
         real *s = S + r * ld;
-        int64_t nv = valid_cols(diag, r, N);
+        int64_t nv = tile_valid_cols(diag, r, N);
         if (nv == 0) {
             memset(s, 0, sizeof(real) * (size_t)N);
             alpha[r] = 1;
@@ -113,7 +68,7 @@ static void softmax_update_portable(real *S, int64_t ld, int64_t M, int64_t N, i
 static void exp_rows_portable(real *P, const real *S, int64_t ld, int64_t M, int64_t N, int64_t diag,
                               real scale, const real *lse) {
     for (int64_t r = 0; r < M; r++) {
-        int64_t nv = valid_cols(diag, r, N);
+        int64_t nv = tile_valid_cols(diag, r, N);
         const real *s = S + r * ld;
         real *p = P + r * ld, b = lse[r];
         for (int64_t c = 0; c < nv; c++) p[c] = exp_r(s[c] * scale - b);
@@ -121,182 +76,54 @@ static void exp_rows_portable(real *P, const real *S, int64_t ld, int64_t M, int
     }
 }
 
-/* --------------------------------------------------------- AVX-512 path */
-#if TILE_AVX512
+/* ------------------------------------------------------------ dispatch */
 
-enum { MR = 6, NVMAX = 4, NB = 16 * NVMAX }; /* micro-tile: 6 rows × 4 zmm (64 columns) */
-
-/* The micro-kernel: C[mr × 16·nv] (=|+=) A·B over K. mr and nv are compile-
- * time constants at every call site, so the loops unroll fully and the
- * accumulators live in registers (mr·nv + nv + 1 ≤ 29 of the 32 zmm). The
- * last B vector and C vector of the block use the mask ml (ragged n). */
-AVX512_INLINE void mk_body(const int mr, const int nv, int64_t K, const float *A, int64_t sar, int64_t sac,
-                           const float *B, int64_t ldb, float *C, int64_t ldc, __mmask16 ml, int acc) {
-    __m512 c[MR][NVMAX];
-#pragma GCC unroll 6
-    for (int i = 0; i < mr; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) c[i][v] = _mm512_setzero_ps();
-    for (int64_t kk = 0; kk < K; kk++) {
-        const float *bp = B + kk * ldb, *ap = A + kk * sac;
-        __m512 b[NVMAX];
-#pragma GCC unroll 4
-        for (int v = 0; v < nv; v++)
-            b[v] = v == nv - 1 ? _mm512_maskz_loadu_ps(ml, bp + 16 * v) : _mm512_loadu_ps(bp + 16 * v);
-#pragma GCC unroll 6
-        for (int i = 0; i < mr; i++) {
-            __m512 a = _mm512_set1_ps(ap[i * sar]);
-#pragma GCC unroll 4
-            for (int v = 0; v < nv; v++) c[i][v] = _mm512_fmadd_ps(a, b[v], c[i][v]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int i = 0; i < mr; i++)
-#pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) {
-            float *cp = C + i * ldc + 16 * v;
-            __mmask16 k = v == nv - 1 ? ml : (__mmask16)0xFFFF;
-            __m512 x = acc ? _mm512_add_ps(c[i][v], _mm512_maskz_loadu_ps(k, cp)) : c[i][v];
-            _mm512_mask_storeu_ps(cp, k, x);
+/* Portable: 8×8 blocks so that both the reads and the writes stay within a
+ * few lines. */
+static void transpose_portable(real *dst, int64_t ldd, const real *src, int64_t lds, int64_t rows, int64_t cols) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 8)
+        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+            int64_t r1 = tile_min64(rows, r0 + 8), c1 = tile_min64(cols, c0 + 8);
+            for (int64_t c = c0; c < c1; c++)
+                for (int64_t r = r0; r < r1; r++) dst[c * ldd + r] = src[r * lds + c];
         }
 }
 
-typedef void (*mk_fn)(int64_t K, const float *A, int64_t sar, int64_t sac, const float *B, int64_t ldb,
-                      float *C, int64_t ldc, __mmask16 ml, int acc);
-
-#define MK(mr, nv)                                                                                     \
-    AVX512_FN static void mk_##mr##_##nv(int64_t K, const float *A, int64_t sar, int64_t sac,          \
-                                         const float *B, int64_t ldb, float *C, int64_t ldc,           \
-                                         __mmask16 ml, int acc) {                                      \
-        mk_body(mr, nv, K, A, sar, sac, B, ldb, C, ldc, ml, acc);                                      \
-    }
-#define MK_ROW(mr) MK(mr, 1) MK(mr, 2) MK(mr, 3) MK(mr, 4)
-MK_ROW(1) MK_ROW(2) MK_ROW(3) MK_ROW(4) MK_ROW(5) MK_ROW(6)
-#define MK_PTRS(mr) {NULL, mk_##mr##_1, mk_##mr##_2, mk_##mr##_3, mk_##mr##_4}
-static const mk_fn mk_table[MR + 1][NVMAX + 1] = {
-    {NULL}, MK_PTRS(1), MK_PTRS(2), MK_PTRS(3), MK_PTRS(4), MK_PTRS(5), MK_PTRS(6)};
-
-/* Column panels of 64 outer (the K × 64 panel of B stays in L1 while every
- * row block of A streams past it), row blocks of 6 inner. Causal limits are
- * applied per 6-row block (columns rounded up to whole vectors). */
-AVX512_FN static void gemm_avx512(int64_t M, int64_t N, int64_t K, const float *A, int64_t sar, int64_t sac,
-                                  const float *B, int64_t ldb, float *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag) {
-    for (int64_t j = 0; j < N; j += NB) {
-        int64_t nj = min64(NB, N - j);
-        for (int64_t i = 0; i < M; i += MR) {
-            int mr = (int)min64(MR, M - i);
-            int64_t n = nj, kb = 0, ke = K;
-            if (tri == DTX_TRI_N_HI) n = min64(nj, diag + i + mr - j); /* last row of the block */
-            else if (tri == DTX_TRI_K_HI) ke = clamp64(diag + i + mr, 0, K);
-            else if (tri == DTX_TRI_K_LO) kb = clamp64(i - diag, 0, K); /* first row of the block */
-            if (n <= 0) continue;
-            int nv = (int)((n + 15) / 16);
-            mk_table[mr][nv](ke - kb, A + i * sar + kb * sac, sar, sac, B + kb * ldb + j, ldb, C + i * ldc + j,
-                             ldc, lanes(n - 16 * (nv - 1)), acc);
-        }
-    }
+static void exp_portable(real *y, const real *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = exp_r(x[i]);
 }
 
-/* 16×16 blocks, ragged edges through masks (absent rows load as zeros). */
-AVX512_FN static void transpose_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
-                                       int64_t cols) {
-    for (int64_t r0 = 0; r0 < rows; r0 += 16)
-        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
-            int64_t nr = min64(16, rows - r0), nc = min64(16, cols - c0);
-            __mmask16 kc = lanes(nc), kr = lanes(nr);
-            __m512 x[16];
-            load_tr16(x, src + r0 * lds + c0, lds, nr, kc);
-            for (int64_t j = 0; j < nc; j++) _mm512_mask_storeu_ps(dst + (c0 + j) * ldd + r0, kr, x[j]);
-        }
-}
+static const dtx_tile_ops ops_portable = {"portable", gemm_portable, transpose_portable, exp_portable,
+                                          softmax_update_portable, exp_rows_portable};
 
-/* exp(x) for 16 lanes, after Cephes expf: n = round(x·log2 e), r = x − n·ln 2
- * in two parts (exact for |n| < 2^8), e^r ≈ 1 + r + r²·p(r) with p of degree
- * 5 on |r| ≤ ln2/2, then scalef by 2^n. Lanes below ln(FLT_MIN) (and −∞,
- * NaN) give 0, so no denormals reach the products. */
-AVX512_INLINE __m512 exp16(__m512 x) {
-    __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654475f), _CMP_GE_OQ);
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.37626266f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 y = _mm512_set1_ps(1.9875691500E-4f);
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1f));
-    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r);
-    y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(ok, y, n);
-}
+/* One implementation per ISA level (index: dtx_isa). A level without SIMD
+ * kernels of its own takes the next lower one's; the double build has only
+ * the portable kernels. */
+static const dtx_tile_ops *const table[DTX_ISA_AVX512_BF16 + 1] = {
+#if TILE_SIMD
+    &ops_portable, &dtx_tile_ops_avx2, &dtx_tile_ops_avx512, &dtx_tile_ops_avx512,
+#else
+    &ops_portable, &ops_portable, &ops_portable, &ops_portable,
+#endif
+};
 
-AVX512_FN static void exp_avx512(float *y, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i += 16) {
-        __mmask16 k = lanes(n - i);
-        _mm512_mask_storeu_ps(y + i, k, exp16(_mm512_maskz_loadu_ps(k, x + i)));
-    }
-}
+const dtx_tile_ops *dtx_tile_ops_for(dtx_isa lvl) { return table[lvl]; }
+static inline const dtx_tile_ops *ops(void) { return table[dtx_isa_level()]; }
 
-AVX512_FN static void softmax_update_avx512(float *S, int64_t ld, int64_t M, int64_t N, int64_t diag,
-                                            float scale, float *m, float *l, float *alpha) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY), vs = _mm512_set1_ps(scale);
-    for (int64_t r = 0; r < M; r++) {
-        float *s = S + r * ld;
-        int64_t nv = valid_cols(diag, r, N);
-        if (nv == 0) {
-            memset(s, 0, sizeof(float) * (size_t)N);
-            alpha[r] = 1;
-            continue;
-        }
-        __m512 mx = ninf;
-        for (int64_t c = 0; c < nv; c += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, lanes(nv - c), s + c));
-        float mt = _mm512_reduce_max_ps(mx) * scale, mn = mt > m[r] ? mt : m[r];
-        __m512 vm = _mm512_set1_ps(mn), sum = _mm512_setzero_ps();
-        for (int64_t c = 0; c < N; c += 16) {
-            __mmask16 kn = lanes(N - c), kv = lanes(nv - c); /* masked lanes may hold garbage (DTX_TRI_N_HI) */
-            __m512 p = exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(kv, s + c), vs, vm));
-            p = _mm512_maskz_mov_ps(kv, p);
-            sum = _mm512_add_ps(sum, p);
-            _mm512_mask_storeu_ps(s + c, kn, p);
-        }
-        alpha[r] = expf(m[r] - mn); /* m = −∞ on the first tile: alpha = 0 */
-        l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(sum);
-        m[r] = mn;
-    }
+dtx_isa dtx_tile_isa(void) {
+#if TILE_SIMD
+    return dtx_isa_level();
+#else
+    return DTX_ISA_PORTABLE;
+#endif
 }
-
-AVX512_FN static void exp_rows_avx512(float *P, const float *S, int64_t ld, int64_t M, int64_t N,
-                                      int64_t diag, float scale, const float *lse) {
-    const __m512 vs = _mm512_set1_ps(scale);
-    for (int64_t r = 0; r < M; r++) {
-        int64_t nv = valid_cols(diag, r, N);
-        const float *s = S + r * ld;
-        float *p = P + r * ld;
-        __m512 b = _mm512_set1_ps(lse[r]);
-        for (int64_t c = 0; c < N; c += 16) {
-            __mmask16 kn = lanes(N - c), kv = lanes(nv - c);
-            __m512 x = kv ? exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(kv, s + c), vs, b)) : _mm512_setzero_ps();
-            _mm512_mask_storeu_ps(p + c, kn, _mm512_maskz_mov_ps(kv, x));
-        }
-    }
-}
-
-#endif /* TILE_AVX512 */
 
 /* ------------------------------------------------------------ entry points */
 
 void dtx_tile_gemm_tri(int64_t M, int64_t N, int64_t K, const real *A, int64_t sar, int64_t sac,
                        const real *B, int64_t ldb, real *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag) {
     if (M <= 0 || N <= 0) return;
-#if TILE_AVX512
-    if (dtx_tile_simd()) {
-        gemm_avx512(M, N, K, A, sar, sac, B, ldb, C, ldc, acc, tri, diag);
-        return;
-    }
-#endif
-    gemm_portable(M, N, K, A, sar, sac, B, ldb, C, ldc, acc, tri, diag);
+    ops()->gemm_tri(M, N, K, A, sar, sac, B, ldb, C, ldc, acc, tri, diag);
 }
 
 void dtx_tile_gemm(int64_t M, int64_t N, int64_t K, const real *A, int64_t sar, int64_t sac,
@@ -304,51 +131,18 @@ void dtx_tile_gemm(int64_t M, int64_t N, int64_t K, const real *A, int64_t sar, 
     dtx_tile_gemm_tri(M, N, K, A, sar, sac, B, ldb, C, ldc, acc, DTX_TRI_NONE, 0);
 }
 
-/* Portable: 8×8 blocks so that both the reads and the writes stay within a
- * few lines. */
 void dtx_tile_transpose(real *dst, int64_t ldd, const real *src, int64_t lds, int64_t rows, int64_t cols) {
-#if TILE_AVX512
-    if (dtx_tile_simd()) {
-        transpose_avx512(dst, ldd, src, lds, rows, cols);
-        return;
-    }
-#endif
-    for (int64_t r0 = 0; r0 < rows; r0 += 8)
-        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
-            int64_t r1 = min64(rows, r0 + 8), c1 = min64(cols, c0 + 8);
-            for (int64_t c = c0; c < c1; c++)
-                for (int64_t r = r0; r < r1; r++) dst[c * ldd + r] = src[r * lds + c];
-        }
+    ops()->transpose(dst, ldd, src, lds, rows, cols);
 }
 
-void dtx_tile_exp(real *y, const real *x, int64_t n) {
-#if TILE_AVX512
-    if (dtx_tile_simd()) {
-        exp_avx512(y, x, n);
-        return;
-    }
-#endif
-    for (int64_t i = 0; i < n; i++) y[i] = exp_r(x[i]);
-}
+void dtx_tile_exp(real *y, const real *x, int64_t n) { ops()->exp(y, x, n); }
 
 void dtx_tile_softmax_update(real *S, int64_t ld, int64_t M, int64_t N, int64_t diag, real scale, real *m,
                              real *l, real *alpha) {
-#if TILE_AVX512
-    if (dtx_tile_simd()) {
-        softmax_update_avx512(S, ld, M, N, diag, scale, m, l, alpha);
-        return;
-    }
-#endif
-    softmax_update_portable(S, ld, M, N, diag, scale, m, l, alpha);
+    ops()->softmax_update(S, ld, M, N, diag, scale, m, l, alpha);
 }
 
 void dtx_tile_exp_rows(real *P, const real *S, int64_t ld, int64_t M, int64_t N, int64_t diag, real scale,
                        const real *lse) {
-#if TILE_AVX512
-    if (dtx_tile_simd()) {
-        exp_rows_avx512(P, S, ld, M, N, diag, scale, lse);
-        return;
-    }
-#endif
-    exp_rows_portable(P, S, ld, M, N, diag, scale, lse);
+    ops()->exp_rows(P, S, ld, M, N, diag, scale, lse);
 }

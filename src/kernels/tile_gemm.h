@@ -3,26 +3,22 @@
  * row/column strides (so Aᵀ costs nothing), a fast vector exp, and the
  * per-row softmax steps of the flash forward and backward.
  *
- * Two implementations sit behind each entry point: AVX-512 micro-kernels
- * (fp32 build only, chosen at run time when the CPU supports AVX-512F/DQ/BW/VL)
- * and a portable plain-C path (scalar / auto-vectorised loops, libm exp) used
- * otherwise and always in the double build. Both compute the same thing in
- * the same order of tiles; only rounding differs.
- *
- * The portable path can be forced with the environment variable
- * DTX_FLASH_PORTABLE=1 (read once, at the first call) or from code with
- * dtx_tile_force_portable(). Internal header: not part of the public API. */
+ * One implementation per ISA level sits behind each entry point (tile_ops.h):
+ * AVX-512 micro-kernels (tile_avx512.c), AVX2 + FMA ones (tile_avx2.c), both
+ * in the fp32 build only, and a portable plain-C path (scalar /
+ * auto-vectorised loops, libm exp) used below AVX2 and always in the double
+ * build. The level is dtx_isa_level() (difftx.h: the CPU's, capped by
+ * DTX_ISA or dtx_isa_set_cap), read at each call. All compute the same thing
+ * in the same order of tiles; only rounding differs. Internal header: not
+ * part of the public API. */
 #ifndef DTX_TILE_GEMM_H
 #define DTX_TILE_GEMM_H
 
 #include "common/common.h"
 
-/* 1 when the AVX-512 kernels are in use (CPU support, fp32 build, not forced
- * portable). Cheap after the first call. */
-int dtx_tile_simd(void);
-/* Force (1) or stop forcing (0) the portable path; returns the previous
- * forcing. Call it outside parallel regions (tests use it). */
-int dtx_tile_force_portable(int on);
+/* The level whose kernels run now: dtx_isa_level() in the float build,
+ * DTX_ISA_PORTABLE in the double build. */
+dtx_isa dtx_tile_isa(void);
 
 /* C [M × N] (row stride ldc) = A·B (acc = 0) or += A·B (acc = 1), where
  * A(r, kk) = A[r·sar + kk·sac] for r < M, kk < K (so a row-major A has
@@ -45,8 +41,9 @@ void dtx_tile_gemm_tri(int64_t M, int64_t N, int64_t K, const real *A, int64_t s
 /* dst[c·ldd + r] = src[r·lds + c] for r < rows, c < cols (a transpose). */
 void dtx_tile_transpose(real *dst, int64_t ldd, const real *src, int64_t lds, int64_t rows, int64_t cols);
 
-/* y [n] = exp(x) with the kernel's exp (AVX-512: Cody–Waite reduction and a
- * degree-7 polynomial, ~2 ulp; results below FLT_MIN flush to 0). */
+/* y [n] = exp(x) with the kernel's exp (AVX-512 and AVX2: Cody–Waite
+ * reduction and a degree-7 polynomial, ~2 ulp; results below FLT_MIN flush
+ * to 0; portable: libm). */
 void dtx_tile_exp(real *y, const real *x, int64_t n);
 
 /* Causal validity inside a tile: row r (query q0 + r) sees the tile's keys

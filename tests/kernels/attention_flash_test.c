@@ -2,7 +2,7 @@
  * kernel: forward output, o1, o2, rstd and every gradient over odd lengths,
  * head widths, GQA ratios and both architectures; the saved lse against a
  * direct log-sum-exp; the tile product and the vector exp on their own; the
- * portable path against the AVX-512 one; other tilings; determinism; and
+ * portable path against the AVX2 and AVX-512 ones; other tilings; determinism; and
  * the workspace growing linearly in T; the bf16 mode against the plain fp32
  * kernel (tolerance of bf16 operands). Set DTX_FLASH_VERBOSE=1 to print the
  * measured errors. The bf16 tile products themselves: tile_bf16_test.c. */
@@ -145,9 +145,9 @@ static double flash_vs_plain_prec(int diff, int64_t T, int64_t H, int64_t G, int
     p.a.precision = prec;
     result f = run(&p, DTX_ATTN_FLASH);
     char name[96];
-    snprintf(name, sizeof name, "%s T%lld H%lld G%lld d%lld sd%.0f%s%s", diff ? "diff" : "tfm", (long long)T,
+    snprintf(name, sizeof name, "%s T%lld H%lld G%lld d%lld sd%.0f%s %s", diff ? "diff" : "tfm", (long long)T,
              (long long)H, (long long)G, (long long)d, qk_sd, prec == DTX_PREC_BF16 ? " bf16" : "",
-             dtx_tile_simd() ? "" : " portable");
+             dtx_isa_name(dtx_tile_isa()));
     double e = compare(&p, &f, &r, name, prec == DTX_PREC_BF16 ? FLASH_BF16_TOL : FLASH_TOL);
     result_free(&f), result_free(&r), prob_free(&p);
     return e;
@@ -216,24 +216,23 @@ TEST(kernel_flash_tilings) {
 /* ------------------------------------------------------------ bf16 mode */
 
 /* bf16 operands against the plain fp32 kernel: odd lengths (a pad pair),
- * odd and even head widths, GQA, both architectures, on the AVX-512 BF16
- * path and the portable one. The error must also not vanish: bf16 rounding
+ * odd and even head widths, GQA, both architectures, at every ISA level the
+ * CPU has (AVX-512 BF16: native bf16 tiles; below: emulated, the fp32 tiles
+ * on rounded operands). The error must also not vanish: bf16 rounding
  * is there (an fp32 run in disguise would pass at 1e-6). */
 TEST(kernel_flash_bf16_matches_plain) {
     static const int64_t Ts[] = {1, 7, 65, 130, 257}, ds[] = {8, 13, 64, 128};
     double worst = 0, least = 1;
     uint64_t seed = 1000;
-    for (int pass = 0; pass < 2; pass++) {
-        int prev = dtx_tile_force_portable(pass == 1);
+    FOR_EACH_ISA(lvl) {
         for (int it = 0; it < 5; it++)
             for (int id = 0; id < 4; id++) {
-                if (pass == 1 && (it + id) % 2) continue; /* the portable path is slow: half the grid */
-                int64_t rep = 1 + (it + id) % 3, G = rep == 3 ? 1 : 2, diff = (it + id + pass) % 2;
+                if (lvl == DTX_ISA_PORTABLE && (it + id) % 2) continue; /* the portable path is slow: half the grid */
+                int64_t rep = 1 + (it + id) % 3, G = rep == 3 ? 1 : 2, diff = (it + id + (int)lvl) % 2;
                 double e = flash_vs_plain_prec((int)diff, Ts[it], G * rep, G, ds[id], 0.6, 1, seed++, DTX_PREC_BF16);
                 worst = fmax(worst, e);
                 if (Ts[it] > 7) least = fmin(least, e);
             }
-        dtx_tile_force_portable(prev);
     }
     CHECKF(least > 1e-5, "bf16 errors as small as %.3g: are the products really bf16?", least);
     if (verbose()) printf("    bf16 worst over the sweep %.2e, least %.2e\n", worst, least);
@@ -293,24 +292,23 @@ TEST(kernel_flash_exp_accuracy) {
     real *x = alloc_r((size_t)n), *y = alloc_r((size_t)n);
     for (int64_t i = 0; i < n; i++) x[i] = (real)(-88.0 * (double)i / (double)(n - 1));
     x[0] = 0, x[1] = -1e-8f, x[2] = -FLT_MIN;
-    for (int pass = 0; pass < 2; pass++) {
+    FOR_EACH_ISA(lvl) {
         double worst_rel = 0, worst_abs_tiny = 0;
-        int prev = dtx_tile_force_portable(pass == 1);
+        const char *path = dtx_isa_name(lvl);
         dtx_tile_exp(y, x, n);
-        dtx_tile_force_portable(prev);
         for (int64_t i = 0; i < n; i++) {
             double want = exp((double)x[i]);
             if (want >= FLT_MIN) worst_rel = fmax(worst_rel, fabs(y[i] - want) / want);
             else worst_abs_tiny = fmax(worst_abs_tiny, fabs(y[i] - want));
         }
-        CHECKF(worst_rel < 3e-7, "exp (%s) relative error %.3g", pass ? "portable" : "kernel", worst_rel);
-        CHECKF(worst_abs_tiny <= FLT_MIN, "exp (%s) below FLT_MIN: error %.3g", pass ? "portable" : "kernel",
-               worst_abs_tiny);
-        if (verbose()) printf("    exp %s: worst rel err %.2e over [-88, 0]\n", pass ? "portable" : "simd", worst_rel);
+        CHECKF(worst_rel < 3e-7, "exp (%s) relative error %.3g", path, worst_rel);
+        CHECKF(worst_abs_tiny <= FLT_MIN, "exp (%s) below FLT_MIN: error %.3g", path, worst_abs_tiny);
+        if (verbose()) printf("    exp %s: worst rel err %.2e over [-88, 0]\n", path, worst_rel);
+        real big[5] = {-INFINITY, -1000, -90, NAN, 0}, out[5] = {1, 1, 1, 1, 1};
+        dtx_tile_exp(out, big, 5); /* also a ragged tail of 5 */
+        CHECKF(out[0] == 0 && out[1] == 0 && out[2] < FLT_MIN && isnan(out[3]) && out[4] == 1, "exp (%s) specials",
+               path);
     }
-    real big[3] = {-INFINITY, -1000, -90}, out[3] = {1, 1, 1};
-    dtx_tile_exp(out, big, 3);
-    CHECK(out[0] == 0 && out[1] == 0 && out[2] < FLT_MIN);
     free(x), free(y);
 }
 
@@ -320,8 +318,7 @@ TEST(kernel_flash_tile_gemm) {
     dtx_rng r;
     dtx_rng_seed(&r, 700);
     static const int64_t shapes[][3] = {{64, 64, 64}, {13, 77, 9}, {1, 1, 1}, {6, 16, 130}, {65, 129, 33}, {5, 3, 0}};
-    for (int pass = 0; pass < 2; pass++) {
-        int prev = dtx_tile_force_portable(pass == 1);
+    FOR_EACH_ISA(lvl) {
         for (int si = 0; si < 6; si++)
             for (int trans = 0; trans <= 1; trans++)
                 for (int acc = 0; acc <= 1; acc++) {
@@ -343,10 +340,9 @@ TEST(kernel_flash_tile_gemm) {
                     for (int64_t i = 0; i < M * ldc; i++)
                         worst = fmax(worst, fabs(C[i] - want[i]) / (1 + fabs(want[i])));
                     CHECKF(worst < 1e-5, "gemm %lldx%lldx%lld trans %d acc %d %s: err %.3g", (long long)M,
-                           (long long)N, (long long)K, trans, acc, pass ? "portable" : "simd", worst);
+                           (long long)N, (long long)K, trans, acc, dtx_isa_name(lvl), worst);
                     free(A), free(B), free(C), free(want);
                 }
-        dtx_tile_force_portable(prev);
     }
 }
 
@@ -358,8 +354,7 @@ TEST(kernel_flash_tile_gemm_causal) {
     dtx_rng_seed(&r, 710);
     static const int64_t diags[] = {-70, -20, -3, 0, 5, 40, 200};
     int64_t M = 45, N = 70, K = 67, ld = 80;
-    for (int pass = 0; pass < 2; pass++) {
-        int prev = dtx_tile_force_portable(pass == 1);
+    FOR_EACH_ISA(lvl) {
         for (int tri = DTX_TRI_N_HI; tri <= DTX_TRI_K_LO; tri++)
             for (int di = 0; di < 7; di++) {
                 int64_t diag = diags[di];
@@ -383,10 +378,9 @@ TEST(kernel_flash_tile_gemm_causal) {
                 for (int64_t i = 0; i < M; i++) /* columns beyond N untouched */
                     for (int64_t j = N; j < ld; j++) worst = fmax(worst, fabs(C[i * ld + j] - C0[i * ld + j]));
                 CHECKF(worst < 1e-5, "tri %d diag %lld %s: err %.3g", tri, (long long)diag,
-                       pass ? "portable" : "simd", worst);
+                       dtx_isa_name(lvl), worst);
                 free(A), free(B), free(C), free(C0);
             }
-        dtx_tile_force_portable(prev);
     }
 }
 
@@ -394,8 +388,7 @@ TEST(kernel_flash_tile_transpose) {
     dtx_rng r;
     dtx_rng_seed(&r, 720);
     static const int64_t shapes[][2] = {{16, 16}, {1, 1}, {37, 5}, {100, 64}, {3, 50}};
-    for (int pass = 0; pass < 2; pass++) {
-        int prev = dtx_tile_force_portable(pass == 1);
+    FOR_EACH_ISA(lvl) {
         for (int si = 0; si < 5; si++) {
             int64_t R = shapes[si][0], Cn = shapes[si][1], lds = Cn + 7, ldd = R + 9;
             real *src = randn(&r, (size_t)(R * lds), 0, 1), *dst = randn(&r, (size_t)(Cn * ldd), 0, 1);
@@ -407,36 +400,37 @@ TEST(kernel_flash_tile_transpose) {
                 for (int64_t i = 0; i < ldd; i++)
                     bad += dst[c * ldd + i] != (i < R ? src[i * lds + c] : dst0[c * ldd + i]);
             CHECKF(bad == 0, "transpose %lldx%lld %s: %d wrong", (long long)R, (long long)Cn,
-                   pass ? "portable" : "simd", bad);
+                   dtx_isa_name(lvl), bad);
             free(src), free(dst), free(dst0);
         }
-        dtx_tile_force_portable(prev);
     }
 }
 
 /* ---------------------------------------------- paths, determinism, memory */
 
-/* The forced portable path (DTX_FLASH_PORTABLE=1 does the same) agrees with
- * the AVX-512 path; skipped checks when the CPU has no AVX-512. */
-TEST(kernel_flash_portable_matches_simd) {
-    if (!dtx_tile_simd()) {
-        printf("    (AVX-512 off: no CPU support, or DTX_FLASH_PORTABLE=1; nothing to compare)\n");
-        return;
-    }
+/* Every SIMD level agrees with the portable path on whole problems (the
+ * tile tests above check the pieces); levels the CPU lacks are skipped. */
+static void simd_matches_portable(dtx_isa want) {
+    REQUIRE_ISA(want);
     for (int diff = 0; diff <= 1; diff++) {
         prob p = prob_make(800 + (uint64_t)diff, diff, 2, 200, 4, 2, 64, 0.7, 0.5, 1);
+        dtx_isa prev = dtx_isa_set_cap(want);
+        CHECK(dtx_tile_isa() == want);
         result s = run(&p, DTX_ATTN_FLASH);
-        int prev = dtx_tile_force_portable(1);
-        CHECK(!dtx_tile_simd());
+        dtx_isa_set_cap(DTX_ISA_PORTABLE);
         result f = run(&p, DTX_ATTN_FLASH);
-        dtx_tile_force_portable(prev);
-        compare(&p, &f, &s, diff ? "portable vs simd diff" : "portable vs simd tfm", FLASH_TOL);
+        dtx_isa_set_cap(prev);
+        char name[64];
+        snprintf(name, sizeof name, "portable vs %s %s", dtx_isa_name(want), diff ? "diff" : "tfm");
+        compare(&p, &f, &s, name, FLASH_TOL);
         double e = 0;
         for (size_t i = 0; i < p.nlse; i++) e = fmax(e, fabs(f.lse[i] - s.lse[i]));
-        CHECKF(e < 1e-5, "lse portable vs simd %.3g", e);
+        CHECKF(e < 1e-5, "lse %s %.3g", name, e);
         result_free(&s), result_free(&f), prob_free(&p);
     }
 }
+TEST(kernel_flash_avx2_matches_portable) { simd_matches_portable(DTX_ISA_AVX2); }
+TEST(kernel_flash_avx512_matches_portable) { simd_matches_portable(DTX_ISA_AVX512); }
 
 static int same_bits(const void *a, const void *b, size_t n) { return memcmp(a, b, n) == 0; }
 

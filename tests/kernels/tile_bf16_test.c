@@ -18,15 +18,17 @@ static float *randf(dtx_rng *r, size_t n) {
 
 static float rb(float x) { return dtx_bf16_to_f32(dtx_f32_to_bf16(x)); }
 
-/* Both paths when the CPU has AVX-512 BF16, else the portable one twice. */
-static const char *path_name(void) { return dtx_tile_bf16_simd() ? "simd" : "portable"; }
+/* The two bf16 paths: portable, and AVX-512 BF16 where the CPU has it (the
+ * levels between run the portable bf16 code again, so they are left out). */
+static const char *path_name(void) { return dtx_tile_bf16_simd() ? "avx512bf16" : "portable"; }
+static int bf16_path_level(dtx_isa lvl) { return lvl == DTX_ISA_PORTABLE || lvl == DTX_ISA_AVX512_BF16; }
 
 TEST(tile_bf16_pack_a) {
     dtx_rng r;
     dtx_rng_seed(&r, 40);
     static const int64_t shapes[][2] = {{1, 1}, {5, 7}, {16, 16}, {33, 70}, {100, 31}};
-    for (int pass = 0; pass < 2; pass++) {
-        int prev = dtx_tile_force_portable(pass);
+    FOR_EACH_ISA(lvl) {
+        if (!bf16_path_level(lvl)) continue;
         for (int si = 0; si < 5; si++)
             for (int mode = 0; mode < 3; mode++) { /* rows, transposed, other strides */
                 int64_t R = shapes[si][0], C = shapes[si][1], ld = 2 * R + 2 * C + 6;
@@ -46,7 +48,6 @@ TEST(tile_bf16_pack_a) {
                        path_name(), bad);
                 free(src), free(dst);
             }
-        dtx_tile_force_portable(prev);
     }
 }
 
@@ -68,8 +69,8 @@ TEST(tile_bf16_pack_b) {
     dtx_rng r;
     dtx_rng_seed(&r, 41);
     static const int64_t shapes[][2] = {{1, 1}, {2, 16}, {7, 5}, {64, 64}, {33, 70}, {100, 17}};
-    for (int pass = 0; pass < 2; pass++) {
-        int prev = dtx_tile_force_portable(pass);
+    FOR_EACH_ISA(lvl) {
+        if (!bf16_path_level(lvl)) continue;
         for (int si = 0; si < 6; si++)
             for (int trans = 0; trans <= 1; trans++) {
                 /* not transposed: src [K × N]; transposed: src [N × K] */
@@ -85,7 +86,6 @@ TEST(tile_bf16_pack_b) {
                        path_name(), bad);
                 free(src), free(dst);
             }
-        dtx_tile_force_portable(prev);
     }
 }
 
@@ -96,8 +96,8 @@ TEST(tile_bf16_gemm) {
     dtx_rng_seed(&r, 42);
     static const int64_t shapes[][3] = {{64, 64, 64}, {13, 77, 9}, {1, 1, 1}, {6, 16, 130}, {45, 70, 67}, {5, 3, 0}};
     static const int64_t diags[] = {-20, -3, 0, 5, 40};
-    for (int pass = 0; pass < 2; pass++) {
-        int prev = dtx_tile_force_portable(pass);
+    FOR_EACH_ISA(lvl) {
+        if (!bf16_path_level(lvl)) continue;
         for (int si = 0; si < 6; si++)
             for (int tri = DTX_TRI_NONE; tri <= DTX_TRI_K_LO; tri++)
                 for (int di = 0; di < (tri == DTX_TRI_NONE ? 1 : 5); di++) {
@@ -132,7 +132,6 @@ TEST(tile_bf16_gemm) {
                            (long long)M, (long long)N, (long long)K, tri, (long long)diag, acc, path_name(), worst);
                     free(Af), free(Bf), free(A), free(B), free(C), free(C0);
                 }
-        dtx_tile_force_portable(prev);
     }
 }
 
@@ -142,14 +141,19 @@ TEST(tile_bf16_rounding) {
     CHECK(rb(1.0f + 1.0f / 256) == 1.0f);            /* tie: to even (down) */
     CHECK(rb(1.0f + 3.0f / 256) == 1.0f + 4.0f / 256); /* tie: to even (up) */
     CHECK(isnan(rb(NAN)) && isinf(rb(INFINITY)));
-    /* the packer's rounding is the same on both paths */
+}
+
+/* The native packer rounds as the portable one (ties included). */
+TEST(tile_bf16_native_rounds_as_portable) {
+    REQUIRE_ISA(DTX_ISA_AVX512_BF16);
     float x[32];
     for (int i = 0; i < 32; i++) x[i] = 1.0f + (float)i / 512;
     dtx_bf16 a[32], b[32];
-    int prev = dtx_tile_force_portable(0);
+    dtx_isa prev = dtx_isa_set_cap(DTX_ISA_AVX512_BF16);
+    CHECK(dtx_tile_bf16_simd());
     dtx_bf16_pack_a(a, 32, x, 32, 1, 1, 32);
-    dtx_tile_force_portable(1);
+    dtx_isa_set_cap(DTX_ISA_PORTABLE);
     dtx_bf16_pack_a(b, 32, x, 32, 1, 1, 32);
-    dtx_tile_force_portable(prev);
+    dtx_isa_set_cap(prev);
     CHECK(memcmp(a, b, sizeof a) == 0);
 }

@@ -1,0 +1,271 @@
+/* AVX2 + FMA tile kernels (tile_ops.h), for CPUs with 16 ymm registers and
+ * no AVX-512 (AMD Zen 1–3, Intel client cores since Haswell). Same contracts
+ * and the same order of tiles as the AVX-512 kernels (tile_avx512.c):
+ *   - the product keeps a 6 × 16 block of C in 12 ymm accumulators; per k
+ *     step it loads one 16-wide row of B (2 vectors, the last one masked for
+ *     ragged n) and broadcasts one element of A per row from memory, so A may
+ *     be read with any strides; 12 + 2 + 1 registers;
+ *   - 8×8 in-register transposes;
+ *   - exp8: dtx_vexpf (vexp.h) lane for lane, so the two give the same bits,
+ *     with results below FLT_MIN flushed to 0 as the AVX-512 exp16 does;
+ *   - the flash softmax row steps on 8 lanes.
+ * Masked stores (slow on AMD cores) only happen at ragged tile edges.
+ * Compiled with target attributes (any -march); tile_gemm.c's table picks
+ * these at ISA level AVX2 only. */
+#include "kernels/tile_ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#if TILE_SIMD
+#include <immintrin.h>
+
+#define AVX2_FN __attribute__((target("avx2,fma")))
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma")))
+
+/* Lanes [0, n) of 8, as a maskload/maskstore mask (n clamped to [0, 8]). */
+static const int32_t mask_src[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+AVX2_INLINE __m256i lanes8(int64_t n) {
+    n = n < 0 ? 0 : n > 8 ? 8 : n;
+    return _mm256_loadu_si256((const __m256i *)(const void *)(mask_src + 8 - n));
+}
+
+AVX2_INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2_INLINE float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ------------------------------------------------------------- product */
+
+enum { MR = 6, NVMAX = 2, NB = 8 * NVMAX }; /* micro-tile: 6 rows × 2 ymm (16 columns) */
+
+/* C[mr × 8·nv] (=|+=) A·B over K; mr, nv and rag (the last vector is
+ * partial, lanes ml) are compile-time constants at every call site, so the
+ * loops unroll and the accumulators stay in registers. */
+AVX2_INLINE void mk_body(const int mr, const int nv, const int rag, int64_t K, const float *A, int64_t sar,
+                         int64_t sac, const float *B, int64_t ldb, float *C, int64_t ldc, __m256i ml, int acc) {
+    __m256 c[MR][NVMAX];
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) c[i][v] = _mm256_setzero_ps();
+    for (int64_t kk = 0; kk < K; kk++) {
+        const float *bp = B + kk * ldb, *ap = A + kk * sac;
+        __m256 b[NVMAX];
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++)
+            b[v] = rag && v == nv - 1 ? _mm256_maskload_ps(bp + 8 * v, ml) : _mm256_loadu_ps(bp + 8 * v);
+#pragma GCC unroll 6
+        for (int i = 0; i < mr; i++) {
+            __m256 a = _mm256_broadcast_ss(ap + i * sar);
+#pragma GCC unroll 2
+            for (int v = 0; v < nv; v++) c[i][v] = _mm256_fmadd_ps(a, b[v], c[i][v]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) {
+            float *cp = C + i * ldc + 8 * v;
+            if (rag && v == nv - 1) {
+                __m256 x = acc ? _mm256_add_ps(c[i][v], _mm256_maskload_ps(cp, ml)) : c[i][v];
+                _mm256_maskstore_ps(cp, ml, x);
+            } else {
+                _mm256_storeu_ps(cp, acc ? _mm256_add_ps(c[i][v], _mm256_loadu_ps(cp)) : c[i][v]);
+            }
+        }
+}
+
+typedef void (*mk_fn)(int64_t K, const float *A, int64_t sar, int64_t sac, const float *B, int64_t ldb, float *C,
+                      int64_t ldc, __m256i ml, int acc);
+
+#define MK(mr, nv, rag)                                                                                   \
+    AVX2_FN static void mk_##mr##_##nv##_##rag(int64_t K, const float *A, int64_t sar, int64_t sac,        \
+                                               const float *B, int64_t ldb, float *C, int64_t ldc,         \
+                                               __m256i ml, int acc) {                                      \
+        mk_body(mr, nv, rag, K, A, sar, sac, B, ldb, C, ldc, ml, acc);                                     \
+    }
+#define MK_ROW(mr) MK(mr, 1, 0) MK(mr, 2, 0) MK(mr, 1, 1) MK(mr, 2, 1)
+MK_ROW(1) MK_ROW(2) MK_ROW(3) MK_ROW(4) MK_ROW(5) MK_ROW(6)
+#define MK_PTRS(mr) {{NULL, mk_##mr##_1_0, mk_##mr##_2_0}, {NULL, mk_##mr##_1_1, mk_##mr##_2_1}}
+static const mk_fn mk_table[MR + 1][2][NVMAX + 1] = {
+    {{NULL}}, MK_PTRS(1), MK_PTRS(2), MK_PTRS(3), MK_PTRS(4), MK_PTRS(5), MK_PTRS(6)};
+
+/* Column panels of 16 outer (the K × 16 panel of B stays in L1 while every
+ * row block of A streams past it), row blocks of 6 inner; causal limits per
+ * 6-row block, as in the AVX-512 product. */
+AVX2_FN static void gemm_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t sar, int64_t sac,
+                              const float *B, int64_t ldb, float *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag) {
+    for (int64_t j = 0; j < N; j += NB) {
+        int64_t nj = tile_min64(NB, N - j);
+        for (int64_t i = 0; i < M; i += MR) {
+            int mr = (int)tile_min64(MR, M - i);
+            int64_t n = nj, kb = 0, ke = K;
+            if (tri == DTX_TRI_N_HI) n = tile_min64(nj, diag + i + mr - j); /* last row of the block */
+            else if (tri == DTX_TRI_K_HI) ke = tile_clamp64(diag + i + mr, 0, K);
+            else if (tri == DTX_TRI_K_LO) kb = tile_clamp64(i - diag, 0, K); /* first row of the block */
+            if (n <= 0) continue;
+            int nv = (int)((n + 7) / 8), rag = n % 8 != 0;
+            mk_table[mr][rag][nv](ke - kb, A + i * sar + kb * sac, sar, sac, B + kb * ldb + j, ldb, C + i * ldc + j,
+                                  ldc, lanes8(n - 8 * (nv - 1)), acc);
+        }
+    }
+}
+
+/* ----------------------------------------------------------- transpose */
+
+/* In-register transpose of an 8×8 block. */
+AVX2_INLINE void tr8(__m256 r[8]) {
+    __m256 t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) {
+        u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+        r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
+}
+
+/* Full 8×8 blocks in registers; ragged edge blocks element by element. */
+AVX2_FN static void transpose_avx2(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                                   int64_t cols) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 8)
+        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+            int64_t nr = tile_min64(8, rows - r0), nc = tile_min64(8, cols - c0);
+            if (nr < 8 || nc < 8) {
+                for (int64_t c = 0; c < nc; c++)
+                    for (int64_t r = 0; r < nr; r++) dst[(c0 + c) * ldd + r0 + r] = src[(r0 + r) * lds + c0 + c];
+                continue;
+            }
+            __m256 x[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) x[i] = _mm256_loadu_ps(src + (r0 + i) * lds + c0);
+            tr8(x);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) _mm256_storeu_ps(dst + (c0 + j) * ldd + r0, x[j]);
+        }
+}
+
+/* ----------------------------------------------------------------- exp */
+
+/* dtx_vexpf (vexp.h) on 8 lanes, step for step (the same roundings, so the
+ * same bits), then lanes below ln(FLT_MIN) flushed to 0 as exp16 does, so
+ * no subnormal reaches the products. NaN stays NaN. */
+AVX2_INLINE __m256 exp8(__m256 x) {
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    __m256 k = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic);
+    __m256 n = _mm256_sub_ps(k, magic);
+    __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(k), _mm256_castps_si256(magic));
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1), bias = _mm256_set1_epi32(127);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    y = _mm256_mul_ps(_mm256_mul_ps(y, s1), s2);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(88.8f), _CMP_GT_OQ));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.33654475f), _CMP_LT_OQ), y);
+}
+
+AVX2_FN static void exp_avx2(float *y, const float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        __m256i k = lanes8(n - i);
+        _mm256_maskstore_ps(y + i, k, exp8(_mm256_maskload_ps(x + i, k)));
+    }
+}
+
+/* ---------------------------------------------------- softmax row steps */
+
+/* The valid lanes of s[c, c + 8) of a row with nv valid columns, 0 elsewhere. */
+AVX2_INLINE __m256 load_valid(const float *s, int64_t c, int64_t nv) {
+    return c + 8 <= nv ? _mm256_loadu_ps(s + c) : _mm256_maskload_ps(s + c, lanes8(nv - c));
+}
+
+/* p into s[c, c + 8), lanes below N only. */
+AVX2_INLINE void store_row(float *s, int64_t c, int64_t N, __m256 p) {
+    if (c + 8 <= N) _mm256_storeu_ps(s + c, p);
+    else _mm256_maskstore_ps(s + c, lanes8(N - c), p);
+}
+
+/* p with the lanes at or past nv (column c + lane) set to 0. */
+AVX2_INLINE __m256 keep_valid(__m256 p, int64_t c, int64_t nv) {
+    return c + 8 <= nv ? p : _mm256_and_ps(p, _mm256_castsi256_ps(lanes8(nv - c)));
+}
+
+AVX2_FN static void softmax_update_avx2(float *S, int64_t ld, int64_t M, int64_t N, int64_t diag, float scale,
+                                        float *m, float *l, float *alpha) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), vs = _mm256_set1_ps(scale);
+    for (int64_t r = 0; r < M; r++) {
+        float *s = S + r * ld;
+        int64_t nv = tile_valid_cols(diag, r, N);
+        if (nv == 0) {
+            memset(s, 0, sizeof(float) * (size_t)N);
+            alpha[r] = 1;
+            continue;
+        }
+        __m256 mx = ninf;
+        for (int64_t c = 0; c < nv; c += 8) {
+            __m256 x = load_valid(s, c, nv);
+            if (c + 8 > nv) x = _mm256_blendv_ps(ninf, x, _mm256_castsi256_ps(lanes8(nv - c)));
+            mx = _mm256_max_ps(mx, x);
+        }
+        float mt = hmax8(mx) * scale, mn = mt > m[r] ? mt : m[r];
+        __m256 vm = _mm256_set1_ps(mn), sum = _mm256_setzero_ps();
+        for (int64_t c = 0; c < N; c += 8) { /* lanes past nv may hold garbage (DTX_TRI_N_HI) */
+            __m256 p = keep_valid(exp8(_mm256_fmsub_ps(load_valid(s, c, nv), vs, vm)), c, nv);
+            sum = _mm256_add_ps(sum, p);
+            store_row(s, c, N, p);
+        }
+        alpha[r] = expf(m[r] - mn); /* m = −∞ on the first tile: alpha = 0 */
+        l[r] = l[r] * alpha[r] + hsum8(sum);
+        m[r] = mn;
+    }
+}
+
+AVX2_FN static void exp_rows_avx2(float *P, const float *S, int64_t ld, int64_t M, int64_t N, int64_t diag,
+                                  float scale, const float *lse) {
+    const __m256 vs = _mm256_set1_ps(scale);
+    for (int64_t r = 0; r < M; r++) {
+        int64_t nv = tile_valid_cols(diag, r, N);
+        const float *s = S + r * ld;
+        float *p = P + r * ld;
+        __m256 b = _mm256_set1_ps(lse[r]);
+        for (int64_t c = 0; c < N; c += 8) {
+            __m256 x = c < nv ? keep_valid(exp8(_mm256_fmsub_ps(load_valid(s, c, nv), vs, b)), c, nv)
+                              : _mm256_setzero_ps();
+            store_row(p, c, N, x);
+        }
+    }
+}
+
+const dtx_tile_ops dtx_tile_ops_avx2 = {"avx2", gemm_avx2, transpose_avx2, exp_avx2, softmax_update_avx2,
+                                        exp_rows_avx2};
+
+#endif /* TILE_SIMD */

@@ -1,0 +1,181 @@
+/* AVX-512 tile kernels (tile_ops.h): a 6 × 64 register-blocked product in
+ * 24 zmm accumulators (one 64-wide row of B per k step: 4 vectors, the last
+ * masked for ragged n; one broadcast element of A per row, so A may be read
+ * with any strides), a 16×16 in-register transpose, exp16 and the flash
+ * softmax row steps. Compiled with target attributes (any -march); chosen
+ * by tile_gemm.c's table only at ISA level AVX512 or above. */
+#include "kernels/tile_ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/tile_avx512.h"
+
+#if TILE_AVX512
+
+
+enum { MR = 6, NVMAX = 4, NB = 16 * NVMAX }; /* micro-tile: 6 rows × 4 zmm (64 columns) */
+
+/* The micro-kernel: C[mr × 16·nv] (=|+=) A·B over K. mr and nv are compile-
+ * time constants at every call site, so the loops unroll fully and the
+ * accumulators live in registers (mr·nv + nv + 1 ≤ 29 of the 32 zmm). The
+ * last B vector and C vector of the block use the mask ml (ragged n). */
+AVX512_INLINE void mk_body(const int mr, const int nv, int64_t K, const float *A, int64_t sar, int64_t sac,
+                           const float *B, int64_t ldb, float *C, int64_t ldc, __mmask16 ml, int acc) {
+    __m512 c[MR][NVMAX];
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) c[i][v] = _mm512_setzero_ps();
+    for (int64_t kk = 0; kk < K; kk++) {
+        const float *bp = B + kk * ldb, *ap = A + kk * sac;
+        __m512 b[NVMAX];
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++)
+            b[v] = v == nv - 1 ? _mm512_maskz_loadu_ps(ml, bp + 16 * v) : _mm512_loadu_ps(bp + 16 * v);
+#pragma GCC unroll 6
+        for (int i = 0; i < mr; i++) {
+            __m512 a = _mm512_set1_ps(ap[i * sar]);
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++) c[i][v] = _mm512_fmadd_ps(a, b[v], c[i][v]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            float *cp = C + i * ldc + 16 * v;
+            __mmask16 k = v == nv - 1 ? ml : (__mmask16)0xFFFF;
+            __m512 x = acc ? _mm512_add_ps(c[i][v], _mm512_maskz_loadu_ps(k, cp)) : c[i][v];
+            _mm512_mask_storeu_ps(cp, k, x);
+        }
+}
+
+typedef void (*mk_fn)(int64_t K, const float *A, int64_t sar, int64_t sac, const float *B, int64_t ldb,
+                      float *C, int64_t ldc, __mmask16 ml, int acc);
+
+#define MK(mr, nv)                                                                                     \
+    AVX512_FN static void mk_##mr##_##nv(int64_t K, const float *A, int64_t sar, int64_t sac,          \
+                                         const float *B, int64_t ldb, float *C, int64_t ldc,           \
+                                         __mmask16 ml, int acc) {                                      \
+        mk_body(mr, nv, K, A, sar, sac, B, ldb, C, ldc, ml, acc);                                      \
+    }
+#define MK_ROW(mr) MK(mr, 1) MK(mr, 2) MK(mr, 3) MK(mr, 4)
+MK_ROW(1) MK_ROW(2) MK_ROW(3) MK_ROW(4) MK_ROW(5) MK_ROW(6)
+#define MK_PTRS(mr) {NULL, mk_##mr##_1, mk_##mr##_2, mk_##mr##_3, mk_##mr##_4}
+static const mk_fn mk_table[MR + 1][NVMAX + 1] = {
+    {NULL}, MK_PTRS(1), MK_PTRS(2), MK_PTRS(3), MK_PTRS(4), MK_PTRS(5), MK_PTRS(6)};
+
+/* Column panels of 64 outer (the K × 64 panel of B stays in L1 while every
+ * row block of A streams past it), row blocks of 6 inner. Causal limits are
+ * applied per 6-row block (columns rounded up to whole vectors). */
+AVX512_FN static void gemm_avx512(int64_t M, int64_t N, int64_t K, const float *A, int64_t sar, int64_t sac,
+                                  const float *B, int64_t ldb, float *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag) {
+    for (int64_t j = 0; j < N; j += NB) {
+        int64_t nj = tile_min64(NB, N - j);
+        for (int64_t i = 0; i < M; i += MR) {
+            int mr = (int)tile_min64(MR, M - i);
+            int64_t n = nj, kb = 0, ke = K;
+            if (tri == DTX_TRI_N_HI) n = tile_min64(nj, diag + i + mr - j); /* last row of the block */
+            else if (tri == DTX_TRI_K_HI) ke = tile_clamp64(diag + i + mr, 0, K);
+            else if (tri == DTX_TRI_K_LO) kb = tile_clamp64(i - diag, 0, K); /* first row of the block */
+            if (n <= 0) continue;
+            int nv = (int)((n + 15) / 16);
+            mk_table[mr][nv](ke - kb, A + i * sar + kb * sac, sar, sac, B + kb * ldb + j, ldb, C + i * ldc + j,
+                             ldc, lanes(n - 16 * (nv - 1)), acc);
+        }
+    }
+}
+
+/* 16×16 blocks, ragged edges through masks (absent rows load as zeros). */
+AVX512_FN static void transpose_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                                       int64_t cols) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 16)
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+            int64_t nr = tile_min64(16, rows - r0), nc = tile_min64(16, cols - c0);
+            __mmask16 kc = lanes(nc), kr = lanes(nr);
+            __m512 x[16];
+            load_tr16(x, src + r0 * lds + c0, lds, nr, kc);
+            for (int64_t j = 0; j < nc; j++) _mm512_mask_storeu_ps(dst + (c0 + j) * ldd + r0, kr, x[j]);
+        }
+}
+
+/* exp(x) for 16 lanes, after Cephes expf: n = round(x·log2 e), r = x − n·ln 2
+ * in two parts (exact for |n| < 2^8), e^r ≈ 1 + r + r²·p(r) with p of degree
+ * 5 on |r| ≤ ln2/2, then scalef by 2^n. Lanes below ln(FLT_MIN) (and −∞,
+ * NaN) give 0, so no denormals reach the products. */
+AVX512_INLINE __m512 exp16(__m512 x) {
+    __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654475f), _CMP_GE_OQ);
+    x = _mm512_min_ps(x, _mm512_set1_ps(88.37626266f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 y = _mm512_set1_ps(1.9875691500E-4f);
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1f));
+    y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r);
+    y = _mm512_add_ps(y, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(ok, y, n);
+}
+
+AVX512_FN static void exp_avx512(float *y, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 k = lanes(n - i);
+        _mm512_mask_storeu_ps(y + i, k, exp16(_mm512_maskz_loadu_ps(k, x + i)));
+    }
+}
+
+AVX512_FN static void softmax_update_avx512(float *S, int64_t ld, int64_t M, int64_t N, int64_t diag,
+                                            float scale, float *m, float *l, float *alpha) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), vs = _mm512_set1_ps(scale);
+    for (int64_t r = 0; r < M; r++) {
+        float *s = S + r * ld;
+        int64_t nv = tile_valid_cols(diag, r, N);
+        if (nv == 0) {
+            memset(s, 0, sizeof(float) * (size_t)N);
+            alpha[r] = 1;
+            continue;
+        }
+        __m512 mx = ninf;
+        for (int64_t c = 0; c < nv; c += 16) mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(ninf, lanes(nv - c), s + c));
+        float mt = _mm512_reduce_max_ps(mx) * scale, mn = mt > m[r] ? mt : m[r];
+        __m512 vm = _mm512_set1_ps(mn), sum = _mm512_setzero_ps();
+        for (int64_t c = 0; c < N; c += 16) {
+            __mmask16 kn = lanes(N - c), kv = lanes(nv - c); /* masked lanes may hold garbage (DTX_TRI_N_HI) */
+            __m512 p = exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(kv, s + c), vs, vm));
+            p = _mm512_maskz_mov_ps(kv, p);
+            sum = _mm512_add_ps(sum, p);
+            _mm512_mask_storeu_ps(s + c, kn, p);
+        }
+        alpha[r] = expf(m[r] - mn); /* m = −∞ on the first tile: alpha = 0 */
+        l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(sum);
+        m[r] = mn;
+    }
+}
+
+AVX512_FN static void exp_rows_avx512(float *P, const float *S, int64_t ld, int64_t M, int64_t N,
+                                      int64_t diag, float scale, const float *lse) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t r = 0; r < M; r++) {
+        int64_t nv = tile_valid_cols(diag, r, N);
+        const float *s = S + r * ld;
+        float *p = P + r * ld;
+        __m512 b = _mm512_set1_ps(lse[r]);
+        for (int64_t c = 0; c < N; c += 16) {
+            __mmask16 kn = lanes(N - c), kv = lanes(nv - c);
+            __m512 x = kv ? exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(kv, s + c), vs, b)) : _mm512_setzero_ps();
+            _mm512_mask_storeu_ps(p + c, kn, _mm512_maskz_mov_ps(kv, x));
+        }
+    }
+}
+
+
+
+const dtx_tile_ops dtx_tile_ops_avx512 = {"avx512", gemm_avx512, transpose_avx512, exp_avx512, softmax_update_avx512,
+                                         exp_rows_avx512};
+
+#endif /* TILE_AVX512 */
