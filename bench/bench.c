@@ -143,12 +143,16 @@ static double median(const double *v, int n) {
 
 /* ===================================================================== peak */
 
-#define NACC 24
+/* The FMA peak of the ISA level in use (dtx_isa_level): independent chains
+ * of the widest FMA the CPU has, each function compiled for its own ISA
+ * with target attributes and called only at its level, so no instruction
+ * the CPU lacks can run (no SIGILL on any x86-64 CPU). */
 #define REP24(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) \
                  X(12) X(13) X(14) X(15) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
+#define REP12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 
-/* NACC independent chains of vfmadd231ps on zmm: 16 lanes × 2 flops each. */
-__attribute__((noinline, target("avx512f"))) static float fma_loop(long iters, float seed) {
+/* 24 chains of vfmadd231ps on zmm: 16 lanes × 2 flops each. */
+__attribute__((noinline, target("avx512f"))) static float fma_loop_zmm(long iters, float seed) {
     __m512 a = _mm512_set1_ps(0.9999999f), b = _mm512_set1_ps(1e-7f);
 #define DECL(i) __m512 c##i = _mm512_set1_ps(seed + (float)(i));
     REP24(DECL)
@@ -166,10 +170,53 @@ __attribute__((noinline, target("avx512f"))) static float fma_loop(long iters, f
     return _mm512_reduce_add_ps(s);
 }
 
-#ifdef __AVX512BF16__
-/* NACC chains of vdpbf16ps: each of the 16 fp32 lanes adds two bf16
+/* 12 chains of vfmadd231ps on ymm (16 registers; 12 chains cover two FMA
+ * pipes of latency 4–5): 8 lanes × 2 flops each. */
+__attribute__((noinline, target("avx2,fma"))) static float fma_loop_ymm(long iters, float seed) {
+    __m256 a = _mm256_set1_ps(0.9999999f), b = _mm256_set1_ps(1e-7f);
+#define DECL(i) __m256 c##i = _mm256_set1_ps(seed + (float)(i));
+    REP12(DECL)
+#undef DECL
+    for (long it = 0; it < iters; it++) {
+#define STEP(i) c##i = _mm256_fmadd_ps(c##i, a, b);
+        REP12(STEP)
+#undef STEP
+        __asm__ volatile("" ::: "memory");
+    }
+    __m256 s = _mm256_setzero_ps();
+#define SUM(i) s = _mm256_add_ps(s, c##i);
+    REP12(SUM)
+#undef SUM
+    float t[8];
+    _mm256_storeu_ps(t, s);
+    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+/* Portable (SSE2, every x86-64): 12 chains of mulps + addps on xmm, 4 lanes
+ * × 2 flops per pair. */
+__attribute__((noinline)) static float fma_loop_xmm(long iters, float seed) {
+    __m128 a = _mm_set1_ps(0.9999999f), b = _mm_set1_ps(1e-7f);
+#define DECL(i) __m128 c##i = _mm_set1_ps(seed + (float)(i));
+    REP12(DECL)
+#undef DECL
+    for (long it = 0; it < iters; it++) {
+#define STEP(i) c##i = _mm_add_ps(_mm_mul_ps(c##i, a), b);
+        REP12(STEP)
+#undef STEP
+        __asm__ volatile("" ::: "memory");
+    }
+    __m128 s = _mm_setzero_ps();
+#define SUM(i) s = _mm_add_ps(s, c##i);
+    REP12(SUM)
+#undef SUM
+    float t[4];
+    _mm_storeu_ps(t, s);
+    return t[0] + t[1] + t[2] + t[3];
+}
+
+/* 24 chains of vdpbf16ps: each of the 16 fp32 lanes adds two bf16
  * products, i.e. 32 multiply-adds = 64 flops per instruction. */
-__attribute__((noinline)) static float bf16_loop(long iters, float seed) {
+__attribute__((noinline, target("avx512f,avx512bf16"))) static float bf16_loop(long iters, float seed) {
     __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
     __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(seed * 1e-3f));
 #define DECL(i) __m512 c##i = _mm512_set1_ps((float)(i));
@@ -187,7 +234,29 @@ __attribute__((noinline)) static float bf16_loop(long iters, float seed) {
 #undef SUM
     return _mm512_reduce_add_ps(s);
 }
-#endif
+
+/* The peak loop of a precision at the ISA level in use: its flops per
+ * iteration and what it runs (for the report); NULL when the level has no
+ * such instruction (bf16 without AVX-512 BF16). */
+typedef float (*peak_fn)(long, float);
+static peak_fn peak_loop(int bf16, double *flops_per_iter, const char **what) {
+    dtx_isa lvl = dtx_isa_level();
+    if (bf16) {
+        if (lvl < DTX_ISA_AVX512_BF16) return NULL;
+        *flops_per_iter = 24 * 64.0, *what = "vdpbf16ps zmm: 64 flops";
+        return bf16_loop;
+    }
+    if (lvl >= DTX_ISA_AVX512) {
+        *flops_per_iter = 24 * 32.0, *what = "vfmadd231ps zmm: 32 flops";
+        return fma_loop_zmm;
+    }
+    if (lvl >= DTX_ISA_AVX2) {
+        *flops_per_iter = 12 * 16.0, *what = "vfmadd231ps ymm: 16 flops";
+        return fma_loop_ymm;
+    }
+    *flops_per_iter = 12 * 8.0, *what = "mulps + addps xmm: 8 flops";
+    return fma_loop_xmm;
+}
 
 static volatile float peak_sink;
 
@@ -211,24 +280,17 @@ static peak_t measure_peak(int bf16) {
 /* GFLOP/s of nt threads together: best of `trials` runs of ~0.1 s each
  * (many short runs: on a shared machine one of them usually finds it quiet). */
 static double measure_peak_nt(int bf16, int trials, int nt) {
-#ifndef __AVX512BF16__
-    if (bf16) return NAN;
-#endif
-    double flops_per_iter = NACC * (bf16 ? 64.0 : 32.0);
+    double flops_per_iter;
+    const char *what;
+    peak_fn fn = peak_loop(bf16, &flops_per_iter, &what);
+    if (!fn) return NAN;
     long iters = 1L << 16;
     double best = 0;
     for (int trial = -1; trial < trials;) {
         float sink = 0;
         double t0 = now_s();
 #pragma omp parallel num_threads(nt) reduction(+ : sink)
-        {
-            float seed = (float)omp_get_thread_num();
-#ifdef __AVX512BF16__
-            sink += bf16 ? bf16_loop(iters, seed) : fma_loop(iters, seed);
-#else
-            sink += fma_loop(iters, seed);
-#endif
-        }
+        sink += fn(iters, (float)omp_get_thread_num());
         double dt = now_s() - t0;
         peak_sink = sink;
         if (dt < 0.08) { /* calibrating */
@@ -896,6 +958,11 @@ static double note_mfu(double m) {
     return 100 * m;
 }
 static const char *PREC[2] = {"fp32", "bf16"};
+/* What ran: the kernels' ISA level and oneDNN's, and whether bf16 is native
+ * (AVX-512 BF16 tiles and oneDNN bf16 matmuls) or emulated. Set in main. */
+static int bf16_native;
+static char isa_col[64];
+static const char *prec_col(int p) { return p == 0 ? "fp32" : bf16_native ? "bf16" : "bf16 (emulated)"; }
 
 static void serve_spec(spawn_spec *s, char store[][32], const bcfg *b, int arch, int prec, char **envp) {
     s->path = self_exe;
@@ -1056,16 +1123,33 @@ int main(int argc, char **argv) {
     loadavg(load0, sizeof load0);
     out("- load average at the start (1, 5, 15 min): %s\n", load0);
 
+    bf16_native = dtx_isa_level() >= DTX_ISA_AVX512_BF16 && dtx_matmul_bf16_native();
+    snprintf(isa_col, sizeof isa_col, "%s, oneDNN %s", dtx_isa_name(dtx_isa_level()), dtx_matmul_isa_name());
+    out("- ISA: kernels %s (CPU %s%s), oneDNN %s; bf16 %s\n", dtx_isa_name(dtx_isa_level()),
+        dtx_isa_name(dtx_isa_cpu()), dtx_isa_level() < dtx_isa_cpu() ? ", capped by DTX_ISA" : "",
+        dtx_matmul_isa_name(), bf16_native ? "native" : "emulated (bf16-rounded operands, fp32 products)");
+
     /* ---- 1. peak */
     peak_t p32s = {NAN, NAN, NAN}, p16s = {NAN, NAN, NAN}, p32e = p32s, p16e = p16s;
     if (do_peak) {
         fprintf(stderr, "measuring the FMA peak...\n");
         p32s = measure_peak(0);
         p16s = measure_peak(1);
-        out("- measured peak at the start: fp32 %.1f GFLOP/s (vfmadd231ps zmm: 32 flops), bf16 %.1f GFLOP/s "
-            "(vdpbf16ps zmm: 64 flops); %d threads together %.1f and %.1f, one thread alone × %d: %.1f and %.1f "
-            "(the higher counts: another tenant on one core lowers the first)\n",
-            p32s.peak, p16s.peak, threads, p32s.all, p16s.all, threads, p32s.one, p16s.one);
+        double fpi;
+        const char *w32 = "", *w16 = "";
+        peak_loop(0, &fpi, &w32);
+        if (peak_loop(1, &fpi, &w16)) {
+            out("- measured peak at the start: fp32 %.1f GFLOP/s (%s), bf16 %.1f GFLOP/s (%s); %d threads together "
+                "%.1f and %.1f, one thread alone × %d: %.1f and %.1f (the higher counts: another tenant on one core "
+                "lowers the first)\n",
+                p32s.peak, w32, p16s.peak, w16, threads, p32s.all, p16s.all, threads, p32s.one, p16s.one);
+        } else {
+            out("- measured peak at the start: fp32 %.1f GFLOP/s (%s); %d threads together %.1f, one thread alone "
+                "× %d: %.1f (the higher counts: another tenant on one core lowers the first); bf16 peak: n/a (no "
+                "native bf16 at ISA %s: the bf16 rows are emulated, bf16-rounded operands on the fp32 kernels, and "
+                "their MFU is against the fp32 peak)\n",
+                p32s.peak, w32, threads, p32s.all, threads, p32s.one, dtx_isa_name(dtx_isa_level()));
+        }
     }
     out("\n");
 
@@ -1119,6 +1203,12 @@ int main(int argc, char **argv) {
             R->torch_batch = tb;
             R->torch_micro = tm;
             for (int p = 0; p < 2; p++) {
+                if (p == 1 && !bf16_native) { /* PyTorch 1.13 emulates bf16 about 30× slower than its fp32 */
+                    for (int a = 0; a < 2; a++)
+                        snprintf(R->torch[p][a].why, sizeof R->torch[p][a].why,
+                                 "not run: no native bf16 at ISA %s", dtx_isa_name(dtx_isa_level()));
+                    continue;
+                }
                 spawn_spec sa, sb;
                 char st_a[10][32], st_b[10][32], la[64], lb[64];
                 torch_spec(&sa, st_a, b, tb, tm, 0, p, threads, python, script, torch_attn, torch_env);
@@ -1222,6 +1312,7 @@ int main(int argc, char **argv) {
         p16e = measure_peak(1);
     }
     double pk32 = fmax(p32s.peak, p32e.peak), pk16 = fmax(p16s.peak, p16e.peak);
+    if (!bf16_native) pk16 = pk32; /* emulated bf16 runs on the fp32 FMAs */
 
     /* ---- tables */
     if (do_train || do_torch) {
@@ -1230,8 +1321,10 @@ int main(int argc, char **argv) {
             "output projection; not the embedding lookup) + per layer causal attention with T/2 keys on "
             "average: QKᵀ T·dim, PV T·dim (Transformer) or 2·T·dim (DIFF: A1·V and A2·V at value width 2d). "
             "Training = 3 × forward. MFU = model FLOP/s (median step) ÷ the measured peak of the precision used "
-            "(fp32 peak for fp32, bf16 peak for bf16; the higher of the start and end measurements: fp32 %.1f, "
-            "bf16 %.1f GFLOP/s). tokens/s and MFU are from the median of the timed "
+            "(fp32 peak for fp32, bf16 peak for native bf16, the fp32 peak for emulated bf16; the higher of the "
+            "start and end measurements: fp32 %.1f, bf16 %.1f GFLOP/s). ISA: the kernels' level and oneDNN's "
+            "(DTX_ISA caps both); bf16 is *emulated* (bf16-rounded operands on the fp32 kernels) where the CPU "
+            "has no native bf16. tokens/s and MFU are from the median of the timed "
             "steps (n) after one warm-up step; DIFF and baseline steps are interleaved. Peak RSS: the "
             "high-water mark of the child process that ran that configuration (training and forward). "
             "Other load: the CPU time of everything else on the machine (other tenants, the idle partner child, "
@@ -1253,8 +1346,8 @@ int main(int argc, char **argv) {
                 R->nparams[0], R->nparams[1], fd / 1e6, fb / 1e6, (long long)(b->B * b->T),
                 3 * fd * (double)(b->B * b->T) / 1e12, 3 * fb * (double)(b->B * b->T) / 1e12);
             if (R->have_ours) {
-                out("| impl | arch | prec | train tok/s | (best step) | train MFU | fwd tok/s | fwd MFU | peak RSS | n | other load | DIFF/base train | DIFF/base fwd |\n");
-                out("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                out("| impl | ISA | arch | prec | train tok/s | (best step) | train MFU | fwd tok/s | fwd MFU | peak RSS | n | other load | DIFF/base train | DIFF/base fwd |\n");
+                out("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
                 for (int p = 0; p < 2; p++) {
                     double pk = p ? pk16 : pk32;
                     for (int a = 0; a < 2; a++) {
@@ -1262,7 +1355,7 @@ int main(int argc, char **argv) {
                         double fl = a == 0 ? fd : fb;
                         char g[32];
                         if (!r->ok) {
-                            out("| difftx | %s | %s | failed: %s | | | | | %s | | | | |\n", ARCH[a], PREC[p], r->why,
+                            out("| difftx | %s | %s | %s | failed: %s | | | | | %s | | | | |\n", isa_col, ARCH[a], prec_col(p), r->why,
                                 fmt_gib(g, (double)r->hwm_kib));
                             continue;
                         }
@@ -1272,8 +1365,8 @@ int main(int argc, char **argv) {
                             snprintf(ratio_t, sizeof ratio_t, "%.3f", tps(&R->ours[p][0], 1) / tt_);
                             snprintf(ratio_f, sizeof ratio_f, "%.3f", tps(&R->ours[p][0], 0) / tf);
                         }
-                        out("| difftx | %s | %s | %.0f | (%.0f) | %.1f%% | %.0f | %.1f%% | %s | %d%s | %.2f | %s | %s |\n",
-                            ARCH[a], PREC[p], tt_, tps_best(r), note_mfu(3 * fl * tt_ / (pk * 1e9)), tf, note_mfu(fl * tf / (pk * 1e9)),
+                        out("| difftx | %s | %s | %s | %.0f | (%.0f) | %.1f%% | %.0f | %.1f%% | %s | %d%s | %.2f | %s | %s |\n",
+                            isa_col, ARCH[a], prec_col(p), tt_, tps_best(r), note_mfu(3 * fl * tt_ / (pk * 1e9)), tf, note_mfu(fl * tf / (pk * 1e9)),
                             fmt_gib(g, (double)r->hwm_kib), r->ntrain, R->seq_ours[p] ? " (seq.)" : "",
                             r->timed_s > 0 ? r->other_cpu_s / r->timed_s : NAN, ratio_t,
                             ratio_f);
@@ -1288,8 +1381,8 @@ int main(int argc, char **argv) {
                     (long long)R->torch_batch,
                     R->torch_batch < b->B ? " (fewer than ours, to fit the time budget; tokens/s is per token; "
                                             "`--torch-full` runs the full batch)" : "");
-                out("| impl | arch | prec | train tok/s | (best step) | train MFU | fwd tok/s | fwd MFU | peak RSS | n | other load | difftx/torch train | difftx/torch fwd |\n");
-                out("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                out("| impl | ISA | arch | prec | train tok/s | (best step) | train MFU | fwd tok/s | fwd MFU | peak RSS | n | other load | difftx/torch train | difftx/torch fwd |\n");
+                out("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
                 for (int p = 0; p < 2; p++) {
                     double pk = p ? pk16 : pk32;
                     for (int a = 0; a < 2; a++) {
@@ -1297,7 +1390,7 @@ int main(int argc, char **argv) {
                         double fl = a == 0 ? fd : fb;
                         char g[32];
                         if (!r->ok) {
-                            out("| torch | %s | %s | failed: %s | | | | | %s | | | | |\n", ARCH[a], PREC[p], r->why,
+                            out("| torch | PyTorch's | %s | %s | %s | | | | | %s | | | | |\n", ARCH[a], PREC[p], r->why,
                                 fmt_gib(g, (double)r->hwm_kib));
                             continue;
                         }
@@ -1310,7 +1403,7 @@ int main(int argc, char **argv) {
                         char mbs[48] = "";
                         if (r->micro_batch < r->batch)
                             snprintf(mbs, sizeof mbs, " (micro-batch %lld)", (long long)r->micro_batch);
-                        out("| torch | %s | %s | %.0f | (%.0f) | %.1f%% | %.0f | %.1f%% | %s | %d%s%s | %.2f | %s | %s |\n",
+                        out("| torch | PyTorch's | %s | %s | %.0f | (%.0f) | %.1f%% | %.0f | %.1f%% | %s | %d%s%s | %.2f | %s | %s |\n",
                             ARCH[a], PREC[p], tt_, tps_best(r), note_mfu(3 * fl * tt_ / (pk * 1e9)), tf, note_mfu(fl * tf / (pk * 1e9)),
                             fmt_gib(g, (double)r->hwm_kib), r->ntrain, R->seq_torch[p] ? " (seq.)" : "", mbs,
                             r->timed_s > 0 ? r->other_cpu_s / r->timed_s : NAN, rt,
