@@ -462,6 +462,7 @@ int dtx_isa_cpu_has_vnni(void);
  * engine on the first call. */
 const char *dtx_matmul_isa_name(void);
 int dtx_matmul_bf16_native(void);
+const char *dtx_matmul_library(void); /* "oneDNN 2.6.3" */
 
 #ifdef __cplusplus
 }

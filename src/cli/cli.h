@@ -15,6 +15,9 @@ int cmd_eval(int argc, char **argv);
  * with its matrix products set to precision (a dtx_precision). *m is NULL
  * on failure. */
 dtx_status cli_model_load(dtx_model **m, const char *path, int precision);
+/* For precision bf16 where the CPU has no native bf16: one line on stderr,
+ * once per process, saying that bf16 is emulated and how. */
+void cli_note_precision(int precision);
 
 /* difftx eval subcommands (argv[0] = the measurement's name). */
 int cmd_eval_ppl(int argc, char **argv);       /* src/cli/eval_ppl.c */

@@ -12,6 +12,7 @@ static const char *CMD = "info";
 
 static const char USAGE[] =
     "usage: difftx info [--json] [--tensors] MODEL.safetensors\n"
+    "       difftx info --system [--json]\n"
     "\n"
     "Prints the architecture, every config value, the parameter count (total and\n"
     "without tok_embeddings/output), the parameter count of the parameter-matched\n"
@@ -20,7 +21,10 @@ static const char USAGE[] =
     "and the subln weight (2 x head_dim) that only DIFF has.\n"
     "\n"
     "  --json      one JSON object instead of text\n"
-    "  --tensors   also list every tensor with its shape\n";
+    "  --tensors   also list every tensor with its shape\n"
+    "  --system    instead of a model: the CPU's instruction-set level, the level the\n"
+    "              kernels use (DTX_ISA=portable|avx2|avx512|avx512bf16 caps it), oneDNN's\n"
+    "              ISA, and whether bf16 products are native or emulated\n";
 
 typedef struct {
     int64_t total, nonembed;
@@ -208,14 +212,46 @@ static void print_json(const report *r, int tensors) {
     printf("}\n");
 }
 
+/* What runs the numbers on this machine (--system). */
+static void print_system(int json) {
+    dtx_isa cpu = dtx_isa_cpu(), lvl = dtx_isa_level();
+    const char *cap = getenv("DTX_ISA");
+    int attn_native = lvl >= DTX_ISA_AVX512_BF16, mm_native = dtx_matmul_bf16_native();
+    const char *kern = lvl >= DTX_ISA_AVX512 ? "avx512" : lvl >= DTX_ISA_AVX2 ? "avx2" : "portable";
+    if (json) {
+        printf("{\"isa_cpu\": \"%s\", \"isa\": \"%s\", \"dtx_isa\": ", dtx_isa_name(cpu), dtx_isa_name(lvl));
+        if (cap && *cap) json_string(cap);
+        else printf("null");
+        printf(", \"avx512_vnni\": %s, \"tile_kernels\": \"%s\", \"matmul\": \"%s\", \"matmul_isa\": \"%s\", "
+               "\"bf16_matmul\": \"%s\", \"bf16_attention\": \"%s\"}\n",
+               dtx_isa_cpu_has_vnni() ? "true" : "false", kern, dtx_matmul_library(), dtx_matmul_isa_name(),
+               mm_native ? "native" : "emulated", attn_native ? "native" : "emulated");
+        return;
+    }
+    printf("isa             %s (CPU: %s%s%s%s)\n", dtx_isa_name(lvl), dtx_isa_name(cpu), cap && *cap ? "; DTX_ISA=" : "",
+           cap && *cap ? cap : "", lvl < cpu ? ", capped" : "");
+    printf("avx512 vnni     %s (no kernel uses it)\n", dtx_isa_cpu_has_vnni() ? "yes" : "no");
+    printf("tile kernels    %s (flash attention products, exp, softmax rows)\n", kern);
+    printf("matmul          %s, ISA %s\n", dtx_matmul_library(), dtx_matmul_isa_name());
+    printf("bf16 matmul     %s\n", mm_native ? "native (oneDNN bf16 primitives)"
+                                              : "emulated (bf16-rounded operands on fp32 primitives)");
+    printf("bf16 attention  %s\n", attn_native ? "native (AVX-512 BF16 tiles)"
+                                                : "emulated (bf16-rounded operands on the fp32 tiles)");
+}
+
 int cmd_info(int argc, char **argv) {
-    int json = 0, tensors = 0;
-    flag fl[] = {FLAG_BOOL("--json", &json, 1), FLAG_BOOL("--tensors", &tensors, 1)};
+    int json = 0, tensors = 0, sys = 0;
+    flag fl[] = {FLAG_BOOL("--json", &json, 1), FLAG_BOOL("--tensors", &tensors, 1), FLAG_BOOL("--system", &sys, 1)};
     const char *pos[1];
     int n_pos = 0;
-    switch (flags_parse(CMD, USAGE, fl, 2, argc, argv, pos, 1, &n_pos)) {
+    switch (flags_parse(CMD, USAGE, fl, 3, argc, argv, pos, 1, &n_pos)) {
     case FLAGS_HELP: return finish_stdout(CMD);
     case FLAGS_ERROR: return EXIT_USAGE;
+    }
+    if (sys) {
+        if (n_pos || tensors) return usage_error(CMD, "--system takes no model file and no --tensors");
+        print_system(json);
+        return finish_stdout(CMD);
     }
     if (n_pos == 0) return usage_error(CMD, "expected a model file (see 'difftx info --help')");
     dtx_model *m = NULL;

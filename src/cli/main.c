@@ -66,6 +66,11 @@ int main(int argc, char **argv) {
         char *help_argv[] = {argv[2], "--help", NULL};
         return c->run(2, help_argv);
     }
+    const char *isa_err = dtx_isa_env_error();
+    if (isa_err) {
+        fprintf(stderr, "difftx: %s\n", isa_err);
+        return EXIT_USAGE;
+    }
     const command *c = find(name);
     if (!c) {
         fprintf(stderr, "difftx: unknown command '%s' (see 'difftx --help')\n", name);

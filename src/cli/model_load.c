@@ -30,5 +30,18 @@ dtx_status cli_model_load(dtx_model **m, const char *path, int precision) {
         dtx_model_free(*m);
         *m = NULL;
     }
+    if (!st) cli_note_precision(precision);
     return st;
+}
+
+void cli_note_precision(int precision) {
+    static int said;
+    if (precision != DTX_PREC_BF16 || said) return;
+    said = 1;
+    int mm = dtx_matmul_bf16_native(), attn = dtx_isa_level() >= DTX_ISA_AVX512_BF16;
+    if (mm && attn) return; /* native: nothing to say */
+    fprintf(stderr,
+            "difftx: note: bf16 is emulated here (ISA %s, %s %s): %s rounded to bf16, products and sums in fp32\n",
+            dtx_isa_name(dtx_isa_level()), dtx_matmul_library(), dtx_matmul_isa_name(),
+            mm == attn ? "the matmul and attention operands" : mm ? "the attention operands" : "the matmul operands");
 }

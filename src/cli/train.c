@@ -977,6 +977,7 @@ static int run(train_args *a, flag *fl, int n_fl) {
     }
     dtx_model_free(init_model);
     if (rc == EXIT_OK && dtx_model_set_precision(s.model, (dtx_precision)a->precision) != DTX_OK) rc = lib_error(CMD);
+    if (rc == EXIT_OK) cli_note_precision(a->precision);
     if (rc == EXIT_OK) rc = open_log(&s, a);
     if (rc == EXIT_OK) {
         print_header(&s, a);

@@ -30,6 +30,16 @@
  * fp32. Tile sizes are rounded down to even there (pairs must not straddle
  * a tile edge).
  *
+ * Emulated bf16 (a->precision bf16 at an ISA level without native bf16,
+ * i.e. below DTX_ISA_AVX512_BF16): the fp32 tiles and loops on operands
+ * rounded to bf16, the native mode's numerics at fp32 speed. q, k, v (and
+ * the Transformer's dO) are rounded into copies in s->work, DIFF's dO in
+ * place, Kᵀ and Vᵀ transposed from the rounded copies; P is rounded before
+ * P·v (in the forward in place, in the backward into Pc, as dS needs P
+ * unrounded), dS in place before its two products. A product of two bf16
+ * values is exact in fp32, so the two modes differ only in the order of the
+ * fp32 additions.
+ *
  * Memory: s->lse, s->o1/o2/rstd (as the plain kernel) and s->work
  * (dtx_attention_flash_workspace_size, linear in T); per-task stack scratch
  * of 4·BQ·BK elements (plus two bf16 tiles). Nothing is allocated. */
@@ -40,6 +50,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/matmul_dnnl.h"
 #include "kernels/tile_bf16.h"
 #include "kernels/tile_gemm.h"
 
@@ -70,11 +81,13 @@ typedef struct {
     int64_t qs, ks, vs, os;              /* row strides of q, k, v, out (= o1, o2) */
     int64_t bq, bk;                      /* tile sizes */
     int diff, bf16;                      /* bf16: the products take bf16 operands */
+    int emul;                            /* emulated bf16: fp32 products of bf16-rounded operands */
     int64_t dp, wp, Tpair;               /* bf16: d, w rounded up to even; ⌈T/2⌉ pair rows */
     real scale; /* 1/√d */
     /* s->work regions, offsets in elements of real (each a multiple of 16) */
     int64_t off_part, off_kt, off_vt, off_do, off_D, off_lse, total;
     int64_t off_qa, off_qb, off_kb, off_doa, off_dob; /* bf16 copies (see the bf16 section) */
+    int64_t off_qr, off_kr, off_vr, off_dor;          /* emulated bf16: rounded copies of q, k, v, dO */
 } fgeom;
 
 static inline int64_t even_down(int64_t n) { return n > 2 ? n & ~(int64_t)1 : 2; }
@@ -97,9 +110,10 @@ static fgeom make_fgeom(const dtx_attn_dims *a) {
     g.qs = g.NQ * g.d, g.ks = g.NK * g.d, g.vs = g.G * g.w, g.os = g.H * g.w;
     g.bq = tile_bq, g.bk = tile_bk;
 #ifdef DTX_DOUBLE
-    g.bf16 = 0;
+    g.bf16 = g.emul = 0;
 #else
-    g.bf16 = a->precision == DTX_PREC_BF16;
+    g.bf16 = a->precision == DTX_PREC_BF16 && dtx_tile_bf16_simd();
+    g.emul = a->precision == DTX_PREC_BF16 && !g.bf16;
 #endif
     if (g.bf16) g.bq = even_down(g.bq), g.bk = even_down(g.bk);
     assert(g.bq <= MAX_BQ && g.bq * g.bk <= MAX_TILE);
@@ -116,12 +130,26 @@ static fgeom make_fgeom(const dtx_attn_dims *a) {
 #else
     g.off_lse = -1;
 #endif
-    int64_t bf = g.bf16; /* bf16 regions: sizes in floats (a bf16 pair is one float) */
+    /* bf16 regions, sizes in floats (a bf16 pair is one float). The native
+     * copies and the emulated mode's rounded ones share one region sized for
+     * the larger, so a workspace sized for bf16 serves either mode (the
+     * mode follows the ISA level at each call). */
+    int64_t bf = a->precision == DTX_PREC_BF16, base = o;
+#ifdef DTX_DOUBLE
+    bf = 0;
+#endif
     g.off_qa = o, o += round16(bf * g.B * g.T * g.NQ * g.dp / 2);
     g.off_qb = o, o += round16(bf * g.B * g.NQ * g.Tpair * g.d);
     g.off_kb = o, o += round16(bf * g.B * g.NK * g.Tpair * g.d);
     g.off_doa = o, o += round16(bf * g.B * g.T * g.H * g.wp / 2);
     g.off_dob = o, o += round16(bf * g.B * g.H * g.Tpair * g.w);
+    int64_t end_native = o;
+    o = base;
+    g.off_qr = o, o += round16(bf * g.B * g.T * g.qs);
+    g.off_kr = o, o += round16(bf * g.B * g.T * g.ks);
+    g.off_vr = o, o += round16(bf * g.B * g.T * g.vs);
+    g.off_dor = o, o += round16(g.diff ? 0 : bf * g.B * g.T * g.os); /* DIFF rounds its dO in place */
+    if (end_native > o) o = end_native;
     g.total = o;
     return g;
 }
@@ -130,6 +158,35 @@ size_t dtx_attention_flash_workspace_size(const dtx_attn_dims *a) {
     if (a->impl != DTX_ATTN_FLASH) return 0;
     return (size_t)make_fgeom(a).total;
 }
+
+/* ------------------------------------------------- emulated bf16 copies */
+
+/* x [rows × cols] (row stride ld) rounded to bf16 in place (emulated mode;
+ * a no-op otherwise). */
+static void round_tile(const fgeom *g, real *x, int64_t ld, int64_t rows, int64_t cols) {
+#ifndef DTX_DOUBLE
+    if (g->emul)
+        for (int64_t r = 0; r < rows; r++) dtx_bf16_round_portable(x + r * ld, x + r * ld, (size_t)cols);
+#else
+    (void)g, (void)x, (void)ld, (void)rows, (void)cols;
+#endif
+}
+
+/* dst[t·ld + c] = bf16(src[t·ld + c]) for t < T, c < cols: columns
+ * [0, cols) of one head or group of a [T × ld] tensor. */
+static void round_cols(real *dst, const real *src, int64_t ld, int64_t T, int64_t cols) {
+#ifndef DTX_DOUBLE
+    for (int64_t t = 0; t < T; t++) dtx_bf16_round_portable(dst + t * ld, src + t * ld, (size_t)cols);
+#else
+    (void)dst, (void)src, (void)ld, (void)T, (void)cols;
+#endif
+}
+
+/* The tensors the products read: the caller's, or their rounded copies in
+ * the workspace in emulated mode. */
+static const real *q_in(const fgeom *g, const real *work, const real *q) { return g->emul ? work + g->off_qr : q; }
+static const real *k_in(const fgeom *g, const real *work, const real *k) { return g->emul ? work + g->off_kr : k; }
+static const real *v_in(const fgeom *g, const real *work, const real *v) { return g->emul ? work + g->off_vr : v; }
 
 /* Kᵀ of k sub-head `sub` in batch b: kt [d, Tp] (columns ≥ T unused). */
 static real *kt_ptr(const fgeom *g, real *work, int64_t b, int64_t sub) {
@@ -142,6 +199,7 @@ static real *vt_ptr(const fgeom *g, real *work, int64_t b, int64_t grp) {
 }
 
 static void transpose_k(const fgeom *g, real *work, const real *k, int64_t b, int64_t sub) {
+    k = k_in(g, work, k);
     dtx_tile_transpose(kt_ptr(g, work, b, sub), g->Tp, k + b * g->T * g->ks + sub * g->d, g->ks, g->T, g->d);
 }
 
@@ -231,6 +289,7 @@ static void scores(const fgeom *g, const mapsrc *in, real *S, int64_t ld, int64_
  * sub-head ksub and value group grp, in the working layout of either mode. */
 static mapsrc map_src(const fgeom *g, real *work, const real *q, const real *v, int64_t b, int64_t j, int64_t ksub,
                       int64_t grp, int64_t q0) {
+    q = q_in(g, work, q), v = v_in(g, work, v);
     mapsrc in = {.qh = q + (b * g->T + q0) * g->qs + j * g->d, .kt = kt_ptr(g, work, b, ksub),
                  .vh = v + b * g->T * g->vs + grp * g->w};
 #ifndef DTX_DOUBLE
@@ -263,6 +322,7 @@ static void map_step(fmap *f, const fgeom *g, const mapsrc *in, int64_t w, real 
         return;
     }
 #endif
+    round_tile(g, f->S, bk, mq, nk); /* emulated bf16: P as the product's operand (l already has it unrounded) */
     dtx_tile_gemm_tri(mq, w, nk, f->S, bk, 1, in->vh + k0 * g->vs, g->vs, o, g->os, k0 > 0, DTX_TRI_K_HI, diag);
 }
 
@@ -337,6 +397,15 @@ void dtx_attention_flash_forward(const dtx_attn_dims *a, real *out, const dtx_at
     int64_t nqt = (g.T + g.bq - 1) / g.bq, nbh = g.B * g.H;
 #pragma omp parallel
     {
+        if (g.emul) { /* rounded copies of q, k, v, whole rows */
+            real *w = s->work;
+#pragma omp for schedule(static)
+            for (int64_t bt = 0; bt < g.B * g.T; bt++) {
+                round_cols(w + g.off_qr + bt * g.qs, q + bt * g.qs, g.qs, 1, g.qs);
+                round_cols(w + g.off_kr + bt * g.ks, k + bt * g.ks, g.ks, 1, g.ks);
+                round_cols(w + g.off_vr + bt * g.vs, v + bt * g.vs, g.vs, 1, g.vs);
+            }
+        }
         if (!g.bf16) {
 #pragma omp for collapse(2) schedule(static)
             for (int64_t b = 0; b < g.B; b++)
@@ -383,7 +452,7 @@ typedef struct {
  * Σ_s P_s·(dP_s − D) stays 0 as it must (at T = 1 dq is then exactly 0). */
 static inline real as_operand(const fgeom *g, real x) {
 #ifndef DTX_DOUBLE
-    if (g->bf16) return dtx_bf16_to_f32(dtx_f32_to_bf16(x));
+    if (g->bf16 || g->emul) return dtx_bf16_to_f32(dtx_f32_to_bf16(x));
 #endif
     (void)g;
     return x;
@@ -508,7 +577,9 @@ static void recompute_p(const fgeom *g, const bargs *p, real *P, int64_t b, int6
 
 /* The gradient of head h's attention output before the value product:
  * dout (Transformer) or the RMSNorm backward's dO (DIFF, workspace). */
-static const real *grad_o(const fgeom *g, const bargs *p) { return g->diff ? p->dO : p->dout; }
+static const real *grad_o(const fgeom *g, const bargs *p) {
+    return g->diff ? p->dO : g->emul ? p->s->work + g->off_dor : p->dout;
+}
 
 /* dP [mq × nk] (stride bk) = dO·vᵀ for head h (value group grp, w wide). */
 static void dp_tile(const fgeom *g, const bargs *p, real *dP, int64_t b, int64_t h, int64_t grp, int64_t q0,
@@ -562,7 +633,9 @@ static void dqdk(const fgeom *g, const bargs *p, btile *bt, const real *dS, int6
     }
 #endif
     (void)bt;
-    const real *qh = p->q + (b * T + q0) * g->qs + j * d, *kh = p->k + (b * T + k0) * g->ks + ksub * d;
+    round_tile(g, (real *)dS, g->bk, mq, nk); /* emulated bf16: dS as the products' operand */
+    const real *qh = q_in(g, p->s->work, p->q) + (b * T + q0) * g->qs + j * d;
+    const real *kh = k_in(g, p->s->work, p->k) + (b * T + k0) * g->ks + ksub * d;
     dtx_tile_gemm_tri(mq, d, nk, dS, g->bk, 1, kh, g->ks, dq, g->qs, 1, DTX_TRI_K_HI, diag);
     dtx_tile_gemm_tri(nk, d, mq, dS, 1, g->bk, qh, g->qs, dk, g->ks, 1, DTX_TRI_K_LO, diag);
 }
@@ -574,7 +647,12 @@ static void bwd_tile(const fgeom *g, const bargs *p, btile *bt, int64_t b, int64
                      int64_t mq, int64_t k0, int64_t nk) {
     recompute_p(g, p, bt->P1, b, j, grp, q0, mq, k0, nk);
     dp_tile(g, p, bt->dP, b, j, grp, q0, mq, k0, nk);
-    dv_tile(g, p, bt, bt->P1, b, j, grp, q0, mq, k0, nk);
+    const real *M = bt->P1;
+    if (g->emul) { /* P rounded for dv only: dS below takes it unrounded */
+        for (int64_t r = 0; r < mq; r++) round_cols(bt->Pc + r * g->bk, bt->P1 + r * g->bk, g->bk, 1, nk);
+        M = bt->Pc;
+    }
+    dv_tile(g, p, bt, M, b, j, grp, q0, mq, k0, nk);
     ds_rows(g, bt, p->D + (b * g->NQ + j) * g->T + q0, mq, nk, q0 - k0);
     dqdk(g, p, bt, bt->P1, b, j, grp, q0, mq, k0, nk);
 }
@@ -591,6 +669,7 @@ static void bwd_diff_tile(const fgeom *g, const bargs *p, btile *bt, int64_t b, 
     recompute_p(g, p, bt->P2, b, 2 * h + 1, 2 * grp + 1, q0, mq, k0, nk);
     dp_tile(g, p, bt->dP, b, h, grp, q0, mq, k0, nk);
     ds_diff_rows(g, bt, (real)p->lam, D1, D1 + g->T, mq, nk, q0 - k0);
+    round_tile(g, bt->Pc, g->bk, mq, nk); /* emulated bf16: P1 − λ·P2 as dv's operand */
     dv_tile(g, p, bt, bt->Pc, b, h, grp, q0, mq, k0, nk);
     dqdk(g, p, bt, bt->P1, b, 2 * h, 2 * grp, q0, mq, k0, nk);
     dqdk(g, p, bt, bt->P2, b, 2 * h + 1, 2 * grp + 1, q0, mq, k0, nk);
@@ -650,13 +729,26 @@ static void refine_lse(const fgeom *g, const bargs *p, real *P, int64_t b, int64
 static void bwd_group(const fgeom *g, const bargs *p, int64_t b, int64_t grp, double *dg, double *dl) {
     int64_t T = g->T, sub = g->diff ? 2 : 1;
     real *work = p->s->work;
+    if (g->emul) { /* this task's columns of q, k, v (and the Transformer's dO), rounded */
+        int64_t h0 = grp * g->n_rep, hq = sub * g->d * g->n_rep, o = b * T;
+        round_cols(work + g->off_qr + o * g->qs + h0 * sub * g->d, p->q + o * g->qs + h0 * sub * g->d, g->qs, T, hq);
+        round_cols(work + g->off_kr + o * g->ks + grp * sub * g->d, p->k + o * g->ks + grp * sub * g->d, g->ks, T,
+                   sub * g->d);
+        round_cols(work + g->off_vr + o * g->vs + grp * g->w, p->v + o * g->vs + grp * g->w, g->vs, T, g->w);
+        if (!g->diff)
+            round_cols(work + g->off_dor + o * g->os + h0 * g->w, p->dout + o * g->os + h0 * g->w, g->os, T,
+                       g->n_rep * g->w);
+    }
     if (!g->bf16) {
         for (int64_t i = 0; i < sub; i++) transpose_k(g, work, p->k, b, sub * grp + i);
-        dtx_tile_transpose(vt_ptr(g, work, b, grp), g->Tp, p->v + b * T * g->vs + grp * g->w, g->vs, T, g->w);
+        dtx_tile_transpose(vt_ptr(g, work, b, grp), g->Tp, v_in(g, work, p->v) + b * T * g->vs + grp * g->w, g->vs,
+                           T, g->w);
     }
     for (int64_t h = grp * g->n_rep; h < (grp + 1) * g->n_rep; h++) {
         if (g->diff) prep_diff_head(g, p, b, h, dg, dl);
         else prep_head(g, p, b, h);
+        if (g->diff && g->emul) /* after the row terms, which take dO rounded, and dλ, which takes it unrounded */
+            round_cols(p->dO + b * T * g->os + h * g->w, p->dO + b * T * g->os + h * g->w, g->os, T, g->w);
     }
 #ifndef DTX_DOUBLE
     if (g->bf16) pack_group_bf16(g, p, b, grp);

@@ -167,10 +167,14 @@ size_t dtx_attention_rstd_size(const dtx_attn_dims *a);
  *   + DIFF only: B·T·H·w (dO after the RMSNorm backward) + B·G·(w+1) doubles
  *     (per-task γ/λ gradient partials, reduced in a fixed order)
  *   + double build only: B·NQ·T (lse refined to double for the backward)
- *   + bf16 only (Kᵀ and Vᵀ then hold bf16 copies in their own space): with
- *     d', w' = d, w rounded up to even and T' = ⌈T/2⌉, bf16 copies of q and
- *     dO in both operand layouts and of k along keys:
- *     B·T·NQ·d'/2 + B·NQ·T'·d + B·NK·T'·d + B·T·H·w'/2 + B·H·T'·w.         */
+ *   + bf16 only: the larger of the native and the emulated mode's copies
+ *     (the mode follows the ISA level at each call, so one workspace serves
+ *     both): native (Kᵀ and Vᵀ then hold bf16 copies in their own space),
+ *     with d', w' = d, w rounded up to even and T' = ⌈T/2⌉, bf16 copies of q
+ *     and dO in both operand layouts and of k along keys:
+ *     B·T·NQ·d'/2 + B·NQ·T'·d + B·NK·T'·d + B·T·H·w'/2 + B·H·T'·w;
+ *     emulated, bf16-rounded fp32 copies of q, k, v and (Transformer) dO:
+ *     B·T·NQ·d + B·T·NK·d + B·T·G·w + Transformer only B·T·H·d.          */
 size_t dtx_attention_flash_workspace_size(const dtx_attn_dims *a);
 /* Elements of `real` the quantised FLASH forward (a->quant_bits > 0, impl
  * FLASH: dtx_attention_quant_forward) needs in s->work; 0 otherwise. Linear

@@ -441,6 +441,13 @@ const char *dtx_matmul_isa_name(void) {
     return s;
 }
 
+const char *dtx_matmul_library(void) {
+    static char buf[48];
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, sizeof buf, "oneDNN %u.%u.%u", v->major, v->minor, v->patch);
+    return buf;
+}
+
 int dtx_matmul_bf16_native(void) {
     pthread_mutex_lock(&lock);
     int n = ensure_engine() && bf16_is_native();
@@ -453,6 +460,7 @@ int dtx_matmul_bf16_native(void) {
 size_t dtx_matmul_primitives_created(void) { return 0; }
 void dtx_matmul_cache_clear(void) {}
 const char *dtx_matmul_isa_name(void) { return "none"; }
+const char *dtx_matmul_library(void) { return "the reference loops (double build)"; }
 int dtx_matmul_bf16_native(void) { return 0; }
 
 #endif

@@ -373,6 +373,36 @@ TEST(cli_info_missing_file) {
     CHECK_REFUSED(cli("info '%s'", p), "info", p, "No such file");
 }
 
+/* info --system: the levels as the library sees them, DTX_ISA capping
+ * them, and a bad DTX_ISA refused in one line. */
+TEST(cli_info_system) {
+    CHECK(cli("info --system") == 0);
+    char want[96];
+    snprintf(want, sizeof want, "isa             %s (CPU: %s", dtx_isa_name(dtx_isa_level()), dtx_isa_name(dtx_isa_cpu()));
+    CHECKF(cli_has(want), "want '%s' in: %s", want, cli_out);
+    CHECK(cli_has("matmul          oneDNN ") && cli_has("bf16 matmul     ") && cli_has("bf16 attention  "));
+    CHECK(cli("info --system --json") == 0);
+    cJSON *j = cJSON_Parse(cli_out);
+    REQUIRE(j);
+    const cJSON *isa = cJSON_GetObjectItemCaseSensitive(j, "isa");
+    CHECK(cJSON_IsString(isa) && !strcmp(isa->valuestring, dtx_isa_name(dtx_isa_level())));
+    cJSON_Delete(j);
+    /* every level at or below the CPU's can be asked for; above it, the CPU's stays */
+    for (int l = DTX_ISA_PORTABLE; l <= DTX_ISA_AVX512_BF16; l++) {
+        dtx_isa got = l <= (int)dtx_isa_cpu() ? (dtx_isa)l : dtx_isa_cpu();
+        char cmd[64];
+        snprintf(cmd, sizeof cmd, "DTX_ISA=%s %s info --system --json", dtx_isa_name((dtx_isa)l),
+                 getenv("DIFFTX_BIN") ? getenv("DIFFTX_BIN") : "build/difftx");
+        CHECK(run_cmd(cmd, cli_out, sizeof cli_out) == 0);
+        snprintf(want, sizeof want, "\"isa\": \"%s\"", dtx_isa_name(got));
+        CHECKF(cli_has(want), "DTX_ISA=%s: want %s in %s", dtx_isa_name((dtx_isa)l), want, cli_out);
+        if (l < DTX_ISA_AVX512_BF16) CHECK(cli_has("\"bf16_attention\": \"emulated\""));
+    }
+    CHECK(run_cmd("DTX_ISA=avx3 ${DIFFTX_BIN:-build/difftx} info --system 2>&1", cli_out, sizeof cli_out) == 2);
+    CHECKF(cli_one_line_from("difftx: DTX_ISA='avx3' is not an ISA level"), "got: %s", cli_out);
+    CHECK(cli("info --system model.safetensors") == 2 && cli_one_line());
+}
+
 /* ------------------------------------------------ malformed model files */
 
 TEST(cli_bad_file_shorter_than_8_bytes) {

@@ -313,10 +313,8 @@ TEST(eval_probe_cli_attn_map_errors) {
 TEST(eval_probe_cli_plot_attn_map) {
     REQUIRE(setup() == 0);
     if (access("tools/plot_eval.py", R_OK) != 0 ||
-        system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) {
-        printf("    (skipped: needs tools/plot_eval.py and python3-matplotlib)\n");
-        return;
-    }
+        system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") != 0)
+        SKIP("needs tools/plot_eval.py and python3-matplotlib");
     const char *a = test_path("plot_diff.json"), *b = test_path("plot_tf.json"), *png = test_path("maps.png");
     REQUIRE(cli("eval attn-map --model %s --tokenizer %s --text '%s' --json %s", diff_path, tok_path, PROMPT, a) == 0);
     REQUIRE(cli("eval attn-map --model %s --tokenizer %s --text '%s' --json %s", tf_path, tok_path, PROMPT, b) == 0);

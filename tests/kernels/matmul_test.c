@@ -195,42 +195,75 @@ static void check_bf16(const mm_case *c) {
     free(out), free(ref), free(rdx), free(rdw), free(dx), free(dw);
 }
 
+/* Both bf16 paths: oneDNN's native one where this CPU has it (else the
+ * emulation again), then the emulation (bf16-rounded operands on the fp32
+ * primitive), forced. */
+#define FOR_EACH_BF16_PATH(emul)                                                                          \
+    for (int emul = 0, emul##_prev_ = dtx_dnnl_bf16_force_emulation(0);                                   \
+         emul < 2 || (dtx_dnnl_bf16_force_emulation(emul##_prev_), 0); emul++, dtx_dnnl_bf16_force_emulation(emul))
+
 TEST(kernel_matmul_dnnl_bf16_within_rounding_bound) {
     dtx_rng r;
     dtx_rng_seed(&r, 303);
-    /* every size on every axis, without the full cube (the bound is O(MNK)) */
-    for (int a = 0; a < N_SIZES; a++)
-        for (int b = 0; b < N_SIZES; b++) {
-            int d = (a + 2 * b) % N_SIZES;
-            mm_case c = mm_make(&r, SIZES[a], SIZES[b], SIZES[d]);
-            check_bf16(&c);
-            mm_free(&c);
-            if (test_failed_now() > 10) return;
-        }
+    FOR_EACH_BF16_PATH(emul) {
+        /* every size on every axis, without the full cube (the bound is O(MNK)) */
+        for (int a = 0; a < N_SIZES; a++)
+            for (int b = 0; b < N_SIZES; b++) {
+                int d = (a + 2 * b) % N_SIZES;
+                mm_case c = mm_make(&r, SIZES[a], SIZES[b], SIZES[d]);
+                check_bf16(&c);
+                mm_free(&c);
+            }
+        CHECKF(!test_failed_now(), "%s bf16 path", emul ? "emulated" : dtx_matmul_bf16_native() ? "native" : "emulated");
+    }
+}
+
+/* Where oneDNN multiplies bf16 natively, its products and the emulation's
+ * agree to the order of fp32 sums: the same bf16 products, summed in fp32. */
+TEST(kernel_matmul_dnnl_bf16_native_matches_emulated) {
+    if (!dtx_matmul_bf16_native()) SKIP("oneDNN has no bf16 matmul here (ISA %s)", dtx_matmul_isa_name());
+    dtx_rng r;
+    dtx_rng_seed(&r, 306);
+    int64_t M = 70, K = 300, N = 129;
+    mm_case c = mm_make(&r, M, K, N);
+    size_t nmn = (size_t)(M * N);
+    float *nat = nan_f(nmn), *emu = nan_f(nmn);
+    dtx_matmul_forward(nat, c.x, c.w, M, K, N, DTX_PREC_BF16);
+    int prev = dtx_dnnl_bf16_force_emulation(1);
+    CHECK(!dtx_matmul_bf16_native());
+    dtx_matmul_forward(emu, c.x, c.w, M, K, N, DTX_PREC_BF16);
+    dtx_dnnl_bf16_force_emulation(prev);
+    double e = rel_err_f(emu, nat, nmn);
+    CHECKF(e < 1e-5, "native vs emulated bf16: %.3g", e);
+    free(nat), free(emu);
+    mm_free(&c);
 }
 
 /* The bf16 path really ran: results differ from fp32 (and from the
- * reference), yet agree with a product of bf16-rounded operands in fp32. */
+ * reference), yet agree with a product of bf16-rounded operands in fp32;
+ * on both paths. */
 TEST(kernel_matmul_dnnl_bf16_is_not_fp32) {
-    dtx_rng r;
-    dtx_rng_seed(&r, 304);
-    int64_t M = 64, K = 130, N = 257;
-    mm_case c = mm_make(&r, M, K, N);
-    size_t nmn = (size_t)(M * N), nmk = (size_t)(M * K), nnk = (size_t)(N * K);
-    float *f32 = nan_f(nmn), *b16 = nan_f(nmn), *emu = nan_f(nmn);
-    dtx_matmul_forward(f32, c.x, c.w, M, K, N, DTX_PREC_FP32);
-    dtx_matmul_forward(b16, c.x, c.w, M, K, N, DTX_PREC_BF16);
-    CHECK(memcmp(f32, b16, nmn * sizeof(float)) != 0);
-    /* emulate: round the operands, multiply in fp32 */
-    float *xr = malloc(nmk * sizeof(float)), *wr = malloc(nnk * sizeof(float));
-    for (size_t i = 0; i < nmk; i++) xr[i] = dtx_bf16_to_f32(dtx_f32_to_bf16(c.x[i]));
-    for (size_t i = 0; i < nnk; i++) wr[i] = dtx_bf16_to_f32(dtx_f32_to_bf16(c.w[i]));
-    dtx_matmul_ref_forward(emu, xr, wr, M, K, N);
-    double e_emu = rel_err_f(b16, emu, nmn), e_f32 = rel_err_f(b16, f32, nmn);
-    CHECKF(e_emu < 1e-5, "bf16 vs rounded-operand fp32 product: %.3g", e_emu);
-    CHECKF(e_f32 > 1e-4, "bf16 vs fp32: %.3g (too close: did the bf16 path run?)", e_f32);
-    free(f32), free(b16), free(emu), free(xr), free(wr);
-    mm_free(&c);
+    FOR_EACH_BF16_PATH(emul) {
+        dtx_rng r;
+        dtx_rng_seed(&r, 304);
+        int64_t M = 64, K = 130, N = 257;
+        mm_case c = mm_make(&r, M, K, N);
+        size_t nmn = (size_t)(M * N), nmk = (size_t)(M * K), nnk = (size_t)(N * K);
+        float *f32 = nan_f(nmn), *b16 = nan_f(nmn), *emu = nan_f(nmn);
+        dtx_matmul_forward(f32, c.x, c.w, M, K, N, DTX_PREC_FP32);
+        dtx_matmul_forward(b16, c.x, c.w, M, K, N, DTX_PREC_BF16);
+        CHECK(memcmp(f32, b16, nmn * sizeof(float)) != 0);
+        /* emulate: round the operands, multiply in fp32 */
+        float *xr = malloc(nmk * sizeof(float)), *wr = malloc(nnk * sizeof(float));
+        for (size_t i = 0; i < nmk; i++) xr[i] = dtx_bf16_to_f32(dtx_f32_to_bf16(c.x[i]));
+        for (size_t i = 0; i < nnk; i++) wr[i] = dtx_bf16_to_f32(dtx_f32_to_bf16(c.w[i]));
+        dtx_matmul_ref_forward(emu, xr, wr, M, K, N);
+        double e_emu = rel_err_f(b16, emu, nmn), e_f32 = rel_err_f(b16, f32, nmn);
+        CHECKF(e_emu < 1e-5, "bf16 vs rounded-operand fp32 product: %.3g", e_emu);
+        CHECKF(e_f32 > 1e-4, "bf16 vs fp32: %.3g (too close: did the bf16 path run?)", e_f32);
+        free(f32), free(b16), free(emu), free(xr), free(wr);
+        mm_free(&c);
+    }
 }
 
 /* ------------------------------------------------------------------ cache */
@@ -391,6 +424,18 @@ TEST(kernel_matmul_bf16_convert) {
         bad += got[i] != want || port[i] != want;
     }
     CHECKF(bad == 0, "%d values differ from dtx_f32_to_bf16", bad);
+    /* the emulation's rounding to float: the same values widened (NaN stays NaN) */
+    float *rf = malloc(N * sizeof(float)), *rp = malloc(N * sizeof(float));
+    dtx_bf16_round(rf, src, N);
+    dtx_bf16_round_portable(rp, src, N);
+    int bad_r = 0;
+    for (int i = 0; i < N; i++) {
+        float want = dtx_bf16_to_f32(dtx_f32_to_bf16(src[i]));
+        bad_r += isnan(want) ? !(isnan(rf[i]) && isnan(rp[i]))
+                             : memcmp(&rf[i], &want, 4) != 0 || memcmp(&rp[i], &want, 4) != 0;
+    }
+    CHECKF(bad_r == 0, "%d rounded floats differ from bf16(x) widened", bad_r);
+    free(rf), free(rp);
     /* a big array goes through the parallel path */
     size_t big = (size_t)5 << 19; /* 2.5 chunks */
     float *bs = malloc(big * sizeof(float));
@@ -400,5 +445,11 @@ TEST(kernel_matmul_bf16_convert) {
     size_t bad_big = 0;
     for (size_t i = 0; i < big; i++) bad_big += bg[i] != dtx_f32_to_bf16(bs[i]);
     CHECKF(bad_big == 0, "%zu of %zu differ", bad_big, big);
+    float *bf = malloc(big * sizeof(float));
+    dtx_bf16_round(bf, bs, big);
+    bad_big = 0;
+    for (size_t i = 0; i < big; i++) bad_big += bf[i] != dtx_bf16_to_f32(dtx_f32_to_bf16(bs[i]));
+    CHECKF(bad_big == 0, "round: %zu of %zu differ", bad_big, big);
+    free(bf);
     free(src), free(got), free(port), free(bs), free(bg);
 }
