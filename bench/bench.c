@@ -9,7 +9,9 @@
  *   4. attention memory at T = 1K, 4K, 16K (config S, one layer, batch 1),
  *      fused flash kernel vs the plain one: computed and measured;
  *   5. one training step at T = 16384 (config S, DIFF, batch 1): RSS and time;
- *   6. the peak again (was the machine disturbed?).
+ *   6. decoding (KV cache, batch 1): tokens/s against the memory-bandwidth
+ *      bound (the bandwidth measured in the same run);
+ *   7. the peak again (was the machine disturbed?).
  * Every measured configuration runs in a child process of its own (this
  * program re-executed with --serve, or python3 tools/bench_torch.py --serve),
  * so each peak RSS is that configuration's alone. The DIFF and the baseline
@@ -20,7 +22,7 @@
  * repository root):
  *   bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch | --torch-full]
  *         [--torch-attn ref|fused] [--openblas DIR] [--python PATH]
- *         [--sections peak,train,torch,attn,long] [--configs S,L]
+ *         [--sections peak,train,torch,attn,long,decode] [--configs S,L]
  *     --quick   config S at batch 2, 2 timed steps, no T = 16K runs (make bench QUICK=1)
  *     --tiny    a seconds-long smoke test of the harness (meaningless numbers)
  *   bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]
@@ -1007,6 +1009,116 @@ static void torch_spec(spawn_spec *s, char store[][32], const bcfg *b, int64_t b
     s->argv[k] = NULL;
 }
 
+/* ================================================================= decode */
+
+/* Sums of a[0, n) (n a multiple of 64) with 8 independent vector
+ * accumulators, so that a pass is bound by memory, not by add latency. */
+__attribute__((target("avx2"))) static float sum_ymm(const float *a, size_t n) {
+    __m256 c[8];
+    for (int j = 0; j < 8; j++) c[j] = _mm256_setzero_ps();
+    for (size_t i = 0; i < n; i += 64)
+        for (int j = 0; j < 8; j++) c[j] = _mm256_add_ps(c[j], _mm256_loadu_ps(a + i + 8 * (size_t)j));
+    for (int j = 1; j < 8; j++) c[0] = _mm256_add_ps(c[0], c[j]);
+    float t[8];
+    _mm256_storeu_ps(t, c[0]);
+    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+static float sum_xmm(const float *a, size_t n) {
+    __m128 c[8];
+    for (int j = 0; j < 8; j++) c[j] = _mm_setzero_ps();
+    for (size_t i = 0; i < n; i += 32)
+        for (int j = 0; j < 8; j++) c[j] = _mm_add_ps(c[j], _mm_loadu_ps(a + i + 4 * (size_t)j));
+    for (int j = 1; j < 8; j++) c[0] = _mm_add_ps(c[0], c[j]);
+    float t[4];
+    _mm_storeu_ps(t, c[0]);
+    return t[0] + t[1] + t[2] + t[3];
+}
+
+/* Memory read bandwidth of every thread together, GB/s: the best of 5
+ * passes over a 1 GiB array, each thread summing its own contiguous part
+ * (ymm where the level has AVX2, else SSE2). */
+static double measure_read_bw(void) {
+    size_t n = (size_t)1 << 28; /* floats: 1 GiB */
+    float *a = dtx_alloc(n, sizeof(float));
+    if (!a) return NAN;
+    float (*sum)(const float *, size_t) = dtx_isa_level() >= DTX_ISA_AVX2 ? sum_ymm : sum_xmm;
+    double best = 0;
+    for (int pass = -1; pass < 5; pass++) { /* pass −1 first-touches the pages on their threads */
+        double t0 = now_s(), tot = 0;
+#pragma omp parallel reduction(+ : tot)
+        {
+            int nt = omp_get_num_threads(), id = omp_get_thread_num();
+            size_t chunk = n / (size_t)nt / 64 * 64, i0 = (size_t)id * chunk;
+            if (pass < 0)
+                for (size_t i = i0; i < i0 + chunk; i++) a[i] = (float)(i & 7);
+            else
+                tot += sum(a + i0, chunk);
+        }
+        double dt = now_s() - t0;
+        peak_sink = (float)tot;
+        if (pass >= 0 && (double)n * 4 / dt / 1e9 > best) best = (double)n * 4 / dt / 1e9;
+    }
+    free(a);
+    return best;
+}
+
+typedef struct {
+    int ok;
+    char why[160];
+    double tok_s;       /* decode tokens per second (median of the rounds)      */
+    double bytes_tok;   /* bytes every decode step must read (weights + cache)  */
+    int64_t ctx0, n;    /* context length at the first decode step, steps timed */
+} decode_result;
+
+/* Greedy-free decoding speed of config b (DIFF or baseline) in precision
+ * prec: a prefill of ctx tokens, then n decode steps, timed; 3 rounds, the
+ * median. The bound: every weight but the embedding table (one row of it is
+ * read) and every cached key and value row, once per step, at 4 bytes
+ * (fp32) or 2 (the bf16 copy generation reads). */
+static decode_result decode_bench(const bcfg *b, int diff, int prec, int64_t ctx, int64_t n) {
+    decode_result r;
+    memset(&r, 0, sizeof r);
+    dtx_config c = make_config(b, diff);
+    c.max_seq_len = ctx + n;
+    dtx_model *m = NULL;
+    dtx_kvcache *kv = NULL;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)ctx);
+    float *logits = malloc(sizeof(float) * (size_t)c.vocab_size);
+    if (!toks || !logits || dtx_model_init(&m, &c, 1) || dtx_model_set_precision(m, (dtx_precision)prec) ||
+        dtx_kvcache_init(&kv, m, ctx + n)) {
+        snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
+        goto done;
+    }
+    for (int64_t i = 0; i < ctx; i++) toks[i] = (int32_t)((i * 7919) % c.vocab_size);
+    double t[3];
+    for (int round = 0; round < 3; round++) {
+        dtx_kvcache_reset(kv);
+        if (dtx_model_prefill(m, kv, toks, ctx, logits)) {
+            snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
+            goto done;
+        }
+        double t0 = now_s();
+        for (int64_t i = 0; i < n; i++)
+            if (dtx_model_decode(m, kv, (int32_t)((i * 31) % c.vocab_size), logits)) {
+                snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
+                goto done;
+            }
+        t[round] = now_s() - t0;
+    }
+    qsort(t, 3, sizeof t[0], cmp_double);
+    r.ok = 1, r.ctx0 = ctx, r.n = n;
+    r.tok_s = (double)n / t[1];
+    int64_t kv_dim = c.dim * c.n_kv_heads / c.n_heads;
+    double weights = (double)dtx_model_num_params(m) - (double)(c.vocab_size - 1) * (double)c.dim;
+    double cache = (double)c.n_layers * 2 * (double)kv_dim * ((double)ctx + (double)(n + 1) / 2);
+    r.bytes_tok = weights * (prec ? 2 : 4) + cache * 4;
+done:
+    dtx_kvcache_free(kv);
+    dtx_model_free(m);
+    free(toks), free(logits);
+    return r;
+}
+
 static int file_exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
@@ -1017,7 +1129,7 @@ static void usage(void) {
             "usage: bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch | --torch-full]\n"
             "             [--torch-attn ref|fused]\n"
             "             [--openblas DIR] [--python PATH]\n"
-            "             [--sections peak,train,torch,attn,long] [--configs S,L]\n"
+            "             [--sections peak,train,torch,attn,long,decode] [--configs S,L]\n"
             "       bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]\n");
 }
 
@@ -1031,7 +1143,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     int quick = 0, tiny = 0, steps = 3, no_torch = 0, torch_full = 0;
-    const char *outfile = "bench/results.md", *sections = "peak,train,torch,attn,long";
+    const char *outfile = "bench/results.md", *sections = "peak,train,torch,attn,long,decode";
     const char *python = "/usr/bin/python3", *script = "tools/bench_torch.py", *torch_attn = "fused";
     const char *openblas_dir = "build/openblas", *configs = "S,L";
     for (int i = 1; i < argc; i++) {
@@ -1057,6 +1169,7 @@ int main(int argc, char **argv) {
     int do_peak = !!strstr(sections, "peak"), do_train = !!strstr(sections, "train");
     int do_torch = !!strstr(sections, "torch") && !no_torch, do_attn = !!strstr(sections, "attn");
     int do_long = !!strstr(sections, "long") && !quick;
+    int do_decode = !!strstr(sections, "decode");
     /* seconds of timed steps per (config, precision, arch); steps are cut to fit */
     double budget = quick ? 60 : 150;
     int threads = omp_get_max_threads();
@@ -1306,7 +1419,20 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* ---- 6. the peak again; MFU is against the higher of the two measurements */
+    /* ---- 6. decoding: every config of the run, both archs, fp32 and bf16 */
+    double bw = NAN;
+    decode_result dec[2][2][2]; /* [config][prec][arch] */
+    memset(dec, 0, sizeof dec);
+    int ndec = tiny ? 0 : ncfg < 2 ? ncfg : 2;
+    if (do_decode) {
+        fprintf(stderr, "measuring the memory bandwidth and decoding...\n");
+        bw = measure_read_bw();
+        for (int ci = 0; ci < ndec; ci++)
+            for (int p = 0; p < 2; p++)
+                for (int a = 0; a < 2; a++) dec[ci][p][a] = decode_bench(&cfgs[ci], a == 0, p, 512, quick ? 32 : 64);
+    }
+
+    /* ---- 7. the peak again; MFU is against the higher of the two measurements */
     if (do_peak) {
         p32e = measure_peak(0);
         p16e = measure_peak(1);
@@ -1436,8 +1562,30 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* ---- 6. peak again, targets */
-    if (ncfg && (do_train || do_torch || have_long)) {
+    if (do_decode && ndec) {
+        out("## Decoding (KV cache, batch 1, context 512 → 512 + n)\n\n");
+        out("Memory read bandwidth measured in this run: %.1f GB/s (every thread summing a 1 GiB array; best of 5 "
+            "passes). Bound = bandwidth ÷ the bytes each decode step must read: every weight but the embedding table "
+            "(4 bytes each in fp32; 2 in bf16, which decodes from a bf16 copy of the weights) and the cached keys "
+            "and values (fp32) at the step's length. ISA: %s.\n\n", bw, isa_col);
+        out("| config | arch | prec | tokens/s | MB per token | bound tokens/s | of bound |\n|---|---|---|---:|---:|---:|---:|\n");
+        for (int ci = 0; ci < ndec; ci++)
+            for (int p = 0; p < 2; p++)
+                for (int a = 0; a < 2; a++) {
+                    decode_result *d = &dec[ci][p][a];
+                    if (!d->ok) {
+                        out("| %s | %s | %s | failed: %s | | | |\n", cfgs[ci].name, ARCH[a], PREC[p], d->why);
+                        continue;
+                    }
+                    double bound = bw * 1e9 / d->bytes_tok;
+                    out("| %s | %s | %s | %.1f | %.1f | %.1f | %.0f%% |\n", cfgs[ci].name, ARCH[a], PREC[p], d->tok_s,
+                        d->bytes_tok / 1e6, bound, 100 * d->tok_s / bound);
+                }
+        out("\n");
+    }
+
+    /* ---- peak again, targets */
+    if (ncfg && (do_train || do_torch || have_long || do_decode)) {
         out("## Targets (issue)\n\n| target | measured | met |\n|---|---|---|\n");
         for (int ci = 0; ci < ncfg; ci++) {
             cfg_results *R = &res[ci];
@@ -1470,6 +1618,13 @@ int main(int argc, char **argv) {
                 rlong.ok ? fmt_gib(g, (double)rlong.hwm_kib) : rlong.why,
                 !rlong.ok ? "**no**" : rlong.hwm_kib <= 12L * 1024 * 1024 ? "yes" : "**no**");
         }
+        for (int ci = 0; ci < ndec && do_decode; ci++)
+            for (int a = 0; a < 2; a++) {
+                decode_result *d = &dec[ci][0][a];
+                double frac = d->ok ? d->tok_s / (bw * 1e9 / d->bytes_tok) : NAN;
+                out("| %s %s fp32 decode ≥ 85%% of the memory-bandwidth bound | %.0f%% | %s |\n", cfgs[ci].name, ARCH[a],
+                    100 * frac, isnan(frac) ? "–" : frac >= 0.85 ? "yes" : "**no**");
+            }
         if (quick)
             out("\n(%s: the targets are judged on `make bench`.)\n",
                 tiny ? "TINY harness test" : "QUICK: config S at batch 2 only");

@@ -11,7 +11,8 @@
  *   scratch [NQ·len]        scores / probabilities of every (sub-)head
  *
  * Three passes: (1) scores s[t] = q·k_t / √d of every (sub-)head, walking the
- * cache row by row (fp32 dots, vectorised along d); (2) softmax of each map
+ * cache in blocks of 16 rows (fp32 dots by the one-row product kernel,
+ * dtx_dot_rows: 8 rows at a time); (2) softmax of each map
  * with max subtraction (vectorised exp, sum in double); (3) the weighted sum
  * of the value rows, again row by row, accumulated in out (vectorised along
  * the value width). DIFF head h folds its two maps into one weight per key,
@@ -66,13 +67,6 @@ static inline real quant_score(const real *qh, const real *kh, int64_t d, double
     return (real)(scale * dot_d(qh, kh, d));
 }
 
-static inline real dot_r(const real *restrict a, const real *restrict b, int64_t n) {
-    real acc = 0;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t i = 0; i < n; i++) acc += a[i] * b[i];
-    return acc;
-}
-
 /* p [len] = softmax(p) in place: max subtraction, vectorised exp, sum in double. */
 static void softmax_inplace(real *restrict p, int64_t len) {
     real mx = -INFINITY;
@@ -120,14 +114,25 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
     /* 1. scores, row by row of the cache: each row's keys are read once,
      *    contiguously (a walk down one head's column would stride over rows
      *    and defeat the prefetchers once the cache outgrows the caches). */
-    for (int64_t t = 0; t < len; t++) {
-        const real *kr = kcache + t * ks;
-        for (int64_t h = h0; h < h1; h++) {
-            const int64_t g = h / n_rep;
-            for (int64_t j = 0; j < sub; j++) { /* sub-head sub·h + j reads key sub-head sub·g + j */
-                const real *qh = q + (sub * h + j) * d, *kh = kr + (sub * g + j) * d;
-                scratch[(sub * (h - h0) + j) * len + t] = qb ? quant_score(qh, kh, d, scale_d) : scale * dot_r(qh, kh, d);
-            }
+    if (qb) {
+        for (int64_t t = 0; t < len; t++) {
+            const real *kr = kcache + t * ks;
+            for (int64_t h = h0; h < h1; h++)
+                for (int64_t j = 0; j < sub; j++) /* sub-head sub·h + j reads key sub-head sub·g + j */
+                    scratch[(sub * (h - h0) + j) * len + t] =
+                        quant_score(q + (sub * h + j) * d, kr + (sub * (h / n_rep) + j) * d, d, scale_d);
+        }
+    } else {
+        /* blocks of ROWS cache rows (within L1), each block's rows scored
+         * against every sub-head by the one-row product kernel */
+        enum { ROWS = 16 };
+        for (int64_t t0 = 0; t0 < len; t0 += ROWS) {
+            int64_t nb = len - t0 < ROWS ? len - t0 : ROWS;
+            const real *kr = kcache + t0 * ks;
+            for (int64_t h = h0; h < h1; h++)
+                for (int64_t j = 0; j < sub; j++)
+                    dtx_dot_rows(scratch + (sub * (h - h0) + j) * len + t0, 1, q + (sub * h + j) * d,
+                                 kr + (sub * (h / n_rep) + j) * d, ks, nb, d, scale);
         }
     }
     /* 2. softmax of every map (quantised first when asked); DIFF folds its

@@ -82,12 +82,13 @@ typedef struct {
     int64_t bq, bk;                      /* tile sizes */
     int diff, bf16;                      /* bf16: the products take bf16 operands */
     int emul;                            /* emulated bf16: fp32 products of bf16-rounded operands */
+    int hm;                              /* fp32 and emulated: the head-major copies below are in use */
     int64_t dp, wp, Tpair;               /* bf16: d, w rounded up to even; ⌈T/2⌉ pair rows */
     real scale; /* 1/√d */
     /* s->work regions, offsets in elements of real (each a multiple of 16) */
     int64_t off_part, off_kt, off_vt, off_do, off_D, off_lse, total;
+    int64_t off_qh, off_kh, off_vh;                   /* head-major copies of q, k, v (fp32, emulated) */
     int64_t off_qa, off_qb, off_kb, off_doa, off_dob; /* bf16 copies (see the bf16 section) */
-    int64_t off_qr, off_kr, off_vr, off_dor;          /* emulated bf16: rounded copies of q, k, v, dO */
 } fgeom;
 
 static inline int64_t even_down(int64_t n) { return n > 2 ? n & ~(int64_t)1 : 2; }
@@ -115,6 +116,7 @@ static fgeom make_fgeom(const dtx_attn_dims *a) {
     g.bf16 = a->precision == DTX_PREC_BF16 && dtx_tile_bf16_simd();
     g.emul = a->precision == DTX_PREC_BF16 && !g.bf16;
 #endif
+    g.hm = !g.bf16;
     if (g.bf16) g.bq = even_down(g.bq), g.bk = even_down(g.bk);
     assert(g.bq <= MAX_BQ && g.bq * g.bk <= MAX_TILE);
     g.dp = g.d + (g.d & 1), g.wp = g.w + (g.w & 1), g.Tpair = (g.T + 1) / 2;
@@ -123,18 +125,21 @@ static fgeom make_fgeom(const dtx_attn_dims *a) {
     g.off_part = o, o += round16(g.diff ? g.B * g.G * (g.w + 1) * per_double : 0); /* first: 8-byte aligned */
     g.off_kt = o, o += round16(g.B * g.NK * g.d * g.Tp);
     g.off_vt = o, o += round16(g.B * g.G * g.w * g.Tp);
-    g.off_do = o, o += round16(g.diff ? g.B * g.T * g.H * g.w : 0);
+    g.off_do = o, o += round16(g.B * g.T * g.H * g.w);
     g.off_D = o, o += round16(g.B * g.NQ * g.T);
 #ifdef DTX_DOUBLE
     g.off_lse = o, o += round16(g.B * g.NQ * g.T); /* lse refined to double, see refine_lse */
 #else
     g.off_lse = -1;
 #endif
-    /* bf16 regions, sizes in floats (a bf16 pair is one float). The native
-     * copies and the emulated mode's rounded ones share one region sized for
-     * the larger, so a workspace sized for bf16 serves either mode (the
-     * mode follows the ISA level at each call). */
-    int64_t bf = a->precision == DTX_PREC_BF16, base = o;
+    g.off_qh = o, o += round16(g.B * g.T * g.qs);
+    g.off_kh = o, o += round16(g.B * g.T * g.ks);
+    g.off_vh = o, o += round16(g.B * g.T * g.vs);
+    /* bf16 regions, sizes in floats (a bf16 pair is one float); sized
+     * whenever the precision is bf16, so that one workspace serves the
+     * native and the emulated mode (which follows the ISA level at each
+     * call). */
+    int64_t bf = a->precision == DTX_PREC_BF16;
 #ifdef DTX_DOUBLE
     bf = 0;
 #endif
@@ -143,13 +148,6 @@ static fgeom make_fgeom(const dtx_attn_dims *a) {
     g.off_kb = o, o += round16(bf * g.B * g.NK * g.Tpair * g.d);
     g.off_doa = o, o += round16(bf * g.B * g.T * g.H * g.wp / 2);
     g.off_dob = o, o += round16(bf * g.B * g.H * g.Tpair * g.w);
-    int64_t end_native = o;
-    o = base;
-    g.off_qr = o, o += round16(bf * g.B * g.T * g.qs);
-    g.off_kr = o, o += round16(bf * g.B * g.T * g.ks);
-    g.off_vr = o, o += round16(bf * g.B * g.T * g.vs);
-    g.off_dor = o, o += round16(g.diff ? 0 : bf * g.B * g.T * g.os); /* DIFF rounds its dO in place */
-    if (end_native > o) o = end_native;
     g.total = o;
     return g;
 }
@@ -159,7 +157,18 @@ size_t dtx_attention_flash_workspace_size(const dtx_attn_dims *a) {
     return (size_t)make_fgeom(a).total;
 }
 
-/* ------------------------------------------------- emulated bf16 copies */
+/* ------------------------------------------- fp32 and emulated copies
+ * The products of the fp32 (and emulated bf16) mode read per-head copies
+ * in the workspace, never the caller's interleaved rows, whose 2 KiB and
+ * larger strides cost the AVX2 micro-kernels 10–15% (L1 set conflicts, TLB
+ * misses):
+ *   q sub-head j, k sub-head:  [T × d], row stride d (qh, kh);
+ *   v of a KV group:           [T × w], row stride w (vh);
+ *   dO of head h (backward):   [T × w], row stride w (the dO region);
+ *   Kᵀ, Vᵀ (per sub-head / group): key-tiled, the key tile at k0 a
+ *     [d × nk] (or [w × nk]) block at offset k0·d (k0·w) with row stride
+ *     nk = min(bk, T − k0), so a tile's rows are contiguous.
+ * In emulated mode every copy is rounded to bf16. */
 
 /* x [rows × cols] (row stride ld) rounded to bf16 in place (emulated mode;
  * a no-op otherwise). */
@@ -172,35 +181,66 @@ static void round_tile(const fgeom *g, real *x, int64_t ld, int64_t rows, int64_
 #endif
 }
 
-/* dst[t·ld + c] = bf16(src[t·ld + c]) for t < T, c < cols: columns
- * [0, cols) of one head or group of a [T × ld] tensor. */
-static void round_cols(real *dst, const real *src, int64_t ld, int64_t T, int64_t cols) {
+/* dst [rows × cols] (stride ldd) = src (stride lds), rounded to bf16 in
+ * emulated mode (dst may be src when the strides agree). */
+static void copy_rows(const fgeom *g, real *dst, int64_t ldd, const real *src, int64_t lds, int64_t rows,
+                      int64_t cols) {
+    for (int64_t r = 0; r < rows; r++) {
 #ifndef DTX_DOUBLE
-    for (int64_t t = 0; t < T; t++) dtx_bf16_round_portable(dst + t * ld, src + t * ld, (size_t)cols);
-#else
-    (void)dst, (void)src, (void)ld, (void)T, (void)cols;
+        if (g->emul) {
+            dtx_bf16_round_portable(dst + r * ldd, src + r * lds, (size_t)cols);
+            continue;
+        }
 #endif
+        if (dst != src) memcpy(dst + r * ldd, src + r * lds, sizeof(real) * (size_t)cols);
+    }
 }
 
-/* The tensors the products read: the caller's, or their rounded copies in
- * the workspace in emulated mode. */
-static const real *q_in(const fgeom *g, const real *work, const real *q) { return g->emul ? work + g->off_qr : q; }
-static const real *k_in(const fgeom *g, const real *work, const real *k) { return g->emul ? work + g->off_kr : k; }
-static const real *v_in(const fgeom *g, const real *work, const real *v) { return g->emul ? work + g->off_vr : v; }
+static real *qh_ptr(const fgeom *g, real *work, int64_t b, int64_t j) {
+    return work + g->off_qh + (b * g->NQ + j) * g->T * g->d;
+}
+static real *kh_ptr(const fgeom *g, real *work, int64_t b, int64_t sub) {
+    return work + g->off_kh + (b * g->NK + sub) * g->T * g->d;
+}
+static real *vh_ptr(const fgeom *g, real *work, int64_t b, int64_t grp) {
+    return work + g->off_vh + (b * g->G + grp) * g->T * g->w;
+}
 
-/* Kᵀ of k sub-head `sub` in batch b: kt [d, Tp] (columns ≥ T unused). */
+/* Kᵀ of k sub-head `sub` in batch b (a region of d·Tp elements). */
 static real *kt_ptr(const fgeom *g, real *work, int64_t b, int64_t sub) {
     return work + g->off_kt + (b * g->NK + sub) * g->d * g->Tp;
 }
 
-/* Vᵀ of KV group grp in batch b: vt [w, Tp]. */
+/* Vᵀ of KV group grp in batch b (a region of w·Tp elements). */
 static real *vt_ptr(const fgeom *g, real *work, int64_t b, int64_t grp) {
     return work + g->off_vt + (b * g->G + grp) * g->w * g->Tp;
 }
 
-static void transpose_k(const fgeom *g, real *work, const real *k, int64_t b, int64_t sub) {
-    k = k_in(g, work, k);
-    dtx_tile_transpose(kt_ptr(g, work, b, sub), g->Tp, k + b * g->T * g->ks + sub * g->d, g->ks, g->T, g->d);
+/* Row stride of the key-tiled transposes' tile at k0. */
+static inline int64_t tile_ld(const fgeom *g, int64_t k0) { return min64(g->bk, g->T - k0); }
+
+/* dst = the key-tiled transpose of src [T × cols] (row stride cols). */
+static void transpose_tiled(const fgeom *g, real *dst, const real *src, int64_t cols) {
+    for (int64_t k0 = 0; k0 < g->T; k0 += g->bk) {
+        int64_t nk = tile_ld(g, k0);
+        dtx_tile_transpose(dst + k0 * cols, nk, src + k0 * cols, cols, nk, cols);
+    }
+}
+
+/* The copies of k sub-head `sub` of batch b: kh, then its Kᵀ. */
+static void stage_k(const fgeom *g, real *work, const real *k, int64_t b, int64_t sub) {
+    real *kh = kh_ptr(g, work, b, sub);
+    copy_rows(g, kh, g->d, k + b * g->T * g->ks + sub * g->d, g->ks, g->T, g->d);
+    transpose_tiled(g, kt_ptr(g, work, b, sub), kh, g->d);
+}
+/* vh of group grp (and its Vᵀ, for the backward). */
+static void stage_v(const fgeom *g, real *work, const real *v, int64_t b, int64_t grp, int with_t) {
+    real *vh = vh_ptr(g, work, b, grp);
+    copy_rows(g, vh, g->w, v + b * g->T * g->vs + grp * g->w, g->vs, g->T, g->w);
+    if (with_t) transpose_tiled(g, vt_ptr(g, work, b, grp), vh, g->w);
+}
+static void stage_q(const fgeom *g, real *work, const real *q, int64_t b, int64_t j) {
+    copy_rows(g, qh_ptr(g, work, b, j), g->d, q + b * g->T * g->qs + j * g->d, g->qs, g->T, g->d);
 }
 
 /* ------------------------------------------------- bf16 operand copies
@@ -261,9 +301,10 @@ typedef struct {
 #endif
 } fmap;
 
-/* What one map reads for a query tile: fp32 qh [mq, d] (stride qs), kt
- * [d, Tp] (Kᵀ from the key tile on: kt + k0), vh [T, w] (stride vs); or in
- * bf16 mode the copies qa (query tile rows), ktb, vb (whole sequence). */
+/* What one map reads for a query tile: fp32 (and emulated) qh [mq, d]
+ * (the query tile's rows, stride d), kt (the key-tiled Kᵀ), vh [T, w]
+ * (stride w); or in bf16 mode the copies qa (query tile rows), ktb, vb
+ * (whole sequence). */
 typedef struct {
     const real *qh, *kt, *vh;
 #ifndef DTX_DOUBLE
@@ -282,16 +323,16 @@ static void scores(const fgeom *g, const mapsrc *in, real *S, int64_t ld, int64_
         return;
     }
 #endif
-    dtx_tile_gemm_tri(mq, nk, g->d, in->qh, g->qs, 1, in->kt + k0, g->Tp, S, ld, 0, DTX_TRI_N_HI, q0 - k0);
+    dtx_tile_gemm_tri(mq, nk, g->d, in->qh, g->d, 1, in->kt + k0 * g->d, tile_ld(g, k0), S, ld, 0, DTX_TRI_N_HI,
+                      q0 - k0);
 }
 
 /* The sources of q sub-head j (query rows from q0, batch b) against k
  * sub-head ksub and value group grp, in the working layout of either mode. */
 static mapsrc map_src(const fgeom *g, real *work, const real *q, const real *v, int64_t b, int64_t j, int64_t ksub,
                       int64_t grp, int64_t q0) {
-    q = q_in(g, work, q), v = v_in(g, work, v);
-    mapsrc in = {.qh = q + (b * g->T + q0) * g->qs + j * g->d, .kt = kt_ptr(g, work, b, ksub),
-                 .vh = v + b * g->T * g->vs + grp * g->w};
+    (void)q, (void)v;
+    mapsrc in = {.qh = qh_ptr(g, work, b, j) + q0 * g->d, .kt = kt_ptr(g, work, b, ksub), .vh = vh_ptr(g, work, b, grp)};
 #ifndef DTX_DOUBLE
     if (g->bf16)
         in.qa = qa_ptr(g, work, b, j) + q0 * g->NQ * g->dp, in.ktb = ktb_ptr(g, work, b, ksub),
@@ -323,7 +364,7 @@ static void map_step(fmap *f, const fgeom *g, const mapsrc *in, int64_t w, real 
     }
 #endif
     round_tile(g, f->S, bk, mq, nk); /* emulated bf16: P as the product's operand (l already has it unrounded) */
-    dtx_tile_gemm_tri(mq, w, nk, f->S, bk, 1, in->vh + k0 * g->vs, g->vs, o, g->os, k0 > 0, DTX_TRI_K_HI, diag);
+    dtx_tile_gemm_tri(mq, w, nk, f->S, bk, 1, in->vh + k0 * w, w, o, g->os, k0 > 0, DTX_TRI_K_HI, diag);
 }
 
 static void map_init(fmap *f, int64_t mq) {
@@ -397,19 +438,16 @@ void dtx_attention_flash_forward(const dtx_attn_dims *a, real *out, const dtx_at
     int64_t nqt = (g.T + g.bq - 1) / g.bq, nbh = g.B * g.H;
 #pragma omp parallel
     {
-        if (g.emul) { /* rounded copies of q, k, v, whole rows */
-            real *w = s->work;
-#pragma omp for schedule(static)
-            for (int64_t bt = 0; bt < g.B * g.T; bt++) {
-                round_cols(w + g.off_qr + bt * g.qs, q + bt * g.qs, g.qs, 1, g.qs);
-                round_cols(w + g.off_kr + bt * g.ks, k + bt * g.ks, g.ks, 1, g.ks);
-                round_cols(w + g.off_vr + bt * g.vs, v + bt * g.vs, g.vs, 1, g.vs);
-            }
-        }
-        if (!g.bf16) {
+        if (g.hm) { /* the head-major copies (rounded when emulating bf16) and Kᵀ */
+#pragma omp for collapse(2) schedule(static) nowait
+            for (int64_t b = 0; b < g.B; b++)
+                for (int64_t sub = 0; sub < g.NK; sub++) stage_k(&g, s->work, k, b, sub);
+#pragma omp for collapse(2) schedule(static) nowait
+            for (int64_t b = 0; b < g.B; b++)
+                for (int64_t grp = 0; grp < g.G; grp++) stage_v(&g, s->work, v, b, grp, 0);
 #pragma omp for collapse(2) schedule(static)
             for (int64_t b = 0; b < g.B; b++)
-                for (int64_t sub = 0; sub < g.NK; sub++) transpose_k(&g, s->work, k, b, sub);
+                for (int64_t j = 0; j < g.NQ; j++) stage_q(&g, s->work, q, b, j);
         } else {
 #ifndef DTX_DOUBLE
 #pragma omp for collapse(2) schedule(static) nowait
@@ -458,6 +496,11 @@ static inline real as_operand(const fgeom *g, real x) {
     return x;
 }
 
+/* Head h's dO [T × w] (row stride w) in the dO region: the fp32 and
+ * emulated modes' head-major layout (DIFF's RMSNorm backward writes it, the
+ * Transformer's is a copy of dout). */
+static real *dO_head(const fgeom *g, const bargs *p, int64_t b, int64_t h) { return p->dO + (b * g->H + h) * g->T * g->w; }
+
 /* Transformer head j, batch b: D[t] = dout_t · out_t. */
 static void prep_head(const fgeom *g, const bargs *p, int64_t b, int64_t j) {
     int64_t d = g->d, T = g->T;
@@ -476,7 +519,8 @@ static void prep_head(const fgeom *g, const bargs *p, int64_t b, int64_t j) {
  *   dx̂ = c·γ ⊙ dY;  dγ += c·dY ⊙ x̂;  dO = rstd·(dx̂ − x̂·mean(dx̂ ⊙ x̂));
  *   D1 = dO·o1, D2 = dO·o2 (so the branch-2 FlashAttention term is −λ·D2);
  *   dλ += −D2 (with dO unrounded in bf16 mode, where D1, D2 take it rounded).
- * dO goes to the workspace; dg [w] and *dl are this task's partials. */
+ * dO goes to the workspace (head-major in the fp32 and emulated modes);
+ * dg [w] and *dl are this task's partials. */
 static void prep_diff_head(const fgeom *g, const bargs *p, int64_t b, int64_t h, double *dg, double *dl) {
     int64_t w = g->w, T = g->T;
     real *D1 = p->D + (b * g->NQ + 2 * h) * T, *D2 = D1 + T;
@@ -484,7 +528,7 @@ static void prep_diff_head(const fgeom *g, const bargs *p, int64_t b, int64_t h,
     for (int64_t t = 0; t < T; t++) {
         int64_t off = (b * T + t) * g->os + h * w;
         const real *o1 = p->s->o1 + off, *o2 = p->s->o2 + off, *dY = p->dout + off;
-        real *dO = p->dO + off;
+        real *dO = g->hm ? dO_head(g, p, b, h) + t * w : p->dO + off;
         double rs = p->s->rstd[(b * T + t) * g->H + h], m = 0;
 #pragma omp simd reduction(+ : m)
         for (int64_t c = 0; c < w; c++) {
@@ -575,10 +619,16 @@ static void recompute_p(const fgeom *g, const bargs *p, real *P, int64_t b, int6
     dtx_tile_exp_rows(P, P, g->bk, mq, nk, q0 - k0, g->scale, lse_row(g, p, b, j) + q0);
 }
 
-/* The gradient of head h's attention output before the value product:
- * dout (Transformer) or the RMSNorm backward's dO (DIFF, workspace). */
-static const real *grad_o(const fgeom *g, const bargs *p) {
-    return g->diff ? p->dO : g->emul ? p->s->work + g->off_dor : p->dout;
+/* The gradient of head h's attention output before the value product,
+ * from query row q0 on, and its row stride: the head-major dO (fp32,
+ * emulated); in bf16 mode dout (Transformer) or DIFF's dO in rows of H·w. */
+static const real *grad_o(const fgeom *g, const bargs *p, int64_t b, int64_t h, int64_t q0, int64_t *ld) {
+    if (g->hm) {
+        *ld = g->w;
+        return dO_head(g, p, b, h) + q0 * g->w;
+    }
+    *ld = g->os;
+    return (g->diff ? p->dO : p->dout) + (b * g->T + q0) * g->os + h * g->w;
 }
 
 /* dP [mq × nk] (stride bk) = dO·vᵀ for head h (value group grp, w wide). */
@@ -592,9 +642,10 @@ static void dp_tile(const fgeom *g, const bargs *p, real *dP, int64_t b, int64_t
         return;
     }
 #endif
-    const real *dO = grad_o(g, p) + (b * g->T + q0) * g->os + h * g->w;
-    dtx_tile_gemm_tri(mq, nk, g->w, dO, g->os, 1, vt_ptr(g, work, b, grp) + k0, g->Tp, dP, g->bk, 0, DTX_TRI_N_HI,
-                      q0 - k0);
+    int64_t ld;
+    const real *dO = grad_o(g, p, b, h, q0, &ld);
+    dtx_tile_gemm_tri(mq, nk, g->w, dO, ld, 1, vt_ptr(g, work, b, grp) + k0 * g->w, tile_ld(g, k0), dP, g->bk, 0,
+                      DTX_TRI_N_HI, q0 - k0);
 }
 
 /* dv += Mᵀ·dO for M [mq × nk] (stride bk): P, or DIFF's P1 − λ·P2. */
@@ -610,8 +661,9 @@ static void dv_tile(const fgeom *g, const bargs *p, btile *bt, const real *M, in
     }
 #endif
     (void)bt;
-    const real *dO = grad_o(g, p) + (b * g->T + q0) * g->os + h * g->w;
-    dtx_tile_gemm_tri(nk, g->w, mq, M, 1, g->bk, dO, g->os, dv, g->vs, 1, DTX_TRI_K_LO, q0 - k0);
+    int64_t ld;
+    const real *dO = grad_o(g, p, b, h, q0, &ld);
+    dtx_tile_gemm_tri(nk, g->w, mq, M, 1, g->bk, dO, ld, dv, g->vs, 1, DTX_TRI_K_LO, q0 - k0);
 }
 
 /* dq_j += dS·k_ksub and dk_ksub += dSᵀ·q_j for one map (dS [mq × nk],
@@ -634,10 +686,9 @@ static void dqdk(const fgeom *g, const bargs *p, btile *bt, const real *dS, int6
 #endif
     (void)bt;
     round_tile(g, (real *)dS, g->bk, mq, nk); /* emulated bf16: dS as the products' operand */
-    const real *qh = q_in(g, p->s->work, p->q) + (b * T + q0) * g->qs + j * d;
-    const real *kh = k_in(g, p->s->work, p->k) + (b * T + k0) * g->ks + ksub * d;
-    dtx_tile_gemm_tri(mq, d, nk, dS, g->bk, 1, kh, g->ks, dq, g->qs, 1, DTX_TRI_K_HI, diag);
-    dtx_tile_gemm_tri(nk, d, mq, dS, 1, g->bk, qh, g->qs, dk, g->ks, 1, DTX_TRI_K_LO, diag);
+    const real *qh = qh_ptr(g, p->s->work, b, j) + q0 * d, *kh = kh_ptr(g, p->s->work, b, ksub) + k0 * d;
+    dtx_tile_gemm_tri(mq, d, nk, dS, g->bk, 1, kh, d, dq, g->qs, 1, DTX_TRI_K_HI, diag);
+    dtx_tile_gemm_tri(nk, d, mq, dS, 1, g->bk, qh, d, dk, g->ks, 1, DTX_TRI_K_LO, diag);
 }
 
 /* Transformer head j (KV head grp), one tile pair:
@@ -649,7 +700,7 @@ static void bwd_tile(const fgeom *g, const bargs *p, btile *bt, int64_t b, int64
     dp_tile(g, p, bt->dP, b, j, grp, q0, mq, k0, nk);
     const real *M = bt->P1;
     if (g->emul) { /* P rounded for dv only: dS below takes it unrounded */
-        for (int64_t r = 0; r < mq; r++) round_cols(bt->Pc + r * g->bk, bt->P1 + r * g->bk, g->bk, 1, nk);
+        copy_rows(g, bt->Pc, g->bk, bt->P1, g->bk, mq, nk);
         M = bt->Pc;
     }
     dv_tile(g, p, bt, M, b, j, grp, q0, mq, k0, nk);
@@ -729,26 +780,18 @@ static void refine_lse(const fgeom *g, const bargs *p, real *P, int64_t b, int64
 static void bwd_group(const fgeom *g, const bargs *p, int64_t b, int64_t grp, double *dg, double *dl) {
     int64_t T = g->T, sub = g->diff ? 2 : 1;
     real *work = p->s->work;
-    if (g->emul) { /* this task's columns of q, k, v (and the Transformer's dO), rounded */
-        int64_t h0 = grp * g->n_rep, hq = sub * g->d * g->n_rep, o = b * T;
-        round_cols(work + g->off_qr + o * g->qs + h0 * sub * g->d, p->q + o * g->qs + h0 * sub * g->d, g->qs, T, hq);
-        round_cols(work + g->off_kr + o * g->ks + grp * sub * g->d, p->k + o * g->ks + grp * sub * g->d, g->ks, T,
-                   sub * g->d);
-        round_cols(work + g->off_vr + o * g->vs + grp * g->w, p->v + o * g->vs + grp * g->w, g->vs, T, g->w);
-        if (!g->diff)
-            round_cols(work + g->off_dor + o * g->os + h0 * g->w, p->dout + o * g->os + h0 * g->w, g->os, T,
-                       g->n_rep * g->w);
-    }
-    if (!g->bf16) {
-        for (int64_t i = 0; i < sub; i++) transpose_k(g, work, p->k, b, sub * grp + i);
-        dtx_tile_transpose(vt_ptr(g, work, b, grp), g->Tp, v_in(g, work, p->v) + b * T * g->vs + grp * g->w, g->vs,
-                           T, g->w);
+    if (g->hm) { /* this task's head-major copies (rounded when emulating bf16), Kᵀ and Vᵀ */
+        for (int64_t i = 0; i < sub; i++) stage_k(g, work, p->k, b, sub * grp + i);
+        stage_v(g, work, p->v, b, grp, 1);
+        for (int64_t j = sub * grp * g->n_rep; j < sub * (grp + 1) * g->n_rep; j++) stage_q(g, work, p->q, b, j);
     }
     for (int64_t h = grp * g->n_rep; h < (grp + 1) * g->n_rep; h++) {
         if (g->diff) prep_diff_head(g, p, b, h, dg, dl);
         else prep_head(g, p, b, h);
-        if (g->diff && g->emul) /* after the row terms, which take dO rounded, and dλ, which takes it unrounded */
-            round_cols(p->dO + b * T * g->os + h * g->w, p->dO + b * T * g->os + h * g->w, g->os, T, g->w);
+        /* then the head-major dO: the Transformer's copied, DIFF's rounded in place when emulating (after the
+         * row terms, which take it rounded, and dλ, which takes it unrounded) */
+        if (g->hm) copy_rows(g, dO_head(g, p, b, h), g->w, g->diff ? dO_head(g, p, b, h) : p->dout + b * T * g->os + h * g->w,
+                             g->diff ? g->w : g->os, T, g->w);
     }
 #ifndef DTX_DOUBLE
     if (g->bf16) pack_group_bf16(g, p, b, grp);

@@ -36,6 +36,20 @@ void dtx_matmul_ref_backward(real *dx, real *dw, const real *dout, const real *x
 size_t dtx_matmul_primitives_created(void);
 void dtx_matmul_cache_clear(void);
 
+/* ---- One-row products (rowdot.c: decoding reads each weight and each cached
+ * key once per token, so these are memory-bound; per-ISA kernels, simd.h).
+ * s[t·lds] = scale · x·k_t for t < n, with k_t = k + t·ldk (d wide): the
+ * scores of one query sub-head against n cached keys. Single-threaded.   */
+void dtx_dot_rows(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d, real scale);
+/* out [N] = x [K] · w [N, K]ᵀ (a linear layer of one token); rows split over
+ * the OpenMP threads when big enough, results independent of the count.  */
+void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N);
+#ifndef DTX_DOUBLE
+/* The same with w in bf16 bits and x already rounded to bf16: products of
+ * two bf16 values are exact in fp32, summed in fp32.                      */
+void dtx_gemv_bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
+#endif
+
 /* ---- RMSNorm over rows of width C
  * out [M, C] = x / sqrt(mean(x²) + eps) ⊙ w ; rstd [M] = 1/sqrt(mean(x²)+eps) */
 void dtx_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int64_t M, int64_t C,
@@ -163,18 +177,18 @@ size_t dtx_attention_rstd_size(const dtx_attn_dims *a);
  * in T, never T². With w = 2d (DIFF) or d, NQ/NK the q/k sub-heads, H heads,
  * G KV heads, Tp = T rounded up to an odd multiple of 16, each term rounded
  * up to 16 elements:
- *   B·NK·d·Tp (Kᵀ) + B·G·w·Tp (Vᵀ) + B·NQ·T (row terms D)
- *   + DIFF only: B·T·H·w (dO after the RMSNorm backward) + B·G·(w+1) doubles
- *     (per-task γ/λ gradient partials, reduced in a fixed order)
+ *   B·NK·d·Tp (Kᵀ) + B·G·w·Tp (Vᵀ) + B·NQ·T (row terms D) + B·T·H·w (dO)
+ *   + B·T·NQ·d + B·T·NK·d + B·T·G·w (per-head copies of q, k, v, which the
+ *     fp32 products read: the interleaved rows' large strides cost the
+ *     micro-kernels L1 and TLB misses)
+ *   + DIFF only: B·G·(w+1) doubles (per-task γ/λ gradient partials,
+ *     reduced in a fixed order)
  *   + double build only: B·NQ·T (lse refined to double for the backward)
- *   + bf16 only: the larger of the native and the emulated mode's copies
- *     (the mode follows the ISA level at each call, so one workspace serves
- *     both): native (Kᵀ and Vᵀ then hold bf16 copies in their own space),
- *     with d', w' = d, w rounded up to even and T' = ⌈T/2⌉, bf16 copies of q
- *     and dO in both operand layouts and of k along keys:
- *     B·T·NQ·d'/2 + B·NQ·T'·d + B·NK·T'·d + B·T·H·w'/2 + B·H·T'·w;
- *     emulated, bf16-rounded fp32 copies of q, k, v and (Transformer) dO:
- *     B·T·NQ·d + B·T·NK·d + B·T·G·w + Transformer only B·T·H·d.          */
+ *   + bf16 only, for the native mode (which follows the ISA level at each
+ *     call: the emulated mode reads the fp32 copies, rounded): with d', w' =
+ *     d, w rounded up to even and T' = ⌈T/2⌉, bf16 copies of q and dO in
+ *     both operand layouts and of k along keys:
+ *     B·T·NQ·d'/2 + B·NQ·T'·d + B·NK·T'·d + B·T·H·w'/2 + B·H·T'·w.         */
 size_t dtx_attention_flash_workspace_size(const dtx_attn_dims *a);
 /* Elements of `real` the quantised FLASH forward (a->quant_bits > 0, impl
  * FLASH: dtx_attention_quant_forward) needs in s->work; 0 otherwise. Linear

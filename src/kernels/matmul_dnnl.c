@@ -73,7 +73,7 @@ void dtx_bf16_convert(uint16_t *dst, const float *src, size_t n) {
     SPLIT_CONVERT(dtx_bf16_convert_portable, dst, src, n);
 }
 
-void dtx_bf16_round_portable(float *restrict dst, const float *restrict src, size_t n) {
+void dtx_bf16_round_portable(float *dst, const float *src, size_t n) { /* dst may be src: no restrict */
 #pragma omp simd
     for (size_t i = 0; i < n; i++) {
         union { float f; uint32_t u; } v = {.f = src[i]};

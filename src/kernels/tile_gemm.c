@@ -1,7 +1,7 @@
 /* Tile products, vector exp and the flash softmax row steps (see
  * tile_gemm.h): the portable implementations, and the entry points, which
  * call the implementation of the ISA level in use through one table
- * (tile_ops.h; tile_avx2.c, tile_avx512.c).
+ * (simd.h; simd_avx2.c, simd_avx512.c).
  *
  * Portable path: plain C loops (the compiler vectorises the inner column
  * loop) and libm exp. It is the reference the SIMD paths are tested against,
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/tile_ops.h"
+#include "kernels/simd.h"
 
 /* ---------------------------------------------------------- portable path */
 
@@ -26,7 +26,7 @@ static real exp_r(real x) {
 
 /* C [M×N] (=|+=) A·B, one C row at a time: the inner loop over n is a plain
  * axpy the compiler vectorises. Causal limits per row (see dtx_tri). */
-static void gemm_portable(int64_t M, int64_t N, int64_t K, const real *A, int64_t sar, int64_t sac,
+void dtx_tile_gemm_portable(int64_t M, int64_t N, int64_t K, const real *A, int64_t sar, int64_t sac,
                           const real *B, int64_t ldb, real *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag) {
     for (int64_t r = 0; r < M; r++) {
         real *c = C + r * ldc;
@@ -43,7 +43,7 @@ static void gemm_portable(int64_t M, int64_t N, int64_t K, const real *A, int64_
     }
 }
 
-static void softmax_update_portable(real *S, int64_t ld, int64_t M, int64_t N, int64_t diag, real scale,
+void dtx_tile_softmax_update_portable(real *S, int64_t ld, int64_t M, int64_t N, int64_t diag, real scale,
                                     real *m, real *l, real *alpha) {
     for (int64_t r = 0; r < M; r++) {
         real *s = S + r * ld;
@@ -65,7 +65,7 @@ static void softmax_update_portable(real *S, int64_t ld, int64_t M, int64_t N, i
     }
 }
 
-static void exp_rows_portable(real *P, const real *S, int64_t ld, int64_t M, int64_t N, int64_t diag,
+void dtx_tile_exp_rows_portable(real *P, const real *S, int64_t ld, int64_t M, int64_t N, int64_t diag,
                               real scale, const real *lse) {
     for (int64_t r = 0; r < M; r++) {
         int64_t nv = tile_valid_cols(diag, r, N);
@@ -80,7 +80,7 @@ static void exp_rows_portable(real *P, const real *S, int64_t ld, int64_t M, int
 
 /* Portable: 8×8 blocks so that both the reads and the writes stay within a
  * few lines. */
-static void transpose_portable(real *dst, int64_t ldd, const real *src, int64_t lds, int64_t rows, int64_t cols) {
+void dtx_tile_transpose_portable(real *dst, int64_t ldd, const real *src, int64_t lds, int64_t rows, int64_t cols) {
     for (int64_t r0 = 0; r0 < rows; r0 += 8)
         for (int64_t c0 = 0; c0 < cols; c0 += 8) {
             int64_t r1 = tile_min64(rows, r0 + 8), c1 = tile_min64(cols, c0 + 8);
@@ -89,34 +89,19 @@ static void transpose_portable(real *dst, int64_t ldd, const real *src, int64_t 
         }
 }
 
-static void exp_portable(real *y, const real *x, int64_t n) {
+void dtx_tile_exp_portable(real *y, const real *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = exp_r(x[i]);
 }
 
-static const dtx_tile_ops ops_portable = {"portable", gemm_portable, transpose_portable, exp_portable,
-                                          softmax_update_portable, exp_rows_portable};
-
-/* One implementation per ISA level (index: dtx_isa). A level without SIMD
- * kernels of its own takes the next lower one's; the double build has only
- * the portable kernels. */
-static const dtx_tile_ops *const table[DTX_ISA_AVX512_BF16 + 1] = {
-#if TILE_SIMD
-    &ops_portable, &dtx_tile_ops_avx2, &dtx_tile_ops_avx512, &dtx_tile_ops_avx512,
-#else
-    &ops_portable, &ops_portable, &ops_portable, &ops_portable,
-#endif
-};
-
-const dtx_tile_ops *dtx_tile_ops_for(dtx_isa lvl) { return table[lvl]; }
-static inline const dtx_tile_ops *ops(void) { return table[dtx_isa_level()]; }
-
 dtx_isa dtx_tile_isa(void) {
-#if TILE_SIMD
+#if DTX_SIMD_X86
     return dtx_isa_level();
 #else
     return DTX_ISA_PORTABLE;
 #endif
 }
+
+static inline const dtx_simd_ops *ops(void) { return dtx_simd(); }
 
 /* ------------------------------------------------------------ entry points */
 

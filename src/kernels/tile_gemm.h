@@ -3,8 +3,8 @@
  * row/column strides (so Aᵀ costs nothing), a fast vector exp, and the
  * per-row softmax steps of the flash forward and backward.
  *
- * One implementation per ISA level sits behind each entry point (tile_ops.h):
- * AVX-512 micro-kernels (tile_avx512.c), AVX2 + FMA ones (tile_avx2.c), both
+ * One implementation per ISA level sits behind each entry point (simd.h):
+ * AVX-512 micro-kernels (simd_avx512.c), AVX2 + FMA ones (simd_avx2.c), both
  * in the fp32 build only, and a portable plain-C path (scalar /
  * auto-vectorised loops, libm exp) used below AVX2 and always in the double
  * build. The level is dtx_isa_level() (difftx.h: the CPU's, capped by

@@ -33,11 +33,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/matmul_dnnl.h"
 #include "model/model.h"
 
 #define P(off) (m->params + (off))
-/* Below this many weights a matrix-vector product runs on the calling thread. */
-#define GEMV_PAR_MIN ((int64_t)1 << 15)
 
 struct dtx_kvcache {
     /* the model shape it was made for */
@@ -206,49 +205,7 @@ size_t dtx_kvcache_scratch_bytes(const dtx_kvcache *c) {
 
 /* ------------------------------------------------------------ one-row linear */
 
-/* out [N] = x [K] · w [N, K]ᵀ, fp32 (the working precision). */
-static void gemv(real *restrict out, const real *restrict x, const real *restrict w, int64_t K, int64_t N) {
-#pragma omp parallel for schedule(static) if (N * K >= GEMV_PAR_MIN)
-    for (int64_t n = 0; n < N; n++) {
-        const real *restrict wr = w + n * K;
-        real acc = 0;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t k = 0; k < K; k++) acc += x[k] * wr[k];
-        out[n] = acc;
-    }
-}
-
 #ifndef DTX_DOUBLE
-/* float -> bf16 bits, round to nearest even (NaN stays NaN). */
-static inline uint16_t to_bf16(float f) {
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40u);
-    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-}
-
-static inline float from_bf16(uint16_t h) {
-    uint32_t b = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
-/* out [N] = bf16(x) [K] · w [N, K]ᵀ with w in bf16; products of two bf16
- * values are exact in fp32, summed in fp32. xr [K] is scratch. */
-static void gemv_bf16(float *restrict out, const float *restrict x, const uint16_t *restrict w, int64_t K, int64_t N,
-                      float *restrict xr) {
-    for (int64_t k = 0; k < K; k++) xr[k] = from_bf16(to_bf16(x[k]));
-#pragma omp parallel for schedule(static) if (N * K >= GEMV_PAR_MIN)
-    for (int64_t n = 0; n < N; n++) {
-        const uint16_t *restrict wr = w + n * K;
-        float acc = 0;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t k = 0; k < K; k++) acc += xr[k] * from_bf16(wr[k]);
-        out[n] = acc;
-    }
-}
-
 /* The bf16 copy of the parameters for this sequence. */
 static dtx_status ensure_bf16(const dtx_model *m, dtx_kvcache *c) {
     if (c->wbf_valid) return DTX_OK;
@@ -261,8 +218,7 @@ static dtx_status ensure_bf16(const dtx_model *m, dtx_kvcache *c) {
     const float *p = m->params;
     uint16_t *q = c->wbf;
     int64_t n = (int64_t)m->n_params;
-#pragma omp parallel for schedule(static) if (n >= ((int64_t)1 << 20))
-    for (int64_t i = 0; i < n; i++) q[i] = to_bf16(p[i]);
+    dtx_bf16_convert(q, p, (size_t)n);
     c->wbf_valid = 1;
     return DTX_OK;
 }
@@ -276,12 +232,13 @@ static void linear(const dtx_model *m, dtx_kvcache *c, real *out, const real *x,
         return;
     }
 #ifndef DTX_DOUBLE
-    if (m->precision == DTX_PREC_BF16) {
-        gemv_bf16(out, x, c->wbf + off, K, N, c->xr);
+    if (m->precision == DTX_PREC_BF16) { /* bf16(x) · the bf16 copy of w */
+        for (int64_t k = 0; k < K; k++) c->xr[k] = dtx_bf16_to_f32(dtx_f32_to_bf16(x[k]));
+        dtx_gemv_bf16(out, c->xr, c->wbf + off, K, N);
         return;
     }
 #endif
-    gemv(out, x, m->params + off, K, N);
+    dtx_gemv(out, x, m->params + off, K, N);
 }
 
 /* The cache was made for a model of this shape. */

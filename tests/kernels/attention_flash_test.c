@@ -498,15 +498,14 @@ TEST(kernel_flash_workspace_linear) {
         CHECKF(w64 <= 64 * w1 + 64 * 64, "workspace not linear: %zu at T=1000, %zu at T=64000", w1, w64);
         /* formula from kernels.h, every term a multiple of 16 here */
         int64_t B = 3, T = 64000, Tp = 64016, H = 4, G = 2, d = 64, sub = diff ? 2 : 1, w = sub * d;
-        size_t want = (size_t)(B * sub * G * d * Tp + B * G * w * Tp + B * sub * H * T +
-                               (diff ? B * T * H * w + ((B * G * (w + 1) * 2 + 15) / 16) * 16 : 0));
+        size_t want = (size_t)(B * sub * G * d * Tp + B * G * w * Tp + B * sub * H * T + B * T * H * w +
+                               B * T * sub * H * d + B * T * sub * G * d + B * T * G * w +
+                               (diff ? ((B * G * (w + 1) * 2 + 15) / 16) * 16 : 0));
         CHECKF(w64 == want, "workspace %zu, formula %zu", w64, want);
-        /* bf16 adds the larger of its two modes' copies (kernels.h): d, w even here, T' = T/2 */
+        /* bf16 adds the native mode's bf16 copies (kernels.h): d, w even here, T' = T/2 */
         a.precision = DTX_PREC_BF16;
-        size_t native = (size_t)(B * T * sub * H * d / 2 + B * sub * H * (T / 2) * d + B * sub * G * (T / 2) * d +
-                                 B * T * H * w / 2 + B * H * (T / 2) * w);
-        size_t emul = (size_t)(B * T * sub * H * d + B * T * sub * G * d + B * T * G * w + (diff ? 0 : B * T * H * d));
-        size_t extra = native > emul ? native : emul;
+        size_t extra = (size_t)(B * T * sub * H * d / 2 + B * sub * H * (T / 2) * d + B * sub * G * (T / 2) * d +
+                                B * T * H * w / 2 + B * H * (T / 2) * w);
         CHECKF(dtx_attention_flash_workspace_size(&a) == want + extra, "bf16 workspace %zu, formula %zu",
                dtx_attention_flash_workspace_size(&a), want + extra);
         a.precision = DTX_PREC_FP32;

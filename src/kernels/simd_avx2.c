@@ -1,6 +1,6 @@
-/* AVX2 + FMA tile kernels (tile_ops.h), for CPUs with 16 ymm registers and
+/* AVX2 + FMA tile kernels (simd.h), for CPUs with 16 ymm registers and
  * no AVX-512 (AMD Zen 1–3, Intel client cores since Haswell). Same contracts
- * and the same order of tiles as the AVX-512 kernels (tile_avx512.c):
+ * and the same order of tiles as the AVX-512 kernels (simd_avx512.c):
  *   - the product keeps a 6 × 16 block of C in 12 ymm accumulators; per k
  *     step it loads one 16-wide row of B (2 vectors, the last one masked for
  *     ragged n) and broadcasts one element of A per row from memory, so A may
@@ -8,16 +8,19 @@
  *   - 8×8 in-register transposes;
  *   - exp8: dtx_vexpf (vexp.h) lane for lane, so the two give the same bits,
  *     with results below FLT_MIN flushed to 0 as the AVX-512 exp16 does;
- *   - the flash softmax row steps on 8 lanes.
+ *   - the flash softmax row steps on 8 lanes;
+ *   - the one-row products of decoding: 8 rows at a time, their sums
+ *     transposed into one vector (dot_rows, gemv, gemv_bf16); the AVX-512
+ *     table uses these too (memory-bound: wider registers gain nothing).
  * Masked stores (slow on AMD cores) only happen at ragged tile edges.
  * Compiled with target attributes (any -march); tile_gemm.c's table picks
  * these at ISA level AVX2 only. */
-#include "kernels/tile_ops.h"
+#include "kernels/simd.h"
 
 #include <math.h>
 #include <string.h>
 
-#if TILE_SIMD
+#if DTX_SIMD_X86
 #include <immintrin.h>
 
 #define AVX2_FN __attribute__((target("avx2,fma")))
@@ -265,7 +268,98 @@ AVX2_FN static void exp_rows_avx2(float *P, const float *S, int64_t ld, int64_t 
     }
 }
 
-const dtx_tile_ops dtx_tile_ops_avx2 = {"avx2", gemm_avx2, transpose_avx2, exp_avx2, softmax_update_avx2,
-                                        exp_rows_avx2};
+/* ----------------------------------------------------- one-row products */
 
-#endif /* TILE_SIMD */
+/* The 8 horizontal sums of a[0..7] as one vector (lane r = Σ lanes of a[r]). */
+AVX2_INLINE __m256 hsum8x8(const __m256 a[8]) {
+    __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
+    __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
+    __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+    /* s0123 lane i (i < 4): half-sum of a[i] over its low 128 bits; lane 4 + i: over its high bits */
+    return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+/* Rows are loaded as floats: fp32 directly, bf16 widened (bits << 16); the
+ * last partial vector of a row (n < 8 values) through a mask or a copy. */
+AVX2_INLINE __m256 load_w(const float *p) { return _mm256_loadu_ps(p); }
+AVX2_INLINE __m256 load_w_bf16(const uint16_t *p) {
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+AVX2_INLINE __m256 maskload_w(const float *p, __m256i m, int64_t n) {
+    (void)n;
+    return _mm256_maskload_ps(p, m);
+}
+AVX2_INLINE __m256 maskload_w_bf16(const uint16_t *p, __m256i m, int64_t n) {
+    (void)m;
+    uint16_t t[8] = {0};
+    memcpy(t, p, sizeof(uint16_t) * (size_t)n);
+    return load_w_bf16(t);
+}
+
+/* s[t·lds] = scale · x·row_t for t < n, rows d wide with stride ldk: 8 rows
+ * at a time (8 independent accumulators: enough loads in flight to stream
+ * from memory), their sums transposed into one vector; the rest one by one. */
+#define DOT_ROWS_BODY(W, LOAD, MASKLOAD)                                                              \
+    int64_t t = 0;                                                                                    \
+    __m256i mt = lanes8(d % 8);                                                                       \
+    for (; t + 8 <= n; t += 8) {                                                                      \
+        __m256 acc[8];                                                                                \
+        _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();             \
+        const W *kr = k + t * ldk;                                                                    \
+        int64_t c = 0;                                                                                \
+        for (; c + 8 <= d; c += 8) {                                                                  \
+            __m256 xv = _mm256_loadu_ps(x + c);                                                       \
+            _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)                                       \
+                acc[r] = _mm256_fmadd_ps(xv, LOAD(kr + r * ldk + c), acc[r]);                         \
+        }                                                                                             \
+        if (c < d) {                                                                                  \
+            __m256 xv = _mm256_maskload_ps(x + c, mt);                                                \
+            for (int r = 0; r < 8; r++)                                                               \
+                acc[r] = _mm256_fmadd_ps(xv, MASKLOAD(kr + r * ldk + c, mt, d - c), acc[r]);          \
+        }                                                                                             \
+        __m256 v = _mm256_mul_ps(hsum8x8(acc), _mm256_set1_ps(scale));                                \
+        if (lds == 1) {                                                                               \
+            _mm256_storeu_ps(s + t, v);                                                               \
+        } else {                                                                                      \
+            float o[8];                                                                               \
+            _mm256_storeu_ps(o, v);                                                                   \
+            for (int r = 0; r < 8; r++) s[(t + r) * lds] = o[r];                                      \
+        }                                                                                             \
+    }                                                                                                 \
+    for (; t < n; t++) {                                                                              \
+        const W *kr = k + t * ldk;                                                                    \
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                    \
+        int64_t c = 0;                                                                                \
+        for (; c + 16 <= d; c += 16) {                                                                \
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + c), LOAD(kr + c), a0);                           \
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + c + 8), LOAD(kr + c + 8), a1);                   \
+        }                                                                                             \
+        for (; c + 8 <= d; c += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + c), LOAD(kr + c), a0);    \
+        if (c < d) a1 = _mm256_fmadd_ps(_mm256_maskload_ps(x + c, mt), MASKLOAD(kr + c, mt, d - c), a1); \
+        s[t * lds] = scale * hsum8(_mm256_add_ps(a0, a1));                                            \
+    }
+
+AVX2_FN void dtx_dot_rows_avx2(float *s, int64_t lds, const float *x, const float *k, int64_t ldk, int64_t n,
+                               int64_t d, float scale) {
+    DOT_ROWS_BODY(float, load_w, maskload_w)
+}
+
+/* A linear layer of one token is the same kernel: x against the weight
+ * rows, scale 1 (exact). */
+AVX2_FN void dtx_gemv_avx2(float *out, const float *x, const float *w, int64_t K, int64_t N) {
+    dtx_dot_rows_avx2(out, 1, x, w, K, N, K, 1.0f);
+}
+
+AVX2_FN void dtx_gemv_bf16_avx2(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
+    float *s = out, scale = 1.0f;
+    const uint16_t *k = w;
+    int64_t lds = 1, ldk = K, n = N, d = K;
+    DOT_ROWS_BODY(uint16_t, load_w_bf16, maskload_w_bf16)
+}
+
+const dtx_simd_ops dtx_simd_avx2 = {"avx2",            gemm_avx2,           transpose_avx2,
+                                    exp_avx2,          softmax_update_avx2, exp_rows_avx2,
+                                    dtx_dot_rows_avx2, dtx_gemv_avx2,       dtx_gemv_bf16_avx2};
+
+#endif /* DTX_SIMD_X86 */

@@ -1,10 +1,10 @@
-/* AVX-512 tile kernels (tile_ops.h): a 6 × 64 register-blocked product in
+/* AVX-512 tile kernels (simd.h): a 6 × 64 register-blocked product in
  * 24 zmm accumulators (one 64-wide row of B per k step: 4 vectors, the last
  * masked for ragged n; one broadcast element of A per row, so A may be read
  * with any strides), a 16×16 in-register transpose, exp16 and the flash
  * softmax row steps. Compiled with target attributes (any -march); chosen
  * by tile_gemm.c's table only at ISA level AVX512 or above. */
-#include "kernels/tile_ops.h"
+#include "kernels/simd.h"
 
 #include <math.h>
 #include <string.h>
@@ -175,7 +175,9 @@ AVX512_FN static void exp_rows_avx512(float *P, const float *S, int64_t ld, int6
 
 
 
-const dtx_tile_ops dtx_tile_ops_avx512 = {"avx512", gemm_avx512, transpose_avx512, exp_avx512, softmax_update_avx512,
-                                         exp_rows_avx512};
+/* The one-row products are memory-bound: the AVX2 kernels serve here too. */
+const dtx_simd_ops dtx_simd_avx512 = {"avx512",          gemm_avx512,          transpose_avx512,
+                                      exp_avx512,        softmax_update_avx512, exp_rows_avx512,
+                                      dtx_dot_rows_avx2, dtx_gemv_avx2,        dtx_gemv_bf16_avx2};
 
 #endif /* TILE_AVX512 */

@@ -1,0 +1,81 @@
+/* The one-row products of decoding (kernels.h: dtx_dot_rows, dtx_gemv,
+ * dtx_gemv_bf16): the portable implementations and the entry points, which
+ * run the ISA level's implementation (simd.h). A token's decode step is
+ * memory-bound: each weight and each cached key is read once, so these
+ * kernels exist to keep enough loads in flight (several rows at once,
+ * independent accumulators), not to save arithmetic. */
+#include <omp.h>
+
+#include "kernels/kernels.h"
+#include "kernels/simd.h"
+
+/* Below this many multiply-adds a product runs on one thread. */
+#define GEMV_PAR_MIN ((int64_t)1 << 15)
+
+void dtx_dot_rows_portable(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d,
+                           real scale) {
+    for (int64_t t = 0; t < n; t++) {
+        const real *kr = k + t * ldk;
+        real acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t c = 0; c < d; c++) acc += x[c] * kr[c];
+        s[t * lds] = scale * acc;
+    }
+}
+
+void dtx_gemv_portable(real *out, const real *x, const real *w, int64_t K, int64_t N) {
+    for (int64_t n = 0; n < N; n++) {
+        const real *wr = w + n * K;
+        real acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t k = 0; k < K; k++) acc += x[k] * wr[k];
+        out[n] = acc;
+    }
+}
+
+void dtx_gemv_bf16_portable(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
+    for (int64_t n = 0; n < N; n++) {
+        const uint16_t *wr = w + n * K;
+        float acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t k = 0; k < K; k++) acc += x[k] * dtx_bf16_to_f32(wr[k]);
+        out[n] = acc;
+    }
+}
+
+void dtx_dot_rows(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d, real scale) {
+    if (n > 0) dtx_simd()->dot_rows(s, lds, x, k, ldk, n, d, scale);
+}
+
+/* Rows split in contiguous blocks over the threads (a multiple of 8 rows
+ * each); each row is one thread's, so the result does not depend on the
+ * thread count. */
+void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N) {
+    const dtx_simd_ops *o = dtx_simd();
+    if (N * K < GEMV_PAR_MIN || omp_in_parallel() || omp_get_max_threads() == 1) {
+        o->gemv(out, x, w, K, N);
+        return;
+    }
+#pragma omp parallel
+    {
+        int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int64_t r0 = (N * id / nt) & ~(int64_t)7, r1 = id == nt - 1 ? N : (N * (id + 1) / nt) & ~(int64_t)7;
+        if (r1 > r0) o->gemv(out + r0, x, w + r0 * K, K, r1 - r0);
+    }
+}
+
+#ifndef DTX_DOUBLE
+void dtx_gemv_bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
+    const dtx_simd_ops *o = dtx_simd();
+    if (N * K < GEMV_PAR_MIN || omp_in_parallel() || omp_get_max_threads() == 1) {
+        o->gemv_bf16(out, x, w, K, N);
+        return;
+    }
+#pragma omp parallel
+    {
+        int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int64_t r0 = (N * id / nt) & ~(int64_t)7, r1 = id == nt - 1 ? N : (N * (id + 1) / nt) & ~(int64_t)7;
+        if (r1 > r0) o->gemv_bf16(out + r0, x, w + r0 * K, K, r1 - r0);
+    }
+}
+#endif

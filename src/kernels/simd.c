@@ -1,0 +1,26 @@
+/* The table of SIMD kernel implementations, one per ISA level (simd.h). */
+#include "kernels/simd.h"
+
+static const dtx_simd_ops portable = {"portable",
+                                      dtx_tile_gemm_portable,
+                                      dtx_tile_transpose_portable,
+                                      dtx_tile_exp_portable,
+                                      dtx_tile_softmax_update_portable,
+                                      dtx_tile_exp_rows_portable,
+                                      dtx_dot_rows_portable,
+                                      dtx_gemv_portable,
+                                      dtx_gemv_bf16_portable};
+
+/* Index: dtx_isa. A level without SIMD kernels of its own takes the next
+ * lower one's (AVX-512 BF16 runs the AVX-512 fp32 kernels; its bf16 tiles
+ * are tile_bf16.c's); the double build has only the portable kernels. */
+static const dtx_simd_ops *const table[DTX_ISA_AVX512_BF16 + 1] = {
+#if DTX_SIMD_X86
+    &portable, &dtx_simd_avx2, &dtx_simd_avx512, &dtx_simd_avx512,
+#else
+    &portable, &portable, &portable, &portable,
+#endif
+};
+
+const dtx_simd_ops *dtx_simd_for(dtx_isa lvl) { return table[lvl]; }
+const dtx_simd_ops *dtx_simd(void) { return table[dtx_isa_level()]; }

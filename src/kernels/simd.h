@@ -1,0 +1,79 @@
+/* The per-ISA implementations of the hand-written SIMD kernels: one table
+ * of function pointers per ISA level (as ggml's type_traits_cpu), picked
+ * from dtx_isa_level() at each call (tile_gemm.c holds the portable
+ * implementations and the table). Families:
+ *   - the flash attention's tile steps behind tile_gemm.h (product,
+ *     transpose, exp, softmax rows);
+ *   - the one-row products of decoding: dot_rows (cached decode attention's
+ *     scores) and gemv / gemv_bf16 (the linear layers of a single token).
+ * The SIMD tables exist in the float build on x86-64 only (DTX_SIMD_X86);
+ * their code is compiled with target attributes, so it builds with any
+ * -march and runs only when the level allows it. Internal header. */
+#ifndef DTX_SIMD_H
+#define DTX_SIMD_H
+
+#include "kernels/tile_gemm.h"
+
+#if !defined(DTX_DOUBLE) && defined(__x86_64__) && defined(__GNUC__)
+#define DTX_SIMD_X86 1
+#else
+#define DTX_SIMD_X86 0
+#endif
+
+typedef struct {
+    const char *name;
+    /* tile_gemm.h's entry points, same contracts */
+    void (*gemm_tri)(int64_t M, int64_t N, int64_t K, const real *A, int64_t sar, int64_t sac, const real *B,
+                     int64_t ldb, real *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag);
+    void (*transpose)(real *dst, int64_t ldd, const real *src, int64_t lds, int64_t rows, int64_t cols);
+    void (*exp)(real *y, const real *x, int64_t n);
+    void (*softmax_update)(real *S, int64_t ld, int64_t M, int64_t N, int64_t diag, real scale, real *m, real *l,
+                           real *alpha);
+    void (*exp_rows)(real *P, const real *S, int64_t ld, int64_t M, int64_t N, int64_t diag, real scale,
+                     const real *lse);
+    /* s[t·lds] = scale · Σ_c x[c]·k[t·ldk + c] for t < n, c < d (dtx_dot_rows) */
+    void (*dot_rows)(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d,
+                     real scale);
+    /* out[r] = Σ_c x[c]·w[r·K + c] for r < N (dtx_gemv), single-threaded */
+    void (*gemv)(real *out, const real *x, const real *w, int64_t K, int64_t N);
+    /* the same with w in bf16 bits and x already bf16-rounded (dtx_gemv_bf16) */
+    void (*gemv_bf16)(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
+} dtx_simd_ops;
+
+#if DTX_SIMD_X86
+extern const dtx_simd_ops dtx_simd_avx2;   /* simd_avx2.c   */
+extern const dtx_simd_ops dtx_simd_avx512; /* simd_avx512.c */
+/* The AVX2 one-row products, shared by both tables (AVX2 + FMA only). */
+void dtx_dot_rows_avx2(float *s, int64_t lds, const float *x, const float *k, int64_t ldk, int64_t n, int64_t d,
+                       float scale);
+void dtx_gemv_avx2(float *out, const float *x, const float *w, int64_t K, int64_t N);
+void dtx_gemv_bf16_avx2(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
+#endif
+
+/* The portable implementations (tile_gemm.c, rowdot.c): the reference the
+ * SIMD ones are tested against, and the double build's only path. */
+void dtx_tile_gemm_portable(int64_t M, int64_t N, int64_t K, const real *A, int64_t sar, int64_t sac, const real *B,
+                            int64_t ldb, real *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag);
+void dtx_tile_transpose_portable(real *dst, int64_t ldd, const real *src, int64_t lds, int64_t rows, int64_t cols);
+void dtx_tile_exp_portable(real *y, const real *x, int64_t n);
+void dtx_tile_softmax_update_portable(real *S, int64_t ld, int64_t M, int64_t N, int64_t diag, real scale, real *m,
+                                      real *l, real *alpha);
+void dtx_tile_exp_rows_portable(real *P, const real *S, int64_t ld, int64_t M, int64_t N, int64_t diag, real scale,
+                                const real *lse);
+void dtx_dot_rows_portable(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d,
+                           real scale);
+void dtx_gemv_portable(real *out, const real *x, const real *w, int64_t K, int64_t N);
+void dtx_gemv_bf16_portable(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
+
+/* The implementation a level runs (tests compare them directly). */
+const dtx_simd_ops *dtx_simd_for(dtx_isa lvl);
+/* The one of the level in use now. */
+const dtx_simd_ops *dtx_simd(void);
+
+/* Shared index arithmetic of the tile kernels. */
+static inline int64_t tile_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t tile_clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : x > hi ? hi : x; }
+/* Number of valid keys of row r in a tile of width N (causal, see tile_gemm.h). */
+static inline int64_t tile_valid_cols(int64_t diag, int64_t r, int64_t N) { return tile_clamp64(diag + r + 1, 0, N); }
+
+#endif
