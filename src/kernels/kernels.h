@@ -26,6 +26,17 @@ void dtx_matmul_forward(real *out, const real *x, const real *w, int64_t M, int6
 /* dx [M, K] += dout · w ; dw [N, K] += doutᵀ · x   (dx, dw optional)          */
 void dtx_matmul_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
                          int64_t M, int64_t K, int64_t N, dtx_precision p);
+/* The same with operands the caller has already rounded to bf16 values
+ * (bits of pre): emulated bf16 (no native bf16 matmul) then skips their
+ * rounding pass; native bf16 and fp32 ignore pre. Rounding an activation
+ * once where it is made, instead of once per product that reads it, is
+ * what keeps emulated bf16 at fp32 speed. A pre-rounded operand must hold
+ * bf16 values exactly (dtx_bf16_round), or the results are not bf16's.  */
+enum { DTX_MM_PRE_X = 1, DTX_MM_PRE_W = 2, DTX_MM_PRE_DOUT = 4 };
+void dtx_matmul_forward_pre(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N, dtx_precision p,
+                            unsigned pre);
+void dtx_matmul_backward_pre(real *dx, real *dw, const real *dout, const real *x, const real *w, int64_t M, int64_t K,
+                             int64_t N, dtx_precision p, unsigned pre);
 /* The reference: plain blocked loops in the working precision, results
  * independent of the thread count. Same contracts as above.                   */
 void dtx_matmul_ref_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N);

@@ -96,30 +96,39 @@ void dtx_matmul_ref_backward(real *dx, real *dw, const real *dout, const real *x
 
 /* ------------------------------------------------------------ dispatch */
 
-void dtx_matmul_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N,
-                        dtx_precision p) {
+void dtx_matmul_forward_pre(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N, dtx_precision p,
+                            unsigned pre) {
     assert(out && x && w && M >= 0 && K >= 0 && N >= 0);
     assert(p == DTX_PREC_FP32 || p == DTX_PREC_BF16);
 #ifndef DTX_DOUBLE
-    if (dtx_dnnl_matmul_forward(out, x, w, M, K, N, p)) return;
+    if (dtx_dnnl_matmul_forward(out, x, w, M, K, N, p, pre)) return;
 #else
-    (void)p;
+    (void)p, (void)pre;
 #endif
     dtx_matmul_ref_forward(out, x, w, M, K, N);
 }
 
-void dtx_matmul_backward(real *dx, real *dw, const real *dout, const real *x, const real *w, int64_t M,
-                         int64_t K, int64_t N, dtx_precision p) {
+void dtx_matmul_backward_pre(real *dx, real *dw, const real *dout, const real *x, const real *w, int64_t M, int64_t K,
+                             int64_t N, dtx_precision p, unsigned pre) {
     assert(dout && M >= 0 && K >= 0 && N >= 0);
     assert(!dx || w);
     assert(!dw || x);
     assert(p == DTX_PREC_FP32 || p == DTX_PREC_BF16);
 #ifndef DTX_DOUBLE
-    int did = dtx_dnnl_matmul_backward(dx, dw, dout, x, w, M, K, N, p);
+    int did = dtx_dnnl_matmul_backward(dx, dw, dout, x, w, M, K, N, p, pre);
     if (did & DTX_DNNL_DID_DX) dx = NULL;
     if (did & DTX_DNNL_DID_DW) dw = NULL;
 #else
-    (void)p;
+    (void)p, (void)pre;
 #endif
     if (dx || dw) dtx_matmul_ref_backward(dx, dw, dout, x, w, M, K, N);
+}
+
+void dtx_matmul_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N, dtx_precision p) {
+    dtx_matmul_forward_pre(out, x, w, M, K, N, p, 0);
+}
+
+void dtx_matmul_backward(real *dx, real *dw, const real *dout, const real *x, const real *w, int64_t M, int64_t K,
+                         int64_t N, dtx_precision p) {
+    dtx_matmul_backward_pre(dx, dw, dout, x, w, M, K, N, p, 0);
 }

@@ -350,10 +350,12 @@ static int run(entry *e, const void *src, const void *wei, float *dst) {
 }
 
 /* The bf16 operand of src [n] in scratch slot i (grown when needed): bf16
- * values for a native primitive, bf16-rounded floats for an emulated one;
- * NULL when out of memory. Caller holds lock. */
-static const void *to_bf16(int i, const float *src, size_t n) {
+ * values for a native primitive, bf16-rounded floats for an emulated one
+ * (src itself when the caller rounded it: pre); NULL when out of memory.
+ * Caller holds lock. */
+static const void *to_bf16(int i, const float *src, size_t n, int pre) {
     int native = bf16_is_native();
+    if (pre && !native) return src;
     size_t bytes = n * (native ? sizeof(uint16_t) : sizeof(float));
     if (bytes > scratch_cap[i]) {
         size_t cap = bytes + bytes / 4;
@@ -375,13 +377,14 @@ static const void *to_bf16(int i, const float *src, size_t n) {
 }
 
 int dtx_dnnl_matmul_forward(float *out, const float *x, const float *w, int64_t M, int64_t K, int64_t N,
-                            dtx_precision p) {
+                            dtx_precision p, unsigned pre) {
     if (M <= 0 || K <= 0 || N <= 0) return 0;
     pthread_mutex_lock(&lock);
     int done = 0;
     entry *e = ensure_engine() ? lookup(M, K, N, PROD_FWD, p, 0) : NULL;
     if (e && p == DTX_PREC_BF16) {
-        const void *xb = to_bf16(0, x, (size_t)(M * K)), *wb = xb ? to_bf16(1, w, (size_t)(N * K)) : NULL;
+        const void *xb = to_bf16(0, x, (size_t)(M * K), pre & DTX_MM_PRE_X);
+        const void *wb = xb ? to_bf16(1, w, (size_t)(N * K), pre & DTX_MM_PRE_W) : NULL;
         done = wb && run(e, xb, wb, out);
     } else if (e) {
         done = run(e, x, w, out);
@@ -391,7 +394,7 @@ int dtx_dnnl_matmul_forward(float *out, const float *x, const float *w, int64_t 
 }
 
 int dtx_dnnl_matmul_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, int64_t M,
-                             int64_t K, int64_t N, dtx_precision p) {
+                             int64_t K, int64_t N, dtx_precision p, unsigned pre) {
     if (M <= 0 || K <= 0 || N <= 0) return 0;
     pthread_mutex_lock(&lock);
     int done = 0;
@@ -400,13 +403,13 @@ int dtx_dnnl_matmul_backward(float *dx, float *dw, const float *dout, const floa
         entry *ew = dw ? lookup(M, K, N, PROD_DW, p, 1) : NULL;
         if (p == DTX_PREC_BF16 && (ex || ew)) {
             /* dout once for both products; then w, then x in the second slot. */
-            const void *db = to_bf16(0, dout, (size_t)(M * N));
+            const void *db = to_bf16(0, dout, (size_t)(M * N), pre & DTX_MM_PRE_DOUT);
             if (db && ex) {
-                const void *wb = to_bf16(1, w, (size_t)(N * K));
+                const void *wb = to_bf16(1, w, (size_t)(N * K), pre & DTX_MM_PRE_W);
                 if (wb && run(ex, db, wb, dx)) done |= DTX_DNNL_DID_DX;
             }
             if (db && ew) {
-                const void *xb = to_bf16(1, x, (size_t)(M * K));
+                const void *xb = to_bf16(1, x, (size_t)(M * K), pre & DTX_MM_PRE_X);
                 if (xb && run(ew, db, xb, dw)) done |= DTX_DNNL_DID_DW;
             }
         } else {

@@ -15,14 +15,15 @@
 /* out [M, N] = x [M, K] · w [N, K]ᵀ. Returns 1 when done, 0 when the caller
  * must run the reference (a zero dimension, or a oneDNN failure). */
 int dtx_dnnl_matmul_forward(float *out, const float *x, const float *w, int64_t M, int64_t K, int64_t N,
-                            dtx_precision p);
+                            dtx_precision p, unsigned pre);
 
 enum { DTX_DNNL_DID_DX = 1, DTX_DNNL_DID_DW = 2 };
 /* dx [M, K] += dout · w ; dw [N, K] += doutᵀ · x (each optional). Returns the
  * DTX_DNNL_DID_* bits of the parts it computed; the caller runs the
- * reference for the requested parts that are missing. */
+ * reference for the requested parts that are missing. pre: the DTX_MM_PRE_*
+ * operands already rounded to bf16 (kernels.h). */
 int dtx_dnnl_matmul_backward(float *dx, float *dw, const float *dout, const float *x, const float *w, int64_t M,
-                             int64_t K, int64_t N, dtx_precision p);
+                             int64_t K, int64_t N, dtx_precision p, unsigned pre);
 /* Tests: on != 0 makes every primitive creation fail (the fallback path);
  * clears the cache either way. */
 void dtx_dnnl_matmul_force_failure(int on);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/profile.h"
+#include "kernels/matmul_dnnl.h"
 #include "model/model.h"
 
 #define P(off) (m->params + (off))
@@ -151,6 +152,38 @@ static dtx_status ensure_acts(dtx_model *m, int64_t B, int64_t T) {
     return DTX_OK;
 }
 
+/* ------------------------------------------------------------ emulated bf16 */
+
+/* Where bf16 is emulated (no native bf16 matmul), the tensors that only feed
+ * matrix products are rounded to bf16 once, where they are made, and the
+ * products are told so (DTX_MM_PRE_*), instead of each product rounding its
+ * own copy: xn1 feeds three products and their three weight gradients. The
+ * forward's xn1, xn2, g, xnf and the backward's dq, dk, dv, dh1, dh3 and
+ * dlogits have no other reader (the norms' and SwiGLU's backward read their
+ * inputs), so the values every product sees are the native mode's. */
+static int preround_enabled = 1;
+void dtx_model_test_preround(int on) { preround_enabled = on; }
+
+/* The flags of a forward (kept in acts->pre, so that its backward treats
+ * the same tensors as rounded whatever happens in between). */
+static unsigned pre_for_forward(const dtx_model *m) {
+#ifndef DTX_DOUBLE
+    if (preround_enabled && m->precision == DTX_PREC_BF16 && !dtx_matmul_bf16_native())
+        return DTX_MM_PRE_X | DTX_MM_PRE_DOUT;
+#endif
+    (void)m;
+    return 0;
+}
+static unsigned pre_rounded(const dtx_model *m) { return m->acts.pre; }
+/* x [n] rounded in place when pre says so. */
+static void round_if(unsigned pre, real *x, size_t n) {
+#ifndef DTX_DOUBLE
+    if (pre) dtx_bf16_round(x, x, n);
+#else
+    (void)pre, (void)x, (void)n;
+#endif
+}
+
 /* ------------------------------------------------------------ attention block */
 
 /* x [N, D] -> la->x_mid = x + attention(attention_norm(x)) */
@@ -159,10 +192,12 @@ static void attention_block_forward(dtx_model *m, int64_t l, const real *x, real
     const dtx_layer_offsets *o = &m->layers[l];
     dtx_layer_acts *la = &m->acts.layers[l];
     int64_t B = m->acts.B, T = m->acts.T, N = B * T, D = c->dim, KV = m->kv_dim, d = m->head_dim;
+    unsigned pre = pre_rounded(m), px = pre & DTX_MM_PRE_X;
     DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn1, la->rstd1, x, P(o->attn_norm), N, D, c->norm_eps));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(la->q, la->xn1, P(o->wq), N, D, D, m->precision));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(la->k, la->xn1, P(o->wk), N, D, KV, m->precision));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(la->v, la->xn1, P(o->wv), N, D, KV, m->precision));
+    DTX_PROF(DTX_PROF_NORM, 0, round_if(px, la->xn1, (size_t)(N * D)));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(la->q, la->xn1, P(o->wq), N, D, D, m->precision, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(la->k, la->xn1, P(o->wk), N, D, KV, m->precision, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(la->v, la->xn1, P(o->wv), N, D, KV, m->precision, px));
     DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, 0, D / d, d));
     DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d));
     la->lambda = dtx_model_lambda(m, l);
@@ -205,10 +240,14 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
     }
     DTX_PROF(DTX_PROF_ROPE, 1, dtx_rope_backward(a->dq, m->rope_cos, m->rope_sin, B, T, 0, D / d, d));
     DTX_PROF(DTX_PROF_ROPE, 1, dtx_rope_backward(a->dk, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d));
+    unsigned pre = pre_rounded(m);
+    DTX_PROF(DTX_PROF_ATTENTION, 1, round_if(pre, a->dq, (size_t)(N * D)));
+    DTX_PROF(DTX_PROF_ATTENTION, 1, round_if(pre, a->dk, (size_t)(N * KV)));
+    DTX_PROF(DTX_PROF_ATTENTION, 1, round_if(pre, a->dv, (size_t)(N * KV)));
     memset(dxn, 0, (size_t)(N * D) * sizeof(real));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(dxn, G(o->wq), a->dq, la->xn1, P(o->wq), N, D, D, m->precision));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(dxn, G(o->wk), a->dk, la->xn1, P(o->wk), N, D, KV, m->precision));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(dxn, G(o->wv), a->dv, la->xn1, P(o->wv), N, D, KV, m->precision));
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wq), a->dq, la->xn1, P(o->wq), N, D, D, m->precision, pre));
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wk), a->dk, la->xn1, P(o->wk), N, D, KV, m->precision, pre));
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wv), a->dv, la->xn1, P(o->wv), N, D, KV, m->precision, pre));
     DTX_PROF(DTX_PROF_NORM, 1, dtx_rmsnorm_backward(dx, G(o->attn_norm), dxn, x, P(o->attn_norm), la->rstd1, N, D));
 }
 
@@ -220,11 +259,14 @@ static void ffn_block_forward(dtx_model *m, int64_t l, real *out, real *scratch)
     const dtx_layer_offsets *o = &m->layers[l];
     dtx_layer_acts *la = &m->acts.layers[l];
     int64_t N = m->acts.B * m->acts.T, D = c->dim, F = c->ffn_dim;
+    unsigned px = pre_rounded(m) & DTX_MM_PRE_X;
     DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(la->h1, la->xn2, P(o->w1), N, D, F, m->precision));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(la->h3, la->xn2, P(o->w3), N, D, F, m->precision));
+    DTX_PROF(DTX_PROF_NORM, 0, round_if(px, la->xn2, (size_t)(N * D)));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(la->h1, la->xn2, P(o->w1), N, D, F, m->precision, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(la->h3, la->xn2, P(o->w3), N, D, F, m->precision, px));
     DTX_PROF(DTX_PROF_SWIGLU, 0, dtx_swiglu_forward(la->g, la->h1, la->h3, N * F));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(scratch, la->g, P(o->w2), N, F, D, m->precision));
+    DTX_PROF(DTX_PROF_SWIGLU, 0, round_if(px, la->g, (size_t)(N * F)));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(scratch, la->g, P(o->w2), N, F, D, m->precision, px));
     DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(out, la->x_mid, scratch, N * D));
 }
 
@@ -237,13 +279,17 @@ static void ffn_block_backward(dtx_model *m, int64_t l, real *dx) {
     int64_t N = a->B * a->T, D = c->dim, F = c->ffn_dim;
     size_t nf = (size_t)(N * F) * sizeof(real);
     memset(a->dg, 0, nf);
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(a->dg, G(o->w2), dx, la->g, P(o->w2), N, F, D, m->precision));
+    unsigned pre = pre_rounded(m);
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(a->dg, G(o->w2), dx, la->g, P(o->w2), N, F, D, m->precision,
+                                                         pre & DTX_MM_PRE_X));
     memset(a->dh1, 0, nf);
     memset(a->dh3, 0, nf);
     DTX_PROF(DTX_PROF_SWIGLU, 1, dtx_swiglu_backward(a->dh1, a->dh3, a->dg, la->h1, la->h3, N * F));
+    DTX_PROF(DTX_PROF_SWIGLU, 1, round_if(pre, a->dh1, (size_t)(N * F)));
+    DTX_PROF(DTX_PROF_SWIGLU, 1, round_if(pre, a->dh3, (size_t)(N * F)));
     memset(a->dx2, 0, (size_t)(N * D) * sizeof(real));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(a->dx2, G(o->w1), a->dh1, la->xn2, P(o->w1), N, D, F, m->precision));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(a->dx2, G(o->w3), a->dh3, la->xn2, P(o->w3), N, D, F, m->precision));
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(a->dx2, G(o->w1), a->dh1, la->xn2, P(o->w1), N, D, F, m->precision, pre));
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(a->dx2, G(o->w3), a->dh3, la->xn2, P(o->w3), N, D, F, m->precision, pre));
     DTX_PROF(DTX_PROF_NORM, 1, dtx_rmsnorm_backward(dx, G(o->ffn_norm), a->dx2, la->x_mid, P(o->ffn_norm), la->rstd2, N, D));
 }
 
@@ -273,6 +319,7 @@ dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t 
     int64_t N = B * T, D = c->dim, V = c->vocab_size, L = c->n_layers;
     memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
     a->has_targets = targets != NULL;
+    a->pre = pre_for_forward(m);
     if (targets) memcpy(a->targets, targets, (size_t)N * sizeof(int32_t));
 
     DTX_PROF(DTX_PROF_EMBEDDING, 0, dtx_embedding_forward(a->resid, tokens, P(m->tok_emb), N, D));
@@ -282,8 +329,10 @@ dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t 
         ffn_block_forward(m, l, next, a->dx1);
     }
     real *xL = a->resid + (size_t)(L * N * D);
+    unsigned px = pre_rounded(m) & DTX_MM_PRE_X;
     DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(a->xnf, a->rstdf, xL, P(m->final_norm), N, D, c->norm_eps));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(a->probs, a->xnf, P(m->out_w), N, D, V, m->precision));
+    DTX_PROF(DTX_PROF_NORM, 0, round_if(px, a->xnf, (size_t)(N * D)));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(a->probs, a->xnf, P(m->out_w), N, D, V, m->precision, px));
     if (logits) memcpy(logits, a->probs, (size_t)(N * V) * sizeof(real));
     if (targets) {
         double l = 0;
@@ -300,6 +349,9 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
     if (a->quant_bits) /* round() has no useful gradient; the kernels assert this */
         return dtx_fail(DTX_ERR_ARG, "backward after a forward with quantised attention logits (%d bits): "
                         "quantisation is for evaluation only", a->quant_bits);
+    if (a->precision != m->precision)
+        return dtx_fail(DTX_ERR_ARG, "backward in %s after a forward in %s: set the precision before the forward",
+                        dtx_precision_name(m->precision), dtx_precision_name(a->precision));
     if (dtx_model_ensure_grads(m)) return dtx_fail(DTX_ERR_NOMEM, "out of memory allocating gradients");
     const dtx_config *c = &m->cfg;
     int64_t N = a->B * a->T, D = c->dim, V = c->vocab_size, L = c->n_layers;
@@ -310,7 +362,9 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
     DTX_PROF(DTX_PROF_LOSS, 1, dtx_crossentropy_backward_inplace(dlogits, a->targets, N, V, loss_scale / (double)N));
     a->has_targets = 0;
     memset(a->dx1, 0, (size_t)(N * D) * sizeof(real));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(a->dx1, G(m->out_w), dlogits, a->xnf, P(m->out_w), N, D, V, m->precision));
+    unsigned pre = pre_rounded(m);
+    DTX_PROF(DTX_PROF_LOSS, 1, round_if(pre, dlogits, (size_t)(N * V)));
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(a->dx1, G(m->out_w), dlogits, a->xnf, P(m->out_w), N, D, V, m->precision, pre));
     memset(a->dresid, 0, (size_t)(N * D) * sizeof(real));
     real *xL = a->resid + (size_t)(L * N * D);
     DTX_PROF(DTX_PROF_NORM, 1, dtx_rmsnorm_backward(a->dresid, G(m->final_norm), a->dx1, xL, P(m->final_norm), a->rstdf, N, D));

@@ -38,6 +38,7 @@ typedef struct {
     dtx_attn_impl impl;    /* ... and the attention implementation        */
     int quant_bits, quant_tensor; /* ... and logit quantisation (work size) */
     dtx_precision precision;      /* ... and precision (bf16 attention needs more work) */
+    unsigned pre;          /* DTX_MM_PRE_* of the last forward (emulated bf16) */
     size_t bytes;          /* size of mem                                 */
     real *mem;             /* one allocation holding everything below      */
     real *resid;           /* [L + 1, N, D]: block inputs, then the output */
@@ -89,5 +90,10 @@ void dtx_model_free_acts(dtx_model *m);
 void dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, size_t cap);
 /* Bytes held by the activations of the last forward (0 before any). */
 size_t dtx_model_activation_bytes(const dtx_model *m);
+
+/* Tests: 0 makes emulated bf16 round every operand inside each product
+ * instead of once where it is made (forward.c); the results must not
+ * change. */
+void dtx_model_test_preround(int on);
 
 #endif

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "kernels/matmul_dnnl.h"
+#include "model/model.h"
 #include "test.h"
 
 enum { B = 4, T = 32, STEPS = 150, STREAM = 4096 };
@@ -133,5 +135,53 @@ TEST(model_precision_set_get) {
     CHECK(dtx_model_precision(m) == DTX_PREC_BF16); /* unchanged by the refused value */
     CHECK(strcmp(dtx_precision_name(DTX_PREC_FP32), "fp32") == 0);
     CHECK(strcmp(dtx_precision_name(DTX_PREC_BF16), "bf16") == 0);
+    dtx_model_free(m);
+}
+
+/* Emulated bf16 rounds the activations that only feed products once, where
+ * they are made (forward.c); every product must then see exactly the values
+ * it would round itself: loss and gradients bit-identical to rounding inside
+ * each product. Run on the emulated path whatever the CPU has. */
+TEST(model_bf16_emulated_preround_is_exact) {
+    for (int arch = 0; arch < 2; arch++) {
+        dtx_config c = dtx_config_default();
+        c.arch = arch ? DTX_ARCH_TRANSFORMER : DTX_ARCH_DIFF;
+        c.dim = 64, c.n_layers = 2, c.n_heads = arch ? 4 : 2, c.n_kv_heads = arch ? 2 : 1, c.vocab_size = 97;
+        c.ffn_dim = 160, c.max_seq_len = 32, c.tie_embeddings = 0;
+        dtx_model *m;
+        REQUIRE(dtx_model_init(&m, &c, 5) == DTX_OK && dtx_model_set_precision(m, DTX_PREC_BF16) == DTX_OK);
+        int32_t x[2 * 32], y[2 * 32];
+        for (int i = 0; i < 64; i++) x[i] = (i * 7) % 97, y[i] = (i * 11 + 3) % 97;
+        int prev = dtx_dnnl_bf16_force_emulation(1);
+        double loss[2];
+        float *g[2];
+        size_t n = dtx_model_num_params(m);
+        for (int on = 0; on < 2; on++) {
+            dtx_model_test_preround(on);
+            dtx_model_zero_grad(m);
+            REQUIRE(dtx_model_forward(m, x, y, 2, 32, NULL, &loss[on]) == DTX_OK);
+            REQUIRE(dtx_model_backward(m, 1.0) == DTX_OK);
+            g[on] = malloc(n * sizeof(float));
+            memcpy(g[on], dtx_model_grads(m), n * sizeof(float));
+        }
+        dtx_model_test_preround(1);
+        dtx_dnnl_bf16_force_emulation(prev);
+        CHECKF(loss[0] == loss[1], "%s: loss %.9g vs %.9g", arch ? "tfm" : "diff", loss[0], loss[1]);
+        CHECKF(memcmp(g[0], g[1], n * sizeof(float)) == 0, "%s: gradients differ", arch ? "tfm" : "diff");
+        free(g[0]), free(g[1]);
+        dtx_model_free(m);
+    }
+}
+
+/* A backward in another precision than its forward is refused. */
+TEST(model_backward_refuses_a_precision_change) {
+    dtx_config c = dtx_config_default();
+    c.dim = 32, c.n_layers = 1, c.n_heads = 1, c.n_kv_heads = 1, c.vocab_size = 50, c.ffn_dim = 64, c.max_seq_len = 8;
+    dtx_model *m;
+    REQUIRE(dtx_model_init(&m, &c, 1) == DTX_OK);
+    int32_t x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    REQUIRE(dtx_model_forward(m, x, x, 1, 8, NULL, NULL) == DTX_OK);
+    REQUIRE(dtx_model_set_precision(m, DTX_PREC_BF16) == DTX_OK);
+    CHECK(dtx_model_backward(m, 1.0) == DTX_ERR_ARG && strstr(dtx_last_error(), "precision"));
     dtx_model_free(m);
 }
