@@ -7,7 +7,7 @@ BUILD   ?= build
 OPT     ?= -O2 -march=native
 SAN     ?=
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
-           -Wshadow -Wvla -g $(OPT) -fopenmp -Iinclude -Isrc -Itests $(SAN)
+           -Wshadow -Wvla -g $(OPT) -fno-trapping-math -fopenmp -Iinclude -Isrc -Itests $(SAN)
 LDLIBS  := -fopenmp -ldnnl -lcjson -lpcre2-8 -lm $(SAN)
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
@@ -30,12 +30,12 @@ all: $(BIN)
 
 setup: deps
 
-$(BUILD)/f32/%.o: %.c include/difftx.h $(wildcard src/*/*.h) $(wildcard tests/*.h)
+$(BUILD)/f32/%.o: %.c Makefile include/difftx.h $(wildcard src/*/*.h) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	@echo "CC      $<"
 	@$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/f64/%.o: %.c include/difftx.h $(wildcard src/*/*.h) $(wildcard tests/*.h)
+$(BUILD)/f64/%.o: %.c Makefile include/difftx.h $(wildcard src/*/*.h) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
 	@echo "CC f64  $<"
 	@$(CC) $(CFLAGS) -DDTX_DOUBLE -c $< -o $@
