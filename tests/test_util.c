@@ -109,37 +109,34 @@ int run_cmd(const char *cmd, char *out, size_t cap) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-int run_cli(const char *args, char *out, size_t cap) {
+/* Runs the difftx binary with args and then the shell redirection redir. */
+static int run_bin(const char *args, const char *redir, char *out, size_t cap) {
     const char *bin = getenv("DIFFTX_BIN");
     if (!bin) bin = "build/difftx";
-    size_t len = strlen(bin) + strlen(args) + 32;
+    size_t len = strlen(bin) + strlen(args) + strlen(redir) + 8;
     char *cmd = malloc(len);
     if (!cmd) return -1;
-    snprintf(cmd, len, "%s %s 2>&1", bin, args);
+    snprintf(cmd, len, "%s %s %s", bin, args, redir);
     int rc = run_cmd(cmd, out, cap);
     free(cmd);
     return rc;
 }
 
+int run_cli(const char *args, char *out, size_t cap) { return run_bin(args, "2>&1", out, cap); }
+
 char cli_out[1 << 17];
 char cli_err[1 << 14];
 
 int cli_split(const char *fmt, ...) {
-    char args[8192];
+    char args[8192], redir[4200];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    const char *bin = getenv("DIFFTX_BIN"), *err = test_path("cli.stderr");
-    if (!bin) bin = "build/difftx";
-    size_t len = strlen(bin) + strlen(args) + strlen(err) + 32;
-    char *cmd = malloc(len);
-    if (!cmd) return -1;
-    snprintf(cmd, len, "%s %s 2>'%s'", bin, args, err);
-    int rc = run_cmd(cmd, cli_out, sizeof cli_out);
-    free(cmd);
-    size_t n = 0;
-    char *e = test_slurp(err, &n);
+    const char *err = test_path("cli.stderr");
+    snprintf(redir, sizeof redir, "2>'%s'", err);
+    int rc = run_bin(args, redir, cli_out, sizeof cli_out);
+    char *e = test_slurp(err, NULL);
     snprintf(cli_err, sizeof cli_err, "%s", e ? e : "");
     free(e);
     return rc;

@@ -47,19 +47,29 @@ void dtx_dot_rows(real *s, int64_t lds, const real *x, const real *k, int64_t ld
     if (n > 0) dtx_simd()->dot_rows(s, lds, x, k, ldk, n, d, scale);
 }
 
-/* Rows split in contiguous blocks over the threads (a multiple of 8 rows
- * each); each row is one thread's, so the result does not depend on the
- * thread count. */
+/* Rows split in contiguous blocks over the threads (multiples of 8 rows, the
+ * kernels' blocks); each row is one thread's, so the result does not depend
+ * on the thread count. Small products stay on the calling thread. */
+static int worth_splitting(int64_t K, int64_t N) {
+    return N * K >= GEMV_PAR_MIN && !omp_in_parallel() && omp_get_max_threads() > 1;
+}
+/* The calling thread's rows [*r0, *r1) of N, inside the parallel region. */
+static void my_rows(int64_t N, int64_t *r0, int64_t *r1) {
+    int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
+    *r0 = (N * id / nt) & ~(int64_t)7;
+    *r1 = id == nt - 1 ? N : (N * (id + 1) / nt) & ~(int64_t)7;
+}
+
 void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N) {
     const dtx_simd_ops *o = dtx_simd();
-    if (N * K < GEMV_PAR_MIN || omp_in_parallel() || omp_get_max_threads() == 1) {
+    if (!worth_splitting(K, N)) {
         o->gemv(out, x, w, K, N);
         return;
     }
 #pragma omp parallel
     {
-        int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-        int64_t r0 = (N * id / nt) & ~(int64_t)7, r1 = id == nt - 1 ? N : (N * (id + 1) / nt) & ~(int64_t)7;
+        int64_t r0, r1;
+        my_rows(N, &r0, &r1);
         if (r1 > r0) o->gemv(out + r0, x, w + r0 * K, K, r1 - r0);
     }
 }
@@ -67,14 +77,14 @@ void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N) {
 #ifndef DTX_DOUBLE
 void dtx_gemv_bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
     const dtx_simd_ops *o = dtx_simd();
-    if (N * K < GEMV_PAR_MIN || omp_in_parallel() || omp_get_max_threads() == 1) {
+    if (!worth_splitting(K, N)) {
         o->gemv_bf16(out, x, w, K, N);
         return;
     }
 #pragma omp parallel
     {
-        int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-        int64_t r0 = (N * id / nt) & ~(int64_t)7, r1 = id == nt - 1 ? N : (N * (id + 1) / nt) & ~(int64_t)7;
+        int64_t r0, r1;
+        my_rows(N, &r0, &r1);
         if (r1 > r0) o->gemv_bf16(out + r0, x, w + r0 * K, K, r1 - r0);
     }
 }
