@@ -1034,16 +1034,17 @@ static float sum_xmm(const float *a, size_t n) {
     return t[0] + t[1] + t[2] + t[3];
 }
 
-/* Memory read bandwidth of every thread together, GB/s: the best of 5
- * passes over a 1 GiB array, each thread summing its own contiguous part
- * (ymm where the level has AVX2, else SSE2). */
-static double measure_read_bw(void) {
-    size_t n = (size_t)1 << 28; /* floats: 1 GiB */
+/* Memory read bandwidth of every thread together, GB/s: the best of
+ * `passes` passes over an array of 2^lg floats (far beyond the caches), each
+ * thread summing its own contiguous part (ymm where the level has AVX2,
+ * else SSE2). */
+static double measure_read_bw(int lg, int passes) {
+    size_t n = (size_t)1 << lg;
     float *a = dtx_alloc(n, sizeof(float));
     if (!a) return NAN;
     float (*sum)(const float *, size_t) = dtx_isa_level() >= DTX_ISA_AVX2 ? sum_ymm : sum_xmm;
     double best = 0;
-    for (int pass = -1; pass < 5; pass++) { /* pass −1 first-touches the pages on their threads */
+    for (int pass = -1; pass < passes; pass++) { /* pass −1 first-touches the pages on their threads */
         double t0 = now_s(), tot = 0;
 #pragma omp parallel reduction(+ : tot)
         {
@@ -1067,6 +1068,8 @@ typedef struct {
     char why[160];
     double tok_s;       /* decode tokens per second (median of the rounds)      */
     double bytes_tok;   /* bytes every decode step must read (weights + cache)  */
+    double bw, frac;    /* median of the rounds: bandwidth just before, and the
+                         * fraction of that bandwidth's bound reached          */
     int64_t ctx0, n;    /* context length at the first decode step, steps timed */
 } decode_result;
 
@@ -1090,13 +1093,21 @@ static decode_result decode_bench(const bcfg *b, int diff, int prec, int64_t ctx
         goto done;
     }
     for (int64_t i = 0; i < ctx; i++) toks[i] = (int32_t)((i * 7919) % c.vocab_size);
-    double t[3];
-    for (int round = 0; round < 3; round++) {
+    int64_t kv_dim = c.dim * c.n_kv_heads / c.n_heads;
+    double weights = (double)dtx_model_num_params(m) - (double)(c.vocab_size - 1) * (double)c.dim;
+    double cache = (double)c.n_layers * 2 * (double)kv_dim * ((double)ctx + (double)(n + 1) / 2);
+    r.bytes_tok = weights * (prec ? 2 : 4) + cache * 4;
+    /* 5 rounds, each right after a bandwidth measurement (the machine's
+     * bandwidth moves with its other tenants): the medians */
+    enum { ROUNDS = 5 };
+    double t[ROUNDS], bw[ROUNDS], fr[ROUNDS];
+    for (int round = 0; round < ROUNDS; round++) {
         dtx_kvcache_reset(kv);
         if (dtx_model_prefill(m, kv, toks, ctx, logits)) {
             snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
             goto done;
         }
+        bw[round] = measure_read_bw(26, 3); /* 256 MiB */
         double t0 = now_s();
         for (int64_t i = 0; i < n; i++)
             if (dtx_model_decode(m, kv, (int32_t)((i * 31) % c.vocab_size), logits)) {
@@ -1104,14 +1115,13 @@ static decode_result decode_bench(const bcfg *b, int diff, int prec, int64_t ctx
                 goto done;
             }
         t[round] = now_s() - t0;
+        fr[round] = (double)n / t[round] / (bw[round] * 1e9 / r.bytes_tok);
     }
-    qsort(t, 3, sizeof t[0], cmp_double);
+    qsort(t, ROUNDS, sizeof t[0], cmp_double);
+    qsort(bw, ROUNDS, sizeof bw[0], cmp_double);
+    qsort(fr, ROUNDS, sizeof fr[0], cmp_double);
     r.ok = 1, r.ctx0 = ctx, r.n = n;
-    r.tok_s = (double)n / t[1];
-    int64_t kv_dim = c.dim * c.n_kv_heads / c.n_heads;
-    double weights = (double)dtx_model_num_params(m) - (double)(c.vocab_size - 1) * (double)c.dim;
-    double cache = (double)c.n_layers * 2 * (double)kv_dim * ((double)ctx + (double)(n + 1) / 2);
-    r.bytes_tok = weights * (prec ? 2 : 4) + cache * 4;
+    r.tok_s = (double)n / t[ROUNDS / 2], r.bw = bw[ROUNDS / 2], r.frac = fr[ROUNDS / 2];
 done:
     dtx_kvcache_free(kv);
     dtx_model_free(m);
@@ -1426,7 +1436,7 @@ int main(int argc, char **argv) {
     int ndec = tiny ? 0 : ncfg < 2 ? ncfg : 2;
     if (do_decode) {
         fprintf(stderr, "measuring the memory bandwidth and decoding...\n");
-        bw = measure_read_bw();
+        bw = measure_read_bw(28, 5);
         for (int ci = 0; ci < ndec; ci++)
             for (int p = 0; p < 2; p++)
                 for (int a = 0; a < 2; a++) dec[ci][p][a] = decode_bench(&cfgs[ci], a == 0, p, 512, quick ? 32 : 64);
@@ -1564,22 +1574,25 @@ int main(int argc, char **argv) {
 
     if (do_decode && ndec) {
         out("## Decoding (KV cache, batch 1, context 512 → 512 + n)\n\n");
-        out("Memory read bandwidth measured in this run: %.1f GB/s (every thread summing a 1 GiB array; best of 5 "
-            "passes). Bound = bandwidth ÷ the bytes each decode step must read: every weight but the embedding table "
-            "(4 bytes each in fp32; 2 in bf16, which decodes from a bf16 copy of the weights) and the cached keys "
-            "and values (fp32) at the step's length. ISA: %s.\n\n", bw, isa_col);
-        out("| config | arch | prec | tokens/s | MB per token | bound tokens/s | of bound |\n|---|---|---|---:|---:|---:|---:|\n");
+        out("Memory read bandwidth measured in this run: %.1f GB/s at the start of the section (every thread summing a "
+            "1 GiB array; best of 5 passes), and again (256 MiB, best of 3) right before each of the 5 timed rounds of "
+            "every row, because this shared machine's bandwidth moves with its other tenants. Bound = that bandwidth ÷ "
+            "the bytes each decode step must read: every weight but the embedding table (4 bytes each in fp32; 2 in "
+            "bf16, which decodes from a bf16 copy of the weights) and the cached keys and values (fp32) at the step's "
+            "length. tokens/s, bandwidth and the fraction of the bound are medians over the rounds. ISA: %s.\n\n",
+            bw, isa_col);
+        out("| config | arch | prec | tokens/s | MB per token | bandwidth | bound tokens/s | of bound |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|\n");
         for (int ci = 0; ci < ndec; ci++)
             for (int p = 0; p < 2; p++)
                 for (int a = 0; a < 2; a++) {
                     decode_result *d = &dec[ci][p][a];
                     if (!d->ok) {
-                        out("| %s | %s | %s | failed: %s | | | |\n", cfgs[ci].name, ARCH[a], PREC[p], d->why);
+                        out("| %s | %s | %s | failed: %s | | | | |\n", cfgs[ci].name, ARCH[a], PREC[p], d->why);
                         continue;
                     }
-                    double bound = bw * 1e9 / d->bytes_tok;
-                    out("| %s | %s | %s | %.1f | %.1f | %.1f | %.0f%% |\n", cfgs[ci].name, ARCH[a], PREC[p], d->tok_s,
-                        d->bytes_tok / 1e6, bound, 100 * d->tok_s / bound);
+                    out("| %s | %s | %s | %.1f | %.1f | %.1f GB/s | %.1f | %.0f%% |\n", cfgs[ci].name, ARCH[a], PREC[p],
+                        d->tok_s, d->bytes_tok / 1e6, d->bw, d->bw * 1e9 / d->bytes_tok, 100 * d->frac);
                 }
         out("\n");
     }
@@ -1622,7 +1635,7 @@ int main(int argc, char **argv) {
         for (int ci = 0; ci < ndec && do_decode; ci++)
             for (int a = 0; a < 2; a++) {
                 decode_result *d = &dec[ci][0][a];
-                double frac = d->ok ? d->tok_s / (bw * 1e9 / d->bytes_tok) : NAN;
+                double frac = d->ok ? d->frac : NAN;
                 out("| %s %s fp32 decode ≥ 85%% of the memory-bandwidth bound | %.0f%% | %s |\n", cfgs[ci].name, ARCH[a],
                     100 * frac, isnan(frac) ? "–" : frac >= 0.85 ? "yes" : "**no**");
             }
@@ -1631,11 +1644,15 @@ int main(int argc, char **argv) {
                 tiny ? "TINY harness test" : "QUICK: config S at batch 2 only");
         out("\n");
     }
-    if (do_peak)
+    if (do_peak && bf16_native)
         out("Measured peak at the end: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s (threads together %.1f, %.1f; one "
             "thread × %d %.1f, %.1f). At the start: %.1f, %.1f. A large difference means the machine was "
             "disturbed.\n\n",
             p32e.peak, p16e.peak, p32e.all, p16e.all, threads, p32e.one, p16e.one, p32s.peak, p16s.peak);
+    else if (do_peak)
+        out("Measured peak at the end: fp32 %.1f GFLOP/s (threads together %.1f; one thread × %d %.1f); bf16 n/a. At "
+            "the start: %.1f. A large difference means the machine was disturbed.\n\n",
+            p32e.peak, p32e.all, threads, p32e.one, p32s.peak);
     char load1[64];
     loadavg(load1, sizeof load1);
     out("Load average at the end (1, 5, 15 min): %s (this run itself keeps about %d busy).\n\n", load1, threads);

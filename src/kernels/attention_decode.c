@@ -12,11 +12,12 @@
  *
  * Three passes: (1) scores s[t] = q·k_t / √d of every (sub-)head, walking the
  * cache in blocks of 16 rows (fp32 dots by the one-row product kernel,
- * dtx_dot_rows: 8 rows at a time); (2) softmax of each map
- * with max subtraction (vectorised exp, sum in double); (3) the weighted sum
- * of the value rows, again row by row, accumulated in out (vectorised along
- * the value width). DIFF head h folds its two maps into one weight per key,
- * p1[t] − λ·p2[t], so V is read once: O = A1·v − λ·A2·v; then the per-head
+ * dtx_dot_rows: 8 rows at a time); (2) softmax of each map with max
+ * subtraction (vectorised exp, sum in double); (3) the weighted sum of the
+ * value rows, again in blocks of 16 rows, accumulated in out in row order
+ * (dtx_axpy_rows, the accumulators in registers over a block). DIFF head h
+ * folds its two maps into one weight per key, p1[t] − λ·p2[t], so V is read
+ * once: O = A1·v − λ·A2·v; then the per-head
  * RMSNorm over 2d and the (1 − λ_init) scale, as the full-sequence kernels.
  * Walking rows keeps the reads contiguous: one head's column of a long cache
  * is a stride of a whole row, which the prefetchers do not follow across
@@ -82,12 +83,6 @@ static void softmax_inplace(real *restrict p, int64_t len) {
     for (int64_t t = 0; t < len; t++) p[t] *= inv;
 }
 
-/* y [w] += alpha · x [w] */
-static inline void axpy(real *restrict y, real alpha, const real *restrict x, int64_t w) {
-#pragma omp simd
-    for (int64_t c = 0; c < w; c++) y[c] += alpha * x[c];
-}
-
 /* In place: p [len] = dtx_quant_apply(p, step of absmax), absmax < 0 meaning
  * p's own. */
 static void quantise_map(real *p, int64_t len, double absmax, int bits) {
@@ -151,10 +146,11 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
     }
     /* 3. weighted values, row by row, accumulated in out */
     for (int64_t c = h0 * w; c < h1 * w; c++) out[c] = 0;
-    for (int64_t t = 0; t < len; t++) {
-        const real *vr = vcache + t * vs;
+    enum { VROWS = 16 }; /* blocks of cache rows, as in pass 1 */
+    for (int64_t t0 = 0; t0 < len; t0 += VROWS) {
+        int64_t nb = len - t0 < VROWS ? len - t0 : VROWS;
         for (int64_t h = h0; h < h1; h++)
-            axpy(out + h * w, scratch[sub * (h - h0) * len + t], vr + (h / n_rep) * w, w);
+            dtx_axpy_rows(out + h * w, w, scratch + sub * (h - h0) * len + t0, vcache + t0 * vs + (h / n_rep) * w, vs, nb);
     }
     if (!a->diff) return;
     /* 4. DIFF: per-head RMSNorm over 2d, γ, (1 − λ_init) */

@@ -13,8 +13,10 @@
  * Its product count then equals that of a Transformer with twice the heads.
  *
  * Every product is a tile product C (=|+=) A·B with B read by rows
- * (tile_gemm.c): S = Q·Kᵀ and dP = dO·Vᵀ read Kᵀ and Vᵀ from the workspace
- * (transposed per (batch, KV group)); Pᵀ and dSᵀ are read as strided A.
+ * (tile_gemm.c, at the ISA level in use): S = Q·Kᵀ and dP = dO·Vᵀ read Kᵀ
+ * and Vᵀ from the workspace (transposed per sub-head or KV group, key tile
+ * by key tile); Pᵀ and dSᵀ are read as strided A. In fp32 the products read
+ * per-head copies of q, k, v and dO too (see "fp32 and emulated copies").
  *
  * Threads: forward tasks are (batch, head, query tile), longest rows first;
  * backward tasks are (batch, KV group), which own their dk, dv, dq rows, so
@@ -99,9 +101,11 @@ static fgeom make_fgeom(const dtx_attn_dims *a) {
     assert(a->head_dim > 0 && a->head_dim <= DTX_ATTN_MAX_HEAD_DIM);
     fgeom g;
     g.B = a->B, g.T = a->T, g.H = a->n_heads, g.G = a->n_kv_heads, g.d = a->head_dim;
-    /* Kᵀ/Vᵀ rows start on cache lines (T rounded up to 16 floats) and are an
-     * odd number of lines apart, so the rows a product walks down do not all
-     * land in the same L1 sets (a 4 KiB stride would, at T = 1024). */
+    /* The Kᵀ/Vᵀ regions hold d (w) rows of Tp. The bf16 mode's pair layouts
+     * use Tp as their row stride: rows start on cache lines (T rounded up to
+     * 16 floats) an odd number of lines apart, so the rows a product walks
+     * down do not all land in the same L1 sets (a 4 KiB stride would, at
+     * T = 1024). The fp32 mode's key-tiled transposes fit in the same space. */
     g.Tp = round16(a->T);
     if ((g.Tp / 16) % 2 == 0) g.Tp += 16;
     g.n_rep = g.H / g.G;
@@ -788,10 +792,12 @@ static void bwd_group(const fgeom *g, const bargs *p, int64_t b, int64_t grp, do
     for (int64_t h = grp * g->n_rep; h < (grp + 1) * g->n_rep; h++) {
         if (g->diff) prep_diff_head(g, p, b, h, dg, dl);
         else prep_head(g, p, b, h);
-        /* then the head-major dO: the Transformer's copied, DIFF's rounded in place when emulating (after the
-         * row terms, which take it rounded, and dλ, which takes it unrounded) */
-        if (g->hm) copy_rows(g, dO_head(g, p, b, h), g->w, g->diff ? dO_head(g, p, b, h) : p->dout + b * T * g->os + h * g->w,
-                             g->diff ? g->w : g->os, T, g->w);
+        /* then the head-major dO: the Transformer's a copy of dout; DIFF's, written by the RMSNorm backward,
+         * rounded in place when emulating (after the row terms, which take it rounded, and dλ, which takes
+         * it unrounded) */
+        real *dOh = dO_head(g, p, b, h);
+        if (g->hm && !g->diff) copy_rows(g, dOh, g->w, p->dout + b * T * g->os + h * g->w, g->os, T, g->w);
+        if (g->hm && g->diff) copy_rows(g, dOh, g->w, dOh, g->w, T, g->w);
     }
 #ifndef DTX_DOUBLE
     if (g->bf16) pack_group_bf16(g, p, b, grp);

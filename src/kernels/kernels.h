@@ -52,6 +52,9 @@ void dtx_matmul_cache_clear(void);
  * s[t·lds] = scale · x·k_t for t < n, with k_t = k + t·ldk (d wide): the
  * scores of one query sub-head against n cached keys. Single-threaded.   */
 void dtx_dot_rows(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d, real scale);
+/* y [w] += Σ_t p[t]·v_t for t < n, v_t = v + t·ldv (w wide): the weighted
+ * values of one head over n cached rows, added in row order. Single-threaded. */
+void dtx_axpy_rows(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n);
 /* out [N] = x [K] · w [N, K]ᵀ (a linear layer of one token); rows split over
  * the OpenMP threads when big enough, results independent of the count.  */
 void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N);

@@ -1,5 +1,5 @@
-/* The one-row products of decoding (kernels.h: dtx_dot_rows, dtx_gemv,
- * dtx_gemv_bf16): the portable implementations and the entry points, which
+/* The one-row products of decoding (kernels.h: dtx_dot_rows, dtx_axpy_rows,
+ * dtx_gemv, dtx_gemv_bf16): the portable implementations and the entry points, which
  * run the ISA level's implementation (simd.h). A token's decode step is
  * memory-bound: each weight and each cached key is read once, so these
  * kernels exist to keep enough loads in flight (several rows at once,
@@ -20,6 +20,15 @@ void dtx_dot_rows_portable(real *s, int64_t lds, const real *x, const real *k, i
 #pragma omp simd reduction(+ : acc)
         for (int64_t c = 0; c < d; c++) acc += x[c] * kr[c];
         s[t * lds] = scale * acc;
+    }
+}
+
+void dtx_axpy_rows_portable(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n) {
+    for (int64_t t = 0; t < n; t++) {
+        const real *vr = v + t * ldv;
+        real a = p[t];
+#pragma omp simd
+        for (int64_t c = 0; c < w; c++) y[c] += a * vr[c];
     }
 }
 
@@ -45,6 +54,10 @@ void dtx_gemv_bf16_portable(float *out, const float *x, const uint16_t *w, int64
 
 void dtx_dot_rows(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d, real scale) {
     if (n > 0) dtx_simd()->dot_rows(s, lds, x, k, ldk, n, d, scale);
+}
+
+void dtx_axpy_rows(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n) {
+    if (n > 0 && w > 0) dtx_simd()->axpy_rows(y, w, p, v, ldv, n);
 }
 
 /* Rows split in contiguous blocks over the threads (multiples of 8 rows, the

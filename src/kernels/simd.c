@@ -8,6 +8,7 @@ static const dtx_simd_ops portable = {"portable",
                                       dtx_tile_softmax_update_portable,
                                       dtx_tile_exp_rows_portable,
                                       dtx_dot_rows_portable,
+                                      dtx_axpy_rows_portable,
                                       dtx_gemv_portable,
                                       dtx_gemv_bf16_portable};
 

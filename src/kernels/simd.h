@@ -4,8 +4,9 @@
  * implementations and the table). Families:
  *   - the flash attention's tile steps behind tile_gemm.h (product,
  *     transpose, exp, softmax rows);
- *   - the one-row products of decoding: dot_rows (cached decode attention's
- *     scores) and gemv / gemv_bf16 (the linear layers of a single token).
+ *   - the one-row products of decoding: dot_rows and axpy_rows (cached
+ *     decode attention's scores and weighted values) and gemv / gemv_bf16
+ *     (the linear layers of a single token).
  * The SIMD tables exist in the float build on x86-64 only (DTX_SIMD_X86);
  * their code is compiled with target attributes, so it builds with any
  * -march and runs only when the level allows it. Internal header. */
@@ -34,6 +35,8 @@ typedef struct {
     /* s[t·lds] = scale · Σ_c x[c]·k[t·ldk + c] for t < n, c < d (dtx_dot_rows) */
     void (*dot_rows)(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d,
                      real scale);
+    /* y[c] += Σ_t p[t]·v[t·ldv + c] for c < w, t < n (dtx_axpy_rows) */
+    void (*axpy_rows)(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n);
     /* out[r] = Σ_c x[c]·w[r·K + c] for r < N (dtx_gemv), single-threaded */
     void (*gemv)(real *out, const real *x, const real *w, int64_t K, int64_t N);
     /* the same with w in bf16 bits and x already bf16-rounded (dtx_gemv_bf16) */
@@ -46,6 +49,7 @@ extern const dtx_simd_ops dtx_simd_avx512; /* simd_avx512.c */
 /* The AVX2 one-row products, shared by both tables (AVX2 + FMA only). */
 void dtx_dot_rows_avx2(float *s, int64_t lds, const float *x, const float *k, int64_t ldk, int64_t n, int64_t d,
                        float scale);
+void dtx_axpy_rows_avx2(float *y, int64_t w, const float *p, const float *v, int64_t ldv, int64_t n);
 void dtx_gemv_avx2(float *out, const float *x, const float *w, int64_t K, int64_t N);
 void dtx_gemv_bf16_avx2(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 #endif
@@ -62,6 +66,7 @@ void dtx_tile_exp_rows_portable(real *P, const real *S, int64_t ld, int64_t M, i
                                 const real *lse);
 void dtx_dot_rows_portable(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d,
                            real scale);
+void dtx_axpy_rows_portable(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n);
 void dtx_gemv_portable(real *out, const real *x, const real *w, int64_t K, int64_t N);
 void dtx_gemv_bf16_portable(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 

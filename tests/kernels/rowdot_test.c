@@ -1,5 +1,5 @@
-/* The one-row products of decoding (rowdot.c: dtx_dot_rows, dtx_gemv,
- * dtx_gemv_bf16) against double-precision loops, at every ISA level the
+/* The one-row products of decoding (rowdot.c: dtx_dot_rows, dtx_axpy_rows,
+ * dtx_gemv, dtx_gemv_bf16) against double-precision loops, at every ISA level the
  * CPU has: row counts around the 8-row blocks, widths around the 8-lane
  * vectors, strided outputs and rows, and the threaded split of dtx_gemv
  * (the same bits whatever the thread count). */
@@ -40,6 +40,29 @@ TEST(kernel_rowdot_dot_rows) {
                     free(x), free(k), free(s);
                 }
         CHECKF(worst < 1e-6, "dot_rows (%s): relative error %.3g", dtx_isa_name(lvl), worst);
+    }
+}
+
+TEST(kernel_rowdot_axpy_rows) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 912);
+    static const int64_t ns[] = {1, 5, 16}, ws[] = {1, 7, 32, 64, 100, 128};
+    FOR_EACH_ISA(lvl) {
+        double worst = 0;
+        for (int in = 0; in < 3; in++)
+            for (int iw = 0; iw < 6; iw++) {
+                int64_t n = ns[in], w = ws[iw], ldv = w + 5;
+                float *p = randf(&r, (size_t)n), *v = randf(&r, (size_t)(n * ldv)), *y = randf(&r, (size_t)(w + 3));
+                double *want = malloc(sizeof(double) * (size_t)(w + 3));
+                for (int64_t c = 0; c < w + 3; c++) {
+                    want[c] = y[c];
+                    for (int64_t t = 0; c < w && t < n; t++) want[c] += (double)p[t] * v[t * ldv + c];
+                }
+                dtx_axpy_rows(y, w, p, v, ldv, n);
+                for (int64_t c = 0; c < w + 3; c++) worst = fmax(worst, fabs(y[c] - want[c]) / (1 + fabs(want[c])));
+                free(p), free(v), free(y), free(want);
+            }
+        CHECKF(worst < 1e-6, "axpy_rows (%s): error %.3g (columns past w must be untouched)", dtx_isa_name(lvl), worst);
     }
 }
 
