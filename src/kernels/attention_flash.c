@@ -52,7 +52,6 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
-#include "kernels/matmul_dnnl.h"
 #include "kernels/tile_bf16.h"
 #include "kernels/tile_gemm.h"
 
@@ -174,12 +173,22 @@ size_t dtx_attention_flash_workspace_size(const dtx_attn_dims *a) {
  *     nk = min(bk, T − k0), so a tile's rows are contiguous.
  * In emulated mode every copy is rounded to bf16. */
 
+#ifndef DTX_DOUBLE
+/* dst [n] = bf16(src) as floats (dst may be src). Inline: a tile's rows are
+ * short (64 values), and a call per row cost the emulated mode 6% of its
+ * attention time. */
+static inline void round_row(real *dst, const real *src, int64_t n) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++) dst[i] = dtx_bf16_to_f32(dtx_f32_to_bf16(src[i]));
+}
+#endif
+
 /* x [rows × cols] (row stride ld) rounded to bf16 in place (emulated mode;
  * a no-op otherwise). */
 static void round_tile(const fgeom *g, real *x, int64_t ld, int64_t rows, int64_t cols) {
 #ifndef DTX_DOUBLE
     if (g->emul)
-        for (int64_t r = 0; r < rows; r++) dtx_bf16_round_portable(x + r * ld, x + r * ld, (size_t)cols);
+        for (int64_t r = 0; r < rows; r++) round_row(x + r * ld, x + r * ld, cols);
 #else
     (void)g, (void)x, (void)ld, (void)rows, (void)cols;
 #endif
@@ -192,7 +201,7 @@ static void copy_rows(const fgeom *g, real *dst, int64_t ldd, const real *src, i
     for (int64_t r = 0; r < rows; r++) {
 #ifndef DTX_DOUBLE
         if (g->emul) {
-            dtx_bf16_round_portable(dst + r * ldd, src + r * lds, (size_t)cols);
+            round_row(dst + r * ldd, src + r * lds, cols);
             continue;
         }
 #endif

@@ -87,6 +87,13 @@ void dtx_rope_backward(real *dx, const real *cos_t, const real *sin_t, int64_t B
 void dtx_swiglu_forward(real *out, const real *a, const real *b, int64_t n);
 /* da [n] += dout ⊙ b ⊙ silu'(a) ; db [n] += dout ⊙ silu(a)                    */
 void dtx_swiglu_backward(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n);
+/* The same with the results rounded to bf16 values when round_bf16 (out;
+ * da and db after the accumulation): emulated bf16's operands made where
+ * they are computed, bit-identical to dtx_bf16_round afterwards. The double
+ * build ignores round_bf16.                                                 */
+void dtx_swiglu_forward_r(real *out, const real *a, const real *b, int64_t n, int round_bf16);
+void dtx_swiglu_backward_r(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n,
+                           int round_bf16);
 
 /* ---- Residual add: out [n] = a + b (out may alias a or b).                  */
 void dtx_residual_forward(real *out, const real *a, const real *b, int64_t n);

@@ -22,27 +22,43 @@ enum { CHUNK = 4096 };
 #define EXP_R(x) dtx_vexpf(x)
 #endif
 
+/* x as a bf16 value (round_bf16 variants; the float build only). */
+static inline real rnd(real x) {
+#ifdef DTX_DOUBLE
+    return x;
+#else
+    return dtx_bf16_to_f32(dtx_f32_to_bf16(x));
+#endif
+}
+
 /* σ(a) = 1/(1 + e^−a): stable for both signs (e^−a → inf gives 0). */
 static inline real sigmoid_r(real a) { return (real)1 / ((real)1 + EXP_R(-a)); }
 
-/* out [n] = silu(a) ⊙ b on one chunk. */
-static void swiglu_fwd_chunk(real *out, const real *a, const real *b, int64_t n) {
+/* out [n] = silu(a) ⊙ b on one chunk (rounded to bf16 when round). */
+static void swiglu_fwd_chunk(real *out, const real *a, const real *b, int64_t n, int round) {
+    if (round) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) out[i] = rnd(a[i] * sigmoid_r(a[i]) * b[i]);
+        return;
+    }
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) out[i] = a[i] * sigmoid_r(a[i]) * b[i];
 }
 
-/* out [n] = silu(a) ⊙ b, silu(a) = a·σ(a).   a, b [n] */
-void dtx_swiglu_forward(real *out, const real *a, const real *b, int64_t n) {
+void dtx_swiglu_forward_r(real *out, const real *a, const real *b, int64_t n, int round_bf16) {
     assert(out && a && b && n >= 0);
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        swiglu_fwd_chunk(out + i0, a + i0, b + i0, m);
+        swiglu_fwd_chunk(out + i0, a + i0, b + i0, m, round_bf16);
     }
 }
 
+/* out [n] = silu(a) ⊙ b, silu(a) = a·σ(a).   a, b [n] */
+void dtx_swiglu_forward(real *out, const real *a, const real *b, int64_t n) { dtx_swiglu_forward_r(out, a, b, n, 0); }
+
 /* The backward on one chunk; see dtx_swiglu_backward. */
-static void swiglu_bwd_chunk(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n) {
+static void swiglu_bwd_chunk(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n, int round) {
 #pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         real x = a[i], e = EXP_R(-x), s = (real)1 / ((real)1 + e), gs = dout[i] * s;
@@ -51,17 +67,26 @@ static void swiglu_bwd_chunk(real *da, real *db, const real *dout, const real *a
         da[i] += gs * b[i] * ((real)1 + x * oms);
         db[i] += gs * x;
     }
+    if (round) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) da[i] = rnd(da[i]), db[i] = rnd(db[i]);
+    }
 }
 
 /* da [n] += dout ⊙ b ⊙ silu'(a), silu'(a) = σ(a)·(1 + a·(1 − σ(a)));
  * db [n] += dout ⊙ silu(a). */
-void dtx_swiglu_backward(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n) {
+void dtx_swiglu_backward_r(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n,
+                           int round_bf16) {
     assert(da && db && dout && a && b && n >= 0);
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        swiglu_bwd_chunk(da + i0, db + i0, dout + i0, a + i0, b + i0, m);
+        swiglu_bwd_chunk(da + i0, db + i0, dout + i0, a + i0, b + i0, m, round_bf16);
     }
+}
+
+void dtx_swiglu_backward(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n) {
+    dtx_swiglu_backward_r(da, db, dout, a, b, n, 0);
 }
 
 /* out [n] = a + b (out may alias a or b: each element is read before it is

@@ -264,8 +264,7 @@ static void ffn_block_forward(dtx_model *m, int64_t l, real *out, real *scratch)
     DTX_PROF(DTX_PROF_NORM, 0, round_if(px, la->xn2, (size_t)(N * D)));
     DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(la->h1, la->xn2, P(o->w1), N, D, F, m->precision, px));
     DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(la->h3, la->xn2, P(o->w3), N, D, F, m->precision, px));
-    DTX_PROF(DTX_PROF_SWIGLU, 0, dtx_swiglu_forward(la->g, la->h1, la->h3, N * F));
-    DTX_PROF(DTX_PROF_SWIGLU, 0, round_if(px, la->g, (size_t)(N * F)));
+    DTX_PROF(DTX_PROF_SWIGLU, 0, dtx_swiglu_forward_r(la->g, la->h1, la->h3, N * F, px != 0));
     DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(scratch, la->g, P(o->w2), N, F, D, m->precision, px));
     DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(out, la->x_mid, scratch, N * D));
 }
@@ -284,9 +283,7 @@ static void ffn_block_backward(dtx_model *m, int64_t l, real *dx) {
                                                          pre & DTX_MM_PRE_X));
     memset(a->dh1, 0, nf);
     memset(a->dh3, 0, nf);
-    DTX_PROF(DTX_PROF_SWIGLU, 1, dtx_swiglu_backward(a->dh1, a->dh3, a->dg, la->h1, la->h3, N * F));
-    DTX_PROF(DTX_PROF_SWIGLU, 1, round_if(pre, a->dh1, (size_t)(N * F)));
-    DTX_PROF(DTX_PROF_SWIGLU, 1, round_if(pre, a->dh3, (size_t)(N * F)));
+    DTX_PROF(DTX_PROF_SWIGLU, 1, dtx_swiglu_backward_r(a->dh1, a->dh3, a->dg, la->h1, la->h3, N * F, pre != 0));
     memset(a->dx2, 0, (size_t)(N * D) * sizeof(real));
     DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(a->dx2, G(o->w1), a->dh1, la->xn2, P(o->w1), N, D, F, m->precision, pre));
     DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(a->dx2, G(o->w3), a->dh3, la->xn2, P(o->w3), N, D, F, m->precision, pre));

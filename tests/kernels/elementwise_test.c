@@ -258,6 +258,21 @@ TEST(kernel_ew_swiglu) {
     int same = 1;
     for (int64_t i = 0; i < n; i++) same &= da2[i] == da0[i] + da[i] && db2[i] == db0[i] + db[i];
     CHECK(same);
+    /* The bf16-rounding variants: the same values, rounded (bit for bit as dtx_bf16_round afterwards). */
+    real *o3 = calloc((size_t)n, sizeof(real)), *da3 = dup_f(da0, (size_t)n), *db3 = dup_f(db0, (size_t)n);
+    real *da4 = dup_f(da0, (size_t)n), *db4 = dup_f(db0, (size_t)n);
+    dtx_swiglu_forward_r(o3, a, b, n, 1);
+    dtx_swiglu_backward_r(da3, db3, g, a, b, n, 1);
+    dtx_swiglu_backward(da4, db4, g, a, b, n);
+    int same_r = 1, rounded = 1;
+    for (int64_t i = 0; i < n; i++) {
+        real ro3 = dtx_bf16_to_f32(dtx_f32_to_bf16(out[i]));
+        real rd3 = dtx_bf16_to_f32(dtx_f32_to_bf16(da4[i])), rb3 = dtx_bf16_to_f32(dtx_f32_to_bf16(db4[i]));
+        same_r &= o3[i] == ro3 && da3[i] == rd3 && db3[i] == rb3;
+        rounded &= (dtx_f32_bits(o3[i]) & 0xffffu) == 0;
+    }
+    CHECK(same_r && rounded);
+    free(o3), free(da3), free(db3), free(da4), free(db4);
     free(da2), free(db2), free(da0), free(db0);
     free(a), free(b), free(g), free(out), free(da), free(db), free(ro), free(rda), free(rdb);
 }
