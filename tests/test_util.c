@@ -153,10 +153,7 @@ dtx_isa test_isa_first(void) {
     return DTX_ISA_PORTABLE;
 }
 int test_isa_more(dtx_isa lvl) {
-    dtx_isa_set_cap(DTX_ISA_AVX512_BF16);
-    dtx_isa top = dtx_isa_level();
-    dtx_isa_set_cap(lvl <= DTX_ISA_AVX512_BF16 ? lvl : isa_saved);
-    if (lvl <= top) return 1;
+    if (lvl <= test_isa_top()) return 1;
     dtx_isa_set_cap(isa_saved);
     return 0;
 }

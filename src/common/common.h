@@ -84,5 +84,8 @@ static inline uint16_t dtx_f32_to_bf16(float f) {
     u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
     return (uint16_t)(u >> 16);
 }
+/* f rounded to the nearest bf16 value, as a float (the operands of
+ * emulated bf16 products). */
+static inline float dtx_bf16_round_f32(float f) { return dtx_bf16_to_f32(dtx_f32_to_bf16(f)); }
 
 #endif

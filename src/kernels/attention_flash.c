@@ -179,7 +179,7 @@ size_t dtx_attention_flash_workspace_size(const dtx_attn_dims *a) {
  * attention time. */
 static inline void round_row(real *dst, const real *src, int64_t n) {
 #pragma omp simd
-    for (int64_t i = 0; i < n; i++) dst[i] = dtx_bf16_to_f32(dtx_f32_to_bf16(src[i]));
+    for (int64_t i = 0; i < n; i++) dst[i] = dtx_bf16_round_f32(src[i]);
 }
 #endif
 
@@ -342,9 +342,8 @@ static void scores(const fgeom *g, const mapsrc *in, real *S, int64_t ld, int64_
 
 /* The sources of q sub-head j (query rows from q0, batch b) against k
  * sub-head ksub and value group grp, in the working layout of either mode. */
-static mapsrc map_src(const fgeom *g, real *work, const real *q, const real *v, int64_t b, int64_t j, int64_t ksub,
+static mapsrc map_src(const fgeom *g, real *work, int64_t b, int64_t j, int64_t ksub,
                       int64_t grp, int64_t q0) {
-    (void)q, (void)v;
     mapsrc in = {.qh = qh_ptr(g, work, b, j) + q0 * g->d, .kt = kt_ptr(g, work, b, ksub), .vh = vh_ptr(g, work, b, grp)};
 #ifndef DTX_DOUBLE
     if (g->bf16)
@@ -395,10 +394,10 @@ static void map_finish(const fmap *f, const fgeom *g, real *o, int64_t w, float 
 }
 
 /* Transformer head j of batch b, query rows [q0, q0 + mq): out rows of head j. */
-static void fwd_tile(const fgeom *g, real *out, const dtx_attn_saved *s, const real *q, const real *v,
-                     int64_t b, int64_t j, int64_t q0, int64_t mq) {
+static void fwd_tile(const fgeom *g, real *out, const dtx_attn_saved *s, int64_t b, int64_t j, int64_t q0,
+                     int64_t mq) {
     int64_t d = g->d, T = g->T, kv = j / g->n_rep;
-    mapsrc in = map_src(g, s->work, q, v, b, j, kv, kv, q0);
+    mapsrc in = map_src(g, s->work, b, j, kv, kv, q0);
     real *o = out + (b * T + q0) * g->os + j * d;
     fmap f;
     map_init(&f, mq);
@@ -410,11 +409,10 @@ static void fwd_tile(const fgeom *g, real *out, const dtx_attn_saved *s, const r
  * the two lse rows; epilogue O = o1 − λ·o2 (fused, double), rstd = 1/rms(O),
  * out = (1 − λ_init)·γ ⊙ O·rstd. */
 static void fwd_diff_tile(const fgeom *g, const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
-                          const real *q, const real *v, const real *gamma, int64_t b, int64_t h, int64_t q0,
-                          int64_t mq) {
+                          const real *gamma, int64_t b, int64_t h, int64_t q0, int64_t mq) {
     int64_t w = g->w, T = g->T, grp = h / g->n_rep, off = (b * T + q0) * g->os + h * w;
-    mapsrc in[2] = {map_src(g, s->work, q, v, b, 2 * h, 2 * grp, grp, q0),
-                    map_src(g, s->work, q, v, b, 2 * h + 1, 2 * grp + 1, grp, q0)};
+    mapsrc in[2] = {map_src(g, s->work, b, 2 * h, 2 * grp, grp, q0),
+                    map_src(g, s->work, b, 2 * h + 1, 2 * grp + 1, grp, q0)};
     real *o1 = s->o1 + off, *o2 = s->o2 + off;
     fmap f[2];
     map_init(&f[0], mq), map_init(&f[1], mq);
@@ -480,8 +478,8 @@ void dtx_attention_flash_forward(const dtx_attn_dims *a, real *out, const dtx_at
         for (int64_t task = 0; task < nqt * nbh; task++) {
             int64_t qt = nqt - 1 - task / nbh, bh = task % nbh; /* longest rows first */
             int64_t b = bh / g.H, h = bh % g.H, q0 = qt * g.bq, mq = min64(g.bq, g.T - q0);
-            if (g.diff) fwd_diff_tile(&g, a, out, s, q, v, subln_w, b, h, q0, mq);
-            else fwd_tile(&g, out, s, q, v, b, h, q0, mq);
+            if (g.diff) fwd_diff_tile(&g, a, out, s, subln_w, b, h, q0, mq);
+            else fwd_tile(&g, out, s, b, h, q0, mq);
         }
     }
 }
@@ -503,7 +501,7 @@ typedef struct {
  * Σ_s P_s·(dP_s − D) stays 0 as it must (at T = 1 dq is then exactly 0). */
 static inline real as_operand(const fgeom *g, real x) {
 #ifndef DTX_DOUBLE
-    if (g->bf16 || g->emul) return dtx_bf16_to_f32(dtx_f32_to_bf16(x));
+    if (g->bf16 || g->emul) return dtx_bf16_round_f32(x);
 #endif
     (void)g;
     return x;
@@ -627,7 +625,7 @@ static void ds_diff_rows(const fgeom *g, btile *bt, real lam, const real *D1, co
  * exp(scale·q·kᵀ − lse), 0 where masked. */
 static void recompute_p(const fgeom *g, const bargs *p, real *P, int64_t b, int64_t j, int64_t ksub, int64_t q0,
                         int64_t mq, int64_t k0, int64_t nk) {
-    mapsrc in = map_src(g, p->s->work, p->q, p->v, b, j, ksub, g->diff ? ksub / 2 : ksub, q0);
+    mapsrc in = map_src(g, p->s->work, b, j, ksub, g->diff ? ksub / 2 : ksub, q0);
     scores(g, &in, P, g->bk, q0, mq, k0, nk);
     dtx_tile_exp_rows(P, P, g->bk, mq, nk, q0 - k0, g->scale, lse_row(g, p, b, j) + q0);
 }

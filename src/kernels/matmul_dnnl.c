@@ -75,14 +75,7 @@ void dtx_bf16_convert(uint16_t *dst, const float *src, size_t n) {
 
 void dtx_bf16_round_portable(float *dst, const float *src, size_t n) { /* dst may be src: no restrict */
 #pragma omp simd
-    for (size_t i = 0; i < n; i++) {
-        union { float f; uint32_t u; } v = {.f = src[i]};
-        uint32_t b = v.u;
-        uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
-        uint32_t quiet = (b & 0xffff0000u) | 0x00400000u;
-        v.u = (b & 0x7fffffffu) > 0x7f800000u ? quiet : rounded;
-        dst[i] = v.f;
-    }
+    for (size_t i = 0; i < n; i++) dst[i] = dtx_bf16_round_f32(src[i]);
 }
 
 void dtx_bf16_round(float *dst, const float *src, size_t n) { SPLIT_CONVERT(dtx_bf16_round_portable, dst, src, n); }

@@ -27,7 +27,7 @@ static inline real rnd(real x) {
 #ifdef DTX_DOUBLE
     return x;
 #else
-    return dtx_bf16_to_f32(dtx_f32_to_bf16(x));
+    return dtx_bf16_round_f32(x);
 #endif
 }
 

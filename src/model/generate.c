@@ -233,7 +233,7 @@ static void linear(const dtx_model *m, dtx_kvcache *c, real *out, const real *x,
     }
 #ifndef DTX_DOUBLE
     if (m->precision == DTX_PREC_BF16) { /* bf16(x) · the bf16 copy of w */
-        for (int64_t k = 0; k < K; k++) c->xr[k] = dtx_bf16_to_f32(dtx_f32_to_bf16(x[k]));
+        dtx_bf16_round_portable(c->xr, x, (size_t)K);
         dtx_gemv_bf16(out, c->xr, c->wbf + off, K, N);
         return;
     }
