@@ -94,8 +94,8 @@ static problem make(dtx_attn_impl impl, int diff, int64_t B, int64_t T, int64_t 
     dtx_rng_seed(&r, 1);
     problem p;
     memset(&p, 0, sizeof p);
-    p.a = (dtx_attn_dims){.impl = impl, .B = B, .T = T, .n_heads = H, .n_kv_heads = H, .head_dim = d,
-                          .diff = diff, .lambda = 0.6, .lambda_init = 0.5, .eps = 1e-5};
+    p.a = (dtx_attn_dims){.run.impl = impl, .geom.B = B, .geom.T = T, .geom.n_heads = H, .geom.n_kv_heads = H, .geom.head_dim = d,
+                          .arch.diff = diff, .arch.subln = diff, .arch.lambda = 0.6, .arch.lambda_init = 0.5, .arch.eps = 1e-5};
     int64_t sub = diff ? 2 : 1;
     p.nq = (size_t)(B * T * sub * H * d), p.nk = p.nq, p.nv = p.nq, p.no = p.nq;
     p.q = randn(&r, p.nq), p.k = randn(&r, p.nk), p.v = randn(&r, p.nv), p.gamma = randn(&r, (size_t)(2 * d));
@@ -129,15 +129,15 @@ static double time_fwd(problem *p) {
 static double time_fwd_bwd(problem *p) {
     double t0 = now();
     dtx_attention_forward(&p->a, p->out, &p->s, p->q, p->k, p->v, p->gamma);
-    dtx_attention_backward(&p->a, p->dq, p->dk, p->dv, p->a.diff ? p->dg : NULL, p->a.diff ? &p->dl : NULL,
+    dtx_attention_backward(&p->a, p->dq, p->dk, p->dv, p->a.arch.diff ? p->dg : NULL, p->a.arch.diff ? &p->dl : NULL,
                            p->dout, p->out, &p->s, p->q, p->k, p->v, p->gamma);
     return now() - t0;
 }
 
 /* Causal forward FLOPs and executed backward FLOPs (see the header). */
 static void flops(const dtx_attn_dims *a, double *fwd, double *bwd_exec) {
-    double T2 = (double)a->T * (double)a->T / 2, d = (double)a->head_dim, B = (double)a->B, H = (double)a->n_heads;
-    if (a->diff) {
+    double T2 = (double)a->geom.T * (double)a->geom.T / 2, d = (double)a->geom.head_dim, B = (double)a->geom.B, H = (double)a->geom.n_heads;
+    if (a->arch.diff) {
         *fwd = B * H * (2 * T2 * d * 2 + 2 * T2 * 2 * d * 2);
         *bwd_exec = B * H * (2 * 3 * T2 * d * 2 + 2 * T2 * 2 * d * 2);
     } else {

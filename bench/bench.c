@@ -783,10 +783,10 @@ static int one_main(int argc, char **argv) {
 
 /* Config S's attention for one layer, batch 1. */
 static dtx_attn_dims attn_dims_S(int64_t T, int diff, dtx_attn_impl impl) {
-    dtx_attn_dims a = {.impl = impl, .B = 1, .T = T, .n_heads = diff ? CFG_S.heads : 2 * CFG_S.heads,
-                       .n_kv_heads = diff ? CFG_S.heads : 2 * CFG_S.heads,
-                       .head_dim = CFG_S.dim / (2 * CFG_S.heads), .diff = diff, .lambda = 0.5,
-                       .lambda_init = 0.2, .eps = 1e-5};
+    dtx_attn_dims a = {.run.impl = impl, .geom.B = 1, .geom.T = T, .geom.n_heads = diff ? CFG_S.heads : 2 * CFG_S.heads,
+                       .geom.n_kv_heads = diff ? CFG_S.heads : 2 * CFG_S.heads,
+                       .geom.head_dim = CFG_S.dim / (2 * CFG_S.heads), .arch.diff = diff, .arch.subln = diff, .arch.lambda = 0.5,
+                       .arch.lambda_init = 0.2, .arch.eps = 1e-5};
     return a;
 }
 
@@ -804,7 +804,7 @@ static double attn_scratch_bytes(const dtx_attn_dims *a) {
 
 /* The inputs and outputs of one attention call: q, k, v, out, dout, dq, dk, dv. */
 static double attn_io_bytes(const dtx_attn_dims *a) {
-    double N = (double)(a->B * a->T), D = (double)CFG_S.dim;
+    double N = (double)(a->geom.B * a->geom.T), D = (double)CFG_S.dim;
     return 8 * N * D * sizeof(real);
 }
 
@@ -828,7 +828,7 @@ static int attn_child_main(int argc, char **argv) {
     dtx_attn_impl impl = !strcmp(argv[3], "flash") ? DTX_ATTN_FLASH : DTX_ATTN_PLAIN;
     int diff = !strcmp(argv[4], "diff");
     dtx_attn_dims a = attn_dims_S(T, diff, impl);
-    size_t N = (size_t)T, D = (size_t)CFG_S.dim, d = (size_t)a.head_dim;
+    size_t N = (size_t)T, D = (size_t)CFG_S.dim, d = (size_t)a.geom.head_dim;
     real *q = touch_alloc(N * D, 1), *k = touch_alloc(N * D, 1), *v = touch_alloc(N * D, 1);
     real *out = touch_alloc(N * D, 0), *dout = touch_alloc(N * D, 1);
     real *dq = touch_alloc(N * D, 0), *dk = touch_alloc(N * D, 0), *dv = touch_alloc(N * D, 0);

@@ -54,6 +54,15 @@ const char *dtx_status_name(dtx_status st);
 
 typedef enum { DTX_ARCH_DIFF = 0, DTX_ARCH_TRANSFORMER = 1 } dtx_arch;
 
+/* The per-head RMSNorm on each head's attention output (interop.md
+ * "Variants", key `subln`). DEFAULT (0, what a zeroed config holds) is the
+ * architecture's own: RMS for DIFF, NONE for the Transformer.
+ *   DIFF + NONE: no norm and no subln weight; the (1 − λ_init) scale stays
+ *     (Table 6 "− GroupNorm").
+ *   Transformer + RMS: each d-wide head output RMS-normalised with one
+ *     weight [head_dim] shared by the layer's heads, no scale ("+ GroupNorm"). */
+typedef enum { DTX_SUBLN_DEFAULT = 0, DTX_SUBLN_RMS = 1, DTX_SUBLN_NONE = 2 } dtx_subln;
+
 typedef struct {
     dtx_arch arch;
     int64_t dim;          /* model width                                        */
@@ -66,18 +75,42 @@ typedef struct {
     double rope_theta;    /* default 10000                                      */
     double norm_eps;      /* default 1e-5, every RMSNorm                        */
     int tie_embeddings;   /* 1: output projection is tok_embeddings             */
+    /* Table 6's variants (interop.md "Variants"); zero means the defaults. */
+    dtx_subln subln;
+    int lambda_init_fixed;    /* DIFF: 0 = the schedule 0.8 − 0.6 exp(−0.3 l);
+                                 1 = lambda_init_value in every layer, both in
+                                 λ and in the (1 − λ_init) output scale      */
+    double lambda_init_value;
 } dtx_config;
 
 /* A small DIFF default (dim 256, 4 layers, 4 heads, vocab 4096, ...). */
 dtx_config dtx_config_default(void);
-/* The parameter-matched other architecture: DIFF (H, G) <-> Transformer (2H, 2G). */
+/* The parameter-matched other architecture: DIFF (H, G) <-> Transformer
+ * (2H, 2G), in its default variant (subln and lambda_init at the defaults).
+ * Table 6's "Transformer with half the heads at twice the width" is a
+ * Transformer config with DIFF's n_heads and n_kv_heads (d = dim / H).      */
 dtx_config dtx_config_baseline(const dtx_config *c);
 /* Checks divisibility and ranges; DTX_ERR_CONFIG naming the key otherwise. */
 dtx_status dtx_config_validate(const dtx_config *c);
 /* q/k (sub-)head width d. */
 int64_t dtx_config_head_dim(const dtx_config *c);
-/* The layer's lambda_init = 0.8 - 0.6 exp(-0.3 l), l 0-based. */
+/* The layer's lambda_init = 0.8 - 0.6 exp(-0.3 l), l 0-based (the schedule). */
 double dtx_lambda_init(int64_t layer);
+/* This config's λ_init of a layer: the schedule, or the fixed value. */
+double dtx_config_lambda_init(const dtx_config *c, int64_t layer);
+/* 1 when heads are RMS-normalised (subln resolved against the arch).      */
+int dtx_config_has_subln(const dtx_config *c);
+/* Variant values as interop.md writes them: `rms` | `none`, and
+ * `schedule` | a decimal number. Parsing refuses anything else, and a fixed
+ * lambda_init outside [0, 1) or on a Transformer (DTX_ERR_CONFIG, one line
+ * naming the value); set_lambda_init leaves the arch check to validate. */
+dtx_status dtx_config_set_subln(dtx_config *c, const char *value);
+dtx_status dtx_config_set_lambda_init(dtx_config *c, const char *value);
+const char *dtx_config_subln_name(const dtx_config *c);
+/* `schedule` or the value with %.17g (cap ≥ 32). */
+void dtx_config_lambda_init_str(const dtx_config *c, char *buf, size_t cap);
+/* 1 when the config is its arch's default variant. */
+int dtx_config_is_default_variant(const dtx_config *c);
 const char *dtx_arch_name(dtx_arch a);
 
 /* ---------------------------------------------------------------- model */

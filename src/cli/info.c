@@ -17,8 +17,9 @@ static const char USAGE[] =
     "Prints the architecture, every config value, the parameter count (total and\n"
     "without tok_embeddings/output), the parameter count of the parameter-matched\n"
     "baseline of the other architecture (DIFF with H heads, G KV heads <-> Transformer\n"
-    "with 2H, 2G), and the difference: per layer the four lambda vectors (4 x head_dim)\n"
-    "and the subln weight (2 x head_dim) that only DIFF has.\n"
+    "with 2H, 2G, in its default variant), and the difference: per layer the four lambda\n"
+    "vectors (4 x head_dim) that only DIFF has, and the per-head norm weights (subln:\n"
+    "2 x head_dim for DIFF, head_dim for a Transformer with --subln rms).\n"
     "\n"
     "  --json      one JSON object instead of text\n"
     "  --tensors   also list every tensor with its shape\n"
@@ -40,7 +41,8 @@ static param_count count_params(const dtx_config *c) {
                     + 2 * D * D          /* q_proj, out_proj */
                     + 2 * kv * D         /* k_proj, v_proj */
                     + 3 * F * D;         /* w1, w3, w2 */
-    if (c->arch == DTX_ARCH_DIFF) layer += 4 * d + 2 * d; /* lambda_q1..k2, subln */
+    if (c->arch == DTX_ARCH_DIFF) layer += 4 * d; /* lambda_q1..k2 */
+    if (dtx_config_has_subln(c)) layer += (c->arch == DTX_ARCH_DIFF ? 2 : 1) * d; /* subln: the head's width */
     param_count p;
     p.nonembed = c->n_layers * layer + D; /* + final norm */
     p.total = p.nonembed + c->vocab_size * D * (c->tie_embeddings ? 1 : 2);
@@ -95,8 +97,14 @@ typedef struct {
     const dtx_config *c;
     param_count params;
     baseline base;
-    int64_t lambda_terms, subln_terms; /* the DIFF-only parameters of whichever is DIFF */
+    int64_t lambda_terms; /* the λ vectors of whichever is DIFF */
+    int64_t subln_terms;  /* subln weights of whichever is DIFF less those of the Transformer */
 } report;
+
+/* subln weights of a config, all layers. */
+static int64_t subln_params(const dtx_config *c) {
+    return dtx_config_has_subln(c) ? (c->arch == DTX_ARCH_DIFF ? 2 : 1) * dtx_config_head_dim(c) * c->n_layers : 0;
+}
 
 static report make_report(const char *path, dtx_model *m) {
     report r = {.path = path, .m = m, .c = dtx_model_config(m)};
@@ -106,7 +114,8 @@ static report make_report(const char *path, dtx_model *m) {
     /* DIFF and its baseline share the q/k width d (dim / 2H = dim / H'). */
     int64_t d = dtx_config_head_dim(r.c->arch == DTX_ARCH_DIFF ? r.c : &r.base.cfg);
     r.lambda_terms = 4 * d * r.c->n_layers;
-    r.subln_terms = 2 * d * r.c->n_layers;
+    const dtx_config *dc = r.c->arch == DTX_ARCH_DIFF ? r.c : &r.base.cfg, *tc = dc == r.c ? &r.base.cfg : r.c;
+    r.subln_terms = subln_params(dc) - subln_params(tc);
     return r;
 }
 
@@ -135,6 +144,10 @@ static void print_text(const report *r, int tensors) {
     printf("rope_theta      %s\n", fmt_real(c->rope_theta, b1, sizeof b1));
     printf("norm_eps        %s\n", fmt_real(c->norm_eps, b2, sizeof b2));
     printf("tie_embeddings  %s\n", c->tie_embeddings ? "true" : "false");
+    char li[40];
+    dtx_config_lambda_init_str(c, li, sizeof li);
+    printf("subln           %s%s\n", dtx_config_subln_name(c), dtx_config_is_default_variant(c) ? "" : "  (a Table 6 variant)");
+    if (diff) printf("lambda_init     %s\n", li);
     if (diff) {
         printf("lambda         ");
         for (int64_t l = 0; l < c->n_layers; l++) printf(" %.4f", dtx_model_lambda(r->m, l));
@@ -149,11 +162,17 @@ static void print_text(const report *r, int tensors) {
                dtx_arch_name(b->arch), (long long)b->n_heads, (long long)b->n_kv_heads, (long long)r->base.params.total,
                (long long)r->base.params.nonembed);
         int64_t d = r->lambda_terms / 4 / c->n_layers;
-        printf("difference      %+lld = %s%lld lambda (4 x head_dim %lld x %lld layers) + %lld subln (2 x %lld x %lld "
-               "layers)%s\n",
-               (long long)(r->params.total - r->base.params.total), diff ? "" : "-(", (long long)r->lambda_terms,
-               (long long)d, (long long)c->n_layers, (long long)r->subln_terms, (long long)d, (long long)c->n_layers,
-               diff ? ", which only DIFF has" : "), which only the DIFF baseline has");
+        if (r->subln_terms == 2 * d * c->n_layers)
+            printf("difference      %+lld = %s%lld lambda (4 x head_dim %lld x %lld layers) + %lld subln (2 x %lld x %lld "
+                   "layers)%s\n",
+                   (long long)(r->params.total - r->base.params.total), diff ? "" : "-(", (long long)r->lambda_terms,
+                   (long long)d, (long long)c->n_layers, (long long)r->subln_terms, (long long)d,
+                   (long long)c->n_layers, diff ? ", which only DIFF has" : "), which only the DIFF baseline has");
+        else
+            printf("difference      %+lld = %s%lld lambda (4 x head_dim %lld x %lld layers) %+lld subln (the DIFF side's "
+                   "per-head norm weights less the Transformer side's)%s\n",
+                   (long long)(r->params.total - r->base.params.total), diff ? "" : "-(", (long long)r->lambda_terms,
+                   (long long)d, (long long)c->n_layers, (long long)r->subln_terms, diff ? "" : ")");
     }
     if (tensors) {
         printf("tensors         %d\n", dtx_model_num_tensors(r->m));
@@ -189,6 +208,10 @@ static void print_json(const report *r, int tensors) {
            (long long)c->n_kv_heads, (long long)dtx_config_head_dim(c), (long long)c->vocab_size, (long long)c->ffn_dim,
            (long long)c->max_seq_len, fmt_real(c->rope_theta, b1, sizeof b1), fmt_real(c->norm_eps, b2, sizeof b2),
            c->tie_embeddings ? "true" : "false");
+    char li[40];
+    dtx_config_lambda_init_str(c, li, sizeof li);
+    printf("\"subln\": \"%s\", ", dtx_config_subln_name(c));
+    if (c->arch == DTX_ARCH_DIFF) printf(c->lambda_init_fixed ? "\"lambda_init\": %s, " : "\"lambda_init\": \"%s\", ", li);
     if (c->arch == DTX_ARCH_DIFF) {
         printf("\"lambda\": [");
         for (int64_t l = 0; l < c->n_layers; l++) printf(l ? ", %.9g" : "%.9g", dtx_model_lambda(r->m, l));
@@ -200,9 +223,10 @@ static void print_json(const report *r, int tensors) {
         json_string(r->base.why);
     } else {
         const dtx_config *b = &r->base.cfg;
-        printf(", \"baseline\": {\"arch\": \"%s\", \"n_heads\": %lld, \"n_kv_heads\": %lld, \"head_dim\": %lld, ",
+        printf(", \"baseline\": {\"arch\": \"%s\", \"n_heads\": %lld, \"n_kv_heads\": %lld, \"head_dim\": %lld, "
+               "\"subln\": \"%s\", ",
                dtx_arch_name(b->arch), (long long)b->n_heads, (long long)b->n_kv_heads,
-               (long long)dtx_config_head_dim(b));
+               (long long)dtx_config_head_dim(b), dtx_config_subln_name(b));
         json_count("params", &r->base.params);
         printf("}, \"difference\": %lld, \"difference_lambda\": %lld, \"difference_subln\": %lld",
                (long long)(r->params.total - r->base.params.total), (long long)r->lambda_terms,

@@ -59,6 +59,12 @@ static const char *usage_text(char *buf, size_t cap) {
              "  --vocab N (%lld)  --ffn N (%lld)  --max-seq N (= --seq, else %lld)\n"
              "  --rope-theta X (%g)  --norm-eps X (%g)\n"
              "  --tie | --no-tie     share the output projection with the token embedding (%s)\n"
+             "  --subln rms|none     per-head RMSNorm of the attention output (diff: rms,\n"
+             "                       transformer: none; Table 6's -/+ GroupNorm)\n"
+             "  --lambda-init schedule|X  diff: lambda_init 0.8 - 0.6 exp(-0.3 l) per layer\n"
+             "                       (schedule, the default) or X in [0, 1) in every layer\n"
+             "  (the Transformer with half the heads at twice the width: --arch transformer\n"
+             "   --heads H with H the diff model's heads; docs/training.md \"Variants\")\n"
              "\n"
              "batches:\n"
              "  --steps N            optimizer steps (1000); also the schedule length\n"
@@ -111,7 +117,8 @@ static const char *usage_text(char *buf, size_t cap) {
 typedef struct {
     dtx_config cfg;
     dtx_optim_config opt;
-    int arch, schedule, precision;
+    int arch, schedule, precision, subln;
+    const char *lambda_init;
     const char *init, *tokens, *out, *val_tokens, *log_path, *ckpt_dir_flag;
     int64_t steps, batch, seq, accum, log_every;
     int64_t eval_every, eval_batches, ckpt_every, keep, stop_after, debug_nan_at;
@@ -124,8 +131,9 @@ typedef struct {
 } train_args;
 
 /* The flags that describe a new model's shape: refused with --init. */
-static const char *const CONFIG_FLAGS[] = {"--arch", "--vocab", "--dim", "--layers", "--heads", "--kv-heads",
-                                           "--ffn", "--max-seq", "--rope-theta", "--norm-eps", "--tie", "--no-tie"};
+static const char *const CONFIG_FLAGS[] = {"--arch",       "--vocab",    "--dim",   "--layers", "--heads",
+                                           "--kv-heads",   "--ffn",      "--max-seq", "--rope-theta",
+                                           "--norm-eps",   "--tie",      "--no-tie", "--subln", "--lambda-init"};
 enum { N_CONFIG_FLAGS = sizeof CONFIG_FLAGS / sizeof CONFIG_FLAGS[0] };
 
 static void set_defaults(train_args *a) {
@@ -184,6 +192,9 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
         return EXIT_OK;
     }
     a->cfg.arch = (dtx_arch)a->arch;
+    if (flags_get(fl, n_fl, "--subln")->seen) a->cfg.subln = a->subln == 0 ? DTX_SUBLN_RMS : DTX_SUBLN_NONE;
+    if (a->lambda_init && dtx_config_set_lambda_init(&a->cfg, a->lambda_init) != DTX_OK)
+        return usage_error(CMD, "--lambda-init: expected 'schedule' or a number in [0, 1), got '%s'", a->lambda_init);
     if (!flags_get(fl, n_fl, "--kv-heads")->seen) a->cfg.n_kv_heads = a->cfg.n_heads;
     if (!flags_get(fl, n_fl, "--max-seq")->seen && flags_get(fl, n_fl, "--seq")->seen) a->cfg.max_seq_len = a->seq;
     if (dtx_config_validate(&a->cfg) != DTX_OK) return usage_error(CMD, "%s", dtx_last_error());
@@ -434,7 +445,8 @@ static const struct {
     {"n_kv_heads", "--kv-heads"}, {"vocab_size", "--vocab"},
     {"ffn_dim", "--ffn"},       {"max_seq_len", "--max-seq"},
     {"rope_theta", "--rope-theta"}, {"norm_eps", "--norm-eps"},
-    {"tie_embeddings", "--tie/--no-tie"}, {"lr", "--lr"},
+    {"tie_embeddings", "--tie/--no-tie"}, {"subln", "--subln"},
+    {"lambda_init", "--lambda-init"}, {"lr", "--lr"},
     {"min_lr", "--min-lr"},     {"warmup_steps", "--warmup"},
     {"total_steps", "--steps"}, {"schedule", "--schedule"},
     {"beta1", "--beta1"},       {"beta2", "--beta2"},
@@ -449,7 +461,8 @@ static const struct {
 static const char *flag_of(const char *key, const train_args *a) {
     static const char *const model_keys[] = {"arch",        "dim",        "n_layers", "n_heads",
                                              "n_kv_heads",  "vocab_size", "ffn_dim",  "max_seq_len",
-                                             "rope_theta",  "norm_eps",   "tie_embeddings"};
+                                             "rope_theta",  "norm_eps",   "tie_embeddings", "subln",
+                                             "lambda_init"};
     if (a->init)
         for (size_t i = 0; i < sizeof model_keys / sizeof *model_keys; i++)
             if (strcmp(key, model_keys[i]) == 0) return "--init";
@@ -916,10 +929,16 @@ static int build_state(train_state *s, const train_args *a, const dtx_config *cf
 
 static void print_header(train_state *s, const train_args *a) {
     const dtx_config *c = dtx_model_config(s->model);
+    char variant[96] = "", li[40];
+    if (!dtx_config_is_default_variant(c)) {
+        dtx_config_lambda_init_str(c, li, sizeof li);
+        snprintf(variant, sizeof variant, " (subln %s%s%s)", dtx_config_subln_name(c),
+                 c->arch == DTX_ARCH_DIFF ? ", lambda_init " : "", c->arch == DTX_ARCH_DIFF ? li : "");
+    }
     say(s,
-        "model %s  dim %lld  layers %lld  heads %lld  kv_heads %lld  vocab %lld  ffn %lld  max_seq %lld  %s  "
+        "model %s%s  dim %lld  layers %lld  heads %lld  kv_heads %lld  vocab %lld  ffn %lld  max_seq %lld  %s  "
         "%zu params%s%s\n",
-        dtx_arch_name(c->arch), (long long)c->dim, (long long)c->n_layers, (long long)c->n_heads,
+        dtx_arch_name(c->arch), variant, (long long)c->dim, (long long)c->n_layers, (long long)c->n_heads,
         (long long)c->n_kv_heads, (long long)c->vocab_size, (long long)c->ffn_dim, (long long)c->max_seq_len,
         c->tie_embeddings ? "tied" : "untied", dtx_model_num_params(s->model), a->init ? "  from " : "",
         a->init ? a->init : "");
@@ -1031,6 +1050,8 @@ int cmd_train(int argc, char **argv) {
         FLAG_REAL("--norm-eps", &a.cfg.norm_eps, 0, 1, 1, 1),
         FLAG_BOOL("--tie", &a.cfg.tie_embeddings, 1),
         FLAG_BOOL("--no-tie", &a.cfg.tie_embeddings, 0),
+        FLAG_CHOICE("--subln", &a.subln, "rms|none"),
+        FLAG_STR("--lambda-init", &a.lambda_init),
         FLAG_INT("--steps", &a.steps, 1, BIG),
         FLAG_INT("--batch", &a.batch, 1, BATCH),
         FLAG_INT("--seq", &a.seq, 1, SIZE),

@@ -11,8 +11,9 @@
 #include "io/safetensors.h"
 #include "model/model.h"
 
-static const char *const known_keys[] = {"format", "arch", "dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size",
-                                         "ffn_dim", "max_seq_len", "rope_theta", "norm_eps", "tie_embeddings"};
+static const char *const known_keys[] = {"format",  "arch",        "dim",        "n_layers",       "n_heads",
+                                         "n_kv_heads", "vocab_size", "ffn_dim", "max_seq_len", "rope_theta",
+                                         "norm_eps", "tie_embeddings", "subln", "lambda_init"};
 #define N_KNOWN (int)(sizeof known_keys / sizeof known_keys[0])
 _Static_assert(N_KNOWN == DTX_CONFIG_META_KEYS, "dtx_config_meta covers every known key");
 
@@ -70,6 +71,7 @@ static dtx_status config_from_meta(const dtx_st_file *f, const char *path, dtx_c
     if (strcmp(tie, "true") == 0) c->tie_embeddings = 1;
     else if (strcmp(tie, "false") == 0) c->tie_embeddings = 0;
     else return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'tie_embeddings' = '%.40s' is not 'true' or 'false'", path, tie);
+    if ((st = dtx_config_variants_from_meta(f, path, c))) return st;
     if ((st = dtx_config_validate(c))) {
         char why[256]; /* copy: dtx_fail writes the buffer dtx_last_error() reads */
         snprintf(why, sizeof why, "%s", dtx_last_error());
@@ -146,7 +148,27 @@ done:
     return st;
 }
 
-void dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, size_t cap) {
+/* interop.md "Variants": absent keys are the defaults; a value difftx does
+ * not implement is refused, naming the key (read as the default, the file
+ * would compute something else silently). */
+dtx_status dtx_config_variants_from_meta(const dtx_st_file *f, const char *path, dtx_config *c) {
+    c->subln = DTX_SUBLN_DEFAULT;
+    c->lambda_init_fixed = 0, c->lambda_init_value = 0;
+    const char *keys[2] = {"subln", "lambda_init"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = dtx_st_meta(f, keys[i]);
+        if (!v) continue;
+        dtx_status st = i == 0 ? dtx_config_set_subln(c, v) : dtx_config_set_lambda_init(c, v);
+        if (st) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", dtx_last_error());
+            return dtx_fail(DTX_ERR_FORMAT, "%s: metadata '%s': %s", path, keys[i], why);
+        }
+    }
+    return DTX_OK;
+}
+
+int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, size_t cap) {
     *key = known_keys[i];
     switch (i) {
     case 0: snprintf(val, cap, "difftx"); break;
@@ -160,8 +182,13 @@ void dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, si
     case 8: snprintf(val, cap, "%" PRId64, c->max_seq_len); break;
     case 9: snprintf(val, cap, "%.17g", c->rope_theta); break;
     case 10: snprintf(val, cap, "%.17g", c->norm_eps); break;
-    default: snprintf(val, cap, "%s", c->tie_embeddings ? "true" : "false"); break;
+    case 11: snprintf(val, cap, "%s", c->tie_embeddings ? "true" : "false"); break;
+    /* the variant keys are written only when not the default, so that a
+     * default model's file is what it was before they existed */
+    case 12: snprintf(val, cap, "%s", dtx_config_subln_name(c)); return dtx_config_has_subln(c) != (c->arch == DTX_ARCH_DIFF);
+    default: dtx_config_lambda_init_str(c, val, cap); return c->lambda_init_fixed;
     }
+    return 1;
 }
 
 dtx_status dtx_model_save(const dtx_model *m, const char *path, int bf16) {
@@ -169,10 +196,8 @@ dtx_status dtx_model_save(const dtx_model *m, const char *path, int bf16) {
     char vals[N_KNOWN][48];
     const char *keys[N_KNOWN + 64], *values[N_KNOWN + 64];
     int n = 0;
-    for (; n < DTX_CONFIG_META_KEYS; n++) {
-        dtx_config_meta(c, n, &keys[n], vals[n], sizeof vals[n]);
-        values[n] = vals[n];
-    }
+    for (int i = 0; i < DTX_CONFIG_META_KEYS; i++)
+        if (dtx_config_meta(c, i, &keys[n], vals[n], sizeof vals[n])) values[n] = vals[n], n++;
     for (int i = 0; i < m->n_extra_meta && n < N_KNOWN + 64; i++) {
         keys[n] = m->extra_meta_keys[i];
         values[n] = m->extra_meta_values[i];

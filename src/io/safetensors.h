@@ -22,7 +22,7 @@ typedef struct {
     size_t nbytes;
 } dtx_st_tensor;
 
-typedef struct {
+typedef struct dtx_st_file {
     void *map;            /* whole file, read-only mmap */
     size_t map_size;
     int n_tensors;

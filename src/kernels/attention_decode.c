@@ -51,7 +51,7 @@
 #endif
 
 size_t dtx_attention_decode_scratch_size(const dtx_attn_dims *a, int64_t len) {
-    return (size_t)((a->diff ? 2 : 1) * a->n_heads * (len > 0 ? len : 0));
+    return (size_t)((a->arch.diff ? 2 : 1) * a->geom.n_heads * (len > 0 ? len : 0));
 }
 
 /* Exactly the plain reference's dot (attention.c): float products are exact
@@ -100,12 +100,12 @@ static void quantise_map(real *p, int64_t len, double absmax, int bits) {
 static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const real *kcache, const real *vcache,
                          int64_t len, const real *subln_w, real *scratch, int64_t h0, int64_t h1,
                          const double *amax) {
-    const int64_t H = a->n_heads, G = a->n_kv_heads, n_rep = H / G, d = a->head_dim;
-    const int64_t sub = a->diff ? 2 : 1, w = sub * d;
+    const int64_t H = a->geom.n_heads, G = a->geom.n_kv_heads, n_rep = H / G, d = a->geom.head_dim;
+    const int64_t sub = a->arch.diff ? 2 : 1, w = sub * d;
     const int64_t ks = sub * G * d, vs = G * w; /* cache row strides */
     const real scale = (real)(1.0 / sqrt((double)d));
     const double scale_d = 1.0 / sqrt((double)d);
-    const int qb = a->quant_bits;
+    const int qb = a->run.quant_bits;
     /* 1. scores, row by row of the cache: each row's keys are read once,
      *    contiguously (a walk down one head's column would stride over rows
      *    and defeat the prefetchers once the cache outgrows the caches). */
@@ -132,12 +132,12 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
     }
     /* 2. softmax of every map (quantised first when asked); DIFF folds its
      *    two maps into p1 − λ·p2 */
-    const real lr = (real)a->lambda;
+    const real lr = (real)a->arch.lambda;
     for (int64_t h = h0; h < h1; h++) {
         real *p1 = scratch + sub * (h - h0) * len;
         for (int64_t j = 0; qb && j < sub; j++) quantise_map(p1 + j * len, len, amax ? amax[j] : -1, qb);
         softmax_inplace(p1, len);
-        if (a->diff) {
+        if (a->arch.diff) {
             real *p2 = p1 + len;
             softmax_inplace(p2, len);
 #pragma omp simd
@@ -152,32 +152,26 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
         for (int64_t h = h0; h < h1; h++)
             dtx_axpy_rows(out + h * w, w, scratch + sub * (h - h0) * len + t0, vcache + t0 * vs + (h / n_rep) * w, vs, nb);
     }
-    if (!a->diff) return;
-    /* 4. DIFF: per-head RMSNorm over 2d, γ, (1 − λ_init) */
-    const double cs = 1.0 - a->lambda_init;
-    for (int64_t h = h0; h < h1; h++) {
-        real *o = out + h * w;
-        double ss = 0;
-        for (int64_t c = 0; c < w; c++) ss += (double)o[c] * (double)o[c];
-        double rs = 1.0 / sqrt(ss / (double)w + a->eps);
-        for (int64_t c = 0; c < w; c++) o[c] = (real)(cs * subln_w[c] * (double)o[c] * rs);
-    }
+    /* 4. each head's epilogue (DIFF: per-head RMSNorm over 2d, γ, (1 − λ_init)),
+     *    in place: the maps were combined before V, so O is already o1 */
+    if (dtx_attn_epilogue_is_identity(&a->arch)) return;
+    for (int64_t h = h0; h < h1; h++) dtx_attn_epilogue_forward(&a->arch, out + h * w, out + h * w, NULL, subln_w, w);
 }
 
 static void check_dims(const dtx_attn_dims *a) {
-    assert(a->n_heads > 0 && a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0);
-    assert(a->head_dim > 0 && a->head_dim <= DTX_ATTN_MAX_HEAD_DIM);
-    assert(a->quant_bits == 0 || (a->quant_bits >= 2 && a->quant_bits <= 16));
+    assert(a->geom.n_heads > 0 && a->geom.n_kv_heads > 0 && a->geom.n_heads % a->geom.n_kv_heads == 0);
+    assert(a->geom.head_dim > 0 && a->geom.head_dim <= DTX_ATTN_MAX_HEAD_DIM);
+    assert(a->run.quant_bits == 0 || (a->run.quant_bits >= 2 && a->run.quant_bits <= 16));
 }
 
 void dtx_attention_decode_absmax(const dtx_attn_dims *a, double *absmax, const real *q, const real *kcache,
                                  int64_t len) {
     assert(a && absmax && q && kcache && len >= 1);
     check_dims(a);
-    const int64_t H = a->n_heads, n_rep = H / a->n_kv_heads, d = a->head_dim, sub = a->diff ? 2 : 1;
-    const int64_t ks = sub * a->n_kv_heads * d;
+    const int64_t H = a->geom.n_heads, n_rep = H / a->geom.n_kv_heads, d = a->geom.head_dim, sub = a->arch.diff ? 2 : 1;
+    const int64_t ks = sub * a->geom.n_kv_heads * d;
     const double scale = 1.0 / sqrt((double)d);
-    double m0 = absmax[0], m1 = a->diff ? absmax[1] : 0;
+    double m0 = absmax[0], m1 = a->arch.diff ? absmax[1] : 0;
     /* max is exact, so the threads' partial maxima combine to the same value */
 #pragma omp parallel for schedule(static) reduction(max : m0, m1) if (len * 2 * H * d >= PAR_MIN && !omp_in_parallel())
     for (int64_t t = 0; t < len; t++) {
@@ -190,7 +184,7 @@ void dtx_attention_decode_absmax(const dtx_attn_dims *a, double *absmax, const r
             }
     }
     absmax[0] = m0;
-    if (a->diff) absmax[1] = m1;
+    if (a->arch.diff) absmax[1] = m1;
 }
 
 void dtx_attention_decode_with_absmax(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,
@@ -198,14 +192,14 @@ void dtx_attention_decode_with_absmax(const dtx_attn_dims *a, real *out, const r
                                       const double *absmax) {
     assert(a && out && q && kcache && vcache && scratch && len >= 1);
     check_dims(a);
-    assert(!a->diff || subln_w);
+    assert(!a->arch.subln || subln_w);
     double own[2] = {0, 0};
-    if (!a->quant_bits || !a->quant_tensor) absmax = NULL;
+    if (!a->run.quant_bits || !a->run.quant_tensor) absmax = NULL;
     else if (!absmax) { /* this row alone is the tensor */
         dtx_attention_decode_absmax(a, own, q, kcache, len);
         absmax = own;
     }
-    const int64_t H = a->n_heads, sub = a->diff ? 2 : 1, work = len * 2 * H * a->head_dim;
+    const int64_t H = a->geom.n_heads, sub = a->arch.diff ? 2 : 1, work = len * 2 * H * a->geom.head_dim;
     if (work < PAR_MIN || omp_get_max_threads() == 1 || omp_in_parallel()) {
         decode_heads(a, out, q, kcache, vcache, len, subln_w, scratch, 0, H, absmax);
         return;
@@ -235,15 +229,15 @@ static inline int64_t doubles_as_reals(int64_t n) {
 }
 
 size_t dtx_attention_quant_workspace_size(const dtx_attn_dims *a) {
-    if (a->impl != DTX_ATTN_FLASH || !a->quant_bits) return 0;
-    int64_t nq = (a->diff ? 2 : 1) * a->n_heads;
-    return (size_t)(round16(a->B * nq * a->T) + round16(doubles_as_reals(a->B * a->T * 2)));
+    if (a->run.impl != DTX_ATTN_FLASH || !a->run.quant_bits) return 0;
+    int64_t nq = (a->arch.diff ? 2 : 1) * a->geom.n_heads;
+    return (size_t)(round16(a->geom.B * nq * a->geom.T) + round16(doubles_as_reals(a->geom.B * a->geom.T * 2)));
 }
 
 /* Every row's per-map absmax over all heads: rowmax [B·T, 2]. */
 static void quant_row_maxima(const dtx_attn_dims *a, double *rowmax, const real *q, const real *k) {
-    const int64_t B = a->B, T = a->T, sub = a->diff ? 2 : 1;
-    const int64_t qs = sub * a->n_heads * a->head_dim, ks = sub * a->n_kv_heads * a->head_dim;
+    const int64_t B = a->geom.B, T = a->geom.T, sub = a->arch.diff ? 2 : 1;
+    const int64_t qs = sub * a->geom.n_heads * a->geom.head_dim, ks = sub * a->geom.n_kv_heads * a->geom.head_dim;
 #pragma omp parallel for collapse(2) schedule(dynamic, 16)
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++) {
@@ -255,25 +249,25 @@ static void quant_row_maxima(const dtx_attn_dims *a, double *rowmax, const real 
 
 void dtx_attention_quant_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s, const real *q,
                                  const real *k, const real *v, const real *subln_w) {
-    assert(a && out && s && s->work && q && k && v && a->quant_bits);
+    assert(a && out && s && s->work && q && k && v && a->run.quant_bits);
     check_dims(a);
-    assert(!a->diff || subln_w);
-    const int64_t B = a->B, T = a->T, H = a->n_heads, sub = a->diff ? 2 : 1, d = a->head_dim;
-    const int64_t qs = sub * H * d, ks = sub * a->n_kv_heads * d, vs = a->n_kv_heads * sub * d, os = H * sub * d;
+    assert(!a->arch.subln || subln_w);
+    const int64_t B = a->geom.B, T = a->geom.T, H = a->geom.n_heads, sub = a->arch.diff ? 2 : 1, d = a->geom.head_dim;
+    const int64_t qs = sub * H * d, ks = sub * a->geom.n_kv_heads * d, vs = a->geom.n_kv_heads * sub * d, os = H * sub * d;
     real *scores = s->work;
     double *rowmax = (double *)(s->work + round16(B * sub * H * T));
-    if (a->quant_tensor) quant_row_maxima(a, rowmax, q, k);
+    if (a->run.quant_tensor) quant_row_maxima(a, rowmax, q, k);
     /* One task per (batch, head): its rows in order, over a private slice of
      * scores long enough for the last row. */
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
             double amax[2] = {0, 0};
-            for (int64_t t = 0; a->quant_tensor && t < T; t++)
+            for (int64_t t = 0; a->run.quant_tensor && t < T; t++)
                 for (int j = 0; j < 2; j++) amax[j] = fmax(amax[j], rowmax[(b * T + t) * 2 + j]);
             real *sc = scores + (b * H + h) * sub * T;
             for (int64_t t = 0; t < T; t++)
                 decode_heads(a, out + (b * T + t) * os, q + (b * T + t) * qs, k + b * T * ks, v + b * T * vs, t + 1,
-                             subln_w, sc, h, h + 1, a->quant_tensor ? amax : NULL);
+                             subln_w, sc, h, h + 1, a->run.quant_tensor ? amax : NULL);
         }
 }

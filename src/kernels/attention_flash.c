@@ -24,7 +24,7 @@
  * partials in task order. Every value is computed by one task in a fixed
  * order, so results do not depend on the thread count or schedule.
  *
- * bf16 mode (a->precision, float build): the same tiles and the same loops,
+ * bf16 mode (a->run.precision, float build): the same tiles and the same loops,
  * but every product takes bf16 operands (tile_bf16.h): q, k, v and dO are
  * converted once per call into the two operand layouts in s->work (k, v and
  * q of a backward task by that task), the P and dS tiles just before their
@@ -32,7 +32,7 @@
  * fp32. Tile sizes are rounded down to even there (pairs must not straddle
  * a tile edge).
  *
- * Emulated bf16 (a->precision bf16 at an ISA level without native bf16,
+ * Emulated bf16 (a->run.precision bf16 at an ISA level without native bf16,
  * i.e. below DTX_ISA_AVX512_BF16): the fp32 tiles and loops on operands
  * rounded to bf16, the native mode's numerics at fp32 speed. q, k, v (and
  * the Transformer's dO) are rounded into copies in s->work, DIFF's dO in
@@ -82,6 +82,7 @@ typedef struct {
     int64_t qs, ks, vs, os;              /* row strides of q, k, v, out (= o1, o2) */
     int64_t bq, bk;                      /* tile sizes */
     int diff, bf16;                      /* bf16: the products take bf16 operands */
+    int subln, ident;                    /* per-head norm; identity epilogue (out = A·v) */
     int emul;                            /* emulated bf16: fp32 products of bf16-rounded operands */
     int hm;                              /* fp32 and emulated: the head-major copies below are in use */
     int64_t dp, wp, Tpair;               /* bf16: d, w rounded up to even; ⌈T/2⌉ pair rows */
@@ -95,20 +96,22 @@ typedef struct {
 static inline int64_t even_down(int64_t n) { return n > 2 ? n & ~(int64_t)1 : 2; }
 
 static fgeom make_fgeom(const dtx_attn_dims *a) {
-    assert(a && a->B >= 0 && a->T >= 0 && a->n_heads > 0 && a->n_kv_heads > 0);
-    assert(a->n_heads % a->n_kv_heads == 0);
-    assert(a->head_dim > 0 && a->head_dim <= DTX_ATTN_MAX_HEAD_DIM);
+    assert(a && a->geom.B >= 0 && a->geom.T >= 0 && a->geom.n_heads > 0 && a->geom.n_kv_heads > 0);
+    assert(a->geom.n_heads % a->geom.n_kv_heads == 0);
+    assert(a->geom.head_dim > 0 && a->geom.head_dim <= DTX_ATTN_MAX_HEAD_DIM);
     fgeom g;
-    g.B = a->B, g.T = a->T, g.H = a->n_heads, g.G = a->n_kv_heads, g.d = a->head_dim;
+    g.B = a->geom.B, g.T = a->geom.T, g.H = a->geom.n_heads, g.G = a->geom.n_kv_heads, g.d = a->geom.head_dim;
     /* The Kᵀ/Vᵀ regions hold d (w) rows of Tp. The bf16 mode's pair layouts
      * use Tp as their row stride: rows start on cache lines (T rounded up to
      * 16 floats) an odd number of lines apart, so the rows a product walks
      * down do not all land in the same L1 sets (a 4 KiB stride would, at
      * T = 1024). The fp32 mode's key-tiled transposes fit in the same space. */
-    g.Tp = round16(a->T);
+    g.Tp = round16(a->geom.T);
     if ((g.Tp / 16) % 2 == 0) g.Tp += 16;
     g.n_rep = g.H / g.G;
-    g.diff = a->diff != 0;
+    g.diff = a->arch.diff != 0;
+    g.subln = a->arch.subln != 0;
+    g.ident = dtx_attn_epilogue_is_identity(&a->arch);
     int64_t sub = g.diff ? 2 : 1;
     g.NQ = sub * g.H, g.NK = sub * g.G, g.w = sub * g.d;
     g.qs = g.NQ * g.d, g.ks = g.NK * g.d, g.vs = g.G * g.w, g.os = g.H * g.w;
@@ -116,8 +119,8 @@ static fgeom make_fgeom(const dtx_attn_dims *a) {
 #ifdef DTX_DOUBLE
     g.bf16 = g.emul = 0;
 #else
-    g.bf16 = a->precision == DTX_PREC_BF16 && dtx_tile_bf16_simd();
-    g.emul = a->precision == DTX_PREC_BF16 && !g.bf16;
+    g.bf16 = a->run.precision == DTX_PREC_BF16 && dtx_tile_bf16_simd();
+    g.emul = a->run.precision == DTX_PREC_BF16 && !g.bf16;
 #endif
     g.hm = !g.bf16;
     if (g.bf16) g.bq = even_down(g.bq), g.bk = even_down(g.bk);
@@ -125,7 +128,7 @@ static fgeom make_fgeom(const dtx_attn_dims *a) {
     g.dp = g.d + (g.d & 1), g.wp = g.w + (g.w & 1), g.Tpair = (g.T + 1) / 2;
     g.scale = (real)(1.0 / sqrt((double)g.d));
     int64_t per_double = (int64_t)(sizeof(double) / sizeof(real)), o = 0;
-    g.off_part = o, o += round16(g.diff ? g.B * g.G * (g.w + 1) * per_double : 0); /* first: 8-byte aligned */
+    g.off_part = o, o += round16(g.diff || g.subln ? g.B * g.G * (g.w + 1) * per_double : 0); /* first: 8-byte aligned */
     g.off_kt = o, o += round16(g.B * g.NK * g.d * g.Tp);
     g.off_vt = o, o += round16(g.B * g.G * g.w * g.Tp);
     g.off_do = o, o += round16(g.B * g.T * g.H * g.w);
@@ -142,7 +145,7 @@ static fgeom make_fgeom(const dtx_attn_dims *a) {
      * whenever the precision is bf16, so that one workspace serves the
      * native and the emulated mode (which follows the ISA level at each
      * call). */
-    int64_t bf = a->precision == DTX_PREC_BF16;
+    int64_t bf = a->run.precision == DTX_PREC_BF16;
 #ifdef DTX_DOUBLE
     bf = 0;
 #endif
@@ -156,7 +159,7 @@ static fgeom make_fgeom(const dtx_attn_dims *a) {
 }
 
 size_t dtx_attention_flash_workspace_size(const dtx_attn_dims *a) {
-    if (a->impl != DTX_ATTN_FLASH) return 0;
+    if (a->run.impl != DTX_ATTN_FLASH) return 0;
     return (size_t)make_fgeom(a).total;
 }
 
@@ -393,21 +396,34 @@ static void map_finish(const fmap *f, const fgeom *g, real *o, int64_t w, float 
     }
 }
 
-/* Transformer head j of batch b, query rows [q0, q0 + mq): out rows of head j. */
-static void fwd_tile(const fgeom *g, real *out, const dtx_attn_saved *s, int64_t b, int64_t j, int64_t q0,
-                     int64_t mq) {
+/* The epilogue of head h's rows [q0, q0 + mq) from s->o1 (and DIFF's
+ * s->o2) into out, with rstd saved under subln. */
+static void epilogue_rows(const fgeom *g, const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
+                          const real *gamma, int64_t b, int64_t h, int64_t q0, int64_t mq) {
+    int64_t w = g->w, T = g->T, off = (b * T + q0) * g->os + h * w;
+    for (int64_t r = 0; r < mq; r++) {
+        int64_t o = off + r * g->os;
+        double rs = dtx_attn_epilogue_forward(&a->arch, out + o, s->o1 + o, g->diff ? s->o2 + o : NULL, gamma, w);
+        if (g->subln) s->rstd[(b * T + q0 + r) * g->H + h] = (real)rs;
+    }
+}
+
+/* Transformer head j of batch b, query rows [q0, q0 + mq): out rows of head
+ * j (accumulated in place, or in s->o1 before a norm). */
+static void fwd_tile(const fgeom *g, const dtx_attn_dims *a, real *out, const dtx_attn_saved *s, const real *gamma,
+                     int64_t b, int64_t j, int64_t q0, int64_t mq) {
     int64_t d = g->d, T = g->T, kv = j / g->n_rep;
     mapsrc in = map_src(g, s->work, b, j, kv, kv, q0);
-    real *o = out + (b * T + q0) * g->os + j * d;
+    real *o = (g->ident ? out : s->o1) + (b * T + q0) * g->os + j * d;
     fmap f;
     map_init(&f, mq);
     for (int64_t k0 = 0; k0 < q0 + mq; k0 += g->bk) map_step(&f, g, &in, d, o, q0, mq, k0, min64(g->bk, q0 + mq - k0));
     map_finish(&f, g, o, d, s->lse + (b * g->NQ + j) * T + q0, mq);
+    if (!g->ident) epilogue_rows(g, a, out, s, gamma, b, j, q0, mq);
 }
 
-/* DIFF head h of batch b, query rows [q0, q0 + mq): o1, o2, rstd, out and
- * the two lse rows; epilogue O = o1 − λ·o2 (fused, double), rstd = 1/rms(O),
- * out = (1 − λ_init)·γ ⊙ O·rstd. */
+/* DIFF head h of batch b, query rows [q0, q0 + mq): o1, o2, the two lse
+ * rows, then the epilogue of O = o1 − λ·o2 into out. */
 static void fwd_diff_tile(const fgeom *g, const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
                           const real *gamma, int64_t b, int64_t h, int64_t q0, int64_t mq) {
     int64_t w = g->w, T = g->T, grp = h / g->n_rep, off = (b * T + q0) * g->os + h * w;
@@ -424,28 +440,16 @@ static void fwd_diff_tile(const fgeom *g, const dtx_attn_dims *a, real *out, con
     float *lse1 = s->lse + (b * g->NQ + 2 * h) * T + q0;
     map_finish(&f[0], g, o1, w, lse1, mq);
     map_finish(&f[1], g, o2, w, lse1 + T, mq);
-    double lam = a->lambda, cs = 1.0 - a->lambda_init;
-    for (int64_t r = 0; r < mq; r++) {
-        const real *x1 = o1 + r * g->os, *x2 = o2 + r * g->os;
-        double ss = 0;
-#pragma omp simd reduction(+ : ss)
-        for (int64_t c = 0; c < w; c++) {
-            double oc = x1[c] - lam * x2[c];
-            ss += oc * oc;
-        }
-        double rs = 1.0 / sqrt(ss / (double)w + a->eps);
-        s->rstd[(b * T + q0 + r) * g->H + h] = (real)rs;
-        real *y = out + off + r * g->os;
-#pragma omp simd
-        for (int64_t c = 0; c < w; c++) y[c] = (real)(cs * gamma[c] * (x1[c] - lam * x2[c]) * rs);
-    }
+    epilogue_rows(g, a, out, s, gamma, b, h, q0, mq);
 }
 
 void dtx_attention_flash_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s, const real *q,
                                  const real *k, const real *v, const real *subln_w) {
     fgeom g = make_fgeom(a);
     assert(out && s && s->lse && s->work && q && k && v);
-    assert(!g.diff || (s->o1 && s->o2 && s->rstd && subln_w));
+    assert(g.ident || s->o1);
+    assert(!g.diff || s->o2);
+    assert(!g.subln || (s->rstd && subln_w));
     int64_t nqt = (g.T + g.bq - 1) / g.bq, nbh = g.B * g.H;
 #pragma omp parallel
     {
@@ -479,7 +483,7 @@ void dtx_attention_flash_forward(const dtx_attn_dims *a, real *out, const dtx_at
             int64_t qt = nqt - 1 - task / nbh, bh = task % nbh; /* longest rows first */
             int64_t b = bh / g.H, h = bh % g.H, q0 = qt * g.bq, mq = min64(g.bq, g.T - q0);
             if (g.diff) fwd_diff_tile(&g, a, out, s, subln_w, b, h, q0, mq);
-            else fwd_tile(&g, out, s, b, h, q0, mq);
+            else fwd_tile(&g, a, out, s, subln_w, b, h, q0, mq);
         }
     }
 }
@@ -491,74 +495,36 @@ typedef struct {
     const real *q, *k, *v, *dout, *out, *gamma;
     const dtx_attn_saved *s;
     real *dq, *dk, *dv;
-    real *dO; /* DIFF: [B, T, H·w] gradient of O (workspace) */
-    real *D;  /* [B, NQ, T] row terms: Transformer rowsum(dO ⊙ out); DIFF rowsum(dO ⊙ o1), rowsum(dO ⊙ o2) */
-    double lam, cs;
+    real *dO; /* [B, T, H·w] (or head-major, see dO_head) gradient of O (workspace) */
+    real *D;  /* [B, NQ, T] row terms: rowsum(dO ⊙ o1) (DIFF: and rowsum(dO ⊙ o2)) */
+    const dtx_attn_arch *arch;
+    double lam;
 } bargs;
 
-/* dO as the products see it: rounded to bf16 in bf16 mode. The row terms
- * D = rowsum(dO ⊙ O) take the same rounded dO as dP = dO·vᵀ, so that
- * Σ_s P_s·(dP_s − D) stays 0 as it must (at T = 1 dq is then exactly 0). */
-static inline real as_operand(const fgeom *g, real x) {
-#ifndef DTX_DOUBLE
-    if (g->bf16 || g->emul) return dtx_bf16_round_f32(x);
-#endif
-    (void)g;
-    return x;
-}
-
 /* Head h's dO [T × w] (row stride w) in the dO region: the fp32 and
- * emulated modes' head-major layout (DIFF's RMSNorm backward writes it, the
- * Transformer's is a copy of dout). */
+ * emulated modes' head-major layout (the bf16 mode keeps rows of H·w). */
 static real *dO_head(const fgeom *g, const bargs *p, int64_t b, int64_t h) { return p->dO + (b * g->H + h) * g->T * g->w; }
 
-/* Transformer head j, batch b: D[t] = dout_t · out_t. */
-static void prep_head(const fgeom *g, const bargs *p, int64_t b, int64_t j) {
-    int64_t d = g->d, T = g->T;
-    real *D = p->D + (b * g->NQ + j) * T;
-    for (int64_t t = 0; t < T; t++) {
-        const real *x = p->out + (b * T + t) * g->os + j * d, *y = p->dout + (b * T + t) * g->os + j * d;
-        double acc = 0;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t c = 0; c < d; c++) acc += (double)x[c] * as_operand(g, y[c]);
-        D[t] = (real)acc;
-    }
-}
-
-/* DIFF head h, batch b, every row (spec §4.1 steps 2–3): with x̂ = O·rstd
- * recomputed from o1, o2, rstd,
- *   dx̂ = c·γ ⊙ dY;  dγ += c·dY ⊙ x̂;  dO = rstd·(dx̂ − x̂·mean(dx̂ ⊙ x̂));
- *   D1 = dO·o1, D2 = dO·o2 (so the branch-2 FlashAttention term is −λ·D2);
- *   dλ += −D2 (with dO unrounded in bf16 mode, where D1, D2 take it rounded).
- * dO goes to the workspace (head-major in the fp32 and emulated modes);
- * dg [w] and *dl are this task's partials. */
-static void prep_diff_head(const fgeom *g, const bargs *p, int64_t b, int64_t h, double *dg, double *dl) {
-    int64_t w = g->w, T = g->T;
-    real *D1 = p->D + (b * g->NQ + 2 * h) * T, *D2 = D1 + T;
-    double lam = p->lam, cs = p->cs;
+/* Head h, batch b, every row (spec §4.1 steps 2–3): the epilogue's backward
+ * writes dO (the gradient of O = A·v, or DIFF's A1·v − λ·A2·v) to the
+ * workspace and gives the row terms D = rowsum(dO ⊙ o1) (DIFF: and
+ * rowsum(dO ⊙ o2), the branch-2 FlashAttention term being −λ times it),
+ * with dO rounded in the bf16 modes as dP = dO·vᵀ takes it, so that
+ * Σ_s P_s·(dP_s − D) stays 0 as it must (at T = 1 dq is then exactly 0).
+ * dg [w] (subln) and *dl (DIFF) are this task's partials, or NULL. */
+static void prep_head(const fgeom *g, const bargs *p, int64_t b, int64_t h, double *dg, double *dl) {
+    int64_t w = g->w, T = g->T, sub = g->diff ? 2 : 1;
+    real *D1 = p->D + (b * g->NQ + sub * h) * T;
+    const real *O1 = g->ident ? p->out : p->s->o1; /* the identity's o1 is its output */
     for (int64_t t = 0; t < T; t++) {
         int64_t off = (b * T + t) * g->os + h * w;
-        const real *o1 = p->s->o1 + off, *o2 = p->s->o2 + off, *dY = p->dout + off;
         real *dO = g->hm ? dO_head(g, p, b, h) + t * w : p->dO + off;
-        double rs = p->s->rstd[(b * T + t) * g->H + h], m = 0;
-#pragma omp simd reduction(+ : m)
-        for (int64_t c = 0; c < w; c++) {
-            double xh = (o1[c] - lam * o2[c]) * rs;
-            m += cs * p->gamma[c] * dY[c] * xh;
-            dg[c] += cs * dY[c] * xh;
-        }
-        m /= (double)w;
-        double s1 = 0, s2 = 0, sl = 0; /* sl: dO·o2 with dO unrounded, for dλ */
-#pragma omp simd reduction(+ : s1, s2, sl)
-        for (int64_t c = 0; c < w; c++) {
-            double xh = (o1[c] - lam * o2[c]) * rs;
-            dO[c] = (real)(rs * (cs * p->gamma[c] * dY[c] - xh * m));
-            s1 += as_operand(g, dO[c]) * (double)o1[c];
-            s2 += as_operand(g, dO[c]) * (double)o2[c];
-            sl += dO[c] * (double)o2[c];
-        }
-        D1[t] = (real)s1, D2[t] = (real)s2;
-        *dl -= sl;
+        double rs = g->subln ? p->s->rstd[(b * T + t) * g->H + h] : 1.0;
+        dtx_attn_epi_terms e = dtx_attn_epilogue_backward(p->arch, dO, dg, p->dout + off, O1 + off,
+                                                          g->diff ? p->s->o2 + off : NULL, p->gamma, rs, w,
+                                                          g->bf16 || g->emul);
+        D1[t] = (real)e.d1;
+        if (g->diff) D1[T + t] = (real)e.d2, *dl += e.dl;
     }
 }
 
@@ -639,7 +605,7 @@ static const real *grad_o(const fgeom *g, const bargs *p, int64_t b, int64_t h, 
         return dO_head(g, p, b, h) + q0 * g->w;
     }
     *ld = g->os;
-    return (g->diff ? p->dO : p->dout) + (b * g->T + q0) * g->os + h * g->w;
+    return p->dO + (b * g->T + q0) * g->os + h * g->w;
 }
 
 /* dP [mq × nk] (stride bk) = dO·vᵀ for head h (value group grp, w wide). */
@@ -752,7 +718,7 @@ static void pack_group_bf16(const fgeom *g, const bargs *p, int64_t b, int64_t g
     dtx_bf16_pack_bt(vb_ptr(g, work, b, grp), g->Tp, p->v + b * T * g->vs + grp * g->w, g->vs, T, g->w);
     for (int64_t h = grp * g->n_rep; h < (grp + 1) * g->n_rep; h++) {
         for (int64_t i = 0; i < sub; i++) pack_q(g, work, p->q, b, sub * h + i, 1);
-        const real *dO = (g->diff ? p->dO : p->dout) + b * T * g->os + h * g->w;
+        const real *dO = p->dO + b * T * g->os + h * g->w;
         dtx_bf16_pack_a(doa_ptr(g, work, b, h), g->H * g->wp, dO, g->os, 1, T, g->w);
         dtx_bf16_pack_b(dob_ptr(g, work, b, h), g->w, dO, g->os, T, g->w);
     }
@@ -797,14 +763,10 @@ static void bwd_group(const fgeom *g, const bargs *p, int64_t b, int64_t grp, do
         for (int64_t j = sub * grp * g->n_rep; j < sub * (grp + 1) * g->n_rep; j++) stage_q(g, work, p->q, b, j);
     }
     for (int64_t h = grp * g->n_rep; h < (grp + 1) * g->n_rep; h++) {
-        if (g->diff) prep_diff_head(g, p, b, h, dg, dl);
-        else prep_head(g, p, b, h);
-        /* then the head-major dO: the Transformer's a copy of dout; DIFF's, written by the RMSNorm backward,
-         * rounded in place when emulating (after the row terms, which take it rounded, and dλ, which takes
-         * it unrounded) */
-        real *dOh = dO_head(g, p, b, h);
-        if (g->hm && !g->diff) copy_rows(g, dOh, g->w, p->dout + b * T * g->os + h * g->w, g->os, T, g->w);
-        if (g->hm && g->diff) copy_rows(g, dOh, g->w, dOh, g->w, T, g->w);
+        prep_head(g, p, b, h, dg, dl);
+        /* the head-major dO rounded in place when emulating (after the row terms, which take it rounded,
+         * and dλ, which takes it unrounded) */
+        if (g->hm) round_tile(g, dO_head(g, p, b, h), g->w, T, g->w);
     }
 #ifndef DTX_DOUBLE
     if (g->bf16) pack_group_bf16(g, p, b, grp);
@@ -830,24 +792,27 @@ void dtx_attention_flash_backward(const dtx_attn_dims *a, real *dq, real *dk, re
                                   const real *q, const real *k, const real *v, const real *subln_w) {
     fgeom g = make_fgeom(a);
     assert(dq && dk && dv && dout && s && s->lse && s->work && q && k && v);
-    assert(g.diff ? (s->o1 && s->o2 && s->rstd && subln_w) : out != NULL);
-    bargs p = {q, k, v, dout, out, subln_w, s, dq, dk, dv, s->work + g.off_do, s->work + g.off_D,
-               a->lambda, 1.0 - a->lambda_init};
-    double *part = (double *)(void *)(s->work + g.off_part); /* [B·G, w + 1] */
+    assert(g.ident ? out != NULL : s->o1 != NULL);
+    assert(!g.diff || s->o2);
+    assert(!g.subln || (s->rstd && subln_w));
+    bargs p = {q, k, v, dout, out, subln_w, s, dq, dk, dv, s->work + g.off_do, s->work + g.off_D, &a->arch,
+               a->arch.lambda};
+    double *part = (double *)(void *)(s->work + g.off_part); /* [B·G, w + 1]: dγ partials, then dλ */
     int64_t ntask = g.B * g.G, pw = g.w + 1;
+    int partials = g.diff || g.subln;
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t task = 0; task < ntask; task++) {
-        double *dg = g.diff ? part + task * pw : NULL;
-        if (dg) memset(dg, 0, sizeof(double) * (size_t)pw);
-        bwd_group(&g, &p, task / g.G, task % g.G, dg, dg ? dg + g.w : NULL);
+        double *pt = partials ? part + task * pw : NULL;
+        if (pt) memset(pt, 0, sizeof(double) * (size_t)pw);
+        bwd_group(&g, &p, task / g.G, task % g.G, g.subln ? pt : NULL, g.diff ? pt + g.w : NULL);
     }
-    if (!g.diff) return;
+    if (!partials) return;
     double dg_tot[MAXW] = {0}, dl_tot = 0; /* task order: deterministic */
     for (int64_t task = 0; task < ntask; task++) {
         for (int64_t c = 0; c < g.w; c++) dg_tot[c] += part[task * pw + c];
         dl_tot += part[task * pw + g.w];
     }
-    if (dsubln_w)
+    if (dsubln_w && g.subln)
         for (int64_t c = 0; c < g.w; c++) dsubln_w[c] += (real)dg_tot[c];
-    if (dlambda) *dlambda += dl_tot;
+    if (dlambda && g.diff) *dlambda += dl_tot;
 }

@@ -125,8 +125,10 @@ void dtx_crossentropy_backward_inplace(real *probs, const int32_t *targets, int6
  *   DIFF: NQ = 2·n_heads, NK = 2·n_kv_heads, V [B, T, n_kv_heads·2d];
  *     head h owns q1 = sub-head 2h, q2 = sub-head 2h+1 and reads group
  *     g = h / (n_heads / n_kv_heads): k1 = K sub-head 2g, k2 = 2g+1, v = V[g];
- *     O = A1·v − λ·A2·v (2d wide), out_h = (1 − λ_init) · γ ⊙ O / rms(O)
- *     with rms over the 2d channels (eps), γ = subln_w [2d] shared by heads.
+ *     O = A1·v − λ·A2·v (2d wide).
+ * Each head's output goes through the epilogue (dtx_attn_arch): by default
+ * DIFF's out_h = (1 − λ_init) · γ ⊙ O / rms(O) over the 2d channels,
+ * γ = subln_w [2d] shared by heads, and the Transformer's out_h = O.
  * Scores are scaled by 1/√d, masked causally (key s ≤ query t), softmax in
  * the working precision.                                                     */
 /* Largest head_dim d the attention kernels accept: they keep per-row
@@ -137,16 +139,33 @@ void dtx_crossentropy_backward_inplace(real *probs, const int32_t *targets, int6
  * flash kernel (no T×T buffer; recomputes the maps from per-row lse). */
 typedef enum { DTX_ATTN_PLAIN = 0, DTX_ATTN_FLASH = 1 } dtx_attn_impl;
 
+/* What one call computes, in three parts: the shapes (geometry), what the
+ * layer is (architecture: the same for every call of a layer) and how this
+ * call runs it (implementation, precision, evaluation-only quantisation). */
 typedef struct {
-    dtx_attn_impl impl;
     int64_t B, T;
     int64_t n_heads;     /* diff heads (DIFF) or heads (Transformer) */
     int64_t n_kv_heads;
     int64_t head_dim;    /* d */
+} dtx_attn_geom;
+
+/* The epilogue of every head (attention_epilogue.c): with O the head's
+ * combined output (DIFF: A1·v − λ·A2·v, 2d wide; Transformer: A·v, d wide),
+ *   subln: y = s · γ ⊙ O / rms(O), rms over the head's channels (eps);
+ *   no subln: y = s · O;
+ * s = 1 − lambda_init for DIFF and 1 for the Transformer (interop.md
+ * "Variants": Table 6's "− GroupNorm" and "+ GroupNorm"). γ (subln_w) has
+ * the head's width and is shared by the layer's heads. */
+typedef struct {
     int diff;            /* 1: differential attention */
+    int subln;           /* 1: per-head RMSNorm (DIFF's default; the Transformer's is 0) */
     double lambda;       /* DIFF: this layer's λ */
     double lambda_init;  /* DIFF: output scale is (1 − lambda_init) */
-    double eps;          /* DIFF: per-head RMSNorm eps */
+    double eps;          /* per-head RMSNorm eps (subln) */
+} dtx_attn_arch;
+
+typedef struct {
+    dtx_attn_impl impl;
     /* Evaluation only: absmax quantisation of the scaled logits to
      * quant_bits bits (2..16; 0 = off, exactly the unquantised kernels).
      * quant_tensor = 0: one scale per (batch row, sub-head, query row);
@@ -161,7 +180,37 @@ typedef struct {
      * epilogue and every output stay fp32 (tile_bf16.h). DTX_PREC_FP32 (0,
      * the default) is fp32 throughout. PLAIN and the double build ignore it. */
     dtx_precision precision;
+} dtx_attn_run;
+
+typedef struct {
+    dtx_attn_geom geom;
+    dtx_attn_arch arch;
+    dtx_attn_run run;
 } dtx_attn_dims;
+
+/* ---- The head epilogue (attention_epilogue.c), one head row of width w
+ * (2d DIFF, d Transformer) for every kernel:
+ *   O = o1 − λ·o2 (o2 == NULL: O = o1), in double;
+ *   subln: r = 1/sqrt(mean(O²) + eps), y = s·γ ⊙ O·r; otherwise r = 1, y = s·O;
+ * s = dtx_attn_out_scale. Returns r. y may be o1 (in place).              */
+double dtx_attn_out_scale(const dtx_attn_arch *ar);
+/* 1 when the epilogue is y = O (the default Transformer): kernels skip it. */
+int dtx_attn_epilogue_is_identity(const dtx_attn_arch *ar);
+double dtx_attn_epilogue_forward(const dtx_attn_arch *ar, real *y, const real *o1, const real *o2,
+                                 const real *gamma, int64_t w);
+/* The row terms a kernel's backward needs after the epilogue's:
+ * d1 = dO·o1 and d2 = dO·o2 (the FlashAttention D of each map, with dO as
+ * the products see it) and dl = −dO·o2 (this row's ∂L/∂λ, dO as stored). */
+typedef struct {
+    double d1, d2, dl;
+} dtx_attn_epi_terms;
+/* Backward of one row: dO [w] = ∂L/∂O from dY = ∂L/∂y and the forward's o1,
+ * o2 (NULL: none; d2 = dl = 0) and r; dgamma [w] += s·dY ⊙ O·r (subln; may
+ * be NULL). round_bf16: d1 and d2 take dO rounded to bf16 (the flash bf16
+ * modes' operand); dO itself is stored unrounded.                         */
+dtx_attn_epi_terms dtx_attn_epilogue_backward(const dtx_attn_arch *ar, real *dO, double *dgamma, const real *dY,
+                                              const real *o1, const real *o2, const real *gamma, double rstd,
+                                              int64_t w, int round_bf16);
 
 /* The quantiser both kernels apply (one definition, so the reference and the
  * row kernel round alike): step s = absmax / (2^(b−1) − 1) over the unmasked
@@ -179,20 +228,23 @@ static inline real dtx_quant_apply(real z, double step) {
 typedef struct {
     real *att;   /* PLAIN: [B, NQ, T, T] softmax probabilities (row t, s ≤ t)    */
     float *lse;  /* FLASH: [B, NQ, T] per-row log-sum-exp of the scaled scores  */
-    real *o1;    /* DIFF: [B, T, n_heads·2d]  A1·v                               */
+    real *o1;    /* [B, T, n_heads·w]  A1·v (DIFF) or A·v, before the epilogue   */
     real *o2;    /* DIFF: [B, T, n_heads·2d]  A2·v                               */
-    real *rstd;  /* DIFF: [B, T, n_heads]     1/rms(O) per head                  */
+    real *rstd;  /* subln: [B, T, n_heads]    1/rms(O) per head                  */
     real *work;  /* FLASH: caller-owned scratch of dtx_attention_flash_workspace_size
                   * elements, used by both the forward and the backward; its contents
                   * are undefined between calls (nothing is carried in it). Must be
                   * 8-byte aligned (64 recommended: dtx_alloc). Unused by PLAIN. */
 } dtx_attn_saved;
 
-/* Element counts of the saved buffers (o1/o2/rstd are 0 for the Transformer;
- * att is 0 for FLASH, lse is 0 for PLAIN). */
+/* Element counts of the saved buffers: att is 0 for FLASH, lse 0 for PLAIN;
+ * o1 (o_size) is kept when the epilogue is not the identity (DIFF, or a
+ * subln), o2 for DIFF only, rstd with subln only; 0 when not kept (the
+ * pointer in dtx_attn_saved may then be NULL). */
 size_t dtx_attention_att_size(const dtx_attn_dims *a);
 size_t dtx_attention_lse_size(const dtx_attn_dims *a);
 size_t dtx_attention_o_size(const dtx_attn_dims *a);
+size_t dtx_attention_o2_size(const dtx_attn_dims *a);
 size_t dtx_attention_rstd_size(const dtx_attn_dims *a);
 /* Elements of `real` the flash kernel needs in s->work (0 for PLAIN); linear
  * in T, never T². With w = 2d (DIFF) or d, NQ/NK the q/k sub-heads, H heads,
@@ -202,7 +254,7 @@ size_t dtx_attention_rstd_size(const dtx_attn_dims *a);
  *   + B·T·NQ·d + B·T·NK·d + B·T·G·w (per-head copies of q, k, v, which the
  *     fp32 products read: the interleaved rows' large strides cost the
  *     micro-kernels L1 and TLB misses)
- *   + DIFF only: B·G·(w+1) doubles (per-task γ/λ gradient partials,
+ *   + DIFF or subln: B·G·(w+1) doubles (per-task γ/λ gradient partials,
  *     reduced in a fixed order)
  *   + double build only: B·NQ·T (lse refined to double for the backward)
  *   + bf16 only, for the native mode (which follows the ISA level at each
@@ -220,17 +272,18 @@ size_t dtx_attention_quant_workspace_size(const dtx_attn_dims *a);
  * two above (so a buffer sized with quantisation on also serves it off).   */
 size_t dtx_attention_workspace_size(const dtx_attn_dims *a);
 
-/* out [B, T, NQ·d] (overwritten). subln_w is ignored for the Transformer.
+/* out [B, T, NQ·d] (overwritten). subln_w [w] is read when a->arch.subln
+ * (ignored otherwise).
  * With a->quant_bits > 0: PLAIN quantises the logits in its T×T buffer (and
  * saves att, o1, o2, rstd as usual: the reference); FLASH runs
  * dtx_attention_quant_forward instead of the fused kernel. The backward
  * asserts quant_bits == 0 (training never quantises).                        */
 void dtx_attention_forward(const dtx_attn_dims *a, real *out, const dtx_attn_saved *s,
                            const real *q, const real *k, const real *v, const real *subln_w);
-/* dq, dk, dv (+=) with the shapes of q, k, v; DIFF also dsubln_w [2d] (+=) and
- * *dlambda (+=, summed over batch, positions, channels and all heads).
- * out is the forward's output (the Transformer's flash backward needs it for
- * D = rowsum(dO ⊙ O)). Both entry points dispatch on a->impl.                */
+/* dq, dk, dv (+=) with the shapes of q, k, v; subln also dsubln_w [w] (+=);
+ * DIFF also *dlambda (+=, summed over batch, positions, channels and heads).
+ * out is the forward's output (the default Transformer's flash backward
+ * needs it for D = rowsum(dO ⊙ O)). Both entry points dispatch on a->impl.                */
 void dtx_attention_backward(const dtx_attn_dims *a, real *dq, real *dk, real *dv, real *dsubln_w,
                             double *dlambda, const real *dout, const real *out, const dtx_attn_saved *s,
                             const real *q, const real *k, const real *v, const real *subln_w);

@@ -1,5 +1,7 @@
 /* Model configuration: defaults, the parameter-matched baseline, validation. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/common.h"
@@ -28,6 +30,9 @@ const char *dtx_arch_name(dtx_arch a) { return a == DTX_ARCH_DIFF ? "diff" : "tr
  * 2H heads of width d (spec §2.7); KV heads double likewise. */
 dtx_config dtx_config_baseline(const dtx_config *c) {
     dtx_config b = *c;
+    b.subln = DTX_SUBLN_DEFAULT;
+    b.lambda_init_fixed = 0;
+    b.lambda_init_value = 0;
     if (c->arch == DTX_ARCH_DIFF) {
         b.arch = DTX_ARCH_TRANSFORMER;
         b.n_heads = c->n_heads * 2;
@@ -46,6 +51,53 @@ int64_t dtx_config_head_dim(const dtx_config *c) {
 }
 
 double dtx_lambda_init(int64_t layer) { return 0.8 - 0.6 * exp(-0.3 * (double)layer); }
+
+double dtx_config_lambda_init(const dtx_config *c, int64_t layer) {
+    return c->lambda_init_fixed ? c->lambda_init_value : dtx_lambda_init(layer);
+}
+
+int dtx_config_has_subln(const dtx_config *c) {
+    return c->subln == DTX_SUBLN_DEFAULT ? c->arch == DTX_ARCH_DIFF : c->subln == DTX_SUBLN_RMS;
+}
+
+const char *dtx_config_subln_name(const dtx_config *c) { return dtx_config_has_subln(c) ? "rms" : "none"; }
+
+dtx_status dtx_config_set_subln(dtx_config *c, const char *value) {
+    if (strcmp(value, "rms") == 0) c->subln = DTX_SUBLN_RMS;
+    else if (strcmp(value, "none") == 0) c->subln = DTX_SUBLN_NONE;
+    else return dtx_fail(DTX_ERR_CONFIG, "subln = '%.40s' is not 'rms' or 'none'", value);
+    return DTX_OK;
+}
+
+static dtx_status check_lambda_init(double v) {
+    if (!(v >= 0 && v < 1))
+        return dtx_fail(DTX_ERR_CONFIG, "lambda_init = %g is outside [0, 1) (the output scale is 1 - lambda_init)", v);
+    return DTX_OK;
+}
+
+dtx_status dtx_config_set_lambda_init(dtx_config *c, const char *value) {
+    if (strcmp(value, "schedule") == 0) {
+        c->lambda_init_fixed = 0, c->lambda_init_value = 0;
+        return DTX_OK;
+    }
+    char *end;
+    double v = strtod(value, &end);
+    if (end == value || *end != '\0' || !isfinite(v))
+        return dtx_fail(DTX_ERR_CONFIG, "lambda_init = '%.40s' is not 'schedule' or a decimal number", value);
+    dtx_status st = check_lambda_init(v);
+    if (st) return st;
+    c->lambda_init_fixed = 1, c->lambda_init_value = v;
+    return DTX_OK;
+}
+
+void dtx_config_lambda_init_str(const dtx_config *c, char *buf, size_t cap) {
+    if (c->lambda_init_fixed) snprintf(buf, cap, "%.17g", c->lambda_init_value);
+    else snprintf(buf, cap, "schedule");
+}
+
+int dtx_config_is_default_variant(const dtx_config *c) {
+    return dtx_config_has_subln(c) == (c->arch == DTX_ARCH_DIFF) && !c->lambda_init_fixed;
+}
 
 /* Limits keep every size product far from int64 overflow. */
 #define MAX_DIM (1 << 16)
@@ -87,5 +139,13 @@ dtx_status dtx_config_validate(const dtx_config *c) {
         return dtx_fail(DTX_ERR_CONFIG, "norm_eps = %g must be in (0, 1)", c->norm_eps);
     if (c->tie_embeddings != 0 && c->tie_embeddings != 1)
         return dtx_fail(DTX_ERR_CONFIG, "tie_embeddings must be 0 or 1");
+    if (c->subln != DTX_SUBLN_DEFAULT && c->subln != DTX_SUBLN_RMS && c->subln != DTX_SUBLN_NONE)
+        return dtx_fail(DTX_ERR_CONFIG, "subln %d is not default, rms or none", (int)c->subln);
+    if (c->lambda_init_fixed != 0 && c->lambda_init_fixed != 1)
+        return dtx_fail(DTX_ERR_CONFIG, "lambda_init_fixed must be 0 or 1");
+    if (c->lambda_init_fixed && c->arch != DTX_ARCH_DIFF)
+        return dtx_fail(DTX_ERR_CONFIG, "lambda_init = %g: only arch diff has a lambda_init (this is a %s)",
+                        c->lambda_init_value, dtx_arch_name(c->arch));
+    if (c->lambda_init_fixed && (st = check_lambda_init(c->lambda_init_value))) return st;
     return DTX_OK;
 }

@@ -17,15 +17,20 @@
 #define P(off) (m->params + (off))
 #define G(off) (m->grads + (off))
 
-static dtx_attn_dims attn_dims(const dtx_model *m, int64_t B, int64_t T, int64_t layer, double lambda) {
+dtx_attn_dims dtx_model_attn_dims(const dtx_model *m, int64_t B, int64_t T, int64_t layer, double lambda) {
     const dtx_config *c = &m->cfg;
     dtx_attn_dims a = {
-        .impl = m->attn_impl, .B = B, .T = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = m->head_dim,
-        .diff = c->arch == DTX_ARCH_DIFF, .lambda = lambda, .lambda_init = dtx_lambda_init(layer),
-        .eps = c->norm_eps, .quant_bits = m->attn_quant_bits, .quant_tensor = m->attn_quant_scope == DTX_QUANT_TENSOR,
-        .precision = m->precision,
+        .geom = {.B = B, .T = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = m->head_dim},
+        .arch = {.diff = c->arch == DTX_ARCH_DIFF, .subln = dtx_config_has_subln(c), .lambda = lambda,
+                 .lambda_init = dtx_config_lambda_init(c, layer), .eps = c->norm_eps},
+        .run = {.impl = m->attn_impl, .quant_bits = m->attn_quant_bits,
+                .quant_tensor = m->attn_quant_scope == DTX_QUANT_TENSOR, .precision = m->precision},
     };
     return a;
+}
+
+const real *dtx_model_subln(const dtx_model *m, int64_t l) {
+    return dtx_config_has_subln(&m->cfg) ? P(m->layers[l].subln) : NULL;
 }
 
 dtx_status dtx_model_set_attention_quant(dtx_model *m, int bits, dtx_quant_scope scope) {
@@ -47,8 +52,8 @@ static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B
     const dtx_config *c = &m->cfg;
     size_t N = (size_t)(B * T), D = (size_t)c->dim, KV = (size_t)m->kv_dim, F = (size_t)c->ffn_dim;
     size_t V = (size_t)c->vocab_size, L = (size_t)c->n_layers;
-    dtx_attn_dims ad = attn_dims(m, B, T, 0, 0);
-    size_t n_att = dtx_attention_att_size(&ad), n_o = dtx_attention_o_size(&ad);
+    dtx_attn_dims ad = dtx_model_attn_dims(m, B, T, 0, 0);
+    size_t n_att = dtx_attention_att_size(&ad), n_o = dtx_attention_o_size(&ad), n_o2 = dtx_attention_o2_size(&ad);
     size_t n_rs = dtx_attention_rstd_size(&ad), n_work = dtx_attention_workspace_size(&ad);
     size_t n_lse = (dtx_attention_lse_size(&ad) * sizeof(float) + sizeof(real) - 1) / sizeof(real);
     size_t off = 0;
@@ -78,7 +83,7 @@ static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B
         CARVE(la->att.att, n_att);
         CARVE(lse, n_lse);
         CARVE(la->att.o1, n_o);
-        CARVE(la->att.o2, n_o);
+        CARVE(la->att.o2, n_o2);
         CARVE(la->att.rstd, n_rs);
         CARVE(la->xn2, N * D);
         CARVE(la->rstd2, N);
@@ -89,7 +94,9 @@ static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B
             la->att.lse = n_lse ? (float *)lse : NULL;
             la->att.work = n_work ? work : NULL; /* scratch shared by the layers */
             if (!n_att) la->att.att = NULL;
-            if (!n_o) la->att.o1 = la->att.o2 = la->att.rstd = NULL;
+            if (!n_o) la->att.o1 = NULL;
+            if (!n_o2) la->att.o2 = NULL;
+            if (!n_rs) la->att.rstd = NULL;
         }
     }
     CARVE(a->xnf, N * D);
@@ -201,9 +208,9 @@ static void attention_block_forward(dtx_model *m, int64_t l, const real *x, real
     DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, 0, D / d, d));
     DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d));
     la->lambda = dtx_model_lambda(m, l);
-    dtx_attn_dims ad = attn_dims(m, B, T, l, la->lambda);
-    DTX_PROF(DTX_PROF_ATTENTION, 0, dtx_attention_forward(&ad, la->attn_y, &la->att, la->q, la->k, la->v,
-                          c->arch == DTX_ARCH_DIFF ? P(o->subln) : NULL));
+    dtx_attn_dims ad = dtx_model_attn_dims(m, B, T, l, la->lambda);
+    DTX_PROF(DTX_PROF_ATTENTION, 0,
+             dtx_attention_forward(&ad, la->attn_y, &la->att, la->q, la->k, la->v, dtx_model_subln(m, l)));
     DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(scratch, la->attn_y, P(o->wo), N, D, D, m->precision));
     DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(la->x_mid, x, scratch, N * D));
 }
@@ -224,9 +231,11 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
     memset(a->dk, 0, (size_t)(N * KV) * sizeof(real));
     memset(a->dv, 0, (size_t)(N * KV) * sizeof(real));
     double dlambda = 0;
-    dtx_attn_dims ad = attn_dims(m, B, T, l, la->lambda);
-    DTX_PROF(DTX_PROF_ATTENTION, 1, dtx_attention_backward(&ad, a->dq, a->dk, a->dv, diff ? G(o->subln) : NULL, &dlambda, dattn, la->attn_y, &la->att, la->q,
-                           la->k, la->v, diff ? P(o->subln) : NULL));
+    dtx_attn_dims ad = dtx_model_attn_dims(m, B, T, l, la->lambda);
+    const real *gamma = dtx_model_subln(m, l);
+    DTX_PROF(DTX_PROF_ATTENTION, 1,
+             dtx_attention_backward(&ad, a->dq, a->dk, a->dv, gamma ? G(o->subln) : NULL, &dlambda, dattn, la->attn_y,
+                                    &la->att, la->q, la->k, la->v, gamma));
     if (diff) {
         /* λ = exp(q1·k1) − exp(q2·k2) + λ_init */
         double e1, e2;

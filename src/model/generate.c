@@ -54,7 +54,7 @@ struct dtx_kvcache {
     size_t mem_n;
     real *x, *xn, *q, *att, *tmp, *rstd, *h;  /* [r, D] x5, [r], [r, F] */
     real *h3;                                 /* [r, F] */
-    real *o1, *o2, *orstd, *work;             /* flash: DIFF o1/o2/rstd, workspace */
+    real *o1, *o2, *orstd, *work;             /* flash: the saved o1/o2/rstd, workspace */
     float *lse;
     real *xr;         /* [max(D, F)] a row rounded to bf16 */
     uint16_t *wbf;    /* bf16 copy of the parameters (same offsets), or NULL */
@@ -62,14 +62,12 @@ struct dtx_kvcache {
     int wbf_valid;    /* wbf holds the current sequence's copy */
 };
 
+/* Generation's attention: flash for a prefill, the row kernel for decode
+ * steps, fp32 whatever the model's precision (difftx.h). */
 static dtx_attn_dims dims(const dtx_model *m, int64_t T, int64_t layer, double lambda) {
-    const dtx_config *c = &m->cfg;
-    dtx_attn_dims a = {
-        .impl = DTX_ATTN_FLASH, .B = 1, .T = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
-        .head_dim = m->head_dim, .diff = c->arch == DTX_ARCH_DIFF, .lambda = lambda,
-        .lambda_init = dtx_lambda_init(layer), .eps = c->norm_eps, .quant_bits = m->attn_quant_bits,
-        .quant_tensor = m->attn_quant_scope == DTX_QUANT_TENSOR,
-    };
+    dtx_attn_dims a = dtx_model_attn_dims(m, 1, T, layer, lambda);
+    a.run.impl = DTX_ATTN_FLASH;
+    a.run.precision = DTX_PREC_FP32;
     return a;
 }
 
@@ -79,8 +77,9 @@ static dtx_attn_dims dims(const dtx_model *m, int64_t T, int64_t layer, double l
 static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, int flash, int quant) {
     size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, R = (size_t)r, off = 0;
     dtx_attn_dims ad = dims(m, r, 0, 0);
-    ad.quant_bits = quant ? 16 : 0; /* any valid bits: the size depends only on quantisation being on */
-    size_t n_o = flash ? dtx_attention_o_size(&ad) : 0, n_rs = flash ? dtx_attention_rstd_size(&ad) : 0;
+    ad.run.quant_bits = quant ? 16 : 0; /* any valid bits: the size depends only on quantisation being on */
+    size_t n_o = flash ? dtx_attention_o_size(&ad) : 0, n_o2 = flash ? dtx_attention_o2_size(&ad) : 0;
+    size_t n_rs = flash ? dtx_attention_rstd_size(&ad) : 0;
     size_t n_work = flash ? dtx_attention_workspace_size(&ad) : 0;
     size_t n_lse = flash ? (dtx_attention_lse_size(&ad) * sizeof(float) + sizeof(real) - 1) / sizeof(real) : 0;
     real *lse = NULL;
@@ -99,14 +98,16 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
     CARVE(c->h3, R * F);
     CARVE(c->xr, D > F ? D : F);
     CARVE(c->o1, n_o);
-    CARVE(c->o2, n_o);
+    CARVE(c->o2, n_o2);
     CARVE(c->orstd, n_rs);
     CARVE(c->work, n_work);
     CARVE(lse, n_lse);
 #undef CARVE
     if (base) {
         c->lse = n_lse ? (float *)lse : NULL;
-        if (!n_o) c->o1 = c->o2 = c->orstd = NULL;
+        if (!n_o) c->o1 = NULL;
+        if (!n_o2) c->o2 = NULL;
+        if (!n_rs) c->orstd = NULL;
         if (!n_work) c->work = NULL;
     }
     return off;
@@ -267,7 +268,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
                             (long long)tokens[i], (long long)(c->len + i), (long long)cfg->vocab_size);
     const int64_t pos0 = c->len, D = cfg->dim, KV = m->kv_dim, F = cfg->ffn_dim, V = cfg->vocab_size;
     const int64_t d = m->head_dim, L = cfg->n_layers, ML = c->max_len;
-    const int flash = pos0 == 0 && n > 1, diff = cfg->arch == DTX_ARCH_DIFF;
+    const int flash = pos0 == 0 && n > 1;
     if ((st = ensure_rows(m, c, n, flash))) return st;
     if (pos0 == 0) c->wbf_valid = 0; /* a new sequence: the weights may have changed */
 #ifndef DTX_DOUBLE
@@ -280,7 +281,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
         const dtx_layer_offsets *o = &m->layers[l];
         real *kc = c->k + (size_t)(l * ML * KV), *vc = c->v + (size_t)(l * ML * KV);
         real *kn = kc + (size_t)(pos0 * KV), *vn = vc + (size_t)(pos0 * KV);
-        const real *subln = diff ? P(o->subln) : NULL;
+        const real *subln = dtx_model_subln(m, l);
         /* attention block */
         dtx_rmsnorm_forward(c->xn, c->rstd, c->x, P(o->attn_norm), n, D, cfg->norm_eps);
         linear(m, c, c->q, c->xn, o->wq, n, D, D);
@@ -295,7 +296,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
         } else {
             /* TENSOR scope: this step's n rows, over all heads, are the tensor */
             double amax[2] = {0, 0};
-            for (int64_t i = 0; ad.quant_bits && ad.quant_tensor && i < n; i++)
+            for (int64_t i = 0; ad.run.quant_bits && ad.run.quant_tensor && i < n; i++)
                 dtx_attention_decode_absmax(&ad, amax, c->q + i * D, kc, pos0 + i + 1);
             for (int64_t i = 0; i < n; i++)
                 dtx_attention_decode_with_absmax(&ad, c->att + i * D, c->q + i * D, kc, vc, pos0 + i + 1, subln,

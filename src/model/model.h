@@ -76,6 +76,12 @@ struct dtx_model {
     char **extra_meta_keys, **extra_meta_values;
 };
 
+/* The attention call of layer l for a [B, T] batch with this λ: the
+ * model's shapes, variant (subln, lambda_init) and run settings (attention
+ * implementation, logit quantisation, precision). */
+dtx_attn_dims dtx_model_attn_dims(const dtx_model *m, int64_t B, int64_t T, int64_t layer, double lambda);
+/* Layer l's per-head norm weight, or NULL when the variant has none. */
+const real *dtx_model_subln(const dtx_model *m, int64_t layer);
 /* Allocates a model with the parameter table and zeroed parameters. */
 dtx_status dtx_model_alloc(dtx_model **out, const dtx_config *c);
 /* λ of one DIFF layer from its four vectors; e1, e2 receive the exponentials. */
@@ -85,9 +91,15 @@ dtx_status dtx_model_ensure_grads(dtx_model *m);
 void dtx_model_set_attention(dtx_model *m, dtx_attn_impl impl);
 void dtx_model_free_acts(dtx_model *m);
 /* The config's interop.md metadata, pair i of DTX_CONFIG_META_KEYS:
- * *key and the value formatted into val (as model files store it). */
-#define DTX_CONFIG_META_KEYS 12
-void dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, size_t cap);
+ * *key and the value formatted into val (as model files store it, cap ≥
+ * 32); returns 0 for a variant key at its default, which files omit. */
+#define DTX_CONFIG_META_KEYS 14
+int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, size_t cap);
+/* Reads the variant keys (subln, lambda_init) into c, c->arch already set:
+ * defaults when absent, DTX_ERR_FORMAT naming the key for a value difftx
+ * does not implement. */
+struct dtx_st_file;
+dtx_status dtx_config_variants_from_meta(const struct dtx_st_file *f, const char *path, dtx_config *c);
 /* Bytes held by the activations of the last forward (0 before any). */
 size_t dtx_model_activation_bytes(const dtx_model *m);
 

@@ -49,8 +49,9 @@ static void build_table(dtx_model *m, table_builder *tb) {
             o->lk1 = add_tensor(tb, d, 0, 0, 0, "layers.%lld.attention.lambda_k1", L);
             o->lq2 = add_tensor(tb, d, 0, 0, 0, "layers.%lld.attention.lambda_q2", L);
             o->lk2 = add_tensor(tb, d, 0, 0, 0, "layers.%lld.attention.lambda_k2", L);
-            o->subln = add_tensor(tb, 2 * d, 0, 0, 0, "layers.%lld.attention.subln.weight", L);
         }
+        if (dtx_config_has_subln(c)) /* one weight of the head's width, shared by the heads */
+            o->subln = add_tensor(tb, diff ? 2 * d : d, 0, 0, 0, "layers.%lld.attention.subln.weight", L);
         o->ffn_norm = add_tensor(tb, D, 0, 0, 0, "layers.%lld.ffn_norm.weight", L);
         o->w1 = add_tensor(tb, F, D, 1, 0, "layers.%lld.feed_forward.w1.weight", L);
         o->w3 = add_tensor(tb, F, D, 1, 0, "layers.%lld.feed_forward.w3.weight", L);
@@ -210,7 +211,7 @@ double dtx_model_lambda_parts(const dtx_model *m, int64_t layer, double *e1, dou
     }
     *e1 = exp(s1);
     *e2 = exp(s2);
-    return *e1 - *e2 + dtx_lambda_init(layer);
+    return *e1 - *e2 + dtx_config_lambda_init(&m->cfg, layer);
 }
 
 double dtx_model_lambda(const dtx_model *m, int64_t layer) {

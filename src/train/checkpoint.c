@@ -28,7 +28,7 @@ int dtx_ckpt_describe(const dtx_config *c, const dtx_optim_config *o, const char
         n++;                                                       \
     } while (0)
     /* the model file's keys, formatted as src/io/model_io.c writes them */
-    for (int i = 0; i < DTX_CONFIG_META_KEYS; i++, n++) dtx_config_meta(c, i, &keys[n], vals[n], DTX_CKPT_VALUE_MAX);
+    for (int i = 0; i < DTX_CONFIG_META_KEYS; i++, n++) (void)dtx_config_meta(c, i, &keys[n], vals[n], DTX_CKPT_VALUE_MAX);
     /* the optimizer */
     D("lr", "%.17g", o->lr);
     D("min_lr", "%.17g", o->min_lr);
@@ -208,6 +208,7 @@ static dtx_status parse_configs(const dtx_st_file *f, const char *path, dtx_conf
         return st;
     c->arch = (dtx_arch)a;
     c->tie_embeddings = tie;
+    if ((st = dtx_config_variants_from_meta(f, path, c))) return st;
     o->schedule = (dtx_schedule)sched;
     o->decay_embeddings = decay;
     char why[256]; /* copy: dtx_fail writes the buffer dtx_last_error() reads */
@@ -368,6 +369,9 @@ dtx_status dtx_ckpt_load(dtx_ckpt *ck, const char *path) {
 const char *dtx_ckpt_meta(const dtx_ckpt *ck, const char *key) {
     for (int i = 0; i < ck->n_meta; i++)
         if (strcmp(ck->meta_keys[i], key) == 0) return ck->meta_values[i];
+    /* a variant key absent: the default (the checkpoint predates the key) */
+    if (ck->model && strcmp(key, "subln") == 0) return dtx_config_subln_name(&ck->model->cfg);
+    if (ck->model && strcmp(key, "lambda_init") == 0) return "schedule";
     return NULL;
 }
 

@@ -69,8 +69,8 @@ static fa_ctx fa_make(uint64_t seed, dtx_attn_impl impl, int diff, int64_t B, in
     dtx_rng_seed(&r, seed);
     fa_ctx m;
     memset(&m, 0, sizeof m);
-    m.a = (dtx_attn_dims){.impl = impl, .B = B, .T = T, .n_heads = H, .n_kv_heads = G, .head_dim = d,
-                          .diff = diff, .lambda = lambda, .lambda_init = lambda_init, .eps = 1e-5};
+    m.a = (dtx_attn_dims){.run.impl = impl, .geom.B = B, .geom.T = T, .geom.n_heads = H, .geom.n_kv_heads = G, .geom.head_dim = d,
+                          .arch.diff = diff, .arch.subln = diff, .arch.lambda = lambda, .arch.lambda_init = lambda_init, .arch.eps = 1e-5};
     int64_t sub = diff ? 2 : 1;
     m.nq = (size_t)(B * T * sub * H * d), m.nk = (size_t)(B * T * sub * G * d);
     m.nv = (size_t)(B * T * G * sub * d), m.no = (size_t)(B * T * H * sub * d);
@@ -98,7 +98,7 @@ static double fa_loss(fa_ctx *m) {
 /* Forward then backward, adding into g = {dq, dk, dv, dγ, dλ}. */
 static void fa_backward(fa_ctx *m, real *const *g) {
     fa_loss(m);
-    dtx_attention_backward(&m->a, g[0], g[1], g[2], m->a.diff ? g[3] : NULL, m->a.diff ? g[4] : NULL, m->R, m->out,
+    dtx_attention_backward(&m->a, g[0], g[1], g[2], m->a.arch.diff ? g[3] : NULL, m->a.arch.diff ? g[4] : NULL, m->R, m->out,
                            &m->s, m->q, m->k, m->v, m->gamma);
 }
 
@@ -123,7 +123,7 @@ static void flash_fd_case(int diff, int64_t T, int64_t H, int64_t G, int64_t d, 
     snprintf(name, sizeof name, "flash %s T%lld H%lld G%lld d%lld", diff ? "diff" : "tfm", (long long)T,
              (long long)H, (long long)G, (long long)d);
     const char *in_names[5] = {"q", "k", "v", "subln_w", "lambda"};
-    real *in_x[5] = {m.q, m.k, m.v, m.gamma, &m.a.lambda};
+    real *in_x[5] = {m.q, m.k, m.v, m.gamma, &m.a.arch.lambda};
     size_t in_n[5] = {m.nq, m.nk, m.nv, (size_t)(2 * d), 1};
     int n_in = diff ? 5 : 3;
     dtx_rng rng;

@@ -50,8 +50,8 @@ static prob prob_make(uint64_t seed, int diff, int64_t B, int64_t T, int64_t H, 
     dtx_rng_seed(&r, seed);
     prob p;
     memset(&p, 0, sizeof p);
-    p.a = (dtx_attn_dims){.B = B, .T = T, .n_heads = H, .n_kv_heads = G, .head_dim = d, .diff = diff,
-                          .lambda = lam, .lambda_init = lam_init, .eps = 1e-5};
+    p.a = (dtx_attn_dims){.geom.B = B, .geom.T = T, .geom.n_heads = H, .geom.n_kv_heads = G, .geom.head_dim = d, .arch.diff = diff, .arch.subln = diff,
+                          .arch.lambda = lam, .arch.lambda_init = lam_init, .arch.eps = 1e-5};
     int64_t sub = diff ? 2 : 1;
     p.nq = (size_t)(B * T * sub * H * d), p.nk = (size_t)(B * T * sub * G * d);
     p.nv = (size_t)(B * T * G * sub * d), p.no = (size_t)(B * T * H * sub * d);
@@ -72,9 +72,9 @@ typedef struct {
 
 static result run(const prob *p, dtx_attn_impl impl) {
     dtx_attn_dims a = p->a;
-    a.impl = impl;
+    a.run.impl = impl;
     result R = {alloc_r(p->no), alloc_r(p->no), alloc_r(p->no), alloc_r(p->nrstd), alloc_r(p->nq), alloc_r(p->nk),
-                alloc_r(p->nv), alloc_r((size_t)(2 * a.head_dim)), NULL, 0};
+                alloc_r(p->nv), alloc_r((size_t)(2 * a.geom.head_dim)), NULL, 0};
     R.lse = calloc(p->nlse, sizeof(float));
     dtx_attn_saved s = {.att = impl == DTX_ATTN_PLAIN ? alloc_r(dtx_attention_att_size(&a)) : NULL,
                         .lse = impl == DTX_ATTN_FLASH ? R.lse : NULL, .o1 = R.o1, .o2 = R.o2, .rstd = R.rstd,
@@ -82,7 +82,7 @@ static result run(const prob *p, dtx_attn_impl impl) {
                                                                    sizeof(real))
                                                        : NULL};
     dtx_attention_forward(&a, R.out, &s, p->q, p->k, p->v, p->gamma);
-    dtx_attention_backward(&a, R.dq, R.dk, R.dv, a.diff ? R.dg : NULL, a.diff ? &R.dl : NULL, p->dout, R.out, &s,
+    dtx_attention_backward(&a, R.dq, R.dk, R.dv, a.arch.diff ? R.dg : NULL, a.arch.diff ? &R.dl : NULL, p->dout, R.out, &s,
                            p->q, p->k, p->v, p->gamma);
     free(s.att), free(s.work);
     return R;
@@ -100,8 +100,8 @@ static double compare(const prob *p, const result *f, const result *r, const cha
     const char *names[8] = {"out", "o1", "o2", "rstd", "dq", "dk", "dv", "dsubln"};
     const real *fa[8] = {f->out, f->o1, f->o2, f->rstd, f->dq, f->dk, f->dv, f->dg};
     const real *ra[8] = {r->out, r->o1, r->o2, r->rstd, r->dq, r->dk, r->dv, r->dg};
-    size_t n[8] = {p->no, p->no, p->no, p->nrstd, p->nq, p->nk, p->nv, (size_t)(2 * p->a.head_dim)};
-    int nt = p->a.diff ? 8 : 7;
+    size_t n[8] = {p->no, p->no, p->no, p->nrstd, p->nq, p->nk, p->nv, (size_t)(2 * p->a.geom.head_dim)};
+    int nt = p->a.arch.diff ? 8 : 7;
     /* dq and dk are measured against the largest input gradient (dq, dk or
      * dv): at T = 1 they are exactly 0 and what is left is fp32 rounding of
      * dO·vᵀ − rowsum(dO ⊙ o), which the plain kernel sums in double. */
@@ -110,16 +110,16 @@ static double compare(const prob *p, const result *f, const result *r, const cha
         for (size_t j = 0; j < n[i]; j++) gscale = fmax(gscale, fabs(ra[i][j]));
     double worst = 0;
     for (int i = 0; i < nt; i++) {
-        if (!p->a.diff && (i >= 1 && i <= 3)) continue;
+        if (!p->a.arch.diff && (i >= 1 && i <= 3)) continue;
         double e = rel_err(fa[i], ra[i], n[i], 0, i == 4 || i == 5 ? gscale : 1e-30);
         CHECKF(e < tol, "%s: %s rel err %.3g", name, names[i], e);
         worst = e > worst || e != e ? e : worst;
     }
-    if (p->a.diff) {
+    if (p->a.arch.diff) {
         /* dλ sums B·T·H·2d terms of both signs that largely cancel: measure
          * it against the size of dγ, a sum over the same rows. */
         double floor = 0;
-        for (int64_t c = 0; c < 2 * p->a.head_dim; c++) floor = fmax(floor, fabs(r->dg[c]));
+        for (int64_t c = 0; c < 2 * p->a.geom.head_dim; c++) floor = fmax(floor, fabs(r->dg[c]));
         double e = fabs(f->dl - r->dl) / fmax(fabs(r->dl), floor);
         CHECKF(e < tol, "%s: dlambda rel err %.3g (%.9g vs %.9g)", name, e, f->dl, r->dl);
         worst = e > worst ? e : worst;
@@ -142,7 +142,7 @@ static double flash_vs_plain_prec(int diff, int64_t T, int64_t H, int64_t G, int
     if (prec == DTX_PREC_BF16) /* the operands as the kernel will see them: what is left is its own rounding */
         round_bf16(p.q, p.nq), round_bf16(p.k, p.nk), round_bf16(p.v, p.nv), round_bf16(p.dout, p.no);
     result r = run(&p, DTX_ATTN_PLAIN);
-    p.a.precision = prec;
+    p.a.run.precision = prec;
     result f = run(&p, DTX_ATTN_FLASH);
     char name[96];
     snprintf(name, sizeof name, "%s T%lld H%lld G%lld d%lld sd%.0f%s %s", diff ? "diff" : "tfm", (long long)T,
@@ -263,7 +263,7 @@ TEST(kernel_flash_bf16_native_matches_emulated) {
     REQUIRE_ISA(DTX_ISA_AVX512_BF16);
     for (int diff = 0; diff <= 1; diff++) {
         prob p = prob_make(1200 + (uint64_t)diff, diff, 2, 190, 4, 2, 64, 0.6, 0.5, 1);
-        p.a.precision = DTX_PREC_BF16;
+        p.a.run.precision = DTX_PREC_BF16;
         dtx_isa prev = dtx_isa_set_cap(DTX_ISA_AVX512_BF16);
         result nat = run(&p, DTX_ATTN_FLASH);
         dtx_isa_set_cap(DTX_ISA_AVX512);
@@ -460,7 +460,7 @@ TEST(kernel_flash_deterministic) {
     for (int mode = 0; mode < 4; mode++) {
         int diff = mode % 2;
         prob p = prob_make(900 + (uint64_t)diff, diff, 2, 300, 4, 2, 32, 0.6, 0.5, 1);
-        p.a.precision = mode >= 2 ? DTX_PREC_BF16 : DTX_PREC_FP32;
+        p.a.run.precision = mode >= 2 ? DTX_PREC_BF16 : DTX_PREC_FP32;
         int nth = omp_get_max_threads();
         result x = run(&p, DTX_ATTN_FLASH), y = run(&p, DTX_ATTN_FLASH);
         omp_set_num_threads(1);
@@ -475,7 +475,7 @@ TEST(kernel_flash_deterministic) {
             CHECK(same_bits(x.dq, o[i]->dq, p.nq * sr) && same_bits(x.dk, o[i]->dk, p.nk * sr) &&
                   same_bits(x.dv, o[i]->dv, p.nv * sr));
             if (diff)
-                CHECK(same_bits(x.dg, o[i]->dg, (size_t)(2 * p.a.head_dim) * sr) && x.dl == o[i]->dl &&
+                CHECK(same_bits(x.dg, o[i]->dg, (size_t)(2 * p.a.geom.head_dim) * sr) && x.dl == o[i]->dl &&
                       same_bits(x.o1, o[i]->o1, p.no * sr) && same_bits(x.rstd, o[i]->rstd, p.nrstd * sr));
         }
         result_free(&x), result_free(&y), result_free(&z), result_free(&u), prob_free(&p);
@@ -487,12 +487,12 @@ TEST(kernel_flash_deterministic) {
  * workspace (plus the 16-element rounding), and PLAIN asks for none. */
 TEST(kernel_flash_workspace_linear) {
     for (int diff = 0; diff <= 1; diff++) {
-        dtx_attn_dims a = {.impl = DTX_ATTN_FLASH, .B = 3, .T = 1000, .n_heads = 4, .n_kv_heads = 2, .head_dim = 64,
-                           .diff = diff, .lambda = 0.5, .lambda_init = 0.2, .eps = 1e-5};
+        dtx_attn_dims a = {.run.impl = DTX_ATTN_FLASH, .geom.B = 3, .geom.T = 1000, .geom.n_heads = 4, .geom.n_kv_heads = 2, .geom.head_dim = 64,
+                           .arch.diff = diff, .arch.subln = diff, .arch.lambda = 0.5, .arch.lambda_init = 0.2, .arch.eps = 1e-5};
         size_t w1 = dtx_attention_flash_workspace_size(&a);
-        a.T = 2000;
+        a.geom.T = 2000;
         size_t w2 = dtx_attention_flash_workspace_size(&a);
-        a.T = 64000;
+        a.geom.T = 64000;
         size_t w64 = dtx_attention_flash_workspace_size(&a);
         CHECKF(w2 <= 2 * w1 + 64 && w2 > w1, "workspace %zu -> %zu", w1, w2);
         CHECKF(w64 <= 64 * w1 + 64 * 64, "workspace not linear: %zu at T=1000, %zu at T=64000", w1, w64);
@@ -503,13 +503,13 @@ TEST(kernel_flash_workspace_linear) {
                                (diff ? ((B * G * (w + 1) * 2 + 15) / 16) * 16 : 0));
         CHECKF(w64 == want, "workspace %zu, formula %zu", w64, want);
         /* bf16 adds the native mode's bf16 copies (kernels.h): d, w even here, T' = T/2 */
-        a.precision = DTX_PREC_BF16;
+        a.run.precision = DTX_PREC_BF16;
         size_t extra = (size_t)(B * T * sub * H * d / 2 + B * sub * H * (T / 2) * d + B * sub * G * (T / 2) * d +
                                 B * T * H * w / 2 + B * H * (T / 2) * w);
         CHECKF(dtx_attention_flash_workspace_size(&a) == want + extra, "bf16 workspace %zu, formula %zu",
                dtx_attention_flash_workspace_size(&a), want + extra);
-        a.precision = DTX_PREC_FP32;
-        a.impl = DTX_ATTN_PLAIN;
+        a.run.precision = DTX_PREC_FP32;
+        a.run.impl = DTX_ATTN_PLAIN;
         CHECK(dtx_attention_flash_workspace_size(&a) == 0);
     }
 }

@@ -55,8 +55,8 @@ static prob prob_make(uint64_t seed, int diff, int64_t B, int64_t T, int64_t H, 
     dtx_rng_seed(&r, seed);
     prob p;
     memset(&p, 0, sizeof p);
-    p.a = (dtx_attn_dims){.B = B, .T = T, .n_heads = H, .n_kv_heads = G, .head_dim = d, .diff = diff,
-                          .lambda = diff ? 0.6 : 0, .lambda_init = diff ? 0.35 : 0, .eps = 1e-5};
+    p.a = (dtx_attn_dims){.geom.B = B, .geom.T = T, .geom.n_heads = H, .geom.n_kv_heads = G, .geom.head_dim = d, .arch.diff = diff, .arch.subln = diff,
+                          .arch.lambda = diff ? 0.6 : 0, .arch.lambda_init = diff ? 0.35 : 0, .arch.eps = 1e-5};
     int64_t sub = diff ? 2 : 1;
     p.nq = (size_t)(B * T * sub * H * d), p.nk = (size_t)(B * T * sub * G * d);
     p.nv = (size_t)(B * T * G * sub * d), p.no = (size_t)(B * T * H * sub * d);
@@ -74,10 +74,10 @@ typedef struct {
 
 static fwd run_fwd(const prob *p, dtx_attn_impl impl, int bits, int tensor) {
     dtx_attn_dims a = p->a;
-    a.impl = impl, a.quant_bits = bits, a.quant_tensor = tensor;
+    a.run.impl = impl, a.run.quant_bits = bits, a.run.quant_tensor = tensor;
     fwd f = {alloc_r(p->no), impl == DTX_ATTN_PLAIN ? alloc_r(dtx_attention_att_size(&a)) : NULL, alloc_r(p->no),
              alloc_r(p->no)};
-    real *rstd = alloc_r((size_t)(a.B * a.T * a.n_heads));
+    real *rstd = alloc_r((size_t)(a.geom.B * a.geom.T * a.geom.n_heads));
     float *lse = calloc(dtx_attention_lse_size(&a) + 1, sizeof(float));
     real *work = dtx_alloc(dtx_attention_workspace_size(&a) + 1, sizeof(real));
     dtx_attn_saved s = {.att = f.att, .lse = lse, .o1 = f.o1, .o2 = f.o2, .rstd = rstd, .work = work};
@@ -133,15 +133,15 @@ TEST(kernel_quant_row_path_matches_plain_long) {
 /* The largest |z| of the problem, the bound on every step. */
 static double logit_absmax(const prob *p) {
     const dtx_attn_dims *a = &p->a;
-    int64_t sub = a->diff ? 2 : 1, NQ = sub * a->n_heads, NK = sub * a->n_kv_heads, d = a->head_dim;
-    int64_t n_rep = a->n_heads / a->n_kv_heads;
+    int64_t sub = a->arch.diff ? 2 : 1, NQ = sub * a->geom.n_heads, NK = sub * a->geom.n_kv_heads, d = a->geom.head_dim;
+    int64_t n_rep = a->geom.n_heads / a->geom.n_kv_heads;
     double m = 0;
-    for (int64_t b = 0; b < a->B; b++)
+    for (int64_t b = 0; b < a->geom.B; b++)
         for (int64_t i = 0; i < NQ; i++)
-            for (int64_t t = 0; t < a->T; t++)
+            for (int64_t t = 0; t < a->geom.T; t++)
                 for (int64_t s = 0; s <= t; s++) {
-                    const real *qt = p->q + ((b * a->T + t) * NQ + i) * d;
-                    const real *ks = p->k + ((b * a->T + s) * NK + sub * (i / sub / n_rep) + i % sub) * d;
+                    const real *qt = p->q + ((b * a->geom.T + t) * NQ + i) * d;
+                    const real *ks = p->k + ((b * a->geom.T + s) * NK + sub * (i / sub / n_rep) + i % sub) * d;
                     double z = 0;
                     for (int64_t c = 0; c < d; c++) z += (double)qt[c] * ks[c];
                     m = fmax(m, fabs(z / sqrt((double)d)));
@@ -226,7 +226,7 @@ static prob hand_prob(int diff, double mult2) {
         p.v[t * w + t] = 1;
     }
     for (int64_t c = 0; c < 2 * 4; c++) p.gamma[c] = 1;
-    p.a.lambda = 0.5, p.a.lambda_init = 0.2;
+    p.a.arch.lambda = 0.5, p.a.arch.lambda_init = 0.2;
     return p;
 }
 
@@ -311,8 +311,8 @@ TEST(kernel_quant_zero_logits) {
 /* The logit of query sub-head i against cached row t, as the kernels take
  * it: a double dot rounded to real once. */
 static double naive_z(const dtx_attn_dims *a, const real *q, const real *kc, int64_t i, int64_t t) {
-    int64_t d = a->head_dim, sub = a->diff ? 2 : 1, n_rep = a->n_heads / a->n_kv_heads;
-    const real *qh = q + i * d, *kh = kc + t * sub * a->n_kv_heads * d + (sub * (i / sub / n_rep) + i % sub) * d;
+    int64_t d = a->geom.head_dim, sub = a->arch.diff ? 2 : 1, n_rep = a->geom.n_heads / a->geom.n_kv_heads;
+    const real *qh = q + i * d, *kh = kc + t * sub * a->geom.n_kv_heads * d + (sub * (i / sub / n_rep) + i % sub) * d;
     double acc = 0;
     for (int64_t c = 0; c < d; c++) acc += (double)qh[c] * kh[c];
     return (double)(real)(acc / sqrt((double)d));
@@ -320,8 +320,8 @@ static double naive_z(const dtx_attn_dims *a, const real *q, const real *kc, int
 
 /* amax[j] = max(amax[j], max |z| of map j over all heads and len keys). */
 static void naive_absmax(const dtx_attn_dims *a, double *amax, const real *q, const real *kc, int64_t len) {
-    int64_t sub = a->diff ? 2 : 1;
-    for (int64_t i = 0; i < sub * a->n_heads; i++)
+    int64_t sub = a->arch.diff ? 2 : 1;
+    for (int64_t i = 0; i < sub * a->geom.n_heads; i++)
         for (int64_t t = 0; t < len; t++) amax[i % sub] = fmax(amax[i % sub], fabs(naive_z(a, q, kc, i, t)));
 }
 
@@ -331,8 +331,8 @@ static void naive_absmax(const dtx_attn_dims *a, double *amax, const real *q, co
  * (amax NULL), softmax, A1·v − λ·A2·v, RMSNorm and scale (DIFF). */
 static void naive_row(const dtx_attn_dims *a, double *out, const real *q, const real *kc, const real *vc, int64_t len,
                       const real *gamma, const double *amax) {
-    int64_t H = a->n_heads, n_rep = H / a->n_kv_heads, sub = a->diff ? 2 : 1, w = sub * a->head_dim;
-    int64_t vs = a->n_kv_heads * w;
+    int64_t H = a->geom.n_heads, n_rep = H / a->geom.n_kv_heads, sub = a->arch.diff ? 2 : 1, w = sub * a->geom.head_dim;
+    int64_t vs = a->geom.n_kv_heads * w;
     double *z = malloc((size_t)len * sizeof *z), *p = malloc((size_t)(2 * len) * sizeof *p);
     for (int64_t h = 0; h < H; h++) {
         for (int64_t j = 0; j < sub; j++) {
@@ -341,7 +341,7 @@ static void naive_row(const dtx_attn_dims *a, double *out, const real *q, const 
                 z[t] = naive_z(a, q, kc, sub * h + j, t);
                 m = fmax(m, fabs(z[t]));
             }
-            double step = (amax ? amax[j] : m) / (double)((1 << (a->quant_bits - 1)) - 1);
+            double step = (amax ? amax[j] : m) / (double)((1 << (a->run.quant_bits - 1)) - 1);
             for (int64_t t = 0; t < len; t++) z[t] = step > 0 ? (double)(real)(round(z[t] / step) * step) : 0;
             softmax_d(p + j * len, z, len - 1, 1);
         }
@@ -349,13 +349,13 @@ static void naive_row(const dtx_attn_dims *a, double *out, const real *q, const 
         for (int64_t c = 0; c < w; c++) {
             double o = 0;
             for (int64_t t = 0; t < len; t++)
-                o += (p[t] - (a->diff ? a->lambda * p[len + t] : 0)) * vc[t * vs + (h / n_rep) * w + c];
+                o += (p[t] - (a->arch.diff ? a->arch.lambda * p[len + t] : 0)) * vc[t * vs + (h / n_rep) * w + c];
             out[h * w + c] = o;
             ss += o * o;
         }
-        if (!a->diff) continue;
-        double rs = 1 / sqrt(ss / (double)w + a->eps);
-        for (int64_t c = 0; c < w; c++) out[h * w + c] *= (1 - a->lambda_init) * gamma[c] * rs;
+        if (!a->arch.diff) continue;
+        double rs = 1 / sqrt(ss / (double)w + a->arch.eps);
+        for (int64_t c = 0; c < w; c++) out[h * w + c] *= (1 - a->arch.lambda_init) * gamma[c] * rs;
     }
     free(z), free(p);
 }
@@ -370,7 +370,7 @@ static void decode_case(int diff, int64_t H, int64_t G, int64_t d, int64_t len, 
     double *want = calloc((size_t)no, sizeof *want);
     for (int bits = 4; bits <= 8; bits += 4)
         for (int tensor = 0; tensor <= 1; tensor++) {
-            a.quant_bits = bits, a.quant_tensor = tensor;
+            a.run.quant_bits = bits, a.run.quant_tensor = tensor;
             int64_t nrows = tensor && len >= 3 ? 3 : 1;
             double amax[2] = {0, 0}, amax_n[2] = {0, 0};
             for (int64_t r = 0; r < nrows; r++) {

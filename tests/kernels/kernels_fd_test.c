@@ -485,8 +485,8 @@ static at_ctx at_make(dtx_rng *r, int diff, int64_t B, int64_t T, int64_t H, int
                       double lambda, double lambda_init) {
     at_ctx m;
     memset(&m, 0, sizeof m);
-    m.a = (dtx_attn_dims){.impl = DTX_ATTN_PLAIN, .B = B, .T = T, .n_heads = H, .n_kv_heads = G, .head_dim = d,
-                          .diff = diff, .lambda = lambda, .lambda_init = lambda_init, .eps = 1e-5};
+    m.a = (dtx_attn_dims){.run.impl = DTX_ATTN_PLAIN, .geom.B = B, .geom.T = T, .geom.n_heads = H, .geom.n_kv_heads = G, .geom.head_dim = d,
+                          .arch.diff = diff, .arch.subln = diff, .arch.lambda = lambda, .arch.lambda_init = lambda_init, .arch.eps = 1e-5};
     int64_t sub = diff ? 2 : 1;
     m.nq = (size_t)(B * T * sub * H * d);
     m.nk = (size_t)(B * T * sub * G * d);
@@ -521,7 +521,7 @@ static double at_loss(void *c) {
 static void at_backward(void *c, real *const *g) {
     at_ctx *m = c;
     at_forward(m);
-    dtx_attention_backward(&m->a, g[0], g[1], g[2], m->a.diff ? g[3] : NULL, m->a.diff ? g[4] : NULL,
+    dtx_attention_backward(&m->a, g[0], g[1], g[2], m->a.arch.diff ? g[3] : NULL, m->a.arch.diff ? g[4] : NULL,
                            m->R, m->out, &m->s, m->q, m->k, m->v, m->gamma);
 }
 
@@ -535,7 +535,7 @@ static void attention_fd_case(int diff, int64_t T, int64_t H, int64_t G, int64_t
              (long long)H, (long long)G, (long long)d);
     fd_problem p = {name, at_loss, at_backward, &m, diff ? 5 : 3,
                     {{"q", m.q, m.nq}, {"k", m.k, m.nk}, {"v", m.v, m.nv},
-                     {"subln_w", m.gamma, (size_t)(2 * d)}, {"lambda", &m.a.lambda, 1}}};
+                     {"subln_w", m.gamma, (size_t)(2 * d)}, {"lambda", &m.a.arch.lambda, 1}}};
     fd_run(&p, seed + 100);
     at_free(&m);
 }
@@ -558,8 +558,8 @@ TEST(kernel_attention_diff_fd) {
  * combined matrix (A1 − λA2) applied to v, then the RMSNorm of the formula. */
 static void naive_attention(const at_ctx *m, real *out) {
     const dtx_attn_dims *a = &m->a;
-    int64_t B = a->B, T = a->T, H = a->n_heads, G = a->n_kv_heads, d = a->head_dim;
-    int64_t br = a->diff ? 2 : 1, vw = br * d; /* branches per head, value width */
+    int64_t B = a->geom.B, T = a->geom.T, H = a->geom.n_heads, G = a->geom.n_kv_heads, d = a->geom.head_dim;
+    int64_t br = a->arch.diff ? 2 : 1, vw = br * d; /* branches per head, value width */
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
             int64_t g = h / (H / G);
@@ -578,14 +578,14 @@ static void naive_attention(const at_ctx *m, real *out) {
                     for (int64_t s = 0; s <= t; s++) sum += exp(z[s] - mx);
                     for (int64_t s = 0; s <= t; s++) A[i][s] = exp(z[s] - mx) / sum;
                 }
-                double lam = a->diff ? a->lambda : 0;
+                double lam = a->arch.diff ? a->arch.lambda : 0;
                 for (int64_t c = 0; c < vw; c++)
                     for (int64_t s = 0; s <= t; s++)
                         O[c] += (A[0][s] - lam * A[1][s]) * m->v[(b * T + s) * G * vw + g * vw + c];
                 double ms = 0;
                 for (int64_t c = 0; c < vw; c++) ms += O[c] * O[c] / vw;
                 for (int64_t c = 0; c < vw; c++) {
-                    double y = a->diff ? (1 - a->lambda_init) * m->gamma[c] * O[c] / sqrt(ms + a->eps) : O[c];
+                    double y = a->arch.diff ? (1 - a->arch.lambda_init) * m->gamma[c] * O[c] / sqrt(ms + a->arch.eps) : O[c];
                     out[(b * T + t) * H * vw + h * vw + c] = y;
                 }
             }
@@ -603,7 +603,7 @@ TEST(kernel_attention_matches_naive) {
         CHECKF(rel_err(m.out, ref, m.no, 1, 1e-30) < 1e-13, "diff=%d: %.3g", diff,
                rel_err(m.out, ref, m.no, 1, 1e-30));
         /* att rows: probabilities over s ≤ t, exact zeros above the diagonal */
-        int64_t T = m.a.T, rows = (int64_t)dtx_attention_att_size(&m.a) / T;
+        int64_t T = m.a.geom.T, rows = (int64_t)dtx_attention_att_size(&m.a) / T;
         for (int64_t row = 0; row < rows; row++) {
             int64_t t = row % T;
             double sum = 0;
@@ -629,20 +629,20 @@ TEST(kernel_attention_causal) {
     dtx_rng_seed(&r, 42);
     for (int diff = 0; diff <= 1; diff++) {
         at_ctx m = at_make(&r, diff, 2, 7, 4, 2, 4, 0.6, 0.2);
-        int64_t T = m.a.T, t0 = 3, ow = (int64_t)m.no / (m.a.B * T);
+        int64_t T = m.a.geom.T, t0 = 3, ow = (int64_t)m.no / (m.a.geom.B * T);
         at_forward(&m);
         real *before = dup_r(m.out, m.no);
         real *xs[3] = {m.q, m.k, m.v};
         size_t ns[3] = {m.nq, m.nk, m.nv};
         for (int i = 0; i < 3; i++) {
-            int64_t w = (int64_t)ns[i] / (m.a.B * T);
-            for (int64_t b = 0; b < m.a.B; b++)
+            int64_t w = (int64_t)ns[i] / (m.a.geom.B * T);
+            for (int64_t b = 0; b < m.a.geom.B; b++)
                 for (int64_t t = t0 + 1; t < T; t++)
                     for (int64_t c = 0; c < w; c++) xs[i][(b * T + t) * w + c] += dtx_rng_normal(&r);
         }
         at_forward(&m);
         int changed_late = 0;
-        for (int64_t b = 0; b < m.a.B; b++)
+        for (int64_t b = 0; b < m.a.geom.B; b++)
             for (int64_t t = 0; t < T; t++)
                 for (int64_t c = 0; c < ow; c++) {
                     int64_t i = (b * T + t) * ow + c;
@@ -660,7 +660,7 @@ TEST(kernel_attention_diff_q2_zero_uniform) {
     dtx_rng r;
     dtx_rng_seed(&r, 43);
     at_ctx m = at_make(&r, 1, 2, 5, 4, 2, 4, 0.8, 0.2);
-    int64_t B = m.a.B, T = m.a.T, H = m.a.n_heads, d = m.a.head_dim;
+    int64_t B = m.a.geom.B, T = m.a.geom.T, H = m.a.geom.n_heads, d = m.a.geom.head_dim;
     for (int64_t bt = 0; bt < B * T; bt++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t c = 0; c < d; c++) m.q[bt * 2 * H * d + (2 * h + 1) * d + c] = 0;

@@ -77,8 +77,8 @@ TEST(kernel_f32_diff_attention_accuracy) {
     dtx_rng r;
     dtx_rng_seed(&r, 63);
     int64_t B = 1, T = 256, H = 2, G = 1, d = 32, w = 2 * d;
-    dtx_attn_dims a = {.impl = DTX_ATTN_PLAIN, .B = B, .T = T, .n_heads = H, .n_kv_heads = G, .head_dim = d,
-                       .diff = 1, .lambda = 0.95, .lambda_init = 0.8, .eps = 1e-5};
+    dtx_attn_dims a = {.run.impl = DTX_ATTN_PLAIN, .geom.B = B, .geom.T = T, .geom.n_heads = H, .geom.n_kv_heads = G, .geom.head_dim = d,
+                       .arch.diff = 1, .arch.subln = 1, .arch.lambda = 0.95, .arch.lambda_init = 0.8, .arch.eps = 1e-5};
     real *q = randn_f(&r, (size_t)(T * 2 * H * d), 0, 1), *k = randn_f(&r, (size_t)(T * 2 * G * d), 0, 1);
     real *v = randn_f(&r, (size_t)(T * G * w), 0, 1), *gamma = randn_f(&r, (size_t)w, 1, 0.1);
     real *out = calloc((size_t)(T * H * w), sizeof(real));
@@ -106,11 +106,11 @@ TEST(kernel_f32_diff_attention_accuracy) {
             }
             double O[64] = {0}, ms = 0;
             for (int64_t c = 0; c < w; c++) {
-                for (int64_t u = 0; u <= t; u++) O[c] += (A[u] - a.lambda * A[T + u]) * v[u * G * w + g * w + c];
+                for (int64_t u = 0; u <= t; u++) O[c] += (A[u] - a.arch.lambda * A[T + u]) * v[u * G * w + g * w + c];
                 ms += O[c] * O[c] / w;
             }
             for (int64_t c = 0; c < w; c++)
-                ref[t * H * w + h * w + c] = (1 - a.lambda_init) * gamma[c] * O[c] / sqrt(ms + a.eps);
+                ref[t * H * w + h * w + c] = (1 - a.arch.lambda_init) * gamma[c] * O[c] / sqrt(ms + a.arch.eps);
         }
     }
     double e = err_vs(out, ref, (size_t)(T * H * w));

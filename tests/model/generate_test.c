@@ -281,10 +281,10 @@ TEST(generate_attention_decode_matches_forward_last_row) {
     enum { LEN = 700 };
     for (int diff = 0; diff < 2; diff++)
         for (int gqa = 0; gqa < 2; gqa++) {
-            dtx_attn_dims a = {.impl = DTX_ATTN_PLAIN, .B = 1, .T = LEN, .n_heads = diff ? 4 : 8,
-                               .n_kv_heads = gqa ? 2 : (diff ? 4 : 8), .head_dim = 16, .diff = diff,
-                               .lambda = 0.37, .lambda_init = 0.2, .eps = 1e-5};
-            int64_t NQ = (diff ? 2 : 1) * a.n_heads, D = NQ * 16, KV = (diff ? 2 : 1) * a.n_kv_heads * 16;
+            dtx_attn_dims a = {.run.impl = DTX_ATTN_PLAIN, .geom.B = 1, .geom.T = LEN, .geom.n_heads = diff ? 4 : 8,
+                               .geom.n_kv_heads = gqa ? 2 : (diff ? 4 : 8), .geom.head_dim = 16, .arch.diff = diff, .arch.subln = diff,
+                               .arch.lambda = 0.37, .arch.lambda_init = 0.2, .arch.eps = 1e-5};
+            int64_t NQ = (diff ? 2 : 1) * a.geom.n_heads, D = NQ * 16, KV = (diff ? 2 : 1) * a.geom.n_kv_heads * 16;
             real *q = malloc((size_t)(LEN * D) * sizeof(real)), *k = malloc((size_t)(LEN * KV) * sizeof(real));
             real *v = malloc((size_t)(LEN * KV) * sizeof(real)), *ref = malloc((size_t)(LEN * D) * sizeof(real));
             real *att = malloc(dtx_attention_att_size(&a) * sizeof(real));
