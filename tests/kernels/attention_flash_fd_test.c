@@ -63,14 +63,14 @@ typedef struct {
     dtx_attn_saved s;
 } fa_ctx;
 
-static fa_ctx fa_make(uint64_t seed, dtx_attn_impl impl, int diff, int64_t B, int64_t T, int64_t H, int64_t G,
+static fa_ctx fa_make(uint64_t seed, dtx_attn_impl impl, int diff, int subln, int64_t B, int64_t T, int64_t H, int64_t G,
                       int64_t d, double lambda, double lambda_init) {
     dtx_rng r;
     dtx_rng_seed(&r, seed);
     fa_ctx m;
     memset(&m, 0, sizeof m);
     m.a = (dtx_attn_dims){.run.impl = impl, .geom.B = B, .geom.T = T, .geom.n_heads = H, .geom.n_kv_heads = G, .geom.head_dim = d,
-                          .arch.diff = diff, .arch.subln = diff, .arch.lambda = lambda, .arch.lambda_init = lambda_init, .arch.eps = 1e-5};
+                          .arch.diff = diff, .arch.subln = subln, .arch.lambda = lambda, .arch.lambda_init = lambda_init, .arch.eps = 1e-5};
     int64_t sub = diff ? 2 : 1;
     m.nq = (size_t)(B * T * sub * H * d), m.nk = (size_t)(B * T * sub * G * d);
     m.nv = (size_t)(B * T * G * sub * d), m.no = (size_t)(B * T * H * sub * d);
@@ -79,7 +79,7 @@ static fa_ctx fa_make(uint64_t seed, dtx_attn_impl impl, int diff, int64_t B, in
     m.out = alloc_r(m.no), m.R = randn(&r, m.no, 0, 1);
     m.s.att = impl == DTX_ATTN_PLAIN ? alloc_r(dtx_attention_att_size(&m.a)) : NULL;
     m.s.lse = impl == DTX_ATTN_FLASH ? calloc(dtx_attention_lse_size(&m.a), sizeof(float)) : NULL;
-    m.s.o1 = alloc_r(dtx_attention_o_size(&m.a)), m.s.o2 = alloc_r(dtx_attention_o_size(&m.a));
+    m.s.o1 = alloc_r(dtx_attention_o_size(&m.a)), m.s.o2 = alloc_r(dtx_attention_o2_size(&m.a));
     m.s.rstd = alloc_r(dtx_attention_rstd_size(&m.a));
     m.s.work = impl == DTX_ATTN_FLASH ? dtx_alloc(dtx_attention_flash_workspace_size(&m.a) + 1, sizeof(real)) : NULL;
     return m;
@@ -95,10 +95,11 @@ static double fa_loss(fa_ctx *m) {
     return dot_all(m->out, m->R, m->no);
 }
 
-/* Forward then backward, adding into g = {dq, dk, dv, dγ, dλ}. */
+/* Forward then backward, adding into g = {dq, dk, dv, then dγ (subln), then dλ (DIFF)}. */
 static void fa_backward(fa_ctx *m, real *const *g) {
     fa_loss(m);
-    dtx_attention_backward(&m->a, g[0], g[1], g[2], m->a.arch.diff ? g[3] : NULL, m->a.arch.diff ? g[4] : NULL, m->R, m->out,
+    int sl = m->a.arch.subln;
+    dtx_attention_backward(&m->a, g[0], g[1], g[2], sl ? g[3] : NULL, m->a.arch.diff ? g[3 + sl] : NULL, m->R, m->out,
                            &m->s, m->q, m->k, m->v, m->gamma);
 }
 
@@ -116,16 +117,19 @@ static double central_diff(fa_ctx *m, real *x) {
 
 /* ------------------------------------------------------------ the check */
 
-static void flash_fd_case(int diff, int64_t T, int64_t H, int64_t G, int64_t d, double lam, double lam_init,
-                          uint64_t seed) {
-    fa_ctx m = fa_make(seed, DTX_ATTN_FLASH, diff, 2, T, H, G, d, lam, lam_init);
+static void flash_fd_variant(int diff, int subln, int64_t T, int64_t H, int64_t G, int64_t d, double lam,
+                             double lam_init, uint64_t seed) {
+    fa_ctx m = fa_make(seed, DTX_ATTN_FLASH, diff, subln, 2, T, H, G, d, lam, lam_init);
     char name[80];
-    snprintf(name, sizeof name, "flash %s T%lld H%lld G%lld d%lld", diff ? "diff" : "tfm", (long long)T,
-             (long long)H, (long long)G, (long long)d);
-    const char *in_names[5] = {"q", "k", "v", "subln_w", "lambda"};
-    real *in_x[5] = {m.q, m.k, m.v, m.gamma, &m.a.arch.lambda};
-    size_t in_n[5] = {m.nq, m.nk, m.nv, (size_t)(2 * d), 1};
-    int n_in = diff ? 5 : 3;
+    snprintf(name, sizeof name, "flash %s%s T%lld H%lld G%lld d%lld", diff ? "diff" : "tfm",
+             subln == diff ? "" : subln ? " +subln" : " -subln", (long long)T, (long long)H, (long long)G,
+             (long long)d);
+    const char *in_names[5] = {"q", "k", "v"};
+    real *in_x[5] = {m.q, m.k, m.v};
+    size_t in_n[5] = {m.nq, m.nk, m.nv};
+    int n_in = 3;
+    if (subln) in_names[n_in] = "subln_w", in_x[n_in] = m.gamma, in_n[n_in++] = (size_t)((diff ? 2 : 1) * d);
+    if (diff) in_names[n_in] = "lambda", in_x[n_in] = &m.a.arch.lambda, in_n[n_in++] = 1;
     dtx_rng rng;
     dtx_rng_seed(&rng, seed + 1000);
     real *g[5], *acc[5], *pre[5];
@@ -170,6 +174,20 @@ static void flash_fd_case(int diff, int64_t T, int64_t H, int64_t G, int64_t d, 
     fa_free(&m);
 }
 
+static void flash_fd_case(int diff, int64_t T, int64_t H, int64_t G, int64_t d, double lam, double lam_init,
+                          uint64_t seed) {
+    flash_fd_variant(diff, diff, T, H, G, d, lam, lam_init, seed);
+}
+
+/* Table 6's variants through the flash kernel: DIFF without the per-head
+ * norm, the Transformer with one. */
+TEST(kernel_flash_fd_variants) {
+    flash_fd_variant(1, 0, 21, 2, 2, 4, 0.37, 0.2, 35);  /* DIFF − subln, MHA */
+    flash_fd_variant(1, 0, 13, 4, 2, 8, 0.9, 0.5, 36);   /* DIFF − subln, GQA */
+    flash_fd_variant(0, 1, 21, 2, 2, 4, 0, 0, 25);       /* Transformer + subln, MHA */
+    flash_fd_variant(0, 1, 19, 4, 2, 8, 0, 0, 26);       /* Transformer + subln, GQA */
+}
+
 TEST(kernel_flash_fd_transformer) {
     REQUIRE(dtx_tile_isa() == DTX_ISA_PORTABLE); /* the double build always takes the portable path */
     flash_fd_case(0, 21, 2, 2, 4, 0, 0, 21); /* MHA, 3 query × 6 key tiles */
@@ -194,20 +212,21 @@ TEST(kernel_flash_fd_other_tiles) {
 
 /* Flash and plain in double agree to rounding, forward and backward. */
 TEST(kernel_flash_fd_matches_plain) {
-    for (int diff = 0; diff <= 1; diff++) {
-        fa_ctx f = fa_make(50 + (uint64_t)diff, DTX_ATTN_FLASH, diff, 2, 37, 4, 2, 8, 0.7, 0.5);
-        fa_ctx p = fa_make(50 + (uint64_t)diff, DTX_ATTN_PLAIN, diff, 2, 37, 4, 2, 8, 0.7, 0.5);
-        size_t n[5] = {f.nq, f.nk, f.nv, 16, 1};
+    for (int variant = 0; variant < 4; variant++) { /* diff, subln: each default, then the other */
+        int diff = variant % 2, subln = variant < 2 ? diff : !diff, sl = subln;
+        fa_ctx f = fa_make(50 + (uint64_t)variant, DTX_ATTN_FLASH, diff, subln, 2, 37, 4, 2, 8, 0.7, 0.5);
+        fa_ctx p = fa_make(50 + (uint64_t)variant, DTX_ATTN_PLAIN, diff, subln, 2, 37, 4, 2, 8, 0.7, 0.5);
+        size_t n[5] = {f.nq, f.nk, f.nv, sl ? (size_t)((diff ? 2 : 1) * 8) : 1, 1};
         real *gf[5], *gp[5];
         for (int i = 0; i < 5; i++) gf[i] = alloc_r(n[i]), gp[i] = alloc_r(n[i]);
         fa_backward(&f, gf);
         fa_backward(&p, gp);
         double e = rel_err(f.out, p.out, f.no, 1, 1e-300);
-        CHECKF(e < 1e-13, "%s forward rel err %.3g", diff ? "diff" : "tfm", e);
-        for (int i = 0; i < (diff ? 5 : 3); i++) {
+        CHECKF(e < 1e-13, "diff %d subln %d forward rel err %.3g", diff, sl, e);
+        for (int i = 0; i < 3 + sl + diff; i++) {
             e = rel_err(gf[i], gp[i], n[i], 1, 1e-300);
-            CHECKF(e < PLAIN_TOL, "%s grad %d rel err %.3g", diff ? "diff" : "tfm", i, e);
-            if (verbose()) printf("    flash vs plain %s grad %d rel err %.2e\n", diff ? "diff" : "tfm", i, e);
+            CHECKF(e < PLAIN_TOL, "diff %d subln %d grad %d rel err %.3g", diff, sl, i, e);
+            if (verbose()) printf("    flash vs plain diff %d subln %d grad %d rel err %.2e\n", diff, sl, i, e);
         }
         for (int i = 0; i < 5; i++) free(gf[i]), free(gp[i]);
         fa_free(&f), fa_free(&p);

@@ -481,12 +481,13 @@ typedef struct {
     dtx_attn_saved s;
 } at_ctx;
 
-static at_ctx at_make(dtx_rng *r, int diff, int64_t B, int64_t T, int64_t H, int64_t G, int64_t d,
+/* subln: the per-head norm (DIFF's default 1, the Transformer's 0). */
+static at_ctx at_make(dtx_rng *r, int diff, int subln, int64_t B, int64_t T, int64_t H, int64_t G, int64_t d,
                       double lambda, double lambda_init) {
     at_ctx m;
     memset(&m, 0, sizeof m);
     m.a = (dtx_attn_dims){.run.impl = DTX_ATTN_PLAIN, .geom.B = B, .geom.T = T, .geom.n_heads = H, .geom.n_kv_heads = G, .geom.head_dim = d,
-                          .arch.diff = diff, .arch.subln = diff, .arch.lambda = lambda, .arch.lambda_init = lambda_init, .arch.eps = 1e-5};
+                          .arch.diff = diff, .arch.subln = subln, .arch.lambda = lambda, .arch.lambda_init = lambda_init, .arch.eps = 1e-5};
     int64_t sub = diff ? 2 : 1;
     m.nq = (size_t)(B * T * sub * H * d);
     m.nk = (size_t)(B * T * sub * G * d);
@@ -500,7 +501,7 @@ static at_ctx at_make(dtx_rng *r, int diff, int64_t B, int64_t T, int64_t H, int
     m.R = randn(r, m.no, 0, 1);
     m.s.att = alloc_r(dtx_attention_att_size(&m.a));
     m.s.o1 = alloc_r(dtx_attention_o_size(&m.a));
-    m.s.o2 = alloc_r(dtx_attention_o_size(&m.a));
+    m.s.o2 = alloc_r(dtx_attention_o2_size(&m.a));
     m.s.rstd = alloc_r(dtx_attention_rstd_size(&m.a));
     return m;
 }
@@ -521,23 +522,31 @@ static double at_loss(void *c) {
 static void at_backward(void *c, real *const *g) {
     at_ctx *m = c;
     at_forward(m);
-    dtx_attention_backward(&m->a, g[0], g[1], g[2], m->a.arch.diff ? g[3] : NULL, m->a.arch.diff ? g[4] : NULL,
-                           m->R, m->out, &m->s, m->q, m->k, m->v, m->gamma);
+    /* g = {dq, dk, dv, then dγ (subln), then dλ (DIFF)} */
+    int sl = m->a.arch.subln;
+    dtx_attention_backward(&m->a, g[0], g[1], g[2], sl ? g[3] : NULL, m->a.arch.diff ? g[3 + sl] : NULL, m->R, m->out,
+                           &m->s, m->q, m->k, m->v, m->gamma);
 }
 
-static void attention_fd_case(int diff, int64_t T, int64_t H, int64_t G, int64_t d, double lam,
-                              double lam_init, uint64_t seed) {
+static void attention_fd_variant(int diff, int subln, int64_t T, int64_t H, int64_t G, int64_t d, double lam,
+                                 double lam_init, uint64_t seed) {
     dtx_rng r;
     dtx_rng_seed(&r, seed);
-    at_ctx m = at_make(&r, diff, 2, T, H, G, d, lam, lam_init);
+    at_ctx m = at_make(&r, diff, subln, 2, T, H, G, d, lam, lam_init);
     char name[64];
-    snprintf(name, sizeof name, "attn %s T%lld H%lld G%lld d%lld", diff ? "diff" : "tfm", (long long)T,
-             (long long)H, (long long)G, (long long)d);
-    fd_problem p = {name, at_loss, at_backward, &m, diff ? 5 : 3,
-                    {{"q", m.q, m.nq}, {"k", m.k, m.nk}, {"v", m.v, m.nv},
-                     {"subln_w", m.gamma, (size_t)(2 * d)}, {"lambda", &m.a.arch.lambda, 1}}};
+    snprintf(name, sizeof name, "attn %s%s T%lld H%lld G%lld d%lld", diff ? "diff" : "tfm",
+             subln == diff ? "" : subln ? " +subln" : " -subln", (long long)T, (long long)H, (long long)G,
+             (long long)d);
+    fd_problem p = {name, at_loss, at_backward, &m, 3, {{"q", m.q, m.nq}, {"k", m.k, m.nk}, {"v", m.v, m.nv}}};
+    if (subln) p.in[p.n_in++] = (fd_input){"subln_w", m.gamma, (size_t)((diff ? 2 : 1) * d)};
+    if (diff) p.in[p.n_in++] = (fd_input){"lambda", &m.a.arch.lambda, 1};
     fd_run(&p, seed + 100);
     at_free(&m);
+}
+
+static void attention_fd_case(int diff, int64_t T, int64_t H, int64_t G, int64_t d, double lam, double lam_init,
+                              uint64_t seed) {
+    attention_fd_variant(diff, diff, T, H, G, d, lam, lam_init, seed);
 }
 
 TEST(kernel_attention_transformer_fd) {
@@ -552,6 +561,15 @@ TEST(kernel_attention_diff_fd) {
     attention_fd_case(1, 5, 4, 2, 8, 0.9, 0.7456, 32);   /* GQA n_rep 2 */
     attention_fd_case(1, 5, 2, 1, 4, -0.2, 0.5561, 33);  /* n_kv 1, negative λ */
     attention_fd_case(1, 7, 3, 3, 8, 1.2, 0.7597, 34);   /* MHA, λ > 1 */
+}
+
+/* Table 6's variants: DIFF without the per-head norm (the scale stays), the
+ * Transformer with one (no scale). */
+TEST(kernel_attention_variants_fd) {
+    attention_fd_variant(1, 0, 7, 2, 2, 4, 0.37, 0.2, 35);  /* DIFF − subln, MHA */
+    attention_fd_variant(1, 0, 5, 4, 2, 8, 0.9, 0.8, 36);   /* DIFF − subln, GQA, λ_init 0.8 */
+    attention_fd_variant(0, 1, 5, 2, 2, 4, 0, 0, 25);       /* Transformer + subln, MHA */
+    attention_fd_variant(0, 1, 7, 4, 2, 8, 0, 0, 26);       /* Transformer + subln, GQA */
 }
 
 /* Written independently of the kernel: per (b, h, t) the two score rows, the
@@ -582,10 +600,10 @@ static void naive_attention(const at_ctx *m, real *out) {
                 for (int64_t c = 0; c < vw; c++)
                     for (int64_t s = 0; s <= t; s++)
                         O[c] += (A[0][s] - lam * A[1][s]) * m->v[(b * T + s) * G * vw + g * vw + c];
-                double ms = 0;
+                double ms = 0, sc = a->arch.diff ? 1 - a->arch.lambda_init : 1; /* scale: DIFF only */
                 for (int64_t c = 0; c < vw; c++) ms += O[c] * O[c] / vw;
                 for (int64_t c = 0; c < vw; c++) {
-                    double y = a->arch.diff ? (1 - a->arch.lambda_init) * m->gamma[c] * O[c] / sqrt(ms + a->arch.eps) : O[c];
+                    double y = a->arch.subln ? sc * m->gamma[c] * O[c] / sqrt(ms + a->arch.eps) : sc * O[c];
                     out[(b * T + t) * H * vw + h * vw + c] = y;
                 }
             }
@@ -595,12 +613,13 @@ static void naive_attention(const at_ctx *m, real *out) {
 TEST(kernel_attention_matches_naive) {
     dtx_rng r;
     dtx_rng_seed(&r, 41);
-    for (int diff = 0; diff <= 1; diff++) {
-        at_ctx m = at_make(&r, diff, 2, 7, 6, 2, 8, 0.55, 0.3); /* GQA, n_rep 3 */
+    for (int variant = 0; variant < 4; variant++) { /* diff, subln: each default, then the other */
+        int diff = variant % 2, subln = variant < 2 ? diff : !diff;
+        at_ctx m = at_make(&r, diff, subln, 2, 7, 6, 2, 8, 0.55, 0.3); /* GQA, n_rep 3 */
         real *ref = alloc_r(m.no);
         at_forward(&m);
         naive_attention(&m, ref);
-        CHECKF(rel_err(m.out, ref, m.no, 1, 1e-30) < 1e-13, "diff=%d: %.3g", diff,
+        CHECKF(rel_err(m.out, ref, m.no, 1, 1e-30) < 1e-13, "diff=%d subln=%d: %.3g", diff, subln,
                rel_err(m.out, ref, m.no, 1, 1e-30));
         /* att rows: probabilities over s ≤ t, exact zeros above the diagonal */
         int64_t T = m.a.geom.T, rows = (int64_t)dtx_attention_att_size(&m.a) / T;
@@ -628,7 +647,7 @@ TEST(kernel_attention_causal) {
     dtx_rng r;
     dtx_rng_seed(&r, 42);
     for (int diff = 0; diff <= 1; diff++) {
-        at_ctx m = at_make(&r, diff, 2, 7, 4, 2, 4, 0.6, 0.2);
+        at_ctx m = at_make(&r, diff, diff, 2, 7, 4, 2, 4, 0.6, 0.2);
         int64_t T = m.a.geom.T, t0 = 3, ow = (int64_t)m.no / (m.a.geom.B * T);
         at_forward(&m);
         real *before = dup_r(m.out, m.no);
@@ -659,7 +678,7 @@ TEST(kernel_attention_causal) {
 TEST(kernel_attention_diff_q2_zero_uniform) {
     dtx_rng r;
     dtx_rng_seed(&r, 43);
-    at_ctx m = at_make(&r, 1, 2, 5, 4, 2, 4, 0.8, 0.2);
+    at_ctx m = at_make(&r, 1, 1, 2, 5, 4, 2, 4, 0.8, 0.2);
     int64_t B = m.a.geom.B, T = m.a.geom.T, H = m.a.geom.n_heads, d = m.a.geom.head_dim;
     for (int64_t bt = 0; bt < B * T; bt++)
         for (int64_t h = 0; h < H; h++)
@@ -687,8 +706,8 @@ static void gqa_mapping_case(int diff) {
     dtx_rng r;
     dtx_rng_seed(&r, 44 + diff);
     int64_t B = 2, T = 5, H = 3, d = 4, sub = diff ? 2 : 1, kw = sub * d;
-    at_ctx one = at_make(&r, diff, B, T, H, 1, d, 0.4, 0.3);
-    at_ctx all = at_make(&r, diff, B, T, H, H, d, 0.4, 0.3);
+    at_ctx one = at_make(&r, diff, diff, B, T, H, 1, d, 0.4, 0.3);
+    at_ctx all = at_make(&r, diff, diff, B, T, H, H, d, 0.4, 0.3);
     memcpy(all.q, one.q, one.nq * sizeof(real));
     memcpy(all.gamma, one.gamma, (size_t)(2 * d) * sizeof(real));
     memcpy(all.R, one.R, one.no * sizeof(real));
@@ -733,7 +752,7 @@ TEST(kernel_thread_count_invariant) {
     dtx_rng r;
     dtx_rng_seed(&r, 51);
     int saved = omp_get_max_threads();
-    at_ctx m = at_make(&r, 1, 3, 9, 4, 2, 8, 0.7, 0.3);
+    at_ctx m = at_make(&r, 1, 1, 3, 9, 4, 2, 8, 0.7, 0.3);
     mm_ctx mm = mm_make(&r, 90, 70, 80);
     real *res[2][6];
     double dl[2], ce[2];

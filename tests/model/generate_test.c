@@ -19,6 +19,11 @@
 
 enum { VOCAB = 61, MAXLEN = 32 };
 
+/* Table 6 variant of the models below: 0 the default, 1 the other subln
+ * (DIFF without, the Transformer with), 2 a constant lambda_init of 0.5
+ * (DIFF; the default for the Transformer). */
+static int test_variant;
+
 static dtx_config small_config(dtx_arch arch, int gqa, int tie) {
     dtx_config c = dtx_config_default();
     c.arch = arch;
@@ -30,6 +35,8 @@ static dtx_config small_config(dtx_arch arch, int gqa, int tie) {
     c.ffn_dim = 96;
     c.max_seq_len = MAXLEN;
     c.tie_embeddings = tie;
+    if (test_variant == 1) c.subln = arch == DTX_ARCH_DIFF ? DTX_SUBLN_NONE : DTX_SUBLN_RMS;
+    if (test_variant == 2 && arch == DTX_ARCH_DIFF) c.lambda_init_fixed = 1, c.lambda_init_value = 0.5;
     return c;
 }
 
@@ -155,6 +162,20 @@ TEST(generate_cached_logits_match_full_forward) {
     printf("    worst cached-vs-full logit error (fp32): %.2e\n", worst_all);
 }
 
+/* The same for Table 6's variants: the cache's decode kernel and prefill
+ * apply each variant's epilogue as the full forward does. */
+TEST(generate_cached_logits_match_full_forward_variants) {
+    for (test_variant = 1; test_variant <= 2; test_variant++)
+        for (int arch = 0; arch < 2; arch++) {
+            if (test_variant == 2 && arch == DTX_ARCH_TRANSFORMER) continue;
+            for (int gqa = 0; gqa < 2; gqa++) {
+                check_against_forward((dtx_arch)arch, gqa, gqa, DTX_PREC_FP32, 9, 1, 1e-5);
+                check_against_forward((dtx_arch)arch, gqa, gqa, DTX_PREC_FP32, 1, 0, 1e-5);
+            }
+        }
+    test_variant = 0;
+}
+
 /* bf16 products: the cache and the full forward (plain attention, see
  * check_against_forward) round the same operands (weights, and activations
  * that agree to fp32 rounding, which the rounding to bf16 mostly absorbs),
@@ -276,44 +297,44 @@ TEST(generate_dtx_sample_greedy_matches_recomputation) {
 /* The decode kernel on a long cache (the multi-threaded path): one query
  * row over len cached rows equals the last row of the plain (materialised)
  * attention forward over the same len rows, and gives the same bits with one
- * thread and with several. */
+ * thread and with several; with and without the per-head norm. */
 TEST(generate_attention_decode_matches_forward_last_row) {
     enum { LEN = 700 };
-    for (int diff = 0; diff < 2; diff++)
-        for (int gqa = 0; gqa < 2; gqa++) {
-            dtx_attn_dims a = {.run.impl = DTX_ATTN_PLAIN, .geom.B = 1, .geom.T = LEN, .geom.n_heads = diff ? 4 : 8,
-                               .geom.n_kv_heads = gqa ? 2 : (diff ? 4 : 8), .geom.head_dim = 16, .arch.diff = diff, .arch.subln = diff,
-                               .arch.lambda = 0.37, .arch.lambda_init = 0.2, .arch.eps = 1e-5};
-            int64_t NQ = (diff ? 2 : 1) * a.geom.n_heads, D = NQ * 16, KV = (diff ? 2 : 1) * a.geom.n_kv_heads * 16;
-            real *q = malloc((size_t)(LEN * D) * sizeof(real)), *k = malloc((size_t)(LEN * KV) * sizeof(real));
-            real *v = malloc((size_t)(LEN * KV) * sizeof(real)), *ref = malloc((size_t)(LEN * D) * sizeof(real));
-            real *att = malloc(dtx_attention_att_size(&a) * sizeof(real));
-            real *o1 = malloc((dtx_attention_o_size(&a) + 1) * sizeof(real));
-            real *o2 = malloc((dtx_attention_o_size(&a) + 1) * sizeof(real));
-            real *rs = malloc((dtx_attention_rstd_size(&a) + 1) * sizeof(real));
-            real *scratch = malloc(dtx_attention_decode_scratch_size(&a, LEN) * sizeof(real));
-            real gamma[32], out1[128], out2[128];
-            REQUIRE(q && k && v && ref && att && o1 && o2 && rs && scratch);
-            dtx_rng r;
-            dtx_rng_seed(&r, 40 + (uint64_t)(2 * diff + gqa));
-            for (int64_t i = 0; i < LEN * D; i++) q[i] = (real)dtx_rng_normal(&r);
-            for (int64_t i = 0; i < LEN * KV; i++) k[i] = (real)dtx_rng_normal(&r), v[i] = (real)dtx_rng_normal(&r);
-            for (int i = 0; i < 32; i++) gamma[i] = (real)(1 + 0.3 * dtx_rng_normal(&r));
-            dtx_attn_saved sv = {.att = att, .o1 = o1, .o2 = o2, .rstd = rs};
-            dtx_attention_forward(&a, ref, &sv, q, k, v, gamma);
-            const real *qlast = q + (LEN - 1) * D;
-            int threads = omp_get_max_threads();
-            omp_set_num_threads(1);
-            dtx_attention_decode(&a, out1, qlast, k, v, LEN, gamma, scratch);
-            omp_set_num_threads(threads > 1 ? threads : 2);
-            dtx_attention_decode(&a, out2, qlast, k, v, LEN, gamma, scratch);
-            omp_set_num_threads(threads);
-            double e = rel_err_f(out2, ref + (LEN - 1) * D, (size_t)D);
-            CHECKF(e <= 1e-5, "diff %d gqa %d: %.3g", diff, gqa, e);
-            CHECKF(memcmp(out1, out2, (size_t)D * sizeof(real)) == 0, "diff %d gqa %d: thread count changes the bits",
-                   diff, gqa);
-            free(q), free(k), free(v), free(ref), free(att), free(o1), free(o2), free(rs), free(scratch);
-        }
+    for (int variant = 0; variant < 8; variant++) {
+        int diff = variant & 1, gqa = (variant >> 1) & 1, sl = variant >> 2 ? !diff : diff;
+        dtx_attn_dims a = {.run.impl = DTX_ATTN_PLAIN, .geom.B = 1, .geom.T = LEN, .geom.n_heads = diff ? 4 : 8,
+                           .geom.n_kv_heads = gqa ? 2 : (diff ? 4 : 8), .geom.head_dim = 16, .arch.diff = diff, .arch.subln = sl,
+                           .arch.lambda = 0.37, .arch.lambda_init = 0.2, .arch.eps = 1e-5};
+        int64_t NQ = (diff ? 2 : 1) * a.geom.n_heads, D = NQ * 16, KV = (diff ? 2 : 1) * a.geom.n_kv_heads * 16;
+        real *q = malloc((size_t)(LEN * D) * sizeof(real)), *k = malloc((size_t)(LEN * KV) * sizeof(real));
+        real *v = malloc((size_t)(LEN * KV) * sizeof(real)), *ref = malloc((size_t)(LEN * D) * sizeof(real));
+        real *att = malloc(dtx_attention_att_size(&a) * sizeof(real));
+        real *o1 = malloc((dtx_attention_o_size(&a) + 1) * sizeof(real));
+        real *o2 = malloc((dtx_attention_o_size(&a) + 1) * sizeof(real));
+        real *rs = malloc((dtx_attention_rstd_size(&a) + 1) * sizeof(real));
+        real *scratch = malloc(dtx_attention_decode_scratch_size(&a, LEN) * sizeof(real));
+        real gamma[32], out1[128], out2[128];
+        REQUIRE(q && k && v && ref && att && o1 && o2 && rs && scratch);
+        dtx_rng r;
+        dtx_rng_seed(&r, 40 + (uint64_t)(2 * diff + gqa));
+        for (int64_t i = 0; i < LEN * D; i++) q[i] = (real)dtx_rng_normal(&r);
+        for (int64_t i = 0; i < LEN * KV; i++) k[i] = (real)dtx_rng_normal(&r), v[i] = (real)dtx_rng_normal(&r);
+        for (int i = 0; i < 32; i++) gamma[i] = (real)(1 + 0.3 * dtx_rng_normal(&r));
+        dtx_attn_saved sv = {.att = att, .o1 = o1, .o2 = o2, .rstd = rs};
+        dtx_attention_forward(&a, ref, &sv, q, k, v, gamma);
+        const real *qlast = q + (LEN - 1) * D;
+        int threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        dtx_attention_decode(&a, out1, qlast, k, v, LEN, gamma, scratch);
+        omp_set_num_threads(threads > 1 ? threads : 2);
+        dtx_attention_decode(&a, out2, qlast, k, v, LEN, gamma, scratch);
+        omp_set_num_threads(threads);
+        double e = rel_err_f(out2, ref + (LEN - 1) * D, (size_t)D);
+        CHECKF(e <= 1e-5, "diff %d gqa %d subln %d: %.3g", diff, gqa, sl, e);
+        CHECKF(memcmp(out1, out2, (size_t)D * sizeof(real)) == 0,
+               "diff %d gqa %d subln %d: thread count changes the bits", diff, gqa, sl);
+        free(q), free(k), free(v), free(ref), free(att), free(o1), free(o2), free(rs), free(scratch);
+    }
 }
 
 /* A model large enough that the decode step's products and attention run
