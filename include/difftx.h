@@ -46,6 +46,11 @@ typedef enum {
     DTX_ERR_NOMEM,   /* an allocation failed                                  */
 } dtx_status;
 
+/* v in the shortest %g form that reads back (strtod) as the same double,
+ * as files and messages write real settings ("0.8", not
+ * "0.80000000000000004"). Returns buf. */
+const char *dtx_format_real(double v, char *buf, size_t cap);
+
 /* The message of the most recent failure in this thread ("" if none). */
 const char *dtx_last_error(void);
 const char *dtx_status_name(dtx_status st);

@@ -2,7 +2,10 @@
 
     /usr/bin/python3 tools/make_fixtures.py OUTDIR
 
-For each case <arch>_<mha|gqa>_<tied|untied> (arch `diff` or `tf`) it writes
+For each case <arch>_<mha|gqa>_<tied|untied> (arch `diff` or `tf`), and for
+Table 6's variants (interop.md "Variants") <case>_<variant> with variant
+`nosubln` (diff, subln none), `subln` (tf, subln rms), `li08` / `li05` (diff,
+a constant lambda_init of 0.8 / 0.5), it writes
   OUTDIR/<case>.model.safetensors   initial weights (F32) + full difftx metadata
   OUTDIR/<case>.expect.safetensors  F32 tensors:
       tokens [2,12] (ids stored as F32), logits [2,11,V], loss [1],
@@ -36,17 +39,34 @@ HP = dict(lr=1e-2, min_lr=1e-3, warmup_steps=2, total_steps=3, schedule="cosine"
           beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, clip_norm=0.5)
 
 
+# Table 6's variants: (arch, kind, tie, suffix, config keys). The seeds follow
+# the default cases', so those stay byte-identical.
+VARIANTS = (("diff", "gqa", False, "nosubln", dict(subln="none")),
+            ("diff", "mha", True, "nosubln", dict(subln="none")),
+            ("transformer", "gqa", True, "subln", dict(subln="rms")),
+            ("transformer", "mha", False, "subln", dict(subln="rms")),
+            ("diff", "mha", True, "li08", dict(lambda_init=0.8)),
+            ("diff", "gqa", False, "li05", dict(lambda_init=0.5)))
+
+
+def case_name(arch, kind, tie):
+    return "%s_%s_%s" % ("diff" if arch == "diff" else "tf", kind, "tied" if tie else "untied")
+
+
 def cases():
     i = 0
     for arch in ("diff", "transformer"):
         for kind in ("mha", "gqa"):
             for tie in (True, False):
-                name = "%s_%s_%s" % ("diff" if arch == "diff" else "tf", kind,
-                                     "tied" if tie else "untied")
                 h, hkv = HEADS[(arch, kind)]
                 cfg = dict(BASE, arch=arch, n_heads=h, n_kv_heads=hkv, tie_embeddings=tie)
-                yield i, name, cfg
+                yield i, case_name(arch, kind, tie), cfg
                 i += 1
+    for arch, kind, tie, suffix, keys in VARIANTS:
+        h, hkv = HEADS[(arch, kind)]
+        cfg = dict(BASE, arch=arch, n_heads=h, n_kv_heads=hkv, tie_embeddings=tie, **keys)
+        yield i, case_name(arch, kind, tie) + "_" + suffix, cfg
+        i += 1
 
 
 def train(model_path, tokens, hp):

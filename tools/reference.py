@@ -8,7 +8,10 @@ Model
 -----
 Config keys come from the safetensors `__metadata__` (all strings there):
 arch (`diff` | `transformer`), dim, n_layers, n_heads, n_kv_heads, vocab_size,
-ffn_dim, max_seq_len, rope_theta, norm_eps, tie_embeddings.
+ffn_dim, max_seq_len, rope_theta, norm_eps, tie_embeddings, and the variant
+keys of interop.md "Variants" (absent: the defaults; any other value refused):
+subln (`rms` | `none`; default `rms` for diff, `none` for transformer) and
+lambda_init (`schedule` | a number; diff only).
 
     h = tok_embeddings[tokens]
     per layer l:  h = h + attention_l(RMSNorm(h))
@@ -31,8 +34,12 @@ n_rep = n_heads / n_kv_heads:
     O_h = A1 v - lambda A2 v, RMSNorm over its 2d channels (weight `subln`,
           shared by the heads), times the constant (1 - lambda_init)
     heads concatenated h = 0..H-1, then out_proj.
+    Variants: subln `none` drops the RMSNorm (and its weight), the scale
+    stays; lambda_init = X uses X in every layer, in lambda and in the scale.
 `transformer` attention: d = dim / n_heads, head j reads KV head j // n_rep,
-causal softmax(q k^T / sqrt(d)) v, concat, out_proj.
+causal softmax(q k^T / sqrt(d)) v, concat, out_proj. Variant subln `rms`:
+each head's d-wide output RMS-normalised with one weight [d] (`subln`)
+shared by the heads, no scale.
 
 Loss: mean next-token cross-entropy (nats) over all B*T positions; the model
 sees tokens[:, :-1] and predicts tokens[:, 1:].
@@ -92,8 +99,30 @@ def config_from_metadata(meta):
     if tie not in ("true", "false"):
         raise ValueError("metadata key 'tie_embeddings' must be 'true' or 'false'")
     cfg["tie_embeddings"] = tie == "true"
+    subln = meta.get("subln", "rms" if arch == "diff" else "none")
+    if subln not in ("rms", "none"):
+        raise ValueError("metadata key 'subln' must be 'rms' or 'none', got %r" % subln)
+    cfg["subln"] = subln
+    li = meta.get("lambda_init", "schedule")
+    if li != "schedule":
+        if arch != "diff":
+            raise ValueError("metadata key 'lambda_init' applies to arch diff only")
+        try:
+            li = float(li)
+        except ValueError:
+            raise ValueError("metadata key 'lambda_init' must be 'schedule' or a number, got %r" % li)
+    cfg["lambda_init"] = li
     check_config(cfg)
     return cfg
+
+
+def subln_of(cfg):
+    return cfg.get("subln", "rms" if cfg["arch"] == "diff" else "none")
+
+
+def layer_lambda_init(cfg, layer):
+    li = cfg.get("lambda_init", "schedule")
+    return lambda_init(layer) if li == "schedule" else float(li)
 
 
 def metadata_from_config(cfg):
@@ -103,6 +132,10 @@ def metadata_from_config(cfg):
     for k in FLOAT_KEYS:
         meta[k] = repr(float(cfg[k]))
     meta["tie_embeddings"] = "true" if cfg["tie_embeddings"] else "false"
+    if subln_of(cfg) != ("rms" if cfg["arch"] == "diff" else "none"):
+        meta["subln"] = subln_of(cfg)
+    if cfg.get("lambda_init", "schedule") != "schedule":
+        meta["lambda_init"] = repr(float(cfg["lambda_init"]))
     return meta
 
 
@@ -186,11 +219,13 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(dim, kv_dim, bias=False)
         self.v_proj = nn.Linear(dim, kv_dim, bias=False)
         self.out_proj = nn.Linear(dim, dim, bias=False)
+        self.has_subln = subln_of(cfg) == "rms"
         if self.diff:
-            self.lambda_init = lambda_init(layer)
+            self.lambda_init = layer_lambda_init(cfg, layer)
             for n in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
                 setattr(self, n, nn.Parameter(torch.zeros(self.d)))
-            self.subln = RMSNorm(2 * self.d, cfg["norm_eps"])
+        if self.has_subln:
+            self.subln = RMSNorm((2 if self.diff else 1) * self.d, cfg["norm_eps"])
 
     def lambda_full(self):
         return (torch.exp(torch.dot(self.lambda_q1, self.lambda_k1))
@@ -216,7 +251,9 @@ class Attention(nn.Module):
             a2 = causal_softmax(q[:, :, :, 1].transpose(1, 2), k[:, :, :, 1].transpose(1, 2), scale)
             lam = self.lambda_full()
             o = torch.matmul(a1, v) - lam * torch.matmul(a2, v)             # (B, H, T, 2d)
-            o = self.subln(o) * (1.0 - self.lambda_init)
+            if self.has_subln:
+                o = self.subln(o)
+            o = o * (1.0 - self.lambda_init)
             o = o.transpose(1, 2).reshape(B, T, H * 2 * d)
         else:
             q = apply_rope(self.q_proj(x).view(B, T, H, d), cos, sin)
@@ -225,7 +262,10 @@ class Attention(nn.Module):
             k = k.repeat_interleave(n_rep, dim=2).transpose(1, 2)
             v = v.repeat_interleave(n_rep, dim=2).transpose(1, 2)
             a = causal_softmax(q.transpose(1, 2), k, scale)
-            o = torch.matmul(a, v).transpose(1, 2).reshape(B, T, H * d)
+            o = torch.matmul(a, v)                                           # (B, H, T, d)
+            if self.has_subln:
+                o = self.subln(o)
+            o = o.transpose(1, 2).reshape(B, T, H * d)
         return self.out_proj(o)
 
 
@@ -298,7 +338,8 @@ def expected_shapes(cfg):
         if cfg["arch"] == "diff":
             for n in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
                 shapes[p + "attention." + n] = (d,)
-            shapes[p + "attention.subln.weight"] = (2 * d,)
+        if subln_of(cfg) == "rms":
+            shapes[p + "attention.subln.weight"] = ((2 if cfg["arch"] == "diff" else 1) * d,)
         shapes[p + "ffn_norm.weight"] = (dim,)
         shapes[p + "feed_forward.w1.weight"] = (ffn, dim)
         shapes[p + "feed_forward.w3.weight"] = (ffn, dim)

@@ -71,15 +71,6 @@ static baseline make_baseline(const dtx_config *c) {
     return b;
 }
 
-/* Shortest %g form that reads back as the same double. */
-static const char *fmt_real(double v, char *buf, size_t cap) {
-    for (int prec = 6; prec <= 17; prec++) {
-        snprintf(buf, cap, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v) break;
-    }
-    return buf;
-}
-
 static void json_string(const char *s) {
     putchar('"');
     for (; *s; s++) {
@@ -141,8 +132,8 @@ static void print_text(const report *r, int tensors) {
     printf("vocab_size      %lld\n", (long long)c->vocab_size);
     printf("ffn_dim         %lld\n", (long long)c->ffn_dim);
     printf("max_seq_len     %lld\n", (long long)c->max_seq_len);
-    printf("rope_theta      %s\n", fmt_real(c->rope_theta, b1, sizeof b1));
-    printf("norm_eps        %s\n", fmt_real(c->norm_eps, b2, sizeof b2));
+    printf("rope_theta      %s\n", dtx_format_real(c->rope_theta, b1, sizeof b1));
+    printf("norm_eps        %s\n", dtx_format_real(c->norm_eps, b2, sizeof b2));
     printf("tie_embeddings  %s\n", c->tie_embeddings ? "true" : "false");
     char li[40];
     dtx_config_lambda_init_str(c, li, sizeof li);
@@ -206,7 +197,7 @@ static void print_json(const report *r, int tensors) {
            "\"norm_eps\": %s, \"tie_embeddings\": %s, ",
            dtx_arch_name(c->arch), (long long)c->dim, (long long)c->n_layers, (long long)c->n_heads,
            (long long)c->n_kv_heads, (long long)dtx_config_head_dim(c), (long long)c->vocab_size, (long long)c->ffn_dim,
-           (long long)c->max_seq_len, fmt_real(c->rope_theta, b1, sizeof b1), fmt_real(c->norm_eps, b2, sizeof b2),
+           (long long)c->max_seq_len, dtx_format_real(c->rope_theta, b1, sizeof b1), dtx_format_real(c->norm_eps, b2, sizeof b2),
            c->tie_embeddings ? "true" : "false");
     char li[40];
     dtx_config_lambda_init_str(c, li, sizeof li);

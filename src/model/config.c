@@ -91,7 +91,7 @@ dtx_status dtx_config_set_lambda_init(dtx_config *c, const char *value) {
 }
 
 void dtx_config_lambda_init_str(const dtx_config *c, char *buf, size_t cap) {
-    if (c->lambda_init_fixed) snprintf(buf, cap, "%.17g", c->lambda_init_value);
+    if (c->lambda_init_fixed) dtx_format_real(c->lambda_init_value, buf, cap);
     else snprintf(buf, cap, "schedule");
 }
 

@@ -636,6 +636,34 @@ TEST(cli_bad_file_metadata_values) {
     st_free(&s);
 }
 
+/* Table 6's variant keys (interop.md "Variants"): a value difftx does not
+ * implement is refused naming the key, never read as the default. */
+TEST(cli_bad_file_variant_values) {
+    static const struct {
+        int arch;
+        const char *key, *value, *s1, *s2;
+    } cases[] = {
+        {DTX_ARCH_DIFF, "subln", "group", "'subln'", "'rms' or 'none'"},
+        {DTX_ARCH_TRANSFORMER, "subln", "", "'subln'", "'rms' or 'none'"},
+        {DTX_ARCH_DIFF, "lambda_init", "fast", "'lambda_init'", "'schedule' or a decimal number"},
+        {DTX_ARCH_DIFF, "lambda_init", "1.5", "'lambda_init'", "outside [0, 1)"},
+        {DTX_ARCH_DIFF, "lambda_init", "nan", "'lambda_init'", "'schedule' or a decimal number"},
+        {DTX_ARCH_TRANSFORMER, "lambda_init", "0.8", "lambda_init", "only arch diff"},
+        /* a valid variant whose tensors are the default's: the table is the variant's */
+        {DTX_ARCH_DIFF, "subln", "none", "unexpected tensor 'layers.0.attention.subln.weight'", "diff"},
+        {DTX_ARCH_TRANSFORMER, "subln", "rms", "missing tensor 'layers.0.attention.subln.weight'", "transformer"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        st_bytes s;
+        REQUIRE(valid_parts(&s, (dtx_arch)cases[i].arch, 0) == 0);
+        set_meta(&s, cases[i].key, cases[i].value);
+        const char *p = st_put_together("variant.safetensors", &s);
+        REQUIRE(p);
+        CHECK_REFUSED(cli("info '%s'", p), "info", cases[i].s1, cases[i].s2);
+        st_free(&s);
+    }
+}
+
 /* Every command that reads a model reports a bad file the same way. */
 TEST(cli_bad_file_refused_by_every_command) {
     st_bytes s;
@@ -833,6 +861,44 @@ TEST(cli_train_refuses_bad_setups) {
                 "total_steps = 5");
     CHECK_REFUSED(cli("train %s --tokens '%s' --out /no/such/dir/m.safetensors", TINY, toks), "train",
                   "/no/such/dir", "cannot write");
+    CHECK(access(o, F_OK) != 0);
+}
+
+/* --subln and --lambda-init make Table 6's variants: the file says so in
+ * its metadata and tensor table, info reports it, and bad values, a λ_init
+ * for the Transformer or a variant flag with --init are refused. */
+TEST(cli_train_variants) {
+    const char *toks = pattern_file("variants.txt", 400, 1);
+    REQUIRE(toks);
+    const char *dn = test_path("dnone.safetensors"), *tr = test_path("trms.safetensors");
+    int rc = cli("train %s --subln none --lambda-init 0.8 --tokens '%s' --out '%s' --steps 3", TINY, toks, dn);
+    CHECKF(rc == 0 && cli_has("model diff (subln none, lambda_init 0.8)"), "%d: %s", rc, cli_out);
+    rc = cli("info --tensors '%s'", dn);
+    CHECKF(rc == 0 && cli_has("subln           none  (a Table 6 variant)") && cli_has("lambda_init     0.8") &&
+               !cli_has("subln.weight"),
+           "%d: %s", rc, cli_out);
+    rc = cli("info --json '%s'", dn);
+    CHECKF(rc == 0 && cli_has("\"subln\": \"none\"") && cli_has("\"lambda_init\": 0.8"), "%d: %s", rc, cli_out);
+    rc = cli("train %s --arch transformer --heads 4 --subln rms --tokens '%s' --out '%s' --steps 3", TINY, toks, tr);
+    CHECKF(rc == 0 && cli_has("model transformer (subln rms)"), "%d: %s", rc, cli_out);
+    rc = cli("info --tensors '%s'", tr);
+    char line[80]; /* one weight of the head's width d = 32 / 4 */
+    snprintf(line, sizeof line, "%-40s [8]", "layers.1.attention.subln.weight");
+    CHECKF(rc == 0 && cli_has("subln           rms  (a Table 6 variant)") && cli_has(line), "%d: %s", rc, cli_out);
+    /* the variant survives --init (the file fixes it) and scoring reads it */
+    const char *next = test_path("dnone2.safetensors");
+    rc = cli("train --init '%s' --tokens '%s' --out '%s' --steps 2", dn, toks, next);
+    CHECKF(rc == 0 && cli_has("model diff (subln none, lambda_init 0.8)"), "%d: %s", rc, cli_out);
+    const char *o = test_path("never.safetensors");
+    CHECK_USAGE(cli("train %s --subln group --tokens '%s' --out '%s'", TINY, toks, o), "train", "--subln", "rms|none");
+    CHECK_USAGE(cli("train %s --lambda-init 1 --tokens '%s' --out '%s'", TINY, toks, o), "train", "--lambda-init",
+                "got '1'");
+    CHECK_USAGE(cli("train %s --lambda-init sched --tokens '%s' --out '%s'", TINY, toks, o), "train", "--lambda-init",
+                "'schedule' or a number");
+    CHECK_USAGE(cli("train %s --arch transformer --heads 4 --lambda-init 0.5 --tokens '%s' --out '%s'", TINY, toks, o),
+                "train", "lambda_init = 0.5", "only arch diff");
+    CHECK_USAGE(cli("train --init '%s' --subln rms --tokens '%s' --out '%s'", dn, toks, o), "train", "--subln",
+                "--init");
     CHECK(access(o, F_OK) != 0);
 }
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "difftx.h"
+#include "io/safetensors.h"
 #include "test.h"
 #include "train/checkpoint.h"
 
@@ -254,6 +255,57 @@ TEST(train_cli_resume_is_bit_identical) {
     CHECK(cli("info '%s'", ckpt(test_path("B0.safetensors.ckpt"), 24)) == 1 && cli_has("unexpected tensor 'optim."));
 }
 
+/* Rewrites the checkpoint at path without the metadata key `drop`, as a
+ * checkpoint written before that key existed. */
+static int drop_meta_key(const char *path, const char *drop) {
+    dtx_st_file f;
+    if (dtx_st_open(&f, path) != DTX_OK) return -1;
+    dtx_st_out *ts = calloc((size_t)f.n_tensors, sizeof *ts);
+    float **bufs = calloc((size_t)f.n_tensors, sizeof *bufs);
+    const char **keys = calloc((size_t)f.n_meta, sizeof *keys), **vals = calloc((size_t)f.n_meta, sizeof *vals);
+    int n = 0, rc = -1;
+    if (!ts || !bufs || !keys || !vals) goto done;
+    for (int i = 0; i < f.n_tensors; i++) {
+        const dtx_st_tensor *t = &f.tensors[i];
+        bufs[i] = malloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
+        if (!bufs[i]) goto done;
+        dtx_st_to_real(t, bufs[i]);
+        ts[i].name = t->name, ts[i].ndim = t->ndim, ts[i].data = bufs[i];
+        memcpy(ts[i].shape, t->shape, sizeof ts[i].shape);
+    }
+    for (int i = 0; i < f.n_meta; i++)
+        if (strcmp(f.meta_keys[i], drop) != 0) keys[n] = f.meta_keys[i], vals[n] = f.meta_values[i], n++;
+    rc = dtx_st_write(path, ts, f.n_tensors, keys, vals, n, 0) == DTX_OK ? 0 : -1;
+done:
+    for (int i = 0; bufs && i < f.n_tensors; i++) free(bufs[i]);
+    free(ts), free(bufs), free(keys), free(vals);
+    dtx_st_close(&f);
+    return rc;
+}
+
+/* A checkpoint written before the variant keys (subln, lambda_init) existed
+ * resumes as the default variant it is, and refuses a run that asks for
+ * another. */
+TEST(train_cli_resume_checkpoint_without_variant_keys) {
+    const char *txt, *bin, *val;
+    data_files(&txt, &bin, &val);
+    REQUIRE(bin);
+    const char *o = test_path("old.safetensors");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s.ckpt", o);
+    int rc = cli("train %s --tokens '%s' --out '%s' --steps 6 --stop-after 3", TINY, bin, o);
+    REQUIRE(rc == 0 && exists(ckpt(dir, 3)));
+    REQUIRE(drop_meta_key(ckpt(dir, 3), "subln") == 0 && drop_meta_key(ckpt(dir, 3), "lambda_init") == 0);
+    dtx_st_file f;
+    REQUIRE(dtx_st_open(&f, ckpt(dir, 3)) == DTX_OK);
+    CHECK(!dtx_st_meta(&f, "subln") && !dtx_st_meta(&f, "lambda_init") && dtx_st_meta(&f, "arch"));
+    dtx_st_close(&f);
+    rc = cli("train %s --tokens '%s' --out '%s' --steps 6 --resume --subln none", TINY, bin, o);
+    CHECK_ONLY(rc, 2, "--subln differs", "subln = none in this run, rms in the checkpoint");
+    rc = cli("train %s --tokens '%s' --out '%s' --steps 6 --resume", TINY, bin, o);
+    CHECKF(rc == 0 && cli_has("resumed from") && cli_has("at step 3"), "%d: %s", rc, cli_out);
+}
+
 TEST(train_cli_resume_refuses_other_settings) {
     const char *txt, *bin, *val;
     data_files(&txt, &bin, &val);
@@ -277,6 +329,8 @@ TEST(train_cli_resume_refuses_other_settings) {
         {"--steps 10 --no-tie", "--tie/--no-tie differs", "tie_embeddings = false"},
         {"--steps 10 --clip 0", "--clip differs", "clip_norm = 0 in this run, 1 in"},
         {"--steps 10 --warmup 1", "--warmup differs", "warmup_steps = 1"},
+        {"--steps 10 --subln none", "--subln differs", "subln = none in this run, rms in the checkpoint"},
+        {"--steps 10 --lambda-init 0.8", "--lambda-init differs", "lambda_init = 0.8 in this run, schedule"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rc = cli("train %s --tokens '%s' --out '%s' --resume %s", TINY, bin, o, cases[i].flags);

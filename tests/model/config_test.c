@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "io/safetensors.h"
 #include "test.h"
 
 TEST(config_lambda_init_values) {
@@ -85,4 +86,69 @@ TEST(model_save_load_roundtrip) {
     dtx_model_free(m);
     dtx_model_free(m2);
     dtx_model_free(m3);
+}
+
+/* Table 6's variants (interop.md "Variants"): parsing, validation, the
+ * parameter table, and the metadata of a saved file (variant keys written
+ * only when not the default; read back to the same config). */
+TEST(config_variants) {
+    dtx_config c = dtx_config_default();
+    CHECK(dtx_config_has_subln(&c) && strcmp(dtx_config_subln_name(&c), "rms") == 0);
+    CHECK(dtx_config_is_default_variant(&c));
+    CHECK(dtx_config_set_subln(&c, "none") == DTX_OK && !dtx_config_has_subln(&c));
+    CHECK(dtx_config_set_subln(&c, "group") == DTX_ERR_CONFIG && strstr(dtx_last_error(), "'group'"));
+    CHECK(dtx_config_set_lambda_init(&c, "0.5") == DTX_OK && c.lambda_init_fixed && c.lambda_init_value == 0.5);
+    CHECK(dtx_config_lambda_init(&c, 0) == 0.5 && dtx_config_lambda_init(&c, 7) == 0.5);
+    static const char *const bad[] = {"abc", "1", "-0.1", "0.5x", "", "inf", "nan"};
+    for (int i = 0; i < 7; i++)
+        CHECKF(dtx_config_set_lambda_init(&c, bad[i]) == DTX_ERR_CONFIG, "lambda_init '%s' accepted", bad[i]);
+    CHECK(c.lambda_init_value == 0.5); /* a refused value changes nothing */
+    char buf[40];
+    dtx_config_lambda_init_str(&c, buf, sizeof buf);
+    CHECK(strcmp(buf, "0.5") == 0);
+    CHECK(dtx_config_validate(&c) == DTX_OK && !dtx_config_is_default_variant(&c));
+    dtx_config b = dtx_config_baseline(&c); /* the matched baseline is the default Transformer */
+    CHECK(b.arch == DTX_ARCH_TRANSFORMER && !dtx_config_has_subln(&b) && !b.lambda_init_fixed);
+    b.lambda_init_fixed = 1, b.lambda_init_value = 0.5;
+    CHECK(dtx_config_validate(&b) == DTX_ERR_CONFIG && strstr(dtx_last_error(), "only arch diff"));
+    CHECK(dtx_config_set_lambda_init(&b, "schedule") == DTX_OK && !b.lambda_init_fixed);
+    CHECK(dtx_config_set_subln(&b, "rms") == DTX_OK && dtx_config_has_subln(&b));
+    /* the tensor table: DIFF − subln loses 2d per layer, the Transformer + subln gains d */
+    dtx_config base = dtx_config_default();
+    base.dim = 32, base.n_layers = 2, base.vocab_size = 40, base.ffn_dim = 48, base.n_heads = 2, base.n_kv_heads = 1;
+    int64_t d = dtx_config_head_dim(&base);
+    dtx_config dn = base, td = dtx_config_baseline(&base), tr = td;
+    dtx_config_set_subln(&dn, "none");
+    dtx_config_set_lambda_init(&dn, "0.8");
+    dtx_config_set_subln(&tr, "rms");
+    dtx_model *m0, *m1, *m2, *m3;
+    REQUIRE(dtx_model_init(&m0, &base, 1) == DTX_OK && dtx_model_init(&m1, &dn, 1) == DTX_OK);
+    REQUIRE(dtx_model_init(&m2, &td, 1) == DTX_OK && dtx_model_init(&m3, &tr, 1) == DTX_OK);
+    CHECK(dtx_model_num_params(m0) - dtx_model_num_params(m1) == (size_t)(2 * d * base.n_layers));
+    CHECK(dtx_model_num_params(m3) - dtx_model_num_params(m2) == (size_t)(d * base.n_layers));
+    CHECK(dtx_model_find(m1, "layers.0.attention.subln.weight") == NULL);
+    const dtx_tensor_info *t = dtx_model_find(m3, "layers.1.attention.subln.weight");
+    CHECK(t && t->ndim == 1 && t->shape[0] == d && !t->decay);
+    dtx_model *ms[4] = {m0, m1, m2, m3};
+    const char *want_subln[4] = {NULL, "none", NULL, "rms"}, *want_li[4] = {NULL, "0.8", NULL, NULL};
+    for (int i = 0; i < 4; i++) {
+        const char *p = test_path("variant.safetensors");
+        REQUIRE(dtx_model_save(ms[i], p, 0) == DTX_OK);
+        dtx_st_file f;
+        REQUIRE(dtx_st_open(&f, p) == DTX_OK);
+        const char *s1 = dtx_st_meta(&f, "subln"), *s2 = dtx_st_meta(&f, "lambda_init");
+        CHECKF(want_subln[i] ? s1 && strcmp(s1, want_subln[i]) == 0 : s1 == NULL, "model %d: subln '%s'", i,
+               s1 ? s1 : "(absent)");
+        CHECKF(want_li[i] ? s2 && strcmp(s2, want_li[i]) == 0 : s2 == NULL, "model %d: lambda_init '%s'", i,
+               s2 ? s2 : "(absent)");
+        dtx_st_close(&f);
+        dtx_model *back;
+        REQUIRE(dtx_model_load(&back, p) == DTX_OK);
+        const dtx_config *x = dtx_model_config(back), *y = dtx_model_config(ms[i]);
+        CHECK(dtx_config_has_subln(x) == dtx_config_has_subln(y) && x->lambda_init_fixed == y->lambda_init_fixed &&
+              x->lambda_init_value == y->lambda_init_value);
+        CHECK(dtx_model_num_params(back) == dtx_model_num_params(ms[i]));
+        dtx_model_free(back);
+    }
+    for (int i = 0; i < 4; i++) dtx_model_free(ms[i]);
 }

@@ -1,6 +1,6 @@
 /* Finite-difference check (double precision) of the whole model: the loss
  * with respect to samples of every parameter tensor, for both architectures,
- * MHA and GQA, tied and untied embeddings. */
+ * MHA and GQA, tied and untied embeddings, and Table 6's variants. */
 #ifndef DTX_DOUBLE
 #error "model_fd_test.c is built with -DDTX_DOUBLE"
 #endif
@@ -33,8 +33,11 @@ static double loss_of(dtx_model *m, const int32_t *x, const int32_t *y, int64_t 
     return loss;
 }
 
-static void fd_check_impl(dtx_arch arch, int gqa, int tied, dtx_attn_impl impl) {
+/* variant: 0 the default; 1 the other subln; 2 a constant lambda_init 0.8 (DIFF). */
+static void fd_check_variant(dtx_arch arch, int gqa, int tied, dtx_attn_impl impl, int variant) {
     dtx_config c = small_config(arch, gqa, tied);
+    if (variant == 1) c.subln = arch == DTX_ARCH_DIFF ? DTX_SUBLN_NONE : DTX_SUBLN_RMS;
+    if (variant == 2) c.lambda_init_fixed = 1, c.lambda_init_value = 0.8;
     dtx_model *m;
     REQUIRE(dtx_model_init(&m, &c, 7) == DTX_OK);
     dtx_model_set_attention(m, impl);
@@ -74,8 +77,8 @@ static void fd_check_impl(dtx_arch arch, int gqa, int tied, dtx_attn_impl impl) 
             double num = (lp - lm) / (2 * h), ana = g[j];
             double err = fabs(num - ana) / fmax(1e-7, fabs(num) + fabs(ana));
             if (err > worst) { worst = err; worst_name = t->name; }
-            CHECKF(err < 1e-5, "%s %s[%zu]: analytic %.10g numeric %.10g (rel %.2e)", dtx_arch_name(arch), t->name,
-                   j - t->offset, ana, num, err);
+            CHECKF(err < 1e-5, "%s variant %d %s[%zu]: analytic %.10g numeric %.10g (rel %.2e)", dtx_arch_name(arch),
+                   variant, t->name, j - t->offset, ana, num, err);
         }
     }
     if (getenv("DTX_VERBOSE"))
@@ -96,6 +99,10 @@ static void fd_check_impl(dtx_arch arch, int gqa, int tied, dtx_attn_impl impl) 
     dtx_model_free(m);
 }
 
+static void fd_check_impl(dtx_arch arch, int gqa, int tied, dtx_attn_impl impl) {
+    fd_check_variant(arch, gqa, tied, impl, 0);
+}
+
 /* The model's default attention is the fused flash kernel. */
 static void fd_check(dtx_arch arch, int gqa, int tied) { fd_check_impl(arch, gqa, tied, DTX_ATTN_FLASH); }
 
@@ -109,3 +116,13 @@ TEST(model_fd_transformer_mha_tied) { fd_check(DTX_ARCH_TRANSFORMER, 0, 1); }
 TEST(model_fd_transformer_mha_untied) { fd_check(DTX_ARCH_TRANSFORMER, 0, 0); }
 TEST(model_fd_transformer_gqa_tied) { fd_check(DTX_ARCH_TRANSFORMER, 1, 1); }
 TEST(model_fd_transformer_gqa_untied) { fd_check(DTX_ARCH_TRANSFORMER, 1, 0); }
+/* Table 6's variants, flash and plain attention. */
+TEST(model_fd_diff_no_subln) {
+    fd_check_variant(DTX_ARCH_DIFF, 1, 0, DTX_ATTN_FLASH, 1);
+    fd_check_variant(DTX_ARCH_DIFF, 0, 1, DTX_ATTN_PLAIN, 1);
+}
+TEST(model_fd_transformer_subln) {
+    fd_check_variant(DTX_ARCH_TRANSFORMER, 1, 1, DTX_ATTN_FLASH, 1);
+    fd_check_variant(DTX_ARCH_TRANSFORMER, 0, 0, DTX_ATTN_PLAIN, 1);
+}
+TEST(model_fd_diff_lambda_init_fixed) { fd_check_variant(DTX_ARCH_DIFF, 1, 1, DTX_ATTN_FLASH, 2); }

@@ -200,3 +200,15 @@ PARITY(tf_mha_tied)
 PARITY(tf_mha_untied)
 PARITY(tf_gqa_tied)
 PARITY(tf_gqa_untied)
+/* Table 6's variants (interop.md "Variants"): DIFF without the per-head
+ * norm, the Transformer with one, DIFF with a constant λ_init. */
+PARITY(diff_gqa_untied_nosubln)
+PARITY(diff_mha_tied_nosubln)
+PARITY(tf_gqa_tied_subln)
+PARITY(tf_mha_untied_subln)
+PARITY(diff_mha_tied_li08)
+PARITY(diff_gqa_untied_li05)
+TEST(parity_plain_attention_diff_gqa_untied_nosubln) {
+    parity_forward_backward_impl("diff_gqa_untied_nosubln", DTX_ATTN_PLAIN);
+}
+TEST(parity_plain_attention_tf_gqa_tied_subln) { parity_forward_backward_impl("tf_gqa_tied_subln", DTX_ATTN_PLAIN); }
