@@ -792,7 +792,8 @@ static dtx_attn_dims attn_dims_S(int64_t T, int diff, dtx_attn_impl impl) {
 
 /* Bytes the forward keeps for the backward. */
 static double attn_saved_bytes(const dtx_attn_dims *a) {
-    return (double)(dtx_attention_att_size(a) + 2 * dtx_attention_o_size(a) + dtx_attention_rstd_size(a)) *
+    return (double)(dtx_attention_att_size(a) + dtx_attention_o_size(a) + dtx_attention_o2_size(a) +
+                    dtx_attention_rstd_size(a)) *
                sizeof(real) +
            (double)dtx_attention_lse_size(a) * sizeof(float);
 }
@@ -840,11 +841,11 @@ static int attn_child_main(int argc, char **argv) {
     long before = proc_status_kib("VmRSS:");
     dtx_attn_saved s = {0};
     size_t na = dtx_attention_att_size(&a), nl = dtx_attention_lse_size(&a);
-    size_t no = dtx_attention_o_size(&a), nr = dtx_attention_rstd_size(&a);
+    size_t no = dtx_attention_o_size(&a), no2 = dtx_attention_o2_size(&a), nr = dtx_attention_rstd_size(&a);
     size_t nw = dtx_attention_flash_workspace_size(&a);
     /* allocated, not touched: the kernels' own writes decide what becomes resident */
     if ((na && !(s.att = malloc(na * sizeof(real)))) || (nl && !(s.lse = malloc(nl * sizeof(float)))) ||
-        (no && !(s.o1 = malloc(no * sizeof(real)))) || (no && !(s.o2 = malloc(no * sizeof(real)))) ||
+        (no && !(s.o1 = malloc(no * sizeof(real)))) || (no2 && !(s.o2 = malloc(no2 * sizeof(real)))) ||
         (nr && !(s.rstd = malloc(nr * sizeof(real)))) ||
         (nw && !(s.work = aligned_alloc(64, (nw * sizeof(real) + 63) / 64 * 64)))) {
         printf("err out of memory for the saved buffers\n");
