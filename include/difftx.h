@@ -194,6 +194,12 @@ dtx_status dtx_model_set_attention_quant(dtx_model *m, int bits, dtx_quant_scope
  * non-NULL, receives [B, T, vocab]. */
 dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t *targets,
                              int64_t B, int64_t T, dtx_real *logits, double *loss);
+/* The per-position losses behind the last forward's mean: out [B·T] =
+ * −log softmax(logits)[target] in nats (a probability that underflowed to
+ * 0 reads as −log FLT_MIN). Valid between a forward with targets and the
+ * next backward (which turns the probabilities into gradients in place);
+ * DTX_ERR_ARG otherwise. */
+dtx_status dtx_model_token_losses(const dtx_model *m, double *out);
 /* Accumulate d(loss * loss_scale)/d(params) into the gradients (llm.c style:
  * backward adds, dtx_model_zero_grad clears). loss_scale is 1/accum_steps
  * for gradient accumulation. Uses the activations of the last forward. */

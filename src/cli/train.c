@@ -378,6 +378,8 @@ typedef struct {
     token_source data, val;
     dtx_batch_rng rng;
     int32_t *inputs, *targets;
+    int32_t *period;  /* [batch] copy period of each row (0: not a copy document) */
+    double *tok_loss; /* [batch · seq] per-position losses, for the induction score */
     uint64_t data_hash;
     int64_t start_step;           /* steps done when this process began training */
     double last_loss, last_lr;
@@ -401,6 +403,8 @@ static void state_free(train_state *s) {
     dtx_model_free(s->model);
     free(s->inputs);
     free(s->targets);
+    free(s->period);
+    free(s->tok_loss);
     if (s->log) fclose(s->log);
 }
 
@@ -659,12 +663,13 @@ static void report(train_state *s, const train_args *a, int64_t step, double los
 enum { STEP_DONE = 0, STEP_INTERRUPTED = -1 };
 
 /* One optimizer step's forward and backward over accum micro-batches; *loss
- * is their mean. A signal between micro-batches abandons the step: the
+ * is their mean, and cs sums the copy rows' losses (the induction score). A signal between micro-batches abandons the step: the
  * sampler goes back to where the step began, and the weights, moments and
  * step count are untouched, so the state is that after the previous step.
  * Returns STEP_DONE, STEP_INTERRUPTED or an exit code. */
-static int forward_backward(train_state *s, const train_args *a, int64_t step, double *loss) {
+static int forward_backward(train_state *s, const train_args *a, int64_t step, double *loss, copy_score *cs) {
     dtx_batch_rng at_start = s->rng;
+    memset(cs, 0, sizeof *cs);
     dtx_model_zero_grad(s->model);
     double sum = 0;
     for (int64_t k = 0; k < a->accum; k++) {
@@ -673,17 +678,22 @@ static int forward_backward(train_state *s, const train_args *a, int64_t step, d
             return STEP_INTERRUPTED;
         }
         source_sample(&s->data, &s->rng, a->batch, a->seq, s->inputs, s->targets);
-        if (needle_mix_apply(&s->needles, a->seed, step, k, a->batch, a->seq, s->inputs, s->targets) != DTX_OK) {
+        if (needle_mix_apply(&s->needles, a->seed, step, k, a->batch, a->seq, s->inputs, s->targets, s->period) !=
+            DTX_OK) {
             bar_break(s);
             return lib_error(CMD);
         }
         double l;
+        int copies = 0;
+        for (int64_t r = 0; r < a->batch; r++) copies |= s->period[r] > 0;
         if (dtx_model_forward(s->model, s->inputs, s->targets, a->batch, a->seq, NULL, &l) != DTX_OK ||
+            (copies && dtx_model_token_losses(s->model, s->tok_loss) != DTX_OK) ||
             dtx_model_backward(s->model, 1.0 / (double)a->accum) != DTX_OK) {
             bar_break(s);
             return lib_error(CMD);
         }
         sum += l;
+        if (copies) copy_score_add(cs, s->tok_loss, s->period, a->batch, a->seq);
     }
     *loss = sum / (double)a->accum;
     return STEP_DONE;
@@ -802,7 +812,8 @@ static int train_loop(train_state *s, const train_args *a) {
             return 128 + g_signal;
         }
         double t_step = now_s(), loss = NAN, gnorm = NAN, lr = NAN;
-        int rc = forward_backward(s, a, step, &loss);
+        copy_score cs;
+        int rc = forward_backward(s, a, step, &loss, &cs);
         if (rc == STEP_INTERRUPTED) {
             step--; /* the step did not happen: the top of the loop writes the checkpoint */
             continue;
@@ -817,11 +828,15 @@ static int train_loop(train_state *s, const train_args *a) {
         s->last_loss = loss;
         s->last_lr = lr;
         double now = now_s();
-        char b1[32], b2[32], b3[32], b4[32];
+        char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], copy[128] = "";
+        if (cs.n_first && cs.n_repeat) /* the induction score's parts (docs/training.md) */
+            snprintf(copy, sizeof copy, ",\"copy_rows\":%lld,\"copy_first\":%s,\"copy_repeat\":%s",
+                     (long long)cs.rows, jnum(b5, sizeof b5, cs.first / (double)cs.n_first),
+                     jnum(b6, sizeof b6, cs.repeat / (double)cs.n_repeat));
         rc = log_json(s, a, "{\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"tokens_per_s\":%.1f,"
-                            "\"elapsed_s\":%.3f}",
+                            "\"elapsed_s\":%.3f%s}",
                       (long long)step, jnum(b1, sizeof b1, loss), jnum(b2, sizeof b2, lr), jnum(b3, sizeof b3, gnorm),
-                      tokens_per_step / (now - t_step > 1e-9 ? now - t_step : 1e-9), now - s->t0);
+                      tokens_per_step / (now - t_step > 1e-9 ? now - t_step : 1e-9), now - s->t0, copy);
         if (rc != EXIT_OK) return rc;
         report(s, a, step, loss, lr, gnorm, now);
         if (s->val.count && (step % a->eval_every == 0 || step == a->steps)) {
@@ -874,7 +889,9 @@ static int open_data(train_state *s, const train_args *a, const dtx_config *c) {
     size_t n = (size_t)a->batch * (size_t)a->seq;
     s->inputs = dtx_alloc(n, sizeof(int32_t));
     s->targets = dtx_alloc(n, sizeof(int32_t));
-    if (!s->inputs || !s->targets) return lib_error(CMD);
+    s->period = dtx_alloc((size_t)a->batch, sizeof(int32_t));
+    s->tok_loss = dtx_alloc(n, sizeof(double));
+    if (!s->inputs || !s->targets || !s->period || !s->tok_loss) return lib_error(CMD);
     return EXIT_OK;
 }
 

@@ -6,6 +6,7 @@
  *   --RoPE(q, k)--> attention --> attn_y [N, D] --out_proj--> + x = x_mid
  *   x_mid --ffn_norm--> xn2 --w1, w3--> h1, h3 [N, F] --silu·--> g
  *   --w2--> + x_mid = next x.  Final: norm --> xnf --output--> logits [N, V]. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,6 +345,18 @@ dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t 
         double l = 0;
         DTX_PROF(DTX_PROF_LOSS, 0, l = dtx_crossentropy_forward(a->probs, a->probs, a->targets, N, V));
         if (loss) *loss = l;
+    }
+    return DTX_OK;
+}
+
+dtx_status dtx_model_token_losses(const dtx_model *m, double *out) {
+    const dtx_acts *a = &m->acts;
+    if (!a->mem || !a->has_targets)
+        return dtx_fail(DTX_ERR_ARG, "token losses need a forward pass with targets, before its backward");
+    int64_t N = a->B * a->T, V = m->cfg.vocab_size;
+    for (int64_t i = 0; i < N; i++) {
+        double p = a->probs[i * V + a->targets[i]];
+        out[i] = -log(p > FLT_MIN ? p : FLT_MIN);
     }
     return DTX_OK;
 }

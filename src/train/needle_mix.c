@@ -41,9 +41,9 @@ dtx_status needle_mix_open(needle_mix *x, double frac, double copy_frac, int64_t
  * on; small models learn it from prose or needle documents alone far too
  * slowly (docs/reproduce.md), and random ids leave no other way to lower
  * the loss. */
+static int64_t copy_period(int64_t T, uint64_t h);
 static void repeat_row(int32_t *in, int32_t *tg, int64_t T, int64_t vocab, uint64_t h) {
-    int64_t hi = T / 4 > 16 ? T / 4 : 16, L = 16 + (int64_t)(h % (uint64_t)(hi - 16 + 1));
-    if (L > T) L = T;
+    int64_t L = copy_period(T, h);
     for (int64_t i = 0; i < L; i++) {
         h = splitmix64(h);
         in[i] = (int32_t)(h % (uint64_t)vocab);
@@ -58,8 +58,27 @@ void needle_mix_close(needle_mix *x) {
     memset(x, 0, sizeof *x);
 }
 
+/* The period repeat_row gives a row of hash h (the same draw). */
+static int64_t copy_period(int64_t T, uint64_t h) {
+    int64_t hi = T / 4 > 16 ? T / 4 : 16, L = 16 + (int64_t)(h % (uint64_t)(hi - 16 + 1));
+    return L > T ? T : L;
+}
+
+void copy_score_add(copy_score *c, const double *loss, const int32_t *period, int64_t B, int64_t T) {
+    for (int64_t r = 0; r < B; r++) {
+        int64_t L = period[r];
+        if (L <= 0) continue;
+        c->rows++;
+        for (int64_t t = 0; t < T; t++) {
+            if (t < L) c->first += loss[r * T + t], c->n_first++;
+            else c->repeat += loss[r * T + t], c->n_repeat++;
+        }
+    }
+}
+
 dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t micro, int64_t B, int64_t T,
-                            int32_t *inputs, int32_t *targets) {
+                            int32_t *inputs, int32_t *targets, int32_t *period) {
+    if (period) memset(period, 0, (size_t)B * sizeof *period);
     if (x->frac <= 0 && x->copy_frac <= 0) return DTX_OK;
     for (int64_t r = 0; r < B; r++) {
         uint64_t h = splitmix64(splitmix64(splitmix64(seed ^ 0x6e65656431ULL) ^ (uint64_t)step) ^
@@ -69,6 +88,7 @@ dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t 
         if (u >= x->frac) {
             if (u < x->frac + x->copy_frac) {
                 repeat_row(inputs + r * T, targets + r * T, T, x->vocab, h2);
+                if (period) period[r] = (int32_t)copy_period(T, h2);
                 x->copies++;
             }
             continue;

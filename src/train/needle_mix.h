@@ -35,8 +35,22 @@ typedef struct {
 dtx_status needle_mix_open(needle_mix *x, double frac, double copy_frac, int64_t max_needles,
                            const char *tokenizer, const char *text, int64_t vocab_size, int64_t T);
 void needle_mix_close(needle_mix *x);
-/* Replaces the chosen rows of inputs/targets [B, T] in place. */
+/* Replaces the chosen rows of inputs/targets [B, T] in place. period [B]
+ * (optional): each row's copy period L, 0 for a row that is not a copy
+ * document. */
 dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t micro, int64_t B, int64_t T,
-                            int32_t *inputs, int32_t *targets);
+                            int32_t *inputs, int32_t *targets, int32_t *period);
+
+/* The induction score's sums over copy rows: a copy row's positions t < L
+ * predict the L random ids (first), t >= L tokens the model has seen L
+ * back (repeat). Induction is first − repeat in nats: 0 without it, up to
+ * ln V − (the repeat's loss) with it. */
+typedef struct {
+    double first, repeat;     /* summed per-position losses */
+    int64_t n_first, n_repeat;
+    int64_t rows;
+} copy_score;
+/* Adds the rows of loss [B, T] (per-position losses) whose period is > 0. */
+void copy_score_add(copy_score *c, const double *loss, const int32_t *period, int64_t B, int64_t T);
 
 #endif

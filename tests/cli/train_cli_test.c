@@ -540,6 +540,46 @@ static void summarise(const cJSON *j, void *ctx) {
     else s->bad++;
 }
 
+/* Copy rows (--copy-frac) put the induction score's parts in the step
+ * lines: copy_first (the loss on each row's first L positions) and
+ * copy_repeat (on the rest); a run without copy rows has neither. On a
+ * pure copy stream a small model learns induction within a few hundred
+ * steps, so repeat falls far below first. */
+typedef struct {
+    int with, without;
+    double first, repeat; /* of the last step */
+} copy_summary;
+
+static void copy_lines(const cJSON *j, void *ctx) {
+    copy_summary *c = ctx;
+    if (!cJSON_GetObjectItem(j, "loss")) return;
+    const cJSON *f = cJSON_GetObjectItem(j, "copy_first"), *r = cJSON_GetObjectItem(j, "copy_repeat");
+    const cJSON *n = cJSON_GetObjectItem(j, "copy_rows");
+    if (cJSON_IsNumber(f) && cJSON_IsNumber(r) && cJSON_IsNumber(n) && n->valuedouble >= 1) {
+        c->with++, c->first = f->valuedouble, c->repeat = r->valuedouble;
+    } else if (!f && !r && !n) c->without++;
+}
+
+TEST(train_cli_log_copy_score) {
+    const char *txt, *bin, *val;
+    data_files(&txt, &bin, &val);
+    REQUIRE(bin);
+    const char *o = test_path("C.safetensors"), *log = test_path("C.jsonl");
+    int rc = cli("train --dim 32 --layers 2 --heads 2 --vocab 16 --ffn 64 --seq 64 --batch 8 --tokens '%s' "
+                 "--out '%s' --steps 300 --lr 3e-3 --copy-frac 1 --log '%s' --log-every 100",
+                 bin, o, log);
+    REQUIRE(rc == 0);
+    copy_summary c = {0};
+    each_json(log, copy_lines, &c);
+    CHECKF(c.with == 300 && c.without == 0, "%d steps with the score, %d without", c.with, c.without);
+    CHECKF(c.first > 2.0 && c.repeat < 0.5 * c.first, "last step: first %.3f, repeat %.3f", c.first, c.repeat);
+    rc = cli("train %s --tokens '%s' --out '%s' --steps 3 --log '%s'", TINY, bin, o, log);
+    REQUIRE(rc == 0);
+    memset(&c, 0, sizeof c);
+    each_json(log, copy_lines, &c);
+    CHECKF(c.with == 0 && c.without == 3, "%d steps with the score, %d without", c.with, c.without);
+}
+
 TEST(train_cli_log_and_validation) {
     const char *txt, *bin, *val;
     data_files(&txt, &bin, &val);

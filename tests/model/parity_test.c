@@ -107,8 +107,15 @@ static void parity_forward_backward_impl(const char *name, dtx_attn_impl impl) {
     double e = rel_err_f(logits, ref_logits, nlog);
     CHECKF(e < TOL, "logits rel err %.3g", e);
     CHECKF(fabs(loss - ref_loss[0]) < TOL * fabs(ref_loss[0]), "loss %.8f vs %.8f", loss, ref_loss[0]);
+    /* the per-position losses average to the loss (and each is −log of the softmax at its target) */
+    double *tl = malloc((size_t)(fx.B * fx.T) * sizeof *tl), mean = 0;
+    REQUIRE(tl && dtx_model_token_losses(fx.m, tl) == DTX_OK);
+    for (int64_t i = 0; i < fx.B * fx.T; i++) mean += tl[i] / (double)(fx.B * fx.T);
+    CHECKF(fabs(mean - loss) < 1e-6 * loss, "token losses average %.8f, loss %.8f", mean, loss);
     dtx_model_zero_grad(fx.m);
     REQUIRE(dtx_model_backward(fx.m, 1.0) == DTX_OK);
+    CHECK(dtx_model_token_losses(fx.m, tl) == DTX_ERR_ARG); /* the backward consumed the probabilities */
+    free(tl);
     compare_all(&fx, "grad.", dtx_model_grads(fx.m), "gradient", 0);
     free(logits);
     free(ref_logits);

@@ -4,6 +4,7 @@
  * step, micro-batch, row) alone, and that the rates follow the fractions. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "difftx.h"
@@ -34,8 +35,10 @@ static void fill(int32_t *in, int32_t *tg, uint64_t salt) {
     for (int64_t i = 0; i < B * T; i++) tg[i] = (int32_t)((i * 13 + 5) % 500 + 1);
 }
 
-/* 1 needle document, 2 copy document, 0 untouched, -1 broken. */
-static int kind(const int32_t *in, const int32_t *tg, const int32_t *in0, const int32_t *tg0, int32_t bos) {
+/* 1 needle document, 2 copy document (period in *L), 0 untouched, -1 broken. */
+static int kind(const int32_t *in, const int32_t *tg, const int32_t *in0, const int32_t *tg0, int32_t bos,
+                int64_t *Lout) {
+    *Lout = 0;
     if (!memcmp(in, in0, T * sizeof *in) && !memcmp(tg, tg0, T * sizeof *tg)) return 0;
     if (in[0] == bos) {
         for (int64_t i = 0; i + 1 < T; i++)
@@ -47,7 +50,10 @@ static int kind(const int32_t *in, const int32_t *tg, const int32_t *in0, const 
         for (int64_t i = 0; i < L && ok; i++) ok = in[i] >= 0 && in[i] < VOCAB;
         for (int64_t i = L; i < T && ok; i++) ok = in[i] == in[i - L];
         for (int64_t i = 0; i < T && ok; i++) ok = tg[i] == in[(i + 1) % L];
-        if (ok) return 2;
+        if (ok) {
+            *Lout = L;
+            return 2;
+        }
     }
     return -1;
 }
@@ -59,23 +65,26 @@ TEST(train_needle_mix_rows_and_rates) {
     REQUIREF(needle_mix_open(&x, 0.5, 0.25, 3, tok_path, hay, VOCAB, T) == DTX_OK, "%s", dtx_last_error());
     int32_t bos = dtx_tokenizer_token_id(x.tok, "<|bos|>");
     REQUIRE(bos >= 0);
-    static int32_t in[B * T], tg[B * T], in0[B * T], tg0[B * T], again[B * T];
+    static int32_t in[B * T], tg[B * T], in0[B * T], tg0[B * T], again[B * T], period[B];
     int64_t counts[3] = {0, 0, 0};
     for (int64_t step = 1; step <= 60; step++) {
         fill(in0, tg0, (uint64_t)step);
         memcpy(in, in0, sizeof in);
         memcpy(tg, tg0, sizeof tg);
-        REQUIREF(needle_mix_apply(&x, 7, step, 0, B, T, in, tg) == DTX_OK, "%s", dtx_last_error());
+        REQUIREF(needle_mix_apply(&x, 7, step, 0, B, T, in, tg, period) == DTX_OK, "%s", dtx_last_error());
         for (int r = 0; r < B; r++) {
-            int k = kind(in + r * T, tg + r * T, in0 + r * T, tg0 + r * T, bos);
+            int64_t L;
+            int k = kind(in + r * T, tg + r * T, in0 + r * T, tg0 + r * T, bos, &L);
             REQUIREF(k >= 0, "step %lld row %d is neither a document, a copy nor untouched", (long long)step, r);
+            CHECKF(period[r] == L, "step %lld row %d: period %d, the row repeats every %lld", (long long)step, r,
+                   period[r], (long long)L);
             counts[k]++;
         }
         /* a function of (seed, step, micro, row) alone */
         memcpy(again, in0, sizeof again);
         static int32_t tg2[B * T];
         memcpy(tg2, tg0, sizeof tg2);
-        REQUIRE(needle_mix_apply(&x, 7, step, 0, B, T, again, tg2) == DTX_OK);
+        REQUIRE(needle_mix_apply(&x, 7, step, 0, B, T, again, tg2, NULL) == DTX_OK);
         CHECK(!memcmp(again, in, sizeof in) && !memcmp(tg2, tg, sizeof tg));
     }
     /* 480 rows: the expected 240 / 120 / 120 with a wide margin */
@@ -89,10 +98,24 @@ TEST(train_needle_mix_rows_and_rates) {
     memcpy(again, in0, sizeof again);
     static int32_t tg3[B * T];
     memcpy(tg3, tg0, sizeof tg3);
-    REQUIRE(needle_mix_apply(&x, 7, 1, 0, B, T, in, tg) == DTX_OK);
-    REQUIRE(needle_mix_apply(&x, 8, 1, 0, B, T, again, tg3) == DTX_OK);
+    REQUIRE(needle_mix_apply(&x, 7, 1, 0, B, T, in, tg, NULL) == DTX_OK);
+    REQUIRE(needle_mix_apply(&x, 8, 1, 0, B, T, again, tg3, NULL) == DTX_OK);
     CHECK(memcmp(again, in, sizeof in) != 0);
     needle_mix_close(&x);
+}
+
+/* The induction score's split: a copy row's positions before L are
+ * "first", the rest "repeat"; other rows do not count. */
+TEST(train_copy_score_split) {
+    enum { BB = 3, TT = 40 };
+    double loss[BB * TT];
+    for (int i = 0; i < BB * TT; i++) loss[i] = i % TT < 20 ? 5.0 : 1.0;
+    int32_t period[BB] = {20, 0, 25};
+    copy_score c = {0};
+    copy_score_add(&c, loss, period, BB, TT);
+    CHECK(c.rows == 2 && c.n_first == 45 && c.n_repeat == 35);
+    /* row 0: 20 x 5 first, 20 x 1 repeat; row 2: 20 x 5 + 5 x 1 first, 15 x 1 repeat */
+    CHECK(fabs(c.first - (100 + 105)) < 1e-12 && fabs(c.repeat - 35) < 1e-12);
 }
 
 TEST(train_needle_mix_errors) {
@@ -112,6 +135,6 @@ TEST(train_needle_mix_errors) {
     static int32_t in[B * T], tg[B * T], in0[B * T];
     fill(in, tg, 3);
     memcpy(in0, in, sizeof in);
-    CHECK(needle_mix_apply(&x, 1, 1, 0, B, T, in, tg) == DTX_OK && !memcmp(in, in0, sizeof in));
+    CHECK(needle_mix_apply(&x, 1, 1, 0, B, T, in, tg, NULL) == DTX_OK && !memcmp(in, in0, sizeof in));
     needle_mix_close(&x);
 }
