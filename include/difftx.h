@@ -138,6 +138,14 @@ typedef struct dtx_model dtx_model;
  * embeddings and untied output N(0, dim^-1/2), lambda vectors N(0, 0.1^2),
  * norm weights 1. */
 dtx_status dtx_model_init(dtx_model **out, const dtx_config *c, uint64_t seed);
+/* The same with a choice of initialisation: DTX_INIT_TORCH is the above;
+ * DTX_INIT_GPT2 (GPT-2 / nanoGPT) draws every linear weight, embedding and
+ * untied output from N(0, 0.02²) and the projections into the residual
+ * stream (out_proj, w2) from N(0, (0.02/sqrt(2·n_layers))²); λ vectors and
+ * norm weights as above. The same seed draws the same stream for both. */
+typedef enum { DTX_INIT_TORCH = 0, DTX_INIT_GPT2 = 1 } dtx_init_scheme;
+dtx_status dtx_model_init_scheme(dtx_model **out, const dtx_config *c, uint64_t seed, dtx_init_scheme scheme);
+const char *dtx_init_scheme_name(dtx_init_scheme s);
 /* Load a safetensors model file (interop.md). */
 dtx_status dtx_model_load(dtx_model **out, const char *path);
 /* Save as safetensors; bf16 != 0 writes BF16 tensors, otherwise F32. */

@@ -63,6 +63,9 @@ static const char *usage_text(char *buf, size_t cap) {
              "                       transformer: none; Table 6's -/+ GroupNorm)\n"
              "  --lambda-init schedule|X  diff: lambda_init 0.8 - 0.6 exp(-0.3 l) per layer\n"
              "                       (schedule, the default) or X in [0, 1) in every layer\n"
+             "  --init-scheme torch|gpt2  initial weights: PyTorch nn.Linear's U(+-1/sqrt(in)) and\n"
+             "                       N(0, 1/dim) embeddings (torch), or N(0, 0.02^2) with the residual\n"
+             "                       projections /sqrt(2 layers) (gpt2); README \"Model\"\n"
              "  (the Transformer with half the heads at twice the width: --arch transformer\n"
              "   --heads H with H the diff model's heads; docs/training.md \"Variants\")\n"
              "\n"
@@ -117,7 +120,7 @@ static const char *usage_text(char *buf, size_t cap) {
 typedef struct {
     dtx_config cfg;
     dtx_optim_config opt;
-    int arch, schedule, precision, subln;
+    int arch, schedule, precision, subln, init_scheme;
     const char *lambda_init;
     const char *init, *tokens, *out, *val_tokens, *log_path, *ckpt_dir_flag;
     int64_t steps, batch, seq, accum, log_every;
@@ -133,7 +136,8 @@ typedef struct {
 /* The flags that describe a new model's shape: refused with --init. */
 static const char *const CONFIG_FLAGS[] = {"--arch",       "--vocab",    "--dim",   "--layers", "--heads",
                                            "--kv-heads",   "--ffn",      "--max-seq", "--rope-theta",
-                                           "--norm-eps",   "--tie",      "--no-tie", "--subln", "--lambda-init"};
+                                           "--norm-eps",   "--tie",      "--no-tie", "--subln", "--lambda-init",
+                                           "--init-scheme"};
 enum { N_CONFIG_FLAGS = sizeof CONFIG_FLAGS / sizeof CONFIG_FLAGS[0] };
 
 static void set_defaults(train_args *a) {
@@ -410,7 +414,7 @@ static void state_free(train_state *s) {
 
 /* The run's own metadata: what a checkpoint records beyond the model and the
  * optimizer. The first N_COMPARED must match on --resume. */
-enum { N_RUN_META = 11, N_COMPARED = 8, RUN_VAL = 4400 };
+enum { N_RUN_META = 12, N_COMPARED = 9, RUN_VAL = 4400 };
 typedef struct {
     const char *keys[N_RUN_META];
     char vals[N_RUN_META][RUN_VAL];
@@ -434,6 +438,7 @@ static void build_run_meta(run_meta *r, const train_state *s, const train_args *
     R("data_tokens", "%lld", (long long)s->data.count);
     R("data_hash", "%016" PRIx64, s->data_hash);
     R("needles", "%.17g/%.17g/%lld", a->needle_frac, a->copy_frac, (long long)a->needle_max);
+    R("init_scheme", "%s", dtx_init_scheme_name((dtx_init_scheme)a->init_scheme));
     /* informational: not compared */
     R("data_path", "%s", a->tokens);
     R("loss", "%.17g", s->last_loss);
@@ -460,6 +465,7 @@ static const struct {
     {"accum", "--accum"},       {"seed", "--seed"},
     {"precision", "--precision"}, {"data_tokens", "--tokens"},
     {"data_hash", "--tokens"},  {"needles", "--needle-frac/--copy-frac/--needle-max"},
+    {"init_scheme", "--init-scheme"},
 };
 
 static const char *flag_of(const char *key, const train_args *a) {
@@ -510,6 +516,7 @@ static int compare_with_ckpt(const dtx_ckpt *ck, const char *path, const train_s
     for (int i = 0; i < N_COMPARED; i++, n++) keys[n] = r.keys[i], values[n] = r.values[i];
     for (int i = 0; i < n; i++) {
         const char *theirs = dtx_ckpt_meta(ck, keys[i]);
+        if (!theirs && strcmp(keys[i], "init_scheme") == 0) theirs = "torch"; /* written before the flag existed */
         if (!theirs) return runtime_error(CMD, "--resume: %s: missing metadata key '%s'", path, keys[i]);
         if (strcmp(theirs, values[i]) == 0) continue;
         char here[80], there[80];
@@ -937,7 +944,8 @@ static int build_state(train_state *s, const train_args *a, const dtx_config *cf
         return rc;
     }
     if (init_model) s->model = init_model;
-    else if (dtx_model_init(&s->model, cfg, a->seed) != DTX_OK) return lib_error(CMD);
+    else if (dtx_model_init_scheme(&s->model, cfg, a->seed, (dtx_init_scheme)a->init_scheme) != DTX_OK)
+        return lib_error(CMD);
     if (dtx_optimizer_init(&s->opt, s->model, &a->opt) != DTX_OK) return lib_error(CMD);
     /* a different stream than the weight init, same seed */
     dtx_batch_rng_seed(&s->rng, a->seed ^ 0x5eedba7c4e5ULL);
@@ -1069,6 +1077,7 @@ int cmd_train(int argc, char **argv) {
         FLAG_BOOL("--no-tie", &a.cfg.tie_embeddings, 0),
         FLAG_CHOICE("--subln", &a.subln, "rms|none"),
         FLAG_STR("--lambda-init", &a.lambda_init),
+        FLAG_CHOICE("--init-scheme", &a.init_scheme, "torch|gpt2"),
         FLAG_INT("--steps", &a.steps, 1, BIG),
         FLAG_INT("--batch", &a.batch, 1, BATCH),
         FLAG_INT("--seq", &a.seq, 1, SIZE),

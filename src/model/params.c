@@ -91,25 +91,35 @@ nomem:
     return dtx_fail(DTX_ERR_NOMEM, "out of memory allocating a model of %zu parameters", m->n_params);
 }
 
-/* Initialisation (README "Initialisation"): linear weights as PyTorch's
- * nn.Linear default U(-1/sqrt(in), 1/sqrt(in)); embeddings and an untied
- * output N(0, dim^-1/2) (YOCO, spec §3.1); λ vectors N(0, 0.1²) (official
- * code); every norm weight 1. One RNG stream, tensors in table order. */
-dtx_status dtx_model_init(dtx_model **out, const dtx_config *c, uint64_t seed) {
+/* Initialisation (README "Initialisation"). DTX_INIT_TORCH: linear weights
+ * as PyTorch's nn.Linear default U(-1/sqrt(in), 1/sqrt(in)); embeddings and
+ * an untied output N(0, dim^-1/2) (YOCO, spec §3.1). DTX_INIT_GPT2 (GPT-2 /
+ * nanoGPT): every linear weight, embedding and untied output N(0, 0.02²),
+ * the projections into the residual stream (out_proj, w2) N(0, (0.02 /
+ * sqrt(2L))²). Both: λ vectors N(0, 0.1²) (official code), every norm
+ * weight 1. One RNG stream, tensors in table order. */
+dtx_status dtx_model_init_scheme(dtx_model **out, const dtx_config *c, uint64_t seed, dtx_init_scheme scheme) {
+    if (scheme != DTX_INIT_TORCH && scheme != DTX_INIT_GPT2)
+        return dtx_fail(DTX_ERR_ARG, "unknown initialisation scheme %d", (int)scheme);
     dtx_status st = dtx_model_alloc(out, c);
     if (st) return st;
     dtx_model *m = *out;
     dtx_rng rng;
     dtx_rng_seed(&rng, seed);
+    double gpt2_resid = 0.02 / sqrt(2.0 * (double)c->n_layers);
     for (int i = 0; i < m->n_tensors; i++) {
         const dtx_tensor_info *t = &m->tensors[i];
         real *p = m->params + t->offset;
         int is_lambda = strstr(t->name, ".lambda_") != NULL;
-        if (t->is_embedding) {
+        int resid = strstr(t->name, ".out_proj.") != NULL || strstr(t->name, ".w2.") != NULL;
+        if (is_lambda) {
+            for (size_t j = 0; j < t->numel; j++) p[j] = (real)(0.1 * dtx_rng_normal(&rng));
+        } else if (scheme == DTX_INIT_GPT2 && (t->ndim == 2 || t->is_embedding)) {
+            double std = resid ? gpt2_resid : 0.02;
+            for (size_t j = 0; j < t->numel; j++) p[j] = (real)(std * dtx_rng_normal(&rng));
+        } else if (t->is_embedding) {
             double std = 1.0 / sqrt((double)c->dim);
             for (size_t j = 0; j < t->numel; j++) p[j] = (real)(std * dtx_rng_normal(&rng));
-        } else if (is_lambda) {
-            for (size_t j = 0; j < t->numel; j++) p[j] = (real)(0.1 * dtx_rng_normal(&rng));
         } else if (t->ndim == 2) {
             double bound = 1.0 / sqrt((double)t->shape[1]);
             for (size_t j = 0; j < t->numel; j++) p[j] = (real)(bound * (2.0 * dtx_rng_uniform(&rng) - 1.0));
@@ -120,6 +130,13 @@ dtx_status dtx_model_init(dtx_model **out, const dtx_config *c, uint64_t seed) {
     return DTX_OK;
 }
 
+dtx_status dtx_model_init(dtx_model **out, const dtx_config *c, uint64_t seed) {
+    return dtx_model_init_scheme(out, c, seed, DTX_INIT_TORCH);
+}
+
+const char *dtx_init_scheme_name(dtx_init_scheme s) {
+    return s == DTX_INIT_GPT2 ? "gpt2" : s == DTX_INIT_TORCH ? "torch" : "?";
+}
 
 void dtx_model_free(dtx_model *m) {
     if (!m) return;

@@ -899,6 +899,10 @@ TEST(cli_train_variants) {
                 "train", "lambda_init = 0.5", "only arch diff");
     CHECK_USAGE(cli("train --init '%s' --subln rms --tokens '%s' --out '%s'", dn, toks, o), "train", "--subln",
                 "--init");
+    CHECK_USAGE(cli("train --init '%s' --init-scheme gpt2 --tokens '%s' --out '%s'", dn, toks, o), "train",
+                "--init-scheme", "--init");
+    CHECK_USAGE(cli("train %s --init-scheme xavier --tokens '%s' --out '%s'", TINY, toks, o), "train", "--init-scheme",
+                "torch|gpt2");
     CHECK(access(o, F_OK) != 0);
 }
 

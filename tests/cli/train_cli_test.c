@@ -331,6 +331,7 @@ TEST(train_cli_resume_refuses_other_settings) {
         {"--steps 10 --warmup 1", "--warmup differs", "warmup_steps = 1"},
         {"--steps 10 --subln none", "--subln differs", "subln = none in this run, rms in the checkpoint"},
         {"--steps 10 --lambda-init 0.8", "--lambda-init differs", "lambda_init = 0.8 in this run, schedule"},
+        {"--steps 10 --init-scheme gpt2", "--init-scheme differs", "init_scheme = gpt2 in this run, torch"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rc = cli("train %s --tokens '%s' --out '%s' --resume %s", TINY, bin, o, cases[i].flags);

@@ -152,3 +152,38 @@ TEST(config_variants) {
     }
     for (int i = 0; i < 4; i++) dtx_model_free(ms[i]);
 }
+
+/* The GPT-2 initialisation: N(0, 0.02²) linear weights and embeddings, the
+ * residual projections scaled by 1/sqrt(2L), λ vectors and norms as the
+ * default; the default scheme is dtx_model_init bit for bit. */
+TEST(model_init_schemes) {
+    dtx_config c = dtx_config_default();
+    c.dim = 64, c.n_layers = 3, c.vocab_size = 300, c.ffn_dim = 128, c.n_heads = 2, c.n_kv_heads = 2;
+    c.tie_embeddings = 0;
+    dtx_model *a, *b, *g;
+    REQUIRE(dtx_model_init(&a, &c, 5) == DTX_OK && dtx_model_init_scheme(&b, &c, 5, DTX_INIT_TORCH) == DTX_OK);
+    REQUIRE(dtx_model_init_scheme(&g, &c, 5, DTX_INIT_GPT2) == DTX_OK);
+    CHECK(memcmp(dtx_model_params(a), dtx_model_params(b), dtx_model_num_params(a) * sizeof(float)) == 0);
+    for (int i = 0; i < dtx_model_num_tensors(g); i++) {
+        const dtx_tensor_info *t = dtx_model_tensor(g, i);
+        const float *p = dtx_model_params(g) + t->offset;
+        double ss = 0, mean = 0;
+        for (size_t j = 0; j < t->numel; j++) ss += (double)p[j] * p[j], mean += p[j];
+        double sd = sqrt(ss / (double)t->numel);
+        mean /= (double)t->numel;
+        if (strstr(t->name, ".lambda_"))
+            CHECKF(sd > 0.05 && sd < 0.2, "%s sd %.4f", t->name, sd);
+        else if (t->ndim == 1)
+            CHECKF(sd == 1 && mean == 1, "%s is not all ones", t->name);
+        else {
+            int resid = strstr(t->name, ".out_proj.") || strstr(t->name, ".w2.");
+            double want = resid ? 0.02 / sqrt(6.0) : 0.02;
+            CHECKF(fabs(sd / want - 1) < 0.05 && fabs(mean) < 0.1 * want, "%s sd %.5f (want %.5f) mean %.5f", t->name,
+                   sd, want, mean);
+        }
+    }
+    CHECK(strcmp(dtx_init_scheme_name(DTX_INIT_GPT2), "gpt2") == 0);
+    dtx_model *x = NULL;
+    CHECK(dtx_model_init_scheme(&x, &c, 5, (dtx_init_scheme)7) == DTX_ERR_ARG && x == NULL);
+    dtx_model_free(a), dtx_model_free(b), dtx_model_free(g);
+}
