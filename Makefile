@@ -92,10 +92,16 @@ demo:
 	@scripts/demo.sh $(BIN)
 
 # The paper's measurements on small models trained here (scripts/reproduce.sh
-# --help, docs/reproduce.md): under 90 minutes on 2 cores (79 min measured), QUICK=1 9 min.
-# Writes runs/reproduce/REPORT.md (and REPORT.md at the top for the full run).
+# --help, docs/reproduce.md), in named stages, each cached per model and
+# resumable: STAGE=main (the default: under 90 minutes on 2 cores, 79 min
+# measured; QUICK=1 9 min) writes runs/reproduce/REPORT.md (and REPORT.md at
+# the top for the full run); STAGE=induction (scripts/induction.sh: the
+# induction study, about 140 minutes; QUICK=1 about 12) writes
+# runs/reproduce/induction/INDUCTION.md.
+STAGE ?= main
 reproduce:
-	@scripts/reproduce.sh
+	@case "$(STAGE)" in main) scripts/reproduce.sh ;; induction) scripts/induction.sh ;; \
+	  *) echo "make reproduce: STAGE=$(STAGE): expected main or induction" >&2; exit 2 ;; esac
 
 # The PyTorch side (needs python3-torch: scripts/setup.sh --torch).
 fixtures:

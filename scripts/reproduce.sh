@@ -200,6 +200,7 @@ if [ $quick = 0 ] && [ -z "$dir" ]; then
     # the full run's report also goes to the top, its figures to docs/reproduce/
     mkdir -p docs/reproduce
     cp "$run"/*.png docs/reproduce/ 2>/dev/null || true
-    sed 's|](\([a-z_]*\.png\))|](docs/reproduce/\1)|' "$run/REPORT.md" > REPORT.md
+    sed -e 's|](\([a-z_]*\.png\))|](docs/reproduce/\1)|' -e 's|](induction/INDUCTION.md)|](docs/reproduce/INDUCTION.md)|' \
+        "$run/REPORT.md" > REPORT.md
 fi
 echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/REPORT.md"

@@ -232,6 +232,25 @@ def section_warmup(r, out):
     out.append(f"Induction formed in {formed['diff']} of {n['diff']} DIFF models and {formed['transformer']} of "
                f"{n['transformer']} Transformers. Retrieval builds on it: before the recipe had this warm-up, no "
                "model in any run we made learned to retrieve a needle (docs/reproduce.md).\n")
+    section_induction_study(r, out)
+
+
+def section_induction_study(r, out):
+    """The induction study's answers (make reproduce STAGE=induction), when its runs exist."""
+    d = os.path.join(r.dir, "induction")
+    if not os.path.exists(os.path.join(d, "settings.txt")):
+        out.append("Why the split, and whether the Transformer forms induction under another recipe, is the "
+                   "induction study's question: `make reproduce STAGE=induction` (not run for this report).\n")
+        return
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import induction
+    st = induction.Study(d)
+    if not st.runs:
+        out.append("The induction study (`make reproduce STAGE=induction`) has no finished run yet.\n")
+        return
+    out.append(f"### The induction study ({len(st.runs)} of {len(st.planned) or len(st.runs)} runs; "
+               "every recipe, seed and curve in [induction/INDUCTION.md](induction/INDUCTION.md))\n")
+    out += induction.findings(st, "####")
 
 
 def heads_of(r, arch, dim):
