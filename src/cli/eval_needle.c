@@ -15,6 +15,7 @@
 #include "common/common.h"
 #include "difftx.h"
 #include "eval/needle.h"
+#include "eval/needle_answer.h"
 
 static const char *CMD = "eval needle";
 
@@ -85,12 +86,7 @@ typedef struct {
     dtx_model *m;
     dtx_tokenizer *tok;
     dtx_needle_source *src;
-    dtx_kvcache *cache;
-    dtx_real *logits;
-    int64_t v_pick; /* greedy picks among ids < min(model vocab, tokenizer vocab) */
-    int32_t eos, bos, pad;
-    char *text; /* one query's decoded text */
-    size_t text_len, text_cap;
+    dtx_needle_answerer *ans;
 } runner;
 
 /* ------------------------------------------------------------ flag values */
@@ -188,76 +184,18 @@ static int check_lengths(needle_args *a, const dtx_config *c) {
 
 /* ------------------------------------------------------------ scoring */
 
-static int text_append(runner *r, const char *s, size_t n) {
-    if (r->text_len + n + 1 > r->text_cap) {
-        size_t cap = (r->text_len + n + 1) * 2;
-        char *t = realloc(r->text, cap);
-        if (!t) return -1;
-        r->text = t;
-        r->text_cap = cap;
-    }
-    memcpy(r->text + r->text_len, s, n);
-    r->text_len += n;
-    r->text[r->text_len] = '\0';
-    return 0;
-}
-
-/* Greedy with <|bos|> and <|pad|> banned (YOCO bans them: a model can put
- * much probability on starting over); ties go to the lowest id. */
-static int32_t pick(const runner *r) {
-    int32_t best = -1;
-    for (int64_t i = 0; i < r->v_pick; i++) {
-        if (i == r->bos || i == r->pad) continue;
-        if (best < 0 || r->logits[i] > r->logits[best]) best = (int32_t)i;
-    }
-    return best;
-}
-
-/* Decodes up to max_new tokens after the cached context + question into
- * r->text, stopping at <|eos|> or once a newline was produced (the text is
- * cut there). r->logits holds the question's last logits on entry. */
-static dtx_status answer(runner *r, int64_t max_new) {
-    r->text_len = 0;
-    if (text_append(r, "", 0)) return DTX_ERR_NOMEM;
-    for (int64_t step = 0; step < max_new; step++) {
-        int32_t tok = pick(r);
-        if (tok < 0 || tok == r->eos) break;
-        char *s = NULL;
-        size_t n = 0;
-        dtx_status st = dtx_tokenizer_decode(r->tok, &tok, 1, &s, &n);
-        if (st) return st;
-        int bad = text_append(r, s, n);
-        free(s);
-        if (bad) return DTX_ERR_NOMEM;
-        char *nl = memchr(r->text, '\n', r->text_len);
-        if (nl) {
-            r->text_len = (size_t)(nl - r->text);
-            r->text[r->text_len] = '\0';
-            break;
-        }
-        if (step + 1 < max_new && (st = dtx_model_decode(r->m, r->cache, tok, r->logits))) return st;
-    }
-    return DTX_OK;
-}
-
 /* Scores one prompt's R queries into t. */
-static dtx_status score_prompt(runner *r, const dtx_needle_prompt *p, int64_t max_new, tally *t) {
-    int first = t->samples == 0;
-    dtx_kvcache_reset(r->cache);
-    dtx_status st = dtx_model_prefill(r->m, r->cache, p->tokens, p->context_end, NULL);
-    int right = 0;
-    for (int q = 0; q < p->n_queries && !st; q++) {
-        st = dtx_model_prefill(r->m, r->cache, p->question[q], p->question_n[q], r->logits);
-        if (!st) st = answer(r, max_new);
-        if (!st) right += dtx_needle_answer_correct(r->text, r->text_len, p->number[q]);
-        if (!st && first && q == 0) {
-            snprintf(t->city, sizeof t->city, "%s", p->city[0]);
-            snprintf(t->number, sizeof t->number, "%s", p->number[0]);
-            snprintf(t->output, sizeof t->output, "%s", r->text);
-        }
-        if (!st) st = dtx_kvcache_truncate(r->cache, p->context_end);
-    }
+static dtx_status score_prompt(runner *r, const dtx_needle_prompt *p, tally *t) {
+    int first = t->samples == 0, ok[DTX_NEEDLE_MAX], right = 0;
+    char text[sizeof t->output];
+    dtx_status st = dtx_needle_answer_prompt(r->ans, p, ok, text, sizeof text);
     if (st) return st;
+    for (int q = 0; q < p->n_queries; q++) right += ok[q];
+    if (first) {
+        snprintf(t->city, sizeof t->city, "%s", p->city[0]);
+        snprintf(t->number, sizeof t->number, "%s", p->number[0]);
+        snprintf(t->output, sizeof t->output, "%s", text);
+    }
     t->samples++;
     t->queries += p->n_queries;
     t->correct += right;
@@ -317,7 +255,7 @@ static int run_grid(const needle_args *a, runner *r, tally *cells) {
                     dtx_needle_prompt p;
                     dtx_status st = dtx_needle_make(r->src, &spec, &p);
                     if (st) return make_error(a, l, st);
-                    st = score_prompt(r, &p, a->max_new, t);
+                    st = score_prompt(r, &p, t);
                     dtx_needle_prompt_free(&p);
                     if (st) return lib_error(CMD);
                     if (tty) progress(++done, total, &a->grid[g], a->lengths[l]);
@@ -516,30 +454,21 @@ static int open_runner(const needle_args *a, runner *r) {
         return runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
                              a->tokenizer, (long long)vt, (long long)c->vocab_size, a->model);
     if (dtx_needle_source_open_list(&r->src, r->tok, a->haystack) != DTX_OK) return lib_error(CMD);
-    r->v_pick = vt < c->vocab_size ? vt : c->vocab_size;
-    r->bos = dtx_tokenizer_token_id(r->tok, "<|bos|>");
-    r->pad = dtx_tokenizer_token_id(r->tok, "<|pad|>");
-    r->eos = dtx_tokenizer_token_id(r->tok, "<|eos|>");
-    if (r->eos < 0) r->eos = dtx_tokenizer_token_id(r->tok, "<|endoftext|>");
-    if (!(r->logits = malloc((size_t)c->vocab_size * sizeof *r->logits))) return runtime_error(CMD, "out of memory");
     return EXIT_OK;
 }
 
 static int open_cache(const needle_args *a, runner *r) {
     int64_t longest = 0;
     for (int l = 0; l < a->n_lengths; l++) longest = a->lengths[l] > longest ? a->lengths[l] : longest;
-    /* prompt (<= length) + max_new − 1 fed-back tokens */
-    if (dtx_kvcache_init(&r->cache, r->m, longest + a->max_new - 1) != DTX_OK) return lib_error(CMD);
+    if (dtx_needle_answerer_init(&r->ans, r->m, r->tok, longest, a->max_new) != DTX_OK) return lib_error(CMD);
     return EXIT_OK;
 }
 
 static void close_runner(runner *r) {
-    dtx_kvcache_free(r->cache);
+    dtx_needle_answerer_free(r->ans);
     dtx_needle_source_free(r->src);
     dtx_model_free(r->m);
     dtx_tokenizer_free(r->tok);
-    free(r->logits);
-    free(r->text);
 }
 
 static int parse_args(needle_args *a, int argc, char **argv) {
