@@ -36,12 +36,9 @@ import sys
 
 ONSET_NATS = 1.0
 WINDOW = 20
-# two-sided 95% t quantiles by degrees of freedom
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
-
-def t975(df):
-    return T975.get(df, 1.96 + 2.4 / df)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stats import fmt_ci, mean_ci  # noqa: E402
 
 
 def read_scores(path):
@@ -125,14 +122,7 @@ def paired(study, a, b, key):
     """Mean and 95% t interval of key(b) − key(a) over the seeds both recipes ran."""
     ga, gb = study.group(a), study.group(b)
     seeds = sorted(set(ga) & set(gb))
-    diffs = [key(gb[s]) - key(ga[s]) for s in seeds]
-    if not diffs:
-        return None
-    m = statistics.fmean(diffs)
-    if len(diffs) < 2:
-        return m, float("-inf"), float("inf"), len(diffs)
-    h = t975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
-    return m, m - h, m + h, len(diffs)
+    return mean_ci([key(gb[s]) - key(ga[s]) for s in seeds])
 
 
 def effect_words(ci, better_if_positive=True):
@@ -145,15 +135,6 @@ def effect_words(ci, better_if_positive=True):
     if hi < 0:
         return "lowers it" if better_if_positive else "brings it sooner"
     return "not resolved" + (" (one seed)" if n < 2 else "")
-
-
-def fmt_ci(ci, fmt="{:+.2f}"):
-    if ci is None:
-        return "n/a"
-    m, lo, hi, n = ci
-    if n < 2:
-        return fmt.format(m) + " (1 seed)"
-    return (fmt + " [" + fmt + ", " + fmt + "]").format(m, lo, hi) + f" ({n} seeds)"
 
 
 def recipe_row(study, rec):

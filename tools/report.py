@@ -24,6 +24,9 @@ import struct
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stats import bootstrap_ci, fmt_ci, mean_ci, paired_ci, verdict  # noqa: E402
+
 ARCHS = ("diff", "transformer")
 NAME = {"diff": "DIFF", "transformer": "Transformer"}
 
@@ -419,42 +422,85 @@ def section_needle(r, out, figs):
         command(r, out, "the heatmap, DIFF", "eval/heatmap-diff")
 
 
-def mass_rows(js):
-    """{depth: {segment: normalised mass}} from an attn-mass JSON."""
+def mass_stat(m):
+    """The printed statistic of one map object: per layer normalised, then averaged over layers
+    (older JSON has only the pooled one)."""
+    return m.get("layer_normalized", m.get("normalized"))
+
+
+def mass_rows(js, map_key="combined"):
+    """{depth: {segment: share}} from an attn-mass JSON."""
     rows = {}
     for e in js.get("depths", []):
-        rows[e["depth"]] = e["combined"]["normalized"]
+        if map_key in e:
+            rows[e["depth"]] = mass_stat(e[map_key])
     return rows
+
+
+def mass_all(js, group=None, map_key="combined"):
+    """{segment: share} pooled over depths, for all prompts or one group ('retrieved', 'missed')."""
+    e = (js.get("all_depths") or [{}])[0]
+    if group:
+        e = e.get(group, {})
+    if not e.get("prompts", e.get("rows", 0)) or map_key not in e:
+        return None
+    return dict(mass_stat(e[map_key]), prompts=e.get("prompts"))
+
+
+SEGS = (("answer", "answer"), ("context", "noise"), ("bos", "BOS"), ("query", "query"))
 
 
 def section_mass(r, out):
     out.append("## Attention on the answer vs noise (paper Table 3)\n")
-    data = {a: [mass_rows(r.eval(f"mass-{a}-s{s}") or {}) for s in r.seeds] for a in ARCHS}
-    depths = sorted({d for a in ARCHS for t in data[a] for d in t})
+    js = {a: {s: r.eval(f"mass-{a}-s{s}") for s in r.seeds} for a in ARCHS}
+    js = {a: {s: j for s, j in js[a].items() if j} for a in ARCHS}
+    data = {a: {s: mass_rows(j) for s, j in js[a].items()} for a in ARCHS}
+    depths = sorted({d for a in ARCHS for t in data[a].values() for d in t})
     if not depths:
         out.append("No attention-mass results.\n")
         return
-    out.append("Normalised attention of the last prompt position (the one that produces the answer), summed over "
-               "layers, heads and prompts, then divided by the total over the four segments (DIFF: the combined "
-               "map A1 − λA2). Mean ± sd over seeds; paper in parentheses.\n")
+    out.append("Attention of the last prompt position (the one that produces the answer) split into four segments: "
+               "the answer needle, the rest of the context (noise), BOS and the query. Per layer the masses are "
+               "summed over heads and prompts and normalised by that layer's total, then averaged over layers, so "
+               "each layer counts alike (DIFF's combined rows A1 − λA2 sum to 1 − λ, different per layer). DIFF: "
+               "the combined map, and A1 alone beside it. Mean ± sd over seeds; the paper's numbers in "
+               "parentheses.\n")
     out.append("| depth | answer: Transformer | answer: DIFF | noise: Transformer | noise: DIFF |")
     out.append("|---|---|---|---|---|")
-    ans_gap, noise_gap = [], []
     for d in depths:
         p = PAPER_TABLE3.get(int(d), (None,) * 4)
-        v = {(a, seg): [t[d][seg] for t in data[a] if d in t] for a in ARCHS for seg in ("answer", "context")}
-        ans_gap.append(mean_sd(v[("diff", "answer")])[0] - mean_sd(v[("transformer", "answer")])[0])
-        noise_gap.append(mean_sd(v[("diff", "context")])[0] - mean_sd(v[("transformer", "context")])[0])
-        out.append(f"| {d}% | {pm(v[('transformer', 'answer')], '{:.2f}')} ({p[0]}) | "
+        v = {(a, seg): [t[d][seg] for t in data[a].values() if d in t] for a in ARCHS for seg in ("answer", "context")}
+        out.append(f"| {d:g}% | {pm(v[('transformer', 'answer')], '{:.2f}')} ({p[0]}) | "
                    f"{pm(v[('diff', 'answer')], '{:.2f}')} ({p[1]}) | "
                    f"{pm(v[('transformer', 'context')], '{:.2f}')} ({p[2]}) | "
                    f"{pm(v[('diff', 'context')], '{:.2f}')} ({p[3]}) |")
-    a, n = statistics.fmean(ans_gap), statistics.fmean(noise_gap)
-    held = a > 0 and n < 0
     out.append("")
-    out.append(f"**Verdict:** DIFF's share on the answer differs from the Transformer's by {a:+.2f} and its share on "
-               f"the other context by {n:+.2f} (means over depths); the paper's claim (more on the answer, less "
-               f"noise) {'held' if held else 'held for the noise only' if n < 0 else 'held for the answer only' if a > 0 else 'did not hold'} here.\n")
+    # every segment, all depths pooled: combined and A1-only, all prompts and split by retrieval
+    out.append("Every segment, all depths pooled (mean over seeds; prompts: the number behind each row, summed "
+               "over seeds):\n")
+    out.append("| model, map | prompts | " + " | ".join(n for _, n in SEGS) + " |")
+    out.append("|---|---|" + "---|" * len(SEGS))
+    for a in ARCHS:
+        maps = (("combined", "A1 − λA2"), ("a1", "A1 alone")) if a == "diff" else (("combined", "softmax"),)
+        for mk, mname in maps:
+            for group, gname in ((None, "all"), ("retrieved", "retrieved"), ("missed", "missed")):
+                rows = [mass_all(j, group, mk) for j in js[a].values()]
+                rows = [x for x in rows if x]
+                if not rows:
+                    continue
+                n = sum(x["prompts"] or 0 for x in rows)
+                cells = [pm([x[k] for x in rows], "{:.2f}") for k, _ in SEGS]
+                out.append(f"| {NAME[a]}, {mname}, {gname} | {n} | " + " | ".join(cells) + " |")
+    out.append("")
+    # verdicts: per seed the mean over depths, DIFF − Transformer paired by seed
+    def per_seed(a, seg):
+        return {s: statistics.fmean(t[d][seg] for d in t) for s, t in data[a].items() if t}
+    ca = paired_ci(per_seed("transformer", "answer"), per_seed("diff", "answer"))
+    cn = paired_ci(per_seed("transformer", "context"), per_seed("diff", "context"))
+    va, vn = verdict(ca, +1), verdict(cn, -1)
+    out.append(f"**Verdict** (DIFF − Transformer, mean over depths, per seed, 95% interval): share on the answer "
+               f"{fmt_ci(ca)}: the paper's claim (more on the answer) **{va}**; share on the noise {fmt_ci(cn)}: "
+               f"the claim (less noise) **{vn}**.\n")
     command(r, out, "DIFF seed 1", "eval/mass-diff-s1")
 
 

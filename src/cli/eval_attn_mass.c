@@ -15,6 +15,7 @@
 #include "common/common.h"
 #include "difftx.h"
 #include "eval/needle.h"
+#include "eval/needle_answer.h"
 #include "eval/probe.h"
 
 static const char *CMD = "eval attn-mass";
@@ -22,17 +23,20 @@ static const char *CMD = "eval attn-mass";
 static const char USAGE[] =
     "usage: difftx eval attn-mass --model MODEL --tokenizer TOK --haystack PATH[,PATH...]\n"
     "                             [--length L] [--needles N] [--depths 0,25,50,75,100]\n"
-    "                             [--samples 20] [--seed 1] [--json OUT]\n"
+    "                             [--samples 20] [--seed 1] [--max-new 8] [--json OUT]\n"
     "                             [--precision fp32|bf16]\n"
     "\n"
     "Attention allocation (DIFF Transformer paper, Table 3): for needle prompts (the\n"
     "ones of 'difftx eval needle' with R = 1), the attention row of the last prompt\n"
     "position, the one that predicts the first answer token, split into four\n"
     "segments: BOS, the answer needle, the rest of the context (framing, haystack,\n"
-    "other needles: the 'noise') and the query. Per answer depth the raw masses are\n"
-    "summed over layers, heads and samples and divided by their total. For DIFF the\n"
-    "map is the combined A1 - lambda*A2, whose weights do not sum to 1; A1 and A2\n"
-    "alone are in the JSON.\n"
+    "other needles: the 'noise') and the query. Per answer depth and layer the raw\n"
+    "masses are summed over heads and samples and divided by that layer's total;\n"
+    "the shares printed are the mean over layers (so every layer counts alike; for\n"
+    "DIFF each layer's rows sum to 1 - lambda). For DIFF the map is the combined\n"
+    "A1 - lambda*A2 and, beside it, A1 alone (a distribution); A2 is in the JSON.\n"
+    "Each prompt is also answered greedily (as 'difftx eval needle' does), and the\n"
+    "shares are given again over the prompts the model retrieves and those it misses.\n"
     "\n"
     "  --model PATH       model file                                       [required]\n"
     "  --tokenizer PATH   tokenizer file; it must have <|bos|>             [required]\n"
@@ -43,6 +47,7 @@ static const char USAGE[] =
     "  --depths LIST      answer depths in percent, 0..100 (default 0,25,50,75,100)\n"
     "  --samples S        prompts per depth (default 20)\n"
     "  --seed S           seed of every prompt, hashed with its depth (default 1)\n"
+    "  --max-new M        tokens generated per answer (default 8)\n"
     "  --json OUT         also write every depth's masses as JSON\n"
     "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
     "                     operands and fp32 accumulation\n";
@@ -55,20 +60,28 @@ static const char *const MAP_KEY[N_MAPS] = {"a1", "a2", "combined"};
 
 typedef struct {
     const char *model, *tokenizer, *haystack, *depths_s, *json;
-    int64_t length, needles, samples;
+    int64_t length, needles, samples, max_new;
     uint64_t seed;
     int precision;
     double depths[MAX_DEPTHS];
     int n_depths;
 } mass_args;
 
-/* Raw segment sums of one depth: [map][segment], and per layer for the combined map. */
+/* The prompts of one depth: all of them, those the model answers right,
+ * those it misses. */
+enum { GROUP_ALL, GROUP_RETRIEVED, GROUP_MISSED, N_GROUPS };
+static const char *const GROUP_KEY[N_GROUPS] = {"all", "retrieved", "missed"};
+
+/* Raw segment sums of one depth and group, per map and layer:
+ * layer[(map · n_layers + l) · N_SEG + segment]. */
 typedef struct {
-    double sum[N_MAPS][N_SEG];
-    double *layer; /* [n_layers][N_SEG], combined map */
-    int64_t rows;  /* attention rows summed: layers × heads × samples */
-    int64_t tokens;
+    double *layer;
+    int64_t n_layers;
+    int64_t rows;    /* attention rows summed: layers × heads × prompts */
+    int64_t prompts, tokens;
 } mass;
+
+static double *layer_sums(const mass *x, int mp, int64_t l) { return x->layer + (mp * x->n_layers + l) * N_SEG; }
 
 /* The four segments' masses of one row over keys 0..t. */
 static void segment_masses(const double *row, const dtx_needle_prompt *p, int64_t t, double seg[N_SEG]) {
@@ -82,30 +95,34 @@ static void segment_masses(const double *row, const dtx_needle_prompt *p, int64_
     seg[SEG_CONTEXT] = all - row[0] - answer - query;
 }
 
-/* Adds one prompt's rows (every layer and head, every map the arch has). */
-static dtx_status add_prompt(dtx_model *m, const dtx_needle_prompt *p, double *row, mass *acc) {
+/* One prompt's rows (every layer and head, every map the arch has) into
+ * tmp [N_MAPS · n_layers · N_SEG] (overwritten). */
+static dtx_status prompt_masses(dtx_model *m, const dtx_needle_prompt *p, double *row, double *tmp) {
     const dtx_config *c = dtx_model_config(m);
     dtx_status st = dtx_model_forward(m, p->tokens, NULL, 1, p->n, NULL, NULL);
-    int64_t t = p->n - 1;
+    int64_t t = p->n - 1, L = c->n_layers;
     int n_maps = c->arch == DTX_ARCH_DIFF ? N_MAPS : 1;
-    for (int64_t l = 0; l < c->n_layers && !st; l++)
+    memset(tmp, 0, (size_t)(N_MAPS * L * N_SEG) * sizeof *tmp);
+    for (int64_t l = 0; l < L && !st; l++)
         for (int64_t h = 0; h < c->n_heads && !st; h++)
             for (int mp = 0; mp < n_maps && !st; mp++) {
-                /* The Transformer's one map is both "a1" and "combined". */
-                dtx_probe_map map = (dtx_probe_map)mp;
-                if ((st = dtx_probe_attention_row(m, 0, l, h, map, t, row))) break;
+                if ((st = dtx_probe_attention_row(m, 0, l, h, (dtx_probe_map)mp, t, row))) break;
                 double seg[N_SEG];
                 segment_masses(row, p, t, seg);
                 for (int s = 0; s < N_SEG; s++) {
-                    acc->sum[mp][s] += seg[s];
-                    if (n_maps == 1) acc->sum[DTX_PROBE_DIFF][s] += seg[s];
-                    if (map == DTX_PROBE_DIFF || n_maps == 1) acc->layer[l * N_SEG + s] += seg[s];
+                    tmp[(mp * L + l) * N_SEG + s] += seg[s];
+                    /* the Transformer's one map is both "a1" and "combined" */
+                    if (n_maps == 1) tmp[(DTX_PROBE_DIFF * L + l) * N_SEG + s] += seg[s];
                 }
             }
-    if (st) return st;
-    acc->rows += c->n_layers * c->n_heads;
-    acc->tokens += p->n;
-    return DTX_OK;
+    return st;
+}
+
+static void mass_add(mass *x, const double *tmp, const dtx_config *c, int64_t tokens) {
+    for (int64_t i = 0; i < N_MAPS * x->n_layers * N_SEG; i++) x->layer[i] += tmp[i];
+    x->rows += c->n_layers * c->n_heads;
+    x->prompts++;
+    x->tokens += tokens;
 }
 
 static dtx_needle_spec mass_spec(const mass_args *a, int d, int64_t sample) {
@@ -120,26 +137,49 @@ static dtx_needle_spec mass_spec(const mass_args *a, int d, int64_t sample) {
     return s;
 }
 
-static int run_depths(const mass_args *a, dtx_model *m, const dtx_needle_source *src, mass *acc) {
+/* acc [(n_depths + 1) · N_GROUPS]: depth d's groups at d · N_GROUPS, every
+ * depth pooled at n_depths · N_GROUPS. */
+static mass *acc_at(mass *acc, int d, int g) { return &acc[d * N_GROUPS + g]; }
+
+static int run_depths(const mass_args *a, dtx_model *m, const dtx_tokenizer *tok, const dtx_needle_source *src,
+                      mass *acc) {
+    const dtx_config *c = dtx_model_config(m);
     double *row = malloc((size_t)a->length * sizeof *row);
-    if (!row) return runtime_error(CMD, "out of memory");
+    double *tmp = malloc((size_t)(N_MAPS * c->n_layers * N_SEG) * sizeof *tmp);
+    dtx_needle_answerer *ans = NULL;
+    if (!row || !tmp) {
+        free(row), free(tmp);
+        return runtime_error(CMD, "out of memory");
+    }
     int tty = isatty(STDERR_FILENO), rc = EXIT_OK;
+    if (dtx_needle_answerer_init(&ans, m, tok, a->length, a->max_new) != DTX_OK) rc = lib_error(CMD);
     int64_t total = a->n_depths * a->samples, done = 0;
     for (int d = 0; d < a->n_depths && rc == EXIT_OK; d++)
         for (int64_t s = 0; s < a->samples && rc == EXIT_OK; s++) {
             dtx_needle_spec spec = mass_spec(a, d, s);
             dtx_needle_prompt p;
+            int right = 0;
             dtx_status st = dtx_needle_make(src, &spec, &p);
             if (st == DTX_ERR_ARG) rc = usage_error(CMD, "--length %lld: %s", (long long)a->length, dtx_last_error());
             else if (st) rc = lib_error(CMD);
-            else if (add_prompt(m, &p, row, &acc[d]) != DTX_OK) rc = lib_error(CMD);
-            dtx_needle_prompt_free(&p);
+            else if (prompt_masses(m, &p, row, tmp) != DTX_OK ||
+                     dtx_needle_answer_prompt(ans, &p, &right, NULL, 0) != DTX_OK)
+                rc = lib_error(CMD);
+            if (rc == EXIT_OK) {
+                int g = right ? GROUP_RETRIEVED : GROUP_MISSED;
+                mass_add(acc_at(acc, d, GROUP_ALL), tmp, c, p.n);
+                mass_add(acc_at(acc, d, g), tmp, c, p.n);
+                mass_add(acc_at(acc, a->n_depths, GROUP_ALL), tmp, c, p.n);
+                mass_add(acc_at(acc, a->n_depths, g), tmp, c, p.n);
+            }
+            if (!st) dtx_needle_prompt_free(&p);
             done++;
             if (tty && rc == EXIT_OK)
                 fprintf(stderr, "\rattn-mass: %lld/%lld prompts%s", (long long)done, (long long)total,
                         done == total ? "\n" : "");
         }
-    free(row);
+    dtx_needle_answerer_free(ans);
+    free(row), free(tmp);
     return rc;
 }
 
@@ -152,74 +192,108 @@ static void normalised(const double *sum, double out[N_SEG]) {
     for (int s = 0; s < N_SEG; s++) out[s] = tot != 0 ? sum[s] / tot : 0;
 }
 
-/* All depths pooled. */
-static mass pooled(const mass_args *a, const mass *acc) {
-    mass all = {0};
-    for (int d = 0; d < a->n_depths; d++) {
-        for (int mp = 0; mp < N_MAPS; mp++)
-            for (int s = 0; s < N_SEG; s++) all.sum[mp][s] += acc[d].sum[mp][s];
-        all.rows += acc[d].rows;
-        all.tokens += acc[d].tokens;
+/* The statistic printed: each layer's sums normalised by that layer's
+ * total, then averaged over the layers. */
+static void layer_shares(const mass *x, int mp, double out[N_SEG]) {
+    for (int s = 0; s < N_SEG; s++) out[s] = 0;
+    for (int64_t l = 0; l < x->n_layers; l++) {
+        double v[N_SEG];
+        normalised(layer_sums(x, mp, l), v);
+        for (int s = 0; s < N_SEG; s++) out[s] += v[s] / (double)x->n_layers;
     }
-    return all;
 }
 
-static void print_row(const char *label, const mass *x) {
-    double v[N_SEG], tot = 0;
-    normalised(x->sum[DTX_PROBE_DIFF], v);
-    for (int s = 0; s < N_SEG; s++) tot += x->sum[DTX_PROBE_DIFF][s];
-    printf(" %6s  %6.3f  %14.3f  %6.3f  %6.3f  %13.3f\n", label, v[SEG_ANSWER], v[SEG_CONTEXT], v[SEG_BOS],
-           v[SEG_QUERY], x->rows ? tot / (double)x->rows : 0);
+/* The sums over every layer (the pooled statistic, and the mean per row). */
+static void total_sums(const mass *x, int mp, double out[N_SEG]) {
+    for (int s = 0; s < N_SEG; s++) out[s] = 0;
+    for (int64_t l = 0; l < x->n_layers; l++)
+        for (int s = 0; s < N_SEG; s++) out[s] += layer_sums(x, mp, l)[s];
+}
+
+static void print_row(const char *label, const mass *x, int mp) {
+    double v[N_SEG], sum[N_SEG], tot = 0;
+    if (!x->prompts) {
+        printf(" %-16s  (no prompts)\n", label);
+        return;
+    }
+    layer_shares(x, mp, v);
+    total_sums(x, mp, sum);
+    for (int s = 0; s < N_SEG; s++) tot += sum[s];
+    printf(" %-16s  %6.3f  %14.3f  %6.3f  %6.3f  %13.3f  %7lld\n", label, v[SEG_ANSWER], v[SEG_CONTEXT], v[SEG_BOS],
+           v[SEG_QUERY], x->rows ? tot / (double)x->rows : 0, (long long)x->prompts);
+}
+
+static void print_map(const mass_args *a, const mass *acc, int mp, const char *title) {
+    printf("%s\n  depth             answer  noise(context)     BOS   query  mean row mass  prompts\n", title);
+    char label[48];
+    for (int d = 0; d < a->n_depths; d++) {
+        snprintf(label, sizeof label, "%g%%", a->depths[d]);
+        print_row(label, acc_at((mass *)acc, d, GROUP_ALL), mp);
+    }
+    print_row("all", acc_at((mass *)acc, a->n_depths, GROUP_ALL), mp);
+    print_row("all, retrieved", acc_at((mass *)acc, a->n_depths, GROUP_RETRIEVED), mp);
+    print_row("all, missed", acc_at((mass *)acc, a->n_depths, GROUP_MISSED), mp);
 }
 
 static void print_report(const mass_args *a, const dtx_model *m, const mass *acc) {
     const dtx_config *c = dtx_model_config(m);
     int diff = c->arch == DTX_ARCH_DIFF;
+    const mass *all = acc_at((mass *)acc, a->n_depths, GROUP_ALL);
     printf("attention allocation: %s (%s, %zu parameters), length %lld, %lld needle%s, %lld samples per depth, "
-           "seed %llu\n",
+           "seed %llu; retrieved %lld of %lld prompts\n",
            a->model, dtx_arch_name(c->arch), dtx_model_num_params(m), (long long)a->length, (long long)a->needles,
-           a->needles == 1 ? "" : "s", (long long)a->samples, (unsigned long long)a->seed);
-    printf("Map: %s. Attention of the last prompt position, summed over %lld layers x %lld heads and the samples,\n"
-           "normalised over the four segments (the paper's Table 3; noise = all other context).\n\n",
-           diff ? "A1 - lambda*A2 (combined)" : "softmax (A1)", (long long)c->n_layers, (long long)c->n_heads);
-    printf("  depth  answer  noise(context)     BOS   query  mean row mass\n");
-    char label[32];
-    for (int d = 0; d < a->n_depths; d++) {
-        snprintf(label, sizeof label, "%g%%", a->depths[d]);
-        print_row(label, &acc[d]);
+           a->needles == 1 ? "" : "s", (long long)a->samples, (unsigned long long)a->seed,
+           (long long)acc_at((mass *)acc, a->n_depths, GROUP_RETRIEVED)->prompts, (long long)all->prompts);
+    printf("Attention of the last prompt position; per layer summed over %lld heads and the prompts and normalised\n"
+           "over the four segments, then averaged over the %lld layers (the paper's Table 3; noise = all other\n"
+           "context).\n\n",
+           (long long)c->n_heads, (long long)c->n_layers);
+    print_map(a, acc, DTX_PROBE_DIFF, diff ? "Map: A1 - lambda*A2 (combined)" : "Map: softmax");
+    if (diff) {
+        printf("\n");
+        print_map(a, acc, DTX_PROBE_A1, "Map: A1 alone (the first softmax)");
     }
-    mass all = pooled(a, acc);
-    print_row("all", &all);
 }
 
-/* {"normalized": {...}, "mean": {...}} of one map's sums. */
-static void json_map(cJSON *o, const char *key, const double *sum, int64_t rows, int *ok) {
+/* {"layer_normalized", "normalized" (pooled over layers), "mean" (per row)} of one map. */
+static void json_map(cJSON *o, const char *key, const mass *x, int mp, int *ok) {
     cJSON *mo = jadd(o, key, cJSON_CreateObject(), ok);
+    cJSON *ln = jadd(mo, "layer_normalized", cJSON_CreateObject(), ok);
     cJSON *nz = jadd(mo, "normalized", cJSON_CreateObject(), ok), *mean = jadd(mo, "mean", cJSON_CreateObject(), ok);
-    double v[N_SEG];
+    double sh[N_SEG], sum[N_SEG], v[N_SEG];
+    layer_shares(x, mp, sh);
+    total_sums(x, mp, sum);
     normalised(sum, v);
     for (int s = 0; s < N_SEG; s++) {
+        jnum(ln, SEG_NAME[s], sh[s], ok);
         jnum(nz, SEG_NAME[s], v[s], ok);
-        jnum(mean, SEG_NAME[s], rows ? sum[s] / (double)rows : 0, ok);
+        jnum(mean, SEG_NAME[s], x->rows ? sum[s] / (double)x->rows : 0, ok);
     }
-}
-
-static void json_depth(cJSON *arr, const dtx_config *c, double depth, const mass *x, int *ok) {
-    cJSON *o = jadd(arr, NULL, cJSON_CreateObject(), ok);
-    if (depth >= 0) jnum(o, "depth", depth, ok);
-    jnum(o, "rows", (double)x->rows, ok);
-    int n_maps = c->arch == DTX_ARCH_DIFF ? N_MAPS : 1;
-    json_map(o, MAP_KEY[DTX_PROBE_DIFF], x->sum[DTX_PROBE_DIFF], x->rows, ok);
-    for (int mp = 0; mp < n_maps && mp != DTX_PROBE_DIFF; mp++) json_map(o, MAP_KEY[mp], x->sum[mp], x->rows, ok);
-    if (!x->layer) return;
-    cJSON *layers = jadd(o, "layers", cJSON_CreateArray(), ok);
-    for (int64_t l = 0; l < c->n_layers; l++) {
+    cJSON *layers = jadd(mo, "layers", cJSON_CreateArray(), ok);
+    for (int64_t l = 0; l < x->n_layers; l++) {
         cJSON *lo = jadd(layers, NULL, cJSON_CreateObject(), ok);
-        double v[N_SEG];
-        normalised(&x->layer[l * N_SEG], v);
+        normalised(layer_sums(x, mp, l), v);
         jnum(lo, "layer", (double)l, ok);
         for (int s = 0; s < N_SEG; s++) jnum(lo, SEG_NAME[s], v[s], ok);
     }
+}
+
+/* One group's maps: rows, prompts, and each map of the arch. */
+static void json_group(cJSON *o, const dtx_config *c, const mass *x, int *ok) {
+    jnum(o, "rows", (double)x->rows, ok);
+    jnum(o, "prompts", (double)x->prompts, ok);
+    int n_maps = c->arch == DTX_ARCH_DIFF ? N_MAPS : 1;
+    json_map(o, MAP_KEY[DTX_PROBE_DIFF], x, DTX_PROBE_DIFF, ok);
+    for (int mp = 0; mp < n_maps && mp != DTX_PROBE_DIFF; mp++) json_map(o, MAP_KEY[mp], x, mp, ok);
+}
+
+static void json_depth(cJSON *arr, const dtx_config *c, double depth, const mass *groups, int *ok) {
+    cJSON *o = jadd(arr, NULL, cJSON_CreateObject(), ok);
+    if (depth >= 0) jnum(o, "depth", depth, ok);
+    jnum(o, "n_retrieved", (double)groups[GROUP_RETRIEVED].prompts, ok);
+    json_group(o, c, &groups[GROUP_ALL], ok);
+    for (int g = GROUP_RETRIEVED; g < N_GROUPS; g++)
+        json_group(jadd(o, GROUP_KEY[g], cJSON_CreateObject(), ok), c, &groups[g], ok);
 }
 
 static int write_json(const mass_args *a, const dtx_model *m, const mass *acc) {
@@ -235,12 +309,14 @@ static int write_json(const mass_args *a, const dtx_model *m, const mass *acc) {
     jnum(root, "needles", (double)a->needles, &ok);
     jnum(root, "samples", (double)a->samples, &ok);
     jnum(root, "seed", (double)a->seed, &ok);
+    jnum(root, "max_new", (double)a->max_new, &ok);
     jstr(root, "precision", dtx_precision_name(dtx_model_precision(m)), &ok);
+    jstr(root, "statistic", "layer_normalized: per layer normalised over the four segments, then averaged over "
+         "layers; normalized: pooled over layers, then normalised", &ok);
     cJSON *arr = jadd(root, "depths", cJSON_CreateArray(), &ok);
-    for (int d = 0; d < a->n_depths; d++) json_depth(arr, c, a->depths[d], &acc[d], &ok);
-    mass all = pooled(a, acc);
+    for (int d = 0; d < a->n_depths; d++) json_depth(arr, c, a->depths[d], acc_at((mass *)acc, d, 0), &ok);
     cJSON *allo = jadd(root, "all_depths", cJSON_CreateArray(), &ok);
-    json_depth(allo, c, -1, &all, &ok);
+    json_depth(allo, c, -1, acc_at((mass *)acc, a->n_depths, 0), &ok);
     return json_write_report(CMD, a->json, root, ok, 1);
 }
 
@@ -253,6 +329,7 @@ static int parse_args(mass_args *a, int argc, char **argv) {
         FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX), FLAG_STR("--depths", &a->depths_s),
         FLAG_INT("--samples", &a->samples, 1, 1000000),         FLAG_SEED("--seed", &a->seed),
         FLAG_STR("--json", &a->json),         FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
+        FLAG_INT("--max-new", &a->max_new, 1, 1024),
     };
     switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
     case FLAGS_HELP: return FLAGS_HELP;
@@ -293,24 +370,30 @@ static int open_all(mass_args *a, dtx_tokenizer **tok, dtx_model **m, dtx_needle
 }
 
 int cmd_eval_attn_mass(int argc, char **argv) {
-    mass_args a = {.needles = 1, .samples = 20, .seed = 1, .depths_s = "0,25,50,75,100"};
+    mass_args a = {.needles = 1, .samples = 20, .seed = 1, .max_new = 8, .depths_s = "0,25,50,75,100"};
     int rc = parse_args(&a, argc, argv);
     if (rc == FLAGS_HELP) return finish_stdout(CMD);
     if (rc != EXIT_OK) return rc;
     dtx_tokenizer *tok = NULL;
     dtx_model *m = NULL;
     dtx_needle_source *src = NULL;
-    mass acc[MAX_DEPTHS];
+    mass acc[(MAX_DEPTHS + 1) * N_GROUPS];
     memset(acc, 0, sizeof acc);
     rc = open_all(&a, &tok, &m, &src);
-    for (int d = 0; d < a.n_depths && rc == EXIT_OK; d++)
-        if (!(acc[d].layer = calloc((size_t)dtx_model_config(m)->n_layers * N_SEG, sizeof(double))))
+    int n_acc = (a.n_depths + 1) * N_GROUPS;
+    for (int i = 0; i < n_acc && rc == EXIT_OK; i++) {
+        acc[i].n_layers = dtx_model_config(m)->n_layers;
+        if (!(acc[i].layer = calloc((size_t)(N_MAPS * acc[i].n_layers * N_SEG), sizeof(double))))
             rc = runtime_error(CMD, "out of memory");
-    if (rc == EXIT_OK) rc = run_depths(&a, m, src, acc);
+    }
+    if (rc == EXIT_OK && a.length + a.max_new - 1 > dtx_model_config(m)->max_seq_len)
+        rc = usage_error(CMD, "--length %lld + --max-new %lld is more than the model's max_seq_len %lld + 1",
+                         (long long)a.length, (long long)a.max_new, (long long)dtx_model_config(m)->max_seq_len);
+    if (rc == EXIT_OK) rc = run_depths(&a, m, tok, src, acc);
     if (rc == EXIT_OK) print_report(&a, m, acc);
     if (rc == EXIT_OK && a.json) rc = write_json(&a, m, acc);
     if (rc == EXIT_OK) rc = finish_stdout(CMD);
-    for (int d = 0; d < a.n_depths; d++) free(acc[d].layer);
+    for (int i = 0; i < n_acc; i++) free(acc[i].layer);
     dtx_needle_source_free(src);
     dtx_model_free(m);
     dtx_tokenizer_free(tok);

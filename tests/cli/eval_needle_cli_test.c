@@ -345,6 +345,74 @@ TEST(eval_attn_mass_cli_json) {
     cJSON_Delete(root);
 }
 
+static double seg_of(const cJSON *d, const char *group, const char *map, const char *kind, const char *seg) {
+    const cJSON *g = group ? cJSON_GetObjectItemCaseSensitive(d, group) : d;
+    return json_num(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(g, map), kind), seg);
+}
+
+/* The printed statistic normalises each layer on its own and then averages
+ * the layers (every layer counts alike, whatever its 1 − λ); the prompts
+ * split into retrieved and missed, whose sums make up the whole; the count
+ * retrieved is what eval needle scores on the same prompts. */
+TEST(eval_attn_mass_cli_layers_and_groups) {
+    REQUIRE(setup() == 0);
+    dtx_config c2 = tiny(DTX_ARCH_DIFF, 32, 2);
+    dtx_model *m2 = NULL;
+    REQUIRE(dtx_model_init(&m2, &c2, 13) == DTX_OK);
+    const char *p2 = save_model(m2, "diff2.safetensors"), *js = test_path("mass2.json"), *nj = test_path("n2.json");
+    dtx_model_free(m2);
+    REQUIRE(p2);
+    int rc = cli("eval attn-mass --model %s --tokenizer %s --haystack %s --length 200 --needles 2 --depths 0,50 "
+                 "--samples 3 --json %s",
+                 p2, tok_path, hay_path, js);
+    REQUIREF(rc == 0, "%s", cli_out);
+    CHECK(cli_has("Map: A1 - lambda*A2 (combined)") && cli_has("Map: A1 alone") && cli_has("all, retrieved") &&
+          cli_has("all, missed"));
+    rc = cli("eval needle --model %s --tokenizer %s --haystack %s --lengths 200 --grid 2x1 --depths 0,50 --samples 3 "
+             "--json %s",
+             p2, tok_path, hay_path, nj);
+    REQUIREF(rc == 0, "%s", cli_out);
+    cJSON *root = read_json(js), *nroot = read_json(nj);
+    REQUIRE(root && nroot);
+    static const char *const segs[4] = {"bos", "answer", "context", "query"}, *const maps[3] = {"combined", "a1", "a2"};
+    for (int di = 0; di < 2; di++) {
+        const cJSON *d = depth_entry(root, 50.0 * di);
+        REQUIRE(d);
+        for (int mi = 0; mi < 3; mi++) {
+            const cJSON *layers =
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(d, maps[mi]), "layers");
+            REQUIRE(cJSON_GetArraySize(layers) == 2);
+            for (int si = 0; si < 4; si++) {
+                double mean = 0;
+                for (int l = 0; l < 2; l++) mean += json_num(cJSON_GetArrayItem(layers, l), segs[si]) / 2;
+                double got = seg_of(d, NULL, maps[mi], "layer_normalized", segs[si]);
+                CHECKF(fabs(got - mean) < 1e-12, "depth %d %s %s: %g, mean of layers %g", 50 * di, maps[mi],
+                       segs[si], got, mean);
+                /* the groups' sums make up the whole (mean · rows adds) */
+                double whole = seg_of(d, NULL, maps[mi], "mean", segs[si]) * json_num(d, "rows"), parts = 0;
+                for (int g = 0; g < 2; g++) {
+                    const char *gk = g ? "missed" : "retrieved";
+                    const cJSON *go = cJSON_GetObjectItemCaseSensitive(d, gk);
+                    parts += seg_of(d, gk, maps[mi], "mean", segs[si]) * json_num(go, "rows");
+                }
+                CHECKF(fabs(whole - parts) < 1e-9, "depth %d %s %s: %g vs %g", 50 * di, maps[mi], segs[si], whole,
+                       parts);
+            }
+        }
+        double n_ret = json_num(cJSON_GetObjectItemCaseSensitive(d, "retrieved"), "prompts");
+        double n_mis = json_num(cJSON_GetObjectItemCaseSensitive(d, "missed"), "prompts");
+        CHECK(n_ret + n_mis == 3 && json_num(d, "n_retrieved") == n_ret);
+        const cJSON *cell;
+        double needle_right = -1;
+        cJSON_ArrayForEach(cell, cJSON_GetObjectItemCaseSensitive(nroot, "cells")) if (json_num(cell, "depth") == 50.0 * di)
+            needle_right = json_num(cell, "correct_queries");
+        CHECKF(needle_right == n_ret, "depth %d: eval needle %g right, attn-mass %g retrieved", 50 * di, needle_right,
+               n_ret);
+    }
+    cJSON_Delete(root);
+    cJSON_Delete(nroot);
+}
+
 /* The masses of one prompt, recomputed from the probe here. */
 TEST(eval_attn_mass_cli_matches_probe) {
     REQUIRE(setup() == 0);

@@ -1,0 +1,62 @@
+"""Intervals and verdicts shared by tools/report.py and tools/induction.py.
+
+A verdict is computed, never typed: "held" only where the 95% interval lies
+on the paper's side of zero, "did not hold" where it lies on the other
+side, "not resolved" where it spans zero (or there is one seed only)."""
+import math
+import random
+import statistics
+
+# two-sided 95% t quantiles by degrees of freedom
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def t975(df):
+    return T975.get(df, 1.96 + 2.4 / df)
+
+
+def mean_ci(xs):
+    """(mean, lo, hi, n) of the 95% t interval of the mean; ±inf with one value."""
+    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
+    if not xs:
+        return None
+    m = statistics.fmean(xs)
+    if len(xs) < 2:
+        return m, float("-inf"), float("inf"), 1
+    h = t975(len(xs) - 1) * statistics.stdev(xs) / math.sqrt(len(xs))
+    return m, m - h, m + h, len(xs)
+
+
+def paired_ci(a, b):
+    """The interval of the mean of b[k] − a[k] over the keys both dicts have."""
+    keys = sorted(set(a) & set(b))
+    return mean_ci([b[k] - a[k] for k in keys])
+
+
+def bootstrap_ci(xs, stat, n=2000, seed=1):
+    """(stat(xs), lo, hi): the percentile bootstrap 95% interval of stat over resamples of xs."""
+    if not xs:
+        return None
+    rng = random.Random(seed)
+    vals = sorted(stat([rng.choice(xs) for _ in xs]) for _ in range(n))
+    return stat(xs), vals[int(0.025 * n)], vals[int(0.975 * n) - 1]
+
+
+def verdict(ci, paper_sign):
+    """paper_sign +1: the paper says the difference is positive; -1 negative."""
+    if ci is None:
+        return "not measured"
+    lo, hi = ci[1], ci[2]
+    if paper_sign > 0:
+        return "held" if lo > 0 else "did not hold" if hi < 0 else "not resolved"
+    return "held" if hi < 0 else "did not hold" if lo > 0 else "not resolved"
+
+
+def fmt_ci(ci, fmt="{:+.2f}"):
+    if ci is None:
+        return "n/a"
+    m, lo, hi = ci[0], ci[1], ci[2]
+    n = ci[3] if len(ci) > 3 else None
+    if n == 1:
+        return fmt.format(m) + " (1 seed)"
+    return (fmt + " [" + fmt + ", " + fmt + "]").format(m, lo, hi) + (f" ({n} seeds)" if n else "")
