@@ -9,7 +9,12 @@
  * targets; each later one ends S targets further (the last one at n − 1),
  * starts W before its end, and scores only the targets past the previous
  * end: the rest of the window is context. Per-token NLL is computed from
- * the logits in double (log-sum-exp with max subtraction). */
+ * the logits in double (log-sum-exp with max subtraction).
+ *
+ * The scored tokens also split as Table 6's (Zoology's) slices: an AR hit is
+ * a target x[j] whose bigram (x[j−1], x[j]) already occurred inside the
+ * window's inputs before it (associative recall can predict it), and the
+ * others are every other target. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -31,7 +36,10 @@ static const char USAGE[] =
     "scores all its targets, each later window moves on by STRIDE tokens and scores\n"
     "only its last STRIDE targets, the rest being context; every token after the\n"
     "first is predicted once. Prints the tokens scored, the mean NLL in nats, the\n"
-    "perplexity exp(NLL) and, for a text, bits per byte (total NLL / ln 2 / bytes).\n"
+    "perplexity exp(NLL) and, for a text, bits per byte (total NLL / ln 2 / bytes);\n"
+    "and the mean NLL on the AR hits (targets whose bigram with the token before\n"
+    "already occurred in the window: associative recall, the paper's Table 6) and\n"
+    "on the others.\n"
     "\n"
     "  --model PATH       model file                                    [required]\n"
     "  --tokens FILE      whitespace-separated token ids, or a token shard\n"
@@ -65,6 +73,8 @@ typedef struct {
 typedef struct {
     double nll;                 /* total, nats */
     int64_t scored, windows, W, S;
+    double nll_hit;             /* of the AR hits (see the top of the file) */
+    int64_t hits;
 } ppl_result;
 
 /* ------------------------------------------------------------ input */
@@ -124,12 +134,44 @@ static double token_nll(const dtx_real *row, int64_t V, int32_t target) {
     return mx + log(sum) - (double)row[target];
 }
 
+/* The bigrams seen so far in a window: an open-addressing set of
+ * (a << 32 | b) + 1 keys (0: empty), cap a power of two >= 2 · entries. */
+typedef struct {
+    uint64_t *key;
+    int64_t cap;
+} bigram_set;
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* 1 when present; with insert, adds it when absent. */
+static int bigram_seen(bigram_set *b, int32_t x, int32_t y, int insert) {
+    uint64_t k = ((uint64_t)(uint32_t)x << 32 | (uint32_t)y) + 1;
+    for (int64_t i = (int64_t)(mix64(k) & (uint64_t)(b->cap - 1));; i = (i + 1) & (b->cap - 1)) {
+        if (b->key[i] == k) return 1;
+        if (b->key[i] == 0) {
+            if (insert) b->key[i] = k;
+            return 0;
+        }
+    }
+}
+
 /* Runs every window (see the top of the file) and sums the NLL of the
- * targets each one scores. */
+ * targets each one scores, and of its AR hits. */
 static int score_windows(dtx_model *m, const corpus *cp, int64_t W, int64_t S, ppl_result *r) {
     const int64_t V = dtx_model_config(m)->vocab_size, n = cp->n;
     dtx_real *logits = malloc((size_t)(W * V) * sizeof *logits);
-    if (!logits) return runtime_error(CMD, "out of memory for the logits of a %lld-token window", (long long)W);
+    bigram_set bs = {NULL, 16};
+    while (bs.cap < 2 * W) bs.cap *= 2;
+    bs.key = malloc((size_t)bs.cap * sizeof *bs.key);
+    if (!logits || !bs.key) {
+        free(logits), free(bs.key);
+        return runtime_error(CMD, "out of memory for the logits of a %lld-token window", (long long)W);
+    }
     memset(r, 0, sizeof *r);
     r->W = W, r->S = S;
     int rc = EXIT_OK;
@@ -141,13 +183,23 @@ static int score_windows(dtx_model *m, const corpus *cp, int64_t W, int64_t S, p
             rc = lib_error(CMD);
             break;
         }
-        /* position i predicts x[b + i + 1]; the new targets are done + 1 .. e */
-        for (int64_t i = done - b; i < T; i++) r->nll += token_nll(logits + i * V, V, cp->ids[b + i + 1]);
+        /* position i predicts x[b + i + 1]; the new targets are done + 1 .. e. The
+         * bigrams of the inputs x[b .. b + i] are in the set when target i is scored. */
+        memset(bs.key, 0, (size_t)bs.cap * sizeof *bs.key);
+        const int32_t *x = cp->ids + b;
+        for (int64_t i = 0; i < T; i++) {
+            if (i > 0) bigram_seen(&bs, x[i - 1], x[i], 1);
+            if (i < done - b) continue;
+            double l = token_nll(logits + i * V, V, x[i + 1]);
+            r->nll += l;
+            if (bigram_seen(&bs, x[i], x[i + 1], 0)) r->nll_hit += l, r->hits++;
+        }
         r->scored += e - done;
         r->windows++;
         done = e;
     }
     free(logits);
+    free(bs.key);
     if (rc == EXIT_OK && !isfinite(r->nll)) rc = runtime_error(CMD, "the NLL is not finite (%g)", r->nll);
     return rc;
 }
@@ -174,6 +226,10 @@ static void print_result(const ppl_args *a, const dtx_model *m, const corpus *cp
     printf("tokens       %lld scored\n", (long long)r->scored);
     printf("mean NLL     %.6f nats\n", mean);
     printf("perplexity   %.4f\n", exp(mean));
+    int64_t others = r->scored - r->hits;
+    printf("AR hits      %lld tokens, mean NLL %.6f nats\n", (long long)r->hits, r->hits ? r->nll_hit / (double)r->hits : NAN);
+    printf("others       %lld tokens, mean NLL %.6f nats\n", (long long)others,
+           others ? (r->nll - r->nll_hit) / (double)others : NAN);
     if (cp->bytes > 0) printf("bits/byte    %.6f\n", bits_per_byte(cp, r));
 }
 
@@ -196,6 +252,14 @@ static int write_json(const ppl_args *a, const dtx_model *m, const corpus *cp, c
     else if (!cJSON_AddNullToObject(root, "bpb")) ok = 0;
     jnum(root, "attn_bits", (double)a->attn_bits, &ok);
     jstr(root, "attn_scope", a->attn_scope ? "tensor" : "row", &ok);
+    int64_t others = r->scored - r->hits;
+    cJSON *hit = jadd(root, "ar_hit", cJSON_CreateObject(), &ok), *oth = jadd(root, "others", cJSON_CreateObject(), &ok);
+    jnum(hit, "tokens", (double)r->hits, &ok);
+    jnum(oth, "tokens", (double)others, &ok);
+    if (r->hits) jnum(hit, "nll", r->nll_hit / (double)r->hits, &ok);
+    else if (!cJSON_AddNullToObject(hit, "nll")) ok = 0;
+    if (others) jnum(oth, "nll", (r->nll - r->nll_hit) / (double)others, &ok);
+    else if (!cJSON_AddNullToObject(oth, "nll")) ok = 0;
     return json_write_report(CMD, a->json, root, ok, 0);
 }
 

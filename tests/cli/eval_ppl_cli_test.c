@@ -183,6 +183,57 @@ TEST(eval_ppl_cli_sliding_window_matches_reference) {
     }
 }
 
+/* The AR-hit slice, by brute force: target j of the window [b, e) is a hit
+ * when its bigram (ids[j − 1], ids[j]) occurs at some s with b <= s and
+ * s + 1 <= j − 1 (inside the inputs before it). */
+TEST(eval_ppl_cli_ar_hit_slices) {
+    enum { N = 150, V = 6 }; /* a small vocabulary: many repeated bigrams */
+    int32_t ids[N];
+    const char *mp = model_file("ar.safetensors", DTX_ARCH_DIFF, V);
+    const char *tp = ids_file("ar.txt", ids, N, V, 21);
+    REQUIRE(mp && tp);
+    dtx_model *m = NULL;
+    REQUIRE(dtx_model_load(&m, mp) == DTX_OK);
+    const int64_t W = SEQ, S = 5;
+    dtx_real *logits = malloc((size_t)(W * V) * sizeof *logits);
+    REQUIRE(logits);
+    double hit_nll = 0, oth_nll = 0;
+    int64_t hits = 0, others = 0, cur_e = -1;
+    for (int64_t j = 1; j < N; j++) {
+        int64_t e = j <= W ? W : W + S * ((j - W + S - 1) / S);
+        if (e > N - 1) e = N - 1;
+        int64_t b = e - W > 0 ? e - W : 0;
+        if (e != cur_e) {
+            REQUIRE(dtx_model_forward(m, ids + b, NULL, 1, e - b, logits, NULL) == DTX_OK);
+            cur_e = e;
+        }
+        const dtx_real *row = logits + (j - b - 1) * V;
+        double mx = -INFINITY, sum = 0;
+        for (int64_t v = 0; v < V; v++) mx = fmax(mx, row[v]);
+        for (int64_t v = 0; v < V; v++) sum += exp(row[v] - mx);
+        double l = mx + log(sum) - row[ids[j]];
+        int hit = 0;
+        for (int64_t s2 = b; s2 + 1 <= j - 1 && !hit; s2++) hit = ids[s2] == ids[j - 1] && ids[s2 + 1] == ids[j];
+        if (hit) hit_nll += l, hits++;
+        else oth_nll += l, others++;
+    }
+    free(logits);
+    char tok_arg[512];
+    snprintf(tok_arg, sizeof tok_arg, "--tokens '%s'", tp);
+    cJSON *j = ppl_json(mp, tok_arg, "--stride 5");
+    REQUIRE(j);
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(j, "ar_hit"), *o = cJSON_GetObjectItemCaseSensitive(j, "others");
+    CHECKF(json_num(h, "tokens") == hits && json_num(o, "tokens") == others, "hits %g/%lld, others %g/%lld",
+           json_num(h, "tokens"), (long long)hits, json_num(o, "tokens"), (long long)others);
+    CHECK(hits > 20 && others > 20); /* both slices are exercised */
+    CHECKF(fabs(json_num(h, "nll") - hit_nll / hits) < 1e-6 && fabs(json_num(o, "nll") - oth_nll / others) < 1e-6,
+           "hit nll %.9g vs %.9g, others %.9g vs %.9g", json_num(h, "nll"), hit_nll / hits, json_num(o, "nll"),
+           oth_nll / others);
+    CHECK(cli_has("AR hits") && cli_has("others "));
+    cJSON_Delete(j);
+    dtx_model_free(m);
+}
+
 /* ------------------------------------------------------------ text */
 
 TEST(eval_ppl_cli_text_bits_per_byte) {
