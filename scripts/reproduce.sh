@@ -95,12 +95,8 @@ echo "$settings" > "$run/settings.txt"
 echo "settings: $settings"
 
 section "data, tokenizer, shards"
-make --no-print-directory data
+scripts/repro_data.sh "$bin" "$run" "$vocab"
 tok=$run/tokenizer.txt
-[ -s "$tok" ] || "$bin" tokenizer train --input "$corpus/train" --vocab-size "$vocab" --out "$tok"
-for s in train val; do
-    [ -s "$run/$s.bin" ] || "$bin" prepare --tokenizer "$tok" --input "$corpus/$s" --out "$run/$s.bin" --append-eos
-done
 
 # ---- training
 model_name() { echo "$run/models/$1-d$2-s$3"; }  # arch dim seed

@@ -38,6 +38,7 @@ ONSET_NATS = 1.0
 WINDOW = 20
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from runs import read_settings  # noqa: E402
 from stats import fmt_ci, mean_ci  # noqa: E402
 
 
@@ -93,8 +94,7 @@ def parse_name(name):
 class Study:
     def __init__(self, d):
         self.dir = d
-        self.settings = dict(kv.split("=", 1) for kv in open(os.path.join(d, "settings.txt")).read().split()
-                             if "=" in kv)
+        self.settings = read_settings(os.path.join(d, "settings.txt"))
         self.vocab = int(self.settings.get("vocab", 4096))
         self.steps = int(self.settings["steps"])
         self.long_factor = int(self.settings.get("long_factor", 4))

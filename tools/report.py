@@ -17,15 +17,15 @@ import glob
 import json
 import math
 import os
-import platform
 import re
 import statistics
-import struct
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from stats import bootstrap_ci, fmt_ci, mean_ci, paired_ci, verdict  # noqa: E402
+from runs import fit_power, header_meta, invert, read_log, read_settings  # noqa: E402
+from runs import params_of as safetensors_params  # noqa: E402
+from stats import fmt_ci, paired_ci, verdict  # noqa: E402
 
 ARCHS = ("diff", "transformer")
 NAME = {"diff": "DIFF", "transformer": "Transformer"}
@@ -64,65 +64,10 @@ def pm(xs, fmt="{:.3f}"):
     return (fmt + " ± " + fmt).format(m, s) if len(xs) > 1 else fmt.format(m)
 
 
-def safetensors_params(path):
-    """(total, non-embedding) parameter counts from the file's header."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-    total = emb = 0
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        k = math.prod(t["shape"])
-        total += k
-        if name in ("tok_embeddings.weight", "output.weight"):
-            emb += k
-    return total, total - emb
-
-
-def read_log(path):
-    """(train points [(step, loss)], val points [(step, val_loss)]) of a JSONL
-    training log; entries after a resume replace those past its step."""
-    train, val = {}, {}
-    with open(path) as f:
-        for line in f:
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            s = e.get("step")
-            if s is None:
-                continue
-            if "resumed_from" in e:
-                train = {k: v for k, v in train.items() if k <= s}
-                val = {k: v for k, v in val.items() if k <= s}
-            if e.get("loss") is not None:
-                train[s] = e["loss"]
-            if e.get("val_loss") is not None:
-                val[s] = e["val_loss"]
-    return sorted(train.items()), sorted(val.items())
-
-
-def fit_power(xs, ys):
-    """Least squares of log y = log a + b log x: returns (a, b)."""
-    lx = [math.log(x) for x in xs]
-    ly = [math.log(y) for y in ys]
-    mx, my = statistics.fmean(lx), statistics.fmean(ly)
-    sxx = sum((x - mx) ** 2 for x in lx)
-    b = sum((x - mx) * (y - my) for x, y in zip(lx, ly)) / sxx
-    return math.exp(my - b * mx), b
-
-
-def invert(a, b, y):
-    """x with a·x^b = y."""
-    return (y / a) ** (1.0 / b)
-
-
 class Run:
     def __init__(self, d):
         self.dir = d
-        self.settings = dict(kv.split("=", 1) for kv in open(os.path.join(d, "settings.txt")).read().split()
-                             if "=" in kv)
+        self.settings = read_settings(os.path.join(d, "settings.txt"))
         self.models = {}  # (arch, dim, seed) -> base path
         for p in glob.glob(os.path.join(d, "models", "*.safetensors")):
             m = re.match(r"(diff|transformer)-d(\d+)-s(\d+)\.safetensors$", os.path.basename(p))
@@ -258,12 +203,7 @@ def section_induction_study(r, out):
 
 def heads_of(r, arch, dim):
     base = r.models.get((arch, dim, 1))
-    if not base:
-        return "?"
-    with open(base + ".safetensors", "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        meta = json.loads(f.read(n)).get("__metadata__", {})
-    return meta.get("n_heads", "?")
+    return header_meta(base + ".safetensors").get("n_heads", "?") if base else "?"
 
 
 def section_scaling(r, out, figs):

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# make reproduce STAGE=scaling: the paper's scaling claims (Fig 3a, 3b) and
+# Table 6's AR-Hit / Others slices on plain language modelling, under a
+# recipe fair to both architectures.
+#
+# usage: scripts/scaling.sh [--quick] [--dir DIR] [--no-setup] [--no-build] [--jobs N]
+#        scripts/scaling.sh --list [--quick]        the runs of each phase
+#
+# Plain language modelling: the State of the Union speeches (make data), no
+# needle and no copy rows, no warm-up. Two phases:
+#   1. learning rate: each arch at the sweep size (dim SWEEP_DIM) with every
+#      lr of LRS, seed 1; each arch's best (the lowest final validation loss)
+#      is its learning rate for phase 2 (the choice is in DIR/lr.txt);
+#   2. sizes x seeds: every size of DIMS with seeds 1, 2, 3, each arch at its
+#      own learning rate: the same tokens for every size and arch.
+# Then difftx eval ppl (held-out speeches; AR hits and others) on every
+# model. DIFF has H heads of width d, the Transformer 2H of d (the same
+# projection shapes). Both archs train side by side, one thread each; every
+# run is cached in DIR/models and resumes from its checkpoint.
+# tools/scaling.py DIR writes DIR/SCALING.md: the fits with bootstrap
+# intervals over seeds, and the verdicts computed from them.
+#
+# Exit status: 0 done, 1 a step failed, 2 bad usage, 130 interrupted.
+set -Eeuo pipefail
+
+usage() { sed -n '2,/^set -Eeuo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+die() { echo "scaling: $*" >&2; exit 1; }
+is_true() { case ${1:-} in ''|0|no|false) return 1 ;; *) return 0 ;; esac; }
+
+# The body is one function, read whole before it runs (an edited script
+# must not change a running one).
+main() {
+cd "$(dirname "$0")/.."
+root=$PWD
+bin=${DIFFTX_BIN:-$root/build/difftx}
+
+if [ "${1:-}" = --one ]; then # a worker: NAME ARGS...
+    shift
+    local run=$1 name=$2; shift 2
+    local out=$run/models/$name
+    [ -s "$out.safetensors" ] && exit 0
+    echo "start $name ($(date +%H:%M:%S))"
+    local t0; t0=$(date +%s)
+    if OMP_NUM_THREADS=1 "$bin" train --log "$out.jsonl" --out "$out.safetensors" --resume "$@" > "$out.out" 2>&1; then
+        echo "done  $name in $(( $(date +%s) - t0 ))s"
+    else
+        tail -n 3 "$out.out" >&2
+        echo "FAIL  $name" >&2
+        exit 1
+    fi
+    exit 0
+fi
+
+local quick=0 dir=${REPRO_DIR:-} list=0 jobs=${JOBS:-2}
+is_true "${QUICK:-}" && quick=1
+while [ $# -gt 0 ]; do
+    case $1 in
+        -h|--help) usage; exit 0 ;;
+        --quick) quick=1 ;;
+        --no-setup) NO_SETUP=1 ;;
+        --no-build) NO_BUILD=1 ;;
+        --list) list=1 ;;
+        --jobs) [ $# -ge 2 ] || { echo "scaling: --jobs needs a value" >&2; exit 2; }; jobs=$2; shift ;;
+        --dir) [ $# -ge 2 ] || { echo "scaling: --dir needs a value" >&2; exit 2; }; dir=$2; shift ;;
+        *) echo "scaling: unknown argument $1 (scripts/scaling.sh --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+case $dir in ''|/*) ;; *) dir=$root/$dir ;; esac
+case $jobs in [1-9]|[1-9][0-9]) ;; *) echo "scaling: --jobs $jobs: expected 1 to 99" >&2; exit 2 ;; esac
+
+# ---- the recipe (everything that decides a result is here)
+local data run vocab seq batch steps layers head_width sweep_dim ppl_tokens
+local -a dims seeds lrs
+if [ $quick = 1 ]; then
+    data=$root/runs/reproduce/quick run=${dir:-$data/scaling}
+    vocab=2048 seq=256 batch=8 steps=300 layers=3 head_width=16
+    dims=(32 64 96) seeds=(1 2) lrs=(1e-3 3e-3) sweep_dim=64 ppl_tokens=20000
+else
+    data=$root/runs/reproduce run=${dir:-$data/scaling}
+    vocab=4096 seq=512 batch=4 steps=1500 layers=4 head_width=32
+    dims=(64 96 128 192) seeds=(1 2 3) lrs=(1e-3 3e-3 6e-3) sweep_dim=128 ppl_tokens=100000
+fi
+local settings="vocab=$vocab seq=$seq batch=$batch steps=$steps layers=$layers dims=${dims[*]} seeds=${seeds[*]}"
+settings+=" lrs=${lrs[*]} sweep_dim=$sweep_dim head_width=$head_width ppl_tokens=$ppl_tokens"
+
+run_args() { # arch dim lr seed -> NAME ARGS
+    local a=$1 d=$2 lr=$3 s=$4 h=$(( $2 / (2 * head_width) ))
+    [ $h -lt 1 ] && h=1
+    [ "$a" = transformer ] && h=$((2 * h))
+    echo "$a-d$d-lr$lr-s$s --tokens $data/train.bin --val-tokens $data/val.bin --arch $a --dim $d --layers $layers" \
+        "--heads $h --ffn $(( (d * 8 / 3 + 7) / 8 * 8 )) --vocab $vocab --max-seq $seq --seq $seq --batch $batch" \
+        "--steps $steps --warmup $((steps / 20)) --lr $lr --seed $s --eval-every $((steps / 10))" \
+        "--log-every $((steps / 5)) --ckpt-every $((steps / 5)) --keep 1"
+}
+phase1() { local lr a; for lr in "${lrs[@]}"; do for a in diff transformer; do run_args $a $sweep_dim $lr 1; done; done; }
+phase2() { # needs DIR/lr.txt: "diff LR" and "transformer LR"
+    local s d a
+    for s in "${seeds[@]}"; do for d in "${dims[@]}"; do for a in diff transformer; do
+        run_args $a $d "$(awk -v a=$a '$1 == a { print $2 }' "$run/lr.txt")" $s
+    done; done; done
+}
+if [ $list = 1 ]; then
+    phase1
+    [ -s "$run/lr.txt" ] && phase2 || echo "(phase 2 follows from $run/lr.txt, written after phase 1)"
+    exit 0
+fi
+
+local t_all; t_all=$(date +%s)
+trap 'echo; echo "scaling: interrupted; run the same command again to continue" >&2; exit 130' INT TERM
+is_true "${NO_SETUP:-}" || scripts/setup.sh --plot
+is_true "${NO_BUILD:-}" || make --no-print-directory build/difftx
+[ -x "$bin" ] || die "$bin is not an executable"
+mkdir -p "$run/models" "$run/eval"
+if [ -f "$run/settings.txt" ] && [ "$(cat "$run/settings.txt")" != "$settings" ]; then
+    die "$run holds runs made with other settings ($(cat "$run/settings.txt")); remove it or use --dir"
+fi
+echo "$settings" > "$run/settings.txt"
+echo "settings: $settings"
+scripts/repro_data.sh "$bin" "$data" "$vocab"
+
+echo "phase 1: learning rates ${lrs[*]} at dim $sweep_dim, seed 1"
+phase1 > "$run/runs1.txt"
+xargs -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs1.txt" || die "a run failed (see above); run the same command again"
+# each arch's lr: the lowest final validation loss of the sweep
+/usr/bin/python3 tools/scaling.py "$run" --choose-lr > "$run/lr.txt.tmp" && mv "$run/lr.txt.tmp" "$run/lr.txt"
+echo "learning rates: $(tr '\n' ' ' < "$run/lr.txt")"
+echo "phase 2: dims ${dims[*]} x seeds ${seeds[*]}"
+phase2 > "$run/runs2.txt"
+xargs -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs2.txt" || die "a run failed (see above); run the same command again"
+
+echo "evaluations: eval ppl on the held-out speeches"
+local m name
+for m in "$run"/models/*.safetensors; do
+    name=$(basename "$m" .safetensors)
+    [ -s "$run/eval/ppl-$name.json" ] && continue
+    echo "$m"
+done | xargs -P "$jobs" -I{} sh -c 'n=$(basename {} .safetensors); OMP_NUM_THREADS=1 "$0" eval ppl --model {} \
+    --tokens "$1/val.bin" --max-tokens "$2" --json "$3/eval/ppl-$n.json" > "$3/eval/ppl-$n.txt" 2>&1' \
+    "$bin" "$data" "$ppl_tokens" "$run" || die "an evaluation failed"
+
+echo $(( $(cat "$run/seconds.txt" 2>/dev/null || echo 0) + $(date +%s) - t_all )) > "$run/seconds.txt"
+/usr/bin/python3 tools/scaling.py "$run" --command "make reproduce STAGE=scaling$( [ $quick = 1 ] && echo ' QUICK=1')" \
+    --seconds "$(cat "$run/seconds.txt")"
+echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/SCALING.md"
+}
+main "$@"
+exit

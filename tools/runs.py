@@ -1,0 +1,81 @@
+"""What the reproduction's stages leave in a run folder, read the one way
+(tools/report.py, tools/scaling.py, tools/induction.py): settings.txt,
+training logs, safetensors headers; and the power-law fit they share."""
+import json
+import math
+import statistics
+import struct
+
+
+def read_settings(path):
+    """settings.txt: `key=value` words, a value running on over the words
+    without `=` that follow it ("dims=64 96 128" -> {"dims": "64 96 128"})."""
+    out, key = {}, None
+    for word in open(path).read().split():
+        if "=" in word:
+            key, v = word.split("=", 1)
+            out[key] = v
+        elif key is not None:
+            out[key] += " " + word
+    return out
+
+
+def params_of(path):
+    """(total, non-embedding) parameter counts from a safetensors file's header."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    total = emb = 0
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        k = math.prod(t["shape"])
+        total += k
+        if name in ("tok_embeddings.weight", "output.weight"):
+            emb += k
+    return total, total - emb
+
+
+def header_meta(path):
+    """A safetensors file's __metadata__."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        return json.loads(f.read(n)).get("__metadata__", {})
+
+
+def read_log(path):
+    """(train points [(step, loss)], val points [(step, val_loss)]) of a JSONL
+    training log; entries after a resume replace those past its step."""
+    train, val = {}, {}
+    with open(path) as f:
+        for line in f:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            s = e.get("step")
+            if s is None:
+                continue
+            if "resumed_from" in e:
+                train = {k: v for k, v in train.items() if k <= s}
+                val = {k: v for k, v in val.items() if k <= s}
+            if e.get("loss") is not None:
+                train[s] = e["loss"]
+            if e.get("val_loss") is not None:
+                val[s] = e["val_loss"]
+    return sorted(train.items()), sorted(val.items())
+
+
+def fit_power(xs, ys):
+    """Least squares of log y = log a + b log x: returns (a, b)."""
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(y) for y in ys]
+    mx, my = statistics.fmean(lx), statistics.fmean(ly)
+    sxx = sum((x - mx) ** 2 for x in lx)
+    b = sum((x - mx) * (y - my) for x, y in zip(lx, ly)) / sxx
+    return math.exp(my - b * mx), b
+
+
+def invert(a, b, y):
+    """x with a·x^b = y."""
+    return (y / a) ** (1.0 / b)
