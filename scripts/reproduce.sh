@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# make reproduce: the paper's measurements (spec §6) on small DIFF and
-# Transformer models trained here under one recipe, written up in REPORT.md.
+# make reproduce [STAGE=main]: the paper's retrieval-side measurements
+# (spec §6) on small DIFF and Transformer models trained here under one
+# recipe, written up in REPORT.md with the other stages' results
+# (STAGE=induction: scripts/induction.sh; STAGE=scaling: scripts/scaling.sh).
 #
 # usage: scripts/reproduce.sh [--quick] [--dir DIR] [--no-setup] [--no-build]
 #                             (make reproduce [QUICK=1])
@@ -17,10 +19,17 @@
 #   pairs     DIFF (H heads) and the Transformer (2H heads, the same projection
 #             shapes) with the same seed: the same initial-weight stream, the
 #             same batches and needle documents, steps and optimizer settings
-#   sweep     4 sizes per architecture, the same tokens (scaling fit)
-#   seeds     the largest size with 3 seeds (the headline comparisons)
-#   evals     difftx eval ppl, needle (Table 2 grid; depth x length), attn-mass,
-#             outliers, low-bit attention (8/6/4-bit logits), attn-map
+#   lr        each arch's warm-up at its own best learning rate from the
+#             induction study (tools/induction.py --best-lr) when that stage
+#             has run, else 3e-3 for both (the report says which); the main
+#             phase at 3e-3 for both
+#   seeds     one size (dim 192), seeds 1, 2, 3, every seed reported; the main
+#             phase long enough (2500 steps) that a model that can learn
+#             retrieval has had the time to (the scaling claims have their own
+#             stage on plain language modelling)
+#   evals     difftx eval ppl, needle (Table 2 grid; depth x length), attn-mass
+#             (split by retrieval), outliers, low-bit attention (8/6/4-bit
+#             logits, row and tensor scope, every seed), attn-map
 #   report    tools/report.py -> DIR/REPORT.md and its figures
 #
 # Both architectures of a pair train at the same time, one thread each.
@@ -56,20 +65,27 @@ bin=$root/build/difftx
 # ---- the recipe's settings (everything that decides a result is here)
 if [ $quick = 1 ]; then
     run=${dir:-runs/reproduce/quick}
-    vocab=2048 seq=256 batch=8 steps=400 layers=3
-    dims=(32 64 96 128)        # DIFF heads = dim / 32 (head width 16), baseline twice as many
+    vocab=2048 seq=256 batch=8 steps=600 layers=3
+    dims=(128)                 # DIFF heads = dim / 32 (head width 16), baseline twice as many
     head_width=16
-    samples=10 mass_samples=10 outlier_tokens=16384 ppl_tokens=30000 quant_samples=10
+    samples=10 mass_samples=10 outlier_tokens=16384 ppl_tokens=30000 quant_samples=10 quant_tokens=10000
     heat_grid=2x1 lengths=152,184,216,248 needle_max=3 warm_steps=${WARM_STEPS:-300}
 else
     run=${dir:-runs/reproduce}
-    vocab=4096 seq=512 batch=4 steps=1500 layers=4
-    dims=(64 96 128 192)       # DIFF heads = dim / 64 (head width 32), baseline twice as many
+    vocab=4096 seq=512 batch=4 steps=2500 layers=4
+    dims=(192)                 # DIFF heads = dim / 64 (head width 32), baseline twice as many
     head_width=32
-    samples=50 mass_samples=20 outlier_tokens=65536 ppl_tokens=100000 quant_samples=20
+    samples=50 mass_samples=20 outlier_tokens=65536 ppl_tokens=100000 quant_samples=20 quant_tokens=30000
     heat_grid=4x1 lengths=192,256,384,504 needle_max=6 warm_steps=${WARM_STEPS:-600}
 fi
 lr=3e-3 needle_frac=${NEEDLE_FRAC:-0.6} copy_frac=${COPY_FRAC:-0.2} seeds=(1 2 3)
+# each arch's warm-up lr: its best in the induction study, when that stage is done
+declare -A warm_lr=([diff]=$lr [transformer]=$lr)
+warm_lr_from=default
+if best=$(/usr/bin/python3 tools/induction.py "$run/induction" --best-lr 2>/dev/null); then
+    while read -r a v; do warm_lr[$a]=$v; done <<<"$best"
+    warm_lr_from=induction
+fi
 warm_seq=128
 warm_batch=$((batch * seq / warm_seq))  # the warm-up: as many tokens per step as the main phase
 headline=${dims[-1]}
@@ -78,6 +94,7 @@ corpus=data/sotu
 settings="vocab=$vocab seq=$seq batch=$batch steps=$steps layers=$layers dims=${dims[*]} lr=$lr"
 settings+=" needle_frac=$needle_frac copy_frac=$copy_frac needle_max=$needle_max samples=$samples"
 settings+=" warm_steps=$warm_steps warm_seq=$warm_seq warm_batch=$warm_batch"
+settings+=" warm_lr_diff=${warm_lr[diff]} warm_lr_transformer=${warm_lr[transformer]} warm_lr_from=$warm_lr_from"
 
 t_all=$(date +%s)
 section() { printf '\n== %s  (%ds so far)\n' "$1" $(( $(date +%s) - t_all )); }
@@ -108,7 +125,7 @@ train_one() { # arch dim seed: the warm-up, then the main phase from its weights
     local warm=(train --tokens "$run/train.bin" \
         --arch "$a" --dim "$dim" --layers "$layers" --heads "$h" --ffn $(( (dim * 8 / 3 + 7) / 8 * 8 )) \
         --vocab "$vocab" --max-seq "$seq" --seq "$warm_seq" --batch "$warm_batch" --steps "$warm_steps" \
-        --warmup $((warm_steps / 10)) --lr "$lr" --seed "$seed" --copy-frac 1 \
+        --warmup $((warm_steps / 10)) --lr "${warm_lr[$a]}" --seed "$seed" --copy-frac 1 \
         --log "$out.warm.jsonl" --log-every $((warm_steps / 4)) --out "$out.warm.safetensors")
     set -- train --init "$out.warm.safetensors" --tokens "$run/train.bin" --val-tokens "$run/val.bin" \
         --seq "$seq" --batch "$batch" --steps "$steps" --warmup $((steps / 20)) --lr "$lr" \
@@ -136,9 +153,7 @@ train_pair() { # dim seed: DIFF and the Transformer side by side
     done
 }
 mkdir -p "$run/models" "$run/eval"
-section "scaling sweep: dims ${dims[*]}, $warm_steps warm-up + $steps steps x $((batch * seq)) tokens, seed 1"
-for d in "${dims[@]}"; do train_pair "$d" 1; done
-section "headline size dim $headline: seeds ${seeds[*]}"
+section "dim $headline, seeds ${seeds[*]}: $warm_steps warm-up + $steps steps x $((batch * seq)) tokens"
 for s in "${seeds[@]}"; do train_pair "$headline" "$s"; done
 
 # ---- evaluations (each skipped when its JSON exists)
@@ -151,7 +166,7 @@ ev() { # name model-base command...: runs difftx eval into $run/eval/NAME.json
 }
 section "evaluations (both archs side by side, one thread each)"
 evals_of() { # arch: every evaluation of that arch's models, in order
-    local a=$1 s m n b
+    local a=$1 s m n b sc
     for s in "${seeds[@]}"; do
         m=$(model_name "$a" "$headline" "$s").safetensors n=$a-s$s
         echo "eval $n ($(date +%H:%M:%S))"
@@ -161,19 +176,24 @@ evals_of() { # arch: every evaluation of that arch's models, in order
         ev "mass-$n" attn-mass --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --length "$eval_len" \
             --samples "$mass_samples" --seed 1
         ev "outliers-$n" outliers --model "$m" --tokens "$run/val.bin" --count "$outlier_tokens"
+        # low-bit attention: the unquantised baseline on the same tokens and prompts, then 8/6/4 bits in
+        # both scopes (perplexity) and 4 bits in both (needles)
+        ev "quant16-ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
+        ev "quant16-needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
+            --samples "$quant_samples" --seed 1
+        for sc in row tensor; do
+            for b in 8 6 4; do
+                ev "quant$b-$sc-ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$quant_tokens" \
+                    --attn-bits "$b" --attn-scope "$sc"
+            done
+            ev "quant4-$sc-needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" \
+                --lengths "$eval_len" --samples "$quant_samples" --seed 1 --attn-bits 4 --attn-scope "$sc"
+        done
     done
     m=$(model_name "$a" "$headline" 1).safetensors
-    echo "eval $a seed 1: depth x length, low-bit attention, maps ($(date +%H:%M:%S))"
+    echo "eval $a seed 1: depth x length, maps ($(date +%H:%M:%S))"
     ev "heatmap-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$lengths" \
         --grid "$heat_grid" --samples "$samples" --seed 2
-    ev "quant16-needle-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
-        --samples "$quant_samples" --seed 1
-    for b in 8 6 4; do
-        ev "quant$b-ppl-$a" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$ppl_tokens" \
-            --attn-bits "$b"
-        ev "quant$b-needle-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
-            --samples "$quant_samples" --seed 1 --attn-bits "$b"
-    done
     ev "map-$a" attn-map --model "$m" --tokenizer "$tok" --layer $((layers - 1)) --head 0 --text \
         "There is a special magic number inside a lot of irrelevant text. Find it and memorize them. I will quiz you about the magic number there.
 The special magic Lisbon number is: 40817. We will keep our promises to the people who sent us here.
@@ -196,7 +216,10 @@ if [ $quick = 0 ] && [ -z "$dir" ]; then
     # the full run's report also goes to the top, its figures to docs/reproduce/
     mkdir -p docs/reproduce
     cp "$run"/*.png docs/reproduce/ 2>/dev/null || true
+    for f in scaling/SCALING.md scaling/scaling.png induction/INDUCTION.md induction/induction.png; do
+        [ -f "$run/$f" ] && cp "$run/$f" docs/reproduce/
+    done
     sed -e 's|](\([a-z_]*\.png\))|](docs/reproduce/\1)|' -e 's|](induction/INDUCTION.md)|](docs/reproduce/INDUCTION.md)|' \
-        "$run/REPORT.md" > REPORT.md
+        -e 's#](scaling/\(SCALING.md\|scaling.png\))#](docs/reproduce/\1)#g' "$run/REPORT.md" > REPORT.md
 fi
 echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/REPORT.md"

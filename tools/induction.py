@@ -182,6 +182,12 @@ def recipe_order(study):
     return sorted(study.recipes, key=key)
 
 
+def sweep_done(study):
+    """Every run of the learning-rate sweep (both archs, every lr and seed) has finished."""
+    want = [n for n in study.planned if re.match(r"(diff|transformer)-lr[0-9.e-]+-s\d+$", n)]
+    return bool(want) and all(n in study.runs for n in want)
+
+
 def best_lr(study, arch):
     """The learning rate of the sweep with the highest mean final score (then the earliest median onset)."""
     best = None
@@ -373,9 +379,18 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--command", default="make reproduce STAGE=induction")
     ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--best-lr", action="store_true",
+                    help="print each arch's best learning rate of the sweep ('ARCH LR' lines; exit 1 until the "
+                         "sweep is done): the main stage's warm-up uses it")
     args = ap.parse_args()
-    st = Study(args.dir)
-    if not st.runs:
+    st = Study(args.dir) if os.path.exists(os.path.join(args.dir, "settings.txt")) else None
+    if args.best_lr:
+        if not st or not sweep_done(st):
+            sys.exit(1)
+        for arch in ("diff", "transformer"):
+            print(arch, best_lr(st, arch))
+        return
+    if not st or not st.runs:
         sys.exit(f"induction: no finished runs under {args.dir}/models")
     print("induction: " + write(st, args.command, args.seconds))
 

@@ -261,11 +261,53 @@ def write(r, command, seconds):
         out.append("**Verdict** (the largest size): " + "; ".join(
             f"{'AR hits' if sl == 'ar_hit' else 'others'}: DIFF lower **{verdict(ci, -1)}**" for sl, ci in verdicts)
             + ".\n")
+    if draw(r, pts if frac is not None else None, fits if frac is not None else None, curves, fd):
+        out.append("![validation loss against parameters and tokens](scaling.png)\n")
     path = os.path.join(r.dir, "SCALING.md")
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(out))
     os.replace(path + ".tmp", path)
     return path
+
+
+def draw(r, pts, fits, curves, fd):
+    """scaling.png: loss against parameters (the fits) and against tokens (the largest size)."""
+    if not pts and not curves:
+        return False
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import FormatStrFormatter
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+    colour = {"transformer": "tab:blue", "diff": "tab:red"}
+    if pts:
+        for a in ARCHS:
+            xs, ys = [n for _, n, _ in pts[a]], [l for _, _, l in pts[a]]
+            ax[0].loglog(xs, ys, "o", color=colour[a], label=NAME[a])
+            lo, hi = min(xs) * 0.8, max(xs) * 1.25
+            gx = [lo * (hi / lo) ** (i / 50) for i in range(51)]
+            ax[0].loglog(gx, [fits[a][0] * x ** fits[a][1] for x in gx], "-", color=colour[a], alpha=0.6)
+        ax[0].set_xlabel("non-embedding parameters")
+        ax[0].set_ylabel("validation loss (mean over seeds)")
+        ax[0].set_title("loss vs parameters")
+        ax[0].legend()
+    if curves:
+        for a in ARCHS:
+            xs, ys = zip(*curves[a])
+            ax[1].loglog(xs, ys, "o-", color=colour[a], label=NAME[a], ms=3)
+        ax[1].set_xlabel("training tokens")
+        ax[1].set_title(f"loss vs tokens (dim {fd[1]})")
+        ax[1].legend()
+    for x in ax:  # plain loss values on the log axis, not 5 × 10^0
+        x.yaxis.set_major_formatter(FormatStrFormatter("%.1f"))
+        x.yaxis.set_minor_formatter(FormatStrFormatter("%.1f"))
+    fig.tight_layout()
+    fig.savefig(os.path.join(r.dir, "scaling.png"), dpi=110)
+    plt.close(fig)
+    return True
 
 
 def pm(xs, fmt="{:.4f}"):
