@@ -112,7 +112,11 @@ def section_models(r, out):
                f"so {int(s.get('steps', 0)) * int(s.get('batch', 0)) * int(s.get('seq', 0)):,} training tokens. "
                + (f"Before them, a warm-up of {s['warm_steps']} steps (context {s.get('warm_seq')}, "
                   f"{s.get('warm_batch')} rows) on random-id copy documents alone, where induction forms (or does "
-                  "not: the next section says which), and the main phase starts from its weights. "
+                  "not: the next section says which), and the main phase starts from its weights; the warm-up's lr "
+                  f"is {s.get('warm_lr_diff', s.get('lr'))} for DIFF and {s.get('warm_lr_transformer', s.get('lr'))} "
+                  "for the Transformer, "
+                  + ("each arch's best in the induction study. " if s.get("warm_lr_from") == "induction" else
+                     "the main phase's (the induction study had not run when this report's models trained). ")
                   if int(s.get('warm_steps', 0) or 0) > 0 else "")
                + f"A fraction {s.get('needle_frac')} of the batch rows are synthetic multi-needle documents "
                f"(1–{s.get('needle_max')} needles, haystack from the training speeches)"
