@@ -354,11 +354,12 @@ def section_mass(r, out):
         out.append("No attention-mass results.\n")
         return
     out.append("Attention of the last prompt position (the one that produces the answer) split into four segments: "
-               "the answer needle, the rest of the context (noise), BOS and the query. Per layer the masses are "
-               "summed over heads and prompts and normalised by that layer's total, then averaged over layers, so "
-               "each layer counts alike (DIFF's combined rows A1 − λA2 sum to 1 − λ, different per layer). DIFF: "
-               "the combined map, and A1 alone beside it. Mean ± sd over seeds; the paper's numbers in "
-               "parentheses.\n")
+               "the answer needle, the rest of the context (noise), BOS and the query. Each attention row's four "
+               "sums are divided by the row's total absolute weight, then averaged over heads and prompts per "
+               "layer and over the layers, so every row and layer counts alike (DIFF's combined rows A1 − λA2 sum "
+               "to 1 − λ, different per layer and near 0 where λ is near 1, and can be negative; a softmax row's "
+               "shares are the plain ones). DIFF: the combined map, and A1 alone beside it. Mean ± sd over seeds; "
+               "the paper's numbers in parentheses.\n")
     out.append("| depth | answer: Transformer | answer: DIFF | noise: Transformer | noise: DIFF |")
     out.append("|---|---|---|---|---|")
     for d in depths:

@@ -72,8 +72,10 @@ typedef struct {
 enum { GROUP_ALL, GROUP_RETRIEVED, GROUP_MISSED, N_GROUPS };
 static const char *const GROUP_KEY[N_GROUPS] = {"all", "retrieved", "missed"};
 
-/* Raw segment sums of one depth and group, per map and layer:
- * layer[(map · n_layers + l) · N_SEG + segment]. */
+/* One depth and group, per map and layer: the raw segment sums
+ * layer[(map · n_layers + l) · N_SEG + segment], then (at N_MAPS · n_layers
+ * · N_SEG) the sums of each row's shares (its segment sums over its total
+ * absolute weight, see row_shares). */
 typedef struct {
     double *layer;
     int64_t n_layers;
@@ -81,45 +83,57 @@ typedef struct {
     int64_t prompts, tokens;
 } mass;
 
+static int64_t mass_len(int64_t n_layers) { return 2 * N_MAPS * n_layers * N_SEG; }
 static double *layer_sums(const mass *x, int mp, int64_t l) { return x->layer + (mp * x->n_layers + l) * N_SEG; }
+static double *share_sums(const mass *x, int mp, int64_t l) {
+    return x->layer + ((N_MAPS + mp) * x->n_layers + l) * N_SEG;
+}
 
-/* The four segments' masses of one row over keys 0..t. */
-static void segment_masses(const double *row, const dtx_needle_prompt *p, int64_t t, double seg[N_SEG]) {
-    double all = 0, answer = 0, query = 0;
-    for (int64_t j = 0; j <= t; j++) all += row[j];
+/* The four segments' masses of one row over keys 0..t; returns the row's
+ * total absolute weight Σ|w| (1 for a softmax row; for DIFF's combined
+ * A1 − λ·A2, whose weights sum to 1 − λ and can be negative, at least that). */
+static double segment_masses(const double *row, const dtx_needle_prompt *p, int64_t t, double seg[N_SEG]) {
+    double all = 0, answer = 0, query = 0, abs_all = 0;
+    for (int64_t j = 0; j <= t; j++) all += row[j], abs_all += fabs(row[j]);
     for (int64_t j = p->needle_begin[0]; j < p->needle_end[0]; j++) answer += row[j];
     for (int64_t j = p->context_end; j <= t; j++) query += row[j];
     seg[SEG_BOS] = row[0];
     seg[SEG_ANSWER] = answer;
     seg[SEG_QUERY] = query;
     seg[SEG_CONTEXT] = all - row[0] - answer - query;
+    return abs_all;
 }
 
 /* One prompt's rows (every layer and head, every map the arch has) into
- * tmp [N_MAPS · n_layers · N_SEG] (overwritten). */
+ * tmp [mass_len] (overwritten): raw sums, then sums of the rows' shares. */
 static dtx_status prompt_masses(dtx_model *m, const dtx_needle_prompt *p, double *row, double *tmp) {
     const dtx_config *c = dtx_model_config(m);
     dtx_status st = dtx_model_forward(m, p->tokens, NULL, 1, p->n, NULL, NULL);
     int64_t t = p->n - 1, L = c->n_layers;
     int n_maps = c->arch == DTX_ARCH_DIFF ? N_MAPS : 1;
-    memset(tmp, 0, (size_t)(N_MAPS * L * N_SEG) * sizeof *tmp);
+    memset(tmp, 0, (size_t)mass_len(L) * sizeof *tmp);
+    double *share = tmp + N_MAPS * L * N_SEG;
     for (int64_t l = 0; l < L && !st; l++)
         for (int64_t h = 0; h < c->n_heads && !st; h++)
             for (int mp = 0; mp < n_maps && !st; mp++) {
                 if ((st = dtx_probe_attention_row(m, 0, l, h, (dtx_probe_map)mp, t, row))) break;
-                double seg[N_SEG];
-                segment_masses(row, p, t, seg);
+                double seg[N_SEG], abs_all = segment_masses(row, p, t, seg);
                 for (int s = 0; s < N_SEG; s++) {
+                    double sh = abs_all > 0 ? seg[s] / abs_all : 0;
                     tmp[(mp * L + l) * N_SEG + s] += seg[s];
+                    share[(mp * L + l) * N_SEG + s] += sh;
                     /* the Transformer's one map is both "a1" and "combined" */
-                    if (n_maps == 1) tmp[(DTX_PROBE_DIFF * L + l) * N_SEG + s] += seg[s];
+                    if (n_maps == 1) {
+                        tmp[(DTX_PROBE_DIFF * L + l) * N_SEG + s] += seg[s];
+                        share[(DTX_PROBE_DIFF * L + l) * N_SEG + s] += sh;
+                    }
                 }
             }
     return st;
 }
 
 static void mass_add(mass *x, const double *tmp, const dtx_config *c, int64_t tokens) {
-    for (int64_t i = 0; i < N_MAPS * x->n_layers * N_SEG; i++) x->layer[i] += tmp[i];
+    for (int64_t i = 0; i < mass_len(x->n_layers); i++) x->layer[i] += tmp[i];
     x->rows += c->n_layers * c->n_heads;
     x->prompts++;
     x->tokens += tokens;
@@ -145,7 +159,7 @@ static int run_depths(const mass_args *a, dtx_model *m, const dtx_tokenizer *tok
                       mass *acc) {
     const dtx_config *c = dtx_model_config(m);
     double *row = malloc((size_t)a->length * sizeof *row);
-    double *tmp = malloc((size_t)(N_MAPS * c->n_layers * N_SEG) * sizeof *tmp);
+    double *tmp = malloc((size_t)mass_len(c->n_layers) * sizeof *tmp);
     dtx_needle_answerer *ans = NULL;
     if (!row || !tmp) {
         free(row), free(tmp);
@@ -192,15 +206,17 @@ static void normalised(const double *sum, double out[N_SEG]) {
     for (int s = 0; s < N_SEG; s++) out[s] = tot != 0 ? sum[s] / tot : 0;
 }
 
-/* The statistic printed: each layer's sums normalised by that layer's
- * total, then averaged over the layers. */
+/* The statistic printed: each row's segment sums over the row's total
+ * absolute weight (bounded by ±1; a softmax row's plain shares), averaged
+ * over the layer's rows, then over the layers: every row and every layer
+ * counts alike, whatever its 1 − λ. (Dividing by a layer's signed total
+ * instead explodes where 1 − λ is near 0.) */
 static void layer_shares(const mass *x, int mp, double out[N_SEG]) {
     for (int s = 0; s < N_SEG; s++) out[s] = 0;
-    for (int64_t l = 0; l < x->n_layers; l++) {
-        double v[N_SEG];
-        normalised(layer_sums(x, mp, l), v);
-        for (int s = 0; s < N_SEG; s++) out[s] += v[s] / (double)x->n_layers;
-    }
+    int64_t per_layer = x->n_layers ? x->rows / x->n_layers : 0;
+    if (!per_layer) return;
+    for (int64_t l = 0; l < x->n_layers; l++)
+        for (int s = 0; s < N_SEG; s++) out[s] += share_sums(x, mp, l)[s] / (double)per_layer / (double)x->n_layers;
 }
 
 /* The sums over every layer (the pooled statistic, and the mean per row). */
@@ -244,9 +260,9 @@ static void print_report(const mass_args *a, const dtx_model *m, const mass *acc
            a->model, dtx_arch_name(c->arch), dtx_model_num_params(m), (long long)a->length, (long long)a->needles,
            a->needles == 1 ? "" : "s", (long long)a->samples, (unsigned long long)a->seed,
            (long long)acc_at((mass *)acc, a->n_depths, GROUP_RETRIEVED)->prompts, (long long)all->prompts);
-    printf("Attention of the last prompt position; per layer summed over %lld heads and the prompts and normalised\n"
-           "over the four segments, then averaged over the %lld layers (the paper's Table 3; noise = all other\n"
-           "context).\n\n",
+    printf("Attention of the last prompt position; each row's four segment sums over its total absolute weight,\n"
+           "averaged over %lld heads and the prompts per layer, then over the %lld layers (the paper's Table 3;\n"
+           "noise = all other context).\n\n",
            (long long)c->n_heads, (long long)c->n_layers);
     print_map(a, acc, DTX_PROBE_DIFF, diff ? "Map: A1 - lambda*A2 (combined)" : "Map: softmax");
     if (diff) {
@@ -270,11 +286,12 @@ static void json_map(cJSON *o, const char *key, const mass *x, int mp, int *ok) 
         jnum(mean, SEG_NAME[s], x->rows ? sum[s] / (double)x->rows : 0, ok);
     }
     cJSON *layers = jadd(mo, "layers", cJSON_CreateArray(), ok);
+    int64_t per_layer = x->n_layers ? x->rows / x->n_layers : 0;
     for (int64_t l = 0; l < x->n_layers; l++) {
         cJSON *lo = jadd(layers, NULL, cJSON_CreateObject(), ok);
-        normalised(layer_sums(x, mp, l), v);
         jnum(lo, "layer", (double)l, ok);
-        for (int s = 0; s < N_SEG; s++) jnum(lo, SEG_NAME[s], v[s], ok);
+        for (int s = 0; s < N_SEG; s++)
+            jnum(lo, SEG_NAME[s], per_layer ? share_sums(x, mp, l)[s] / (double)per_layer : 0, ok);
     }
 }
 
@@ -311,8 +328,9 @@ static int write_json(const mass_args *a, const dtx_model *m, const mass *acc) {
     jnum(root, "seed", (double)a->seed, &ok);
     jnum(root, "max_new", (double)a->max_new, &ok);
     jstr(root, "precision", dtx_precision_name(dtx_model_precision(m)), &ok);
-    jstr(root, "statistic", "layer_normalized: per layer normalised over the four segments, then averaged over "
-         "layers; normalized: pooled over layers, then normalised", &ok);
+    jstr(root, "statistic", "layer_normalized: each row's segment sums over its total absolute weight, averaged "
+         "over each layer's rows, then over the layers (layers: the per-layer means); normalized: the raw sums "
+         "pooled over layers, then divided by their total", &ok);
     cJSON *arr = jadd(root, "depths", cJSON_CreateArray(), &ok);
     for (int d = 0; d < a->n_depths; d++) json_depth(arr, c, a->depths[d], acc_at((mass *)acc, d, 0), &ok);
     cJSON *allo = jadd(root, "all_depths", cJSON_CreateArray(), &ok);
@@ -383,7 +401,7 @@ int cmd_eval_attn_mass(int argc, char **argv) {
     int n_acc = (a.n_depths + 1) * N_GROUPS;
     for (int i = 0; i < n_acc && rc == EXIT_OK; i++) {
         acc[i].n_layers = dtx_model_config(m)->n_layers;
-        if (!(acc[i].layer = calloc((size_t)(N_MAPS * acc[i].n_layers * N_SEG), sizeof(double))))
+        if (!(acc[i].layer = calloc((size_t)mass_len(acc[i].n_layers), sizeof(double))))
             rc = runtime_error(CMD, "out of memory");
     }
     if (rc == EXIT_OK && a.length + a.max_new - 1 > dtx_model_config(m)->max_seq_len)

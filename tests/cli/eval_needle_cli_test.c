@@ -388,6 +388,11 @@ TEST(eval_attn_mass_cli_layers_and_groups) {
                 double got = seg_of(d, NULL, maps[mi], "layer_normalized", segs[si]);
                 CHECKF(fabs(got - mean) < 1e-12, "depth %d %s %s: %g, mean of layers %g", 50 * di, maps[mi],
                        segs[si], got, mean);
+                /* a softmax map's rows sum to 1: their shares are the pooled normalised masses */
+                if (mi > 0)
+                    CHECKF(fabs(got - seg_of(d, NULL, maps[mi], "normalized", segs[si])) < 1e-9, "%s %s: %g vs %g",
+                           maps[mi], segs[si], got, seg_of(d, NULL, maps[mi], "normalized", segs[si]));
+                CHECKF(fabs(got) <= 1 + 1e-12, "%s %s share %g outside [-1, 1]", maps[mi], segs[si], got);
                 /* the groups' sums make up the whole (mean · rows adds) */
                 double whole = seg_of(d, NULL, maps[mi], "mean", segs[si]) * json_num(d, "rows"), parts = 0;
                 for (int g = 0; g < 2; g++) {
