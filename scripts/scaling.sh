@@ -75,7 +75,7 @@ local -a dims seeds lrs
 if [ $quick = 1 ]; then
     data=$root/runs/reproduce/quick run=${dir:-$data/scaling}
     vocab=2048 seq=256 batch=8 steps=300 layers=3 head_width=16
-    dims=(32 64 96) seeds=(1 2) lrs=(1e-3 3e-3) sweep_dim=64 ppl_tokens=20000
+    dims=(32 64 96) seeds=(1 2) lrs=(1e-3 3e-3 1e-2) sweep_dim=64 ppl_tokens=20000
 else
     data=$root/runs/reproduce run=${dir:-$data/scaling}
     vocab=4096 seq=512 batch=4 steps=1500 layers=4 head_width=32

@@ -184,6 +184,12 @@ def write(r, command, seconds):
     if r.lr:
         out.append("Phase 2 trains each arch at its best (bold): " +
                    ", ".join(f"{NAME[a]} lr {r.lr.get(a, '?')}" for a in ARCHS) + ".\n")
+        lrs = sorted(s["lrs"].split(), key=float)
+        edge = [a for a in ARCHS if r.lr.get(a) in (lrs[0], lrs[-1])]
+        if edge:
+            out.append("**The sweep does not bracket** the best learning rate of " + " and ".join(NAME[a] for a in edge)
+                       + " (it is at the sweep's edge), so that arch may do better at an lr outside it; the "
+                       "comparisons below are fair only as far as the sweep reaches.\n")
     # Fig 3a
     out.append("## Scaling with parameters (paper Fig. 3a: the Transformer's loss with " + PAPER_PARAMS +
                " of the parameters)\n")
