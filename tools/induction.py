@@ -248,6 +248,11 @@ def findings(study, h="##"):
                 verdict = "within the interval of its best" if c2 and c2[1] <= 0 <= c2[2] else "worse than its best"
                 fair.append(f"{arch} at {shared} vs its best {b}: {fmt_ci(c2)} ({verdict})")
         out.append(text + " The shared lr 3e-3 of the reproduction: " + "; ".join(fair) + ".\n")
+        lrs = sorted(study.settings.get("lrs", "").split(), key=float)
+        edge = [n for n, b in (("DIFF", bd), ("the Transformer", bt)) if lrs and b in (lrs[0], lrs[-1])]
+        if edge:
+            out.append("**The sweep does not bracket** the best learning rate of " + " and ".join(edge) +
+                       " (it lies at the sweep's edge): that arch may form induction better still outside it.\n")
     else:
         out.append("The sweep is not done for both architectures yet.\n")
     # Q3: which component of DIFF makes it form sooner?
