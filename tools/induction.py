@@ -245,7 +245,8 @@ def findings(study, h="##"):
                 fair.append(f"{arch} is at its best at {shared}")
             else:
                 c2 = paired(study, f"{arch}-lr{b}", f"{arch}-lr{shared}", lambda r: r.final)
-                verdict = "within the interval of its best" if c2 and c2[1] <= 0 <= c2[2] else "worse than its best"
+                verdict = ("one seed: not resolved" if c2 and c2[3] < 2 else
+                           "within the interval of its best" if c2 and c2[1] <= 0 <= c2[2] else "worse than its best")
                 fair.append(f"{arch} at {shared} vs its best {b}: {fmt_ci(c2)} ({verdict})")
         out.append(text + " The shared lr 3e-3 of the reproduction: " + "; ".join(fair) + ".\n")
         lrs = sorted(study.settings.get("lrs", "").split(), key=float)
