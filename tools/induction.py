@@ -274,6 +274,8 @@ def findings(study, h="##"):
         ("GPT-2 init, Transformer, lr 1e-3", "transformer-lr1e-3", "transformer-gpt2-lr1e-3"),
         ("GPT-2 init, Transformer, lr 3e-3", "transformer-lr3e-3", "transformer-gpt2-lr3e-3"),
         ("GPT-2 init, DIFF, lr 3e-3", "diff-lr3e-3", "diff-gpt2-lr3e-3"),
+        ("4× the steps, Transformer, lr 1e-3", "transformer-lr1e-3", "transformer-long-lr1e-3"),
+        ("4× the steps, Transformer, lr 3e-3", "transformer-lr3e-3", "transformer-long-lr3e-3"),
     ]
     findings, onsets = [], []
     for what, a, b in comps:
