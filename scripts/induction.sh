@@ -47,11 +47,14 @@ if [ "${1:-}" = --one ]; then
     run=$1 name=$2; shift 2
     out=$run/models/$name
     [ -s "$out.safetensors" ] && exit 0
+    # finished on an earlier machine: its log is committed (the models are not needed by the study)
+    [ -n "${INDUCTION_LOGS:-}" ] && [ -s "$INDUCTION_LOGS/$name.jsonl.gz" ] && exit 0
     echo "start $name ($(date +%H:%M:%S))"
     t0=$(date +%s)
     if OMP_NUM_THREADS=1 "$bin" train --tokens "$run/ids.txt" --copy-frac 1 --log "$out.jsonl" --log-every 100 \
         --ckpt-every 100 --keep 1 --resume --out "$out.safetensors" "$@" > "$out.out" 2>&1; then
         echo "done  $name in $(( $(date +%s) - t0 ))s"
+        [ -n "${INDUCTION_LOGS:-}" ] && gzip -9 -n -c "$out.jsonl" > "$INDUCTION_LOGS/$name.jsonl.gz"
     else
         rc=$?
         tail -n 3 "$out.out" >&2
@@ -139,18 +142,35 @@ if [ -f "$run/settings.txt" ] && [ "$(cat "$run/settings.txt")" != "$settings" ]
 fi
 echo "$settings" > "$run/settings.txt"
 echo "settings: $settings"
+# The full study's finished runs' logs are kept in the repository (gzipped, about 40 KB each), so that
+# a session on another machine continues it: a run whose log is there is not trained again.
+export INDUCTION_LOGS=
+if [ $quick = 0 ] && [ -z "$dir" ]; then
+    INDUCTION_LOGS=$root/docs/reproduce/induction-logs
+    mkdir -p "$INDUCTION_LOGS"
+    if [ -f "$INDUCTION_LOGS/settings.txt" ] && [ "$(cat "$INDUCTION_LOGS/settings.txt")" != "$settings" ]; then
+        die "$INDUCTION_LOGS holds logs of other settings ($(cat "$INDUCTION_LOGS/settings.txt")); move them away"
+    fi
+    echo "$settings" > "$INDUCTION_LOGS/settings.txt"
+    for m in "$run"/models/*.safetensors; do # runs finished before their logs were kept
+        [ -e "$m" ] || continue
+        n=$(basename "$m" .safetensors)
+        [ -s "$INDUCTION_LOGS/$n.jsonl.gz" ] || gzip -9 -n -c "$run/models/$n.jsonl" > "$INDUCTION_LOGS/$n.jsonl.gz"
+    done
+fi
 # The copy documents replace every row, so the token stream only has to exist: fixed pseudo-random ids.
 [ -s "$run/ids.txt" ] || awk -v v=$vocab 'BEGIN { x = 1; for (i = 0; i < 4096; i++) { x = (x * 1103515245 + 12345) % 2147483648; print x % v } }' > "$run/ids.txt"
 n_runs=$(runs | wc -l)
 echo "$n_runs runs, $jobs at a time, into $run"
 runs | while read -r line; do expand $line; done > "$run/runs.txt"
+[ -n "$INDUCTION_LOGS" ] && cp "$run/runs.txt" "$INDUCTION_LOGS/runs.txt"
 rc=0
 # shellcheck disable=SC2016
 xargs -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs.txt" || rc=$?
 echo $(( $(cat "$run/seconds.txt" 2>/dev/null || echo 0) + $(date +%s) - t_all )) > "$run/seconds.txt"
 [ $rc = 0 ] || die "a run failed (see above); run the same command again to retry it"
-/usr/bin/python3 tools/induction.py "$run" --command "make reproduce STAGE=induction$( [ $quick = 1 ] && echo ' QUICK=1')" \
-    --seconds "$(cat "$run/seconds.txt")"
+/usr/bin/python3 tools/induction.py "$run" ${INDUCTION_LOGS:+--logs "$INDUCTION_LOGS"} \
+    --command "make reproduce STAGE=induction$( [ $quick = 1 ] && echo ' QUICK=1')" --seconds "$(cat "$run/seconds.txt")"
 if [ $quick = 0 ] && [ -z "$dir" ]; then # the full study's write-up is committed beside the report's figures
     mkdir -p docs/reproduce
     cp "$run/INDUCTION.md" docs/reproduce/INDUCTION.md

@@ -82,7 +82,9 @@ lr=3e-3 needle_frac=${NEEDLE_FRAC:-0.6} copy_frac=${COPY_FRAC:-0.2} seeds=(1 2 3
 # each arch's warm-up lr: its best in the induction study, when that stage is done
 declare -A warm_lr=([diff]=$lr [transformer]=$lr)
 warm_lr_from=default
-if best=$(/usr/bin/python3 tools/induction.py "$run/induction" --best-lr 2>/dev/null); then
+induction_logs=()  # the full study's committed logs (scripts/induction.sh), for a run in the default folder
+[ $quick = 0 ] && [ -z "$dir" ] && induction_logs=(--logs docs/reproduce/induction-logs)
+if best=$(/usr/bin/python3 tools/induction.py "$run/induction" "${induction_logs[@]}" --best-lr 2>/dev/null); then
     while read -r a v; do warm_lr[$a]=$v; done <<<"$best"
     warm_lr_from=induction
 fi

@@ -27,6 +27,7 @@ usage: tools/induction.py DIR [--command CMD] [--seconds S]
 import argparse
 import datetime
 import glob
+import gzip
 import json
 import math
 import os
@@ -43,9 +44,9 @@ from stats import fmt_ci, mean_ci  # noqa: E402
 
 
 def read_scores(path):
-    """[(step, loss, first, repeat)] of a training log (a resume replaces what followed its step)."""
+    """[(step, loss, first, repeat)] of a training log, plain or gzipped (a resume replaces what followed its step)."""
     rows = {}
-    with open(path) as f:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         for line in f:
             try:
                 e = json.loads(line)
@@ -92,14 +93,19 @@ def parse_name(name):
 
 
 class Study:
-    def __init__(self, d):
+    def __init__(self, d, logs=None):
+        """d: the run folder; logs: the committed logs of an earlier machine's runs (settings.txt and
+        runs.txt there stand in for d's when d has none, as on a fresh machine)."""
         self.dir = d
-        self.settings = read_settings(os.path.join(d, "settings.txt"))
+        def pick(name):
+            own = os.path.join(d, name)
+            return own if os.path.exists(own) or not logs else os.path.join(logs, name)
+        self.settings = read_settings(pick("settings.txt"))
         self.vocab = int(self.settings.get("vocab", 4096))
         self.steps = int(self.settings["steps"])
         self.long_factor = int(self.settings.get("long_factor", 4))
         self.planned = []
-        rp = os.path.join(d, "runs.txt")
+        rp = pick("runs.txt")
         if os.path.exists(rp):
             self.planned = [l.split()[0] for l in open(rp) if l.strip()]
         self.runs = {}
@@ -108,6 +114,15 @@ class Study:
             steps = self.steps * (self.long_factor if "-long-" in name else 1)
             r = RunResult(name, read_scores(p), steps, self.vocab)
             if r.complete and os.path.exists(os.path.join(d, "models", name + ".safetensors")):
+                self.runs[name] = r
+        # runs finished on an earlier machine: their committed logs (scripts/induction.sh)
+        for p in sorted(glob.glob(os.path.join(logs, "*.jsonl.gz")) if logs else []):
+            name = os.path.basename(p)[: -len(".jsonl.gz")]
+            if name in self.runs:
+                continue
+            steps = self.steps * (self.long_factor if "-long-" in name else 1)
+            r = RunResult(name, read_scores(p), steps, self.vocab)
+            if r.complete:
                 self.runs[name] = r
         self.recipes = {}  # recipe -> {seed: RunResult}
         for name, r in self.runs.items():
@@ -387,11 +402,13 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--command", default="make reproduce STAGE=induction")
     ap.add_argument("--seconds", type=float, default=None)
+    ap.add_argument("--logs", default=None, help="a folder of committed gzipped logs of finished runs")
     ap.add_argument("--best-lr", action="store_true",
                     help="print each arch's best learning rate of the sweep ('ARCH LR' lines; exit 1 until the "
                          "sweep is done): the main stage's warm-up uses it")
     args = ap.parse_args()
-    st = Study(args.dir) if os.path.exists(os.path.join(args.dir, "settings.txt")) else None
+    have = [x for x in (args.dir, args.logs) if x and os.path.exists(os.path.join(x, "settings.txt"))]
+    st = Study(args.dir, args.logs) if have else None
     if args.best_lr:
         if not st or not sweep_done(st):
             sys.exit(1)
@@ -400,6 +417,7 @@ def main():
         return
     if not st or not st.runs:
         sys.exit(f"induction: no finished runs under {args.dir}/models")
+    os.makedirs(args.dir, exist_ok=True)
     print("induction: " + write(st, args.command, args.seconds))
 
 

@@ -190,13 +190,21 @@ def section_warmup(r, out):
 def section_induction_study(r, out):
     """The induction study's answers (make reproduce STAGE=induction), when its runs exist."""
     d = os.path.join(r.dir, "induction")
-    if not os.path.exists(os.path.join(d, "settings.txt")):
+    # the full study's logs committed by scripts/induction.sh (another machine's runs), when of this run's settings
+    logs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "reproduce",
+                        "induction-logs")
+    own, theirs = os.path.join(d, "settings.txt"), os.path.join(logs, "settings.txt")
+    if not os.path.exists(theirs) or (os.path.exists(own) and open(own).read() != open(theirs).read()):
+        logs = None
+    elif any(read_settings(theirs).get(k) != r.settings.get(k) for k in ("vocab", "layers")):
+        logs = None  # another recipe's study (the quick report must not show the full one)
+    if not os.path.exists(own) and not logs:
         out.append("Why the split, and whether the Transformer forms induction under another recipe, is the "
                    "induction study's question: `make reproduce STAGE=induction` (not run for this report).\n")
         return
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import induction
-    st = induction.Study(d)
+    st = induction.Study(d, logs)
     if not st.runs:
         out.append("The induction study (`make reproduce STAGE=induction`) has no finished run yet.\n")
         return
