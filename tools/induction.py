@@ -40,7 +40,7 @@ WINDOW = 20
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runs import read_settings  # noqa: E402
-from stats import fmt_ci, mean_ci  # noqa: E402
+from stats import MIN_SEEDS, fmt_ci, mean_ci, resolved  # noqa: E402
 
 
 def read_scores(path):
@@ -145,6 +145,8 @@ def effect_words(ci, better_if_positive=True):
     if ci is None:
         return "not run yet"
     m, lo, hi, n = ci
+    if not resolved(ci):
+        return f"not resolved ({n} seed{'s' if n != 1 else ''})"
     if lo > 0:
         return "raises it" if better_if_positive else "delays it"
     if hi < 0:
@@ -275,7 +277,7 @@ def findings(study, h="##"):
     out.append(h + " Which component of DIFF makes it form sooner?\n")
     out.append("Each row changes one thing and measures the change in the final score and in the onset step "
                "(per-seed differences, 95% t interval; runs that never start count as onset = the run's length). "
-               "A change is called only when its interval excludes 0.\n")
+               f"A change is called only when its interval excludes 0 and rests on at least {MIN_SEEDS} seeds.\n")
     out.append("| change | final score | effect on induction | onset step | effect on the onset |")
     out.append("|---|---|---|---|---|")
     comps = [
@@ -298,6 +300,10 @@ def findings(study, h="##"):
         co = paired(study, a, b, lambda r: r.onset_or_end())
         out.append(f"| {what} | {fmt_ci(cf)} | {effect_words(cf)} | {fmt_ci(co, '{:+.0f}')} | "
                    f"{effect_words(co, better_if_positive=False)} |")
+        if not resolved(cf):
+            cf = None
+        if not resolved(co):
+            co = None
         if cf and cf[1] > 0:
             findings.append(f"{what}: the final score rises by {cf[0]:.2f} nats")
         elif cf and cf[2] < 0:

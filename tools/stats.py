@@ -2,7 +2,9 @@
 
 A verdict is computed, never typed: "held" only where the 95% interval lies
 on the paper's side of zero, "did not hold" where it lies on the other
-side, "not resolved" where it spans zero (or there is one seed only)."""
+side, "not resolved" where it spans zero, or where it rests on fewer than
+MIN_SEEDS seeds (two seeds can agree by chance to a zero-width interval:
+the induction study's onsets did)."""
 import math
 import random
 import statistics
@@ -42,10 +44,20 @@ def bootstrap_ci(xs, stat, n=2000, seed=1):
     return stat(xs), vals[int(0.025 * n)], vals[int(0.975 * n) - 1]
 
 
+MIN_SEEDS = 3
+
+
+def resolved(ci):
+    """An interval that may decide: measured, and over at least MIN_SEEDS seeds when it is over seeds."""
+    return ci is not None and (len(ci) < 4 or ci[3] >= MIN_SEEDS)
+
+
 def verdict(ci, paper_sign):
     """paper_sign +1: the paper says the difference is positive; -1 negative."""
     if ci is None:
         return "not measured"
+    if not resolved(ci):
+        return f"not resolved ({ci[3]} seed{'s' if ci[3] != 1 else ''})"
     lo, hi = ci[1], ci[2]
     if paper_sign > 0:
         return "held" if lo > 0 else "did not hold" if hi < 0 else "not resolved"
