@@ -27,8 +27,6 @@ usage: tools/induction.py DIR [--command CMD] [--seconds S]
 import argparse
 import datetime
 import glob
-import gzip
-import json
 import math
 import os
 import re
@@ -39,27 +37,14 @@ ONSET_NATS = 1.0
 WINDOW = 20
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runs import read_settings  # noqa: E402
+from runs import read_entries, read_settings  # noqa: E402
 from stats import MIN_SEEDS, fmt_ci, mean_ci, resolved  # noqa: E402
 
 
 def read_scores(path):
-    """[(step, loss, first, repeat)] of a training log, plain or gzipped (a resume replaces what followed its step)."""
-    rows = {}
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        for line in f:
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            s = e.get("step")
-            if s is None:
-                continue
-            if "resumed_from" in e:
-                rows = {k: v for k, v in rows.items() if k <= s}
-            if e.get("loss") is not None and e.get("copy_first") is not None and e.get("copy_repeat") is not None:
-                rows[s] = (e["loss"], e["copy_first"], e["copy_repeat"])
-    return [(s,) + v for s, v in sorted(rows.items())]
+    """[(step, loss, first, repeat)] of a training log's steps that had copy rows."""
+    return [(s, e["loss"], e["copy_first"], e["copy_repeat"]) for s, e in read_entries(path)
+            if e.get("loss") is not None and e.get("copy_first") is not None and e.get("copy_repeat") is not None]
 
 
 class RunResult:

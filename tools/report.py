@@ -142,45 +142,39 @@ def section_models(r, out):
 
 
 def section_warmup(r, out):
-    """Whether each model's copy-document warm-up formed induction: its final
-    copy loss against chance (ln V, nothing learned) and the floor (only the
-    first period of each document unpredictable)."""
+    """Whether each model's copy-document warm-up formed induction, by the induction study's score and
+    threshold (tools/induction.py: one definition of "formed")."""
     s = r.settings
     if int(s.get("warm_steps", 0) or 0) <= 0:
         return
-    V, T = int(s["vocab"]), int(s["warm_seq"])
-    hi = max(16, T // 4)
-    chance = math.log(V)
-    floor = chance * statistics.fmean(L - 1 for L in range(16, hi + 1)) / T
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import induction
+    V, steps = int(s["vocab"]), int(s["warm_steps"])
     rows = []
     for (a, d, seed), base in sorted(r.models.items()):
         p = base + ".warm.jsonl"
         if not os.path.exists(p):
             continue
-        pts = read_log(p)[0]
-        if not pts:
-            continue
-        tail = [l for _, l in pts[-max(1, len(pts) // 10):]]
-        m = statistics.fmean(tail)
-        state = "formed" if m < (chance + floor) / 2 else "partly" if m < chance - 1 else "not formed"
-        rows.append((d, seed, a, m, state))
+        res = induction.RunResult(os.path.basename(base), induction.read_scores(p), steps, V)
+        if res.complete:
+            rows.append((d, seed, a, res))
     if not rows:
         return
     out.append("## Induction warm-up\n")
-    out.append(f"Training loss over the last 10% of the {s['warm_steps']} warm-up steps (copy documents of "
-               f"{T} tokens: L random ids, 16 ≤ L ≤ {hi}, repeated). Chance is ln V = {chance:.2f}; a model that "
-               f"copies perfectly reaches {floor:.2f} (the first L − 1 tokens stay unpredictable). Induction "
-               "formed when the loss is below the midpoint, partly when it is at least 1 below chance.\n")
-    out.append("| dim | seed | Transformer | DIFF |")
+    out.append(f"The induction score over the last 10% of the {steps} warm-up steps: the loss on each copy row's "
+               "first period (unpredictable) less the loss on its repeats (predictable by looking back), in nats; "
+               f"0 without induction, up to about ln V = {math.log(V):.2f}. Formed at ≥ ln V / 2, partly at ≥ "
+               f"{induction.ONSET_NATS:g} (as in the induction study). The training loss beside it.\n")
+    out.append("| dim | seed | Transformer score (loss) | DIFF score (loss) |")
     out.append("|---|---|---|---|")
     by = {}
-    for d, seed, a, m, state in rows:
-        by.setdefault((d, seed), {})[a] = f"{m:.2f} ({state})"
+    for d, seed, a, res in rows:
+        by.setdefault((d, seed), {})[a] = f"{res.final:.2f}, {res.state} ({res.final_loss:.2f})"
     for (d, seed), c in sorted(by.items()):
         out.append(f"| {d} | {seed} | {c.get('transformer', 'n/a')} | {c.get('diff', 'n/a')} |")
     out.append("")
-    n = {a: sum(r[2] == a for r in rows) for a in ARCHS}
-    formed = {a: sum(r[2] == a and r[4] == "formed" for r in rows) for a in ARCHS}
+    n = {a: sum(x[2] == a for x in rows) for a in ARCHS}
+    formed = {a: sum(x[2] == a and x[3].state == "formed" for x in rows) for a in ARCHS}
     out.append(f"Induction formed in {formed['diff']} of {n['diff']} DIFF models and {formed['transformer']} of "
                f"{n['transformer']} Transformers. Retrieval builds on it: before the recipe had this warm-up, no "
                "model in any run we made learned to retrieve a needle (docs/reproduce.md).\n")

@@ -1,6 +1,7 @@
 """What the reproduction's stages leave in a run folder, read the one way
 (tools/report.py, tools/scaling.py, tools/induction.py): settings.txt,
 training logs, safetensors headers; and the power-law fit they share."""
+import gzip
 import json
 import math
 import statistics
@@ -43,11 +44,11 @@ def header_meta(path):
         return json.loads(f.read(n)).get("__metadata__", {})
 
 
-def read_log(path):
-    """(train points [(step, loss)], val points [(step, val_loss)]) of a JSONL
-    training log; entries after a resume replace those past its step."""
-    train, val = {}, {}
-    with open(path) as f:
+def read_entries(path):
+    """[(step, entry)] of a JSONL training log, plain or gzipped: the step lines (those with a loss) and
+    validation lines merged per step; a resume replaces what followed its step."""
+    rows = {}
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         for line in f:
             try:
                 e = json.loads(line)
@@ -57,13 +58,16 @@ def read_log(path):
             if s is None:
                 continue
             if "resumed_from" in e:
-                train = {k: v for k, v in train.items() if k <= s}
-                val = {k: v for k, v in val.items() if k <= s}
-            if e.get("loss") is not None:
-                train[s] = e["loss"]
-            if e.get("val_loss") is not None:
-                val[s] = e["val_loss"]
-    return sorted(train.items()), sorted(val.items())
+                rows = {k: v for k, v in rows.items() if k <= s}
+            rows.setdefault(s, {}).update(e)
+    return sorted(rows.items())
+
+
+def read_log(path):
+    """(train points [(step, loss)], val points [(step, val_loss)]) of a training log."""
+    entries = read_entries(path)
+    return ([(s, e["loss"]) for s, e in entries if e.get("loss") is not None],
+            [(s, e["val_loss"]) for s, e in entries if e.get("val_loss") is not None])
 
 
 def fit_power(xs, ys):
