@@ -59,9 +59,11 @@ $(BUILD)/tests/test_f64: $(call obj64,$(TEST_COMMON) $(FD_TESTS)) $(LIB64)
 	@$(CC) $(CFLAGS) -DDTX_DOUBLE $^ -o $@ $(LDLIBS)
 
 TEST_BINS := $(BUILD)/tests/test_f32 $(BUILD)/tests/test_f64
+# the reproduction scripts' own tests (shell, the same summary line)
+SCRIPT_TESTS := $(wildcard tests/scripts/*_test.sh)
 test: deps tiktoken-ranks
 	@$(MAKE) --no-print-directory $(BIN) $(TEST_BINS)
-	@DIFFTX_BIN=$(BIN) tests/run_all.sh $(TEST_BINS)
+	@DIFFTX_BIN=$(BIN) tests/run_all.sh $(TEST_BINS) $(SCRIPT_TESTS)
 
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1" SAN="$(SAN_FLAGS)" test

@@ -32,10 +32,14 @@
 #             logits, row and tensor scope, every seed), attn-map
 #   report    tools/report.py -> DIR/REPORT.md and its figures
 #
-# Both architectures of a pair train at the same time, one thread each.
-# Everything goes under runs/reproduce (runs/reproduce/quick for --quick). A
-# rerun reuses every finished model and result; an interrupted training run
-# resumes from its checkpoint. The full run writes REPORT.md at the top too.
+# Seed by seed, both architectures of a pair train at the same time, one
+# thread each, then are evaluated the same way. Everything goes under
+# runs/reproduce (runs/reproduce/quick for --quick). A rerun reuses every
+# finished model and result; an interrupted training run resumes from its
+# checkpoint. The full run keeps each seed's results (logs, evaluations, not
+# the weights) in docs/reproduce/main-results (scripts/repro_keep.sh), so a
+# session on another machine continues from them, and writes REPORT.md at
+# the top too.
 #
 # Exit status: 0 done, 1 a step failed, 2 bad usage, 130 interrupted.
 set -Eeuo pipefail
@@ -44,6 +48,9 @@ usage() { sed -n '2,/^set -Eeuo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 die() { echo "reproduce: $*" >&2; exit 1; }
 is_true() { case ${1:-} in ''|0|no|false) return 1 ;; *) return 0 ;; esac; }
 
+# The body is one function, read whole before it runs (an edited script
+# must not change a running one, which takes hours).
+main() {
 quick=0; is_true "${QUICK:-}" && quick=1
 dir=${REPRO_DIR:-}
 while [ $# -gt 0 ]; do
@@ -60,7 +67,7 @@ done
 case $dir in ''|/*) ;; *) dir=$PWD/$dir ;; esac
 cd "$(dirname "$0")/.."
 root=$PWD
-bin=$root/build/difftx
+bin=${DIFFTX_BIN:-$root/build/difftx}
 
 # ---- the recipe's settings (everything that decides a result is here)
 if [ $quick = 1 ]; then
@@ -112,6 +119,13 @@ if [ -f "$run/settings.txt" ] && [ "$(cat "$run/settings.txt")" != "$settings" ]
 fi
 echo "$settings" > "$run/settings.txt"
 echo "settings: $settings"
+# The full run's results are kept in the repository (docs/reproduce/main-results, without the weights), so
+# that a session on another machine continues it: a model whose evaluations are all there is not trained again.
+# (REPRO_KEEP=DIR keeps another run's results in DIR.)
+keep=${REPRO_KEEP:-}
+[ $quick = 0 ] && [ -z "$dir" ] && keep=${keep:-$root/docs/reproduce/main-results}
+[ -z "$keep" ] || scripts/repro_keep.sh restore "$keep" "$run"
+keep_results() { [ -z "$keep" ] || scripts/repro_keep.sh keep "$run" "$keep"; }
 
 section "data, tokenizer, shards"
 scripts/repro_data.sh "$bin" "$run" "$vocab"
@@ -136,11 +150,16 @@ train_one() { # arch dim seed: the warm-up, then the main phase from its weights
         --needle-frac "$needle_frac" --copy-frac "$copy_frac" --needle-max "$needle_max" --needle-text "$corpus/train" \
         --needle-tokenizer "$tok" --out "$out.safetensors"
     { cmdline "${warm[@]}"; cmdline "$@"; } > "$out.cmd"
-    [ -s "$out.safetensors" ] && return 0
+    if [ -s "$out.safetensors" ]; then # trained before its info record was written
+        [ -s "$out.info.json" ] || "$bin" info --json "$out.safetensors" > "$out.info.json"
+        return 0
+    fi
+    evals_done "$a" "$seed" && return 0 # its results are kept; the weights stayed on another machine
     if [ ! -s "$out.warm.safetensors" ]; then
         OMP_NUM_THREADS=1 "$bin" "${warm[@]}" > "$out.warm.out" 2>&1 || return 1
     fi
-    OMP_NUM_THREADS=1 "$bin" "$@" > "$out.out" 2>&1
+    OMP_NUM_THREADS=1 "$bin" "$@" > "$out.out" 2>&1 || return 1
+    "$bin" info --json "$out.safetensors" > "$out.info.json.tmp" && mv "$out.info.json.tmp" "$out.info.json"
 }
 train_pair() { # dim seed: DIFF and the Transformer side by side
     local rc1=0 rc2=0
@@ -151,49 +170,43 @@ train_pair() { # dim seed: DIFF and the Transformer side by side
     wait $p2 || rc2=$?
     for a in diff transformer; do
         local f; f=$(model_name "$a" "$1" "$2")
-        [ -s "$f.safetensors" ] || { tail -n 3 "$f.warm.out" "$f.out" >&2 2>/dev/null; die "training $a dim $1 seed $2 failed ($rc1/$rc2)"; }
+        [ -s "$f.safetensors" ] || evals_done "$a" "$2" || { tail -n 3 "$f.warm.out" "$f.out" >&2 2>/dev/null; die "training $a dim $1 seed $2 failed ($rc1/$rc2)"; }
     done
 }
-mkdir -p "$run/models" "$run/eval"
-section "dim $headline, seeds ${seeds[*]}: $warm_steps warm-up + $steps steps x $((batch * seq)) tokens"
-for s in "${seeds[@]}"; do train_pair "$headline" "$s"; done
-
 # ---- evaluations (each skipped when its JSON exists)
-ev() { # name model-base command...: runs difftx eval into $run/eval/NAME.json
+ev() { # name model-base command...: runs difftx eval into $run/eval/NAME.json (with EV_LIST: names it)
     local name=$1; shift
+    if [ -n "${EV_LIST:-}" ]; then echo "$name"; return 0; fi
     cmdline eval "$@" --json "$run/eval/$name.json" > "$run/eval/$name.cmd"
     [ -s "$run/eval/$name.json" ] && return 0
     "$bin" eval "$@" --json "$run/eval/$name.json" > "$run/eval/$name.txt" 2> "$run/eval/$name.err" ||
         { cat "$run/eval/$name.err" >&2; die "difftx eval $1 for $name failed"; }
 }
-section "evaluations (both archs side by side, one thread each)"
-evals_of() { # arch: every evaluation of that arch's models, in order
-    local a=$1 s m n b sc
-    for s in "${seeds[@]}"; do
-        m=$(model_name "$a" "$headline" "$s").safetensors n=$a-s$s
-        echo "eval $n ($(date +%H:%M:%S))"
-        ev "ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$ppl_tokens"
-        ev "needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
-            --samples "$samples" --seed 1
-        ev "mass-$n" attn-mass --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --length "$eval_len" \
-            --samples "$mass_samples" --seed 1
-        ev "outliers-$n" outliers --model "$m" --tokens "$run/val.bin" --count "$outlier_tokens"
-        # low-bit attention: the unquantised baseline on the same tokens and prompts, then 8/6/4 bits in
-        # both scopes (perplexity) and 4 bits in both (needles)
-        ev "quant16-ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
-        ev "quant16-needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
-            --samples "$quant_samples" --seed 1
-        for sc in row tensor; do
-            for b in 8 6 4; do
-                ev "quant$b-$sc-ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$quant_tokens" \
-                    --attn-bits "$b" --attn-scope "$sc"
-            done
-            ev "quant4-$sc-needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" \
-                --lengths "$eval_len" --samples "$quant_samples" --seed 1 --attn-bits 4 --attn-scope "$sc"
+evals_of() { # arch seed: every evaluation of that model, in order
+    local a=$1 s=$2 m n b sc
+    m=$(model_name "$a" "$headline" "$s").safetensors n=$a-s$s
+    [ -n "${EV_LIST:-}" ] || echo "eval $n ($(date +%H:%M:%S))"
+    ev "ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$ppl_tokens"
+    ev "needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
+        --samples "$samples" --seed 1
+    ev "mass-$n" attn-mass --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --length "$eval_len" \
+        --samples "$mass_samples" --seed 1
+    ev "outliers-$n" outliers --model "$m" --tokens "$run/val.bin" --count "$outlier_tokens"
+    # low-bit attention: the unquantised baseline on the same tokens and prompts, then 8/6/4 bits in
+    # both scopes (perplexity) and 4 bits in both (needles)
+    ev "quant16-ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
+    ev "quant16-needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
+        --samples "$quant_samples" --seed 1
+    for sc in row tensor; do
+        for b in 8 6 4; do
+            ev "quant$b-$sc-ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$quant_tokens" \
+                --attn-bits "$b" --attn-scope "$sc"
         done
+        ev "quant4-$sc-needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" \
+            --lengths "$eval_len" --samples "$quant_samples" --seed 1 --attn-bits 4 --attn-scope "$sc"
     done
-    m=$(model_name "$a" "$headline" 1).safetensors
-    echo "eval $a seed 1: depth x length, maps ($(date +%H:%M:%S))"
+    [ "$s" = "${seeds[0]}" ] || return 0
+    [ -n "${EV_LIST:-}" ] || echo "eval $n: depth x length, maps ($(date +%H:%M:%S))"
     ev "heatmap-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$lengths" \
         --grid "$heat_grid" --samples "$samples" --seed 2
     ev "map-$a" attn-map --model "$m" --tokenizer "$tok" --layer $((layers - 1)) --head 0 --text \
@@ -201,13 +214,27 @@ evals_of() { # arch: every evaluation of that arch's models, in order
 The special magic Lisbon number is: 40817. We will keep our promises to the people who sent us here.
 What is the special magic Lisbon number? The special magic Lisbon number is "
 }
-OMP_NUM_THREADS=1 evals_of diff > "$run/eval/diff.log" 2>&1 & pd=$!
-OMP_NUM_THREADS=1 evals_of transformer > "$run/eval/transformer.log" 2>&1 & pt=$!
-rcd=0 rct=0
-wait $pd || rcd=$?
-wait $pt || rct=$?
-cat "$run/eval/diff.log" "$run/eval/transformer.log"
-[ $rcd = 0 ] && [ $rct = 0 ] || die "an evaluation failed (see above)"
+evals_done() { # arch seed: whether every evaluation of that model has its JSON
+    local name
+    for name in $(EV_LIST=1 evals_of "$1" "$2"); do [ -s "$run/eval/$name.json" ] || return 1; done
+}
+evals_pair() { # seed: both archs' evaluations side by side, one thread each
+    local a rc=0 pids=()
+    for a in diff transformer; do
+        OMP_NUM_THREADS=1 evals_of "$a" "$1" > "$run/eval/$a-s$1.log" 2>&1 & pids+=($!)
+    done
+    for a in "${pids[@]}"; do wait "$a" || rc=1; done
+    cat "$run/eval/diff-s$1.log" "$run/eval/transformer-s$1.log"
+    [ $rc = 0 ] || die "an evaluation failed (see above)"
+}
+
+mkdir -p "$run/models" "$run/eval"
+section "dim $headline, seeds ${seeds[*]}: $warm_steps warm-up + $steps steps x $((batch * seq)) tokens, then the evaluations"
+for s in "${seeds[@]}"; do
+    train_pair "$headline" "$s"
+    evals_pair "$s"
+    keep_results
+done
 
 section "report"
 # the time of every invocation that did work adds up (a rerun that only reuses adds little)
@@ -225,3 +252,6 @@ if [ $quick = 0 ] && [ -z "$dir" ]; then
         -e 's#](scaling/\(SCALING.md\|scaling.png\))#](docs/reproduce/\1)#g' "$run/REPORT.md" > REPORT.md
 fi
 echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/REPORT.md"
+}
+main "$@"
+exit

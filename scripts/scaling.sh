@@ -13,10 +13,12 @@
 #      is its learning rate for phase 2 (the choice is in DIR/lr.txt);
 #   2. sizes x seeds: every size of DIMS with seeds 1, 2, 3, each arch at its
 #      own learning rate: the same tokens for every size and arch.
-# Then difftx eval ppl (held-out speeches; AR hits and others) on every
-# model. DIFF has H heads of width d, the Transformer 2H of d (the same
+# Each run ends with difftx eval ppl (held-out speeches; AR hits and
+# others). DIFF has H heads of width d, the Transformer 2H of d (the same
 # projection shapes). Both archs train side by side, one thread each; every
-# run is cached in DIR/models and resumes from its checkpoint.
+# run is cached in DIR/models and resumes from its checkpoint. The full
+# stage keeps each finished run's logs and evaluation (not the weights) in
+# docs/reproduce/scaling-results, so a session on another machine continues.
 # tools/scaling.py DIR writes DIR/SCALING.md: the fits with bootstrap
 # intervals over seeds, and the verdicts computed from them.
 #
@@ -36,18 +38,28 @@ bin=${DIFFTX_BIN:-$root/build/difftx}
 
 if [ "${1:-}" = --one ]; then # a worker: NAME ARGS...
     shift
-    local run=$1 name=$2; shift 2
-    local out=$run/models/$name
-    [ -s "$out.safetensors" ] && exit 0
+    local run=$1 name=$2 data=$SCALING_DATA ppl_tokens=$SCALING_PPL_TOKENS; shift 2
+    local out=$run/models/$name ev=$run/eval/ppl-$name
+    # finished here, or on another machine (its results are kept, the weights are not)
+    [ -s "$ev.json" ] && { [ -s "$out.safetensors" ] || [ -s "$out.info.json" ]; } && exit 0
     echo "start $name ($(date +%H:%M:%S))"
     local t0; t0=$(date +%s)
-    if OMP_NUM_THREADS=1 "$bin" train --log "$out.jsonl" --out "$out.safetensors" --resume "$@" > "$out.out" 2>&1; then
-        echo "done  $name in $(( $(date +%s) - t0 ))s"
-    else
+    if [ ! -s "$out.safetensors" ] &&
+        ! OMP_NUM_THREADS=1 "$bin" train --log "$out.jsonl" --out "$out.safetensors" --resume "$@" > "$out.out" 2>&1; then
         tail -n 3 "$out.out" >&2
         echo "FAIL  $name" >&2
         exit 1
     fi
+    # its perplexity on the held-out speeches; then the info record that marks it finished
+    if ! OMP_NUM_THREADS=1 "$bin" eval ppl --model "$out.safetensors" --tokens "$data/val.bin" \
+        --max-tokens "$ppl_tokens" --json "$ev.json" > "$ev.txt" 2>&1; then
+        tail -n 3 "$ev.txt" >&2
+        echo "FAIL  eval ppl of $name" >&2
+        exit 1
+    fi
+    "$bin" info --json "$out.safetensors" > "$out.info.json.tmp" && mv "$out.info.json.tmp" "$out.info.json"
+    [ -z "${SCALING_KEEP:-}" ] || scripts/repro_keep.sh keep "$run" "$SCALING_KEEP"
+    echo "done  $name in $(( $(date +%s) - t0 ))s"
     exit 0
 fi
 
@@ -119,6 +131,12 @@ echo "$settings" > "$run/settings.txt"
 echo "settings: $settings"
 scripts/repro_data.sh "$bin" "$data" "$vocab"
 
+# the workers' common settings; the full stage keeps each finished run's results in the repository
+# (docs/reproduce/scaling-results, without the weights: scripts/repro_keep.sh) so that a session on another
+# machine continues it (SCALING_KEEP=DIR keeps another run's)
+export SCALING_DATA=$data SCALING_PPL_TOKENS=$ppl_tokens SCALING_KEEP=${SCALING_KEEP:-}
+[ $quick = 0 ] && [ -z "$dir" ] && SCALING_KEEP=${SCALING_KEEP:-$root/docs/reproduce/scaling-results}
+[ -z "$SCALING_KEEP" ] || scripts/repro_keep.sh restore "$SCALING_KEEP" "$run"
 echo "phase 1: learning rates ${lrs[*]} at dim $sweep_dim, seed 1"
 phase1 > "$run/runs1.txt"
 xargs -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs1.txt" || die "a run failed (see above); run the same command again"
@@ -128,16 +146,6 @@ echo "learning rates: $(tr '\n' ' ' < "$run/lr.txt")"
 echo "phase 2: dims ${dims[*]} x seeds ${seeds[*]}"
 phase2 > "$run/runs2.txt"
 xargs -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs2.txt" || die "a run failed (see above); run the same command again"
-
-echo "evaluations: eval ppl on the held-out speeches"
-local m name
-for m in "$run"/models/*.safetensors; do
-    name=$(basename "$m" .safetensors)
-    [ -s "$run/eval/ppl-$name.json" ] && continue
-    echo "$m"
-done | xargs -P "$jobs" -I{} sh -c 'n=$(basename {} .safetensors); OMP_NUM_THREADS=1 "$0" eval ppl --model {} \
-    --tokens "$1/val.bin" --max-tokens "$2" --json "$3/eval/ppl-$n.json" > "$3/eval/ppl-$n.txt" 2>&1' \
-    "$bin" "$data" "$ppl_tokens" "$run" || die "an evaluation failed"
 
 echo $(( $(cat "$run/seconds.txt" 2>/dev/null || echo 0) + $(date +%s) - t_all )) > "$run/seconds.txt"
 /usr/bin/python3 tools/scaling.py "$run" --command "make reproduce STAGE=scaling$( [ $quick = 1 ] && echo ' QUICK=1')" \

@@ -13,18 +13,15 @@ usage: tools/report.py --run DIR [--command CMD] [--seconds S]
 """
 import argparse
 import datetime
-import glob
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runs import header_meta, read_log, read_settings  # noqa: E402
-from runs import params_of as safetensors_params  # noqa: E402
+from runs import finished_models, model_info, read_log, read_settings  # noqa: E402
 from stats import fmt_ci, mean_ci, paired_ci, verdict  # noqa: E402
 
 ARCHS = ("diff", "transformer")
@@ -68,11 +65,8 @@ class Run:
     def __init__(self, d):
         self.dir = d
         self.settings = read_settings(os.path.join(d, "settings.txt"))
-        self.models = {}  # (arch, dim, seed) -> base path
-        for p in glob.glob(os.path.join(d, "models", "*.safetensors")):
-            m = re.match(r"(diff|transformer)-d(\d+)-s(\d+)\.safetensors$", os.path.basename(p))
-            if m:
-                self.models[(m[1], int(m[2]), int(m[3]))] = p[: -len(".safetensors")]
+        self.models = {(a, int(dim), int(seed)): base  # (arch, dim, seed) -> base path
+                       for (a, dim, seed), base in finished_models(d, r"(diff|transformer)-d(\d+)-s(\d+)").items()}
         self.dims = sorted({k[1] for k in self.models})
         self.seeds = sorted({k[2] for k in self.models})
         self.headline = self.dims[-1] if self.dims else None
@@ -133,7 +127,8 @@ def section_models(r, out):
         for a in ARCHS:
             base = r.models.get((a, d, 1))
             if base:
-                t, ne = safetensors_params(base + ".safetensors")
+                info = model_info(base)
+                t, ne = info["params"], info["params_nonembed"]
                 cells.append(f"{t:,} ({ne:,})")
             else:
                 cells.append("n/a")
@@ -209,7 +204,7 @@ def section_induction_study(r, out):
 
 def heads_of(r, arch, dim):
     base = r.models.get((arch, dim, 1))
-    return header_meta(base + ".safetensors").get("n_heads", "?") if base else "?"
+    return model_info(base)["n_heads"] if base else "?"
 
 
 def section_scaling_stage(r, out):

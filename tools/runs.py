@@ -1,9 +1,13 @@
 """What the reproduction's stages leave in a run folder, read the one way
 (tools/report.py, tools/scaling.py, tools/induction.py): settings.txt,
-training logs, safetensors headers; and the power-law fit they share."""
+training logs, the finished models and their sizes; and the power-law fit
+they share."""
+import glob
 import gzip
 import json
 import math
+import os
+import re
 import statistics
 import struct
 
@@ -42,6 +46,31 @@ def header_meta(path):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         return json.loads(f.read(n)).get("__metadata__", {})
+
+
+def finished_models(run_dir, pattern):
+    """{regex groups: base path} of the finished models in RUN_DIR/models whose names match PATTERN (a regex
+    without the extension): those with their weights or, where the weights stayed on the machine that trained
+    them, the `difftx info --json` record written when the training finished (NAME.info.json)."""
+    out = {}
+    for ext in (".safetensors", ".info.json"):
+        for p in glob.glob(os.path.join(run_dir, "models", "*" + ext)):
+            m = re.fullmatch(pattern, os.path.basename(p)[: -len(ext)])
+            if m:
+                out.setdefault(m.groups(), p[: -len(ext)])
+    return dict(sorted(out.items()))  # in name order, whatever the file system's: bootstraps draw in this order
+
+
+def model_info(base):
+    """{"params", "params_nonembed", "n_heads"} of a finished model: from its info record when there is one
+    (difftx info --json counts the same way as params_of), else from its weights' header."""
+    if os.path.exists(base + ".info.json"):
+        with open(base + ".info.json") as f:
+            info = json.load(f)
+        return {k: info[k] for k in ("params", "params_nonembed", "n_heads")}
+    total, nonembed = params_of(base + ".safetensors")
+    return {"params": total, "params_nonembed": nonembed,
+            "n_heads": int(header_meta(base + ".safetensors").get("n_heads", 0))}
 
 
 def read_entries(path):

@@ -22,17 +22,15 @@ usage: tools/scaling.py DIR [--command CMD] [--seconds S]
 """
 import argparse
 import datetime
-import glob
 import json
 import math
 import os
 import random
-import re
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runs import fit_power, invert, params_of, read_log, read_settings  # noqa: E402
+from runs import finished_models, fit_power, invert, model_info, read_log, read_settings  # noqa: E402
 from stats import fmt_ci, mean_ci, verdict  # noqa: E402
 
 ARCHS = ("diff", "transformer")
@@ -52,10 +50,9 @@ class Run:
         self.steps = int(self.settings["steps"])
         self.tokens_per_step = int(self.settings["batch"]) * int(self.settings["seq"])
         self.runs = {}  # (arch, dim, lr, seed) -> base path (finished runs only)
-        for p in glob.glob(os.path.join(d, "models", "*.safetensors")):
-            m = re.match(r"(diff|transformer)-d(\d+)-lr([0-9.e-]+)-s(\d+)\.safetensors$", os.path.basename(p))
-            if m and os.path.exists(p[: -len(".safetensors")] + ".jsonl"):
-                self.runs[(m[1], int(m[2]), m[3], int(m[4]))] = p[: -len(".safetensors")]
+        for (a, dim, lr, seed), base in finished_models(d, r"(diff|transformer)-d(\d+)-lr([0-9.e-]+)-s(\d+)").items():
+            if os.path.exists(base + ".jsonl"):
+                self.runs[(a, int(dim), lr, int(seed))] = base
         self.lr = {}
         lp = os.path.join(d, "lr.txt")
         if os.path.exists(lp):
@@ -75,7 +72,7 @@ class Run:
     def sizes(self, arch):
         """{dim: {seed: key}} of the arch at its chosen lr."""
         out = {}
-        for (a, d, lr, s) in self.runs:
+        for (a, d, lr, s) in sorted(self.runs):
             if a == arch and lr == self.lr.get(arch):
                 out.setdefault(d, {})[s] = (a, d, lr, s)
         return out
@@ -107,7 +104,7 @@ def frac_params(r, draw=None):
             if not vals:
                 continue
             vals = draw(vals) if draw else vals
-            n = params_of(r.runs[next(iter(by_seed.values()))] + ".safetensors")[1]
+            n = model_info(r.runs[next(iter(by_seed.values()))])["params_nonembed"]
             pts[a].append((d, n, statistics.fmean(vals)))
     if any(len(pts[a]) < 2 for a in ARCHS):
         return None, pts, None
@@ -207,7 +204,7 @@ def write(r, command, seconds):
             ld = [r.final_val(k) for k in bd.values()]
             diff = mean_ci([r.final_val(bd[x]) - r.final_val(bt[x]) for x in sorted(set(bd) & set(bt))
                             if r.final_val(bd[x]) is not None and r.final_val(bt[x]) is not None])
-            n = params_of(r.runs[next(iter(bt.values()))] + ".safetensors")[1]
+            n = model_info(r.runs[next(iter(bt.values()))])["params_nonembed"]
             out.append(f"| {d} | {n:,} | {pm(lt)} | {pm(ld)} | {fmt_ci(diff, '{:+.4f}')} |")
         ci = bootstrap(r, frac_params)
         (at, bt_), (ad, bd_) = fits["transformer"], fits["diff"]
