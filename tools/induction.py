@@ -47,6 +47,12 @@ def read_scores(path):
             if e.get("loss") is not None and e.get("copy_first") is not None and e.get("copy_repeat") is not None]
 
 
+def read_elapsed(path):
+    """The training time a log reports at its last step (seconds; 0 when it has none)."""
+    e = read_entries(path)
+    return e[-1][1].get("elapsed_s", 0.0) if e else 0.0
+
+
 class RunResult:
     def __init__(self, name, pts, steps, vocab):
         self.name = name
@@ -93,13 +99,14 @@ class Study:
         rp = pick("runs.txt")
         if os.path.exists(rp):
             self.planned = [l.split()[0] for l in open(rp) if l.strip()]
-        self.runs = {}
+        self.runs, self.paths = {}, {}  # name -> RunResult, its log
         for p in sorted(glob.glob(os.path.join(d, "models", "*.jsonl"))):
             name = os.path.basename(p)[: -len(".jsonl")]
             steps = self.steps * (self.long_factor if "-long-" in name else 1)
             r = RunResult(name, read_scores(p), steps, self.vocab)
             if r.complete and os.path.exists(os.path.join(d, "models", name + ".safetensors")):
                 self.runs[name] = r
+                self.paths[name] = p
         # runs finished on an earlier machine: their committed logs (scripts/induction.sh)
         for p in sorted(glob.glob(os.path.join(logs, "*.jsonl.gz")) if logs else []):
             name = os.path.basename(p)[: -len(".jsonl.gz")]
@@ -109,6 +116,7 @@ class Study:
             r = RunResult(name, read_scores(p), steps, self.vocab)
             if r.complete:
                 self.runs[name] = r
+                self.paths[name] = p
         self.recipes = {}  # recipe -> {seed: RunResult}
         for name, r in self.runs.items():
             rec, seed = parse_name(name)
@@ -116,6 +124,11 @@ class Study:
 
     def group(self, recipe):
         return self.recipes.get(recipe, {})
+
+    def training_seconds(self):
+        """The finished runs' training time, as their logs report it (one thread each), whatever machines
+        and sessions they ran in."""
+        return sum(read_elapsed(p) for p in self.paths.values())
 
 
 def paired(study, a, b, key):
@@ -302,15 +315,69 @@ def findings(study, h="##"):
         out.append("**Nothing is resolved yet** at 95% with the seeds done.\n")
     if onsets:
         m, what = min(onsets)
-        out.append(f"**The change that brings induction soonest** (of those resolved): {what}, by {-m:.0f} steps.\n")
+        out.append(f"**The single change that brings the onset soonest** (of those resolved, the whole DIFF-vs-"
+                   f"Transformer row aside): {what}, by {-m:.0f} steps.\n")
+    out += factorial(study, h)
+    return out
+
+
+def factorial(study, h):
+    """The differential attention and the per-head norm as the two factors of a 2×2 design at lr 3e-3
+    (Transformer, Transformer + subln, DIFF − subln, DIFF): each alone, both, and their interaction
+    (both − each alone + neither, per seed), with the formed counts."""
+    cells = {("no", "no"): "transformer-lr3e-3", ("no", "yes"): "transformer-subln-lr3e-3",
+             ("yes", "no"): "diff-nosubln-lr3e-3", ("yes", "yes"): "diff-lr3e-3"}
+    groups = {k: study.group(v) for k, v in cells.items()}
+    seeds = sorted(set.intersection(*[set(g) for g in groups.values()]))
+    if not seeds:
+        return []
+    score = {k: {s: g[s].final for s in seeds} for k, g in groups.items()}
+    none = score[("no", "no")]
+
+    def gain(k):
+        return mean_ci([score[k][s] - none[s] for s in seeds])
+
+    inter = mean_ci([score[("yes", "yes")][s] - score[("yes", "no")][s] - score[("no", "yes")][s] + none[s]
+                     for s in seeds])
+    formed = {k: sum(groups[k][s].state == "formed" for s in seeds) for k in cells}
+    out = [h + " The differential and the per-head norm, alone and together\n",
+           "The two components as the factors of a 2×2 design at lr 3e-3 (the same seeds in every cell): the "
+           "Transformer (2H heads of d) has neither, the Transformer + subln the norm alone, DIFF − subln the "
+           "differential alone, DIFF both. The interaction is both − differential alone − norm alone + neither, "
+           "per seed: above 0 when the two together do more than the sum of each alone.\n",
+           "| differential | per-head norm | final score (mean) | formed | gain over neither |",
+           "|---|---|---|---|---|"]
+    for k in (("no", "no"), ("no", "yes"), ("yes", "no"), ("yes", "yes")):
+        m = statistics.fmean(score[k].values())
+        out.append(f"| {k[0]} | {k[1]} | {m:.2f} | {formed[k]}/{len(seeds)} | "
+                   + ("—" if k == ("no", "no") else fmt_ci(gain(k))) + " |")
+    out.append(f"| | interaction | | | {fmt_ci(inter)} |")
+    out.append("")
+    alone = [k for k in (("no", "yes"), ("yes", "no")) if formed[k] > 0]
+    text = []
+    if not alone and formed[("yes", "yes")] == len(seeds):
+        text.append("**Neither component alone forms induction here; together they do** (in every seed)")
+    elif alone:
+        text.append("A component alone forms induction in some seeds: " + ", ".join(
+            ("the per-head norm" if k[1] == "yes" else "the differential") + f" ({formed[k]}/{len(seeds)})"
+            for k in alone))
+    if resolved(inter) and inter[1] > 0:
+        text.append(f"the interaction is {inter[0]:+.2f} nats [{inter[1]:+.2f}, {inter[2]:+.2f}]: the two are "
+                    "superadditive, so neither explains DIFF's advantage alone")
+    elif resolved(inter) and inter[2] < 0:
+        text.append(f"the interaction is {inter[0]:+.2f} nats: the two are subadditive (they overlap)")
+    else:
+        text.append(f"the interaction ({fmt_ci(inter)}) is not resolved")
+    out.append("; ".join(text) + ".\n")
     return out
 
 
 def write(study, command, seconds):
     V = study.vocab
     out = ["# The induction study: why DIFF forms induction in the copy warm-up and the Transformer does not\n",
-           f"Written by `{command}` on {datetime.date.today().isoformat()} ({os.cpu_count()} cores"
-           + (f", {seconds / 60:.0f} min of training in all" if seconds else "") + "), by tools/induction.py from "
+           f"Written by `{command}` on {datetime.date.today().isoformat()} ({os.cpu_count()} cores; the runs' "
+           f"training took {study.training_seconds() / 3600:.1f} h of one core each, by their logs"
+           + (f", {seconds / 60:.0f} min of this machine's time" if seconds else "") + "), by tools/induction.py from "
            "the training logs; every verdict below is computed from the numbers in this file.\n"]
     s = study.settings
     out.append("## Setup\n")
