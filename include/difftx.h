@@ -194,6 +194,25 @@ dtx_real *dtx_model_grads(dtx_model *m);  /* allocated on first backward */
 typedef enum { DTX_QUANT_ROW = 0, DTX_QUANT_TENSOR = 1 } dtx_quant_scope;
 dtx_status dtx_model_set_attention_quant(dtx_model *m, int bits, dtx_quant_scope scope);
 
+/* Quantised weights (docs/quantize.md): the linear weights (q/k/v/out
+ * projections, w1, w3, w2, the token embedding and an untied output) held
+ * in few bits, for inference:
+ *   DTX_WQ_W8A16  int8, one scale per output channel; activations bf16;
+ *   DTX_WQ_W8A8   the same weights; every linear layer's input, and the
+ *                 attention's q and k, int8 with one static scale each
+ *                 (calibrated, docs/quantize.md);
+ *   DTX_WQ_W4A16  4 bits in groups of 32 along the input, one scale per
+ *                 group; activations bf16.
+ * Norm weights and λ vectors stay fp32. A quantised model runs
+ * dtx_model_forward, prefill and decode (and so every eval); its
+ * parameters read as zeros where a weight is quantised, and
+ * dtx_model_backward refuses it. DTX_WQ_NONE: not quantised. */
+typedef enum { DTX_WQ_NONE = 0, DTX_WQ_W8A16 = 1, DTX_WQ_W8A8 = 2, DTX_WQ_W4A16 = 3 } dtx_wquant;
+dtx_wquant dtx_model_wquant(const dtx_model *m);
+const char *dtx_wquant_name(dtx_wquant q); /* "none", "w8a16", "w8a8", "w4a16" */
+/* 1 and *out set when s names a scheme ("w8a16", "w8a8", "w4a16"). */
+int dtx_wquant_parse(const char *s, dtx_wquant *out);
+
 /* ------------------------------------------------------- forward/backward */
 
 /* Forward over a batch of tokens [B, T] (T <= max_seq_len, 0 <= id < vocab).

@@ -64,6 +64,53 @@ void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N);
 void dtx_gemv_bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 #endif
 
+/* ---- Quantised linear weights and activations (quant_linear.c; float arrays in
+ * both builds: quantised models are for inference).
+ * A weight w [N, K] (nn.Linear orientation) is stored as
+ *   Q8  int8 q [N, K] and float scale [N]: w[n,k] ≈ scale[n]·q[n,k],
+ *       symmetric, q in [-127, 127];
+ *   Q4  groups of DTX_Q4_GROUP consecutive k; each row ceil(K/32) groups of
+ *       16 bytes (dtx_q4_row_bytes), byte j of a group holding element j in
+ *       its low nibble and element j + 16 in its high one, each as q + 8
+ *       with q in [-7, 7] (past K: q = 0); float scale [N, ceil(K/32)]:
+ *       w[n,k] ≈ scale[n, k/32]·q[n,k].
+ * An int8 activation x [K] is xq [K] with one float scale: x ≈ xscale·xq,
+ * q in [-127, 127]. Rounding is to nearest, ties to even, everywhere.
+ * The products below accumulate in fp32 (Q8, Q4: x·q, then the scale) or
+ * exactly in int32 (Q8 × int8 activations), and split rows over the OpenMP
+ * threads like dtx_gemv (the same bits whatever the thread count). They
+ * are tested against dequantise-then-fp32 (dtx_q8_dequantize, ...). */
+#ifndef DTX_Q4_GROUP
+#define DTX_Q4_GROUP 32
+#endif
+static inline int64_t dtx_q4_groups(int64_t K) { return (K + DTX_Q4_GROUP - 1) / DTX_Q4_GROUP; }
+static inline int64_t dtx_q4_row_bytes(int64_t K) { return dtx_q4_groups(K) * (DTX_Q4_GROUP / 2); }
+/* q [K], returns scale = amax / 127: the row's absolute maximum, or the
+ * clipping bound amax when amax > 0 (values past it saturate). A row of
+ * zeros gets scale 0 (and dequantises to zeros).                          */
+float dtx_q8_quantize_row(int8_t *q, const float *w, int64_t K, float amax);
+void dtx_q8_dequantize(float *w, const int8_t *q, const float *scale, int64_t N, int64_t K);
+/* One row: q [dtx_q4_row_bytes(K)], scale [dtx_q4_groups(K)], each group's
+ * scale = its absolute maximum · clip / 7 (clip in (0, 1]; 1 = absmax).  */
+void dtx_q4_quantize_row(uint8_t *q, float *scale, const float *w, int64_t K, float clip);
+void dtx_q4_dequantize(float *w, const uint8_t *q, const float *scale, int64_t N, int64_t K);
+/* The q4 value of element k of a quantised row (in [-7, 7]; 0 past K). */
+static inline int dtx_q4_get(const uint8_t *row, int64_t k) {
+    uint8_t b = row[k / DTX_Q4_GROUP * (DTX_Q4_GROUP / 2) + k % (DTX_Q4_GROUP / 2)];
+    return (k % DTX_Q4_GROUP < DTX_Q4_GROUP / 2 ? b & 15 : b >> 4) - 8;
+}
+/* xq [K] = clamp(rint(x / xscale), -127, 127) (xscale > 0).              */
+void dtx_a8_quantize(int8_t *xq, const float *x, int64_t K, float xscale);
+/* out [N] = scale[n] · Σ_k x[k]·q[n,k] (w8a16: x as given, bf16-rounded by
+ * the caller for bf16 activations).                                      */
+void dtx_gemv_q8(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N);
+/* out [N] = Σ_g scale[n,g] · Σ_{k in g} x[k]·q[n,k] (w4a16).              */
+void dtx_gemv_q4(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N);
+/* out [N] = xscale · scale[n] · Σ_k xq[k]·q[n,k], the sum exact in int32
+ * (w8a8; K < 2^17 keeps it in range).                                    */
+void dtx_gemv_q8a8(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale, int64_t K,
+                   int64_t N);
+
 /* ---- RMSNorm over rows of width C
  * out [M, C] = x / sqrt(mean(x²) + eps) ⊙ w ; rstd [M] = 1/sqrt(mean(x²)+eps) */
 void dtx_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int64_t M, int64_t C,

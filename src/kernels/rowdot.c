@@ -1,5 +1,7 @@
 /* The one-row products of decoding (kernels.h: dtx_dot_rows, dtx_axpy_rows,
- * dtx_gemv, dtx_gemv_bf16): the portable implementations and the entry points, which
+ * dtx_gemv, dtx_gemv_bf16; the quantised dtx_gemv_q8, dtx_gemv_q4 and
+ * dtx_gemv_q8a8, whose portable versions are quant_linear.c's): the portable
+ * implementations and the entry points, which
  * run the ISA level's implementation (simd.h). A token's decode step is
  * memory-bound: each weight and each cached key is read once, so these
  * kernels exist to keep enough loads in flight (several rows at once,
@@ -73,32 +75,56 @@ static void my_rows(int64_t N, int64_t *r0, int64_t *r1) {
     *r1 = id == nt - 1 ? N : (N * (id + 1) / nt) & ~(int64_t)7;
 }
 
+/* CALL(r0, n) computes rows [r0, r0 + n) of an N-row product of width K:
+ * on the calling thread, or split over the threads when worth it. */
+#define GEMV_SPLIT(K, N, CALL)                             \
+    do {                                                   \
+        if (!worth_splitting(K, N)) {                      \
+            CALL(0, N);                                    \
+            break;                                         \
+        }                                                  \
+        _Pragma("omp parallel") {                          \
+            int64_t r0_, r1_;                              \
+            my_rows(N, &r0_, &r1_);                        \
+            if (r1_ > r0_) CALL(r0_, r1_ - r0_);           \
+        }                                                  \
+    } while (0)
+
 void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N) {
     const dtx_simd_ops *o = dtx_simd();
-    if (!worth_splitting(K, N)) {
-        o->gemv(out, x, w, K, N);
-        return;
-    }
-#pragma omp parallel
-    {
-        int64_t r0, r1;
-        my_rows(N, &r0, &r1);
-        if (r1 > r0) o->gemv(out + r0, x, w + r0 * K, K, r1 - r0);
-    }
+#define ROWS(r0, n) o->gemv(out + (r0), x, w + (r0) * K, K, n)
+    GEMV_SPLIT(K, N, ROWS);
+#undef ROWS
 }
 
 #ifndef DTX_DOUBLE
 void dtx_gemv_bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
     const dtx_simd_ops *o = dtx_simd();
-    if (!worth_splitting(K, N)) {
-        o->gemv_bf16(out, x, w, K, N);
-        return;
-    }
-#pragma omp parallel
-    {
-        int64_t r0, r1;
-        my_rows(N, &r0, &r1);
-        if (r1 > r0) o->gemv_bf16(out + r0, x, w + r0 * K, K, r1 - r0);
-    }
+#define ROWS(r0, n) o->gemv_bf16(out + (r0), x, w + (r0) * K, K, n)
+    GEMV_SPLIT(K, N, ROWS);
+#undef ROWS
 }
 #endif
+
+void dtx_gemv_q8(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N) {
+    const dtx_simd_ops *o = dtx_simd();
+#define ROWS(r0, n) o->gemv_q8(out + (r0), x, q + (r0) * K, scale + (r0), K, n)
+    GEMV_SPLIT(K, N, ROWS);
+#undef ROWS
+}
+
+void dtx_gemv_q4(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N) {
+    const dtx_simd_ops *o = dtx_simd();
+    int64_t rb = dtx_q4_row_bytes(K), ng = dtx_q4_groups(K);
+#define ROWS(r0, n) o->gemv_q4(out + (r0), x, q + (r0) * rb, scale + (r0) * ng, K, n)
+    GEMV_SPLIT(K, N, ROWS);
+#undef ROWS
+}
+
+void dtx_gemv_q8a8(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale, int64_t K,
+                   int64_t N) {
+    const dtx_simd_ops *o = dtx_simd();
+#define ROWS(r0, n) o->gemv_q8a8(out + (r0), xq, xscale, q + (r0) * K, scale + (r0), K, n)
+    GEMV_SPLIT(K, N, ROWS);
+#undef ROWS
+}

@@ -10,7 +10,10 @@ static const dtx_simd_ops portable = {"portable",
                                       dtx_dot_rows_portable,
                                       dtx_axpy_rows_portable,
                                       dtx_gemv_portable,
-                                      dtx_gemv_bf16_portable};
+                                      dtx_gemv_bf16_portable,
+                                      dtx_gemv_q8_portable,
+                                      dtx_gemv_q4_portable,
+                                      dtx_gemv_q8a8_portable};
 
 /* Index: dtx_isa. A level without SIMD kernels of its own takes the next
  * lower one's (AVX-512 BF16 runs the AVX-512 fp32 kernels; its bf16 tiles

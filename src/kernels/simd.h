@@ -5,8 +5,9 @@
  *   - the flash attention's tile steps behind tile_gemm.h (product,
  *     transpose, exp, softmax rows);
  *   - the one-row products of decoding: dot_rows and axpy_rows (cached
- *     decode attention's scores and weighted values) and gemv / gemv_bf16
- *     (the linear layers of a single token).
+ *     decode attention's scores and weighted values) and gemv / gemv_bf16 /
+ *     gemv_q8 / gemv_q4 / gemv_q8a8 (the linear layers of a single token,
+ *     fp32, bf16 and quantised weights).
  * The SIMD tables exist in the float build on x86-64 only (DTX_SIMD_X86);
  * their code is compiled with target attributes, so it builds with any
  * -march and runs only when the level allows it. Internal header. */
@@ -41,6 +42,11 @@ typedef struct {
     void (*gemv)(real *out, const real *x, const real *w, int64_t K, int64_t N);
     /* the same with w in bf16 bits and x already bf16-rounded (dtx_gemv_bf16) */
     void (*gemv_bf16)(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
+    /* the quantised linear layers of one token (kernels.h: dtx_gemv_q8, dtx_gemv_q4, dtx_gemv_q8a8) */
+    void (*gemv_q8)(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N);
+    void (*gemv_q4)(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N);
+    void (*gemv_q8a8)(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale, int64_t K,
+                      int64_t N);
 } dtx_simd_ops;
 
 #if DTX_SIMD_X86
@@ -52,6 +58,11 @@ void dtx_dot_rows_avx2(float *s, int64_t lds, const float *x, const float *k, in
 void dtx_axpy_rows_avx2(float *y, int64_t w, const float *p, const float *v, int64_t ldv, int64_t n);
 void dtx_gemv_avx2(float *out, const float *x, const float *w, int64_t K, int64_t N);
 void dtx_gemv_bf16_avx2(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
+/* The AVX2 quantised products, shared by both tables. */
+void dtx_gemv_q8_avx2(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N);
+void dtx_gemv_q4_avx2(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N);
+void dtx_gemv_q8a8_avx2(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale, int64_t K,
+                        int64_t N);
 #endif
 
 /* The portable implementations (tile_gemm.c, rowdot.c): the reference the
@@ -69,6 +80,10 @@ void dtx_dot_rows_portable(real *s, int64_t lds, const real *x, const real *k, i
 void dtx_axpy_rows_portable(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n);
 void dtx_gemv_portable(real *out, const real *x, const real *w, int64_t K, int64_t N);
 void dtx_gemv_bf16_portable(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
+void dtx_gemv_q8_portable(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N);
+void dtx_gemv_q4_portable(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N);
+void dtx_gemv_q8a8_portable(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale,
+                            int64_t K, int64_t N);
 
 /* The implementation a level runs (tests compare them directly). */
 const dtx_simd_ops *dtx_simd_for(dtx_isa lvl);

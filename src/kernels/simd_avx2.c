@@ -15,6 +15,7 @@
  * Masked stores (slow on AMD cores) only happen at ragged tile edges.
  * Compiled with target attributes (any -march); tile_gemm.c's table picks
  * these at ISA level AVX2 only. */
+#include "kernels/kernels.h"
 #include "kernels/simd.h"
 
 #include <math.h>
@@ -386,8 +387,108 @@ AVX2_FN void dtx_gemv_bf16_avx2(float *out, const float *x, const uint16_t *w, i
     DOT_ROWS_BODY(uint16_t, load_w_bf16, maskload_w_bf16)
 }
 
+/* ------------------------------------------- quantised one-row products */
+
+/* Q8 rows are the same kernel as fp32 ones, the int8 values widened to
+ * floats (exact), then each row's scale (kernels.h, "Quantised"). */
+AVX2_INLINE __m256 load_w_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+}
+AVX2_INLINE __m256 maskload_w_i8(const int8_t *p, __m256i m, int64_t n) {
+    (void)m;
+    int8_t t[8] = {0};
+    memcpy(t, p, (size_t)n);
+    return load_w_i8(t);
+}
+
+AVX2_FN static void dot_rows_i8(float *s, int64_t lds, const float *x, const int8_t *k, int64_t ldk, int64_t n,
+                                int64_t d, float scale) {
+    DOT_ROWS_BODY(int8_t, load_w_i8, maskload_w_i8)
+}
+
+AVX2_FN void dtx_gemv_q8_avx2(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N) {
+    dot_rows_i8(out, 1, x, q, K, N, K, 1.0f);
+    for (int64_t r = 0; r < N; r++) out[r] *= scale[r];
+}
+
+/* Q4: a group's 16 bytes give 32 values (low nibbles the first 16, high the
+ * last), widened to floats and multiplied with x, the group's sum scaled
+ * into the row's accumulator; a partial last group as in the portable one. */
+AVX2_FN void dtx_gemv_q4_avx2(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N) {
+    const int64_t G = DTX_Q4_GROUP, half = G / 2, ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K), full = K / G;
+    const __m128i low4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *r = q + n * rb;
+        const float *sc = scale + n * ng;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t g = 0; g < full; g++) {
+            __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(r + g * half));
+            __m128i lo = _mm_sub_epi8(_mm_and_si128(b, low4), eight);
+            __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), low4), eight);
+            const float *xg = x + g * G;
+            __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xg), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)));
+            t = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 8), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), t);
+            t = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 16), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), t);
+            t = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 24), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), t);
+            acc = _mm256_fmadd_ps(t, _mm256_set1_ps(sc[g]), acc);
+        }
+        float tail = 0;
+        if (full < ng) dtx_gemv_q4_portable(&tail, x + full * G, r + full * half, sc + full, K - full * G, 1);
+        out[n] = hsum8(acc) + tail;
+    }
+}
+
+/* Q8 × int8 activations: 32 products at a time as unsigned |x| × (w with
+ * x's sign) pairs summed to int16 (maddubs: 2·127² fits), then to int32;
+ * four rows share each |x| vector. Exact, so any order gives the same. */
+AVX2_INLINE int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+AVX2_INLINE __m256i dot32_i8(__m256i ax, __m256i xv, const int8_t *w) {
+    __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)w);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(wv, xv)), _mm256_set1_epi16(1));
+}
+
+AVX2_FN void dtx_gemv_q8a8_avx2(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale,
+                                int64_t K, int64_t N) {
+    const int64_t K32 = K & ~(int64_t)31;
+    int64_t n = 0;
+    for (; n + 4 <= N; n += 4) {
+        const int8_t *r = q + n * K;
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t k = 0; k < K32; k += 32) {
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + k));
+            __m256i ax = _mm256_sign_epi8(xv, xv);
+            a0 = _mm256_add_epi32(a0, dot32_i8(ax, xv, r + k));
+            a1 = _mm256_add_epi32(a1, dot32_i8(ax, xv, r + K + k));
+            a2 = _mm256_add_epi32(a2, dot32_i8(ax, xv, r + 2 * K + k));
+            a3 = _mm256_add_epi32(a3, dot32_i8(ax, xv, r + 3 * K + k));
+        }
+        int32_t t[4] = {hsum_i32(a0), hsum_i32(a1), hsum_i32(a2), hsum_i32(a3)};
+        for (int j = 0; j < 4; j++) {
+            for (int64_t k = K32; k < K; k++) t[j] += (int32_t)xq[k] * (int32_t)r[j * K + k];
+            out[n + j] = xscale * scale[n + j] * (float)t[j];
+        }
+    }
+    for (; n < N; n++) {
+        const int8_t *r = q + n * K;
+        __m256i a = _mm256_setzero_si256();
+        for (int64_t k = 0; k < K32; k += 32) {
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + k));
+            a = _mm256_add_epi32(a, dot32_i8(_mm256_sign_epi8(xv, xv), xv, r + k));
+        }
+        int32_t t = hsum_i32(a);
+        for (int64_t k = K32; k < K; k++) t += (int32_t)xq[k] * (int32_t)r[k];
+        out[n] = xscale * scale[n] * (float)t;
+    }
+}
+
 const dtx_simd_ops dtx_simd_avx2 = {"avx2",           gemm_avx2,          transpose_avx2,     exp_avx2,
                                     softmax_update_avx2, exp_rows_avx2,  dtx_dot_rows_avx2,  dtx_axpy_rows_avx2,
-                                    dtx_gemv_avx2,    dtx_gemv_bf16_avx2};
+                                    dtx_gemv_avx2,    dtx_gemv_bf16_avx2, dtx_gemv_q8_avx2,   dtx_gemv_q4_avx2,
+                                    dtx_gemv_q8a8_avx2};
 
 #endif /* DTX_SIMD_X86 */

@@ -179,6 +179,7 @@ AVX512_FN static void exp_rows_avx512(float *P, const float *S, int64_t ld, int6
 const dtx_simd_ops dtx_simd_avx512 = {"avx512",          gemm_avx512,          transpose_avx512,
                                       exp_avx512,        softmax_update_avx512, exp_rows_avx512,
                                       dtx_dot_rows_avx2, dtx_axpy_rows_avx2,   dtx_gemv_avx2,
-                                      dtx_gemv_bf16_avx2};
+                                      dtx_gemv_bf16_avx2, dtx_gemv_q8_avx2,    dtx_gemv_q4_avx2,
+                                      dtx_gemv_q8a8_avx2};
 
 #endif /* TILE_AVX512 */

@@ -203,16 +203,17 @@ static void attention_block_forward(dtx_model *m, int64_t l, const real *x, real
     unsigned pre = pre_rounded(m), px = pre & DTX_MM_PRE_X;
     DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn1, la->rstd1, x, P(o->attn_norm), N, D, c->norm_eps));
     DTX_PROF(DTX_PROF_NORM, 0, round_if(px, la->xn1, (size_t)(N * D)));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(la->q, la->xn1, P(o->wq), N, D, D, m->precision, px));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(la->k, la->xn1, P(o->wk), N, D, KV, m->precision, px));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(la->v, la->xn1, P(o->wv), N, D, KV, m->precision, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->q, la->xn1, o->wq, N, D, D, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->k, la->xn1, o->wk, N, D, KV, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->v, la->xn1, o->wv, N, D, KV, px));
     DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, 0, D / d, d));
     DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d));
+    dtx_model_round_qk(m, l, la->q, N * D, la->k, N * KV);
     la->lambda = dtx_model_lambda(m, l);
     dtx_attn_dims ad = dtx_model_attn_dims(m, B, T, l, la->lambda);
     DTX_PROF(DTX_PROF_ATTENTION, 0,
              dtx_attention_forward(&ad, la->attn_y, &la->att, la->q, la->k, la->v, dtx_model_subln(m, l)));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward(scratch, la->attn_y, P(o->wo), N, D, D, m->precision));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, scratch, la->attn_y, o->wo, N, D, D, 0));
     DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(la->x_mid, x, scratch, N * D));
 }
 
@@ -272,10 +273,10 @@ static void ffn_block_forward(dtx_model *m, int64_t l, real *out, real *scratch)
     unsigned px = pre_rounded(m) & DTX_MM_PRE_X;
     DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps));
     DTX_PROF(DTX_PROF_NORM, 0, round_if(px, la->xn2, (size_t)(N * D)));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(la->h1, la->xn2, P(o->w1), N, D, F, m->precision, px));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(la->h3, la->xn2, P(o->w3), N, D, F, m->precision, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->h1, la->xn2, o->w1, N, D, F, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->h3, la->xn2, o->w3, N, D, F, px));
     DTX_PROF(DTX_PROF_SWIGLU, 0, dtx_swiglu_forward_r(la->g, la->h1, la->h3, N * F, px != 0));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(scratch, la->g, P(o->w2), N, F, D, m->precision, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, scratch, la->g, o->w2, N, F, D, px));
     DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(out, la->x_mid, scratch, N * D));
 }
 
@@ -329,7 +330,7 @@ dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t 
     a->pre = pre_for_forward(m);
     if (targets) memcpy(a->targets, targets, (size_t)N * sizeof(int32_t));
 
-    DTX_PROF(DTX_PROF_EMBEDDING, 0, dtx_embedding_forward(a->resid, tokens, P(m->tok_emb), N, D));
+    DTX_PROF(DTX_PROF_EMBEDDING, 0, dtx_model_embed(m, a->resid, tokens, N));
     for (int64_t l = 0; l < L; l++) {
         real *x = a->resid + (size_t)(l * N * D), *next = x + (size_t)(N * D);
         attention_block_forward(m, l, x, a->dx1);
@@ -339,7 +340,7 @@ dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t 
     unsigned px = pre_rounded(m) & DTX_MM_PRE_X;
     DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(a->xnf, a->rstdf, xL, P(m->final_norm), N, D, c->norm_eps));
     DTX_PROF(DTX_PROF_NORM, 0, round_if(px, a->xnf, (size_t)(N * D)));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_matmul_forward_pre(a->probs, a->xnf, P(m->out_w), N, D, V, m->precision, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, a->probs, a->xnf, m->out_w, N, D, V, px));
     if (logits) memcpy(logits, a->probs, (size_t)(N * V) * sizeof(real));
     if (targets) {
         double l = 0;
@@ -365,6 +366,9 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
     dtx_acts *a = &m->acts;
     if (!a->mem || !a->has_targets)
         return dtx_fail(DTX_ERR_ARG, "backward needs a forward pass with targets first");
+    if (m->wquant != DTX_WQ_NONE)
+        return dtx_fail(DTX_ERR_ARG, "backward on a quantised model (%s): quantised models are for inference",
+                        dtx_wquant_name(m->wquant));
     if (a->quant_bits) /* round() has no useful gradient; the kernels assert this */
         return dtx_fail(DTX_ERR_ARG, "backward after a forward with quantised attention logits (%d bits): "
                         "quantisation is for evaluation only", a->quant_bits);

@@ -29,7 +29,10 @@
  * size again), made at the first one-row step of each sequence (len = 0
  * marks a new one), so decoding streams half the bytes: bf16 operands (the
  * row rounded to nearest even), exact products, fp32 accumulation — the
- * contract of dtx_matmul_forward with DTX_PREC_BF16. */
+ * contract of dtx_matmul_forward with DTX_PREC_BF16. A quantised model's
+ * rows go through dtx_model_linear and its single rows through the
+ * quantised one-row kernels (linear.c), which read its int8 or 4-bit
+ * weights directly. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -225,14 +228,20 @@ static dtx_status ensure_bf16(const dtx_model *m, dtx_kvcache *c) {
 }
 #endif
 
-/* out [M, N] = x [M, K] · (parameter at off) [N, K]ᵀ in the model's precision. */
+/* out [M, N] = x [M, K] · (parameter at off) [N, K]ᵀ in the model's precision
+ * (dtx_model_linear), a single row through the one-row kernels. */
 static void linear(const dtx_model *m, dtx_kvcache *c, real *out, const real *x, size_t off, int64_t M, int64_t K,
                    int64_t N) {
     if (M > 1) {
-        dtx_matmul_forward(out, x, m->params + off, M, K, N, m->precision);
+        dtx_model_linear(m, out, x, off, M, K, N, 0);
         return;
     }
 #ifndef DTX_DOUBLE
+    const dtx_qweight *w = dtx_model_qweight(m, off);
+    if (w) { /* the quantised kernels: bf16 or int8 x against int8 / 4-bit w */
+        dtx_model_linear_row_quant(m, out, x, w, c->xr);
+        return;
+    }
     if (m->precision == DTX_PREC_BF16) { /* bf16(x) · the bf16 copy of w */
         dtx_bf16_round_portable(c->xr, x, (size_t)K);
         dtx_gemv_bf16(out, c->xr, c->wbf + off, K, N);
@@ -276,7 +285,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
     if (m->precision == DTX_PREC_BF16 && (n == 1 || logits) && (st = ensure_bf16(m, c))) return st;
 #endif
 
-    dtx_embedding_forward(c->x, tokens, P(m->tok_emb), n, D);
+    dtx_model_embed(m, c->x, tokens, n);
     for (int64_t l = 0; l < L; l++) {
         const dtx_layer_offsets *o = &m->layers[l];
         real *kc = c->k + (size_t)(l * ML * KV), *vc = c->v + (size_t)(l * ML * KV);
@@ -289,6 +298,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
         linear(m, c, vn, c->xn, o->wv, n, D, KV);
         dtx_rope_forward(c->q, m->rope_cos, m->rope_sin, 1, n, pos0, D / d, d);
         dtx_rope_forward(kn, m->rope_cos, m->rope_sin, 1, n, pos0, KV / d, d);
+        dtx_model_round_qk(m, l, c->q, n * D, kn, n * KV);
         dtx_attn_dims ad = dims(m, n, l, dtx_model_lambda(m, l));
         if (flash) {
             dtx_attn_saved s = {.att = NULL, .lse = c->lse, .o1 = c->o1, .o2 = c->o2, .rstd = c->orstd, .work = c->work};

@@ -54,6 +54,18 @@ typedef struct {
     int has_targets;
 } dtx_acts;
 
+/* A quantised linear weight w [N, K] (kernels.h, "Quantised"): bits 8 (q
+ * int8 [N, K], scale [N]) or 4 (q packed rows, scale [N, groups]); 0 for a
+ * tensor kept in fp32. in_scale: W8A8's static scale of the layer's input
+ * (x ≈ in_scale·xq). */
+typedef struct {
+    int bits;
+    int64_t N, K;
+    void *q;
+    float *scale;
+    float in_scale;
+} dtx_qweight;
+
 struct dtx_model {
     dtx_config cfg;
     int64_t head_dim, kv_dim;
@@ -70,6 +82,14 @@ struct dtx_model {
     dtx_attn_impl attn_impl;  /* FLASH by default; PLAIN is the reference  */
     int attn_quant_bits;      /* attention logits quantised to these bits; 0: off */
     dtx_quant_scope attn_quant_scope;
+    /* quantised weights (DTX_WQ_NONE: every weight is in params) */
+    dtx_wquant wquant;
+    dtx_qweight *qw;          /* [n_tensors], parallel to tensors          */
+    float *qk_scale;          /* W8A8: [n_layers, 2] static scales of q, k  */
+    void *qmem;               /* one allocation behind every qw's q, scale */
+    size_t qmem_bytes;
+    real *qscratch;           /* several-row products: dequantised weight rows, int8-rounded inputs, outputs */
+    size_t qscratch_n;
     /* metadata keys read from a file that difftx does not use: kept, and
      * written back on save (interop.md). */
     int n_extra_meta;
@@ -100,6 +120,46 @@ int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, siz
  * does not implement. */
 struct dtx_st_file;
 dtx_status dtx_config_variants_from_meta(const struct dtx_st_file *f, const char *path, dtx_config *c);
+/* The quantised weight of the tensor at offset off, or NULL when the model
+ * is not quantised or keeps that tensor in fp32. */
+const dtx_qweight *dtx_model_qweight(const dtx_model *m, size_t off);
+/* out [M, N] = x [M, K] · wᵀ, w the [N, K] weight at offset off: every
+ * linear layer's forward goes through here (forward.c, generate.c). fp32 and
+ * bf16 weights: dtx_matmul_forward_pre (pre: its DTX_MM_PRE_* flags).
+ * Quantised ones: dequantised in blocks of rows into the model's scratch,
+ * the inputs rounded to bf16 (a16) or to their int8 grid (W8A8), then the
+ * same fp32 product: what the one-row kernels compute, to rounding.
+ * Float build only for quantised weights. */
+void dtx_model_linear(const dtx_model *m, real *out, const real *x, size_t off, int64_t M, int64_t K, int64_t N,
+                      unsigned pre);
+#ifndef DTX_DOUBLE
+/* One row: out [N] = x [K] · wᵀ through the quantised one-row kernels
+ * (xrow: scratch of K floats for the rounded or int8 row). */
+void dtx_model_linear_row_quant(const dtx_model *m, float *out, const float *x, const dtx_qweight *w, float *xrow);
+#endif
+/* W8A8: q [n, n_heads·head_dim] and k [n, n_kv_heads·head_dim] of layer l
+ * rounded to their int8 grids (the attention's int8 inputs); otherwise a
+ * no-op. */
+void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real *k, int64_t nk);
+/* The token embedding's rows of tokens [n] into out [n, D] (dequantised
+ * when the embedding is quantised). */
+void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64_t n);
+/* Quantises the model's 2-D weights in place with absmax scales (per row;
+ * per group for W4A16), or clipped ones where clip [n_tensors] says (a
+ * factor in (0, 1] per tensor; NULL: 1). W8A8 also takes in_scales
+ * [n_tensors] (the static input scale of each 2-D tensor; the embedding's
+ * is unused) and qk [n_layers, 2]. The fp32 values are zeroed. */
+dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const float *clip, const float *in_scales,
+                                      const float *qk);
+/* The one-allocation layout of the quantised weights of scheme for m's
+ * tensors: sets every qw's q and scale from base (only counts when base is
+ * NULL) and returns the bytes. */
+size_t dtx_model_qweight_layout(dtx_model *m, dtx_wquant scheme, unsigned char *base);
+/* Allocates the quantised weights of scheme (zeros) and the scratch, and
+ * marks m quantised; dtx_model_free_quant undoes it (dtx_model_free calls it). */
+dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme);
+void dtx_model_free_quant(dtx_model *m);
+
 /* Bytes held by the activations of the last forward (0 before any). */
 size_t dtx_model_activation_bytes(const dtx_model *m);
 

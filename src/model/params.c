@@ -141,6 +141,7 @@ const char *dtx_init_scheme_name(dtx_init_scheme s) {
 void dtx_model_free(dtx_model *m) {
     if (!m) return;
     dtx_model_free_acts(m);
+    dtx_model_free_quant(m);
     for (int i = 0; i < m->n_extra_meta; i++) {
         free(m->extra_meta_keys[i]);
         free(m->extra_meta_values[i]);

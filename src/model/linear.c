@@ -1,0 +1,252 @@
+/* The linear layers' one entry point (model.h: dtx_model_linear, the
+ * embedding rows, W8A8's rounding of q and k) and the quantised weights
+ * behind it: their layout in one allocation, quantising a model in place.
+ *
+ * Several rows (a forward, a prefill): an fp32 or bf16 model multiplies
+ * with dtx_matmul_forward_pre; a quantised one dequantises QBLOCK_FLOATS
+ * worth of weight rows at a time into the model's scratch and multiplies
+ * them with the inputs rounded the way the one-row kernels see them (bf16
+ * for a16, the int8 grid for W8A8), so a prefill and a decode step compute
+ * the same products to rounding. One row (a decode step): generate.c calls
+ * dtx_model_linear_row_quant, the memory-bound kernels of kernels.h. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/matmul_dnnl.h"
+#include "model/model.h"
+
+/* Weight rows dequantised per block (4 MiB of floats) and input rows per block. */
+#define QBLOCK_FLOATS ((int64_t)1 << 20)
+#define QROWS 256
+
+const dtx_qweight *dtx_model_qweight(const dtx_model *m, size_t off) {
+    if (!m->qw) return NULL;
+    int lo = 0, hi = m->n_tensors - 1; /* tensors are in offset order */
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        size_t o = m->tensors[mid].offset;
+        if (o == off) return m->qw[mid].bits ? &m->qw[mid] : NULL;
+        if (o < off) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return NULL;
+}
+
+#ifndef DTX_DOUBLE
+/* Rows [n0, n0 + nb) of w, dequantised into out [nb, K]. */
+static void dequant_rows(const dtx_qweight *w, float *out, int64_t n0, int64_t nb) {
+    int64_t K = w->K;
+    if (w->bits == 8)
+        dtx_q8_dequantize(out, (const int8_t *)w->q + n0 * K, w->scale + n0, nb, K);
+    else
+        dtx_q4_dequantize(out, (const uint8_t *)w->q + n0 * dtx_q4_row_bytes(K), w->scale + n0 * dtx_q4_groups(K), nb,
+                          K);
+}
+
+/* x [K] as the one-row kernels see it: bf16-rounded (a16), or on the int8
+ * grid in_scale·clamp(rint(x/in_scale)) (W8A8). */
+static void round_input(const dtx_model *m, const dtx_qweight *w, float *out, const float *x, int64_t K) {
+    if (m->wquant == DTX_WQ_W8A8) {
+        float s = w->in_scale, inv = 1.0f / s;
+        for (int64_t k = 0; k < K; k++) {
+            float r = rintf(x[k] * inv);
+            out[k] = s * (r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+        }
+    } else {
+        dtx_bf16_round_portable(out, x, (size_t)K);
+    }
+}
+
+static int64_t block_rows(int64_t K) { return K >= QBLOCK_FLOATS ? 1 : QBLOCK_FLOATS / K; }
+
+/* The scratch the several-row products of m need: a block of weight rows,
+ * a block of input rows and their product. */
+static size_t qscratch_need(const dtx_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dtx_qweight *w = &m->qw[i];
+        if (!w->bits) continue;
+        int64_t nb = block_rows(w->K);
+        if (nb > w->N) nb = w->N;
+        size_t need = (size_t)(nb * w->K + QROWS * w->K + QROWS * nb);
+        if (need > n) n = need;
+    }
+    return n;
+}
+
+static void quant_rows(const dtx_model *m, float *out, const float *x, const dtx_qweight *w, int64_t M) {
+    int64_t K = w->K, N = w->N, nb = block_rows(K);
+    if (nb > N) nb = N;
+    float *wb = m->qscratch, *xb = wb + nb * K, *ob = xb + QROWS * K;
+    for (int64_t m0 = 0; m0 < M; m0 += QROWS) {
+        int64_t mb = M - m0 < QROWS ? M - m0 : QROWS;
+        for (int64_t r = 0; r < mb; r++) round_input(m, w, xb + r * K, x + (m0 + r) * K, K);
+        for (int64_t n0 = 0; n0 < N; n0 += nb) {
+            int64_t cols = N - n0 < nb ? N - n0 : nb;
+            dequant_rows(w, wb, n0, cols);
+            dtx_matmul_forward(ob, xb, wb, mb, K, cols, DTX_PREC_FP32);
+            for (int64_t r = 0; r < mb; r++) memcpy(out + (m0 + r) * N + n0, ob + r * cols, sizeof(float) * (size_t)cols);
+        }
+    }
+}
+
+void dtx_model_linear_row_quant(const dtx_model *m, float *out, const float *x, const dtx_qweight *w, float *xrow) {
+    int64_t K = w->K, N = w->N;
+    if (m->wquant == DTX_WQ_W8A8) {
+        int8_t *xq = (int8_t *)xrow; /* K bytes fit in K floats */
+        dtx_a8_quantize(xq, x, K, w->in_scale);
+        dtx_gemv_q8a8(out, xq, w->in_scale, (const int8_t *)w->q, w->scale, K, N);
+        return;
+    }
+    dtx_bf16_round_portable(xrow, x, (size_t)K);
+    if (w->bits == 8) dtx_gemv_q8(out, xrow, (const int8_t *)w->q, w->scale, K, N);
+    else dtx_gemv_q4(out, xrow, (const uint8_t *)w->q, w->scale, K, N);
+}
+#endif
+
+void dtx_model_linear(const dtx_model *m, real *out, const real *x, size_t off, int64_t M, int64_t K, int64_t N,
+                      unsigned pre) {
+#ifndef DTX_DOUBLE
+    const dtx_qweight *w = dtx_model_qweight(m, off);
+    if (w) {
+        quant_rows(m, out, x, w, M);
+        return;
+    }
+#endif
+    dtx_matmul_forward_pre(out, x, m->params + off, M, K, N, m->precision, pre);
+}
+
+void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64_t n) {
+    int64_t D = m->cfg.dim;
+#ifndef DTX_DOUBLE
+    const dtx_qweight *w = dtx_model_qweight(m, m->tok_emb);
+    if (w) {
+        for (int64_t i = 0; i < n; i++) dequant_rows(w, out + i * D, tokens[i], 1);
+        return;
+    }
+#endif
+    dtx_embedding_forward(out, tokens, m->params + m->tok_emb, n, D);
+}
+
+void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real *k, int64_t nk) {
+#ifndef DTX_DOUBLE
+    if (m->wquant != DTX_WQ_W8A8) return;
+    dtx_qweight tq = {.in_scale = m->qk_scale[2 * l]}, tk = {.in_scale = m->qk_scale[2 * l + 1]};
+    round_input(m, &tq, q, q, nq);
+    round_input(m, &tk, k, k, nk);
+#else
+    (void)m, (void)l, (void)q, (void)nq, (void)k, (void)nk;
+#endif
+}
+
+/* ---- the quantised weights' storage and quantising */
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+size_t dtx_model_qweight_layout(dtx_model *m, dtx_wquant scheme, unsigned char *base) {
+    size_t off = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dtx_tensor_info *t = &m->tensors[i];
+        dtx_qweight *w = &m->qw[i];
+        if (t->ndim != 2) continue;
+        int64_t N = t->shape[0], K = t->shape[1];
+        int bits = scheme == DTX_WQ_W4A16 ? 4 : 8;
+        size_t qb = bits == 8 ? (size_t)(N * K) : (size_t)(N * dtx_q4_row_bytes(K));
+        size_t sb = sizeof(float) * (size_t)(bits == 8 ? N : N * dtx_q4_groups(K));
+        if (base) {
+            w->bits = bits, w->N = N, w->K = K;
+            w->q = base + off;
+            w->scale = (float *)(void *)(base + off + align64(qb));
+        }
+        off += align64(qb) + align64(sb);
+    }
+    return off;
+}
+
+dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const float *clip, const float *in_scales,
+                                      const float *qk) {
+#ifdef DTX_DOUBLE
+    (void)m, (void)scheme, (void)clip, (void)in_scales, (void)qk;
+    return dtx_fail(DTX_ERR_ARG, "quantised models need the float build");
+#else
+    if (scheme != DTX_WQ_W8A16 && scheme != DTX_WQ_W8A8 && scheme != DTX_WQ_W4A16)
+        return dtx_fail(DTX_ERR_ARG, "unknown weight quantisation scheme %d", (int)scheme);
+    if (m->wquant != DTX_WQ_NONE)
+        return dtx_fail(DTX_ERR_ARG, "the model is already quantised (%s)", dtx_wquant_name(m->wquant));
+    if (scheme == DTX_WQ_W8A8 && (!in_scales || !qk))
+        return dtx_fail(DTX_ERR_ARG, "w8a8 needs the static input scales of every linear layer and of q, k");
+    if (scheme == DTX_WQ_W8A8)
+        for (int i = 0; i < m->n_tensors; i++)
+            if (m->tensors[i].ndim == 2 && (m->tensors[i].offset != m->tok_emb || m->cfg.tie_embeddings) &&
+                !(in_scales[i] > 0 && isfinite(in_scales[i])))
+                return dtx_fail(DTX_ERR_ARG, "w8a8: the input scale of '%s' is %g (needs a positive number)",
+                                m->tensors[i].name, (double)in_scales[i]);
+    dtx_status st = dtx_model_alloc_quant(m, scheme);
+    if (st) return st;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dtx_tensor_info *t = &m->tensors[i];
+        dtx_qweight *w = &m->qw[i];
+        if (!w->bits) continue;
+        float c = clip ? clip[i] : 1.0f;
+        float *p = m->params + t->offset;
+        for (int64_t n = 0; n < w->N; n++) {
+            const float *row = p + n * w->K;
+            if (w->bits == 8) {
+                float amax = 0;
+                for (int64_t k = 0; k < w->K; k++) amax = fmaxf(amax, fabsf(row[k]));
+                w->scale[n] = dtx_q8_quantize_row((int8_t *)w->q + n * w->K, row, w->K, amax * c);
+            } else {
+                dtx_q4_quantize_row((uint8_t *)w->q + n * dtx_q4_row_bytes(w->K), w->scale + n * dtx_q4_groups(w->K),
+                                    row, w->K, c);
+            }
+        }
+        w->in_scale = scheme == DTX_WQ_W8A8 && in_scales ? in_scales[i] : 0;
+        memset(p, 0, sizeof(float) * t->numel);
+    }
+    if (scheme == DTX_WQ_W8A8) memcpy(m->qk_scale, qk, sizeof(float) * 2 * (size_t)m->cfg.n_layers);
+    return DTX_OK;
+#endif
+}
+
+dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme) {
+#ifdef DTX_DOUBLE
+    (void)m, (void)scheme;
+    return dtx_fail(DTX_ERR_ARG, "quantised models need the float build");
+#else
+    m->qw = calloc((size_t)m->n_tensors, sizeof *m->qw);
+    m->qk_scale = calloc(2 * (size_t)m->cfg.n_layers, sizeof(float));
+    if (!m->qw || !m->qk_scale) return dtx_fail(DTX_ERR_NOMEM, "out of memory for the quantised weights");
+    m->qmem_bytes = dtx_model_qweight_layout(m, scheme, NULL);
+    m->qmem = dtx_alloc(m->qmem_bytes, 1);
+    if (!m->qmem) return dtx_fail(DTX_ERR_NOMEM, "out of memory for %zu bytes of quantised weights", m->qmem_bytes);
+    dtx_model_qweight_layout(m, scheme, m->qmem);
+    m->qscratch_n = qscratch_need(m);
+    m->qscratch = dtx_alloc(m->qscratch_n, sizeof(real));
+    if (!m->qscratch) return dtx_fail(DTX_ERR_NOMEM, "out of memory for the quantised products' scratch");
+    m->wquant = scheme;
+    return DTX_OK;
+#endif
+}
+
+void dtx_model_free_quant(dtx_model *m) {
+    free(m->qw);
+    free(m->qk_scale);
+    free(m->qmem);
+    free(m->qscratch);
+    m->qw = NULL, m->qk_scale = NULL, m->qmem = NULL, m->qscratch = NULL;
+    m->wquant = DTX_WQ_NONE;
+}
+
+static const char *const WQ_NAMES[] = {"none", "w8a16", "w8a8", "w4a16"};
+
+dtx_wquant dtx_model_wquant(const dtx_model *m) { return m->wquant; }
+const char *dtx_wquant_name(dtx_wquant q) { return (int)q >= 0 && (int)q <= 3 ? WQ_NAMES[q] : "unknown"; }
+int dtx_wquant_parse(const char *s, dtx_wquant *out) {
+    for (int i = 1; i <= 3; i++)
+        if (s && !strcmp(s, WQ_NAMES[i])) {
+            *out = (dtx_wquant)i;
+            return 1;
+        }
+    return 0;
+}

@@ -1,0 +1,205 @@
+/* Quantised weights and activations (quant_linear.c) and their one-row products
+ * (dtx_gemv_q8, dtx_gemv_q4, dtx_gemv_q8a8) at every ISA level the CPU has,
+ * against dequantise-then-multiply in double: widths around the 32-value
+ * groups and the 8/32-lane vectors, row counts around the 4- and 8-row
+ * blocks, the threaded split (the same bits whatever the thread count). */
+#include "../test.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+static float *randf(dtx_rng *r, size_t n, double sd) {
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = (float)(sd * dtx_rng_normal(r));
+    return x;
+}
+
+static const int64_t KS[] = {1, 7, 16, 31, 32, 33, 64, 100, 344};
+static const int64_t NS[] = {1, 3, 4, 5, 8, 9, 17};
+#define NK ((int)(sizeof KS / sizeof KS[0]))
+#define NN ((int)(sizeof NS / sizeof NS[0]))
+
+TEST(kernel_quant_linear_q8_round_trip) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 1301);
+    int64_t K = 100;
+    float *w = randf(&r, (size_t)K, 1.0), *back = malloc(sizeof(float) * (size_t)K);
+    int8_t *q = malloc((size_t)K);
+    float amax = 0;
+    for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(w[k]));
+    float s = dtx_q8_quantize_row(q, w, K, 0);
+    CHECK(s == amax / 127.0f);
+    dtx_q8_dequantize(back, q, &s, 1, K);
+    int hit_max = 0;
+    for (int64_t k = 0; k < K; k++) {
+        CHECKF(fabsf(back[k] - w[k]) <= 0.5f * s * 1.0001f, "q8 element %lld: %g -> %g (scale %g)", (long long)k,
+               w[k], back[k], s);
+        hit_max |= q[k] == 127 || q[k] == -127;
+    }
+    CHECK(hit_max); /* the absmax element gets the full range */
+    /* a clipping bound: values past it saturate at ±127 */
+    float sc = dtx_q8_quantize_row(q, w, K, 0.5f * amax);
+    CHECK(sc == 0.5f * amax / 127.0f);
+    for (int64_t k = 0; k < K; k++)
+        if (fabsf(w[k]) > 0.51f * amax) CHECK(q[k] == (w[k] > 0 ? 127 : -127));
+    /* a row of zeros */
+    memset(w, 0, sizeof(float) * (size_t)K);
+    memset(q, 5, (size_t)K);
+    CHECK(dtx_q8_quantize_row(q, w, K, 0) == 0);
+    for (int64_t k = 0; k < K; k++) CHECK(q[k] == 0);
+    free(w), free(back), free(q);
+}
+
+TEST(kernel_quant_linear_q4_round_trip_and_layout) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 1302);
+    for (int ik = 0; ik < NK; ik++) {
+        int64_t K = KS[ik], ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K);
+        CHECK(rb == ng * 16);
+        float *w = randf(&r, (size_t)K, 2.0), *back = malloc(sizeof(float) * (size_t)K);
+        uint8_t *q = malloc((size_t)rb);
+        float *s = malloc(sizeof(float) * (size_t)ng);
+        dtx_q4_quantize_row(q, s, w, K, 1.0f);
+        dtx_q4_dequantize(back, q, s, 1, K);
+        for (int64_t g = 0; g < ng; g++) {
+            float amax = 0;
+            for (int64_t k = g * 32; k < K && k < g * 32 + 32; k++) amax = fmaxf(amax, fabsf(w[k]));
+            CHECKF(s[g] == amax / 7.0f, "K %lld group %lld: scale %g, absmax %g", (long long)K, (long long)g, s[g],
+                   amax);
+        }
+        for (int64_t k = 0; k < K; k++) {
+            float sg = s[k / 32];
+            CHECKF(fabsf(back[k] - w[k]) <= 0.5f * sg * 1.0001f, "q4 K %lld element %lld: %g -> %g", (long long)K,
+                   (long long)k, w[k], back[k]);
+            /* the documented layout: byte k%16 of the group, low nibble for the first 16 */
+            uint8_t b = q[k / 32 * 16 + k % 16];
+            int v = (k % 32 < 16 ? b & 15 : b >> 4) - 8;
+            CHECK(v == dtx_q4_get(q, k) && v >= -7 && v <= 7);
+        }
+        for (int64_t k = K; k < ng * 32; k++) CHECKF(dtx_q4_get(q, k) == 0, "padding past K %lld", (long long)K);
+        free(w), free(back), free(q), free(s);
+    }
+    /* clipping shrinks the scale and saturates at ±7 */
+    float w[32], s;
+    uint8_t q[16];
+    for (int k = 0; k < 32; k++) w[k] = (float)(k - 16) / 16.0f;
+    dtx_q4_quantize_row(q, &s, w, 32, 0.5f);
+    CHECK(s == 1.0f * 0.5f / 7.0f);
+    CHECK(dtx_q4_get(q, 0) == -7 && dtx_q4_get(q, 31) == 7);
+}
+
+TEST(kernel_quant_linear_a8_rounds_to_even_and_saturates) {
+    float x[6] = {2.5f, 3.5f, -2.5f, 1000.0f, -1000.0f, 0.49f};
+    int8_t q[6];
+    dtx_a8_quantize(q, x, 6, 1.0f);
+    CHECK(q[0] == 2 && q[1] == 4 && q[2] == -2);
+    CHECK(q[3] == 127 && q[4] == -127);
+    CHECK(q[5] == 0);
+}
+
+/* out against Σ in double of the dequantised weights; worst error relative to Σ|terms| */
+static double worst_rel(const float *out, const double *want, const double *mag, int64_t N) {
+    double worst = 0;
+    for (int64_t n = 0; n < N; n++) worst = fmax(worst, fabs(out[n] - want[n]) / (mag[n] + 1e-30));
+    return worst;
+}
+
+TEST(kernel_quant_linear_gemv_q8_and_q4_match_dequantised) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 1303);
+    FOR_EACH_ISA(lvl) {
+        double w8 = 0, w4 = 0;
+        for (int ik = 0; ik < NK; ik++)
+            for (int in = 0; in < NN; in++) {
+                int64_t K = KS[ik], N = NS[in], ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K);
+                float *w = randf(&r, (size_t)(N * K), 0.5), *x = randf(&r, (size_t)K, 1.0);
+                int8_t *q8 = malloc((size_t)(N * K));
+                uint8_t *q4 = malloc((size_t)(N * rb));
+                float *s8 = malloc(sizeof(float) * (size_t)N), *s4 = malloc(sizeof(float) * (size_t)(N * ng));
+                float *deq = malloc(sizeof(float) * (size_t)(N * K)), *out = malloc(sizeof(float) * (size_t)N);
+                double *want = malloc(sizeof(double) * (size_t)N), *mag = malloc(sizeof(double) * (size_t)N);
+                for (int64_t n = 0; n < N; n++) {
+                    s8[n] = dtx_q8_quantize_row(q8 + n * K, w + n * K, K, 0);
+                    dtx_q4_quantize_row(q4 + n * rb, s4 + n * ng, w + n * K, K, 1.0f);
+                }
+                dtx_q8_dequantize(deq, q8, s8, N, K);
+                for (int64_t n = 0; n < N; n++) {
+                    want[n] = mag[n] = 0;
+                    for (int64_t k = 0; k < K; k++)
+                        want[n] += (double)x[k] * deq[n * K + k], mag[n] += fabs((double)x[k] * deq[n * K + k]);
+                }
+                dtx_gemv_q8(out, x, q8, s8, K, N);
+                w8 = fmax(w8, worst_rel(out, want, mag, N));
+                dtx_q4_dequantize(deq, q4, s4, N, K);
+                for (int64_t n = 0; n < N; n++) {
+                    want[n] = mag[n] = 0;
+                    for (int64_t k = 0; k < K; k++)
+                        want[n] += (double)x[k] * deq[n * K + k], mag[n] += fabs((double)x[k] * deq[n * K + k]);
+                }
+                dtx_gemv_q4(out, x, q4, s4, K, N);
+                w4 = fmax(w4, worst_rel(out, want, mag, N));
+                free(w), free(x), free(q8), free(q4), free(s8), free(s4), free(deq), free(out), free(want), free(mag);
+            }
+        CHECKF(w8 < 1e-6 && w4 < 1e-6, "gemv q8 / q4 (%s): relative errors %.3g / %.3g", dtx_isa_name(lvl), w8, w4);
+    }
+}
+
+TEST(kernel_quant_linear_gemv_q8a8_is_exact) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 1304);
+    FOR_EACH_ISA(lvl) {
+        int bad = 0;
+        for (int ik = 0; ik < NK; ik++)
+            for (int in = 0; in < NN; in++) {
+                int64_t K = KS[ik], N = NS[in];
+                int8_t *q = malloc((size_t)(N * K)), *xq = malloc((size_t)K);
+                float *s = malloc(sizeof(float) * (size_t)N), *out = malloc(sizeof(float) * (size_t)N);
+                /* the extremes too: ±127 everywhere in the first row pair */
+                for (int64_t i = 0; i < N * K; i++)
+                    q[i] = (int8_t)(i < 2 * K ? (i % 2 ? 127 : -127) : (int)(dtx_rng_next(&r) % 255) - 127);
+                for (int64_t k = 0; k < K; k++) xq[k] = (int8_t)(k % 3 == 0 ? -127 : (int)(dtx_rng_next(&r) % 255) - 127);
+                for (int64_t n = 0; n < N; n++) s[n] = (float)(0.01 + 0.001 * n);
+                dtx_gemv_q8a8(out, xq, 0.05f, q, s, K, N);
+                for (int64_t n = 0; n < N; n++) {
+                    int64_t acc = 0;
+                    for (int64_t k = 0; k < K; k++) acc += (int64_t)xq[k] * q[n * K + k];
+                    bad += out[n] != 0.05f * s[n] * (float)acc;
+                }
+                free(q), free(xq), free(s), free(out);
+            }
+        CHECKF(bad == 0, "gemv q8a8 (%s): %d outputs differ from the exact integer sum", dtx_isa_name(lvl), bad);
+    }
+}
+
+TEST(kernel_quant_linear_gemv_threads_do_not_change_bits) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 1305);
+    int64_t K = 344, N = 1000, rb = dtx_q4_row_bytes(K), ng = dtx_q4_groups(K);
+    float *w = randf(&r, (size_t)(N * K), 0.5), *x = randf(&r, (size_t)K, 1.0);
+    int8_t *q8 = malloc((size_t)(N * K)), *xq = malloc((size_t)K);
+    uint8_t *q4 = malloc((size_t)(N * rb));
+    float *s8 = malloc(sizeof(float) * (size_t)N), *s4 = malloc(sizeof(float) * (size_t)(N * ng));
+    for (int64_t n = 0; n < N; n++) {
+        s8[n] = dtx_q8_quantize_row(q8 + n * K, w + n * K, K, 0);
+        dtx_q4_quantize_row(q4 + n * rb, s4 + n * ng, w + n * K, K, 1.0f);
+    }
+    dtx_a8_quantize(xq, x, K, 0.02f);
+    float *o[2][3];
+    int nt = omp_get_max_threads();
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t == 0 ? 1 : 3);
+        for (int j = 0; j < 3; j++) o[t][j] = malloc(sizeof(float) * (size_t)N);
+        dtx_gemv_q8(o[t][0], x, q8, s8, K, N);
+        dtx_gemv_q4(o[t][1], x, q4, s4, K, N);
+        dtx_gemv_q8a8(o[t][2], xq, 0.02f, q8, s8, K, N);
+    }
+    omp_set_num_threads(nt);
+    for (int j = 0; j < 3; j++) {
+        CHECKF(memcmp(o[0][j], o[1][j], sizeof(float) * (size_t)N) == 0, "product %d: thread count changed bits", j);
+        free(o[0][j]), free(o[1][j]);
+    }
+    free(w), free(x), free(q8), free(xq), free(q4), free(s8), free(s4);
+}

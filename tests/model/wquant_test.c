@@ -1,0 +1,147 @@
+/* Quantised models (linear.c): every scheme, both archs, tied and untied.
+ *  - the several-row path (dtx_model_forward: dequantised blocks) and the
+ *    one-row path (decode: the quantised kernels) give the same logits;
+ *  - the forward equals the fp32 forward of the dequantised weights to the
+ *    rounding of the inputs (bf16, or the int8 grid for W8A8);
+ *  - W8A8's attention inputs q, k lie on their int8 grids;
+ *  - the embedding reads the dequantised rows;
+ *  - refusals: backward, quantising twice, W8A8 without scales. */
+#include "../test.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { VOCAB = 67, T = 24 };
+
+static dtx_config qconfig(dtx_arch arch, int tie) {
+    dtx_config c = dtx_config_default();
+    c.arch = arch;
+    c.dim = 64;
+    c.n_layers = 2;
+    c.n_heads = arch == DTX_ARCH_DIFF ? 2 : 4;
+    c.n_kv_heads = c.n_heads;
+    c.vocab_size = VOCAB;
+    c.ffn_dim = 88; /* not a multiple of 32: a partial 4-bit group */
+    c.max_seq_len = T;
+    c.tie_embeddings = tie;
+    return c;
+}
+
+static void tokens_of(int32_t *t, int64_t n, uint64_t seed) {
+    dtx_rng r;
+    dtx_rng_seed(&r, seed);
+    for (int64_t i = 0; i < n; i++) t[i] = (int32_t)(dtx_rng_next(&r) % VOCAB);
+}
+
+/* W8A8's static scales for the test: each 2-D tensor's input and q, k take
+ * one scale (what calibration would pick is the quantize command's business). */
+static void test_scales(const dtx_model *m, float *in, float *qk) {
+    for (int i = 0; i < m->n_tensors; i++) in[i] = m->tensors[i].ndim == 2 ? 0.03f : 0;
+    for (int64_t l = 0; l < 2 * m->cfg.n_layers; l++) qk[l] = 0.02f;
+}
+
+static double max_rel(const float *a, const float *b, size_t n) {
+    double worst = 0, mag = 0;
+    for (size_t i = 0; i < n; i++) mag = fmax(mag, fabs(b[i]));
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(a[i] - b[i]));
+    return worst / (mag + 1e-30);
+}
+
+TEST(model_wquant_paths_agree_and_match_dequantised) {
+    static const dtx_wquant schemes[] = {DTX_WQ_W8A16, DTX_WQ_W8A8, DTX_WQ_W4A16};
+    int32_t tok[T];
+    tokens_of(tok, T, 5);
+    for (int arch = 0; arch < 2; arch++)
+        for (int tie = 0; tie < 2; tie++)
+            for (int si = 0; si < 3; si++) {
+                dtx_wquant sch = schemes[si];
+                dtx_config c = qconfig(arch ? DTX_ARCH_TRANSFORMER : DTX_ARCH_DIFF, tie);
+                dtx_model *q = NULL, *ref = NULL;
+                REQUIRE(dtx_model_init(&q, &c, 41 + (uint64_t)arch) == DTX_OK);
+                REQUIRE(dtx_model_init(&ref, &c, 41 + (uint64_t)arch) == DTX_OK);
+                float *in = calloc((size_t)q->n_tensors, sizeof(float)), qk[8];
+                test_scales(q, in, qk);
+                REQUIREF(dtx_model_quantize_weights(q, sch, NULL, in, qk) == DTX_OK, "%s", dtx_last_error());
+                CHECK(dtx_model_wquant(q) == sch);
+                /* the reference: fp32 params holding the dequantised weights */
+                for (int i = 0; i < q->n_tensors; i++) {
+                    const dtx_qweight *w = &q->qw[i];
+                    if (!w->bits) continue;
+                    float *dst = ref->params + ref->tensors[i].offset;
+                    if (w->bits == 8) dtx_q8_dequantize(dst, w->q, w->scale, w->N, w->K);
+                    else dtx_q4_dequantize(dst, w->q, w->scale, w->N, w->K);
+                    for (size_t j = 0; j < q->tensors[i].numel; j++) /* zeroed in the quantised model */
+                        CHECK(q->params[q->tensors[i].offset + j] == 0);
+                }
+                float *lq = malloc(sizeof(float) * T * VOCAB), *lr = malloc(sizeof(float) * T * VOCAB);
+                float *ld = malloc(sizeof(float) * VOCAB);
+                REQUIRE(dtx_model_forward(q, tok, NULL, 1, T, lq, NULL) == DTX_OK);
+                REQUIRE(dtx_model_forward(ref, tok, NULL, 1, T, lr, NULL) == DTX_OK);
+                /* the inputs' rounding: bf16 (2^-9 relative) or the int8 grid of the test's scales */
+                double d_ref = max_rel(lq, lr, (size_t)(T * VOCAB));
+                CHECKF(d_ref < (sch == DTX_WQ_W8A8 ? 0.25 : 0.03), "%s %s tie %d: quantised vs dequantised fp32 %.3g",
+                       dtx_wquant_name(sch), dtx_arch_name(c.arch), tie, d_ref);
+                CHECKF(d_ref > 0, "%s: the inputs' rounding must show", dtx_wquant_name(sch));
+                /* decode one token at a time: the one-row kernels */
+                dtx_kvcache *kc = NULL;
+                REQUIRE(dtx_kvcache_init(&kc, q, T) == DTX_OK);
+                /* Both paths round the same inputs, but an input within 1e-7 of a rounding boundary can
+                 * land on either side (one bf16 ulp, or one int8 step, of one element) and the cache
+                 * carries that on: the first token (no cache) agrees to fp32 rounding, the rest to a
+                 * flip's effect. A wiring error (a wrong tensor, scale or layout) is off by O(1). */
+                double d_dec = 0, d_first = 0;
+                for (int64_t i = 0; i < T; i++) {
+                    REQUIRE(dtx_model_decode(q, kc, tok[i], ld) == DTX_OK);
+                    double d = max_rel(ld, lq + i * VOCAB, VOCAB);
+                    d_dec = fmax(d_dec, d);
+                    if (i == 0) d_first = d;
+                }
+                CHECKF(d_first < 1e-5 && d_dec < (sch == DTX_WQ_W8A8 ? 0.05 : 0.02),
+                       "%s %s tie %d: decode vs forward %.3g (first token %.3g)", dtx_wquant_name(sch),
+                       dtx_arch_name(c.arch), tie, d_dec, d_first);
+                /* a prefill of the whole prompt: the several-row path again, its last row */
+                dtx_kvcache_reset(kc);
+                REQUIRE(dtx_model_prefill(q, kc, tok, T, ld) == DTX_OK);
+                CHECKF(max_rel(ld, lq + (T - 1) * VOCAB, VOCAB) < 1e-5, "%s: prefill vs forward",
+                       dtx_wquant_name(sch));
+                /* W8A8: q and k (after RoPE) on their grids */
+                if (sch == DTX_WQ_W8A8) {
+                    const float *qa = q->acts.layers[1].q;
+                    int off_grid = 0;
+                    for (int64_t j = 0; j < T * c.dim; j++) {
+                        float v = qa[j] / qk[2], r = rintf(v);
+                        off_grid += fabsf(v - r) > 1e-3f || fabsf(r) > 127;
+                    }
+                    CHECKF(off_grid == 0, "w8a8: %d values of q are off the int8 grid", off_grid);
+                }
+                /* the embedding reads the dequantised rows */
+                float row[64];
+                dtx_model_embed(q, row, tok, 1);
+                CHECK(memcmp(row, ref->params + ref->tok_emb + (size_t)tok[0] * 64, sizeof row) == 0);
+                /* refusals */
+                CHECK(dtx_model_backward(q, 1.0) == DTX_ERR_ARG);
+                CHECK(dtx_model_quantize_weights(q, sch, NULL, in, qk) == DTX_ERR_ARG);
+                dtx_kvcache_free(kc);
+                free(lq), free(lr), free(ld), free(in);
+                dtx_model_free(q), dtx_model_free(ref);
+            }
+}
+
+TEST(model_wquant_refuses_w8a8_without_scales_and_unknown_schemes) {
+    dtx_config c = qconfig(DTX_ARCH_DIFF, 1);
+    dtx_model *m = NULL;
+    REQUIRE(dtx_model_init(&m, &c, 3) == DTX_OK);
+    CHECK(dtx_model_quantize_weights(m, DTX_WQ_W8A8, NULL, NULL, NULL) == DTX_ERR_ARG);
+    float *in = calloc((size_t)m->n_tensors, sizeof(float)), qk[4] = {1, 1, 1, 1};
+    CHECK(dtx_model_quantize_weights(m, DTX_WQ_W8A8, NULL, in, qk) == DTX_ERR_ARG); /* zero scales */
+    CHECK(strstr(dtx_last_error(), "input scale of") != NULL);
+    CHECK(dtx_model_quantize_weights(m, (dtx_wquant)7, NULL, NULL, NULL) == DTX_ERR_ARG);
+    CHECK(dtx_model_wquant(m) == DTX_WQ_NONE);
+    dtx_wquant w;
+    CHECK(dtx_wquant_parse("w4a16", &w) && w == DTX_WQ_W4A16);
+    CHECK(!dtx_wquant_parse("w4a8", &w) && !dtx_wquant_parse("none", &w));
+    free(in);
+    dtx_model_free(m);
+}
