@@ -3,6 +3,7 @@
  * and that the file holds exactly the tensors the config implies, each with
  * the right shape; every refusal names the key or tensor. */
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,9 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
     if (k < n) snprintf(buf + k, n - k, "]");
 }
 
+/* Read by the loader, written by the saver from the model's state: not kept as extra metadata. */
+static const char *const quant_keys[] = {"quant_scheme"};
+
 static dtx_status keep_extra_meta(dtx_model *m, const dtx_st_file *f) {
     m->extra_meta_keys = calloc((size_t)f->n_meta + 1, sizeof(char *));
     m->extra_meta_values = calloc((size_t)f->n_meta + 1, sizeof(char *));
@@ -94,6 +98,7 @@ static dtx_status keep_extra_meta(dtx_model *m, const dtx_st_file *f) {
     for (int i = 0; i < f->n_meta; i++) {
         int known = 0;
         for (int k = 0; k < N_KNOWN; k++) known |= strcmp(f->meta_keys[i], known_keys[k]) == 0;
+        known |= strcmp(f->meta_keys[i], quant_keys[0]) == 0;
         if (known) continue;
         char *k = strdup(f->meta_keys[i]), *v = strdup(f->meta_values[i]);
         m->extra_meta_keys[m->n_extra_meta] = k;
@@ -104,30 +109,135 @@ static dtx_status keep_extra_meta(dtx_model *m, const dtx_st_file *f) {
     return DTX_OK;
 }
 
+/* Tensor name of f, with the shape [d0] or [d0, d1] (d1 = 0: one dim) and dtype the model needs, or a refusal
+ * naming what differs. */
+static dtx_status find_tensor(const dtx_st_file *f, const char *path, const char *name, const dtx_model *m,
+                              int64_t d0, int64_t d1, int want_dtype, const dtx_st_tensor **out) {
+    static const char *const dt_names[] = {"F32", "BF16", "F16", "I8", "U8"};
+    const dtx_st_tensor *s = dtx_st_find(f, name);
+    if (!s)
+        return dtx_fail(DTX_ERR_FORMAT, "%s: missing tensor '%s' (needed by this %s%s%s config)", path, name,
+                        dtx_arch_name(m->cfg.arch), m->wquant ? ", " : "", m->wquant ? dtx_wquant_name(m->wquant) : "");
+    int64_t want[2] = {d0, d1};
+    int nd = d1 ? 2 : 1, ok = s->ndim == nd;
+    for (int k = 0; ok && k < nd; k++) ok = s->shape[k] == want[k];
+    if (!ok) {
+        char got[96], need[96];
+        shape_str(got, sizeof got, s->ndim, s->shape);
+        shape_str(need, sizeof need, nd, want);
+        return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' has shape %s, the config needs %s", path, name, got, need);
+    }
+    int is_float = s->dtype == DTX_ST_F32 || s->dtype == DTX_ST_BF16 || s->dtype == DTX_ST_F16;
+    if (want_dtype < 0 ? !is_float : (int)s->dtype != want_dtype)
+        return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' is %s, expected %s", path, name, dt_names[s->dtype],
+                        want_dtype < 0 ? "F32, BF16 or F16" : dt_names[want_dtype]);
+    *out = s;
+    return DTX_OK;
+}
+
+/* Whether tensor i of a W8A8 model has an input scale (every 2-D weight but an untied embedding). */
+static int has_input_scale(const dtx_model *m, int i) {
+    return m->wquant == DTX_WQ_W8A8 && (m->tensors[i].offset != m->tok_emb || m->cfg.tie_embeddings);
+}
+
+#ifndef DTX_DOUBLE
+/* F32 values of s into dst, each finite and at least lo (strictly above 0 when positive). */
+static dtx_status load_scales(const dtx_st_tensor *s, const char *path, float *dst, int positive) {
+    dtx_st_to_real(s, dst);
+    for (int64_t i = 0; i < s->numel; i++)
+        if (!isfinite(dst[i]) || dst[i] < 0 || (positive && !(dst[i] > 0)))
+            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' element %lld is %g (a scale must be finite and %s)", path,
+                            s->name, (long long)i, (double)dst[i], positive ? "positive" : "at least 0");
+    return DTX_OK;
+}
+
+static dtx_status load_quantised(dtx_model *m, const dtx_st_file *f, const char *path, int i) {
+    const dtx_tensor_info *t = &m->tensors[i];
+    dtx_qweight *w = &m->qw[i];
+    char name[sizeof t->name + 16];
+    const dtx_st_tensor *s = NULL;
+    dtx_status st;
+    int64_t rb = w->bits == 8 ? w->K : dtx_q4_row_bytes(w->K), ns = w->bits == 8 ? 0 : dtx_q4_groups(w->K);
+    if ((st = find_tensor(f, path, t->name, m, w->N, rb, w->bits == 8 ? DTX_ST_I8 : DTX_ST_U8, &s))) return st;
+    memcpy(w->q, s->data, s->nbytes);
+    if (w->bits == 4) /* nibbles hold q + 8 with q in [-7, 7]: 0 is not a value */
+        for (size_t j = 0; j < s->nbytes; j++)
+            if ((s->data[j] & 15) == 0 || (s->data[j] >> 4) == 0)
+                return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' byte %zu holds the 4-bit code 0 (codes are 1 to 15)",
+                                path, t->name, j);
+    snprintf(name, sizeof name, "%s.scale", t->name);
+    if ((st = find_tensor(f, path, name, m, w->N, ns, DTX_ST_F32, &s)) || (st = load_scales(s, path, w->scale, 0)))
+        return st;
+    if (has_input_scale(m, i)) {
+        snprintf(name, sizeof name, "%s.input_scale", t->name);
+        if ((st = find_tensor(f, path, name, m, 1, 0, DTX_ST_F32, &s)) || (st = load_scales(s, path, &w->in_scale, 1)))
+            return st;
+    }
+    return DTX_OK;
+}
+#endif
+
+/* Whether a tensor of the file belongs to m: a table tensor or, for a quantised model, a weight's scale,
+ * input scale or a layer's qk_scale. */
+static int expected_tensor(const dtx_model *m, const char *name) {
+    if (dtx_model_find(m, name)) return 1;
+    if (!m->wquant) return 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        size_t n = strlen(m->tensors[i].name);
+        if (m->tensors[i].ndim != 2 || strncmp(name, m->tensors[i].name, n) != 0) continue;
+        if (strcmp(name + n, ".scale") == 0 || (has_input_scale(m, i) && strcmp(name + n, ".input_scale") == 0))
+            return 1;
+    }
+    long long l;
+    int used = 0;
+    return m->wquant == DTX_WQ_W8A8 && sscanf(name, "layers.%lld.attention.qk_scale%n", &l, &used) == 1 &&
+           name[used] == '\0' && l >= 0 && l < m->cfg.n_layers;
+}
+
 static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *path) {
+    dtx_status st;
     for (int i = 0; i < m->n_tensors; i++) {
         const dtx_tensor_info *t = &m->tensors[i];
-        const dtx_st_tensor *s = dtx_st_find(f, t->name);
-        if (!s)
-            return dtx_fail(DTX_ERR_FORMAT, "%s: missing tensor '%s' (needed by this %s config)", path, t->name,
-                            dtx_arch_name(m->cfg.arch));
-        int ok = s->ndim == t->ndim;
-        for (int k = 0; ok && k < t->ndim; k++) ok = s->shape[k] == t->shape[k];
-        if (!ok) {
-            char got[96], want[96];
-            shape_str(got, sizeof got, s->ndim, s->shape);
-            shape_str(want, sizeof want, t->ndim, t->shape);
-            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' has shape %s, the config needs %s", path, t->name, got,
-                            want);
+        const dtx_st_tensor *s = NULL;
+#ifndef DTX_DOUBLE
+        if (m->qw && m->qw[i].bits) {
+            if ((st = load_quantised(m, f, path, i))) return st;
+            continue;
         }
+#endif
+        if ((st = find_tensor(f, path, t->name, m, t->shape[0], t->ndim == 2 ? t->shape[1] : 0, -1, &s))) return st;
         dtx_st_to_real(s, m->params + t->offset);
     }
+#ifndef DTX_DOUBLE
+    for (int64_t l = 0; m->wquant == DTX_WQ_W8A8 && l < m->cfg.n_layers; l++) {
+        char name[64];
+        const dtx_st_tensor *s = NULL;
+        snprintf(name, sizeof name, "layers.%lld.attention.qk_scale", (long long)l);
+        if ((st = find_tensor(f, path, name, m, 2, 0, DTX_ST_F32, &s)) || (st = load_scales(s, path, m->qk_scale + 2 * l, 1)))
+            return st;
+    }
+#endif
     for (int i = 0; i < f->n_tensors; i++)
-        if (!dtx_model_find(m, f->tensors[i].name))
-            return dtx_fail(DTX_ERR_FORMAT, "%s: unexpected tensor '%s' (not part of a %s model with tie_embeddings=%s)",
+        if (!expected_tensor(m, f->tensors[i].name))
+            return dtx_fail(DTX_ERR_FORMAT, "%s: unexpected tensor '%s' (not part of a %s model with tie_embeddings=%s%s%s)",
                             path, f->tensors[i].name, dtx_arch_name(m->cfg.arch),
-                            m->cfg.tie_embeddings ? "true" : "false");
+                            m->cfg.tie_embeddings ? "true" : "false", m->wquant ? ", " : "",
+                            m->wquant ? dtx_wquant_name(m->wquant) : "");
     return DTX_OK;
+}
+
+/* The file's quant_scheme (absent: not quantised); refusals name the key. */
+static dtx_status quant_from_meta(const dtx_st_file *f, const char *path, dtx_wquant *out) {
+    *out = DTX_WQ_NONE;
+    const char *v = dtx_st_meta(f, "quant_scheme");
+    if (!v) return DTX_OK;
+    if (!dtx_wquant_parse(v, out))
+        return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'quant_scheme' = '%.40s' is not w8a16, w8a8 or w4a16", path, v);
+#ifdef DTX_DOUBLE
+    return dtx_fail(DTX_ERR_FORMAT, "%s: a quantised model (%s) needs the float build", path, v);
+#else
+    return DTX_OK;
+#endif
 }
 
 dtx_status dtx_model_load(dtx_model **out, const char *path) {
@@ -137,8 +247,11 @@ dtx_status dtx_model_load(dtx_model **out, const char *path) {
     if (st) return st;
     dtx_config c;
     dtx_model *m = NULL;
+    dtx_wquant wq;
     if ((st = config_from_meta(&f, path, &c))) goto done;
+    if ((st = quant_from_meta(&f, path, &wq))) goto done;
     if ((st = dtx_model_alloc(&m, &c))) goto done;
+    if (wq != DTX_WQ_NONE && (st = dtx_model_alloc_quant(m, wq))) goto done;
     if ((st = load_tensors(m, &f, path))) goto done;
     if ((st = keep_extra_meta(m, &f))) goto done;
 done:
@@ -203,17 +316,44 @@ dtx_status dtx_model_save(const dtx_model *m, const char *path, int bf16) {
         values[n] = m->extra_meta_values[i];
         n++;
     }
-    dtx_st_out *ts = calloc((size_t)m->n_tensors, sizeof *ts);
-    if (!ts) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    if (m->wquant) keys[n] = quant_keys[0], values[n] = dtx_wquant_name(m->wquant), n++;
+    /* a quantised weight is three tensors (the codes, their scales, W8A8's input scale), plus qk_scale per layer */
+    int cap = 3 * m->n_tensors + (int)m->cfg.n_layers, nt = 0;
+    dtx_st_out *ts = calloc((size_t)cap, sizeof *ts);
+    char (*names)[sizeof m->tensors[0].name + 16] = calloc((size_t)cap, sizeof *names);
+    if (!ts || !names) {
+        free(ts), free(names);
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    }
     for (int i = 0; i < m->n_tensors; i++) {
         const dtx_tensor_info *t = &m->tensors[i];
-        ts[i].name = t->name;
-        ts[i].ndim = t->ndim;
-        ts[i].shape[0] = t->shape[0];
-        ts[i].shape[1] = t->shape[1];
-        ts[i].data = m->params + t->offset;
+        const dtx_qweight *w = m->qw && m->qw[i].bits ? &m->qw[i] : NULL;
+        dtx_st_out *o = &ts[nt++];
+        o->name = t->name;
+        o->ndim = t->ndim;
+        o->shape[0] = t->shape[0];
+        o->shape[1] = t->shape[1];
+        o->data = m->params + t->offset;
+        if (!w) continue;
+        int64_t rb = w->bits == 8 ? w->K : dtx_q4_row_bytes(w->K);
+        o->shape[1] = rb, o->raw = w->q, o->raw_dtype = w->bits == 8 ? DTX_ST_I8 : DTX_ST_U8;
+        o = &ts[nt];
+        snprintf(names[nt++], sizeof names[0], "%s.scale", t->name);
+        o->name = names[nt - 1], o->raw = w->scale, o->raw_dtype = DTX_ST_F32;
+        o->ndim = w->bits == 8 ? 1 : 2, o->shape[0] = w->N, o->shape[1] = w->bits == 8 ? 0 : dtx_q4_groups(w->K);
+        if (m->wquant == DTX_WQ_W8A8 && (t->offset != m->tok_emb || m->cfg.tie_embeddings)) {
+            o = &ts[nt];
+            snprintf(names[nt++], sizeof names[0], "%s.input_scale", t->name);
+            o->name = names[nt - 1], o->raw = &w->in_scale, o->raw_dtype = DTX_ST_F32, o->ndim = 1, o->shape[0] = 1;
+        }
     }
-    dtx_status st = dtx_st_write(path, ts, m->n_tensors, keys, values, n, bf16);
+    for (int64_t l = 0; m->wquant == DTX_WQ_W8A8 && l < m->cfg.n_layers; l++) {
+        dtx_st_out *o = &ts[nt];
+        snprintf(names[nt++], sizeof names[0], "layers.%lld.attention.qk_scale", (long long)l);
+        o->name = names[nt - 1], o->raw = m->qk_scale + 2 * l, o->raw_dtype = DTX_ST_F32, o->ndim = 1, o->shape[0] = 2;
+    }
+    dtx_status st = dtx_st_write(path, ts, nt, keys, values, n, bf16);
     free(ts);
+    free(names);
     return st;
 }

@@ -27,8 +27,9 @@
  * would silently read as 2^53. No real file needs larger values. */
 #define MAX_JSON_INT (((int64_t)1 << 53) - 1)
 
-static const char *const dtype_names[] = {"F32", "BF16", "F16"};
-static const size_t dtype_sizes[] = {4, 2, 2};
+static const char *const dtype_names[] = {"F32", "BF16", "F16", "I8", "U8"};
+static const size_t dtype_sizes[] = {4, 2, 2, 1, 1};
+#define N_DTYPES 5
 
 /* ------------------------------------------------------ scalar conversions */
 
@@ -61,6 +62,12 @@ void dtx_st_to_real(const dtx_st_tensor *t, real *dst) {
         break;
     case DTX_ST_F16:
         for (size_t i = 0; i < n; i++) dst[i] = (real)dtx_f16_to_f32(le16(p + 2 * i));
+        break;
+    case DTX_ST_I8:
+        for (size_t i = 0; i < n; i++) dst[i] = (real)(int8_t)p[i];
+        break;
+    case DTX_ST_U8:
+        for (size_t i = 0; i < n; i++) dst[i] = (real)p[i];
         break;
     }
 }
@@ -228,9 +235,9 @@ static dtx_status json_int(const char *path, const char *who, const char *field,
 static dtx_status parse_dtype(const char *path, const char *who, const cJSON *j, dtx_st_dtype *out) {
     if (!cJSON_IsString(j) || !j->valuestring)
         return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': \"dtype\" is not a string", path, who);
-    for (int d = 0; d < 3; d++)
+    for (int d = 0; d < N_DTYPES; d++)
         if (strcmp(j->valuestring, dtype_names[d]) == 0) { *out = (dtx_st_dtype)d; return DTX_OK; }
-    return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s' (supported: F32, BF16, F16)", path, who,
+    return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s' (supported: F32, BF16, F16, I8, U8)", path, who,
                     show(j->valuestring).s);
 }
 
@@ -542,9 +549,15 @@ static void sb_json_str(sbuf *b, const char *s) {
 }
 
 /* Checks the caller's tensors and computes each one's byte size. */
-static dtx_status check_outputs(const char *path, const dtx_st_out *t, int n, size_t esize, int64_t *nbytes) {
+/* The dtype a tensor is written in. */
+static dtx_st_dtype out_dtype(const dtx_st_out *t, int bf16) { return t->raw ? t->raw_dtype : bf16 ? DTX_ST_BF16 : DTX_ST_F32; }
+
+static dtx_status check_outputs(const char *path, const dtx_st_out *t, int n, int bf16, int64_t *nbytes) {
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
+        if (t[i].raw && t[i].raw_dtype != DTX_ST_F32 && t[i].raw_dtype != DTX_ST_I8 && t[i].raw_dtype != DTX_ST_U8)
+            return dtx_fail(DTX_ERR_ARG, "%s: tensor %d: raw data must be F32, I8 or U8", path, i);
+        size_t esize = dtype_sizes[out_dtype(&t[i], bf16)];
         if (!t[i].name || strcmp(t[i].name, "__metadata__") == 0)
             return dtx_fail(DTX_ERR_ARG, "%s: tensor %d has an invalid name", path, i);
         if (t[i].ndim < 0 || t[i].ndim > DTX_ST_MAX_DIMS)
@@ -556,7 +569,8 @@ static dtx_status check_outputs(const char *path, const dtx_st_out *t, int n, si
                 return dtx_fail(DTX_ERR_ARG, "%s: tensor '%s': bad shape", path, show(t[i].name).s);
             numel *= s;
         }
-        if (numel && !t[i].data) return dtx_fail(DTX_ERR_ARG, "%s: tensor '%s': no data", path, show(t[i].name).s);
+        if (numel && !t[i].data && !t[i].raw)
+            return dtx_fail(DTX_ERR_ARG, "%s: tensor '%s': no data", path, show(t[i].name).s);
         nbytes[i] = numel * (int64_t)esize;
         if (nbytes[i] > INT64_MAX - total) return dtx_fail(DTX_ERR_ARG, "%s: tensors too large", path);
         total += nbytes[i];
@@ -572,7 +586,7 @@ static dtx_status check_outputs(const char *path, const dtx_st_out *t, int n, si
 }
 
 static void build_header(sbuf *b, const dtx_st_out *t, int n, const int64_t *nbytes, const char *const *keys,
-                         const char *const *values, int n_meta, const char *dtype) {
+                         const char *const *values, int n_meta, int bf16) {
     sb_cstr(b, "{");
     if (n_meta > 0) {
         sb_cstr(b, "\"__metadata__\":{");
@@ -589,7 +603,7 @@ static void build_header(sbuf *b, const dtx_st_out *t, int n, const int64_t *nby
         if (i || n_meta > 0) sb_cstr(b, ",");
         sb_json_str(b, t[i].name);
         sb_cstr(b, ":{\"dtype\":\"");
-        sb_cstr(b, dtype);
+        sb_cstr(b, dtype_names[out_dtype(&t[i], bf16)]);
         sb_cstr(b, "\",\"shape\":[");
         for (int d = 0; d < t[i].ndim; d++) {
             if (d) sb_cstr(b, ",");
@@ -616,6 +630,21 @@ static int put(FILE *fp, const void *p, size_t n) {
 /* Little-endian by construction: the bytes are stored one by one. */
 static int put_tensor(FILE *fp, const dtx_st_out *t, int64_t numel, int bf16) {
     uint8_t buf[16384];
+    if (t->raw && t->raw_dtype != DTX_ST_F32) return numel ? put(fp, t->raw, (size_t)numel) : 0; /* bytes */
+    if (t->raw) { /* floats */
+        const float *f = t->raw;
+        for (int64_t i = 0; i < numel;) {
+            size_t k = (size_t)(numel - i) < sizeof buf / 4 ? (size_t)(numel - i) : sizeof buf / 4;
+            for (size_t j = 0; j < k; j++) {
+                uint32_t u = dtx_f32_bits(f[i + (int64_t)j]);
+                for (size_t b = 0; b < 4; b++) buf[j * 4 + b] = (uint8_t)(u >> (8 * b));
+            }
+            int e = put(fp, buf, k * 4);
+            if (e) return e;
+            i += (int64_t)k;
+        }
+        return 0;
+    }
     size_t esize = bf16 ? 2 : 4, per = sizeof buf / esize;
     for (int64_t i = 0; i < numel;) {
         size_t k = (size_t)(numel - i) < per ? (size_t)(numel - i) : per;
@@ -638,7 +667,8 @@ static int put_file(FILE *fp, const sbuf *h, const dtx_st_out *t, int n, const i
     for (int b = 0; b < 8; b++) len[b] = (uint8_t)((uint64_t)h->len >> (8 * b));
     int e = put(fp, len, 8);
     if (!e) e = put(fp, h->p, h->len);
-    for (int i = 0; i < n && !e; i++) e = put_tensor(fp, &t[i], nbytes[i] / (bf16 ? 2 : 4), bf16);
+    for (int i = 0; i < n && !e; i++)
+        e = put_tensor(fp, &t[i], nbytes[i] / (int64_t)dtype_sizes[out_dtype(&t[i], bf16)], bf16);
     return e;
 }
 
@@ -680,10 +710,10 @@ dtx_status dtx_st_write(const char *path, const dtx_st_out *tensors, int n_tenso
         if (!meta_keys[i] || !meta_values[i]) return dtx_fail(DTX_ERR_ARG, "%s: metadata entry %d is NULL", path, i);
     int64_t *nbytes = dtx_alloc((size_t)n_tensors, sizeof *nbytes);
     if (!nbytes) return DTX_ERR_NOMEM;
-    dtx_status st = check_outputs(path, tensors, n_tensors, bf16 ? 2 : 4, nbytes);
+    dtx_status st = check_outputs(path, tensors, n_tensors, bf16, nbytes);
     sbuf h = {0};
     if (st == DTX_OK) {
-        build_header(&h, tensors, n_tensors, nbytes, meta_keys, meta_values, n_meta, bf16 ? "BF16" : "F32");
+        build_header(&h, tensors, n_tensors, nbytes, meta_keys, meta_values, n_meta, bf16);
         if (h.failed) st = dtx_fail(DTX_ERR_NOMEM, "%s: out of memory building the header", path);
     }
     size_t tlen = strlen(path) + 32;

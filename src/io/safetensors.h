@@ -8,7 +8,8 @@
 
 #include "common/common.h"
 
-typedef enum { DTX_ST_F32 = 0, DTX_ST_BF16 = 1, DTX_ST_F16 = 2 } dtx_st_dtype;
+/* I8 and U8: the bytes of quantised weights (docs/quantize.md). */
+typedef enum { DTX_ST_F32 = 0, DTX_ST_BF16 = 1, DTX_ST_F16 = 2, DTX_ST_I8 = 3, DTX_ST_U8 = 4 } dtx_st_dtype;
 
 #define DTX_ST_MAX_DIMS 8
 
@@ -47,11 +48,15 @@ typedef struct {
     int ndim;
     int64_t shape[DTX_ST_MAX_DIMS];
     const real *data;     /* numel = prod(shape) elements */
+    /* instead of data: bytes of dtype raw_dtype, written as they are (I8,
+     * U8) or from floats (F32), whatever dtx_st_write's bf16 says */
+    const void *raw;
+    dtx_st_dtype raw_dtype;
 } dtx_st_out;
 
 /* Writes atomically (temporary file in the same folder, fsync, rename).
  * meta: n_meta key/value pairs written under __metadata__. bf16 != 0 stores
- * BF16 (round to nearest even), otherwise F32. */
+ * BF16 (round to nearest even), otherwise F32 (the raw tensors: their own). */
 dtx_status dtx_st_write(const char *path, const dtx_st_out *tensors, int n_tensors,
                         const char *const *meta_keys, const char *const *meta_values, int n_meta,
                         int bf16);

@@ -201,7 +201,8 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
                                     row, w->K, c);
             }
         }
-        w->in_scale = scheme == DTX_WQ_W8A8 && in_scales ? in_scales[i] : 0;
+        int reads_input = t->offset != m->tok_emb || m->cfg.tie_embeddings; /* an untied embedding is a lookup */
+        w->in_scale = scheme == DTX_WQ_W8A8 && reads_input ? in_scales[i] : 0;
         memset(p, 0, sizeof(float) * t->numel);
     }
     if (scheme == DTX_WQ_W8A8) memcpy(m->qk_scale, qk, sizeof(float) * 2 * (size_t)m->cfg.n_layers);
@@ -218,7 +219,7 @@ dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme) {
     m->qk_scale = calloc(2 * (size_t)m->cfg.n_layers, sizeof(float));
     if (!m->qw || !m->qk_scale) return dtx_fail(DTX_ERR_NOMEM, "out of memory for the quantised weights");
     m->qmem_bytes = dtx_model_qweight_layout(m, scheme, NULL);
-    m->qmem = dtx_alloc(m->qmem_bytes, 1);
+    m->qmem = dtx_calloc(m->qmem_bytes, 1); /* zeroed: the alignment padding too */
     if (!m->qmem) return dtx_fail(DTX_ERR_NOMEM, "out of memory for %zu bytes of quantised weights", m->qmem_bytes);
     dtx_model_qweight_layout(m, scheme, m->qmem);
     m->qscratch_n = qscratch_need(m);

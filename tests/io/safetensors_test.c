@@ -82,10 +82,10 @@ TEST(st_roundtrip_f32) {
     real b[5] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f};
     real s[1] = {42.0f};
     dtx_st_out out[] = {
-        {"z.weight", 2, {2, 3}, a},
-        {"a", 1, {5}, b},
-        {"scalar", 0, {0}, s},
-        {"empty", 2, {0, 4}, NULL},
+        {.name = "z.weight", .ndim = 2, .shape = {2, 3}, .data = a},
+        {.name = "a", .ndim = 1, .shape = {5}, .data = b},
+        {.name = "scalar", .ndim = 0, .shape = {0}, .data = s},
+        {.name = "empty", .ndim = 2, .shape = {0, 4}, .data = NULL},
     };
     const char *keys[] = {"format", "we\"ird\\key", "dim"};
     const char *vals[] = {"difftx", "line\nnext\ttab", "64"};
@@ -134,7 +134,7 @@ TEST(st_roundtrip_f32) {
 
 TEST(st_roundtrip_bf16) {
     real v[8] = {1.0f, -2.0f, 0.0f, 3.140625f, 1.00390625f /* tie: to 1.0 */, 0.1f, -1e-40f, 3e38f};
-    dtx_st_out out[] = {{"w", 2, {2, 4}, v}, {"b", 1, {1}, v + 3}};
+    dtx_st_out out[] = {{.name = "w", .ndim = 2, .shape = {2, 4}, .data = v}, {.name = "b", .ndim = 1, .shape = {1}, .data = v + 3}};
     const char *keys[] = {"k"};
     const char *vals[] = {"v"};
     const char *path = test_path("rt16.safetensors");
@@ -412,7 +412,7 @@ TEST(st_bad_too_many_dims) {
 
 TEST(st_bad_unknown_dtype) {
     EXPECT_BAD("{\"x\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8,
-               "tensor 'x': unknown dtype 'I64'", "supported: F32, BF16, F16");
+               "tensor 'x': unknown dtype 'I64'", "supported: F32, BF16, F16, I8, U8");
 }
 
 TEST(st_bad_begin_after_end) {
@@ -524,8 +524,8 @@ static void open_any(const char *path, const uint8_t *buf, size_t n, int *ok, in
 TEST(st_robust_truncation_and_bitflips) {
     real v[12];
     for (int i = 0; i < 12; i++) v[i] = (real)i - 5.5f;
-    dtx_st_out out[] = {{"tok_embeddings.weight", 2, {3, 2}, v}, {"norm.weight", 1, {4}, v + 6},
-                        {"s", 0, {0}, v + 10}, {"e", 1, {0}, NULL}};
+    dtx_st_out out[] = {{.name = "tok_embeddings.weight", .ndim = 2, .shape = {3, 2}, .data = v}, {.name = "norm.weight", .ndim = 1, .shape = {4}, .data = v + 6},
+                        {.name = "s", .ndim = 0, .shape = {0}, .data = v + 10}, {.name = "e", .ndim = 1, .shape = {0}, .data = NULL}};
     const char *keys[] = {"format", "dim"};
     const char *vals[] = {"difftx", "2"};
     const char *src = test_path("fuzz-src.safetensors"), *path = test_path("fuzz.safetensors");
@@ -561,7 +561,7 @@ TEST(st_robust_truncation_and_bitflips) {
 
 TEST(st_write_missing_dir) {
     real v[2] = {1, 2};
-    dtx_st_out out[] = {{"a", 1, {2}, v}};
+    dtx_st_out out[] = {{.name = "a", .ndim = 1, .shape = {2}, .data = v}};
     const char *path = test_path("no/such/dir/m.safetensors");
     CHECK(dtx_st_write(path, out, 1, NULL, NULL, 0, 0) == DTX_ERR_IO);
     const char *msg = dtx_last_error();
@@ -574,7 +574,7 @@ TEST(st_write_over_directory_fails_cleanly) {
     const char *path = test_path("a-dir.safetensors");
     REQUIRE(mkdir(path, 0755) == 0);
     real v[2] = {1, 2};
-    dtx_st_out out[] = {{"a", 1, {2}, v}};
+    dtx_st_out out[] = {{.name = "a", .ndim = 1, .shape = {2}, .data = v}};
     CHECK(dtx_st_write(path, out, 1, NULL, NULL, 0, 0) == DTX_ERR_IO);
     CHECKF(strstr(dtx_last_error(), path) && strstr(dtx_last_error(), "rename"), "%s", dtx_last_error());
     CHECK(test_no_temp_files(test_tmpdir()));
@@ -585,14 +585,14 @@ TEST(st_write_over_directory_fails_cleanly) {
  * (SIGXFSZ ignored), the old file stays, and no temporary file is left. */
 TEST(st_write_disk_full_keeps_old_file) {
     real small[2] = {7, 8};
-    dtx_st_out old[] = {{"old", 1, {2}, small}};
+    dtx_st_out old[] = {{.name = "old", .ndim = 1, .shape = {2}, .data = small}};
     const char *path = test_path("keep.safetensors");
     REQUIRE(dtx_st_write(path, old, 1, NULL, NULL, 0, 0) == DTX_OK);
 
     size_t nbig = 1 << 16;
     real *big = calloc(nbig, sizeof(real));
     REQUIRE(big);
-    dtx_st_out out[] = {{"big", 1, {(int64_t)nbig}, big}};
+    dtx_st_out out[] = {{.name = "big", .ndim = 1, .shape = {(int64_t)nbig}, .data = big}};
     struct rlimit saved, lim;
     REQUIRE(getrlimit(RLIMIT_FSIZE, &saved) == 0);
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
@@ -616,15 +616,15 @@ TEST(st_write_disk_full_keeps_old_file) {
 
 TEST(st_write_rejects_bad_args) {
     real v[2] = {1, 2};
-    dtx_st_out dup[] = {{"a", 1, {2}, v}, {"a", 1, {2}, v}};
+    dtx_st_out dup[] = {{.name = "a", .ndim = 1, .shape = {2}, .data = v}, {.name = "a", .ndim = 1, .shape = {2}, .data = v}};
     const char *path = test_path("args.safetensors");
     CHECK(dtx_st_write(path, dup, 2, NULL, NULL, 0, 0) == DTX_ERR_ARG);
     CHECK(strstr(dtx_last_error(), "duplicate tensor name 'a'"));
-    dtx_st_out meta[] = {{"__metadata__", 1, {2}, v}};
+    dtx_st_out meta[] = {{.name = "__metadata__", .ndim = 1, .shape = {2}, .data = v}};
     CHECK(dtx_st_write(path, meta, 1, NULL, NULL, 0, 0) == DTX_ERR_ARG);
-    dtx_st_out neg[] = {{"n", 1, {-2}, v}};
+    dtx_st_out neg[] = {{.name = "n", .ndim = 1, .shape = {-2}, .data = v}};
     CHECK(dtx_st_write(path, neg, 1, NULL, NULL, 0, 0) == DTX_ERR_ARG);
-    dtx_st_out many[] = {{"m", 9, {1}, v}};
+    dtx_st_out many[] = {{.name = "m", .ndim = 9, .shape = {1}, .data = v}};
     CHECK(dtx_st_write(path, many, 1, NULL, NULL, 0, 0) == DTX_ERR_ARG);
     CHECK(access(path, F_OK) != 0);
     CHECK(test_no_temp_files(test_tmpdir()));

@@ -145,3 +145,141 @@ TEST(model_wquant_refuses_w8a8_without_scales_and_unknown_schemes) {
     free(in);
     dtx_model_free(m);
 }
+
+/* ---- files: every scheme round-trips; a malformed quantised file is refused naming the tensor or key */
+
+#include "io/safetensors.h"
+
+/* Rewrites src into dst with tensor `drop` left out (NULL: none), tensor `retype` declared as dtype `as`
+ * (its bytes reinterpreted: sizes must agree), the byte at `poke` of tensor `pt` set to `val` and
+ * metadata `key` set to `value` (NULL: unchanged). Returns 0 on success. */
+static int rewrite(const char *src, const char *dst, const char *drop, const char *retype, dtx_st_dtype as,
+                   const char *pt, size_t poke, int val, const char *key, const char *value) {
+    dtx_st_file f;
+    if (dtx_st_open(&f, src)) return -1;
+    dtx_st_out *o = calloc((size_t)f.n_tensors, sizeof *o);
+    uint8_t **copies = calloc((size_t)f.n_tensors, sizeof *copies);
+    const char **keys = calloc((size_t)f.n_meta + 1, sizeof *keys), **vals = calloc((size_t)f.n_meta + 1, sizeof *vals);
+    int n = 0, nm = 0, found = 0;
+    for (int i = 0; i < f.n_tensors; i++) {
+        const dtx_st_tensor *t = &f.tensors[i];
+        if (drop && !strcmp(t->name, drop)) continue;
+        copies[n] = malloc(t->nbytes + 1);
+        memcpy(copies[n], t->data, t->nbytes);
+        if (pt && !strcmp(t->name, pt) && poke < t->nbytes) copies[n][poke] = (uint8_t)val;
+        o[n] = (dtx_st_out){.name = t->name, .ndim = t->ndim, .raw = copies[n], .raw_dtype = t->dtype};
+        for (int d = 0; d < t->ndim; d++) o[n].shape[d] = t->shape[d];
+        if (retype && !strcmp(t->name, retype)) o[n].raw_dtype = as;
+        if (o[n].raw_dtype == DTX_ST_BF16 || o[n].raw_dtype == DTX_ST_F16) o[n].raw_dtype = DTX_ST_F32; /* not used here */
+        n++;
+    }
+    for (int i = 0; i < f.n_meta; i++) {
+        keys[nm] = f.meta_keys[i], vals[nm] = f.meta_values[i];
+        if (key && !strcmp(keys[nm], key)) vals[nm] = value, found = 1;
+        nm++;
+    }
+    if (key && !found) keys[nm] = key, vals[nm] = value, nm++;
+    int rc = dtx_st_write(dst, o, n, keys, vals, nm, 0) == DTX_OK ? 0 : -1;
+    for (int i = 0; i < n; i++) free(copies[i]);
+    free(copies), free(o), free(keys), free(vals);
+    dtx_st_close(&f);
+    return rc;
+}
+
+/* Loading path is refused with a message holding a and b. */
+static int refused(const char *path, const char *a, const char *b) {
+    dtx_model *m = NULL;
+    dtx_status st = dtx_model_load(&m, path);
+    dtx_model_free(m);
+    const char *e = dtx_last_error();
+    int ok = st == DTX_ERR_FORMAT && strstr(e, a) && strstr(e, b) && !strchr(e, '\n');
+    if (!ok) fprintf(stderr, "    %s: status %d, message: %s\n", path, (int)st, e);
+    return ok;
+}
+
+TEST(model_wquant_files_round_trip) {
+    static const dtx_wquant schemes[] = {DTX_WQ_W8A16, DTX_WQ_W8A8, DTX_WQ_W4A16};
+    int32_t tok[T];
+    tokens_of(tok, T, 9);
+    for (int si = 0; si < 3; si++)
+        for (int tie = 0; tie < 2; tie++) {
+            dtx_config c = qconfig(DTX_ARCH_DIFF, tie);
+            dtx_model *q = NULL, *back = NULL;
+            REQUIRE(dtx_model_init(&q, &c, 77) == DTX_OK);
+            float *in = calloc((size_t)q->n_tensors, sizeof(float)), qk[8];
+            test_scales(q, in, qk);
+            REQUIRE(dtx_model_quantize_weights(q, schemes[si], NULL, in, qk) == DTX_OK);
+            const char *path = test_path("q.safetensors");
+            REQUIRE(dtx_model_save(q, path, 0) == DTX_OK);
+            REQUIREF(dtx_model_load(&back, path) == DTX_OK, "%s", dtx_last_error());
+            CHECK(dtx_model_wquant(back) == schemes[si]);
+            CHECK(back->qmem_bytes == q->qmem_bytes && memcmp(back->qmem, q->qmem, q->qmem_bytes) == 0);
+            for (int i = 0; i < q->n_tensors; i++) CHECK(back->qw[i].in_scale == q->qw[i].in_scale);
+            if (schemes[si] == DTX_WQ_W8A8) CHECK(memcmp(back->qk_scale, q->qk_scale, sizeof(float) * 4) == 0);
+            float *a = malloc(sizeof(float) * T * VOCAB), *b = malloc(sizeof(float) * T * VOCAB);
+            REQUIRE(dtx_model_forward(q, tok, NULL, 1, T, a, NULL) == DTX_OK);
+            REQUIRE(dtx_model_forward(back, tok, NULL, 1, T, b, NULL) == DTX_OK);
+            CHECK(memcmp(a, b, sizeof(float) * T * VOCAB) == 0);
+            free(a), free(b), free(in);
+            dtx_model_free(q), dtx_model_free(back);
+        }
+}
+
+TEST(model_wquant_malformed_files_are_refused) {
+    dtx_config c = qconfig(DTX_ARCH_DIFF, 1);
+    dtx_model *q = NULL, *plain = NULL;
+    REQUIRE(dtx_model_init(&q, &c, 78) == DTX_OK);
+    REQUIRE(dtx_model_init(&plain, &c, 78) == DTX_OK);
+    float *in = calloc((size_t)q->n_tensors, sizeof(float)), qk[4];
+    test_scales(q, in, qk);
+    REQUIRE(dtx_model_quantize_weights(q, DTX_WQ_W8A8, NULL, in, qk) == DTX_OK);
+    char good[512], bad[512], good4[512], fp[512];
+    snprintf(good, sizeof good, "%s", test_path("good8.safetensors"));
+    snprintf(bad, sizeof bad, "%s", test_path("bad.safetensors"));
+    snprintf(good4, sizeof good4, "%s", test_path("good4.safetensors"));
+    snprintf(fp, sizeof fp, "%s", test_path("fp32.safetensors"));
+    REQUIRE(dtx_model_save(q, good, 0) == DTX_OK);
+    REQUIRE(dtx_model_save(plain, fp, 0) == DTX_OK);
+    const char *w = "layers.1.feed_forward.w2.weight";
+    /* an unknown scheme, and integers where a float model needs floats */
+    REQUIRE(rewrite(good, bad, NULL, NULL, 0, NULL, 0, 0, "quant_scheme", "w2a2") == 0);
+    CHECK(refused(bad, "'quant_scheme' = 'w2a2'", "w8a16, w8a8 or w4a16"));
+    REQUIRE(rewrite(good, bad, NULL, NULL, 0, NULL, 0, 0, "quant_scheme", "w8a16") == 0); /* w8a8's extra tensors */
+    CHECK(refused(bad, "unexpected tensor", ".input_scale"));
+    REQUIRE(rewrite(fp, bad, NULL, "norm.weight", DTX_ST_I8, NULL, 0, 0, NULL, NULL) == 0);
+    CHECK(refused(bad, "", "")); /* I8 bytes of a F32 tensor: the size no longer matches its shape */
+    /* each companion tensor missing */
+    char name[128];
+    snprintf(name, sizeof name, "%s.scale", w);
+    REQUIRE(rewrite(good, bad, name, NULL, 0, NULL, 0, 0, NULL, NULL) == 0);
+    CHECK(refused(bad, "missing tensor", name));
+    snprintf(name, sizeof name, "%s.input_scale", w);
+    REQUIRE(rewrite(good, bad, name, NULL, 0, NULL, 0, 0, NULL, NULL) == 0);
+    CHECK(refused(bad, "missing tensor", name));
+    REQUIRE(rewrite(good, bad, "layers.0.attention.qk_scale", NULL, 0, NULL, 0, 0, NULL, NULL) == 0);
+    CHECK(refused(bad, "missing tensor", "'layers.0.attention.qk_scale'"));
+    /* codes of the wrong dtype, a negative scale, a zero input scale */
+    REQUIRE(rewrite(good, bad, NULL, w, DTX_ST_U8, NULL, 0, 0, NULL, NULL) == 0);
+    CHECK(refused(bad, w, "is U8, expected I8"));
+    snprintf(name, sizeof name, "%s.scale", w);
+    REQUIRE(rewrite(good, bad, NULL, NULL, 0, name, 3, 0xbf, NULL, NULL) == 0); /* sign bit of element 0 */
+    CHECK(refused(bad, name, "finite and at least 0"));
+    snprintf(name, sizeof name, "%s.input_scale", w);
+    REQUIRE(rewrite(good, bad, NULL, NULL, 0, name, 3, 0x00, NULL, NULL) == 0);
+    REQUIRE(rewrite(bad, bad, NULL, NULL, 0, name, 2, 0x00, NULL, NULL) == 0);
+    REQUIRE(rewrite(bad, bad, NULL, NULL, 0, name, 1, 0x00, NULL, NULL) == 0);
+    REQUIRE(rewrite(bad, bad, NULL, NULL, 0, name, 0, 0x00, NULL, NULL) == 0);
+    CHECK(refused(bad, name, "positive"));
+    /* 4-bit: a code 0 nibble */
+    dtx_model *q4 = NULL;
+    REQUIRE(dtx_model_init(&q4, &c, 79) == DTX_OK);
+    REQUIRE(dtx_model_quantize_weights(q4, DTX_WQ_W4A16, NULL, NULL, NULL) == DTX_OK);
+    REQUIRE(dtx_model_save(q4, good4, 0) == DTX_OK);
+    dtx_model *ok4 = NULL;
+    REQUIREF(dtx_model_load(&ok4, good4) == DTX_OK, "%s", dtx_last_error()); /* the good one loads */
+    dtx_model_free(ok4);
+    REQUIRE(rewrite(good4, bad, NULL, NULL, 0, w, 5, 0x80, NULL, NULL) == 0);
+    CHECK(refused(bad, w, "4-bit code 0"));
+    free(in);
+    dtx_model_free(q), dtx_model_free(q4), dtx_model_free(plain);
+}
