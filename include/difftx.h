@@ -213,6 +213,36 @@ const char *dtx_wquant_name(dtx_wquant q); /* "none", "w8a16", "w8a8", "w4a16" *
 /* 1 and *out set when s names a scheme ("w8a16", "w8a8", "w4a16"). */
 int dtx_wquant_parse(const char *s, dtx_wquant *out);
 
+/* Quantising a model from calibration text (docs/quantize.md): the fp32
+ * model runs over n_seq calibration sequences of len tokens each (tokens
+ * [n_seq, len], row-major); what each linear layer (and the attention's q,
+ * k) receives is recorded, then the weights are quantised in place.
+ *   act_method (W8A8): each input's static int8 scale from its absolute
+ *     maximum (ABSMAX), the percentile of |x| (PERCENTILE), or the range
+ *     with the least squared rounding-and-clipping error (MSE);
+ *   clip_search: each weight row's clipping factor (of 1, 0.95, ..., 0.7 of
+ *     its absolute maximum; per group for 4 bits) chosen to minimise the
+ *     squared error of that row's outputs on calibration inputs; 0: absmax.
+ * DTX_ERR_ARG for a quantised model, an unknown scheme or method, no
+ * sequence, len outside [1, max_seq_len], or an id outside the vocab. */
+typedef enum { DTX_CALIB_ABSMAX = 0, DTX_CALIB_PERCENTILE = 1, DTX_CALIB_MSE = 2 } dtx_calib_method;
+typedef struct {
+    dtx_wquant scheme;
+    dtx_calib_method act_method; /* W8A8 only */
+    double percentile;           /* PERCENTILE: in (50, 100], e.g. 99.99 */
+    int clip_search;
+} dtx_quant_options;
+dtx_quant_options dtx_quant_options_default(dtx_wquant scheme); /* ABSMAX, 99.99, clip_search 1 */
+const char *dtx_calib_method_name(dtx_calib_method m);             /* "absmax", "percentile", "mse" */
+int dtx_calib_method_parse(const char *s, dtx_calib_method *out);
+typedef struct {
+    int64_t rows;           /* calibration tokens seen (n_seq·len)                */
+    double mean_clip;       /* mean weight clipping factor chosen (1: absmax)     */
+    double act_clip;        /* W8A8: mean of (chosen range / absmax) over inputs  */
+} dtx_quant_summary;
+dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const int32_t *tokens, int64_t n_seq,
+                              int64_t len, dtx_quant_summary *summary);
+
 /* ------------------------------------------------------- forward/backward */
 
 /* Forward over a batch of tokens [B, T] (T <= max_seq_len, 0 <= id < vocab).

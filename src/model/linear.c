@@ -164,8 +164,8 @@ size_t dtx_model_qweight_layout(dtx_model *m, dtx_wquant scheme, unsigned char *
     return off;
 }
 
-dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const float *clip, const float *in_scales,
-                                      const float *qk) {
+dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const float *const *clip,
+                                      const float *in_scales, const float *qk) {
 #ifdef DTX_DOUBLE
     (void)m, (void)scheme, (void)clip, (void)in_scales, (void)qk;
     return dtx_fail(DTX_ERR_ARG, "quantised models need the float build");
@@ -188,10 +188,10 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
         const dtx_tensor_info *t = &m->tensors[i];
         dtx_qweight *w = &m->qw[i];
         if (!w->bits) continue;
-        float c = clip ? clip[i] : 1.0f;
         float *p = m->params + t->offset;
         for (int64_t n = 0; n < w->N; n++) {
             const float *row = p + n * w->K;
+            float c = clip && clip[i] ? clip[i][n] : 1.0f;
             if (w->bits == 8) {
                 float amax = 0;
                 for (int64_t k = 0; k < w->K; k++) amax = fmaxf(amax, fabsf(row[k]));

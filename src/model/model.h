@@ -145,12 +145,13 @@ void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real
  * when the embedding is quantised). */
 void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64_t n);
 /* Quantises the model's 2-D weights in place with absmax scales (per row;
- * per group for W4A16), or clipped ones where clip [n_tensors] says (a
- * factor in (0, 1] per tensor; NULL: 1). W8A8 also takes in_scales
- * [n_tensors] (the static input scale of each 2-D tensor; the embedding's
- * is unused) and qk [n_layers, 2]. The fp32 values are zeroed. */
-dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const float *clip, const float *in_scales,
-                                      const float *qk);
+ * per group for W4A16), or clipped ones where clip says: clip[i] NULL or
+ * one factor in (0, 1] per row of tensor i (clip NULL: 1 everywhere). W8A8
+ * also takes in_scales [n_tensors] (the static input scale of each 2-D
+ * tensor; an untied embedding's is unused) and qk [n_layers, 2]. The fp32
+ * values are zeroed. */
+dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const float *const *clip,
+                                      const float *in_scales, const float *qk);
 /* The one-allocation layout of the quantised weights of scheme for m's
  * tensors: sets every qw's q and scale from base (only counts when base is
  * NULL) and returns the bytes. */

@@ -1,0 +1,282 @@
+/* Quantising a model from calibration sequences (difftx.h:
+ * dtx_model_quantize; docs/quantize.md has the rules and why).
+ *
+ * The fp32 model runs over the sequences a few at a time; each linear
+ * layer's input (attention_norm output, attention output, ffn_norm output,
+ * SwiGLU output, final norm output) and the attention's q, k after RoPE are
+ * "inputs". Per input we keep its absolute maximum, a uniform sample of
+ * SAMPLE_VALUES of its values (for the percentile and MSE ranges) and a
+ * uniform sample of CLIP_ROWS of its rows (for the weights' clipping
+ * search). Then: W8A8's static scales from the chosen method, each weight
+ * row's clipping factor from its outputs' error on the kept rows (rounded
+ * the way inference rounds them), and dtx_model_quantize_weights. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/matmul_dnnl.h"
+#include "model/model.h"
+
+#define SAMPLE_VALUES 16384
+#define CLIP_ROWS 64
+#define BATCH 4
+
+typedef struct {
+    int64_t K;
+    double amax;
+    float *sample; /* [SAMPLE_VALUES] */
+    int64_t n_sample;
+    float *rows;   /* [CLIP_ROWS, K] */
+    int64_t n_rows;
+} input_stats;
+
+/* Inputs: per layer xn1, attn_y, xn2, g, q, k; then xnf. */
+enum { IN_XN1, IN_ATTN, IN_XN2, IN_G, IN_Q, IN_K, IN_PER_LAYER };
+
+static const char *const METHOD_NAMES[] = {"absmax", "percentile", "mse"};
+const char *dtx_calib_method_name(dtx_calib_method m) {
+    return (int)m >= 0 && (int)m <= 2 ? METHOD_NAMES[m] : "unknown";
+}
+int dtx_calib_method_parse(const char *s, dtx_calib_method *out) {
+    for (int i = 0; i < 3; i++)
+        if (s && !strcmp(s, METHOD_NAMES[i])) {
+            *out = (dtx_calib_method)i;
+            return 1;
+        }
+    return 0;
+}
+
+dtx_quant_options dtx_quant_options_default(dtx_wquant scheme) {
+    dtx_quant_options o = {.scheme = scheme, .act_method = DTX_CALIB_ABSMAX, .percentile = 99.99, .clip_search = 1};
+    return o;
+}
+
+#ifndef DTX_DOUBLE
+static const float CLIPS[] = {1.0f, 0.95f, 0.9f, 0.85f, 0.8f, 0.75f, 0.7f};
+#define N_CLIPS ((int)(sizeof CLIPS / sizeof CLIPS[0]))
+
+/* The input (index into the stats) that tensor i multiplies, or -1 (an untied embedding: a lookup). */
+static int input_of(const dtx_model *m, int i) {
+    size_t off = m->tensors[i].offset;
+    if (off == m->out_w) return (int)(IN_PER_LAYER * m->cfg.n_layers); /* the output (the tied embedding too) */
+    for (int64_t l = 0; l < m->cfg.n_layers; l++) {
+        const dtx_layer_offsets *o = &m->layers[l];
+        int base = (int)(l * IN_PER_LAYER);
+        if (off == o->wq || off == o->wk || off == o->wv) return base + IN_XN1;
+        if (off == o->wo) return base + IN_ATTN;
+        if (off == o->w1 || off == o->w3) return base + IN_XN2;
+        if (off == o->w2) return base + IN_G;
+    }
+    return -1;
+}
+
+/* The input buffer [N, K] of stats index j after the last forward. */
+static const float *input_buf(const dtx_model *m, int j, int64_t *K) {
+    int64_t L = m->cfg.n_layers, l = j / IN_PER_LAYER;
+    if (l >= L) return *K = m->cfg.dim, m->acts.xnf;
+    const dtx_layer_acts *la = &m->acts.layers[l];
+    switch (j % IN_PER_LAYER) {
+    case IN_XN1: return *K = m->cfg.dim, la->xn1;
+    case IN_ATTN: return *K = m->cfg.dim, la->attn_y;
+    case IN_XN2: return *K = m->cfg.dim, la->xn2;
+    case IN_G: return *K = m->cfg.ffn_dim, la->g;
+    case IN_Q: return *K = m->cfg.dim, la->q;
+    default: return *K = m->kv_dim, la->k;
+    }
+}
+
+/* Adds the sample's share of one forward's N rows of input j: values and rows drawn uniformly, so that after
+ * the last batch each sample holds (up to) its capacity, proportionally from every batch. */
+static void record(input_stats *s, const float *x, int64_t N, int64_t K, int64_t done, int64_t total, dtx_rng *r) {
+    for (int64_t i = 0; i < N * K; i++) s->amax = fmax(s->amax, fabs((double)x[i]));
+    int64_t want_v = SAMPLE_VALUES * done / total, want_r = CLIP_ROWS * done / total;
+    for (; s->n_sample < want_v; s->n_sample++) s->sample[s->n_sample] = x[dtx_rng_next(r) % (uint64_t)(N * K)];
+    for (; s->n_rows < want_r; s->n_rows++)
+        memcpy(s->rows + s->n_rows * K, x + (int64_t)(dtx_rng_next(r) % (uint64_t)N) * K, sizeof(float) * (size_t)K);
+}
+
+static int cmp_abs(const void *a, const void *b) {
+    float x = fabsf(*(const float *)a), y = fabsf(*(const float *)b);
+    return (x > y) - (x < y);
+}
+
+/* The static int8 scale of an input by the method (>0 whenever anything was nonzero). */
+static float act_scale(input_stats *s, const dtx_quant_options *o) {
+    double amax = s->amax > 0 ? s->amax : 1e-8, range = amax;
+    if (o->act_method == DTX_CALIB_PERCENTILE && s->n_sample > 0) {
+        qsort(s->sample, (size_t)s->n_sample, sizeof(float), cmp_abs);
+        int64_t k = (int64_t)ceil(o->percentile / 100.0 * (double)s->n_sample) - 1;
+        k = k < 0 ? 0 : k >= s->n_sample ? s->n_sample - 1 : k;
+        range = fabs(s->sample[k]) > 0 ? fabs(s->sample[k]) : amax;
+    } else if (o->act_method == DTX_CALIB_MSE && s->n_sample > 0) {
+        double best = INFINITY;
+        for (int g = 1; g <= 40; g++) { /* 2.5% .. 100% of the absolute maximum */
+            double r = amax * g / 40.0, step = r / 127.0, err = 0;
+            for (int64_t i = 0; i < s->n_sample; i++) {
+                double v = s->sample[i], q = rint(v / step);
+                q = q > 127 ? 127 : q < -127 ? -127 : q;
+                err += (v - q * step) * (v - q * step);
+            }
+            if (err < best) best = err, range = r;
+        }
+    }
+    return (float)(range / 127.0);
+}
+
+/* Rows x [R, K] as inference rounds a layer's input: bf16 (a16) or the int8 grid of scale (W8A8). */
+static void round_rows(float *x, int64_t n, dtx_wquant scheme, float scale) {
+    if (scheme != DTX_WQ_W8A8) {
+        dtx_bf16_round_portable(x, x, (size_t)n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float q = rintf(x[i] / scale);
+        x[i] = scale * (q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
+    }
+}
+
+/* Row n of w [K] quantised with clip c (as dtx_model_quantize_weights does) and dequantised into out [K]. */
+static void fake_quant_row(float *out, const float *w, int64_t K, int bits, float c, int8_t *q8, uint8_t *q4,
+                           float *s4) {
+    if (bits == 8) {
+        float amax = 0;
+        for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(w[k]));
+        float s = dtx_q8_quantize_row(q8, w, K, amax * c);
+        dtx_q8_dequantize(out, q8, &s, 1, K);
+    } else {
+        dtx_q4_quantize_row(q4, s4, w, K, c);
+        dtx_q4_dequantize(out, q4, s4, 1, K);
+    }
+}
+
+/* Each row's clipping factor for tensor i: the one of CLIPS whose outputs on the rows X [R, K] are closest
+ * (squared error) to the fp32 weight's. clip [N] receives them; returns their sum. */
+static dtx_status search_clip(const dtx_model *m, int i, int bits, const float *X, int64_t R, float *clip,
+                              double *sum) {
+    const dtx_tensor_info *t = &m->tensors[i];
+    int64_t N = t->shape[0], K = t->shape[1];
+    const float *W = m->params + t->offset;
+    float *Y = dtx_alloc((size_t)(R * N), sizeof(float)), *Yc = dtx_alloc((size_t)(R * N), sizeof(float));
+    float *Wc = dtx_alloc((size_t)(N * K), sizeof(float)), *s4 = dtx_alloc((size_t)dtx_q4_groups(K), sizeof(float));
+    double *best = dtx_alloc((size_t)N, sizeof(double));
+    int8_t *q8 = dtx_alloc((size_t)K, 1);
+    uint8_t *q4 = dtx_alloc((size_t)dtx_q4_row_bytes(K), 1);
+    dtx_status st = DTX_OK;
+    if (!Y || !Yc || !Wc || !s4 || !best || !q8 || !q4) {
+        st = dtx_fail(DTX_ERR_NOMEM, "out of memory searching the clipping of '%s'", t->name);
+        goto done;
+    }
+    dtx_matmul_forward(Y, X, W, R, K, N, DTX_PREC_FP32);
+    for (int ci = 0; ci < N_CLIPS; ci++) {
+        for (int64_t n = 0; n < N; n++) fake_quant_row(Wc + n * K, W + n * K, K, bits, CLIPS[ci], q8, q4, s4);
+        dtx_matmul_forward(Yc, X, Wc, R, K, N, DTX_PREC_FP32);
+        for (int64_t n = 0; n < N; n++) {
+            double e = 0;
+            for (int64_t r = 0; r < R; r++) e += (double)(Y[r * N + n] - Yc[r * N + n]) * (Y[r * N + n] - Yc[r * N + n]);
+            if (ci == 0 || e < best[n]) best[n] = e, clip[n] = CLIPS[ci];
+        }
+    }
+    for (int64_t n = 0; n < N; n++) *sum += clip[n];
+done:
+    free(Y), free(Yc), free(Wc), free(s4), free(best), free(q8), free(q4);
+    return st;
+}
+#endif
+
+dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const int32_t *tokens, int64_t n_seq,
+                              int64_t len, dtx_quant_summary *summary) {
+#ifdef DTX_DOUBLE
+    (void)m, (void)o, (void)tokens, (void)n_seq, (void)len, (void)summary;
+    return dtx_fail(DTX_ERR_ARG, "quantised models need the float build");
+#else
+    if (m->wquant != DTX_WQ_NONE)
+        return dtx_fail(DTX_ERR_ARG, "the model is already quantised (%s)", dtx_wquant_name(m->wquant));
+    if (o->scheme != DTX_WQ_W8A16 && o->scheme != DTX_WQ_W8A8 && o->scheme != DTX_WQ_W4A16)
+        return dtx_fail(DTX_ERR_ARG, "unknown weight quantisation scheme %d", (int)o->scheme);
+    if ((int)o->act_method < 0 || (int)o->act_method > 2)
+        return dtx_fail(DTX_ERR_ARG, "unknown calibration method %d", (int)o->act_method);
+    if (o->act_method == DTX_CALIB_PERCENTILE && !(o->percentile > 50 && o->percentile <= 100))
+        return dtx_fail(DTX_ERR_ARG, "calibration percentile %g: expected a value in (50, 100]", o->percentile);
+    if (n_seq < 1) return dtx_fail(DTX_ERR_ARG, "calibration needs at least one sequence");
+    if (len < 1 || len > m->cfg.max_seq_len)
+        return dtx_fail(DTX_ERR_ARG, "calibration length %lld: expected 1 to max_seq_len %lld", (long long)len,
+                        (long long)m->cfg.max_seq_len);
+    const int64_t L = m->cfg.n_layers, n_in = IN_PER_LAYER * L + 1;
+    int64_t wide = m->cfg.ffn_dim > m->cfg.dim ? m->cfg.ffn_dim : m->cfg.dim;
+    input_stats *in = calloc((size_t)n_in, sizeof *in);
+    float *in_scales = calloc((size_t)m->n_tensors, sizeof(float)), *qk = calloc(2 * (size_t)L, sizeof(float));
+    float **clip = calloc((size_t)m->n_tensors, sizeof *clip);
+    dtx_status st = DTX_OK;
+    if (!in || !in_scales || !qk || !clip) goto nomem;
+    for (int64_t j = 0; j < n_in; j++) {
+        in[j].sample = dtx_alloc(SAMPLE_VALUES, sizeof(float));
+        in[j].rows = dtx_alloc((size_t)(CLIP_ROWS * wide), sizeof(float));
+        if (!in[j].sample || !in[j].rows) goto nomem;
+    }
+    /* the forward passes; the attention and matmul settings as they are, but logits unquantised */
+    int bits = m->attn_quant_bits;
+    m->attn_quant_bits = 0;
+    dtx_rng rng;
+    dtx_rng_seed(&rng, 20261201);
+    for (int64_t s0 = 0; s0 < n_seq && !st; s0 += BATCH) {
+        int64_t B = n_seq - s0 < BATCH ? n_seq - s0 : BATCH;
+        if ((st = dtx_model_forward(m, tokens + s0 * len, NULL, B, len, NULL, NULL))) break;
+        for (int64_t j = 0; j < n_in; j++) {
+            int64_t K;
+            const float *x = input_buf(m, (int)j, &K);
+            in[j].K = K;
+            record(&in[j], x, B * len, K, s0 + B, n_seq, &rng);
+        }
+    }
+    m->attn_quant_bits = bits;
+    if (st) goto done;
+    dtx_model_free_acts(m);
+    /* W8A8's static scales */
+    double act_clip = 0;
+    int n_act = 0;
+    float *scale_of = calloc((size_t)n_in, sizeof(float));
+    if (!scale_of) goto nomem;
+    for (int64_t j = 0; j < n_in; j++) {
+        scale_of[j] = act_scale(&in[j], o);
+        act_clip += scale_of[j] * 127.0 / (in[j].amax > 0 ? in[j].amax : 1e-8), n_act++;
+    }
+    for (int64_t l = 0; l < L; l++)
+        qk[2 * l] = scale_of[l * IN_PER_LAYER + IN_Q], qk[2 * l + 1] = scale_of[l * IN_PER_LAYER + IN_K];
+    /* each weight's input scale and rows' clipping */
+    double clip_sum = 0;
+    int64_t clip_n = 0;
+    for (int i = 0; i < m->n_tensors && !st; i++) {
+        const dtx_tensor_info *t = &m->tensors[i];
+        if (t->ndim != 2) continue;
+        int j = input_of(m, i);
+        if (j < 0) continue; /* an untied embedding: absmax rows */
+        in_scales[i] = scale_of[j];
+        if (!o->clip_search) continue;
+        clip[i] = dtx_alloc((size_t)t->shape[0], sizeof(float));
+        if (!clip[i]) {
+            free(scale_of);
+            goto nomem;
+        }
+        int64_t R = in[j].n_rows, K = t->shape[1];
+        /* rounded in place: the tensors that share an input round it again to the same values */
+        round_rows(in[j].rows, R * K, o->scheme, scale_of[j]);
+        st = search_clip(m, i, o->scheme == DTX_WQ_W4A16 ? 4 : 8, in[j].rows, R, clip[i], &clip_sum);
+        clip_n += t->shape[0];
+    }
+    free(scale_of);
+    if (!st) st = dtx_model_quantize_weights(m, o->scheme, (const float *const *)clip, in_scales, qk);
+    if (!st && summary) {
+        summary->rows = n_seq * len;
+        summary->mean_clip = clip_n ? clip_sum / (double)clip_n : 1.0;
+        summary->act_clip = o->scheme == DTX_WQ_W8A8 && n_act ? act_clip / n_act : 1.0;
+    }
+    goto done;
+nomem:
+    st = dtx_fail(DTX_ERR_NOMEM, "out of memory for the calibration statistics");
+done:
+    for (int64_t j = 0; in && j < n_in; j++) free(in[j].sample), free(in[j].rows);
+    for (int i = 0; clip && i < m->n_tensors; i++) free(clip[i]);
+    free(in), free(in_scales), free(qk), free(clip);
+    return st;
+#endif
+}
