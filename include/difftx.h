@@ -225,6 +225,16 @@ int dtx_wquant_parse(const char *s, dtx_wquant *out);
  *     squared error of that row's outputs on calibration inputs; 0: absmax.
  * DTX_ERR_ARG for a quantised model, an unknown scheme or method, no
  * sequence, len outside [1, max_seq_len], or an id outside the vocab. */
+/* Sets a metadata key that difftx itself does not read (kept and written
+ * on save, as a file's unknown keys are): what made the model, e.g. the
+ * calibration behind a quantisation. DTX_ERR_ARG for a key difftx reads. */
+dtx_status dtx_model_set_meta(dtx_model *m, const char *key, const char *value);
+/* Such a key's value (NULL when absent). */
+const char *dtx_model_meta(const dtx_model *m, const char *key);
+/* Bytes the model's weights take in memory: fp32 parameters, plus the
+ * quantised codes and scales where a weight is quantised (instead of its
+ * 4 bytes per value). */
+size_t dtx_model_weight_bytes(const dtx_model *m);
 typedef enum { DTX_CALIB_ABSMAX = 0, DTX_CALIB_PERCENTILE = 1, DTX_CALIB_MSE = 2 } dtx_calib_method;
 typedef struct {
     dtx_wquant scheme;

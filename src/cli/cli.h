@@ -8,6 +8,7 @@ int cmd_score(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 #include "difftx.h"
 /* dtx_model_load, or the model of a training checkpoint (difftx train

@@ -194,6 +194,42 @@ static int expected_tensor(const dtx_model *m, const char *name) {
            name[used] == '\0' && l >= 0 && l < m->cfg.n_layers;
 }
 
+dtx_status dtx_model_set_meta(dtx_model *m, const char *key, const char *value) {
+    if (!key || !*key || !value) return dtx_fail(DTX_ERR_ARG, "metadata needs a key and a value");
+    for (int k = 0; k < N_KNOWN; k++)
+        if (!strcmp(key, known_keys[k]))
+            return dtx_fail(DTX_ERR_ARG, "metadata '%s' is the model's own (set it through its config)", key);
+    if (!strcmp(key, quant_keys[0]))
+        return dtx_fail(DTX_ERR_ARG, "metadata '%s' is the model's own (set by quantising it)", key);
+    char *v = strdup(value);
+    if (!v) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < m->n_extra_meta; i++)
+        if (!strcmp(m->extra_meta_keys[i], key)) {
+            free(m->extra_meta_values[i]);
+            m->extra_meta_values[i] = v;
+            return DTX_OK;
+        }
+    char **nk = realloc(m->extra_meta_keys, sizeof *nk * (size_t)(m->n_extra_meta + 2));
+    if (nk) m->extra_meta_keys = nk;
+    char **nv = nk ? realloc(m->extra_meta_values, sizeof *nv * (size_t)(m->n_extra_meta + 2)) : NULL;
+    if (nv) m->extra_meta_values = nv;
+    char *k = nv ? strdup(key) : NULL;
+    if (!k) {
+        free(v);
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    }
+    m->extra_meta_keys[m->n_extra_meta] = k;
+    m->extra_meta_values[m->n_extra_meta] = v;
+    m->n_extra_meta++;
+    return DTX_OK;
+}
+
+const char *dtx_model_meta(const dtx_model *m, const char *key) {
+    for (int i = 0; key && i < m->n_extra_meta; i++)
+        if (!strcmp(m->extra_meta_keys[i], key)) return m->extra_meta_values[i];
+    return NULL;
+}
+
 static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *path) {
     dtx_status st;
     for (int i = 0; i < m->n_tensors; i++) {
@@ -307,7 +343,7 @@ int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, siz
 dtx_status dtx_model_save(const dtx_model *m, const char *path, int bf16) {
     const dtx_config *c = &m->cfg;
     char vals[N_KNOWN][48];
-    const char *keys[N_KNOWN + 64], *values[N_KNOWN + 64];
+    const char *keys[N_KNOWN + 65], *values[N_KNOWN + 65]; /* + quant_scheme */
     int n = 0;
     for (int i = 0; i < DTX_CONFIG_META_KEYS; i++)
         if (dtx_config_meta(c, i, &keys[n], vals[n], sizeof vals[n])) values[n] = vals[n], n++;

@@ -239,6 +239,13 @@ void dtx_model_free_quant(dtx_model *m) {
     m->wquant = DTX_WQ_NONE;
 }
 
+size_t dtx_model_weight_bytes(const dtx_model *m) {
+    size_t n = m->n_params;
+    for (int i = 0; m->qw && i < m->n_tensors; i++)
+        if (m->qw[i].bits) n -= m->tensors[i].numel;
+    return n * sizeof(float) + m->qmem_bytes;
+}
+
 static const char *const WQ_NAMES[] = {"none", "w8a16", "w8a8", "w4a16"};
 
 dtx_wquant dtx_model_wquant(const dtx_model *m) { return m->wquant; }

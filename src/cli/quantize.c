@@ -1,0 +1,233 @@
+/* difftx quantize: a calibrated int8 or 4-bit copy of a model
+ * (docs/quantize.md). */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cli/flags.h"
+#include "common/common.h"
+#include "difftx.h"
+
+static const char *CMD = "quantize";
+enum { RECOMMENDED_SAMPLES = 300 };
+
+static const char USAGE[] =
+    "usage: difftx quantize --model MODEL --calib FILE|DIR --scheme SCHEME --out Q.safetensors [flags]\n"
+    "\n"
+    "Writes a quantised copy of MODEL: its linear weights (q/k/v/out projections,\n"
+    "w1, w3, w2, the embedding, an untied output) in 8 or 4 bits, calibrated on\n"
+    "--calib-samples sequences of --calib-len tokens cut from the calibration\n"
+    "tokens at evenly spaced places. Every command that reads a model reads it.\n"
+    "\n"
+    "  --model PATH        the fp32 (or bf16) model                     [required]\n"
+    "  --calib FILE|DIR    calibration tokens: a token shard or whitespace-separated\n"
+    "                      ids; a folder: every regular file in it, in name order;\n"
+    "                      with --tokenizer, text encoded with it        [required]\n"
+    "  --tokenizer TOK     read --calib as text\n"
+    "  --scheme w8a16|w8a8|w4a16                                        [required]\n"
+    "                      w8a16: int8 weights, one scale per output channel, bf16\n"
+    "                      activations; w8a8: the same weights, int8 activations\n"
+    "                      (every linear input, and the attention's q and k) with\n"
+    "                      static calibrated scales; w4a16: 4-bit weights in groups\n"
+    "                      of 32, bf16 activations\n"
+    "  --out PATH          the quantised model                          [required]\n"
+    "  --calib-samples N   calibration sequences (default 300, the recommended\n"
+    "                      minimum: fewer works, with a warning)\n"
+    "  --calib-len L       tokens per sequence (default max_seq_len, at most 512)\n"
+    "  --act-method absmax|percentile|mse  w8a8's activation ranges: the absolute\n"
+    "                      maximum (default), a percentile of |x|, or the range with\n"
+    "                      the least squared error\n"
+    "  --percentile P      for percentile, in (50, 100] (default 99.99)\n"
+    "  --no-clip-search    weight scales from each row's (group's) absolute maximum,\n"
+    "                      instead of the clipping with the least output error on\n"
+    "                      the calibration inputs\n";
+
+typedef struct {
+    int32_t *ids;
+    int64_t n, cap;
+} token_buf;
+
+static int append(token_buf *b, const int32_t *ids, int64_t n) {
+    if (b->n + n > b->cap) {
+        int64_t cap = (b->n + n) * 2;
+        int32_t *p = realloc(b->ids, sizeof(int32_t) * (size_t)cap);
+        if (!p) return runtime_error(CMD, "out of memory for %lld calibration tokens", (long long)(b->n + n));
+        b->ids = p, b->cap = cap;
+    }
+    memcpy(b->ids + b->n, ids, sizeof(int32_t) * (size_t)n);
+    b->n += n;
+    return EXIT_OK;
+}
+
+/* One calibration file: tokens, or text encoded with tok (ordinary tokens; ids checked against vocab). */
+static int read_one(const char *path, const dtx_tokenizer *tok, int64_t vocab, token_buf *b) {
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    int rc = EXIT_OK;
+    if (tok) {
+        char *buf = NULL;
+        size_t len = 0;
+        if (dtx_read_file(path, &buf, &len) != DTX_OK ||
+            dtx_tokenizer_encode(tok, buf, len, DTX_ENCODE_ORDINARY, &ids, &n) != DTX_OK)
+            rc = lib_error(CMD);
+        for (int64_t i = 0; rc == EXIT_OK && i < n; i++)
+            if (ids[i] >= vocab)
+                rc = runtime_error(CMD, "%s: token %lld has id %d, outside the model's vocab_size %lld", path,
+                                   (long long)i, ids[i], (long long)vocab);
+        free(buf);
+    } else if (dtx_tokens_read(path, vocab, &ids, &n) != DTX_OK) {
+        rc = lib_error(CMD);
+    }
+    if (rc == EXIT_OK) rc = append(b, ids, n);
+    free(ids);
+    return rc;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* --calib: a file, or every regular file of a folder in name order. */
+static int read_calib(const char *path, const char *tokenizer, int64_t vocab, token_buf *b, int *n_files) {
+    dtx_tokenizer *tok = NULL;
+    if (tokenizer && dtx_tokenizer_load(&tok, tokenizer) != DTX_OK) return lib_error(CMD);
+    struct stat sb;
+    int rc = EXIT_OK;
+    *n_files = 0;
+    if (stat(path, &sb) != 0) {
+        rc = runtime_error(CMD, "--calib %s: no such file or folder", path);
+    } else if (!S_ISDIR(sb.st_mode)) {
+        rc = read_one(path, tok, vocab, b);
+        *n_files = 1;
+    } else {
+        DIR *d = opendir(path);
+        char **names = NULL;
+        int n = 0, cap = 0;
+        if (!d) rc = runtime_error(CMD, "--calib %s: cannot open the folder", path);
+        for (struct dirent *e; rc == EXIT_OK && d && (e = readdir(d));) {
+            if (e->d_name[0] == '.') continue;
+            char full[4096];
+            snprintf(full, sizeof full, "%s/%s", path, e->d_name);
+            if (stat(full, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
+            if (n == cap) {
+                cap = cap ? 2 * cap : 16;
+                char **p = realloc(names, sizeof *names * (size_t)cap);
+                if (!p) {
+                    rc = runtime_error(CMD, "out of memory listing %s", path);
+                    break;
+                }
+                names = p;
+            }
+            names[n] = strdup(full);
+            if (!names[n]) rc = runtime_error(CMD, "out of memory listing %s", path);
+            else n++;
+        }
+        if (d) closedir(d);
+        if (rc == EXIT_OK && n == 0) rc = runtime_error(CMD, "--calib %s: the folder holds no regular file", path);
+        if (rc == EXIT_OK) qsort(names, (size_t)n, sizeof *names, cmp_str);
+        for (int i = 0; rc == EXIT_OK && i < n; i++) rc = read_one(names[i], tok, vocab, b);
+        for (int i = 0; i < n; i++) free(names[i]);
+        free(names);
+        *n_files = n;
+    }
+    dtx_tokenizer_free(tok);
+    return rc;
+}
+
+int cmd_quantize(int argc, char **argv) {
+    const char *model_path = NULL, *calib = NULL, *tokenizer = NULL, *out = NULL;
+    int scheme = -1, method = 0, no_search = 0;
+    int64_t samples = RECOMMENDED_SAMPLES, len = 0;
+    double percentile = 99.99;
+    flag fl[] = {
+        FLAG_STR("--model", &model_path),
+        FLAG_STR("--calib", &calib),
+        FLAG_STR("--tokenizer", &tokenizer),
+        FLAG_CHOICE("--scheme", &scheme, "w8a16|w8a8|w4a16"),
+        FLAG_STR("--out", &out),
+        FLAG_INT("--calib-samples", &samples, 1, 1000000),
+        FLAG_INT("--calib-len", &len, 1, INT64_MAX),
+        FLAG_CHOICE("--act-method", &method, "absmax|percentile|mse"),
+        FLAG_REAL("--percentile", &percentile, 50, 1, 100, 0),
+        FLAG_BOOL("--no-clip-search", &no_search, 1),
+    };
+    int n_fl = (int)(sizeof fl / sizeof fl[0]);
+    switch (flags_parse(CMD, USAGE, fl, n_fl, argc, argv, NULL, 0, NULL)) {
+    case FLAGS_HELP: return finish_stdout(CMD);
+    case FLAGS_ERROR: return EXIT_USAGE;
+    }
+    if (!model_path) return usage_error(CMD, "--model is required");
+    if (!calib) return usage_error(CMD, "--calib is required (calibration tokens, or text with --tokenizer)");
+    if (scheme < 0) return usage_error(CMD, "--scheme is required (w8a16, w8a8 or w4a16)");
+    if (!out) return usage_error(CMD, "--out is required");
+    if ((flags_get(fl, n_fl, "--act-method")->seen || flags_get(fl, n_fl, "--percentile")->seen) && scheme != 1)
+        return usage_error(CMD, "--act-method and --percentile set w8a8's activation ranges; --scheme is %s",
+                           scheme == 0 ? "w8a16" : "w4a16");
+    if (flags_get(fl, n_fl, "--percentile")->seen && method != DTX_CALIB_PERCENTILE)
+        return usage_error(CMD, "--percentile goes with --act-method percentile");
+
+    dtx_model *m = NULL;
+    if (cli_model_load(&m, model_path, DTX_PREC_FP32) != DTX_OK) return lib_error(CMD);
+    const dtx_config *c = dtx_model_config(m);
+    int rc = EXIT_OK;
+    if (dtx_model_wquant(m) != DTX_WQ_NONE)
+        rc = runtime_error(CMD, "%s is already quantised (%s)", model_path, dtx_wquant_name(dtx_model_wquant(m)));
+    if (!len) len = c->max_seq_len < 512 ? c->max_seq_len : 512;
+    if (rc == EXIT_OK && len > c->max_seq_len)
+        rc = usage_error(CMD, "--calib-len %lld exceeds the model's max_seq_len %lld", (long long)len,
+                         (long long)c->max_seq_len);
+    token_buf b = {0};
+    int n_files = 0;
+    if (rc == EXIT_OK) rc = read_calib(calib, tokenizer, c->vocab_size, &b, &n_files);
+    if (rc == EXIT_OK && b.n < len)
+        rc = runtime_error(CMD, "--calib %s: %lld tokens, fewer than one sequence of --calib-len %lld", calib,
+                           (long long)b.n, (long long)len);
+    int32_t *seqs = NULL;
+    if (rc == EXIT_OK && !(seqs = malloc(sizeof(int32_t) * (size_t)(samples * len))))
+        rc = runtime_error(CMD, "out of memory for %lld calibration sequences", (long long)samples);
+    if (rc == EXIT_OK) {
+        if (samples < RECOMMENDED_SAMPLES)
+            fprintf(stderr, "difftx quantize: warning: %lld calibration samples; at least %d are recommended\n",
+                    (long long)samples, RECOMMENDED_SAMPLES);
+        /* evenly spaced windows over the whole stream (overlapping when it is short) */
+        for (int64_t i = 0; i < samples; i++) {
+            int64_t start = samples > 1 ? (b.n - len) * i / (samples - 1) : 0;
+            memcpy(seqs + i * len, b.ids + start, sizeof(int32_t) * (size_t)len);
+        }
+        dtx_quant_options o = dtx_quant_options_default((dtx_wquant)(scheme + 1));
+        o.act_method = (dtx_calib_method)method;
+        o.percentile = percentile;
+        o.clip_search = !no_search;
+        dtx_quant_summary sum;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (dtx_model_quantize(m, &o, seqs, samples, len, &sum) != DTX_OK) rc = lib_error(CMD);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        char desc[1024];
+        char act[64];
+        if (o.scheme != DTX_WQ_W8A8) snprintf(act, sizeof act, "bf16");
+        else if (o.act_method == DTX_CALIB_PERCENTILE) snprintf(act, sizeof act, "int8 percentile %g", percentile);
+        else snprintf(act, sizeof act, "int8 %s", dtx_calib_method_name(o.act_method));
+        snprintf(desc, sizeof desc, "%s (%d file%s, %lld tokens); %lld samples x %lld tokens; activations %s; "
+                 "weight clipping %s", calib, n_files, n_files == 1 ? "" : "s", (long long)b.n, (long long)samples,
+                 (long long)len, act, o.clip_search ? "searched" : "absmax");
+        if (rc == EXIT_OK && (dtx_model_set_meta(m, "quant_calib", desc) != DTX_OK ||
+                              dtx_model_save(m, out, 0) != DTX_OK))
+            rc = lib_error(CMD);
+        if (rc == EXIT_OK) {
+            double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            printf("scheme       %s\n", dtx_wquant_name(o.scheme));
+            printf("calibration  %s\n", desc);
+            printf("weight clip  mean %.4f of the absolute maximum\n", sum.mean_clip);
+            if (o.scheme == DTX_WQ_W8A8) printf("act ranges   mean %.4f of the absolute maximum\n", sum.act_clip);
+            printf("time         %.2f s\n", secs);
+            printf("wrote        %s\n", out);
+        }
+    }
+    free(seqs);
+    free(b.ids);
+    dtx_model_free(m);
+    return rc == EXIT_OK ? finish_stdout(CMD) : rc;
+}
