@@ -104,6 +104,9 @@ int cli_one_line(void);
 /* ... and that line starts with prefix ("difftx eval ppl: "). */
 int cli_one_line_from(const char *prefix);
 
+/* The default config with these fields set (the variant keys at their defaults). */
+dtx_config test_config(dtx_arch arch, int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads, int64_t vocab,
+                       int64_t ffn, int64_t max_seq, int tie);
 /* Initialises a model of config c from seed, writes it (fp32) to
  * test_path(name) and frees it. The path, or NULL on failure. */
 const char *test_model_file(const char *name, const dtx_config *c, uint64_t seed);

@@ -183,6 +183,14 @@ int cli_one_line_from(const char *prefix) {
     return strncmp(cli_out, prefix, strlen(prefix)) == 0 && cli_one_line();
 }
 
+dtx_config test_config(dtx_arch arch, int64_t dim, int64_t layers, int64_t heads, int64_t kv_heads, int64_t vocab,
+                       int64_t ffn, int64_t max_seq, int tie) {
+    dtx_config c = dtx_config_default();
+    c.arch = arch, c.dim = dim, c.n_layers = layers, c.n_heads = heads, c.n_kv_heads = kv_heads;
+    c.vocab_size = vocab, c.ffn_dim = ffn, c.max_seq_len = max_seq, c.tie_embeddings = tie;
+    return c;
+}
+
 const char *test_model_file(const char *name, const dtx_config *c, uint64_t seed) {
     const char *path = test_path(name);
     dtx_model *m = NULL;

@@ -228,27 +228,12 @@ static dtx_status ensure_bf16(const dtx_model *m, dtx_kvcache *c) {
 }
 #endif
 
-/* out [M, N] = x [M, K] · (parameter at off) [N, K]ᵀ in the model's precision
- * (dtx_model_linear), a single row through the one-row kernels. */
+/* out [M, N] = x [M, K] · (parameter at off) [N, K]ᵀ: several rows and single
+ * rows through linear.c's two entry points. */
 static void linear(const dtx_model *m, dtx_kvcache *c, real *out, const real *x, size_t off, int64_t M, int64_t K,
                    int64_t N) {
-    if (M > 1) {
-        dtx_model_linear(m, out, x, off, M, K, N, 0);
-        return;
-    }
-#ifndef DTX_DOUBLE
-    const dtx_qweight *w = dtx_model_qweight(m, off);
-    if (w) { /* the quantised kernels: bf16 or int8 x against int8 / 4-bit w */
-        dtx_model_linear_row_quant(m, out, x, w, c->xr);
-        return;
-    }
-    if (m->precision == DTX_PREC_BF16) { /* bf16(x) · the bf16 copy of w */
-        dtx_bf16_round_portable(c->xr, x, (size_t)K);
-        dtx_gemv_bf16(out, c->xr, c->wbf + off, K, N);
-        return;
-    }
-#endif
-    dtx_gemv(out, x, m->params + off, K, N);
+    if (M > 1) dtx_model_linear(m, out, x, off, M, K, N, 0);
+    else dtx_model_linear_row(m, out, x, off, K, N, c->wbf, c->xr);
 }
 
 /* The cache was made for a model of this shape. */

@@ -1,14 +1,15 @@
-/* The linear layers' one entry point (model.h: dtx_model_linear, the
- * embedding rows, W8A8's rounding of q and k) and the quantised weights
- * behind it: their layout in one allocation, quantising a model in place.
+/* The linear layers' entry points (model.h: dtx_model_linear for several
+ * rows, dtx_model_linear_row for one; the embedding rows; W8A8's rounding
+ * of q and k) and the quantised weights behind them: their layout in one
+ * allocation, quantising a model in place.
  *
  * Several rows (a forward, a prefill): an fp32 or bf16 model multiplies
  * with dtx_matmul_forward_pre; a quantised one dequantises QBLOCK_FLOATS
  * worth of weight rows at a time into the model's scratch and multiplies
  * them with the inputs rounded the way the one-row kernels see them (bf16
  * for a16, the int8 grid for W8A8), so a prefill and a decode step compute
- * the same products to rounding. One row (a decode step): generate.c calls
- * dtx_model_linear_row_quant, the memory-bound kernels of kernels.h. */
+ * the same products to rounding. One row (a decode step): the memory-bound
+ * one-row kernels of kernels.h, on the codes, a bf16 copy or fp32. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +92,7 @@ static void quant_rows(const dtx_model *m, float *out, const float *x, const dtx
     }
 }
 
-void dtx_model_linear_row_quant(const dtx_model *m, float *out, const float *x, const dtx_qweight *w, float *xrow) {
+static void linear_row_quant(const dtx_model *m, float *out, const float *x, const dtx_qweight *w, float *xrow) {
     int64_t K = w->K, N = w->N;
     if (m->wquant == DTX_WQ_W8A8) {
         int8_t *xq = (int8_t *)xrow; /* K bytes fit in K floats */
@@ -115,6 +116,25 @@ void dtx_model_linear(const dtx_model *m, real *out, const real *x, size_t off, 
     }
 #endif
     dtx_matmul_forward_pre(out, x, m->params + off, M, K, N, m->precision, pre);
+}
+
+void dtx_model_linear_row(const dtx_model *m, real *out, const real *x, size_t off, int64_t K, int64_t N,
+                          const uint16_t *wbf, real *xrow) {
+#ifndef DTX_DOUBLE
+    const dtx_qweight *w = dtx_model_qweight(m, off);
+    if (w) { /* bf16 or int8 x against the int8 / 4-bit codes */
+        linear_row_quant(m, out, x, w, xrow);
+        return;
+    }
+    if (m->precision == DTX_PREC_BF16) { /* bf16(x) · the bf16 copy of w */
+        dtx_bf16_round_portable(xrow, x, (size_t)K);
+        dtx_gemv_bf16(out, xrow, wbf + off, K, N);
+        return;
+    }
+#else
+    (void)wbf, (void)xrow;
+#endif
+    dtx_gemv(out, x, m->params + off, K, N);
 }
 
 void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64_t n) {

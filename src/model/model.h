@@ -132,11 +132,12 @@ const dtx_qweight *dtx_model_qweight(const dtx_model *m, size_t off);
  * Float build only for quantised weights. */
 void dtx_model_linear(const dtx_model *m, real *out, const real *x, size_t off, int64_t M, int64_t K, int64_t N,
                       unsigned pre);
-#ifndef DTX_DOUBLE
-/* One row: out [N] = x [K] · wᵀ through the quantised one-row kernels
- * (xrow: scratch of K floats for the rounded or int8 row). */
-void dtx_model_linear_row_quant(const dtx_model *m, float *out, const float *x, const dtx_qweight *w, float *xrow);
-#endif
+/* One row, out [N] = x [K] · wᵀ, through the memory-bound one-row kernels:
+ * a quantised weight's codes (x rounded to bf16, or to int8 for W8A8), the
+ * bf16 copy wbf of the parameters (same offsets) for bf16 products, else
+ * the fp32 weights. xrow: scratch of K values. */
+void dtx_model_linear_row(const dtx_model *m, real *out, const real *x, size_t off, int64_t K, int64_t N,
+                          const uint16_t *wbf, real *xrow);
 /* W8A8: q [n, n_heads·head_dim] and k [n, n_kv_heads·head_dim] of layer l
  * rounded to their int8 grids (the attention's int8 inputs); otherwise a
  * no-op. */

@@ -24,15 +24,7 @@ enum { SEQ = 32, VOCAB = 40 };
     } while (0)
 
 static const char *model_file(void) {
-    dtx_config c = dtx_config_default();
-    c.arch = DTX_ARCH_DIFF;
-    c.dim = 64;
-    c.n_layers = 2;
-    c.n_heads = 2;
-    c.n_kv_heads = 2;
-    c.vocab_size = VOCAB;
-    c.ffn_dim = 96;
-    c.max_seq_len = SEQ;
+    dtx_config c = test_config(DTX_ARCH_DIFF, 64, 2, 2, 2, VOCAB, 96, SEQ, 1);
     return test_model_file("fp.safetensors", &c, 3);
 }
 
@@ -195,9 +187,7 @@ TEST(quantize_cli_text_with_tokenizer_calibrates_like_its_ids) {
     fclose(f);
     free(id);
     dtx_tokenizer_free(tok);
-    dtx_config c = dtx_config_default();
-    c.arch = DTX_ARCH_TRANSFORMER, c.dim = 32, c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 2;
-    c.vocab_size = 280, c.ffn_dim = 64, c.max_seq_len = SEQ;
+    dtx_config c = test_config(DTX_ARCH_TRANSFORMER, 32, 1, 2, 2, 280, 64, SEQ, 1);
     snprintf(fp, sizeof fp, "%s", test_model_file("fp280.safetensors", &c, 4));
     snprintf(q1, sizeof q1, "%s/qt1.safetensors", test_tmpdir());
     snprintf(q2, sizeof q2, "%s/qt2.safetensors", test_tmpdir());

@@ -107,6 +107,14 @@ static double worst_rel(const float *out, const double *want, const double *mag,
     return worst;
 }
 
+/* want [N] = Σ x·w in double over the dequantised w [N, K], mag [N] = Σ |x·w| */
+static void reference(double *want, double *mag, const float *x, const float *w, int64_t K, int64_t N) {
+    for (int64_t n = 0; n < N; n++) {
+        want[n] = mag[n] = 0;
+        for (int64_t k = 0; k < K; k++) want[n] += (double)x[k] * w[n * K + k], mag[n] += fabs((double)x[k] * w[n * K + k]);
+    }
+}
+
 TEST(kernel_quant_linear_gemv_q8_and_q4_match_dequantised) {
     dtx_rng r;
     dtx_rng_seed(&r, 1303);
@@ -126,19 +134,11 @@ TEST(kernel_quant_linear_gemv_q8_and_q4_match_dequantised) {
                     dtx_q4_quantize_row(q4 + n * rb, s4 + n * ng, w + n * K, K, 1.0f);
                 }
                 dtx_q8_dequantize(deq, q8, s8, N, K);
-                for (int64_t n = 0; n < N; n++) {
-                    want[n] = mag[n] = 0;
-                    for (int64_t k = 0; k < K; k++)
-                        want[n] += (double)x[k] * deq[n * K + k], mag[n] += fabs((double)x[k] * deq[n * K + k]);
-                }
+                reference(want, mag, x, deq, K, N);
                 dtx_gemv_q8(out, x, q8, s8, K, N);
                 w8 = fmax(w8, worst_rel(out, want, mag, N));
                 dtx_q4_dequantize(deq, q4, s4, N, K);
-                for (int64_t n = 0; n < N; n++) {
-                    want[n] = mag[n] = 0;
-                    for (int64_t k = 0; k < K; k++)
-                        want[n] += (double)x[k] * deq[n * K + k], mag[n] += fabs((double)x[k] * deq[n * K + k]);
-                }
+                reference(want, mag, x, deq, K, N);
                 dtx_gemv_q4(out, x, q4, s4, K, N);
                 w4 = fmax(w4, worst_rel(out, want, mag, N));
                 free(w), free(x), free(q8), free(q4), free(s8), free(s4), free(deq), free(out), free(want), free(mag);

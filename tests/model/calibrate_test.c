@@ -12,16 +12,7 @@
 enum { VOCAB = 53, LEN = 16, NSEQ = 6 };
 
 static dtx_model *model(uint64_t seed) {
-    dtx_config c = dtx_config_default();
-    c.arch = DTX_ARCH_DIFF;
-    c.dim = 64;
-    c.n_layers = 2;
-    c.n_heads = 2;
-    c.n_kv_heads = 2;
-    c.vocab_size = VOCAB;
-    c.ffn_dim = 96;
-    c.max_seq_len = LEN;
-    c.tie_embeddings = 1;
+    dtx_config c = test_config(DTX_ARCH_DIFF, 64, 2, 2, 2, VOCAB, 96, LEN, 1);
     dtx_model *m = NULL;
     return dtx_model_init(&m, &c, seed) == DTX_OK ? m : NULL;
 }

@@ -15,18 +15,10 @@
 
 enum { VOCAB = 67, T = 24 };
 
+/* ffn 88 is not a multiple of 32: a partial 4-bit group */
 static dtx_config qconfig(dtx_arch arch, int tie) {
-    dtx_config c = dtx_config_default();
-    c.arch = arch;
-    c.dim = 64;
-    c.n_layers = 2;
-    c.n_heads = arch == DTX_ARCH_DIFF ? 2 : 4;
-    c.n_kv_heads = c.n_heads;
-    c.vocab_size = VOCAB;
-    c.ffn_dim = 88; /* not a multiple of 32: a partial 4-bit group */
-    c.max_seq_len = T;
-    c.tie_embeddings = tie;
-    return c;
+    int64_t h = arch == DTX_ARCH_DIFF ? 2 : 4;
+    return test_config(arch, 64, 2, h, h, VOCAB, 88, T, tie);
 }
 
 static void tokens_of(int32_t *t, int64_t n, uint64_t seed) {
