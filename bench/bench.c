@@ -1074,11 +1074,18 @@ typedef struct {
     int64_t ctx0, n;    /* context length at the first decode step, steps timed */
 } decode_result;
 
-/* Greedy-free decoding speed of config b (DIFF or baseline) in precision
- * prec: a prefill of ctx tokens, then n decode steps, timed; 3 rounds, the
- * median. The bound: every weight but the embedding table (one row of it is
- * read) and every cached key and value row, once per step, at 4 bytes
- * (fp32) or 2 (the bf16 copy generation reads). */
+/* The weights a decode step reads: fp32, bf16 (the bf16 copy), and the
+ * three quantised schemes (calibrated on a few sequences of the model's
+ * own random ids: the speed does not depend on the values). */
+enum { DEC_FP32, DEC_BF16, DEC_W8A16, DEC_W8A8, DEC_W4A16, N_DEC };
+static const char *const DEC_NAME[N_DEC] = {"fp32", "bf16", "w8a16", "w8a8", "w4a16"};
+
+/* Greedy-free decoding speed of config b (DIFF or baseline) with weights
+ * prec (DEC_*): a prefill of ctx tokens, then n decode steps, timed; 5
+ * rounds, the median. The bound: every weight but the embedding table (one
+ * row of it is read) and every cached key and value row, once per step, at
+ * their stored size (fp32 4 bytes, the bf16 copy 2, quantised: the codes
+ * and scales). */
 static decode_result decode_bench(const bcfg *b, int diff, int prec, int64_t ctx, int64_t n) {
     decode_result r;
     memset(&r, 0, sizeof r);
@@ -1088,16 +1095,33 @@ static decode_result decode_bench(const bcfg *b, int diff, int prec, int64_t ctx
     dtx_kvcache *kv = NULL;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)ctx);
     float *logits = malloc(sizeof(float) * (size_t)c.vocab_size);
-    if (!toks || !logits || dtx_model_init(&m, &c, 1) || dtx_model_set_precision(m, (dtx_precision)prec) ||
-        dtx_kvcache_init(&kv, m, ctx + n)) {
+    if (!toks || !logits || dtx_model_init(&m, &c, 1) ||
+        dtx_model_set_precision(m, prec == DEC_BF16 ? DTX_PREC_BF16 : DTX_PREC_FP32)) {
         snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
         goto done;
     }
     for (int64_t i = 0; i < ctx; i++) toks[i] = (int32_t)((i * 7919) % c.vocab_size);
+    double emb_row = 4.0 * (double)c.dim; /* bytes of one embedding row as stored */
+    if (prec >= DEC_W8A16) {
+        static const dtx_wquant scheme[N_DEC] = {0, 0, DTX_WQ_W8A16, DTX_WQ_W8A8, DTX_WQ_W4A16};
+        dtx_quant_options o = dtx_quant_options_default(scheme[prec]);
+        o.clip_search = 0;
+        int64_t cl = ctx < 64 ? ctx : 64;
+        if (dtx_model_quantize(m, &o, toks, 4 > ctx / cl ? ctx / cl : 4, cl, NULL)) {
+            snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
+            goto done;
+        }
+        emb_row = prec == DEC_W4A16 ? (double)((c.dim + 31) / 32) * (16 + 4) : (double)c.dim + 4;
+    }
+    if (dtx_kvcache_init(&kv, m, ctx + n)) {
+        snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
+        goto done;
+    }
     int64_t kv_dim = c.dim * c.n_kv_heads / c.n_heads;
-    double weights = (double)dtx_model_num_params(m) - (double)(c.vocab_size - 1) * (double)c.dim;
+    double weight_bytes = prec == DEC_BF16 ? 2.0 * (double)dtx_model_num_params(m) : (double)dtx_model_weight_bytes(m);
+    if (prec == DEC_BF16) emb_row = 2.0 * (double)c.dim;
     double cache = (double)c.n_layers * 2 * (double)kv_dim * ((double)ctx + (double)(n + 1) / 2);
-    r.bytes_tok = weights * (prec ? 2 : 4) + cache * 4;
+    r.bytes_tok = weight_bytes - (double)(c.vocab_size - 1) * emb_row + cache * 4;
     /* 5 rounds, each right after a bandwidth measurement (the machine's
      * bandwidth moves with its other tenants): the medians */
     enum { ROUNDS = 5 };
@@ -1432,15 +1456,20 @@ int main(int argc, char **argv) {
 
     /* ---- 6. decoding: every config of the run, both archs, fp32 and bf16 */
     double bw = NAN;
-    decode_result dec[2][2][2]; /* [config][prec][arch] */
+    decode_result dec[2][N_DEC][2]; /* [config][weights][arch] */
     memset(dec, 0, sizeof dec);
     int ndec = tiny ? 0 : ncfg < 2 ? ncfg : 2;
     if (do_decode) {
         fprintf(stderr, "measuring the memory bandwidth and decoding...\n");
         bw = measure_read_bw(28, 5);
         for (int ci = 0; ci < ndec; ci++)
-            for (int p = 0; p < 2; p++)
-                for (int a = 0; a < 2; a++) dec[ci][p][a] = decode_bench(&cfgs[ci], a == 0, p, 512, quick ? 32 : 64);
+            for (int p = 0; p < N_DEC; p++)
+                for (int a = 0; a < 2; a++) {
+                    double t0 = now_s();
+                    dec[ci][p][a] = decode_bench(&cfgs[ci], a == 0, p, 512, quick ? 32 : 64);
+                    fprintf(stderr, "  decode %s %s %s: %.1f tokens/s (%.0f s)\n", cfgs[ci].name, ARCH[a], DEC_NAME[p],
+                            dec[ci][p][a].tok_s, now_s() - t0);
+                }
     }
 
     /* ---- 7. the peak again; MFU is against the higher of the two measurements */
@@ -1578,22 +1607,25 @@ int main(int argc, char **argv) {
         out("Memory read bandwidth measured in this run: %.1f GB/s at the start of the section (every thread summing a "
             "1 GiB array; best of 5 passes), and again (256 MiB, best of 3) right before each of the 5 timed rounds of "
             "every row, because this shared machine's bandwidth moves with its other tenants. Bound = that bandwidth ÷ "
-            "the bytes each decode step must read: every weight but the embedding table (4 bytes each in fp32; 2 in "
-            "bf16, which decodes from a bf16 copy of the weights) and the cached keys and values (fp32) at the step's "
-            "length. tokens/s, bandwidth and the fraction of the bound are medians over the rounds. ISA: %s.\n\n",
+            "the bytes each decode step must read: every weight but the embedding table as stored (4 bytes each in "
+            "fp32; 2 in bf16, which decodes from a bf16 copy of the weights; quantised (docs/quantize.md): the int8 or "
+            "4-bit codes and their fp32 scales) and the cached keys and values (fp32) at the step's length. tokens/s, "
+            "bandwidth and the fraction of the bound are medians over the rounds; × fp32 is the tokens/s over fp32's "
+            "of the same config and arch. ISA: %s.\n\n",
             bw, isa_col);
-        out("| config | arch | prec | tokens/s | MB per token | bandwidth | bound tokens/s | of bound |\n"
-            "|---|---|---|---:|---:|---:|---:|---:|\n");
+        out("| config | arch | weights | tokens/s | × fp32 | MB per token | bandwidth | bound tokens/s | of bound |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|---:|\n");
         for (int ci = 0; ci < ndec; ci++)
-            for (int p = 0; p < 2; p++)
+            for (int p = 0; p < N_DEC; p++)
                 for (int a = 0; a < 2; a++) {
-                    decode_result *d = &dec[ci][p][a];
+                    decode_result *d = &dec[ci][p][a], *f32 = &dec[ci][DEC_FP32][a];
                     if (!d->ok) {
-                        out("| %s | %s | %s | failed: %s | | | | |\n", cfgs[ci].name, ARCH[a], PREC[p], d->why);
+                        out("| %s | %s | %s | failed: %s | | | | | |\n", cfgs[ci].name, ARCH[a], DEC_NAME[p], d->why);
                         continue;
                     }
-                    out("| %s | %s | %s | %.1f | %.1f | %.1f GB/s | %.1f | %.0f%% |\n", cfgs[ci].name, ARCH[a], PREC[p],
-                        d->tok_s, d->bytes_tok / 1e6, d->bw, d->bw * 1e9 / d->bytes_tok, 100 * d->frac);
+                    out("| %s | %s | %s | %.1f | %.2f | %.1f | %.1f GB/s | %.1f | %.0f%% |\n", cfgs[ci].name, ARCH[a],
+                        DEC_NAME[p], d->tok_s, f32->ok ? d->tok_s / f32->tok_s : NAN, d->bytes_tok / 1e6, d->bw,
+                        d->bw * 1e9 / d->bytes_tok, 100 * d->frac);
                 }
         out("\n");
     }
