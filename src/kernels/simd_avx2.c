@@ -413,28 +413,43 @@ AVX2_FN void dtx_gemv_q8_avx2(float *out, const float *x, const int8_t *q, const
 
 /* Q4: a group's 16 bytes give 32 values (low nibbles the first 16, high the
  * last), widened to floats and multiplied with x, the group's sum scaled
- * into the row's accumulator; a partial last group as in the portable one. */
+ * into the row's accumulator; four rows at a time share the loads of x. A
+ * partial last group reads x from a zero-padded copy (its padding codes are
+ * 0 too), so every group takes the same path. */
+AVX2_INLINE __m256 q4_group(const uint8_t *b, const float *xg, __m256 acc, float scale) {
+    const __m128i low4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)b);
+    __m128i lo = _mm_sub_epi8(_mm_and_si128(v, low4), eight);
+    __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), low4), eight);
+    __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xg), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)));
+    __m256 u = _mm256_mul_ps(_mm256_loadu_ps(xg + 8), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))));
+    t = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 16), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), t);
+    u = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 24), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), u);
+    return _mm256_fmadd_ps(_mm256_add_ps(t, u), _mm256_set1_ps(scale), acc);
+}
+
 AVX2_FN void dtx_gemv_q4_avx2(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N) {
     const int64_t G = DTX_Q4_GROUP, half = G / 2, ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K), full = K / G;
-    const __m128i low4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-    for (int64_t n = 0; n < N; n++) {
+    float xt[DTX_Q4_GROUP] = {0}; /* the partial last group of x, zero-padded */
+    if (full < ng) memcpy(xt, x + full * G, sizeof(float) * (size_t)(K - full * G));
+    int64_t n = 0;
+    for (; n + 4 <= N; n += 4) {
         const uint8_t *r = q + n * rb;
         const float *sc = scale + n * ng;
-        __m256 acc = _mm256_setzero_ps();
-        for (int64_t g = 0; g < full; g++) {
-            __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(r + g * half));
-            __m128i lo = _mm_sub_epi8(_mm_and_si128(b, low4), eight);
-            __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(b, 4), low4), eight);
-            const float *xg = x + g * G;
-            __m256 t = _mm256_mul_ps(_mm256_loadu_ps(xg), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)));
-            t = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 8), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), t);
-            t = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 16), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), t);
-            t = _mm256_fmadd_ps(_mm256_loadu_ps(xg + 24), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), t);
-            acc = _mm256_fmadd_ps(t, _mm256_set1_ps(sc[g]), acc);
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t g = 0; g < ng; g++) {
+            const float *xg = g < full ? x + g * G : xt;
+            a0 = q4_group(r + g * half, xg, a0, sc[g]);
+            a1 = q4_group(r + rb + g * half, xg, a1, sc[ng + g]);
+            a2 = q4_group(r + 2 * rb + g * half, xg, a2, sc[2 * ng + g]);
+            a3 = q4_group(r + 3 * rb + g * half, xg, a3, sc[3 * ng + g]);
         }
-        float tail = 0;
-        if (full < ng) dtx_gemv_q4_portable(&tail, x + full * G, r + full * half, sc + full, K - full * G, 1);
-        out[n] = hsum8(acc) + tail;
+        out[n] = hsum8(a0), out[n + 1] = hsum8(a1), out[n + 2] = hsum8(a2), out[n + 3] = hsum8(a3);
+    }
+    for (; n < N; n++) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t g = 0; g < ng; g++) acc = q4_group(q + n * rb + g * half, g < full ? x + g * G : xt, acc, scale[n * ng + g]);
+        out[n] = hsum8(acc);
     }
 }
 
