@@ -29,7 +29,9 @@
 #             stage on plain language modelling)
 #   evals     difftx eval ppl, needle (Table 2 grid; depth x length), attn-mass
 #             (split by retrieval), outliers, low-bit attention (8/6/4-bit
-#             logits, row and tensor scope, every seed), attn-map
+#             logits, row and tensor scope, every seed), quantised models
+#             (difftx quantize w8a16, w8a8, w4a16: perplexity and needles,
+#             every seed), attn-map
 #   report    tools/report.py -> DIR/REPORT.md and its figures
 #
 # Seed by seed, both architectures of a pair train at the same time, one
@@ -204,6 +206,22 @@ evals_of() { # arch seed: every evaluation of that model, in order
         done
         ev "quant4-$sc-needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" \
             --lengths "$eval_len" --samples "$quant_samples" --seed 1 --attn-bits 4 --attn-scope "$sc"
+    done
+    # quantised models (docs/quantize.md): each scheme calibrated on 300 training windows, then the same
+    # perplexity and needles as the unquantised baseline above (quant16-*)
+    local q qm
+    for q in w8a16 w8a8 w4a16; do
+        qm=${m%.safetensors}.$q.safetensors
+        if [ -z "${EV_LIST:-}" ] && [ ! -s "$qm" ] &&
+            ! { [ -s "$run/eval/wq-$q-ppl-$n.json" ] && [ -s "$run/eval/wq-$q-needle-$n.json" ]; }; then
+            set -- quantize --model "$m" --calib "$run/train.bin" --scheme "$q" --out "$qm"
+            cmdline "$@" > "$run/eval/wq-$q-quantize-$n.cmd"
+            "$bin" "$@" > "$run/eval/wq-$q-quantize-$n.txt" 2>&1 ||
+                { cat "$run/eval/wq-$q-quantize-$n.txt" >&2; die "difftx quantize $q of $n failed"; }
+        fi
+        ev "wq-$q-ppl-$n" ppl --model "$qm" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
+        ev "wq-$q-needle-$n" needle --model "$qm" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
+            --samples "$quant_samples" --seed 1
     done
     [ "$s" = "${seeds[0]}" ] || return 0
     [ -n "${EV_LIST:-}" ] || echo "eval $n: depth x length, maps ($(date +%H:%M:%S))"
