@@ -224,6 +224,17 @@ evals_of() { # arch seed: every evaluation of that model, in order
             --samples "$quant_samples" --seed 1
     done
     [ "$s" = "${seeds[0]}" ] || return 0
+    # the calibration set's size (seed 1): w8a8, whose activation ranges come from it, calibrated on N windows
+    local nc
+    for nc in 16 32 100 300 1000; do
+        qm=${m%.safetensors}.w8a8-c$nc.safetensors
+        if [ -z "${EV_LIST:-}" ] && [ ! -s "$qm" ] && [ ! -s "$run/eval/calib$nc-w8a8-ppl-$n.json" ]; then
+            "$bin" quantize --model "$m" --calib "$run/train.bin" --scheme w8a8 --calib-samples "$nc" --out "$qm" \
+                > "$run/eval/calib$nc-w8a8-quantize-$n.txt" 2>&1 ||
+                { cat "$run/eval/calib$nc-w8a8-quantize-$n.txt" >&2; die "difftx quantize --calib-samples $nc of $n failed"; }
+        fi
+        ev "calib$nc-w8a8-ppl-$n" ppl --model "$qm" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
+    done
     [ -n "${EV_LIST:-}" ] || echo "eval $n: depth x length, maps ($(date +%H:%M:%S))"
     ev "heatmap-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$lengths" \
         --grid "$heat_grid" --samples "$samples" --seed 2

@@ -606,6 +606,30 @@ def section_wquant(r, out):
     out.append("**Verdicts** (per seed, 95% interval): " + "; ".join(parts) + ".\n")
     command(r, out, "quantising, w8a8, DIFF seed 1", "eval/wq-w8a8-quantize-diff-s1")
     command(r, out, "its perplexity", "eval/wq-w8a8-ppl-diff-s1")
+    # the calibration set's size (seed-1 models, w8a8)
+    s1 = r.seeds[0] if r.seeds else 1
+    sizes = (16, 32, 100, 300, 1000)
+    rows = {a: {n: (r.eval(f"calib{n}-w8a8-ppl-{a}-s{s1}") or {}).get("ppl") for n in sizes} for a in ARCHS}
+    base = {a: (r.eval(f"quant16-ppl-{a}-s{s1}") or {}).get("ppl") for a in ARCHS}
+    if any(v for a in ARCHS for v in rows[a].values()):
+        out.append("**The calibration set's size** (w8a8, seed-1 models; deployment tools recommend at least 300 "
+                   "samples): perplexity growth over fp32 by the number of calibration windows.\n")
+        out.append("| windows | " + " | ".join(f"{NAME[a]}" for a in ("transformer", "diff")) + " |")
+        out.append("|---|---|---|")
+        for n in sizes:
+            cells = [f"{100 * (rows[a][n] / base[a] - 1):+.2f}%" if rows[a][n] and base[a] else "n/a"
+                     for a in ("transformer", "diff")]
+            out.append(f"| {n} | " + " | ".join(cells) + " |")
+        out.append("")
+        for a in ("transformer", "diff"):
+            got = [n for n in sizes if rows[a][n]]
+            if len(got) == len(sizes) and base[a]:
+                best = min(rows[a][n] for n in sizes)
+                at300 = rows[a][300]
+                out.append(f"{NAME[a]}: 300 windows give {100 * (at300 / base[a] - 1):+.2f}%, the best size "
+                           f"{100 * (best / base[a] - 1):+.2f}%" + (" (300 is the best)" if at300 == best else "")
+                           + "; 1000 windows " + ("improve on 300" if rows[a][1000] < at300 else "do not improve on 300")
+                           + ".\n")
 
 
 def section_maps(r, out, figs):
