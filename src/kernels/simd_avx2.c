@@ -428,8 +428,70 @@ AVX2_INLINE __m256 q4_group(const uint8_t *b, const float *xg, __m256 acc, float
     return _mm256_fmadd_ps(_mm256_add_ps(t, u), _mm256_set1_ps(scale), acc);
 }
 
+/* The fast path (K <= Q4_XMAX): x is laid out once per call in the order the
+ * codes come out of a 32-byte load of two groups seen as 8 dwords (lane i:
+ * group i/4, bytes 4(i%4) .. 4(i%4)+3; nibble j of a dword: element
+ * 4(i%4) + j/2 + 16(j%2) of its group), so that each nibble is one shift
+ * and one mask away from a float, with no byte shuffles; the codes' offset 8
+ * comes off through the per-lane sums of x. */
+#define Q4_XMAX 16384
+AVX2_FN static void q4_rows_perm(float *out, const float *xp, const float *xs, const uint8_t *q, const float *scale,
+                                 int64_t ng, int64_t rb, int64_t N) {
+    const __m256i mask = _mm256_set1_epi32(0x0F);
+    const __m256 eight = _mm256_set1_ps(8.0f);
+    const int64_t pairs = ng / 2, odd = ng % 2;
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *r = q + n * rb;
+        const float *sc = scale + n * ng;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t p = 0; p <= pairs - 1 + odd; p++) {
+            __m256i v = p < pairs ? _mm256_loadu_si256((const __m256i *)(const void *)(r + 32 * p))
+                                  : _mm256_inserti128_si256(_mm256_setzero_si256(),
+                                                            _mm_loadu_si128((const __m128i *)(const void *)(r + 32 * p)), 0);
+            const float *x8 = xp + 64 * p;
+            __m256 t0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, mask)), _mm256_loadu_ps(x8));
+            __m256 t1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4), mask)),
+                                      _mm256_loadu_ps(x8 + 8));
+            t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8), mask)),
+                                 _mm256_loadu_ps(x8 + 16), t0);
+            t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 12), mask)),
+                                 _mm256_loadu_ps(x8 + 24), t1);
+            t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 16), mask)),
+                                 _mm256_loadu_ps(x8 + 32), t0);
+            t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 20), mask)),
+                                 _mm256_loadu_ps(x8 + 40), t1);
+            t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 24), mask)),
+                                 _mm256_loadu_ps(x8 + 48), t0);
+            t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(v, 28)), _mm256_loadu_ps(x8 + 56), t1);
+            __m256 t = _mm256_fnmadd_ps(eight, _mm256_loadu_ps(xs + 8 * p), _mm256_add_ps(t0, t1));
+            __m256 s2 = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(sc[2 * p])),
+                                             _mm_set1_ps(p < pairs ? sc[2 * p + 1] : 0.0f), 1);
+            acc = _mm256_fmadd_ps(t, s2, acc);
+        }
+        out[n] = hsum8(acc);
+    }
+}
+
 AVX2_FN void dtx_gemv_q4_avx2(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N) {
-    const int64_t G = DTX_Q4_GROUP, half = G / 2, ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K), full = K / G;
+    const int64_t G = DTX_Q4_GROUP, ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K);
+    if (ng * G <= Q4_XMAX) {
+        float xp[Q4_XMAX + 64], xs[Q4_XMAX / 8 + 8]; /* x in the codes' order, zero past K; per-lane sums */
+        int64_t np = (ng + 1) / 2;
+        for (int64_t p = 0; p < np; p++)
+            for (int i = 0; i < 8; i++) {
+                float sum = 0;
+                for (int j = 0; j < 8; j++) {
+                    int64_t e = p * 64 + (i / 4) * 32 + 4 * (i % 4) + j / 2 + 16 * (j % 2);
+                    float v = e < K ? x[e] : 0.0f;
+                    xp[64 * p + 8 * j + i] = v;
+                    sum += v;
+                }
+                xs[8 * p + i] = sum;
+            }
+        q4_rows_perm(out, xp, xs, q, scale, ng, rb, N);
+        return;
+    }
+    const int64_t half = G / 2, full = K / G; /* K past Q4_XMAX: one group at a time */
     float xt[DTX_Q4_GROUP] = {0}; /* the partial last group of x, zero-padded */
     if (full < ng) memcpy(xt, x + full * G, sizeof(float) * (size_t)(K - full * G));
     int64_t n = 0;
