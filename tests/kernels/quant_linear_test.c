@@ -203,3 +203,23 @@ TEST(kernel_quant_linear_gemv_threads_do_not_change_bits) {
     }
     free(w), free(x), free(q8), free(xq), free(q4), free(s8), free(s4);
 }
+
+/* Rows wider than the AVX2 kernel's laid-out copy of x (16384) take its group-at-a-time path. */
+TEST(kernel_quant_linear_gemv_q4_wide_rows) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 1306);
+    int64_t K = 16384 + 40, N = 5, ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K);
+    float *w = randf(&r, (size_t)(N * K), 0.5), *x = randf(&r, (size_t)K, 1.0), *deq = malloc(sizeof(float) * (size_t)(N * K));
+    uint8_t *q4 = malloc((size_t)(N * rb));
+    float *s4 = malloc(sizeof(float) * (size_t)(N * ng)), out[5];
+    double want[5], mag[5];
+    for (int64_t n = 0; n < N; n++) dtx_q4_quantize_row(q4 + n * rb, s4 + n * ng, w + n * K, K, 1.0f);
+    dtx_q4_dequantize(deq, q4, s4, N, K);
+    reference(want, mag, x, deq, K, N);
+    FOR_EACH_ISA(lvl) {
+        dtx_gemv_q4(out, x, q4, s4, K, N);
+        double e = worst_rel(out, want, mag, N);
+        CHECKF(e < 1e-6, "gemv q4, K %lld (%s): relative error %.3g", (long long)K, dtx_isa_name(lvl), e);
+    }
+    free(w), free(x), free(deq), free(q4), free(s4);
+}
