@@ -282,5 +282,4 @@ if [ $quick = 0 ] && [ -z "$dir" ]; then
 fi
 echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/REPORT.md"
 }
-main "$@"
-exit
+main "$@"; exit  # one line: bash parses it whole before main runs, so an edit to this file cannot change what follows

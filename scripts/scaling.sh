@@ -152,5 +152,4 @@ echo $(( $(cat "$run/seconds.txt" 2>/dev/null || echo 0) + $(date +%s) - t_all )
     --seconds "$(cat "$run/seconds.txt")"
 echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/SCALING.md"
 }
-main "$@"
-exit
+main "$@"; exit  # one line: bash parses it whole before main runs, so an edit to this file cannot change what follows
