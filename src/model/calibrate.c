@@ -123,18 +123,6 @@ static float act_scale(input_stats *s, const dtx_quant_options *o) {
     return (float)(range / 127.0);
 }
 
-/* Rows x [R, K] as inference rounds a layer's input: bf16 (a16) or the int8 grid of scale (W8A8). */
-static void round_rows(float *x, int64_t n, dtx_wquant scheme, float scale) {
-    if (scheme != DTX_WQ_W8A8) {
-        dtx_bf16_round_portable(x, x, (size_t)n);
-        return;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        float q = rintf(x[i] / scale);
-        x[i] = scale * (q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
-    }
-}
-
 /* Row n of w [K] quantised with clip c (as dtx_model_quantize_weights does) and dequantised into out [K]. */
 static void fake_quant_row(float *out, const float *w, int64_t K, int bits, float c, int8_t *q8, uint8_t *q4,
                            float *s4) {
@@ -259,7 +247,7 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
         }
         int64_t R = in[j].n_rows, K = t->shape[1];
         /* rounded in place: the tensors that share an input round it again to the same values */
-        round_rows(in[j].rows, R * K, o->scheme, scale_of[j]);
+        dtx_model_round_inputs(o->scheme, scale_of[j], in[j].rows, in[j].rows, R * K);
         st = search_clip(m, i, o->scheme == DTX_WQ_W4A16 ? 4 : 8, in[j].rows, R, clip[i], &clip_sum);
         clip_n += t->shape[0];
     }

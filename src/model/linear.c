@@ -45,17 +45,15 @@ static void dequant_rows(const dtx_qweight *w, float *out, int64_t n0, int64_t n
                           K);
 }
 
-/* x [K] as the one-row kernels see it: bf16-rounded (a16), or on the int8
- * grid in_scale·clamp(rint(x/in_scale)) (W8A8). */
-static void round_input(const dtx_model *m, const dtx_qweight *w, float *out, const float *x, int64_t K) {
-    if (m->wquant == DTX_WQ_W8A8) {
-        float s = w->in_scale, inv = 1.0f / s;
-        for (int64_t k = 0; k < K; k++) {
-            float r = rintf(x[k] * inv);
-            out[k] = s * (r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
-        }
-    } else {
-        dtx_bf16_round_portable(out, x, (size_t)K);
+void dtx_model_round_inputs(dtx_wquant scheme, float scale, float *out, const float *x, int64_t n) {
+    if (scheme != DTX_WQ_W8A8) {
+        dtx_bf16_round_portable(out, x, (size_t)n);
+        return;
+    }
+    float inv = 1.0f / scale;
+    for (int64_t k = 0; k < n; k++) {
+        float r = rintf(x[k] * inv);
+        out[k] = scale * (r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
     }
 }
 
@@ -82,7 +80,7 @@ static void quant_rows(const dtx_model *m, float *out, const float *x, const dtx
     float *wb = m->qscratch, *xb = wb + nb * K, *ob = xb + QROWS * K;
     for (int64_t m0 = 0; m0 < M; m0 += QROWS) {
         int64_t mb = M - m0 < QROWS ? M - m0 : QROWS;
-        for (int64_t r = 0; r < mb; r++) round_input(m, w, xb + r * K, x + (m0 + r) * K, K);
+        dtx_model_round_inputs(m->wquant, w->in_scale, xb, x + m0 * K, mb * K);
         for (int64_t n0 = 0; n0 < N; n0 += nb) {
             int64_t cols = N - n0 < nb ? N - n0 : nb;
             dequant_rows(w, wb, n0, cols);
@@ -152,9 +150,8 @@ void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64
 void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real *k, int64_t nk) {
 #ifndef DTX_DOUBLE
     if (m->wquant != DTX_WQ_W8A8) return;
-    dtx_qweight tq = {.in_scale = m->qk_scale[2 * l]}, tk = {.in_scale = m->qk_scale[2 * l + 1]};
-    round_input(m, &tq, q, q, nq);
-    round_input(m, &tk, k, k, nk);
+    dtx_model_round_inputs(m->wquant, m->qk_scale[2 * l], q, q, nq);
+    dtx_model_round_inputs(m->wquant, m->qk_scale[2 * l + 1], k, k, nk);
 #else
     (void)m, (void)l, (void)q, (void)nq, (void)k, (void)nk;
 #endif

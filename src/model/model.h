@@ -138,6 +138,12 @@ void dtx_model_linear(const dtx_model *m, real *out, const real *x, size_t off, 
  * the fp32 weights. xrow: scratch of K values. */
 void dtx_model_linear_row(const dtx_model *m, real *out, const real *x, size_t off, int64_t K, int64_t N,
                           const uint16_t *wbf, real *xrow);
+#ifndef DTX_DOUBLE
+/* x [n] as a quantised linear layer sees its input: bf16-rounded (a16), or
+ * for W8A8 on the int8 grid scale·clamp(rint(x/scale), −127, 127). In place
+ * when out == x. */
+void dtx_model_round_inputs(dtx_wquant scheme, float scale, float *out, const float *x, int64_t n);
+#endif
 /* W8A8: q [n, n_heads·head_dim] and k [n, n_kv_heads·head_dim] of layer l
  * rounded to their int8 grids (the attention's int8 inputs); otherwise a
  * no-op. */
