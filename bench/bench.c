@@ -29,6 +29,7 @@
  *     one configuration in this process (for profiling by hand)
  * Internal: --serve ..., --attn-child ....                                   */
 #include <errno.h>
+#include <inttypes.h>
 #include <immintrin.h>
 #include <math.h>
 #include <omp.h>
@@ -311,11 +312,15 @@ static double measure_peak_nt(int bf16, int trials, int nt) {
 typedef struct {
     const char *name;
     int64_t dim, layers, heads, ffn, vocab, T, B; /* heads: DIFF heads (baseline 2×) */
+    int tie;                                      /* output projection = the embedding table */
 } bcfg;
 
-static const bcfg CFG_S = {"S", 512, 8, 4, 1408, 8192, 1024, 8};
-static const bcfg CFG_L = {"L", 768, 12, 6, 2048, 8192, 2048, 4};
-static const bcfg CFG_S16K = {"S16K", 512, 8, 4, 1408, 8192, 16384, 1};
+static const bcfg CFG_S = {"S", 512, 8, 4, 1408, 8192, 1024, 8, 0};
+static const bcfg CFG_L = {"L", 768, 12, 6, 2048, 8192, 2048, 4, 0};
+static const bcfg CFG_S16K = {"S16K", 512, 8, 4, 1408, 8192, 16384, 1, 0};
+/* decoding only: llama2.c's stories110M shape (tied embeddings, 109.5M
+ * parameters; the baseline's 12 heads of 64 are its layout), beside runq */
+static const bcfg CFG_110M = {"110M", 768, 12, 6, 2048, 32000, 1024, 1, 1};
 
 static int find_cfg(const char *name, bcfg *out) {
     if (!strcmp(name, "S")) *out = CFG_S;
@@ -335,7 +340,7 @@ static dtx_config make_config(const bcfg *b, int diff) {
     c.vocab_size = b->vocab;
     c.ffn_dim = b->ffn;
     c.max_seq_len = b->T;
-    c.tie_embeddings = 0; /* untied, LLaMA style (the FLOPs are the same either way) */
+    c.tie_embeddings = b->tie; /* S, L: untied, LLaMA style (the FLOPs are the same either way) */
     return diff ? c : dtx_config_baseline(&c);
 }
 
@@ -705,7 +710,7 @@ static int serve_main(int argc, char **argv) {
         return 2;
     }
     bcfg b = {"custom", atoll(argv[2]), atoll(argv[3]), atoll(argv[4]), atoll(argv[5]),
-              atoll(argv[6]), atoll(argv[7]), atoll(argv[8])};
+              atoll(argv[6]), atoll(argv[7]), atoll(argv[8]), 0};
     int diff = !strcmp(argv[9], "diff"), bf16 = !strcmp(argv[10], "bf16");
     char err[300];
     bmodel bm;
@@ -1071,6 +1076,7 @@ typedef struct {
     double bytes_tok;   /* bytes every decode step must read (weights + cache)  */
     double bw, frac;    /* median of the rounds: bandwidth just before, and the
                          * fraction of that bandwidth's bound reached          */
+    double mem_mb;      /* resident memory the model and its cache added, MB    */
     int64_t ctx0, n;    /* context length at the first decode step, steps timed */
 } decode_result;
 
@@ -1080,12 +1086,14 @@ typedef struct {
 enum { DEC_FP32, DEC_BF16, DEC_W8A16, DEC_W8A8, DEC_W4A16, N_DEC };
 static const char *const DEC_NAME[N_DEC] = {"fp32", "bf16", "w8a16", "w8a8", "w4a16"};
 
-/* Greedy-free decoding speed of config b (DIFF or baseline) with weights
- * prec (DEC_*): a prefill of ctx tokens, then n decode steps, timed; 5
- * rounds, the median. The bound: every weight but the embedding table (one
- * row of it is read) and every cached key and value row, once per step, at
- * their stored size (fp32 4 bytes, the bf16 copy 2, quantised: the codes
- * and scales). */
+/* Decoding speed of config b (DIFF or baseline) with weights prec (DEC_*):
+ * a prefill of ctx tokens, then n decode steps, timed; 5 rounds, the median.
+ * The bound: every weight and every cached key and value row, once per step,
+ * at their stored size (fp32 4 bytes, the bf16 copy 2, quantised: the codes
+ * and scales), but of an untied embedding table only the one row looked up.
+ * Memory: the growth of the process's resident set from before the model
+ * exists to after its first prefill (weights in every form it keeps, cache,
+ * scratch). */
 static decode_result decode_bench(const bcfg *b, int diff, int prec, int64_t ctx, int64_t n) {
     decode_result r;
     memset(&r, 0, sizeof r);
@@ -1093,21 +1101,22 @@ static decode_result decode_bench(const bcfg *b, int diff, int prec, int64_t ctx
     c.max_seq_len = ctx + n;
     dtx_model *m = NULL;
     dtx_kvcache *kv = NULL;
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)ctx);
+    int64_t ncal = 4, lcal = 64; /* calibration: 4 sequences of 64 ids */
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(ncal * lcal > ctx ? ncal * lcal : ctx));
     float *logits = malloc(sizeof(float) * (size_t)c.vocab_size);
+    long rss0 = proc_status_kib("VmRSS:");
     if (!toks || !logits || dtx_model_init(&m, &c, 1) ||
         dtx_model_set_precision(m, prec == DEC_BF16 ? DTX_PREC_BF16 : DTX_PREC_FP32)) {
         snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
         goto done;
     }
-    for (int64_t i = 0; i < ctx; i++) toks[i] = (int32_t)((i * 7919) % c.vocab_size);
+    for (int64_t i = 0; i < ncal * lcal || i < ctx; i++) toks[i] = (int32_t)((i * 7919) % c.vocab_size);
     double emb_row = 4.0 * (double)c.dim; /* bytes of one embedding row as stored */
     if (prec >= DEC_W8A16) {
         static const dtx_wquant scheme[N_DEC] = {0, 0, DTX_WQ_W8A16, DTX_WQ_W8A8, DTX_WQ_W4A16};
         dtx_quant_options o = dtx_quant_options_default(scheme[prec]);
         o.clip_search = 0;
-        int64_t cl = ctx < 64 ? ctx : 64;
-        if (dtx_model_quantize(m, &o, toks, 4 > ctx / cl ? ctx / cl : 4, cl, NULL)) {
+        if (dtx_model_quantize(m, &o, toks, ncal, lcal, NULL)) {
             snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
             goto done;
         }
@@ -1121,7 +1130,7 @@ static decode_result decode_bench(const bcfg *b, int diff, int prec, int64_t ctx
     double weight_bytes = prec == DEC_BF16 ? 2.0 * (double)dtx_model_num_params(m) : (double)dtx_model_weight_bytes(m);
     if (prec == DEC_BF16) emb_row = 2.0 * (double)c.dim;
     double cache = (double)c.n_layers * 2 * (double)kv_dim * ((double)ctx + (double)(n + 1) / 2);
-    r.bytes_tok = weight_bytes - (double)(c.vocab_size - 1) * emb_row + cache * 4;
+    r.bytes_tok = weight_bytes - (c.tie_embeddings ? 0 : (double)(c.vocab_size - 1) * emb_row) + cache * 4;
     /* 5 rounds, each right after a bandwidth measurement (the machine's
      * bandwidth moves with its other tenants): the medians */
     enum { ROUNDS = 5 };
@@ -1132,6 +1141,7 @@ static decode_result decode_bench(const bcfg *b, int diff, int prec, int64_t ctx
             snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
             goto done;
         }
+        if (round == 0) r.mem_mb = (double)(proc_status_kib("VmRSS:") - rss0) * 1024 / 1e6;
         bw[round] = measure_read_bw(26, 3); /* 256 MiB */
         double t0 = now_s();
         for (int64_t i = 0; i < n; i++)
@@ -1152,6 +1162,39 @@ done:
     dtx_model_free(m);
     free(toks), free(logits);
     return r;
+}
+
+/* llama2.c's run (fp32) and runq (int8) at the stories110M shape, through
+ * bench/runq.sh: tokens/s of each (the median of `rounds` runs of n tokens),
+ * NAN and the reason in why when it could not run. */
+static void llama2c_bench(int n, int rounds, double *run, double *runq, char *why, size_t cap) {
+    *run = *runq = NAN;
+    why[0] = 0;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "bench/runq.sh build/llama2c %d %d 2>build/llama2c.err", n, rounds);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        snprintf(why, cap, "could not start bench/runq.sh");
+        return;
+    }
+    char line[256], name[16];
+    double v;
+    while (fgets(line, sizeof line, p))
+        if (sscanf(line, "%15s %lf", name, &v) == 2) {
+            if (!strcmp(name, "run")) *run = v;
+            else if (!strcmp(name, "runq")) *runq = v;
+        }
+    int rc = pclose(p);
+    if (rc != 0 || isnan(*run) || isnan(*runq)) {
+        FILE *e = fopen("build/llama2c.err", "r");
+        char msg[256] = "";
+        if (e) {
+            while (fgets(line, sizeof line, e)) snprintf(msg, sizeof msg, "%s", line); /* the last line */
+            fclose(e);
+        }
+        msg[strcspn(msg, "\n")] = 0;
+        snprintf(why, cap, "bench/runq.sh: %.200s", msg[0] ? msg : "no tokens/s line");
+    }
 }
 
 static int file_exists(const char *p) {
@@ -1305,7 +1348,7 @@ int main(int argc, char **argv) {
     bcfg cfgs[2];
     int ncfg = 0;
     if (tiny) { /* a harness smoke test: seconds, meaningless numbers */
-        cfgs[0] = (bcfg){"tiny", 128, 2, 2, 352, 512, 128, 2};
+        cfgs[0] = (bcfg){"tiny", 128, 2, 2, 352, 512, 128, 2, 0};
         ncfg = 1;
     } else if (quick) {
         cfgs[0] = CFG_S;
@@ -1454,22 +1497,36 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* ---- 6. decoding: every config of the run, both archs, fp32 and bf16 */
+    /* ---- 6. decoding: config S and the 110M shape (QUICK: S), both archs,
+     * every weight format; llama2.c's run and runq at the 110M shape */
     double bw = NAN;
+    bcfg dcfgs[2];
+    int ndec = 0;
+    if (!tiny) dcfgs[ndec++] = CFG_S;
+    if (!quick) dcfgs[ndec++] = CFG_110M;
+    /* a short prompt, then a context growing to 256, as llama2.c's -n 256 */
+    int64_t dec_ctx = 8, dec_n = quick ? 56 : 248;
     decode_result dec[2][N_DEC][2]; /* [config][weights][arch] */
     memset(dec, 0, sizeof dec);
-    int ndec = tiny ? 0 : ncfg < 2 ? ncfg : 2;
-    if (do_decode) {
+    double l2c_run = NAN, l2c_runq = NAN;
+    char l2c_why[256] = "not run (QUICK)";
+    if (do_decode && ndec) {
         fprintf(stderr, "measuring the memory bandwidth and decoding...\n");
         bw = measure_read_bw(28, 5);
         for (int ci = 0; ci < ndec; ci++)
             for (int p = 0; p < N_DEC; p++)
                 for (int a = 0; a < 2; a++) {
                     double t0 = now_s();
-                    dec[ci][p][a] = decode_bench(&cfgs[ci], a == 0, p, 512, quick ? 32 : 64);
-                    fprintf(stderr, "  decode %s %s %s: %.1f tokens/s (%.0f s)\n", cfgs[ci].name, ARCH[a], DEC_NAME[p],
+                    dec[ci][p][a] = decode_bench(&dcfgs[ci], a == 0, p, dec_ctx, dec_n);
+                    fprintf(stderr, "  decode %s %s %s: %.1f tokens/s (%.0f s)\n", dcfgs[ci].name, ARCH[a], DEC_NAME[p],
                             dec[ci][p][a].tok_s, now_s() - t0);
                 }
+        if (!quick) {
+            fprintf(stderr, "  llama2.c run and runq (bench/runq.sh)...\n");
+            llama2c_bench((int)(dec_ctx + dec_n), 3, &l2c_run, &l2c_runq, l2c_why, sizeof l2c_why);
+            fprintf(stderr, "  llama2.c: run %.1f, runq %.1f tokens/s%s%s\n", l2c_run, l2c_runq, l2c_why[0] ? ": " : "",
+                    l2c_why);
+        }
     }
 
     /* ---- 7. the peak again; MFU is against the higher of the two measurements */
@@ -1603,31 +1660,51 @@ int main(int argc, char **argv) {
     }
 
     if (do_decode && ndec) {
-        out("## Decoding (KV cache, batch 1, context 512 → 512 + n)\n\n");
-        out("Memory read bandwidth measured in this run: %.1f GB/s at the start of the section (every thread summing a "
-            "1 GiB array; best of 5 passes), and again (256 MiB, best of 3) right before each of the 5 timed rounds of "
-            "every row, because this shared machine's bandwidth moves with its other tenants. Bound = that bandwidth ÷ "
-            "the bytes each decode step must read: every weight but the embedding table as stored (4 bytes each in "
-            "fp32; 2 in bf16, which decodes from a bf16 copy of the weights; quantised (docs/quantize.md): the int8 or "
-            "4-bit codes and their fp32 scales) and the cached keys and values (fp32) at the step's length. tokens/s, "
-            "bandwidth and the fraction of the bound are medians over the rounds; × fp32 is the tokens/s over fp32's "
-            "of the same config and arch. ISA: %s.\n\n",
+        out("## Decoding (KV cache, batch 1, a prompt of %" PRId64 " tokens, then %" PRId64 " decode steps)\n\n", dec_ctx,
+            dec_n);
+        out("Configs: S, and 110M: llama2.c's stories110M shape (dim 768, 12 layers, ffn 2048, vocab 32000, tied "
+            "embeddings; DIFF 6 heads, the Transformer 12 heads of 64 as llama2.c). Memory read bandwidth measured in "
+            "this run: %.1f GB/s at the start of the section (every thread summing a 1 GiB array; best of 5 passes), and "
+            "again (256 MiB, best of 3) right before each of the 5 timed rounds of every row, because this shared "
+            "machine's bandwidth moves with its other tenants. Bound = that bandwidth ÷ the bytes each decode step must "
+            "read: every weight as stored (4 bytes each in fp32; 2 in bf16, which decodes from a bf16 copy of the "
+            "weights; quantised (docs/quantize.md): the int8 or 4-bit codes and their fp32 scales), of an untied "
+            "embedding table only the row looked up, and the cached keys and values (fp32) at the step's length. "
+            "tokens/s, bandwidth and the fraction of the bound are medians over the rounds; × fp32 is the tokens/s "
+            "over fp32's of the same config and arch; memory is the resident memory the model, its cache and scratch "
+            "added to the process. ISA: %s.\n\n",
             bw, isa_col);
-        out("| config | arch | weights | tokens/s | × fp32 | MB per token | bandwidth | bound tokens/s | of bound |\n"
-            "|---|---|---|---:|---:|---:|---:|---:|---:|\n");
+        out("| config | arch | weights | tokens/s | × fp32 | memory MB | MB per token | bandwidth | bound tokens/s | of "
+            "bound |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
         for (int ci = 0; ci < ndec; ci++)
             for (int p = 0; p < N_DEC; p++)
                 for (int a = 0; a < 2; a++) {
                     decode_result *d = &dec[ci][p][a], *f32 = &dec[ci][DEC_FP32][a];
                     if (!d->ok) {
-                        out("| %s | %s | %s | failed: %s | | | | | |\n", cfgs[ci].name, ARCH[a], DEC_NAME[p], d->why);
+                        out("| %s | %s | %s | failed: %s | | | | | | |\n", dcfgs[ci].name, ARCH[a], DEC_NAME[p], d->why);
                         continue;
                     }
-                    out("| %s | %s | %s | %.1f | %.2f | %.1f | %.1f GB/s | %.1f | %.0f%% |\n", cfgs[ci].name, ARCH[a],
-                        DEC_NAME[p], d->tok_s, f32->ok ? d->tok_s / f32->tok_s : NAN, d->bytes_tok / 1e6, d->bw,
-                        d->bw * 1e9 / d->bytes_tok, 100 * d->frac);
+                    out("| %s | %s | %s | %.1f | %.2f | %.0f | %.1f | %.1f GB/s | %.1f | %.0f%% |\n", dcfgs[ci].name,
+                        ARCH[a], DEC_NAME[p], d->tok_s, f32->ok ? d->tok_s / f32->tok_s : NAN, d->mem_mb,
+                        d->bytes_tok / 1e6, d->bw, d->bw * 1e9 / d->bytes_tok, 100 * d->frac);
                 }
         out("\n");
+        if (!quick) {
+            out("llama2.c at the same shape, same run (bench/runq.sh: its Makefile's `runomp` flags, %d threads, a "
+                "random model exported by its export.py, `-t 0 -n %" PRId64 "`, the median of 3 runs of its own "
+                "\"achieved tok/s\"; runq: int8 weights and activations in groups of 64): ",
+                threads, dec_ctx + dec_n);
+            if (l2c_why[0]) out("not measured: %s.\n\n", l2c_why);
+            else {
+                out("run (fp32) %.1f tokens/s, runq %.1f tokens/s.\n\n| 110M | DIFF | Transformer |\n|---|---:|---:|\n",
+                    l2c_run, l2c_runq);
+                for (int p = 0; p < N_DEC; p++)
+                    out("| %s ÷ runq | %.2f× | %.2f× |\n", DEC_NAME[p], dec[1][p][0].ok ? dec[1][p][0].tok_s / l2c_runq : NAN,
+                        dec[1][p][1].ok ? dec[1][p][1].tok_s / l2c_runq : NAN);
+                out("| fp32 ÷ run | %.2f× | %.2f× |\n\n", dec[1][0][0].ok ? dec[1][0][0].tok_s / l2c_run : NAN,
+                    dec[1][0][1].ok ? dec[1][0][1].tok_s / l2c_run : NAN);
+            }
+        }
     }
 
     /* ---- peak again, targets */
@@ -1669,9 +1746,27 @@ int main(int argc, char **argv) {
             for (int a = 0; a < 2; a++) {
                 decode_result *d = &dec[ci][0][a];
                 double frac = d->ok ? d->frac : NAN;
-                out("| %s %s fp32 decode ≥ 85%% of the memory-bandwidth bound | %.0f%% | %s |\n", cfgs[ci].name, ARCH[a],
+                out("| %s %s fp32 decode ≥ 85%% of the memory-bandwidth bound | %.0f%% | %s |\n", dcfgs[ci].name, ARCH[a],
                     100 * frac, isnan(frac) ? "–" : frac >= 0.85 ? "yes" : "**no**");
             }
+        /* quantised decoding at 110M: a quarter (int8) or about a sixth (4-bit) of fp32's bytes */
+        for (int ci = 0; ci < ndec && do_decode; ci++) {
+            if (dcfgs[ci].vocab != CFG_110M.vocab) continue;
+            static const int qp[3] = {DEC_W8A16, DEC_W8A8, DEC_W4A16};
+            for (int j = 0; j < 3; j++)
+                for (int a = 0; a < 2; a++) {
+                    decode_result *d = &dec[ci][qp[j]][a], *f0 = &dec[ci][DEC_FP32][a];
+                    double want = qp[j] == DEC_W4A16 ? 4.5 : 3.0, x = d->ok && f0->ok ? d->tok_s / f0->tok_s : NAN;
+                    out("| 110M %s %s decode ≥ %.1f× fp32 tokens/s | %.2f× | %s |\n", ARCH[a], DEC_NAME[qp[j]], want, x,
+                        isnan(x) ? "–" : x >= want ? "yes" : "**no**");
+                }
+            for (int j = 0; j < 2; j++) { /* int8 against llama2.c's int8, at its own head layout */
+                decode_result *d = &dec[ci][qp[j]][1];
+                double x = d->ok ? d->tok_s / l2c_runq : NAN;
+                out("| 110M Transformer %s decode ≥ 1.5× llama2.c runq | %.2f× | %s |\n", DEC_NAME[qp[j]], x,
+                    isnan(x) ? "–" : x >= 1.5 ? "yes" : "**no**");
+            }
+        }
         if (quick)
             out("\n(%s: the targets are judged on `make bench`.)\n",
                 tiny ? "TINY harness test" : "QUICK: config S at batch 2 only");

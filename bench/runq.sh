@@ -4,7 +4,7 @@
 # groups of 64) with the compiler flags of its Makefile's `runomp` target,
 # exports a randomly initialised model of the stories110M shape (dim 768,
 # 12 layers, 12 heads, vocab 32000, hidden 2048, context 1024) in both of its
-# formats with its own export.py, and prints one line per program:
+# formats with its own export.py (run reads the legacy format, runq version 2), and prints one line per program:
 #     run  TOKENS_PER_S
 #     runq TOKENS_PER_S
 # the median of ROUNDS runs generating N tokens greedily from a short prompt
@@ -37,15 +37,15 @@ for p in run runq; do # llama2.c's Makefile, target runomp
     [ -x $p ] || gcc -Ofast -fopenmp -march=native $p.c -lm -o $p
 done
 if [ ! -s q80.bin ] || [ ! -s fp32.bin ]; then
-    /usr/bin/python3 - <<'EOF'
+    /usr/bin/python3 - >&2 <<'EOF'
 import torch
 from model import ModelArgs, Transformer
-from export import version1_export, version2_export
+from export import legacy_export, version2_export
 torch.manual_seed(0)
 m = Transformer(ModelArgs(dim=768, n_layers=12, n_heads=12, n_kv_heads=12, vocab_size=32000, multiple_of=32,
                           max_seq_len=1024, dropout=0.0))
 m.eval()
-version1_export(m, "fp32.bin")
+legacy_export(m, "fp32.bin")
 version2_export(m, "q80.bin")
 EOF
 fi
@@ -54,7 +54,7 @@ for p in run runq; do
     [ $p = runq ] && model=q80.bin
     rates=()
     for _ in $(seq "$rounds"); do
-        r=$(./$p $model -t 0 -n "$n" -i "Once upon a time" 2>&1 | sed -n 's/^achieved tok\/s: \([0-9.]*\).*/\1/p')
+        r=$(./$p $model -t 0 -n "$n" -i "Once upon a time" 2>&1 | sed -n 's/.*achieved tok\/s: \([0-9.]*\).*/\1/p')
         [ -n "$r" ] || { echo "runq.sh: $p printed no tok/s line" >&2; exit 1; }
         rates+=("$r")
     done

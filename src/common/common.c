@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,15 @@ void *dtx_alloc(size_t count, size_t elem_size) {
     void *p = aligned_alloc(64, bytes);
     if (!p) dtx_fail(DTX_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
     return p;
+}
+
+void dtx_release_zero(void *p, size_t bytes) {
+    memset(p, 0, bytes);
+    /* whole pages inside the range go back to the system; they read as zero again when touched */
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e = ((uintptr_t)p + bytes) & ~((uintptr_t)pg - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
 void *dtx_calloc(size_t count, size_t elem_size) {

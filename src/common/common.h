@@ -20,6 +20,9 @@ void dtx_clear_error(void);
  * on an element count whose byte size overflows. Free with free(). */
 void *dtx_alloc(size_t count, size_t elem_size);
 void *dtx_calloc(size_t count, size_t elem_size);
+/* Zero p[0, bytes) and hand the whole pages inside it back to the system
+ * (they read as zero when touched again): memory a model no longer reads. */
+void dtx_release_zero(void *p, size_t bytes);
 
 /* Reads all of f (binary) into a malloc'd, NUL-terminated buffer; name is
  * used in the failure message (DTX_ERR_IO or DTX_ERR_NOMEM). */

@@ -288,6 +288,7 @@ dtx_status dtx_model_load(dtx_model **out, const char *path) {
     if ((st = quant_from_meta(&f, path, &wq))) goto done;
     if ((st = dtx_model_alloc(&m, &c))) goto done;
     if (wq != DTX_WQ_NONE && (st = dtx_model_alloc_quant(m, wq))) goto done;
+    dtx_model_release_quantised_fp32(m);
     if ((st = load_tensors(m, &f, path))) goto done;
     if ((st = keep_extra_meta(m, &f))) goto done;
 done:

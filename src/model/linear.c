@@ -220,8 +220,8 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
         }
         int reads_input = t->offset != m->tok_emb || m->cfg.tie_embeddings; /* an untied embedding is a lookup */
         w->in_scale = scheme == DTX_WQ_W8A8 && reads_input ? in_scales[i] : 0;
-        memset(p, 0, sizeof(float) * t->numel);
     }
+    dtx_model_release_quantised_fp32(m);
     if (scheme == DTX_WQ_W8A8) memcpy(m->qk_scale, qk, sizeof(float) * 2 * (size_t)m->cfg.n_layers);
     return DTX_OK;
 #endif
@@ -245,6 +245,11 @@ dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme) {
     m->wquant = scheme;
     return DTX_OK;
 #endif
+}
+
+void dtx_model_release_quantised_fp32(dtx_model *m) {
+    for (int i = 0; m->qw && i < m->n_tensors; i++)
+        if (m->qw[i].bits) dtx_release_zero(m->params + m->tensors[i].offset, sizeof(real) * m->tensors[i].numel);
 }
 
 void dtx_model_free_quant(dtx_model *m) {

@@ -167,6 +167,9 @@ size_t dtx_model_qweight_layout(dtx_model *m, dtx_wquant scheme, unsigned char *
  * marks m quantised; dtx_model_free_quant undoes it (dtx_model_free calls it). */
 dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme);
 void dtx_model_free_quant(dtx_model *m);
+/* Zero the fp32 parameters of every quantised tensor and give their memory
+ * back: a quantised model keeps only the codes and scales resident. */
+void dtx_model_release_quantised_fp32(dtx_model *m);
 
 /* Bytes held by the activations of the last forward (0 before any). */
 size_t dtx_model_activation_bytes(const dtx_model *m);
