@@ -298,10 +298,19 @@ AVX2_INLINE __m256 maskload_w_bf16(const uint16_t *p, __m256i m, int64_t n) {
     return load_w_bf16(t);
 }
 
+/* Int8 rows are read 4x faster than the hardware prefetcher brings them from
+ * memory (1/4 of fp32's bytes per multiply-add): the next 8 rows (contiguous
+ * in a weight) are fetched by hand, one 64-byte line per 8 columns of the 8
+ * rows, which is the rate they are read at (AVX2 machine, 768 x 2048 int8
+ * weight streamed from memory, one thread: about 8 -> 19 G weights/s). */
+#define NO_PREFETCH(kr, c) ((void)0)
+#define PREFETCH_NEXT_8_ROWS(kr, c) _mm_prefetch((const char *)(const void *)((kr) + 8 * ldk) + 8 * (c), _MM_HINT_T0)
+
 /* s[t·lds] = scale · x·row_t for t < n, rows d wide with stride ldk: 8 rows
  * at a time (8 independent accumulators: enough loads in flight to stream
- * from memory), their sums transposed into one vector; the rest one by one. */
-#define DOT_ROWS_BODY(W, LOAD, MASKLOAD)                                                              \
+ * from memory), their sums transposed into one vector; the rest one by one.
+ * PREFETCH(kr, c) runs once per 8 columns of the 8 rows at kr. */
+#define DOT_ROWS_BODY(W, LOAD, MASKLOAD, PREFETCH)                                                    \
     int64_t t = 0;                                                                                    \
     __m256i mt = lanes8(d % 8);                                                                       \
     for (; t + 8 <= n; t += 8) {                                                                      \
@@ -311,6 +320,7 @@ AVX2_INLINE __m256 maskload_w_bf16(const uint16_t *p, __m256i m, int64_t n) {
         int64_t c = 0;                                                                                \
         for (; c + 8 <= d; c += 8) {                                                                  \
             __m256 xv = _mm256_loadu_ps(x + c);                                                       \
+            PREFETCH(kr, c);                                                                          \
             _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)                                       \
                 acc[r] = _mm256_fmadd_ps(xv, LOAD(kr + r * ldk + c), acc[r]);                         \
         }                                                                                             \
@@ -343,7 +353,7 @@ AVX2_INLINE __m256 maskload_w_bf16(const uint16_t *p, __m256i m, int64_t n) {
 
 AVX2_FN void dtx_dot_rows_avx2(float *s, int64_t lds, const float *x, const float *k, int64_t ldk, int64_t n,
                                int64_t d, float scale) {
-    DOT_ROWS_BODY(float, load_w, maskload_w)
+    DOT_ROWS_BODY(float, load_w, maskload_w, NO_PREFETCH)
 }
 
 /* y [w] += Σ_t p[t]·v_t: 32 columns at a time in 4 accumulators that stay
@@ -384,7 +394,7 @@ AVX2_FN void dtx_gemv_bf16_avx2(float *out, const float *x, const uint16_t *w, i
     float *s = out, scale = 1.0f;
     const uint16_t *k = w;
     int64_t lds = 1, ldk = K, n = N, d = K;
-    DOT_ROWS_BODY(uint16_t, load_w_bf16, maskload_w_bf16)
+    DOT_ROWS_BODY(uint16_t, load_w_bf16, maskload_w_bf16, NO_PREFETCH)
 }
 
 /* ------------------------------------------- quantised one-row products */
@@ -403,7 +413,7 @@ AVX2_INLINE __m256 maskload_w_i8(const int8_t *p, __m256i m, int64_t n) {
 
 AVX2_FN static void dot_rows_i8(float *s, int64_t lds, const float *x, const int8_t *k, int64_t ldk, int64_t n,
                                 int64_t d, float scale) {
-    DOT_ROWS_BODY(int8_t, load_w_i8, maskload_w_i8)
+    DOT_ROWS_BODY(int8_t, load_w_i8, maskload_w_i8, PREFETCH_NEXT_8_ROWS)
 }
 
 AVX2_FN void dtx_gemv_q8_avx2(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N) {
@@ -536,7 +546,10 @@ AVX2_FN void dtx_gemv_q8a8_avx2(float *out, const int8_t *xq, float xscale, cons
     for (; n + 4 <= N; n += 4) {
         const int8_t *r = q + n * K;
         __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+        const char *next = (const char *)(const void *)(r + 4 * K); /* the next 4 rows, fetched as these are read */
         for (int64_t k = 0; k < K32; k += 32) {
+            _mm_prefetch(next + 4 * k, _MM_HINT_T0);
+            _mm_prefetch(next + 4 * k + 64, _MM_HINT_T0);
             __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + k));
             __m256i ax = _mm256_sign_epi8(xv, xv);
             a0 = _mm256_add_epi32(a0, dot32_i8(ax, xv, r + k));

@@ -1,10 +1,12 @@
 /* src/common/common.c: the atomic file write (a new file, a replaced one, a
  * failure that leaves nothing behind, a FIFO written in place) and the
- * read-only whole-file map. */
+ * read-only whole-file map, the release of memory no longer read. */
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,4 +104,36 @@ TEST(common_map_file) {
     const char *fifo = test_path("map.fifo");
     REQUIRE(mkfifo(fifo, 0600) == 0);
     CHECK(dtx_map_file(fifo, "cannot open", &m) == DTX_ERR_IO && strstr(dtx_last_error(), "not a regular file")); /* no hang */
+}
+
+/* dtx_release_zero: the range reads as zero, the bytes around it are kept,
+ * and the whole pages inside it are no longer resident (mincore). */
+TEST(common_release_zero) {
+    long pg = sysconf(_SC_PAGESIZE);
+    REQUIRE(pg > 0);
+    size_t n = 64 * (size_t)pg;
+    unsigned char *p = dtx_alloc(n, 1);
+    REQUIRE(p != NULL);
+    memset(p, 0xAB, n);
+    size_t a = 100, b = n - 100; /* not page-aligned at either end */
+    dtx_release_zero(p + a, b - a);
+    int zero = 1, kept = 1;
+    for (size_t i = a; i < b; i++) zero &= p[i] == 0;
+    for (size_t i = 0; i < a; i++) kept &= p[i] == 0xAB;
+    for (size_t i = b; i < n; i++) kept &= p[i] == 0xAB;
+    CHECK(zero && kept);
+    /* reading the range back made it resident again (zero pages): release it once more, then ask */
+    dtx_release_zero(p + a, b - a);
+    uintptr_t first = ((uintptr_t)(p + a) + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    uintptr_t last = ((uintptr_t)(p + b)) & ~((uintptr_t)pg - 1);
+    REQUIRE(last > first);
+    size_t pages = (last - first) / (size_t)pg;
+    unsigned char *vec = malloc(pages);
+    REQUIRE(vec != NULL);
+    REQUIRE(mincore((void *)first, last - first, vec) == 0);
+    size_t resident = 0;
+    for (size_t i = 0; i < pages; i++) resident += vec[i] & 1;
+    CHECKF(resident == 0, "%zu of %zu released pages are still resident", resident, pages);
+    free(vec);
+    free(p);
 }
