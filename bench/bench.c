@@ -1120,7 +1120,7 @@ static decode_result decode_bench(const bcfg *b, int diff, int prec, int64_t ctx
             snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
             goto done;
         }
-        emb_row = prec == DEC_W4A16 ? (double)((c.dim + 31) / 32) * (16 + 4) : (double)c.dim + 4;
+        emb_row = (double)c.dim + 4; /* the embedding is int8 in every scheme */
     }
     if (dtx_kvcache_init(&kv, m, ctx + n)) {
         snprintf(r.why, sizeof r.why, "%s", dtx_last_error());

@@ -197,12 +197,14 @@ dtx_status dtx_model_set_attention_quant(dtx_model *m, int bits, dtx_quant_scope
 /* Quantised weights (docs/quantize.md): the linear weights (q/k/v/out
  * projections, w1, w3, w2, the token embedding and an untied output) held
  * in few bits, for inference:
- *   DTX_WQ_W8A16  int8, one scale per output channel; activations bf16;
+ *   DTX_WQ_W8A16  int8, one scale per output channel; activations 16-bit
+ *                 (bf16, or fp16 where quantised with act_fp16);
  *   DTX_WQ_W8A8   the same weights; every linear layer's input, and the
  *                 attention's q and k, int8 with one static scale each
  *                 (calibrated, docs/quantize.md);
- *   DTX_WQ_W4A16  4 bits in groups of 32 along the input, one scale per
- *                 group; activations bf16.
+ *   DTX_WQ_W4A16  the layers' weights 4 bits in groups of 32 along the
+ *                 input, one scale per group (the embedding and the output
+ *                 int8 as W8A16); activations as W8A16.
  * Norm weights and λ vectors stay fp32. A quantised model runs
  * dtx_model_forward, prefill and decode (and so every eval); its
  * parameters read as zeros where a weight is quantised, and
@@ -212,19 +214,10 @@ dtx_wquant dtx_model_wquant(const dtx_model *m);
 const char *dtx_wquant_name(dtx_wquant q); /* "none", "w8a16", "w8a8", "w4a16" */
 /* 1 and *out set when s names a scheme ("w8a16", "w8a8", "w4a16"). */
 int dtx_wquant_parse(const char *s, dtx_wquant *out);
+/* 1 when a W8A16 / W4A16 model rounds its linear inputs to fp16 (IEEE half:
+ * nearest, ties to even, past ±65504 infinite), 0 for bf16 or other schemes. */
+int dtx_model_act_fp16(const dtx_model *m);
 
-/* Quantising a model from calibration text (docs/quantize.md): the fp32
- * model runs over n_seq calibration sequences of len tokens each (tokens
- * [n_seq, len], row-major); what each linear layer (and the attention's q,
- * k) receives is recorded, then the weights are quantised in place.
- *   act_method (W8A8): each input's static int8 scale from its absolute
- *     maximum (ABSMAX), the percentile of |x| (PERCENTILE), or the range
- *     with the least squared rounding-and-clipping error (MSE);
- *   clip_search: each weight row's clipping factor (of 1, 0.95, ..., 0.7 of
- *     its absolute maximum; per group for 4 bits) chosen to minimise the
- *     squared error of that row's outputs on calibration inputs; 0: absmax.
- * DTX_ERR_ARG for a quantised model, an unknown scheme or method, no
- * sequence, len outside [1, max_seq_len], or an id outside the vocab. */
 /* Sets a metadata key that difftx itself does not read (kept and written
  * on save, as a file's unknown keys are): what made the model, e.g. the
  * calibration behind a quantisation. DTX_ERR_ARG for a key difftx reads. */
@@ -241,8 +234,9 @@ typedef struct {
     dtx_calib_method act_method; /* W8A8 only */
     double percentile;           /* PERCENTILE: in (50, 100], e.g. 99.99 */
     int clip_search;
+    int act_fp16;                /* W8A16 / W4A16: fp16 activations instead of bf16 */
 } dtx_quant_options;
-dtx_quant_options dtx_quant_options_default(dtx_wquant scheme); /* ABSMAX, 99.99, clip_search 1 */
+dtx_quant_options dtx_quant_options_default(dtx_wquant scheme); /* ABSMAX, 99.99, clip_search 1, bf16 */
 const char *dtx_calib_method_name(dtx_calib_method m);             /* "absmax", "percentile", "mse" */
 int dtx_calib_method_parse(const char *s, dtx_calib_method *out);
 typedef struct {
@@ -250,6 +244,21 @@ typedef struct {
     double mean_clip;       /* mean weight clipping factor chosen (1: absmax)     */
     double act_clip;        /* W8A8: mean of (chosen range / absmax) over inputs  */
 } dtx_quant_summary;
+/* Quantising a model from calibration text (docs/quantize.md): the fp32
+ * model runs over n_seq calibration sequences of len tokens each (tokens
+ * [n_seq, len], row-major); what each linear layer (and the attention's q,
+ * k) receives is recorded, then the weights are quantised in place.
+ *   act_method (W8A8): each input's static int8 scale from its absolute
+ *     maximum (ABSMAX), the percentile of |x| (PERCENTILE), or the range
+ *     with the least squared rounding-and-clipping error (MSE);
+ *   clip_search: each 8-bit weight row's clipping factor (of 1, 0.95, ...,
+ *     0.7 of its absolute maximum) chosen to minimise the squared error of
+ *     that row's outputs on calibration inputs, each 4-bit group's (of 1,
+ *     0.975, ..., 0.5) the error of its weights weighted by their inputs'
+ *     mean squares; 0: absmax.
+ * DTX_ERR_ARG for a quantised model, an unknown scheme or method, act_fp16
+ * with W8A8, no sequence, len outside [1, max_seq_len], or an id outside
+ * the vocab. */
 dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const int32_t *tokens, int64_t n_seq,
                               int64_t len, dtx_quant_summary *summary);
 

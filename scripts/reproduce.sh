@@ -31,7 +31,8 @@
 #             (split by retrieval), outliers, low-bit attention (8/6/4-bit
 #             logits, row and tensor scope, every seed), quantised models
 #             (difftx quantize w8a16, w8a8, w4a16: perplexity and needles,
-#             every seed), attn-map
+#             every seed; w8a8 with each activation-range method; the
+#             calibration set's size on seed 1), attn-map
 #   report    tools/report.py -> DIR/REPORT.md and its figures
 #
 # Seed by seed, both architectures of a pair train at the same time, one
@@ -222,6 +223,19 @@ evals_of() { # arch seed: every evaluation of that model, in order
         ev "wq-$q-ppl-$n" ppl --model "$qm" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
         ev "wq-$q-needle-$n" needle --model "$qm" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
             --samples "$quant_samples" --seed 1
+    done
+    # w8a8's activation ranges by the other two methods (every seed): absmax is the one the outlier argument is
+    # about, but a fair comparison gives each arch its best method (the report's verdict does)
+    local am
+    for am in percentile mse; do
+        qm=${m%.safetensors}.w8a8-$am.safetensors
+        if [ -z "${EV_LIST:-}" ] && [ ! -s "$qm" ] && [ ! -s "$run/eval/wq-w8a8-$am-ppl-$n.json" ]; then
+            set -- quantize --model "$m" --calib "$run/train.bin" --scheme w8a8 --act-method "$am" --out "$qm"
+            cmdline "$@" > "$run/eval/wq-w8a8-$am-quantize-$n.cmd"
+            "$bin" "$@" > "$run/eval/wq-w8a8-$am-quantize-$n.txt" 2>&1 ||
+                { cat "$run/eval/wq-w8a8-$am-quantize-$n.txt" >&2; die "difftx quantize w8a8 --act-method $am of $n failed"; }
+        fi
+        ev "wq-w8a8-$am-ppl-$n" ppl --model "$qm" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
     done
     [ "$s" = "${seeds[0]}" ] || return 0
     # the calibration set's size (seed 1): w8a8, whose activation ranges come from it, calibrated on N windows

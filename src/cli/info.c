@@ -147,8 +147,9 @@ static void print_text(const report *r, int tensors) {
     printf("params          %lld  (non-embedding %lld)\n", (long long)r->params.total, (long long)r->params.nonembed);
     dtx_wquant wq = dtx_model_wquant(r->m);
     if (wq != DTX_WQ_NONE) {
-        printf("quantised       %s: %.3f MB of weights in memory, %.3f MB in fp32\n", dtx_wquant_name(wq),
-               (double)dtx_model_weight_bytes(r->m) / 1e6, (double)r->params.total * 4 / 1e6);
+        printf("quantised       %s%s: %.3f MB of weights in memory, %.3f MB in fp32\n", dtx_wquant_name(wq),
+               dtx_model_act_fp16(r->m) ? " (fp16 activations)" : "", (double)dtx_model_weight_bytes(r->m) / 1e6,
+               (double)r->params.total * 4 / 1e6);
         const char *cal = dtx_model_meta(r->m, "quant_calib");
         if (cal) printf("calibration     %s\n", cal);
     }
@@ -218,6 +219,10 @@ static void print_json(const report *r, int tensors) {
     json_count("params", &r->params);
     printf(", \"quant_scheme\": \"%s\", \"weight_bytes\": %zu", dtx_wquant_name(dtx_model_wquant(r->m)),
            dtx_model_weight_bytes(r->m));
+    if (dtx_model_wquant(r->m) != DTX_WQ_NONE)
+        printf(", \"quant_act16\": %s", dtx_model_wquant(r->m) == DTX_WQ_W8A8 ? "null"
+                                      : dtx_model_act_fp16(r->m)              ? "\"fp16\""
+                                                                             : "\"bf16\"");
     if (dtx_model_meta(r->m, "quant_calib")) {
         printf(", \"quant_calib\": ");
         json_string(dtx_model_meta(r->m, "quant_calib"));

@@ -32,12 +32,15 @@ static const char USAGE[] =
     "                      w8a16: int8 weights, one scale per output channel, bf16\n"
     "                      activations; w8a8: the same weights, int8 activations\n"
     "                      (every linear input, and the attention's q and k) with\n"
-    "                      static calibrated scales; w4a16: 4-bit weights in groups\n"
-    "                      of 32, bf16 activations\n"
+    "                      static calibrated scales; w4a16: the layers' weights\n"
+    "                      4-bit in groups of 32 (embedding and output int8), bf16\n"
+    "                      activations\n"
     "  --out PATH          the quantised model                          [required]\n"
     "  --calib-samples N   calibration sequences (default 300, the recommended\n"
     "                      minimum: fewer works, with a warning)\n"
     "  --calib-len L       tokens per sequence (default max_seq_len, at most 512)\n"
+    "  --act16 bf16|fp16   w8a16 and w4a16's activations (default bf16; fp16:\n"
+    "                      IEEE half, past 65504 infinite as in fp16 hardware)\n"
     "  --act-method absmax|percentile|mse  w8a8's activation ranges: the absolute\n"
     "                      maximum (default), a percentile of |x|, or the range with\n"
     "                      the least squared error\n"
@@ -138,7 +141,7 @@ static int read_calib(const char *path, const char *tokenizer, int64_t vocab, to
 
 int cmd_quantize(int argc, char **argv) {
     const char *model_path = NULL, *calib = NULL, *tokenizer = NULL, *out = NULL;
-    int scheme = -1, method = 0, no_search = 0;
+    int scheme = -1, method = 0, no_search = 0, act16 = 0;
     int64_t samples = RECOMMENDED_SAMPLES, len = 0;
     double percentile = 99.99;
     flag fl[] = {
@@ -150,6 +153,7 @@ int cmd_quantize(int argc, char **argv) {
         FLAG_INT("--calib-samples", &samples, 1, 1000000),
         FLAG_INT("--calib-len", &len, 1, INT64_MAX),
         FLAG_CHOICE("--act-method", &method, "absmax|percentile|mse"),
+        FLAG_CHOICE("--act16", &act16, "bf16|fp16"),
         FLAG_REAL("--percentile", &percentile, 50, 1, 100, 0),
         FLAG_BOOL("--no-clip-search", &no_search, 1),
     };
@@ -165,6 +169,8 @@ int cmd_quantize(int argc, char **argv) {
     if ((flags_get(fl, n_fl, "--act-method")->seen || flags_get(fl, n_fl, "--percentile")->seen) && scheme != 1)
         return usage_error(CMD, "--act-method and --percentile set w8a8's activation ranges; --scheme is %s",
                            scheme == 0 ? "w8a16" : "w4a16");
+    if (flags_get(fl, n_fl, "--act16")->seen && scheme == 1)
+        return usage_error(CMD, "--act16 sets w8a16 and w4a16's activations; w8a8's are int8");
     if (flags_get(fl, n_fl, "--percentile")->seen && method != DTX_CALIB_PERCENTILE)
         return usage_error(CMD, "--percentile goes with --act-method percentile");
 
@@ -200,6 +206,7 @@ int cmd_quantize(int argc, char **argv) {
         o.act_method = (dtx_calib_method)method;
         o.percentile = percentile;
         o.clip_search = !no_search;
+        o.act_fp16 = act16;
         dtx_quant_summary sum;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -207,7 +214,7 @@ int cmd_quantize(int argc, char **argv) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         char desc[1024];
         char act[64];
-        if (o.scheme != DTX_WQ_W8A8) snprintf(act, sizeof act, "bf16");
+        if (o.scheme != DTX_WQ_W8A8) snprintf(act, sizeof act, "%s", act16 ? "fp16" : "bf16");
         else if (o.act_method == DTX_CALIB_PERCENTILE) snprintf(act, sizeof act, "int8 percentile %g", percentile);
         else snprintf(act, sizeof act, "int8 %s", dtx_calib_method_name(o.act_method));
         snprintf(desc, sizeof desc, "%s (%d file%s, %lld tokens); %lld samples x %lld tokens; activations %s; "

@@ -89,7 +89,7 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
 }
 
 /* Read by the loader, written by the saver from the model's state: not kept as extra metadata. */
-static const char *const quant_keys[] = {"quant_scheme"};
+static const char *const quant_keys[] = {"quant_scheme", "quant_act16"};
 
 static dtx_status keep_extra_meta(dtx_model *m, const dtx_st_file *f) {
     m->extra_meta_keys = calloc((size_t)f->n_meta + 1, sizeof(char *));
@@ -98,7 +98,7 @@ static dtx_status keep_extra_meta(dtx_model *m, const dtx_st_file *f) {
     for (int i = 0; i < f->n_meta; i++) {
         int known = 0;
         for (int k = 0; k < N_KNOWN; k++) known |= strcmp(f->meta_keys[i], known_keys[k]) == 0;
-        known |= strcmp(f->meta_keys[i], quant_keys[0]) == 0;
+        known |= strcmp(f->meta_keys[i], quant_keys[0]) == 0 || strcmp(f->meta_keys[i], quant_keys[1]) == 0;
         if (known) continue;
         char *k = strdup(f->meta_keys[i]), *v = strdup(f->meta_values[i]);
         m->extra_meta_keys[m->n_extra_meta] = k;
@@ -199,7 +199,7 @@ dtx_status dtx_model_set_meta(dtx_model *m, const char *key, const char *value) 
     for (int k = 0; k < N_KNOWN; k++)
         if (!strcmp(key, known_keys[k]))
             return dtx_fail(DTX_ERR_ARG, "metadata '%s' is the model's own (set it through its config)", key);
-    if (!strcmp(key, quant_keys[0]))
+    if (!strcmp(key, quant_keys[0]) || !strcmp(key, quant_keys[1]))
         return dtx_fail(DTX_ERR_ARG, "metadata '%s' is the model's own (set by quantising it)", key);
     char *v = strdup(value);
     if (!v) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
@@ -262,10 +262,17 @@ static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *p
     return DTX_OK;
 }
 
-/* The file's quant_scheme (absent: not quantised); refusals name the key. */
-static dtx_status quant_from_meta(const dtx_st_file *f, const char *path, dtx_wquant *out) {
+/* The file's quant_scheme (absent: not quantised) and quant_act16 (absent: bf16); refusals name the key. */
+static dtx_status quant_from_meta(const dtx_st_file *f, const char *path, dtx_wquant *out, int *fp16) {
     *out = DTX_WQ_NONE;
-    const char *v = dtx_st_meta(f, "quant_scheme");
+    *fp16 = 0;
+    const char *v = dtx_st_meta(f, "quant_scheme"), *a = dtx_st_meta(f, "quant_act16");
+    if (a && strcmp(a, "bf16") && strcmp(a, "fp16"))
+        return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'quant_act16' = '%.40s' is not bf16 or fp16", path, a);
+    *fp16 = a && !strcmp(a, "fp16");
+    if (*fp16 && (!v || !strcmp(v, "w8a8")))
+        return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'quant_act16' = 'fp16' needs quant_scheme w8a16 or w4a16%s%s%s",
+                        path, v ? " (it is '" : "", v ? v : "", v ? "')" : "");
     if (!v) return DTX_OK;
     if (!dtx_wquant_parse(v, out))
         return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'quant_scheme' = '%.40s' is not w8a16, w8a8 or w4a16", path, v);
@@ -284,10 +291,12 @@ dtx_status dtx_model_load(dtx_model **out, const char *path) {
     dtx_config c;
     dtx_model *m = NULL;
     dtx_wquant wq;
+    int fp16;
     if ((st = config_from_meta(&f, path, &c))) goto done;
-    if ((st = quant_from_meta(&f, path, &wq))) goto done;
+    if ((st = quant_from_meta(&f, path, &wq, &fp16))) goto done;
     if ((st = dtx_model_alloc(&m, &c))) goto done;
     if (wq != DTX_WQ_NONE && (st = dtx_model_alloc_quant(m, wq))) goto done;
+    m->act_fp16 = fp16;
     dtx_model_release_quantised_fp32(m);
     if ((st = load_tensors(m, &f, path))) goto done;
     if ((st = keep_extra_meta(m, &f))) goto done;
@@ -344,7 +353,7 @@ int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, siz
 dtx_status dtx_model_save(const dtx_model *m, const char *path, int bf16) {
     const dtx_config *c = &m->cfg;
     char vals[N_KNOWN][48];
-    const char *keys[N_KNOWN + 65], *values[N_KNOWN + 65]; /* + quant_scheme */
+    const char *keys[N_KNOWN + 66], *values[N_KNOWN + 66]; /* + quant_scheme, quant_act16 */
     int n = 0;
     for (int i = 0; i < DTX_CONFIG_META_KEYS; i++)
         if (dtx_config_meta(c, i, &keys[n], vals[n], sizeof vals[n])) values[n] = vals[n], n++;
@@ -354,6 +363,7 @@ dtx_status dtx_model_save(const dtx_model *m, const char *path, int bf16) {
         n++;
     }
     if (m->wquant) keys[n] = quant_keys[0], values[n] = dtx_wquant_name(m->wquant), n++;
+    if (dtx_model_act_fp16(m)) keys[n] = quant_keys[1], values[n] = "fp16", n++;
     /* a quantised weight is three tensors (the codes, their scales, W8A8's input scale), plus qk_scale per layer */
     int cap = 3 * m->n_tensors + (int)m->cfg.n_layers, nt = 0;
     dtx_st_out *ts = calloc((size_t)cap, sizeof *ts);

@@ -94,6 +94,17 @@ void dtx_q8_dequantize(float *w, const int8_t *q, const float *scale, int64_t N,
  * scale = its absolute maximum · clip / 7 (clip in (0, 1]; 1 = absmax).  */
 void dtx_q4_quantize_row(uint8_t *q, float *scale, const float *w, int64_t K, float clip);
 void dtx_q4_dequantize(float *w, const uint8_t *q, const float *scale, int64_t N, int64_t K);
+/* f rounded to the nearest IEEE half (fp16) value, ties to even, as a
+ * float: subnormals kept, past the largest half (65504) infinite, as
+ * hardware converting to fp16 does; NaN stays NaN. */
+float dtx_f16_round_f32(float f);
+void dtx_f16_round(float *out, const float *x, int64_t n); /* out may be x */
+/* The clipping factor of one 4-bit group (kg <= 32 weights w), among
+ * 1, 0.975, ..., 0.5, whose dequantised weights v minimise
+ * sum_k m2[k]·(w[k] − v[k])², m2 the mean squares of the inputs those
+ * weights multiply (NULL: all 1): the output error of the group under
+ * uncorrelated inputs. The first of equal errors (the largest factor) wins. */
+float dtx_q4_best_clip(const float *w, int64_t kg, const double *m2);
 /* The q4 value of element k of a quantised row (in [-7, 7]; 0 past K). */
 static inline int dtx_q4_get(const uint8_t *row, int64_t k) {
     uint8_t b = row[k / DTX_Q4_GROUP * (DTX_Q4_GROUP / 2) + k % (DTX_Q4_GROUP / 2)];

@@ -59,6 +59,35 @@ void dtx_q4_dequantize(float *w, const uint8_t *q, const float *scale, int64_t N
             w[n * K + k] = scale[n * ng + k / DTX_Q4_GROUP] * (float)dtx_q4_get(q + n * rb, k);
 }
 
+float dtx_f16_round_f32(float f) {
+    float a = fabsf(f);
+    if (!(a < 65520.0f)) return isnan(f) ? f : copysignf(INFINITY, f); /* 65520 and up round to infinity */
+    if (a < 0x1p-14f) return rintf(f * 0x1p24f) * 0x1p-24f;              /* subnormal: multiples of 2^-24 */
+    int e;
+    frexpf(a, &e);                                                       /* a in [2^(e-1), 2^e) */
+    return ldexpf(rintf(ldexpf(f, 11 - e)), e - 11);                     /* 11 significant bits */
+}
+
+void dtx_f16_round(float *out, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = dtx_f16_round_f32(x[i]);
+}
+
+float dtx_q4_best_clip(const float *w, int64_t kg, const double *m2) {
+    uint8_t q[DTX_Q4_GROUP / 2];
+    float s, v[DTX_Q4_GROUP], best_c = 1.0f;
+    double best = INFINITY;
+    if (kg > DTX_Q4_GROUP) kg = DTX_Q4_GROUP;
+    for (int i = 0; i <= 20; i++) {
+        float c = 1.0f - 0.025f * (float)i;
+        dtx_q4_quantize_row(q, &s, w, kg, c);
+        dtx_q4_dequantize(v, q, &s, 1, kg);
+        double e = 0;
+        for (int64_t k = 0; k < kg; k++) e += (m2 ? m2[k] : 1.0) * ((double)w[k] - v[k]) * ((double)w[k] - v[k]);
+        if (e < best) best = e, best_c = c;
+    }
+    return best_c;
+}
+
 void dtx_a8_quantize(int8_t *xq, const float *x, int64_t K, float xscale) {
     float inv = 1.0f / xscale;
     for (int64_t k = 0; k < K; k++) xq[k] = sat_i8(x[k] * inv, 127);

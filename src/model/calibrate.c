@@ -5,11 +5,14 @@
  * layer's input (attention_norm output, attention output, ffn_norm output,
  * SwiGLU output, final norm output) and the attention's q, k after RoPE are
  * "inputs". Per input we keep its absolute maximum, a uniform sample of
- * SAMPLE_VALUES of its values (for the percentile and MSE ranges) and a
- * uniform sample of CLIP_ROWS of its rows (for the weights' clipping
- * search). Then: W8A8's static scales from the chosen method, each weight
+ * SAMPLE_VALUES of its values (for the percentile and MSE ranges), a
+ * uniform sample of CLIP_ROWS of its rows (for the 8-bit clipping search)
+ * and each column's sum of squares over every row (for the 4-bit one).
+ * Then: W8A8's static scales from the chosen method; each 8-bit weight
  * row's clipping factor from its outputs' error on the kept rows (rounded
- * the way inference rounds them), and dtx_model_quantize_weights. */
+ * the way inference rounds them), each 4-bit group's from its weights'
+ * error weighted by its inputs' mean squares (dtx_q4_best_clip: per group,
+ * finer than one factor per row can be); and dtx_model_quantize_weights. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +31,7 @@ typedef struct {
     int64_t n_sample;
     float *rows;   /* [CLIP_ROWS, K] */
     int64_t n_rows;
+    double *m2;    /* [K] the sum of squares of each column over every row (4-bit clipping) */
 } input_stats;
 
 /* Inputs: per layer xn1, attn_y, xn2, g, q, k; then xnf. */
@@ -89,6 +93,8 @@ static const float *input_buf(const dtx_model *m, int j, int64_t *K) {
  * the last batch each sample holds (up to) its capacity, proportionally from every batch. */
 static void record(input_stats *s, const float *x, int64_t N, int64_t K, int64_t done, int64_t total, dtx_rng *r) {
     for (int64_t i = 0; i < N * K; i++) s->amax = fmax(s->amax, fabs((double)x[i]));
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t k = 0; k < K; k++) s->m2[k] += (double)x[i * K + k] * x[i * K + k];
     int64_t want_v = SAMPLE_VALUES * done / total, want_r = CLIP_ROWS * done / total;
     for (; s->n_sample < want_v; s->n_sample++) s->sample[s->n_sample] = x[dtx_rng_next(r) % (uint64_t)(N * K)];
     for (; s->n_rows < want_r; s->n_rows++)
@@ -123,40 +129,32 @@ static float act_scale(input_stats *s, const dtx_quant_options *o) {
     return (float)(range / 127.0);
 }
 
-/* Row n of w [K] quantised with clip c (as dtx_model_quantize_weights does) and dequantised into out [K]. */
-static void fake_quant_row(float *out, const float *w, int64_t K, int bits, float c, int8_t *q8, uint8_t *q4,
-                           float *s4) {
-    if (bits == 8) {
-        float amax = 0;
-        for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(w[k]));
-        float s = dtx_q8_quantize_row(q8, w, K, amax * c);
-        dtx_q8_dequantize(out, q8, &s, 1, K);
-    } else {
-        dtx_q4_quantize_row(q4, s4, w, K, c);
-        dtx_q4_dequantize(out, q4, s4, 1, K);
-    }
+/* Row w [K] quantised to 8 bits with clip c (as dtx_model_quantize_weights does) and dequantised into out [K]. */
+static void fake_quant_row(float *out, const float *w, int64_t K, float c, int8_t *q8) {
+    float amax = 0;
+    for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(w[k]));
+    float s = dtx_q8_quantize_row(q8, w, K, amax * c);
+    dtx_q8_dequantize(out, q8, &s, 1, K);
 }
 
-/* Each row's clipping factor for tensor i: the one of CLIPS whose outputs on the rows X [R, K] are closest
- * (squared error) to the fp32 weight's. clip [N] receives them; returns their sum. */
-static dtx_status search_clip(const dtx_model *m, int i, int bits, const float *X, int64_t R, float *clip,
-                              double *sum) {
+/* Each 8-bit row's clipping factor for tensor i: the one of CLIPS whose outputs on the rows X [R, K] are
+ * closest (squared error) to the fp32 weight's. clip [N] receives them; *sum adds them up. */
+static dtx_status search_clip(const dtx_model *m, int i, const float *X, int64_t R, float *clip, double *sum) {
     const dtx_tensor_info *t = &m->tensors[i];
     int64_t N = t->shape[0], K = t->shape[1];
     const float *W = m->params + t->offset;
     float *Y = dtx_alloc((size_t)(R * N), sizeof(float)), *Yc = dtx_alloc((size_t)(R * N), sizeof(float));
-    float *Wc = dtx_alloc((size_t)(N * K), sizeof(float)), *s4 = dtx_alloc((size_t)dtx_q4_groups(K), sizeof(float));
+    float *Wc = dtx_alloc((size_t)(N * K), sizeof(float));
     double *best = dtx_alloc((size_t)N, sizeof(double));
     int8_t *q8 = dtx_alloc((size_t)K, 1);
-    uint8_t *q4 = dtx_alloc((size_t)dtx_q4_row_bytes(K), 1);
     dtx_status st = DTX_OK;
-    if (!Y || !Yc || !Wc || !s4 || !best || !q8 || !q4) {
+    if (!Y || !Yc || !Wc || !best || !q8) {
         st = dtx_fail(DTX_ERR_NOMEM, "out of memory searching the clipping of '%s'", t->name);
         goto done;
     }
     dtx_matmul_forward(Y, X, W, R, K, N, DTX_PREC_FP32);
     for (int ci = 0; ci < N_CLIPS; ci++) {
-        for (int64_t n = 0; n < N; n++) fake_quant_row(Wc + n * K, W + n * K, K, bits, CLIPS[ci], q8, q4, s4);
+        for (int64_t n = 0; n < N; n++) fake_quant_row(Wc + n * K, W + n * K, K, CLIPS[ci], q8);
         dtx_matmul_forward(Yc, X, Wc, R, K, N, DTX_PREC_FP32);
         for (int64_t n = 0; n < N; n++) {
             double e = 0;
@@ -166,7 +164,7 @@ static dtx_status search_clip(const dtx_model *m, int i, int bits, const float *
     }
     for (int64_t n = 0; n < N; n++) *sum += clip[n];
 done:
-    free(Y), free(Yc), free(Wc), free(s4), free(best), free(q8), free(q4);
+    free(Y), free(Yc), free(Wc), free(best), free(q8);
     return st;
 }
 #endif
@@ -183,6 +181,9 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
         return dtx_fail(DTX_ERR_ARG, "unknown weight quantisation scheme %d", (int)o->scheme);
     if ((int)o->act_method < 0 || (int)o->act_method > 2)
         return dtx_fail(DTX_ERR_ARG, "unknown calibration method %d", (int)o->act_method);
+    if (o->act_fp16 && o->scheme == DTX_WQ_W8A8)
+        return dtx_fail(DTX_ERR_ARG, "fp16 activations are for w8a16 and w4a16 (w8a8's are int8)");
+    if (o->act_fp16 != 0 && o->act_fp16 != 1) return dtx_fail(DTX_ERR_ARG, "act_fp16 must be 0 or 1");
     if (o->act_method == DTX_CALIB_PERCENTILE && !(o->percentile > 50 && o->percentile <= 100))
         return dtx_fail(DTX_ERR_ARG, "calibration percentile %g: expected a value in (50, 100]", o->percentile);
     if (n_seq < 1) return dtx_fail(DTX_ERR_ARG, "calibration needs at least one sequence");
@@ -199,7 +200,8 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
     for (int64_t j = 0; j < n_in; j++) {
         in[j].sample = dtx_alloc(SAMPLE_VALUES, sizeof(float));
         in[j].rows = dtx_alloc((size_t)(CLIP_ROWS * wide), sizeof(float));
-        if (!in[j].sample || !in[j].rows) goto nomem;
+        in[j].m2 = dtx_calloc((size_t)wide, sizeof(double));
+        if (!in[j].sample || !in[j].rows || !in[j].m2) goto nomem;
     }
     /* the forward passes; the attention and matmul settings as they are, but logits unquantised */
     int bits = m->attn_quant_bits;
@@ -240,19 +242,33 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
         if (j < 0) continue; /* an untied embedding: absmax rows */
         in_scales[i] = scale_of[j];
         if (!o->clip_search) continue;
-        clip[i] = dtx_alloc((size_t)t->shape[0], sizeof(float));
+        int64_t N = t->shape[0], K = t->shape[1], ng = dtx_q4_groups(K);
+        int four = dtx_model_tensor_bits(m, o->scheme, i) == 4;
+        clip[i] = dtx_alloc((size_t)(four ? N * ng : N), sizeof(float));
         if (!clip[i]) {
             free(scale_of);
             goto nomem;
         }
-        int64_t R = in[j].n_rows, K = t->shape[1];
+        if (four) { /* each group's factor, weighted by its inputs' mean squares */
+            const float *W = m->params + t->offset;
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t g = 0; g < ng; g++) {
+                    int64_t k0 = g * DTX_Q4_GROUP;
+                    clip[i][n * ng + g] = dtx_q4_best_clip(W + n * K + k0, K - k0, in[j].m2 + k0);
+                    clip_sum += clip[i][n * ng + g];
+                }
+            clip_n += N * ng;
+            continue;
+        }
+        int64_t R = in[j].n_rows;
         /* rounded in place: the tensors that share an input round it again to the same values */
-        dtx_model_round_inputs(o->scheme, scale_of[j], in[j].rows, in[j].rows, R * K);
-        st = search_clip(m, i, o->scheme == DTX_WQ_W4A16 ? 4 : 8, in[j].rows, R, clip[i], &clip_sum);
-        clip_n += t->shape[0];
+        dtx_model_round_inputs(o->scheme, o->act_fp16, scale_of[j], in[j].rows, in[j].rows, R * K);
+        st = search_clip(m, i, in[j].rows, R, clip[i], &clip_sum);
+        clip_n += N;
     }
     free(scale_of);
     if (!st) st = dtx_model_quantize_weights(m, o->scheme, (const float *const *)clip, in_scales, qk);
+    if (!st) m->act_fp16 = o->act_fp16;
     if (!st && summary) {
         summary->rows = n_seq * len;
         summary->mean_clip = clip_n ? clip_sum / (double)clip_n : 1.0;
@@ -262,7 +278,7 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
 nomem:
     st = dtx_fail(DTX_ERR_NOMEM, "out of memory for the calibration statistics");
 done:
-    for (int64_t j = 0; in && j < n_in; j++) free(in[j].sample), free(in[j].rows);
+    for (int64_t j = 0; in && j < n_in; j++) free(in[j].sample), free(in[j].rows), free(in[j].m2);
     for (int i = 0; clip && i < m->n_tensors; i++) free(clip[i]);
     free(in), free(in_scales), free(qk), free(clip);
     return st;

@@ -45,9 +45,10 @@ static void dequant_rows(const dtx_qweight *w, float *out, int64_t n0, int64_t n
                           K);
 }
 
-void dtx_model_round_inputs(dtx_wquant scheme, float scale, float *out, const float *x, int64_t n) {
+void dtx_model_round_inputs(dtx_wquant scheme, int fp16, float scale, float *out, const float *x, int64_t n) {
     if (scheme != DTX_WQ_W8A8) {
-        dtx_bf16_round_portable(out, x, (size_t)n);
+        if (fp16) dtx_f16_round(out, x, n);
+        else dtx_bf16_round_portable(out, x, (size_t)n);
         return;
     }
     float inv = 1.0f / scale;
@@ -80,7 +81,7 @@ static void quant_rows(const dtx_model *m, float *out, const float *x, const dtx
     float *wb = m->qscratch, *xb = wb + nb * K, *ob = xb + QROWS * K;
     for (int64_t m0 = 0; m0 < M; m0 += QROWS) {
         int64_t mb = M - m0 < QROWS ? M - m0 : QROWS;
-        dtx_model_round_inputs(m->wquant, w->in_scale, xb, x + m0 * K, mb * K);
+        dtx_model_round_inputs(m->wquant, m->act_fp16, w->in_scale, xb, x + m0 * K, mb * K);
         for (int64_t n0 = 0; n0 < N; n0 += nb) {
             int64_t cols = N - n0 < nb ? N - n0 : nb;
             dequant_rows(w, wb, n0, cols);
@@ -98,7 +99,7 @@ static void linear_row_quant(const dtx_model *m, float *out, const float *x, con
         dtx_gemv_q8a8(out, xq, w->in_scale, (const int8_t *)w->q, w->scale, K, N);
         return;
     }
-    dtx_bf16_round_portable(xrow, x, (size_t)K);
+    dtx_model_round_inputs(m->wquant, m->act_fp16, 0, xrow, x, K);
     if (w->bits == 8) dtx_gemv_q8(out, xrow, (const int8_t *)w->q, w->scale, K, N);
     else dtx_gemv_q4(out, xrow, (const uint8_t *)w->q, w->scale, K, N);
 }
@@ -150,8 +151,8 @@ void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64
 void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real *k, int64_t nk) {
 #ifndef DTX_DOUBLE
     if (m->wquant != DTX_WQ_W8A8) return;
-    dtx_model_round_inputs(m->wquant, m->qk_scale[2 * l], q, q, nq);
-    dtx_model_round_inputs(m->wquant, m->qk_scale[2 * l + 1], k, k, nk);
+    dtx_model_round_inputs(m->wquant, 0, m->qk_scale[2 * l], q, q, nq);
+    dtx_model_round_inputs(m->wquant, 0, m->qk_scale[2 * l + 1], k, k, nk);
 #else
     (void)m, (void)l, (void)q, (void)nq, (void)k, (void)nk;
 #endif
@@ -161,6 +162,12 @@ void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+int dtx_model_tensor_bits(const dtx_model *m, dtx_wquant scheme, int i) {
+    const dtx_tensor_info *t = &m->tensors[i];
+    if (t->ndim != 2 || scheme == DTX_WQ_NONE) return 0;
+    return scheme == DTX_WQ_W4A16 && t->offset != m->tok_emb && t->offset != m->out_w ? 4 : 8;
+}
+
 size_t dtx_model_qweight_layout(dtx_model *m, dtx_wquant scheme, unsigned char *base) {
     size_t off = 0;
     for (int i = 0; i < m->n_tensors; i++) {
@@ -168,7 +175,7 @@ size_t dtx_model_qweight_layout(dtx_model *m, dtx_wquant scheme, unsigned char *
         dtx_qweight *w = &m->qw[i];
         if (t->ndim != 2) continue;
         int64_t N = t->shape[0], K = t->shape[1];
-        int bits = scheme == DTX_WQ_W4A16 ? 4 : 8;
+        int bits = dtx_model_tensor_bits(m, scheme, i);
         size_t qb = bits == 8 ? (size_t)(N * K) : (size_t)(N * dtx_q4_row_bytes(K));
         size_t sb = sizeof(float) * (size_t)(bits == 8 ? N : N * dtx_q4_groups(K));
         if (base) {
@@ -208,14 +215,19 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
         float *p = m->params + t->offset;
         for (int64_t n = 0; n < w->N; n++) {
             const float *row = p + n * w->K;
-            float c = clip && clip[i] ? clip[i][n] : 1.0f;
             if (w->bits == 8) {
+                float c = clip && clip[i] ? clip[i][n] : 1.0f;
                 float amax = 0;
                 for (int64_t k = 0; k < w->K; k++) amax = fmaxf(amax, fabsf(row[k]));
                 w->scale[n] = dtx_q8_quantize_row((int8_t *)w->q + n * w->K, row, w->K, amax * c);
-            } else {
-                dtx_q4_quantize_row((uint8_t *)w->q + n * dtx_q4_row_bytes(w->K), w->scale + n * dtx_q4_groups(w->K),
-                                    row, w->K, c);
+            } else { /* a factor per group */
+                int64_t ng = dtx_q4_groups(w->K);
+                uint8_t *qr = (uint8_t *)w->q + n * dtx_q4_row_bytes(w->K);
+                for (int64_t g = 0; g < ng; g++) {
+                    int64_t k0 = g * DTX_Q4_GROUP, kg = w->K - k0 < DTX_Q4_GROUP ? w->K - k0 : DTX_Q4_GROUP;
+                    dtx_q4_quantize_row(qr + g * (DTX_Q4_GROUP / 2), w->scale + n * ng + g, row + k0, kg,
+                                        clip && clip[i] ? clip[i][n * ng + g] : 1.0f);
+                }
             }
         }
         int reads_input = t->offset != m->tok_emb || m->cfg.tie_embeddings; /* an untied embedding is a lookup */
@@ -271,6 +283,7 @@ size_t dtx_model_weight_bytes(const dtx_model *m) {
 static const char *const WQ_NAMES[] = {"none", "w8a16", "w8a8", "w4a16"};
 
 dtx_wquant dtx_model_wquant(const dtx_model *m) { return m->wquant; }
+int dtx_model_act_fp16(const dtx_model *m) { return m->wquant != DTX_WQ_W8A8 && m->wquant != DTX_WQ_NONE && m->act_fp16; }
 const char *dtx_wquant_name(dtx_wquant q) { return (int)q >= 0 && (int)q <= 3 ? WQ_NAMES[q] : "unknown"; }
 int dtx_wquant_parse(const char *s, dtx_wquant *out) {
     for (int i = 1; i <= 3; i++)

@@ -84,6 +84,7 @@ struct dtx_model {
     dtx_quant_scope attn_quant_scope;
     /* quantised weights (DTX_WQ_NONE: every weight is in params) */
     dtx_wquant wquant;
+    int act_fp16;             /* W8A16 / W4A16: inputs rounded to fp16, not bf16 */
     dtx_qweight *qw;          /* [n_tensors], parallel to tensors          */
     float *qk_scale;          /* W8A8: [n_layers, 2] static scales of q, k  */
     void *qmem;               /* one allocation behind every qw's q, scale */
@@ -139,10 +140,10 @@ void dtx_model_linear(const dtx_model *m, real *out, const real *x, size_t off, 
 void dtx_model_linear_row(const dtx_model *m, real *out, const real *x, size_t off, int64_t K, int64_t N,
                           const uint16_t *wbf, real *xrow);
 #ifndef DTX_DOUBLE
-/* x [n] as a quantised linear layer sees its input: bf16-rounded (a16), or
- * for W8A8 on the int8 grid scale·clamp(rint(x/scale), −127, 127). In place
- * when out == x. */
-void dtx_model_round_inputs(dtx_wquant scheme, float scale, float *out, const float *x, int64_t n);
+/* x [n] as a quantised linear layer sees its input: bf16- or (fp16 set)
+ * fp16-rounded (a16), or for W8A8 on the int8 grid
+ * scale·clamp(rint(x/scale), −127, 127). In place when out == x. */
+void dtx_model_round_inputs(dtx_wquant scheme, int fp16, float scale, float *out, const float *x, int64_t n);
 #endif
 /* W8A8: q [n, n_heads·head_dim] and k [n, n_kv_heads·head_dim] of layer l
  * rounded to their int8 grids (the attention's int8 inputs); otherwise a
@@ -153,7 +154,8 @@ void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real
 void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64_t n);
 /* Quantises the model's 2-D weights in place with absmax scales (per row;
  * per group for W4A16), or clipped ones where clip says: clip[i] NULL or
- * one factor in (0, 1] per row of tensor i (clip NULL: 1 everywhere). W8A8
+ * one factor in (0, 1] per row of tensor i (W8*: [N]) or per group (W4A16:
+ * [N, dtx_q4_groups(K)]); clip NULL: 1 everywhere. W8A8
  * also takes in_scales [n_tensors] (the static input scale of each 2-D
  * tensor; an untied embedding's is unused) and qk [n_layers, 2]. The fp32
  * values are zeroed. */
@@ -167,6 +169,9 @@ size_t dtx_model_qweight_layout(dtx_model *m, dtx_wquant scheme, unsigned char *
  * marks m quantised; dtx_model_free_quant undoes it (dtx_model_free calls it). */
 dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme);
 void dtx_model_free_quant(dtx_model *m);
+/* The bits tensor i is stored with under scheme: 0 (not quantised: 1-D),
+ * 8, or 4 (W4A16's layer weights; its embedding and output stay 8-bit). */
+int dtx_model_tensor_bits(const dtx_model *m, dtx_wquant scheme, int i);
 /* Zero the fp32 parameters of every quantised tensor and give their memory
  * back: a quantised model keeps only the codes and scales resident. */
 void dtx_model_release_quantised_fp32(dtx_model *m);

@@ -81,6 +81,26 @@ TEST(quantize_cli_every_scheme_is_read_by_every_command) {
     }
 }
 
+/* --act16 fp16: written into the file, shown by info (text and JSON), and the
+ * model scores close to fp32 like the bf16 one. */
+TEST(quantize_cli_fp16_activations) {
+    char fp[512], calib[512], held[512], q[512];
+    snprintf(fp, sizeof fp, "%s", model_file());
+    snprintf(calib, sizeof calib, "%s", ids_file("calib16.txt", 2000, 3));
+    snprintf(held, sizeof held, "%s", ids_file("held16.txt", SEQ, 4));
+    snprintf(q, sizeof q, "%s/q-fp16.safetensors", test_tmpdir());
+    double base = score_of(fp, held);
+    REQUIREF(cli_split("quantize --model '%s' --calib '%s' --scheme w4a16 --act16 fp16 --out '%s' --calib-samples 300",
+                       fp, calib, q) == 0, "%s %s", cli_out, cli_err);
+    CHECK(cli_has("activations fp16"));
+    REQUIRE(cli_split("info '%s'", q) == 0);
+    CHECKF(cli_has("w4a16 (fp16 activations)"), "%s", cli_out);
+    REQUIRE(cli_split("info --json '%s'", q) == 0);
+    CHECKF(cli_has("\"quant_act16\": \"fp16\""), "%s", cli_out);
+    double l = score_of(q, held);
+    CHECKF(fabs(l - base) < 0.08 * base, "w4a16 fp16: loss %.5f, fp32 %.5f", l, base);
+}
+
 TEST(quantize_cli_folder_and_text_calibrate_like_their_tokens) {
     char fp[512], dir[512], one[512], q1[512], q2[512];
     snprintf(fp, sizeof fp, "%s", model_file());
@@ -135,6 +155,10 @@ TEST(quantize_cli_refusals) {
     CHECK_ERR(2, cli("quantize --model '%s' --calib '%s' --scheme w4a8 --out '%s'", fp, calib, q), "--scheme");
     CHECK_ERR(2, cli("quantize --model '%s' --calib '%s' --scheme w8a16 --out '%s' --act-method mse", fp, calib, q),
               "set w8a8's activation ranges");
+    CHECK_ERR(2, cli("quantize --model '%s' --calib '%s' --scheme w8a8 --out '%s' --act16 fp16", fp, calib, q),
+              "w8a8's are int8");
+    CHECK_ERR(2, cli("quantize --model '%s' --calib '%s' --scheme w8a16 --out '%s' --act16 fp8", fp, calib, q),
+              "--act16");
     CHECK_ERR(2, cli("quantize --model '%s' --calib '%s' --scheme w8a8 --out '%s' --percentile 99", fp, calib, q),
               "--percentile goes with --act-method percentile");
     CHECK_ERR(2, cli("quantize --model '%s' --calib '%s' --scheme w8a8 --out '%s' --calib-len 33", fp, calib, q),

@@ -4,6 +4,7 @@
  * groups and the 8/32-lane vectors, row counts around the 4- and 8-row
  * blocks, the threaded split (the same bits whatever the thread count). */
 #include "../test.h"
+#include "io/safetensors.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -89,6 +90,66 @@ TEST(kernel_quant_linear_q4_round_trip_and_layout) {
     dtx_q4_quantize_row(q, &s, w, 32, 0.5f);
     CHECK(s == 1.0f * 0.5f / 7.0f);
     CHECK(dtx_q4_get(q, 0) == -7 && dtx_q4_get(q, 31) == 7);
+}
+
+/* fp16 rounding against the half values themselves (dtx_f16_to_f32, the
+ * loader's decoder): every finite half is kept, midpoints between
+ * neighbours go to the even one, points just off them to the nearer; the
+ * range's edges and the specials. */
+TEST(kernel_quant_linear_f16_round_is_ieee_nearest_even) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x7c00; h++) { /* the positive finite halves and their upper neighbours */
+        float a = dtx_f16_to_f32((uint16_t)h), b = dtx_f16_to_f32((uint16_t)(h + 1));
+        float mid = a + (b - a) / 2; /* exact in float */
+        float even = (h & 1) ? b : a;
+        bad += dtx_f16_round_f32(a) != a || dtx_f16_round_f32(-a) != -a;
+        if (h + 1 < 0x7c00) {
+            bad += dtx_f16_round_f32(mid) != even || dtx_f16_round_f32(-mid) != -even;
+            bad += dtx_f16_round_f32(nextafterf(mid, 0)) != a || dtx_f16_round_f32(nextafterf(mid, INFINITY)) != b;
+        }
+    }
+    CHECKF(bad == 0, "%d halves or midpoints rounded wrongly", bad);
+    CHECK(dtx_f16_round_f32(65504.0f) == 65504.0f && dtx_f16_round_f32(65519.99f) == 65504.0f);
+    CHECK(isinf(dtx_f16_round_f32(65520.0f)) && dtx_f16_round_f32(-1e9f) == -INFINITY);
+    CHECK(dtx_f16_round_f32(ldexpf(1, -25)) == 0 && dtx_f16_round_f32(ldexpf(1.0001f, -25)) == ldexpf(1, -24));
+    CHECK(isnan(dtx_f16_round_f32(NAN)) && dtx_f16_round_f32(INFINITY) == INFINITY);
+    float x[3] = {1.0f + ldexpf(1, -11), 3.14159f, -2.0f}, y[3];
+    dtx_f16_round(y, x, 3);
+    CHECK(y[0] == 1.0f && y[1] == 3.140625f && y[2] == -2.0f);
+}
+
+/* The weighted error of group w [kg] quantised with clip c. */
+static double q4_group_error(const float *w, int64_t kg, const double *m2, float c) {
+    uint8_t q[16];
+    float s, v[32];
+    dtx_q4_quantize_row(q, &s, w, kg, c);
+    dtx_q4_dequantize(v, q, &s, 1, kg);
+    double e = 0;
+    for (int64_t k = 0; k < kg; k++) e += (m2 ? m2[k] : 1.0) * ((double)w[k] - v[k]) * ((double)w[k] - v[k]);
+    return e;
+}
+
+/* The 4-bit clipping search: one large weight among small ones is clipped
+ * when every input matters alike (the small ones get a finer grid), kept
+ * when its input dominates the mean squares; never worse than absmax, and
+ * a partial group works the same. */
+TEST(kernel_quant_linear_q4_best_clip_weighs_the_inputs) {
+    float w[32];
+    dtx_rng r;
+    dtx_rng_seed(&r, 5);
+    for (int k = 0; k < 32; k++) w[k] = 0.1f * (2.0f * (float)dtx_rng_uniform(&r) - 1.0f);
+    w[7] = 1.0f;
+    double flat[32], loud[32];
+    for (int k = 0; k < 32; k++) flat[k] = 1.0, loud[k] = k == 7 ? 1e6 : 1.0;
+    for (int64_t kg = 32; kg >= 20; kg -= 12) {
+        float c = dtx_q4_best_clip(w, kg, flat);
+        CHECKF(c < 1.0f && c >= 0.5f, "kg %lld: clip %g", (long long)kg, (double)c);
+        CHECK(q4_group_error(w, kg, flat, c) < q4_group_error(w, kg, flat, 1.0f));
+        CHECK(dtx_q4_best_clip(w, kg, NULL) == c); /* NULL: all 1 */
+        CHECK(dtx_q4_best_clip(w, kg, loud) == 1.0f);
+        for (int i = 0; i <= 20; i++) /* the minimum of the grid */
+            CHECK(q4_group_error(w, kg, flat, c) <= q4_group_error(w, kg, flat, 1.0f - 0.025f * (float)i));
+    }
 }
 
 TEST(kernel_quant_linear_a8_rounds_to_even_and_saturates) {

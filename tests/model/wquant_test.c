@@ -61,6 +61,10 @@ TEST(model_wquant_paths_agree_and_match_dequantised) {
                 for (int i = 0; i < q->n_tensors; i++) {
                     const dtx_qweight *w = &q->qw[i];
                     if (!w->bits) continue;
+                    /* W4A16: the layers' weights 4-bit, the embedding and the output 8-bit */
+                    int table = q->tensors[i].offset == q->tok_emb || q->tensors[i].offset == q->out_w;
+                    CHECKF(w->bits == (sch == DTX_WQ_W4A16 && !table ? 4 : 8), "%s: '%s' has %d bits",
+                           dtx_wquant_name(sch), q->tensors[i].name, w->bits);
                     float *dst = ref->params + ref->tensors[i].offset;
                     if (w->bits == 8) dtx_q8_dequantize(dst, w->q, w->scale, w->N, w->K);
                     else dtx_q4_dequantize(dst, w->q, w->scale, w->N, w->K);
@@ -119,6 +123,53 @@ TEST(model_wquant_paths_agree_and_match_dequantised) {
                 free(lq), free(lr), free(ld), free(in);
                 dtx_model_free(q), dtx_model_free(ref);
             }
+}
+
+/* fp16 activations (w8a16 and w4a16): every path rounds each linear input to
+ * fp16 instead of bf16: the full forward matches the dequantised model fed
+ * fp16-rounded inputs more closely than the bf16 ones would allow, decoding
+ * matches the forward, and the logits differ from the bf16 model's. */
+TEST(model_wquant_fp16_activations) {
+    static const dtx_wquant schemes[] = {DTX_WQ_W8A16, DTX_WQ_W4A16};
+    int32_t tok[T];
+    tokens_of(tok, T, 6);
+    for (int si = 0; si < 2; si++) {
+        dtx_config c = qconfig(DTX_ARCH_DIFF, 1);
+        dtx_model *h = NULL, *b = NULL, *ref = NULL;
+        REQUIRE(dtx_model_init(&h, &c, 43) == DTX_OK);
+        REQUIRE(dtx_model_init(&b, &c, 43) == DTX_OK);
+        REQUIRE(dtx_model_init(&ref, &c, 43) == DTX_OK);
+        REQUIRE(dtx_model_quantize_weights(h, schemes[si], NULL, NULL, NULL) == DTX_OK);
+        REQUIRE(dtx_model_quantize_weights(b, schemes[si], NULL, NULL, NULL) == DTX_OK);
+        h->act_fp16 = 1;
+        CHECK(dtx_model_act_fp16(h) == 1 && dtx_model_act_fp16(b) == 0);
+        for (int i = 0; i < h->n_tensors; i++) {
+            const dtx_qweight *w = &h->qw[i];
+            float *dst = ref->params + ref->tensors[i].offset;
+            if (w->bits == 8) dtx_q8_dequantize(dst, w->q, w->scale, w->N, w->K);
+            else if (w->bits == 4) dtx_q4_dequantize(dst, w->q, w->scale, w->N, w->K);
+        }
+        float *lh = malloc(sizeof(float) * T * VOCAB), *lb = malloc(sizeof(float) * T * VOCAB);
+        float *lr = malloc(sizeof(float) * T * VOCAB), *ld = malloc(sizeof(float) * VOCAB);
+        REQUIRE(dtx_model_forward(h, tok, NULL, 1, T, lh, NULL) == DTX_OK);
+        REQUIRE(dtx_model_forward(b, tok, NULL, 1, T, lb, NULL) == DTX_OK);
+        REQUIRE(dtx_model_forward(ref, tok, NULL, 1, T, lr, NULL) == DTX_OK);
+        /* fp16 keeps 11 significant bits to bf16's 8: about 8x closer to the unrounded inputs */
+        double dh = max_rel(lh, lr, (size_t)(T * VOCAB)), db = max_rel(lb, lr, (size_t)(T * VOCAB));
+        CHECKF(dh > 0 && dh < db / 3, "%s: fp16 %.3g vs bf16 %.3g from the dequantised fp32 model",
+               dtx_wquant_name(schemes[si]), dh, db);
+        dtx_kvcache *kc = NULL;
+        REQUIRE(dtx_kvcache_init(&kc, h, T) == DTX_OK);
+        double dd = 0;
+        for (int64_t i = 0; i < T; i++) {
+            REQUIRE(dtx_model_decode(h, kc, tok[i], ld) == DTX_OK);
+            dd = fmax(dd, max_rel(ld, lh + i * VOCAB, VOCAB));
+        }
+        CHECKF(dd < 2e-3, "%s fp16: decode vs forward %.3g", dtx_wquant_name(schemes[si]), dd);
+        dtx_kvcache_free(kc);
+        free(lh), free(lb), free(lr), free(ld);
+        dtx_model_free(h), dtx_model_free(b), dtx_model_free(ref);
+    }
 }
 
 TEST(model_wquant_refuses_w8a8_without_scales_and_unknown_schemes) {
@@ -201,10 +252,12 @@ TEST(model_wquant_files_round_trip) {
             float *in = calloc((size_t)q->n_tensors, sizeof(float)), qk[8];
             test_scales(q, in, qk);
             REQUIRE(dtx_model_quantize_weights(q, schemes[si], NULL, in, qk) == DTX_OK);
+            q->act_fp16 = schemes[si] != DTX_WQ_W8A8 && tie; /* fp16 activations kept too */
             const char *path = test_path("q.safetensors");
             REQUIRE(dtx_model_save(q, path, 0) == DTX_OK);
             REQUIREF(dtx_model_load(&back, path) == DTX_OK, "%s", dtx_last_error());
             CHECK(dtx_model_wquant(back) == schemes[si]);
+            CHECK(dtx_model_act_fp16(back) == dtx_model_act_fp16(q));
             CHECK(back->qmem_bytes == q->qmem_bytes && memcmp(back->qmem, q->qmem, q->qmem_bytes) == 0);
             for (int i = 0; i < q->n_tensors; i++) CHECK(back->qw[i].in_scale == q->qw[i].in_scale);
             if (schemes[si] == DTX_WQ_W8A8) CHECK(memcmp(back->qk_scale, q->qk_scale, sizeof(float) * 4) == 0);
@@ -262,6 +315,14 @@ TEST(model_wquant_malformed_files_are_refused) {
     REQUIRE(rewrite(bad, bad, NULL, NULL, 0, name, 1, 0x00, NULL, NULL) == 0);
     REQUIRE(rewrite(bad, bad, NULL, NULL, 0, name, 0, 0x00, NULL, NULL) == 0);
     CHECK(refused(bad, name, "positive"));
+    /* the a16 activations' key: an unknown value, fp16 on w8a8 or on a float model */
+    REQUIRE(rewrite(good, bad, NULL, NULL, 0, NULL, 0, 0, "quant_act16", "fp8") == 0);
+    CHECK(refused(bad, "'quant_act16' = 'fp8'", "bf16 or fp16"));
+    REQUIRE(rewrite(good, bad, NULL, NULL, 0, NULL, 0, 0, "quant_act16", "fp16") == 0);
+    CHECK(refused(bad, "'quant_act16' = 'fp16'", "it is 'w8a8'"));
+    REQUIRE(rewrite(fp, bad, NULL, NULL, 0, NULL, 0, 0, "quant_act16", "fp16") == 0);
+    CHECK(refused(bad, "'quant_act16' = 'fp16'", "needs quant_scheme w8a16 or w4a16"));
+    CHECK(dtx_model_set_meta(q, "quant_act16", "fp16") == DTX_ERR_ARG);
     /* 4-bit: a code 0 nibble */
     dtx_model *q4 = NULL;
     REQUIRE(dtx_model_init(&q4, &c, 79) == DTX_OK);
