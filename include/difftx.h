@@ -235,7 +235,22 @@ typedef struct {
     double percentile;           /* PERCENTILE: in (50, 100], e.g. 99.99 */
     int clip_search;
     int act_fp16;                /* W8A16 / W4A16: fp16 activations instead of bf16 */
+    unsigned a16_inputs;         /* W8A8: the kinds of input (DTX_A8_*) kept 16-bit (bf16); 0: none */
 } dtx_quant_options;
+/* The kinds of quantised input, for a16_inputs: the attention's input
+ * (q/k/v projections), its output (out projection), the FFN's input (w1,
+ * w3), its hidden state (w2), the attention's q and k, the output
+ * projection's input. */
+enum {
+    DTX_A8_ATTN_IN = 1,
+    DTX_A8_ATTN_OUT = 2,
+    DTX_A8_FFN_IN = 4,
+    DTX_A8_FFN_HIDDEN = 8,
+    DTX_A8_QK = 16,
+    DTX_A8_OUTPUT = 32,
+    DTX_A8_ALL = 63
+};
+const char *dtx_a8_kind_name(unsigned kind); /* "attn_in", ..., "output" for one bit; NULL otherwise */
 dtx_quant_options dtx_quant_options_default(dtx_wquant scheme); /* ABSMAX, 99.99, clip_search 1, bf16 */
 const char *dtx_calib_method_name(dtx_calib_method m);             /* "absmax", "percentile", "mse" */
 int dtx_calib_method_parse(const char *s, dtx_calib_method *out);
@@ -256,9 +271,11 @@ typedef struct {
  *     that row's outputs on calibration inputs, each 4-bit group's (of 1,
  *     0.975, ..., 0.5) the error of its weights weighted by their inputs'
  *     mean squares; 0: absmax.
+ *   a16_inputs (W8A8): those kinds of input stay 16-bit (a mixed model, and
+ *     the way to find which inputs' int8 grids cost the most);
  * DTX_ERR_ARG for a quantised model, an unknown scheme or method, act_fp16
- * with W8A8, no sequence, len outside [1, max_seq_len], or an id outside
- * the vocab. */
+ * with W8A8, a16_inputs without W8A8 or past DTX_A8_ALL, no sequence, len
+ * outside [1, max_seq_len], or an id outside the vocab. */
 dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const int32_t *tokens, int64_t n_seq,
                               int64_t len, dtx_quant_summary *summary);
 

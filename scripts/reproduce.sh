@@ -31,8 +31,9 @@
 #             (split by retrieval), outliers, low-bit attention (8/6/4-bit
 #             logits, row and tensor scope, every seed), quantised models
 #             (difftx quantize w8a16, w8a8, w4a16: perplexity and needles,
-#             every seed; w8a8 with each activation-range method; the
-#             calibration set's size on seed 1), attn-map
+#             every seed; w8a8 with each activation-range method; on seed
+#             1 the calibration set's size and w8a8 with one kind of input
+#             at a time int8), attn-map
 #   report    tools/report.py -> DIR/REPORT.md and its figures
 #
 # Seed by seed, both architectures of a pair train at the same time, one
@@ -248,6 +249,19 @@ evals_of() { # arch seed: every evaluation of that model, in order
                 { cat "$run/eval/calib$nc-w8a8-quantize-$n.txt" >&2; die "difftx quantize --calib-samples $nc of $n failed"; }
         fi
         ev "calib$nc-w8a8-ppl-$n" ppl --model "$qm" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
+    done
+    # where w8a8 loses (seed 1): one kind of input at a time on its int8 grid, every other kept bf16
+    local kind kinds=(attn_in attn_out ffn_in ffn_hidden qk output) rest
+    for kind in "${kinds[@]}"; do
+        qm=${m%.safetensors}.a8only-$kind.safetensors
+        rest=$(printf '%s\n' "${kinds[@]}" | grep -vx "$kind" | paste -sd, -)
+        if [ -z "${EV_LIST:-}" ] && [ ! -s "$qm" ] && [ ! -s "$run/eval/a8only-$kind-ppl-$n.json" ]; then
+            set -- quantize --model "$m" --calib "$run/train.bin" --scheme w8a8 --a16-inputs "$rest" --out "$qm"
+            cmdline "$@" > "$run/eval/a8only-$kind-quantize-$n.cmd"
+            "$bin" "$@" > "$run/eval/a8only-$kind-quantize-$n.txt" 2>&1 ||
+                { cat "$run/eval/a8only-$kind-quantize-$n.txt" >&2; die "difftx quantize w8a8 (only $kind int8) of $n failed"; }
+        fi
+        ev "a8only-$kind-ppl-$n" ppl --model "$qm" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
     done
     [ -n "${EV_LIST:-}" ] || echo "eval $n: depth x length, maps ($(date +%H:%M:%S))"
     ev "heatmap-$a" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$lengths" \

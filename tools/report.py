@@ -607,6 +607,7 @@ def section_wquant(r, out):
     command(r, out, "quantising, w8a8, DIFF seed 1", "eval/wq-w8a8-quantize-diff-s1")
     command(r, out, "its perplexity", "eval/wq-w8a8-ppl-diff-s1")
     section_wquant_methods(r, out, res)
+    section_wquant_kinds(r, out)
     # the calibration set's size (seed-1 models, w8a8)
     s1 = r.seeds[0] if r.seeds else 1
     sizes = (16, 32, 100, 300, 1000)
@@ -669,6 +670,40 @@ def section_wquant_methods(r, out, res):
         out.append(f"Each arch at its best method (Transformer {best['transformer']}, DIFF {best['diff']}; chosen by the "
                    f"mean over the same seeds, for both alike): perplexity growth DIFF − Transformer (log ratio) "
                    f"{fmt_ci(ci, '{:+.4f}')}, the claim (DIFF loses less under w8a8) **{verdict(ci, -1)}**.\n")
+
+
+A8_KINDS = (("attn_in", "the attention's input (q, k, v projections)"), ("attn_out", "the attention's output (out "
+            "projection)"), ("ffn_in", "the FFN's input (w1, w3)"), ("ffn_hidden", "the FFN's hidden state (w2)"),
+            ("qk", "the attention's q and k"), ("output", "the output projection's input"))
+
+
+def section_wquant_kinds(r, out):
+    """Where w8a8 loses: each kind of input alone on its int8 grid (seed 1, a diagnostic, not a verdict)."""
+    s1 = r.seeds[0] if r.seeds else 1
+    base = {a: (r.eval(f"quant16-ppl-{a}-s{s1}") or {}).get("ppl") for a in ARCHS}
+    rows = {a: {k: (r.eval(f"a8only-{k}-ppl-{a}-s{s1}") or {}).get("ppl") for k, _ in A8_KINDS} for a in ARCHS}
+    if not any(v for a in ARCHS for v in rows[a].values()):
+        return
+    out.append(f"**Where w8a8 loses** (seed-1 models, absmax ranges; a diagnostic on one seed, not a verdict): "
+               f"perplexity growth over fp32 with one kind of input at a time on its int8 grid and every other kept "
+               f"bf16 (int8 weights throughout; `difftx quantize --a16-inputs`). The full w8a8 row puts them all on "
+               f"int8 at once.\n")
+    out.append("| int8 input | Transformer | DIFF |")
+    out.append("|---|---|---|")
+    for k, what in A8_KINDS:
+        cells = [f"{100 * (rows[a][k] / base[a] - 1):+.2f}%" if rows[a][k] and base[a] else "n/a"
+                 for a in ("transformer", "diff")]
+        out.append(f"| {what} | " + " | ".join(cells) + " |")
+    full = {a: (r.eval(f"wq-w8a8-ppl-{a}-s{s1}") or {}).get("ppl") for a in ARCHS}
+    out.append("| all of them (w8a8) | " + " | ".join(
+        f"{100 * (full[a] / base[a] - 1):+.2f}%" if full[a] and base[a] else "n/a" for a in ("transformer", "diff")) + " |")
+    out.append("")
+    if all(rows["diff"][k] and rows["transformer"][k] and base["diff"] and base["transformer"] for k, _ in A8_KINDS):
+        gap = {k: math.log(rows["diff"][k] / base["diff"]) - math.log(rows["transformer"][k] / base["transformer"])
+               for k, _ in A8_KINDS}
+        worst = max(gap, key=gap.get)
+        out.append(f"The largest DIFF − Transformer difference comes from {dict(A8_KINDS)[worst]} "
+                   f"({gap[worst]:+.4f} in log perplexity).\n")
 
 
 def section_maps(r, out, figs):

@@ -39,6 +39,8 @@ static const char USAGE[] =
     "  --calib-samples N   calibration sequences (default 300, the recommended\n"
     "                      minimum: fewer works, with a warning)\n"
     "  --calib-len L       tokens per sequence (default max_seq_len, at most 512)\n"
+    "  --a16-inputs LIST   w8a8: these kinds of input stay bf16 (comma-separated:\n"
+    "                      attn_in, attn_out, ffn_in, ffn_hidden, qk, output)\n"
     "  --act16 bf16|fp16   w8a16 and w4a16's activations (default bf16; fp16:\n"
     "                      IEEE half, past 65504 infinite as in fp16 hardware)\n"
     "  --act-method absmax|percentile|mse  w8a8's activation ranges: the absolute\n"
@@ -140,7 +142,7 @@ static int read_calib(const char *path, const char *tokenizer, int64_t vocab, to
 }
 
 int cmd_quantize(int argc, char **argv) {
-    const char *model_path = NULL, *calib = NULL, *tokenizer = NULL, *out = NULL;
+    const char *model_path = NULL, *calib = NULL, *tokenizer = NULL, *out = NULL, *a16_list = NULL;
     int scheme = -1, method = 0, no_search = 0, act16 = 0;
     int64_t samples = RECOMMENDED_SAMPLES, len = 0;
     double percentile = 99.99;
@@ -154,6 +156,7 @@ int cmd_quantize(int argc, char **argv) {
         FLAG_INT("--calib-len", &len, 1, INT64_MAX),
         FLAG_CHOICE("--act-method", &method, "absmax|percentile|mse"),
         FLAG_CHOICE("--act16", &act16, "bf16|fp16"),
+        FLAG_STR("--a16-inputs", &a16_list),
         FLAG_REAL("--percentile", &percentile, 50, 1, 100, 0),
         FLAG_BOOL("--no-clip-search", &no_search, 1),
     };
@@ -169,6 +172,20 @@ int cmd_quantize(int argc, char **argv) {
     if ((flags_get(fl, n_fl, "--act-method")->seen || flags_get(fl, n_fl, "--percentile")->seen) && scheme != 1)
         return usage_error(CMD, "--act-method and --percentile set w8a8's activation ranges; --scheme is %s",
                            scheme == 0 ? "w8a16" : "w4a16");
+    unsigned a16 = 0;
+    if (a16_list) {
+        if (scheme != 1) return usage_error(CMD, "--a16-inputs keeps some of w8a8's inputs 16-bit; --scheme is not w8a8");
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", a16_list);
+        for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            unsigned k = 0;
+            for (unsigned b = 1; b <= DTX_A8_ALL; b <<= 1)
+                if (!strcmp(t, dtx_a8_kind_name(b))) k = b;
+            if (!k)
+                return usage_error(CMD, "--a16-inputs: '%s' is not attn_in, attn_out, ffn_in, ffn_hidden, qk or output", t);
+            a16 |= k;
+        }
+    }
     if (flags_get(fl, n_fl, "--act16")->seen && scheme == 1)
         return usage_error(CMD, "--act16 sets w8a16 and w4a16's activations; w8a8's are int8");
     if (flags_get(fl, n_fl, "--percentile")->seen && method != DTX_CALIB_PERCENTILE)
@@ -207,16 +224,21 @@ int cmd_quantize(int argc, char **argv) {
         o.percentile = percentile;
         o.clip_search = !no_search;
         o.act_fp16 = act16;
+        o.a16_inputs = a16;
         dtx_quant_summary sum;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         if (dtx_model_quantize(m, &o, seqs, samples, len, &sum) != DTX_OK) rc = lib_error(CMD);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         char desc[1024];
-        char act[64];
+        char act[192];
         if (o.scheme != DTX_WQ_W8A8) snprintf(act, sizeof act, "%s", act16 ? "fp16" : "bf16");
         else if (o.act_method == DTX_CALIB_PERCENTILE) snprintf(act, sizeof act, "int8 percentile %g", percentile);
         else snprintf(act, sizeof act, "int8 %s", dtx_calib_method_name(o.act_method));
+        if (a16) {
+            size_t k = strlen(act);
+            snprintf(act + k, sizeof act - k, " (bf16: %.100s)", a16_list);
+        }
         snprintf(desc, sizeof desc, "%s (%d file%s, %lld tokens); %lld samples x %lld tokens; activations %s; "
                  "weight clipping %s", calib, n_files, n_files == 1 ? "" : "s", (long long)b.n, (long long)samples,
                  (long long)len, act, o.clip_search ? "searched" : "absmax");

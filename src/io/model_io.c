@@ -170,7 +170,7 @@ static dtx_status load_quantised(dtx_model *m, const dtx_st_file *f, const char 
         return st;
     if (has_input_scale(m, i)) {
         snprintf(name, sizeof name, "%s.input_scale", t->name);
-        if ((st = find_tensor(f, path, name, m, 1, 0, DTX_ST_F32, &s)) || (st = load_scales(s, path, &w->in_scale, 1)))
+        if ((st = find_tensor(f, path, name, m, 1, 0, DTX_ST_F32, &s)) || (st = load_scales(s, path, &w->in_scale, 0)))
             return st;
     }
     return DTX_OK;
@@ -249,7 +249,7 @@ static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *p
         char name[64];
         const dtx_st_tensor *s = NULL;
         snprintf(name, sizeof name, "layers.%lld.attention.qk_scale", (long long)l);
-        if ((st = find_tensor(f, path, name, m, 2, 0, DTX_ST_F32, &s)) || (st = load_scales(s, path, m->qk_scale + 2 * l, 1)))
+        if ((st = find_tensor(f, path, name, m, 2, 0, DTX_ST_F32, &s)) || (st = load_scales(s, path, m->qk_scale + 2 * l, 0)))
             return st;
     }
 #endif

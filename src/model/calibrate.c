@@ -37,6 +37,25 @@ typedef struct {
 /* Inputs: per layer xn1, attn_y, xn2, g, q, k; then xnf. */
 enum { IN_XN1, IN_ATTN, IN_XN2, IN_G, IN_Q, IN_K, IN_PER_LAYER };
 
+static const char *const KIND_NAMES[] = {"attn_in", "attn_out", "ffn_in", "ffn_hidden", "qk", "output"};
+const char *dtx_a8_kind_name(unsigned kind) {
+    for (int b = 0; b < 6; b++)
+        if (kind == 1u << b) return KIND_NAMES[b];
+    return NULL;
+}
+
+/* The DTX_A8_* kind of stats index j (n_in inputs, the last the output projection's). */
+static unsigned kind_of(int64_t j, int64_t n_in) {
+    if (j == n_in - 1) return DTX_A8_OUTPUT;
+    switch (j % IN_PER_LAYER) {
+    case IN_XN1: return DTX_A8_ATTN_IN;
+    case IN_ATTN: return DTX_A8_ATTN_OUT;
+    case IN_XN2: return DTX_A8_FFN_IN;
+    case IN_G: return DTX_A8_FFN_HIDDEN;
+    default: return DTX_A8_QK;
+    }
+}
+
 static const char *const METHOD_NAMES[] = {"absmax", "percentile", "mse"};
 const char *dtx_calib_method_name(dtx_calib_method m) {
     return (int)m >= 0 && (int)m <= 2 ? METHOD_NAMES[m] : "unknown";
@@ -184,6 +203,8 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
     if (o->act_fp16 && o->scheme == DTX_WQ_W8A8)
         return dtx_fail(DTX_ERR_ARG, "fp16 activations are for w8a16 and w4a16 (w8a8's are int8)");
     if (o->act_fp16 != 0 && o->act_fp16 != 1) return dtx_fail(DTX_ERR_ARG, "act_fp16 must be 0 or 1");
+    if (o->a16_inputs && (o->scheme != DTX_WQ_W8A8 || (o->a16_inputs & ~(unsigned)DTX_A8_ALL)))
+        return dtx_fail(DTX_ERR_ARG, "a16_inputs = %u: a set of DTX_A8_* kinds, for w8a8", o->a16_inputs);
     if (o->act_method == DTX_CALIB_PERCENTILE && !(o->percentile > 50 && o->percentile <= 100))
         return dtx_fail(DTX_ERR_ARG, "calibration percentile %g: expected a value in (50, 100]", o->percentile);
     if (n_seq < 1) return dtx_fail(DTX_ERR_ARG, "calibration needs at least one sequence");
@@ -227,6 +248,7 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
     float *scale_of = calloc((size_t)n_in, sizeof(float));
     if (!scale_of) goto nomem;
     for (int64_t j = 0; j < n_in; j++) {
+        if (o->a16_inputs & kind_of(j, n_in)) continue; /* kept 16-bit: scale 0 */
         scale_of[j] = act_scale(&in[j], o);
         act_clip += scale_of[j] * 127.0 / (in[j].amax > 0 ? in[j].amax : 1e-8), n_act++;
     }

@@ -46,7 +46,7 @@ static void dequant_rows(const dtx_qweight *w, float *out, int64_t n0, int64_t n
 }
 
 void dtx_model_round_inputs(dtx_wquant scheme, int fp16, float scale, float *out, const float *x, int64_t n) {
-    if (scheme != DTX_WQ_W8A8) {
+    if (scheme != DTX_WQ_W8A8 || !(scale > 0)) { /* a16; W8A8's scale 0: this input stays 16-bit */
         if (fp16) dtx_f16_round(out, x, n);
         else dtx_bf16_round_portable(out, x, (size_t)n);
         return;
@@ -93,7 +93,7 @@ static void quant_rows(const dtx_model *m, float *out, const float *x, const dtx
 
 static void linear_row_quant(const dtx_model *m, float *out, const float *x, const dtx_qweight *w, float *xrow) {
     int64_t K = w->K, N = w->N;
-    if (m->wquant == DTX_WQ_W8A8) {
+    if (m->wquant == DTX_WQ_W8A8 && w->in_scale > 0) {
         int8_t *xq = (int8_t *)xrow; /* K bytes fit in K floats */
         dtx_a8_quantize(xq, x, K, w->in_scale);
         dtx_gemv_q8a8(out, xq, w->in_scale, (const int8_t *)w->q, w->scale, K, N);
@@ -151,8 +151,8 @@ void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64
 void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real *k, int64_t nk) {
 #ifndef DTX_DOUBLE
     if (m->wquant != DTX_WQ_W8A8) return;
-    dtx_model_round_inputs(m->wquant, 0, m->qk_scale[2 * l], q, q, nq);
-    dtx_model_round_inputs(m->wquant, 0, m->qk_scale[2 * l + 1], k, k, nk);
+    if (m->qk_scale[2 * l] > 0) dtx_model_round_inputs(m->wquant, 0, m->qk_scale[2 * l], q, q, nq);
+    if (m->qk_scale[2 * l + 1] > 0) dtx_model_round_inputs(m->wquant, 0, m->qk_scale[2 * l + 1], k, k, nk);
 #else
     (void)m, (void)l, (void)q, (void)nq, (void)k, (void)nk;
 #endif
@@ -203,9 +203,12 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
     if (scheme == DTX_WQ_W8A8)
         for (int i = 0; i < m->n_tensors; i++)
             if (m->tensors[i].ndim == 2 && (m->tensors[i].offset != m->tok_emb || m->cfg.tie_embeddings) &&
-                !(in_scales[i] > 0 && isfinite(in_scales[i])))
-                return dtx_fail(DTX_ERR_ARG, "w8a8: the input scale of '%s' is %g (needs a positive number)",
+                !(in_scales[i] >= 0 && isfinite(in_scales[i])))
+                return dtx_fail(DTX_ERR_ARG, "w8a8: the input scale of '%s' is %g (needs a number >= 0)",
                                 m->tensors[i].name, (double)in_scales[i]);
+    for (int64_t j = 0; scheme == DTX_WQ_W8A8 && j < 2 * m->cfg.n_layers; j++)
+        if (!(qk[j] >= 0 && isfinite(qk[j])))
+            return dtx_fail(DTX_ERR_ARG, "w8a8: q/k scale %lld is %g (needs a number >= 0)", (long long)j, (double)qk[j]);
     dtx_status st = dtx_model_alloc_quant(m, scheme);
     if (st) return st;
     for (int i = 0; i < m->n_tensors; i++) {

@@ -57,7 +57,7 @@ typedef struct {
 /* A quantised linear weight w [N, K] (kernels.h, "Quantised"): bits 8 (q
  * int8 [N, K], scale [N]) or 4 (q packed rows, scale [N, groups]); 0 for a
  * tensor kept in fp32. in_scale: W8A8's static scale of the layer's input
- * (x ≈ in_scale·xq). */
+ * (x ≈ in_scale·xq; 0: the input stays 16-bit, bf16). */
 typedef struct {
     int bits;
     int64_t N, K;
@@ -86,7 +86,7 @@ struct dtx_model {
     dtx_wquant wquant;
     int act_fp16;             /* W8A16 / W4A16: inputs rounded to fp16, not bf16 */
     dtx_qweight *qw;          /* [n_tensors], parallel to tensors          */
-    float *qk_scale;          /* W8A8: [n_layers, 2] static scales of q, k  */
+    float *qk_scale;          /* W8A8: [n_layers, 2] static scales of q, k (0: not rounded) */
     void *qmem;               /* one allocation behind every qw's q, scale */
     size_t qmem_bytes;
     real *qscratch;           /* several-row products: dequantised weight rows, int8-rounded inputs, outputs */
@@ -146,8 +146,8 @@ void dtx_model_linear_row(const dtx_model *m, real *out, const real *x, size_t o
 void dtx_model_round_inputs(dtx_wquant scheme, int fp16, float scale, float *out, const float *x, int64_t n);
 #endif
 /* W8A8: q [n, n_heads·head_dim] and k [n, n_kv_heads·head_dim] of layer l
- * rounded to their int8 grids (the attention's int8 inputs); otherwise a
- * no-op. */
+ * rounded to their int8 grids (the attention's int8 inputs), each whose
+ * scale is > 0 (0: kept as it is); otherwise a no-op. */
 void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real *k, int64_t nk);
 /* The token embedding's rows of tokens [n] into out [n, D] (dequantised
  * when the embedding is quantised). */
@@ -157,8 +157,8 @@ void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64
  * one factor in (0, 1] per row of tensor i (W8*: [N]) or per group (W4A16:
  * [N, dtx_q4_groups(K)]); clip NULL: 1 everywhere. W8A8
  * also takes in_scales [n_tensors] (the static input scale of each 2-D
- * tensor; an untied embedding's is unused) and qk [n_layers, 2]. The fp32
- * values are zeroed. */
+ * tensor; an untied embedding's is unused) and qk [n_layers, 2]; a scale of
+ * 0 keeps that input 16-bit (bf16, as W8A16). The fp32 values are zeroed. */
 dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const float *const *clip,
                                       const float *in_scales, const float *qk);
 /* The one-allocation layout of the quantised weights of scheme for m's

@@ -99,6 +99,12 @@ TEST(quantize_cli_fp16_activations) {
     CHECKF(cli_has("\"quant_act16\": \"fp16\""), "%s", cli_out);
     double l = score_of(q, held);
     CHECKF(fabs(l - base) < 0.08 * base, "w4a16 fp16: loss %.5f, fp32 %.5f", l, base);
+    /* w8a8 with two kinds of input kept bf16: said in the calibration record */
+    REQUIREF(cli_split("quantize --model '%s' --calib '%s' --scheme w8a8 --a16-inputs qk,output --out '%s' "
+                       "--calib-samples 300", fp, calib, q) == 0, "%s %s", cli_out, cli_err);
+    CHECKF(cli_has("int8 absmax (bf16: qk,output)"), "%s", cli_out);
+    l = score_of(q, held);
+    CHECKF(fabs(l - base) < 0.03 * base, "w8a8 a16 qk,output: loss %.5f, fp32 %.5f", l, base);
 }
 
 TEST(quantize_cli_folder_and_text_calibrate_like_their_tokens) {
@@ -155,6 +161,10 @@ TEST(quantize_cli_refusals) {
     CHECK_ERR(2, cli("quantize --model '%s' --calib '%s' --scheme w4a8 --out '%s'", fp, calib, q), "--scheme");
     CHECK_ERR(2, cli("quantize --model '%s' --calib '%s' --scheme w8a16 --out '%s' --act-method mse", fp, calib, q),
               "set w8a8's activation ranges");
+    CHECK_ERR(2, cli("quantize --model '%s' --calib '%s' --scheme w8a8 --out '%s' --a16-inputs qk,ffn", fp, calib, q),
+              "'ffn' is not attn_in");
+    CHECK_ERR(2, cli("quantize --model '%s' --calib '%s' --scheme w8a16 --out '%s' --a16-inputs qk", fp, calib, q),
+              "--scheme is not w8a8");
     CHECK_ERR(2, cli("quantize --model '%s' --calib '%s' --scheme w8a8 --out '%s' --act16 fp16", fp, calib, q),
               "w8a8's are int8");
     CHECK_ERR(2, cli("quantize --model '%s' --calib '%s' --scheme w8a16 --out '%s' --act16 fp8", fp, calib, q),

@@ -104,6 +104,40 @@ TEST(calibrate_keeps_the_loss_close) {
     dtx_model_free(fp);
 }
 
+/* W8A8 keeping every kind of input 16-bit is W8A16 (the same clipping, the
+ * same logits); keeping one kind gives that kind's tensors scale 0 and only
+ * those; the kinds' names. */
+TEST(calibrate_w8a8_a16_inputs) {
+    int32_t tok[NSEQ * LEN], held[LEN];
+    calib_tokens(tok, 11);
+    calib_tokens(held, 12);
+    dtx_model *a = model(9), *b = model(9), *k = model(9);
+    REQUIRE(a && b && k);
+    dtx_quant_options oa = dtx_quant_options_default(DTX_WQ_W8A8), ob = dtx_quant_options_default(DTX_WQ_W8A16);
+    oa.a16_inputs = DTX_A8_ALL;
+    REQUIRE(dtx_model_quantize(a, &oa, tok, NSEQ, LEN, NULL) == DTX_OK);
+    REQUIRE(dtx_model_quantize(b, &ob, tok, NSEQ, LEN, NULL) == DTX_OK);
+    float *la = malloc(sizeof(float) * LEN * VOCAB), *lb = malloc(sizeof(float) * LEN * VOCAB);
+    REQUIRE(dtx_model_forward(a, held, NULL, 1, LEN, la, NULL) == DTX_OK);
+    REQUIRE(dtx_model_forward(b, held, NULL, 1, LEN, lb, NULL) == DTX_OK);
+    CHECK(memcmp(la, lb, sizeof(float) * LEN * VOCAB) == 0);
+    oa.a16_inputs = DTX_A8_FFN_HIDDEN; /* only w2's input stays bf16 */
+    REQUIRE(dtx_model_quantize(k, &oa, tok, NSEQ, LEN, NULL) == DTX_OK);
+    int wrong = 0;
+    for (int i = 0; i < k->n_tensors; i++) {
+        if (k->tensors[i].ndim != 2) continue;
+        int w2 = 0;
+        for (int64_t l = 0; l < k->cfg.n_layers; l++) w2 |= k->tensors[i].offset == k->layers[l].w2;
+        wrong += w2 ? k->qw[i].in_scale != 0 : !(k->qw[i].in_scale > 0);
+    }
+    CHECKF(wrong == 0, "%d tensors have the wrong input scale", wrong);
+    for (int64_t j = 0; j < 2 * k->cfg.n_layers; j++) CHECK(k->qk_scale[j] > 0);
+    CHECK(!strcmp(dtx_a8_kind_name(DTX_A8_QK), "qk") && !strcmp(dtx_a8_kind_name(DTX_A8_OUTPUT), "output"));
+    CHECK(dtx_a8_kind_name(3) == NULL && dtx_a8_kind_name(0) == NULL);
+    free(la), free(lb);
+    dtx_model_free(a), dtx_model_free(b), dtx_model_free(k);
+}
+
 TEST(calibrate_refusals) {
     int32_t tok[NSEQ * LEN];
     calib_tokens(tok, 5);
@@ -114,6 +148,15 @@ TEST(calibrate_refusals) {
     CHECK(dtx_model_quantize(m, &o, tok, NSEQ, LEN + 1, NULL) == DTX_ERR_ARG);
     o.act_method = DTX_CALIB_PERCENTILE, o.percentile = 40;
     CHECK(dtx_model_quantize(m, &o, tok, NSEQ, LEN, NULL) == DTX_ERR_ARG && strstr(dtx_last_error(), "percentile"));
+    o = dtx_quant_options_default(DTX_WQ_W8A16);
+    o.a16_inputs = DTX_A8_QK; /* for w8a8 only */
+    CHECK(dtx_model_quantize(m, &o, tok, NSEQ, LEN, NULL) == DTX_ERR_ARG && strstr(dtx_last_error(), "a16_inputs"));
+    o = dtx_quant_options_default(DTX_WQ_W8A8);
+    o.a16_inputs = 64;
+    CHECK(dtx_model_quantize(m, &o, tok, NSEQ, LEN, NULL) == DTX_ERR_ARG && strstr(dtx_last_error(), "a16_inputs"));
+    o = dtx_quant_options_default(DTX_WQ_W8A8);
+    o.act_fp16 = 1;
+    CHECK(dtx_model_quantize(m, &o, tok, NSEQ, LEN, NULL) == DTX_ERR_ARG && strstr(dtx_last_error(), "fp16"));
     o = dtx_quant_options_default((dtx_wquant)9);
     CHECK(dtx_model_quantize(m, &o, tok, NSEQ, LEN, NULL) == DTX_ERR_ARG);
     tok[3] = VOCAB; /* an id outside the vocabulary */

@@ -172,13 +172,51 @@ TEST(model_wquant_fp16_activations) {
     }
 }
 
+/* W8A8 with every input scale and q/k scale 0: every input stays bf16, so the
+ * model computes exactly what the W8A16 model of the same weights does, in
+ * the full forward and in decoding. */
+TEST(model_wquant_w8a8_zero_scales_are_w8a16) {
+    int32_t tok[T];
+    tokens_of(tok, T, 8);
+    for (int tie = 0; tie < 2; tie++) {
+        dtx_config c = qconfig(DTX_ARCH_DIFF, tie);
+        dtx_model *a = NULL, *b = NULL;
+        REQUIRE(dtx_model_init(&a, &c, 44) == DTX_OK);
+        REQUIRE(dtx_model_init(&b, &c, 44) == DTX_OK);
+        float *in = calloc((size_t)a->n_tensors, sizeof(float)), qk[8] = {0};
+        REQUIRE(dtx_model_quantize_weights(a, DTX_WQ_W8A8, NULL, in, qk) == DTX_OK);
+        REQUIRE(dtx_model_quantize_weights(b, DTX_WQ_W8A16, NULL, NULL, NULL) == DTX_OK);
+        float *la = malloc(sizeof(float) * T * VOCAB), *lb = malloc(sizeof(float) * T * VOCAB);
+        float *da = malloc(sizeof(float) * VOCAB), *db = malloc(sizeof(float) * VOCAB);
+        REQUIRE(dtx_model_forward(a, tok, NULL, 1, T, la, NULL) == DTX_OK);
+        REQUIRE(dtx_model_forward(b, tok, NULL, 1, T, lb, NULL) == DTX_OK);
+        CHECKF(memcmp(la, lb, sizeof(float) * T * VOCAB) == 0, "tie %d: forward differs", tie);
+        dtx_kvcache *ka = NULL, *kb = NULL;
+        REQUIRE(dtx_kvcache_init(&ka, a, T) == DTX_OK && dtx_kvcache_init(&kb, b, T) == DTX_OK);
+        int same = 1;
+        for (int64_t i = 0; i < T; i++) {
+            REQUIRE(dtx_model_decode(a, ka, tok[i], da) == DTX_OK && dtx_model_decode(b, kb, tok[i], db) == DTX_OK);
+            same &= memcmp(da, db, sizeof(float) * VOCAB) == 0;
+        }
+        CHECKF(same, "tie %d: decode differs", tie);
+        qk[1] = -1; /* a negative scale is refused */
+        dtx_model *n = NULL;
+        REQUIRE(dtx_model_init(&n, &c, 44) == DTX_OK);
+        CHECK(dtx_model_quantize_weights(n, DTX_WQ_W8A8, NULL, in, qk) == DTX_ERR_ARG && strstr(dtx_last_error(), "q/k scale 1"));
+        dtx_kvcache_free(ka), dtx_kvcache_free(kb);
+        free(in), free(la), free(lb), free(da), free(db);
+        dtx_model_free(a), dtx_model_free(b), dtx_model_free(n);
+    }
+}
+
 TEST(model_wquant_refuses_w8a8_without_scales_and_unknown_schemes) {
     dtx_config c = qconfig(DTX_ARCH_DIFF, 1);
     dtx_model *m = NULL;
     REQUIRE(dtx_model_init(&m, &c, 3) == DTX_OK);
     CHECK(dtx_model_quantize_weights(m, DTX_WQ_W8A8, NULL, NULL, NULL) == DTX_ERR_ARG);
     float *in = calloc((size_t)m->n_tensors, sizeof(float)), qk[4] = {1, 1, 1, 1};
-    CHECK(dtx_model_quantize_weights(m, DTX_WQ_W8A8, NULL, in, qk) == DTX_ERR_ARG); /* zero scales */
+    for (int i = 0; i < m->n_tensors; i++) in[i] = m->tensors[i].ndim == 2 ? NAN : 0; /* (0 keeps an input 16-bit) */
+    CHECK(dtx_model_quantize_weights(m, DTX_WQ_W8A8, NULL, in, qk) == DTX_ERR_ARG);
     CHECK(strstr(dtx_last_error(), "input scale of") != NULL);
     CHECK(dtx_model_quantize_weights(m, (dtx_wquant)7, NULL, NULL, NULL) == DTX_ERR_ARG);
     CHECK(dtx_model_wquant(m) == DTX_WQ_NONE);
@@ -310,11 +348,21 @@ TEST(model_wquant_malformed_files_are_refused) {
     REQUIRE(rewrite(good, bad, NULL, NULL, 0, name, 3, 0xbf, NULL, NULL) == 0); /* sign bit of element 0 */
     CHECK(refused(bad, name, "finite and at least 0"));
     snprintf(name, sizeof name, "%s.input_scale", w);
+    REQUIRE(rewrite(good, bad, NULL, NULL, 0, name, 3, 0xbf, NULL, NULL) == 0); /* negative */
+    CHECK(refused(bad, name, "finite and at least 0"));
+    REQUIRE(rewrite(good, bad, NULL, NULL, 0, name, 3, 0x7f, NULL, NULL) == 0);
+    REQUIRE(rewrite(bad, bad, NULL, NULL, 0, name, 2, 0x80, NULL, NULL) == 0); /* bytes 0x7f80.... : infinite */
+    REQUIRE(rewrite(bad, bad, NULL, NULL, 0, name, 1, 0x00, NULL, NULL) == 0);
+    REQUIRE(rewrite(bad, bad, NULL, NULL, 0, name, 0, 0x00, NULL, NULL) == 0);
+    CHECK(refused(bad, name, "finite and at least 0"));
+    /* a zero input scale is an input kept 16-bit: it loads */
     REQUIRE(rewrite(good, bad, NULL, NULL, 0, name, 3, 0x00, NULL, NULL) == 0);
     REQUIRE(rewrite(bad, bad, NULL, NULL, 0, name, 2, 0x00, NULL, NULL) == 0);
     REQUIRE(rewrite(bad, bad, NULL, NULL, 0, name, 1, 0x00, NULL, NULL) == 0);
     REQUIRE(rewrite(bad, bad, NULL, NULL, 0, name, 0, 0x00, NULL, NULL) == 0);
-    CHECK(refused(bad, name, "positive"));
+    dtx_model *zero = NULL;
+    REQUIREF(dtx_model_load(&zero, bad) == DTX_OK, "%s", dtx_last_error());
+    dtx_model_free(zero);
     /* the a16 activations' key: an unknown value, fp16 on w8a8 or on a float model */
     REQUIRE(rewrite(good, bad, NULL, NULL, 0, NULL, 0, 0, "quant_act16", "fp8") == 0);
     CHECK(refused(bad, "'quant_act16' = 'fp8'", "bf16 or fp16"));
