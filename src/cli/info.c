@@ -263,7 +263,10 @@ static void print_system(int json) {
     }
     printf("isa             %s (CPU: %s%s%s%s)\n", dtx_isa_name(lvl), dtx_isa_name(cpu), cap && *cap ? "; DTX_ISA=" : "",
            cap && *cap ? cap : "", lvl < cpu ? ", capped" : "");
-    printf("avx512 vnni     %s (no kernel uses it)\n", dtx_isa_cpu_has_vnni() ? "yes" : "no");
+    printf("avx512 vnni     %s (%s)\n", dtx_isa_cpu_has_vnni() ? "yes" : "no",
+           !dtx_isa_cpu_has_vnni()  ? "w8a8's one-row product runs the AVX2 kernel"
+           : lvl >= DTX_ISA_AVX512 ? "w8a8's one-row product uses it"
+                                   : "unused below ISA avx512");
     printf("tile kernels    %s (flash attention products, exp, softmax rows)\n", kern);
     printf("matmul          %s, ISA %s\n", dtx_matmul_library(), dtx_matmul_isa_name());
     printf("bf16 matmul     %s\n", mm_native ? "native (oneDNN bf16 primitives)"

@@ -231,7 +231,8 @@ TEST(kernel_quant_linear_gemv_q8a8_is_exact) {
                 }
                 free(q), free(xq), free(s), free(out);
             }
-        CHECKF(bad == 0, "gemv q8a8 (%s): %d outputs differ from the exact integer sum", dtx_isa_name(lvl), bad);
+        CHECKF(bad == 0, "gemv q8a8 (%s%s): %d outputs differ from the exact integer sum", dtx_isa_name(lvl),
+               lvl >= DTX_ISA_AVX512 && dtx_isa_cpu_has_vnni() ? ", vnni" : "", bad);
     }
 }
 
