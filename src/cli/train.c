@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/batch.h"
+#include "train/token_source.h"
 #include "train/needle_mix.h"
 #include "cli/cli.h"
 #include "cli/flags.h"

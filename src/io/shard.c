@@ -289,7 +289,7 @@ dtx_status dtx_shard_sample_batch(const dtx_shard *s, dtx_batch_rng *rng, int64_
     if (st) return st;
     assert(inputs && targets);
     /* count - T starts: the last window ends at the last token. The same
-     * rule as the token-file batcher of difftx train (src/cli/batch.c), so a
+     * rule as the token-file batcher of difftx train (src/train/token_source.c), so a
      * shard and a text file of the same tokens give the same batches. Modulo
      * bias is at most n_starts / 2^64: negligible. */
     uint64_t n_starts = (uint64_t)(s->count - T);

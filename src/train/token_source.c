@@ -1,4 +1,4 @@
-#include "cli/batch.h"
+#include "train/token_source.h"
 
 #include <assert.h>
 #include <stdlib.h>

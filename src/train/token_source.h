@@ -4,8 +4,8 @@
  * next(rng) mod (count - T), inputs its first T tokens, targets its last T;
  * and read in order by the rule of dtx_shard_sequential_batch with wrap. So a
  * shard and a text file of the same ids give the same batches. */
-#ifndef DTX_CLI_BATCH_H
-#define DTX_CLI_BATCH_H
+#ifndef DTX_TRAIN_TOKEN_SOURCE_H
+#define DTX_TRAIN_TOKEN_SOURCE_H
 
 #include <stdint.h>
 
