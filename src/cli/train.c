@@ -1,7 +1,10 @@
 /* difftx train: AdamW training of a new model (config flags) or of an
  * existing one (--init) on a token shard or a text file of ids, with a
  * progress display, validation, a JSONL log, and checkpoints that resume
- * bit-identically (docs/training.md). The final model is saved at the end. */
+ * bit-identically (docs/training.md). The final model is saved at the end.
+ * The state and the step are the library's (src/train/trainer.h); this file
+ * keeps the flags, the progress display, the logs, the signals and the
+ * checkpoint files. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -17,8 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train/token_source.h"
-#include "train/needle_mix.h"
+#include "train/trainer.h"
 #include "cli/cli.h"
 #include "cli/flags.h"
 #include "difftx.h"
@@ -377,21 +379,13 @@ static int list_ckpts(const char *dir, int64_t **steps, int *n, int clean) {
 /* ---------------------------------------------------------------- state */
 
 typedef struct {
-    dtx_model *model;
-    dtx_optimizer *opt;
-    token_source data, val;
-    dtx_batch_rng rng;
-    int32_t *inputs, *targets;
-    int32_t *period;  /* [batch] copy period of each row (0: not a copy document) */
-    double *tok_loss; /* [batch · seq] per-position losses, for the induction score */
-    uint64_t data_hash;
+    dtx_trainer tr;               /* the model, optimizer, data, sampler and step (src/train/trainer.h) */
     int64_t start_step;           /* steps done when this process began training */
     double last_loss, last_lr;
     char resumed_from[4400];      /* the checkpoint loaded, "" for a fresh run */
     int64_t last_ckpt_step;       /* -1: none written or loaded */
     double last_ckpt_s;           /* seconds the last write took */
     char last_ckpt[4400];
-    needle_mix needles;
     FILE *log;
     /* progress display */
     int bar, lines, bar_shown;
@@ -400,15 +394,7 @@ typedef struct {
 } train_state;
 
 static void state_free(train_state *s) {
-    source_close(&s->data);
-    source_close(&s->val);
-    needle_mix_close(&s->needles);
-    dtx_optimizer_free(s->opt);
-    dtx_model_free(s->model);
-    free(s->inputs);
-    free(s->targets);
-    free(s->period);
-    free(s->tok_loss);
+    dtx_trainer_free(&s->tr);
     if (s->log) fclose(s->log);
 }
 
@@ -435,8 +421,8 @@ static void build_run_meta(run_meta *r, const train_state *s, const train_args *
     R("accum", "%lld", (long long)a->accum);
     R("seed", "%llu", (unsigned long long)a->seed);
     R("precision", "%s", dtx_precision_name((dtx_precision)a->precision));
-    R("data_tokens", "%lld", (long long)s->data.count);
-    R("data_hash", "%016" PRIx64, s->data_hash);
+    R("data_tokens", "%lld", (long long)s->tr.data.count);
+    R("data_hash", "%016" PRIx64, s->tr.data_hash);
     R("needles", "%.17g/%.17g/%lld", a->needle_frac, a->copy_frac, (long long)a->needle_max);
     R("init_scheme", "%s", dtx_init_scheme_name((dtx_init_scheme)a->init_scheme));
     /* informational: not compared */
@@ -667,65 +653,6 @@ static void report(train_state *s, const train_args *a, int64_t step, double los
 
 /* ---------------------------------------------------------------- steps */
 
-enum { STEP_DONE = 0, STEP_INTERRUPTED = -1 };
-
-/* One optimizer step's forward and backward over accum micro-batches; *loss
- * is their mean, and cs sums the copy rows' losses (the induction score). A signal between micro-batches abandons the step: the
- * sampler goes back to where the step began, and the weights, moments and
- * step count are untouched, so the state is that after the previous step.
- * Returns STEP_DONE, STEP_INTERRUPTED or an exit code. */
-static int forward_backward(train_state *s, const train_args *a, int64_t step, double *loss, copy_score *cs) {
-    dtx_batch_rng at_start = s->rng;
-    memset(cs, 0, sizeof *cs);
-    dtx_model_zero_grad(s->model);
-    double sum = 0;
-    for (int64_t k = 0; k < a->accum; k++) {
-        if (k > 0 && g_signal) {
-            s->rng = at_start;
-            return STEP_INTERRUPTED;
-        }
-        source_sample(&s->data, &s->rng, a->batch, a->seq, s->inputs, s->targets);
-        if (needle_mix_apply(&s->needles, a->seed, step, k, a->batch, a->seq, s->inputs, s->targets, s->period) !=
-            DTX_OK) {
-            bar_break(s);
-            return lib_error(CMD);
-        }
-        double l;
-        int copies = 0;
-        for (int64_t r = 0; r < a->batch; r++) copies |= s->period[r] > 0;
-        if (dtx_model_forward(s->model, s->inputs, s->targets, a->batch, a->seq, NULL, &l) != DTX_OK ||
-            (copies && dtx_model_token_losses(s->model, s->tok_loss) != DTX_OK) ||
-            dtx_model_backward(s->model, 1.0 / (double)a->accum) != DTX_OK) {
-            bar_break(s);
-            return lib_error(CMD);
-        }
-        sum += l;
-        if (copies) copy_score_add(cs, s->tok_loss, s->period, a->batch, a->seq);
-    }
-    *loss = sum / (double)a->accum;
-    return STEP_DONE;
-}
-
-/* The validation loss: the mean over eval_batches batches read in order from
- * the start of the validation tokens (wrapping), so it is the same for the
- * same weights. Touches neither the sampler nor the weights. */
-static int evaluate(train_state *s, const train_args *a, double *val) {
-    int64_t pos = 0;
-    double sum = 0;
-    for (int64_t k = 0; k < a->eval_batches; k++) {
-        if (g_signal) return STEP_INTERRUPTED;
-        source_sequential(&s->val, &pos, a->batch, a->seq, s->inputs, s->targets);
-        double l;
-        if (dtx_model_forward(s->model, s->inputs, s->targets, a->batch, a->seq, NULL, &l) != DTX_OK) {
-            bar_break(s);
-            return lib_error(CMD);
-        }
-        sum += l;
-    }
-    *val = sum / (double)a->eval_batches;
-    return STEP_DONE;
-}
-
 /* Removes all but the newest `keep` checkpoints. */
 static void prune(train_state *s, const train_args *a) {
     if (a->keep <= 0) return;
@@ -756,7 +683,7 @@ static int write_ckpt(train_state *s, const train_args *a, int64_t step) {
     build_run_meta(&r, s, a);
     double t = now_s();
     g_writing = 1;
-    dtx_status st = dtx_ckpt_save(path, s->model, s->opt, &s->rng, r.keys, r.values, N_RUN_META);
+    dtx_status st = dtx_ckpt_save(path, s->tr.model, s->tr.opt, &s->tr.rng, r.keys, r.values, N_RUN_META);
     g_writing = 0;
     s->last_ckpt_s = now_s() - t;
     if (st != DTX_OK) {
@@ -818,20 +745,22 @@ static int train_loop(train_state *s, const train_args *a) {
                     (long long)(step - 1), s->last_ckpt);
             return 128 + g_signal;
         }
-        double t_step = now_s(), loss = NAN, gnorm = NAN, lr = NAN;
-        copy_score cs;
-        int rc = forward_backward(s, a, step, &loss, &cs);
-        if (rc == STEP_INTERRUPTED) {
+        double t_step = now_s();
+        dtx_step_stats st;
+        dtx_step_result sr = dtx_trainer_step(&s->tr, &st);
+        if (sr == DTX_STEP_INTERRUPTED) {
             step--; /* the step did not happen: the top of the loop writes the checkpoint */
             continue;
         }
-        if (rc != STEP_DONE) return rc;
-        if (a->debug_nan_at == step) loss = NAN;
-        if (!isfinite(loss))
+        double loss = st.loss, gnorm = st.grad_norm, lr = st.lr;
+        copy_score cs = st.copy;
+        if (sr == DTX_STEP_ERROR) {
+            bar_break(s);
+            return lib_error(CMD);
+        }
+        if (sr == DTX_STEP_LOSS_NONFINITE)
             return stop_nonfinite(s, a, step, "the loss", isnan(loss) ? "NaN" : loss > 0 ? "inf" : "-inf", loss);
-        /* its only failure: a gradient norm that is not finite (nothing is updated then) */
-        if (dtx_optimizer_step(s->opt, &gnorm, &lr) != DTX_OK)
-            return stop_nonfinite(s, a, step, "the gradient norm", "not finite", loss);
+        if (sr == DTX_STEP_GRAD_NONFINITE) return stop_nonfinite(s, a, step, "the gradient norm", "not finite", loss);
         s->last_loss = loss;
         s->last_lr = lr;
         double now = now_s();
@@ -840,21 +769,25 @@ static int train_loop(train_state *s, const train_args *a) {
             snprintf(copy, sizeof copy, ",\"copy_rows\":%lld,\"copy_first\":%s,\"copy_repeat\":%s",
                      (long long)cs.rows, jnum(b5, sizeof b5, cs.first / (double)cs.n_first),
                      jnum(b6, sizeof b6, cs.repeat / (double)cs.n_repeat));
-        rc = log_json(s, a, "{\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"tokens_per_s\":%.1f,"
+        int rc = log_json(s, a, "{\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"tokens_per_s\":%.1f,"
                             "\"elapsed_s\":%.3f%s}",
                       (long long)step, jnum(b1, sizeof b1, loss), jnum(b2, sizeof b2, lr), jnum(b3, sizeof b3, gnorm),
                       tokens_per_step / (now - t_step > 1e-9 ? now - t_step : 1e-9), now - s->t0, copy);
         if (rc != EXIT_OK) return rc;
         report(s, a, step, loss, lr, gnorm, now);
-        if (s->val.count && (step % a->eval_every == 0 || step == a->steps)) {
+        if (s->tr.val.count && (step % a->eval_every == 0 || step == a->steps)) {
             double val = NAN;
-            rc = evaluate(s, a, &val);
-            if (rc == STEP_DONE) {
+            dtx_step_result er = dtx_trainer_evaluate(&s->tr, &val);
+            if (er == DTX_STEP_ERROR) {
+                bar_break(s);
+                return lib_error(CMD);
+            }
+            if (er == DTX_STEP_DONE) {
                 say(s, "eval step %lld  val_loss %.4f\n", (long long)step, val);
                 rc = log_json(s, a, "{\"step\":%lld,\"val_loss\":%s,\"elapsed_s\":%.3f}", (long long)step,
                               jnum(b4, sizeof b4, val), now_s() - s->t0);
                 if (rc != EXIT_OK) return rc;
-            } else if (rc != STEP_INTERRUPTED) return rc;
+            }
         }
         if (a->ckpt_every > 0 && (step % a->ckpt_every == 0 || step == a->steps)) {
             if ((rc = write_ckpt(s, a, step)) != EXIT_OK) return rc;
@@ -879,27 +812,21 @@ static int train_loop(train_state *s, const train_args *a) {
 /* ---------------------------------------------------------------- setup */
 
 static int open_data(train_state *s, const train_args *a, const dtx_config *c) {
-    if (source_open(&s->data, a->tokens, c->vocab_size) != DTX_OK) return lib_error(CMD);
-    if (s->data.count < a->seq + 1)
-        return runtime_error(CMD, "%s holds %lld tokens; --seq %lld needs at least %lld", a->tokens,
-                             (long long)s->data.count, (long long)a->seq, (long long)a->seq + 1);
-    if (a->val_tokens) {
-        if (source_open(&s->val, a->val_tokens, c->vocab_size) != DTX_OK) return lib_error(CMD);
-        if (s->val.count < a->seq + 1)
-            return runtime_error(CMD, "--val-tokens %s holds %lld tokens; --seq %lld needs at least %lld",
-                                 a->val_tokens, (long long)s->val.count, (long long)a->seq, (long long)a->seq + 1);
+    dtx_trainer_opts o = {.batch = a->batch, .seq = a->seq, .accum = a->accum, .eval_batches = a->eval_batches,
+                          .seed = a->seed, .needle_frac = a->needle_frac, .copy_frac = a->copy_frac,
+                          .needle_max = a->needle_max, .needle_tokenizer = a->needle_tok, .needle_text = a->needle_text,
+                          .debug_nan_at = a->debug_nan_at};
+    if (dtx_trainer_open(&s->tr, &o, a->tokens, a->val_tokens, c->vocab_size) == DTX_OK) {
+        s->tr.stop = &g_signal;
+        return EXIT_OK;
     }
-    s->data_hash = source_hash(&s->data);
-    if (needle_mix_open(&s->needles, a->needle_frac, a->copy_frac, a->needle_max, a->needle_tok, a->needle_text, c->vocab_size,
-                        a->seq) != DTX_OK)
-        return lib_error(CMD);
-    size_t n = (size_t)a->batch * (size_t)a->seq;
-    s->inputs = dtx_alloc(n, sizeof(int32_t));
-    s->targets = dtx_alloc(n, sizeof(int32_t));
-    s->period = dtx_alloc((size_t)a->batch, sizeof(int32_t));
-    s->tok_loss = dtx_alloc(n, sizeof(double));
-    if (!s->inputs || !s->targets || !s->period || !s->tok_loss) return lib_error(CMD);
-    return EXIT_OK;
+    if (s->tr.short_stream == 1)
+        return runtime_error(CMD, "%s holds %lld tokens; --seq %lld needs at least %lld", a->tokens,
+                             (long long)s->tr.data.count, (long long)a->seq, (long long)a->seq + 1);
+    if (s->tr.short_stream == 2)
+        return runtime_error(CMD, "--val-tokens %s holds %lld tokens; --seq %lld needs at least %lld", a->val_tokens,
+                             (long long)s->tr.val.count, (long long)a->seq, (long long)a->seq + 1);
+    return lib_error(CMD);
 }
 
 /* The model and optimizer: from the newest checkpoint with --resume, else
@@ -929,11 +856,9 @@ static int build_state(train_state *s, const train_args *a, const dtx_config *cf
         if (dtx_ckpt_load(&ck, path) != DTX_OK) return lib_error(CMD);
         rc = compare_with_ckpt(&ck, path, s, a, cfg);
         if (rc == EXIT_OK) {
-            s->model = ck.model;
-            s->opt = ck.opt;
+            dtx_trainer_resume(&s->tr, ck.model, ck.opt, &ck.rng, ck.step);
             ck.model = NULL;
             ck.opt = NULL;
-            s->rng = ck.rng;
             s->start_step = ck.step;
             s->last_loss = strtod(dtx_ckpt_meta(&ck, "loss"), NULL);
             s->last_ckpt_step = ck.step;
@@ -943,17 +868,13 @@ static int build_state(train_state *s, const train_args *a, const dtx_config *cf
         dtx_ckpt_free(&ck);
         return rc;
     }
-    if (init_model) s->model = init_model;
-    else if (dtx_model_init_scheme(&s->model, cfg, a->seed, (dtx_init_scheme)a->init_scheme) != DTX_OK)
+    if (dtx_trainer_start(&s->tr, init_model, cfg, (dtx_init_scheme)a->init_scheme, &a->opt) != DTX_OK)
         return lib_error(CMD);
-    if (dtx_optimizer_init(&s->opt, s->model, &a->opt) != DTX_OK) return lib_error(CMD);
-    /* a different stream than the weight init, same seed */
-    dtx_batch_rng_seed(&s->rng, a->seed ^ 0x5eedba7c4e5ULL);
     return EXIT_OK;
 }
 
 static void print_header(train_state *s, const train_args *a) {
-    const dtx_config *c = dtx_model_config(s->model);
+    const dtx_config *c = dtx_model_config(s->tr.model);
     char variant[96] = "", li[40];
     if (!dtx_config_is_default_variant(c)) {
         dtx_config_lambda_init_str(c, li, sizeof li);
@@ -965,13 +886,13 @@ static void print_header(train_state *s, const train_args *a) {
         "%zu params%s%s\n",
         dtx_arch_name(c->arch), variant, (long long)c->dim, (long long)c->n_layers, (long long)c->n_heads,
         (long long)c->n_kv_heads, (long long)c->vocab_size, (long long)c->ffn_dim, (long long)c->max_seq_len,
-        c->tie_embeddings ? "tied" : "untied", dtx_model_num_params(s->model), a->init ? "  from " : "",
+        c->tie_embeddings ? "tied" : "untied", dtx_model_num_params(s->tr.model), a->init ? "  from " : "",
         a->init ? a->init : "");
     say(s, "data %s: %lld tokens  batch %lld x seq %lld x accum %lld = %lld tokens/step  %lld steps\n", a->tokens,
-        (long long)s->data.count, (long long)a->batch, (long long)a->seq, (long long)a->accum,
+        (long long)s->tr.data.count, (long long)a->batch, (long long)a->seq, (long long)a->accum,
         (long long)(a->batch * a->seq * a->accum), (long long)a->steps);
     if (a->val_tokens)
-        say(s, "val %s: %lld tokens  every %lld steps on %lld batches\n", a->val_tokens, (long long)s->val.count,
+        say(s, "val %s: %lld tokens  every %lld steps on %lld batches\n", a->val_tokens, (long long)s->tr.val.count,
             (long long)a->eval_every, (long long)a->eval_batches);
     char keep[48] = "all";
     if (a->keep > 0) snprintf(keep, sizeof keep, "the newest %lld", (long long)a->keep);
@@ -1023,7 +944,7 @@ static int run(train_args *a, flag *fl, int n_fl) {
         init_model = NULL;
     }
     dtx_model_free(init_model);
-    if (rc == EXIT_OK && dtx_model_set_precision(s.model, (dtx_precision)a->precision) != DTX_OK) rc = lib_error(CMD);
+    if (rc == EXIT_OK && dtx_model_set_precision(s.tr.model, (dtx_precision)a->precision) != DTX_OK) rc = lib_error(CMD);
     if (rc == EXIT_OK) cli_note_precision(a->precision);
     if (rc == EXIT_OK) rc = open_log(&s, a);
     if (rc == EXIT_OK) {
@@ -1033,7 +954,7 @@ static int run(train_args *a, flag *fl, int n_fl) {
         rc = train_loop(&s, a);
         if (rc == LOOP_DONE) {
             g_writing = 1;
-            dtx_status st = dtx_model_save(s.model, a->out, a->bf16);
+            dtx_status st = dtx_model_save(s.tr.model, a->out, a->bf16);
             g_writing = 0;
             if (st != DTX_OK) {
                 char why[1024];
@@ -1043,9 +964,9 @@ static int run(train_args *a, flag *fl, int n_fl) {
                                        s.last_ckpt, (long long)s.last_ckpt_step);
                 else rc = runtime_error(CMD, "saving the model: %s", why);
             } else {
-                if (s.needles.frac > 0 || s.needles.copy_frac > 0)
+                if (s.tr.needles.frac > 0 || s.tr.needles.copy_frac > 0)
                     say(&s, "mixture: %lld needle documents and %lld copy documents among the rows of this run\n",
-                        (long long)s.needles.documents, (long long)s.needles.copies);
+                        (long long)s.tr.needles.documents, (long long)s.tr.needles.copies);
                 say(&s, "final loss %.4f\nsaved %s\n", s.last_loss, a->out);
                 rc = finish_stdout(CMD);
             }

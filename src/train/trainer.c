@@ -1,0 +1,144 @@
+/* The training loop's state and step (trainer.h). */
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+
+dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const char *tokens, const char *val_tokens,
+                            int64_t vocab_size) {
+    memset(t, 0, sizeof *t);
+    t->o = *o;
+    if (o->batch < 1 || o->seq < 1 || o->accum < 1 || o->eval_batches < 1)
+        return dtx_fail(DTX_ERR_ARG, "batch %lld, seq %lld, accum %lld, eval batches %lld: each must be at least 1",
+                        (long long)o->batch, (long long)o->seq, (long long)o->accum, (long long)o->eval_batches);
+    dtx_status st = source_open(&t->data, tokens, vocab_size);
+    if (st) return st;
+    if (val_tokens && (st = source_open(&t->val, val_tokens, vocab_size))) return st;
+    const token_source *short_one = t->data.count < o->seq + 1 ? &t->data
+                                    : val_tokens && t->val.count < o->seq + 1 ? &t->val
+                                                                               : NULL;
+    if (short_one) {
+        t->short_stream = short_one == &t->data ? 1 : 2;
+        return dtx_fail(DTX_ERR_ARG, "%s holds %lld tokens; sequences of %lld need at least %lld", short_one->path,
+                        (long long)short_one->count, (long long)o->seq, (long long)o->seq + 1);
+    }
+    t->data_hash = source_hash(&t->data);
+    if ((st = needle_mix_open(&t->needles, o->needle_frac, o->copy_frac, o->needle_max, o->needle_tokenizer,
+                              o->needle_text, vocab_size, o->seq)))
+        return st;
+    size_t n = (size_t)o->batch * (size_t)o->seq;
+    t->inputs = dtx_alloc(n, sizeof(int32_t));
+    t->targets = dtx_alloc(n, sizeof(int32_t));
+    t->period = dtx_alloc((size_t)o->batch, sizeof(int32_t));
+    t->tok_loss = dtx_alloc(n, sizeof(double));
+    if (!t->inputs || !t->targets || !t->period || !t->tok_loss)
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory for a batch of %lld x %lld tokens", (long long)o->batch,
+                        (long long)o->seq);
+    return DTX_OK;
+}
+
+dtx_status dtx_trainer_start(dtx_trainer *t, dtx_model *init, const dtx_config *cfg, dtx_init_scheme scheme,
+                             const dtx_optim_config *oc) {
+    dtx_status st;
+    if (init) t->model = init;
+    else if ((st = dtx_model_init_scheme(&t->model, cfg, t->o.seed, scheme))) return st;
+    if ((st = dtx_optimizer_init(&t->opt, t->model, oc))) return st;
+    /* a different stream than the weight init, same seed */
+    dtx_batch_rng_seed(&t->rng, t->o.seed ^ 0x5eedba7c4e5ULL);
+    t->step = 0;
+    return DTX_OK;
+}
+
+void dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *opt, const dtx_batch_rng *rng, int64_t step) {
+    t->model = model;
+    t->opt = opt;
+    t->rng = *rng;
+    t->step = step;
+}
+
+void dtx_trainer_free(dtx_trainer *t) {
+    source_close(&t->data);
+    source_close(&t->val);
+    needle_mix_close(&t->needles);
+    dtx_optimizer_free(t->opt);
+    dtx_model_free(t->model);
+    free(t->inputs);
+    free(t->targets);
+    free(t->period);
+    free(t->tok_loss);
+    memset(t, 0, sizeof *t);
+}
+
+static int stopping(const dtx_trainer *t) { return t->stop && *t->stop; }
+
+/* The forward and backward passes of step `step` (1-based) over accum
+ * micro-batches; *loss their mean. A stop between micro-batches abandons the
+ * step: the sampler goes back to where it began, and the weights, moments
+ * and step count are untouched. */
+static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *loss, copy_score *cs) {
+    const dtx_trainer_opts *o = &t->o;
+    dtx_batch_rng at_start = t->rng;
+    memset(cs, 0, sizeof *cs);
+    dtx_model_zero_grad(t->model);
+    double sum = 0;
+    for (int64_t k = 0; k < o->accum; k++) {
+        if (k > 0 && stopping(t)) {
+            t->rng = at_start;
+            return DTX_STEP_INTERRUPTED;
+        }
+        source_sample(&t->data, &t->rng, o->batch, o->seq, t->inputs, t->targets);
+        if (needle_mix_apply(&t->needles, o->seed, step, k, o->batch, o->seq, t->inputs, t->targets, t->period))
+            return DTX_STEP_ERROR;
+        double l;
+        int copies = 0;
+        for (int64_t r = 0; r < o->batch; r++) copies |= t->period[r] > 0;
+        if (dtx_model_forward(t->model, t->inputs, t->targets, o->batch, o->seq, NULL, &l) ||
+            (copies && dtx_model_token_losses(t->model, t->tok_loss)) ||
+            dtx_model_backward(t->model, 1.0 / (double)o->accum))
+            return DTX_STEP_ERROR;
+        sum += l;
+        if (copies) copy_score_add(cs, t->tok_loss, t->period, o->batch, o->seq);
+    }
+    *loss = sum / (double)o->accum;
+    return DTX_STEP_DONE;
+}
+
+dtx_step_result dtx_trainer_step(dtx_trainer *t, dtx_step_stats *s) {
+    s->loss = s->grad_norm = s->lr = NAN;
+    if (!t->model || !t->opt) {
+        dtx_fail(DTX_ERR_ARG, "the trainer has no model: start or resume it first");
+        return DTX_STEP_ERROR;
+    }
+    int64_t step = t->step + 1;
+    dtx_step_result r = forward_backward(t, step, &s->loss, &s->copy);
+    if (r != DTX_STEP_DONE) return r;
+    if (t->o.debug_nan_at == step) s->loss = NAN;
+    if (!isfinite(s->loss)) return DTX_STEP_LOSS_NONFINITE;
+    /* its only failure: a gradient norm that is not finite (nothing is updated then) */
+    if (dtx_optimizer_step(t->opt, &s->grad_norm, &s->lr)) return DTX_STEP_GRAD_NONFINITE;
+    t->step = step;
+    return DTX_STEP_DONE;
+}
+
+dtx_step_result dtx_trainer_evaluate(dtx_trainer *t, double *val) {
+    *val = NAN;
+    if (!t->model || !t->val.count) {
+        dtx_fail(DTX_ERR_ARG, "%s", t->model ? "no validation tokens" : "the trainer has no model");
+        return DTX_STEP_ERROR;
+    }
+    const dtx_trainer_opts *o = &t->o;
+    int64_t pos = 0;
+    double sum = 0;
+    for (int64_t k = 0; k < o->eval_batches; k++) {
+        if (stopping(t)) return DTX_STEP_INTERRUPTED;
+        source_sequential(&t->val, &pos, o->batch, o->seq, t->inputs, t->targets);
+        double l;
+        if (dtx_model_forward(t->model, t->inputs, t->targets, o->batch, o->seq, NULL, &l)) return DTX_STEP_ERROR;
+        sum += l;
+    }
+    *val = sum / (double)o->eval_batches;
+    return DTX_STEP_DONE;
+}

@@ -1,0 +1,85 @@
+/* The training loop's state and its step, in the library: the model, the
+ * optimizer, the token streams, the sampler and the needle mixture, and one
+ * optimizer step over `accum` micro-batches (difftx train is a client: it
+ * keeps the flags, the progress display, the logs, the signals and the
+ * checkpoint files' names and cadence). Resuming is exact: the state after
+ * step s is the model, the optimizer's moments and step count, and the
+ * sampler's generator, all of which a checkpoint holds (checkpoint.h); the
+ * needle mixture depends on (seed, step, micro-batch, row) alone. */
+#ifndef DTX_TRAIN_TRAINER_H
+#define DTX_TRAIN_TRAINER_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "difftx.h"
+#include "train/needle_mix.h"
+#include "train/token_source.h"
+
+typedef struct {
+    int64_t batch, seq, accum; /* rows per micro-batch, tokens per row, micro-batches per step */
+    int64_t eval_batches;      /* validation: this many batches from the start of the stream */
+    uint64_t seed;             /* the needle mixture's, and (fresh runs) the sampler's and the weights' */
+    double needle_frac, copy_frac;
+    int64_t needle_max;
+    const char *needle_tokenizer, *needle_text; /* borrowed; with needle_frac > 0 */
+    int64_t debug_nan_at; /* a test hook: the loss of this step reads as NaN (0: never) */
+} dtx_trainer_opts;
+
+typedef struct {
+    dtx_trainer_opts o;
+    dtx_model *model;
+    dtx_optimizer *opt;
+    token_source data, val; /* val.count == 0: no validation stream */
+    dtx_batch_rng rng;
+    uint64_t data_hash;
+    needle_mix needles;
+    int64_t step;           /* optimizer steps done */
+    int short_stream;       /* after dtx_trainer_open failed: 1 (tokens) or 2 (val_tokens) held too few */
+    /* polled between micro-batches and evaluation batches: nonzero abandons
+     * the step (or the evaluation), leaving the state as it was before it */
+    volatile sig_atomic_t *stop;
+    int32_t *inputs, *targets, *period; /* [batch, seq], [batch, seq], [batch] */
+    double *tok_loss;                   /* [batch, seq] per-position losses (the induction score) */
+} dtx_trainer;
+
+/* Opens the training tokens (and val_tokens, NULL for none), checks every id
+ * against vocab_size, loads the needle mixture and allocates the batch
+ * buffers. Each stream must hold at least seq + 1 tokens (short_stream says
+ * which did not). No model yet. dtx_trainer_free after a failure too. */
+dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const char *tokens, const char *val_tokens,
+                            int64_t vocab_size);
+/* A fresh run: init (taken; NULL: a new model of cfg from the seed and
+ * scheme), a new optimizer, the sampler seeded from the seed (a stream other
+ * than the weights'), step 0. */
+dtx_status dtx_trainer_start(dtx_trainer *t, dtx_model *init, const dtx_config *cfg, dtx_init_scheme scheme,
+                             const dtx_optim_config *oc);
+/* A resumed run: the state after `step` steps (model and optimizer taken). */
+void dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *opt, const dtx_batch_rng *rng, int64_t step);
+void dtx_trainer_free(dtx_trainer *t);
+
+typedef enum {
+    DTX_STEP_DONE = 0,        /* the weights updated; step advanced           */
+    DTX_STEP_INTERRUPTED,     /* *stop: nothing changed (the sampler rewound) */
+    DTX_STEP_LOSS_NONFINITE,  /* nothing updated                              */
+    DTX_STEP_GRAD_NONFINITE,  /* nothing updated                              */
+    DTX_STEP_ERROR            /* dtx_last_error() says what                   */
+} dtx_step_result;
+
+typedef struct {
+    double loss;      /* the mean over the micro-batches */
+    double grad_norm; /* before clipping                 */
+    double lr;        /* the rate this step used         */
+    copy_score copy;  /* the copy rows' losses           */
+} dtx_step_stats;
+
+/* One optimizer step: accum micro-batches of batch rows sampled, the needle
+ * mixture applied, forward and backward (gradients averaged), then AdamW. */
+dtx_step_result dtx_trainer_step(dtx_trainer *t, dtx_step_stats *s);
+/* The validation loss: the mean over eval_batches batches read in order from
+ * the start of the validation tokens (wrapping): the same for the same
+ * weights. Touches neither the sampler nor the weights. DTX_STEP_DONE,
+ * DTX_STEP_INTERRUPTED or DTX_STEP_ERROR (also with no validation stream). */
+dtx_step_result dtx_trainer_evaluate(dtx_trainer *t, double *val);
+
+#endif

@@ -1,0 +1,146 @@
+/* src/train/trainer.c: a run stopped after some steps and resumed from its
+ * checkpoint ends with the same weights, bit for bit, as one that never
+ * stopped; a stop between micro-batches changes nothing and the step then
+ * runs as if it had not been tried; a non-finite loss updates nothing;
+ * validation is repeatable and leaves the sampler alone; the refusals. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+enum { V = 61, SEQ = 12, BATCH = 2, ACCUM = 2, N_IDS = 3000 };
+
+static const char *ids_path(void) {
+    static char path[512];
+    if (!path[0]) {
+        int32_t *ids = malloc(sizeof(int32_t) * N_IDS);
+        for (int i = 0; i < N_IDS; i++) ids[i] = (int32_t)((i * 7 + i / 13) % V);
+        snprintf(path, sizeof path, "%s", test_path("trainer.bin"));
+        if (dtx_shard_write(path, ids, N_IDS, V) != DTX_OK) path[0] = 0;
+        free(ids);
+    }
+    return path;
+}
+
+static dtx_trainer_opts opts(void) {
+    dtx_trainer_opts o = {.batch = BATCH, .seq = SEQ, .accum = ACCUM, .eval_batches = 3, .seed = 17, .needle_max = 1};
+    return o;
+}
+
+static dtx_config cfg(void) { return test_config(DTX_ARCH_DIFF, 32, 2, 2, 2, V, 64, SEQ, 1); }
+
+static int start(dtx_trainer *t, const dtx_trainer_opts *o) {
+    dtx_config c = cfg();
+    dtx_optim_config oc = dtx_optim_default();
+    oc.lr = 3e-3, oc.warmup_steps = 2, oc.total_steps = 8;
+    return dtx_trainer_open(t, o, ids_path(), ids_path(), V) == DTX_OK &&
+           dtx_trainer_start(t, NULL, &c, DTX_INIT_TORCH, &oc) == DTX_OK;
+}
+
+static int run_steps(dtx_trainer *t, int n) {
+    for (int i = 0; i < n; i++) {
+        dtx_step_stats s;
+        if (dtx_trainer_step(t, &s) != DTX_STEP_DONE || !isfinite(s.loss) || !isfinite(s.grad_norm)) return 0;
+    }
+    return 1;
+}
+
+static int same_params(dtx_model *a, dtx_model *b) {
+    size_t n = dtx_model_num_params(a);
+    return n == dtx_model_num_params(b) && memcmp(dtx_model_params(a), dtx_model_params(b), n * sizeof(dtx_real)) == 0;
+}
+
+TEST(trainer_resume_is_exact) {
+    dtx_trainer_opts o = opts();
+    dtx_trainer a, b, c;
+    REQUIRE(start(&a, &o) && run_steps(&a, 6) && a.step == 6);
+    REQUIRE(start(&b, &o) && run_steps(&b, 3));
+    const char *ck = test_path("trainer_ck.safetensors");
+    REQUIRE(dtx_ckpt_save(ck, b.model, b.opt, &b.rng, NULL, NULL, 0) == DTX_OK);
+    dtx_trainer_free(&b);
+    dtx_ckpt k;
+    REQUIRE(dtx_ckpt_load(&k, ck) == DTX_OK && k.step == 3);
+    REQUIRE(dtx_trainer_open(&c, &o, ids_path(), ids_path(), V) == DTX_OK);
+    dtx_trainer_resume(&c, k.model, k.opt, &k.rng, k.step);
+    k.model = NULL, k.opt = NULL;
+    dtx_ckpt_free(&k);
+    REQUIRE(run_steps(&c, 3) && c.step == 6);
+    CHECK(same_params(a.model, c.model));
+    CHECK(memcmp(&a.rng, &c.rng, sizeof a.rng) == 0);
+    dtx_trainer_free(&a), dtx_trainer_free(&c);
+}
+
+TEST(trainer_stop_between_micro_batches_changes_nothing) {
+    dtx_trainer_opts o = opts();
+    dtx_trainer a, b;
+    REQUIRE(start(&a, &o) && start(&b, &o));
+    REQUIRE(run_steps(&a, 2) && run_steps(&b, 2));
+    volatile sig_atomic_t stop = 1;
+    b.stop = &stop;
+    dtx_batch_rng before = b.rng;
+    dtx_step_stats s;
+    CHECK(dtx_trainer_step(&b, &s) == DTX_STEP_INTERRUPTED);  /* after the first of ACCUM micro-batches */
+    CHECK(b.step == 2 && memcmp(&before, &b.rng, sizeof before) == 0 && same_params(a.model, b.model));
+    double v;
+    CHECK(dtx_trainer_evaluate(&b, &v) == DTX_STEP_INTERRUPTED);
+    stop = 0;
+    REQUIRE(run_steps(&a, 2) && run_steps(&b, 2));
+    CHECK(same_params(a.model, b.model));
+    dtx_trainer_free(&a), dtx_trainer_free(&b);
+}
+
+TEST(trainer_nonfinite_loss_updates_nothing) {
+    dtx_trainer_opts o = opts();
+    o.debug_nan_at = 2;
+    dtx_trainer t, ref;
+    REQUIRE(start(&t, &o) && start(&ref, &o) && run_steps(&t, 1) && run_steps(&ref, 1));
+    dtx_step_stats s;
+    CHECK(dtx_trainer_step(&t, &s) == DTX_STEP_LOSS_NONFINITE && isnan(s.loss) && t.step == 1);
+    CHECK(same_params(t.model, ref.model));
+    dtx_trainer_free(&t), dtx_trainer_free(&ref);
+}
+
+TEST(trainer_validation_is_repeatable) {
+    dtx_trainer_opts o = opts();
+    dtx_trainer t;
+    REQUIRE(start(&t, &o) && run_steps(&t, 1));
+    dtx_batch_rng before = t.rng;
+    double v1, v2;
+    CHECK(dtx_trainer_evaluate(&t, &v1) == DTX_STEP_DONE && dtx_trainer_evaluate(&t, &v2) == DTX_STEP_DONE);
+    CHECK(isfinite(v1) && v1 == v2 && memcmp(&before, &t.rng, sizeof before) == 0);
+    dtx_trainer_free(&t);
+}
+
+TEST(trainer_refusals) {
+    dtx_trainer_opts o = opts();
+    dtx_trainer t;
+    dtx_step_stats s;
+    double v;
+    /* no model yet */
+    REQUIRE(dtx_trainer_open(&t, &o, ids_path(), NULL, V) == DTX_OK);
+    CHECK(dtx_trainer_step(&t, &s) == DTX_STEP_ERROR && strstr(dtx_last_error(), "no model"));
+    dtx_config c = cfg();
+    dtx_optim_config oc = dtx_optim_default();
+    REQUIRE(dtx_trainer_start(&t, NULL, &c, DTX_INIT_TORCH, &oc) == DTX_OK);
+    CHECK(dtx_trainer_evaluate(&t, &v) == DTX_STEP_ERROR && strstr(dtx_last_error(), "no validation tokens"));
+    dtx_trainer_free(&t);
+    /* a stream shorter than one sequence: which one */
+    const char *tiny = test_path("trainer_tiny.bin");
+    int32_t few[5] = {1, 2, 3, 4, 5};
+    REQUIRE(dtx_shard_write(tiny, few, 5, V) == DTX_OK);
+    CHECK(dtx_trainer_open(&t, &o, tiny, NULL, V) == DTX_ERR_ARG && t.short_stream == 1 &&
+          strstr(dtx_last_error(), "holds 5 tokens"));
+    dtx_trainer_free(&t);
+    CHECK(dtx_trainer_open(&t, &o, ids_path(), tiny, V) == DTX_ERR_ARG && t.short_stream == 2);
+    dtx_trainer_free(&t);
+    /* an id past the vocabulary; a zero batch */
+    CHECK(dtx_trainer_open(&t, &o, ids_path(), NULL, 40) != DTX_OK);
+    dtx_trainer_free(&t);
+    o.batch = 0;
+    CHECK(dtx_trainer_open(&t, &o, ids_path(), NULL, V) == DTX_ERR_ARG);
+    dtx_trainer_free(&t);
+}
