@@ -72,14 +72,34 @@ void dtx_trainer_free(dtx_trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-static int stopping(const dtx_trainer *t) { return t->stop && *t->stop; }
+dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm) {
+    int n = dtx_comm_size(comm);
+    if (t->o.batch % n)
+        return dtx_fail(DTX_ERR_ARG, "a batch of %lld rows does not divide over %d ranks", (long long)t->o.batch, n);
+    t->comm = comm;
+    return DTX_OK;
+}
+
+/* Whether any rank has been asked to stop: every rank answers the same, so
+ * all of them abandon the step (or none does). */
+static int stopping(dtx_trainer *t) {
+    double s = t->stop && *t->stop;
+    if (dtx_comm_size(t->comm) > 1 && dtx_comm_allreduce_f64(t->comm, &s, 1)) return 1;
+    return s > 0;
+}
 
 /* The forward and backward passes of step `step` (1-based) over accum
- * micro-batches; *loss their mean. A stop between micro-batches abandons the
+ * micro-batches; *loss their mean over every row of every rank. Each rank
+ * samples the whole global batch (the sampler and the mixture stay those of
+ * one rank) and runs its own rows; its gradient, scaled by 1/(accum·ranks),
+ * is summed over ranks afterwards. A stop between micro-batches abandons the
  * step: the sampler goes back to where it began, and the weights, moments
  * and step count are untouched. */
 static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *loss, copy_score *cs) {
     const dtx_trainer_opts *o = &t->o;
+    const int ranks = dtx_comm_size(t->comm);
+    const int64_t b = o->batch / ranks, r0 = b * dtx_comm_rank(t->comm);
+    const int64_t T = o->seq;
     dtx_batch_rng at_start = t->rng;
     memset(cs, 0, sizeof *cs);
     dtx_model_zero_grad(t->model);
@@ -89,18 +109,27 @@ static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *lo
             t->rng = at_start;
             return DTX_STEP_INTERRUPTED;
         }
-        source_sample(&t->data, &t->rng, o->batch, o->seq, t->inputs, t->targets);
-        if (needle_mix_apply(&t->needles, o->seed, step, k, o->batch, o->seq, t->inputs, t->targets, t->period))
+        source_sample(&t->data, &t->rng, o->batch, T, t->inputs, t->targets);
+        if (needle_mix_apply(&t->needles, o->seed, step, k, o->batch, T, t->inputs, t->targets, t->period))
             return DTX_STEP_ERROR;
+        const int32_t *in = t->inputs + r0 * T, *tg = t->targets + r0 * T, *period = t->period + r0;
         double l;
         int copies = 0;
-        for (int64_t r = 0; r < o->batch; r++) copies |= t->period[r] > 0;
-        if (dtx_model_forward(t->model, t->inputs, t->targets, o->batch, o->seq, NULL, &l) ||
+        for (int64_t r = 0; r < b; r++) copies |= period[r] > 0;
+        if (dtx_model_forward(t->model, in, tg, b, T, NULL, &l) ||
             (copies && dtx_model_token_losses(t->model, t->tok_loss)) ||
-            dtx_model_backward(t->model, 1.0 / (double)o->accum))
+            dtx_model_backward(t->model, 1.0 / (double)(o->accum * ranks)))
             return DTX_STEP_ERROR;
         sum += l;
-        if (copies) copy_score_add(cs, t->tok_loss, t->period, o->batch, o->seq);
+        if (copies) copy_score_add(cs, t->tok_loss, period, b, T);
+    }
+    if (ranks > 1) {
+        double v[6] = {sum, cs->first, cs->repeat, (double)cs->n_first, (double)cs->n_repeat, (double)cs->rows};
+        if (dtx_comm_allreduce_f64(t->comm, v, 6) ||
+            dtx_comm_allreduce_real(t->comm, dtx_model_grads(t->model), dtx_model_num_params(t->model)))
+            return DTX_STEP_ERROR;
+        sum = v[0] / ranks, cs->first = v[1], cs->repeat = v[2];
+        cs->n_first = (int64_t)v[3], cs->n_repeat = (int64_t)v[4], cs->rows = (int64_t)v[5];
     }
     *loss = sum / (double)o->accum;
     return DTX_STEP_DONE;
@@ -130,15 +159,19 @@ dtx_step_result dtx_trainer_evaluate(dtx_trainer *t, double *val) {
         return DTX_STEP_ERROR;
     }
     const dtx_trainer_opts *o = &t->o;
+    const int ranks = dtx_comm_size(t->comm);
+    const int64_t b = o->batch / ranks, r0 = b * dtx_comm_rank(t->comm);
     int64_t pos = 0;
     double sum = 0;
     for (int64_t k = 0; k < o->eval_batches; k++) {
         if (stopping(t)) return DTX_STEP_INTERRUPTED;
         source_sequential(&t->val, &pos, o->batch, o->seq, t->inputs, t->targets);
         double l;
-        if (dtx_model_forward(t->model, t->inputs, t->targets, o->batch, o->seq, NULL, &l)) return DTX_STEP_ERROR;
+        if (dtx_model_forward(t->model, t->inputs + r0 * o->seq, t->targets + r0 * o->seq, b, o->seq, NULL, &l))
+            return DTX_STEP_ERROR;
         sum += l;
     }
-    *val = sum / (double)o->eval_batches;
+    if (dtx_comm_allreduce_f64(t->comm, &sum, 1)) return DTX_STEP_ERROR;
+    *val = sum / ranks / (double)o->eval_batches;
     return DTX_STEP_DONE;
 }

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "difftx.h"
+#include "train/comm.h"
 #include "train/needle_mix.h"
 #include "train/token_source.h"
 
@@ -35,6 +36,11 @@ typedef struct {
     uint64_t data_hash;
     needle_mix needles;
     int64_t step;           /* optimizer steps done */
+    /* the ranks of a data-parallel run (NULL: one): each samples the same
+     * global batch and keeps its own rows (batch / size of them); gradients,
+     * losses and the stop are summed over ranks, so every rank takes the same
+     * step, and the number of ranks changes the arithmetic's order only */
+    dtx_comm *comm;
     int short_stream;       /* after dtx_trainer_open failed: 1 (tokens) or 2 (val_tokens) held too few */
     /* polled between micro-batches and evaluation batches: nonzero abandons
      * the step (or the evaluation), leaving the state as it was before it */
@@ -54,6 +60,9 @@ dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const cha
  * than the weights'), step 0. */
 dtx_status dtx_trainer_start(dtx_trainer *t, dtx_model *init, const dtx_config *cfg, dtx_init_scheme scheme,
                              const dtx_optim_config *oc);
+/* The ranks (before the first step): DTX_ERR_ARG when batch does not divide
+ * by their number. */
+dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm);
 /* A resumed run: the state after `step` steps (model and optimizer taken). */
 void dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *opt, const dtx_batch_rng *rng, int64_t step);
 void dtx_trainer_free(dtx_trainer *t);

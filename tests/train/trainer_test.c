@@ -2,8 +2,11 @@
  * checkpoint ends with the same weights, bit for bit, as one that never
  * stopped; a stop between micro-batches changes nothing and the step then
  * runs as if it had not been tried; a non-finite loss updates nothing;
- * validation is repeatable and leaves the sampler alone; the refusals. */
+ * validation is repeatable and leaves the sampler alone; two ranks (local
+ * threads) train the model one rank does, to the order of their sums; the
+ * refusals. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,4 +146,75 @@ TEST(trainer_refusals) {
     o.batch = 0;
     CHECK(dtx_trainer_open(&t, &o, ids_path(), NULL, V) == DTX_ERR_ARG);
     dtx_trainer_free(&t);
+}
+
+/* Two local ranks against one: the same losses, induction-score rows and
+ * weights up to the order of the sums; both ranks hold the same bits. */
+enum { STEPS = 4 };
+typedef struct {
+    dtx_trainer t;
+    dtx_comm *comm;
+    double loss[STEPS], gnorm[STEPS], val;
+    int64_t copy_rows[STEPS];
+    int ok;
+} rank_run;
+
+static void *rank_main(void *arg) {
+    rank_run *r = arg;
+    r->ok = 1;
+    for (int i = 0; i < STEPS && r->ok; i++) {
+        dtx_step_stats s;
+        r->ok = dtx_trainer_step(&r->t, &s) == DTX_STEP_DONE;
+        r->loss[i] = s.loss, r->gnorm[i] = s.grad_norm, r->copy_rows[i] = s.copy.rows;
+    }
+    r->ok = r->ok && dtx_trainer_evaluate(&r->t, &r->val) == DTX_STEP_DONE;
+    return NULL;
+}
+
+static double max_rel_diff(dtx_model *a, dtx_model *b) {
+    const dtx_real *x = dtx_model_params(a), *y = dtx_model_params(b);
+    double d = 0, m = 0;
+    for (size_t i = 0; i < dtx_model_num_params(a); i++) d = fmax(d, fabs((double)x[i] - y[i])), m = fmax(m, fabs((double)x[i]));
+    return d / m;
+}
+
+TEST(trainer_two_ranks_train_what_one_does) {
+    dtx_trainer_opts o = opts();
+    o.batch = 4, o.copy_frac = 0.5; /* copy rows: the mixture is applied to the global rows */
+    static rank_run one, two[2];
+    REQUIRE(start(&one.t, &o));
+    rank_main(&one);
+    REQUIRE(one.ok);
+    dtx_comm *c[2];
+    REQUIRE(dtx_comm_local_create(2, c) == DTX_OK);
+    CHECK(dtx_comm_rank(c[1]) == 1 && dtx_comm_size(c[0]) == 2 && dtx_comm_size(NULL) == 1);
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) {
+        REQUIRE(start(&two[r].t, &o) && dtx_trainer_set_comm(&two[r].t, c[r]) == DTX_OK);
+        REQUIRE(pthread_create(&th[r], NULL, rank_main, &two[r]) == 0);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    REQUIRE(two[0].ok && two[1].ok);
+    int64_t rows = 0;
+    for (int i = 0; i < STEPS; i++) {
+        CHECKF(fabs(two[0].loss[i] - one.loss[i]) < 1e-5 * one.loss[i], "step %d: loss %.9g vs one rank %.9g", i + 1,
+               two[0].loss[i], one.loss[i]);
+        CHECKF(fabs(two[0].gnorm[i] - one.gnorm[i]) < 1e-5 * one.gnorm[i], "step %d: gradient norm %.9g vs %.9g",
+               i + 1, two[0].gnorm[i], one.gnorm[i]); /* AdamW hides a gradient's scale; the norm does not */
+        CHECK(two[0].loss[i] == two[1].loss[i] && two[0].copy_rows[i] == one.copy_rows[i]);
+        rows += one.copy_rows[i];
+    }
+    CHECK(rows > 0);
+    CHECK(fabs(two[0].val - one.val) < 1e-5 * one.val && two[0].val == two[1].val);
+    double d = max_rel_diff(one.t.model, two[0].t.model);
+    CHECKF(d < 1e-4, "weights after %d steps: %.3g from one rank's", STEPS, d);
+    CHECK(max_rel_diff(two[0].t.model, two[1].t.model) == 0);
+    /* a batch that does not divide */
+    dtx_trainer odd;
+    o.batch = 3;
+    REQUIRE(dtx_trainer_open(&odd, &o, ids_path(), NULL, V) == DTX_OK);
+    CHECK(dtx_trainer_set_comm(&odd, c[0]) == DTX_ERR_ARG && strstr(dtx_last_error(), "does not divide over 2"));
+    dtx_trainer_free(&odd);
+    dtx_trainer_free(&one.t), dtx_trainer_free(&two[0].t), dtx_trainer_free(&two[1].t);
+    dtx_comm_local_free(c, 2);
 }

@@ -1,0 +1,29 @@
+/* The ranks of a data-parallel run and the one collective training needs:
+ * an in-place sum over every rank (all-reduce). A NULL communicator is one
+ * rank, and every call on it returns at once. "local" ranks are threads of
+ * one process sharing memory (each rank's trainer on its own thread): the
+ * transport the tests use to check that the number of ranks changes nothing
+ * but the speed, on any machine. Sums are taken in rank order, so every
+ * rank holds the same bits afterwards. Every rank must make the same calls
+ * in the same order (a collective waits for all). */
+#ifndef DTX_TRAIN_COMM_H
+#define DTX_TRAIN_COMM_H
+
+#include <stddef.h>
+
+#include "difftx.h"
+
+typedef struct dtx_comm dtx_comm;
+
+int dtx_comm_rank(const dtx_comm *c); /* 0 for NULL */
+int dtx_comm_size(const dtx_comm *c); /* 1 for NULL */
+/* buf [n] := the sum of every rank's buf [n], in rank order. */
+dtx_status dtx_comm_allreduce_real(dtx_comm *c, dtx_real *buf, size_t n);
+dtx_status dtx_comm_allreduce_f64(dtx_comm *c, double *buf, size_t n);
+
+/* size communicators of one group of local ranks: out[r] is rank r's,
+ * for its thread. Freed together. */
+dtx_status dtx_comm_local_create(int size, dtx_comm **out);
+void dtx_comm_local_free(dtx_comm **ranks, int size);
+
+#endif
