@@ -11,7 +11,8 @@ CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror=im
 LDLIBS  := -fopenmp -ldnnl -lcjson -lpcre2-8 -lm $(SAN)
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-LIB_SRC  := $(sort $(wildcard src/common/*.c src/kernels/*.c src/model/*.c src/io/*.c src/train/*.c src/eval/*.c))
+# src/train/comm_mpi.c is the MPI plugin (mpi_plugin.h), built apart with mpicc when MPI is installed
+LIB_SRC  := $(filter-out src/train/comm_mpi.c,$(sort $(wildcard src/common/*.c src/kernels/*.c src/model/*.c src/io/*.c src/train/*.c src/eval/*.c)))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 # *_fd_test.c: finite-difference checks, linked against the double build.
 FD_TESTS := $(sort $(wildcard tests/*/*_fd_test.c))
@@ -21,6 +22,11 @@ TEST_COMMON := tests/test_main.c tests/test_util.c
 LIB32 := $(BUILD)/libdifftx.a
 LIB64 := $(BUILD)/libdifftx_f64.a
 BIN   := $(BUILD)/difftx
+# The MPI transport, a plugin beside difftx that difftx loads only under an
+# MPI launcher (src/train/mpi_plugin.h): built when mpicc is installed
+# (scripts/setup.sh installs OpenMPI); without it difftx trains on one rank.
+MPICC ?= $(shell command -v mpicc 2>/dev/null)
+MPI_PLUGIN := $(if $(MPICC),$(BUILD)/libdifftx_mpi.so)
 
 obj32 = $(patsubst %.c,$(BUILD)/f32/%.o,$(1))
 obj64 = $(patsubst %.c,$(BUILD)/f64/%.o,$(1))
@@ -45,9 +51,14 @@ $(LIB32): $(call obj32,$(LIB_SRC))
 $(LIB64): $(call obj64,$(LIB_SRC))
 	@rm -f $@; ar rcs $@ $^
 
-$(BIN): $(call obj32,$(CLI_SRC)) $(LIB32)
+$(BIN): $(call obj32,$(CLI_SRC)) $(LIB32) | $(MPI_PLUGIN)
 	@echo "LD      $@"
 	@$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/libdifftx_mpi.so: src/train/comm_mpi.c src/train/mpi_plugin.h Makefile
+	@mkdir -p $(dir $@)
+	@echo "MPICC   $@"
+	@$(MPICC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -Isrc $< -o $@
 
 $(BUILD)/tests/test_f32: $(call obj32,$(TEST_COMMON) $(F32_TESTS)) $(LIB32)
 	@mkdir -p $(dir $@)

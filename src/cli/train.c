@@ -387,6 +387,7 @@ typedef struct {
     double last_ckpt_s;           /* seconds the last write took */
     char last_ckpt[4400];
     FILE *log;
+    int quiet;                    /* a rank other than 0: no output, log, checkpoint or model */
     /* progress display */
     int bar, lines, bar_shown;
     double t0, t_line, t_bar;
@@ -526,6 +527,7 @@ static int compare_with_ckpt(const dtx_ckpt *ck, const char *path, const train_s
 
 /* A stdout line; a progress bar on stderr is cleared first. */
 __attribute__((format(printf, 2, 3))) static void say(train_state *s, const char *fmt, ...) {
+    if (s->quiet) return;
     if (s->bar_shown) {
         fputs("\r\033[K", stderr);
         s->bar_shown = 0;
@@ -672,6 +674,11 @@ static void prune(train_state *s, const train_args *a) {
  * quits. Returns EXIT_OK or an exit code. */
 static int write_ckpt(train_state *s, const train_args *a, int64_t step) {
     if (s->last_ckpt_step == step) return EXIT_OK;
+    if (s->quiet) { /* rank 0 writes; every rank holds the same state */
+        s->last_ckpt_step = step;
+        ckpt_path(s->last_ckpt, sizeof s->last_ckpt, a->ckpt_dir, step);
+        return EXIT_OK;
+    }
     char path[4400];
     int e = make_dirs(a->ckpt_dir, path, sizeof path);
     if (e) {
@@ -737,13 +744,14 @@ static int train_loop(train_state *s, const train_args *a) {
         return LOOP_STOPPED;
     }
     for (int64_t step = s->start_step + 1; step <= a->steps; step++) {
-        if (g_signal) {
+        if (dtx_trainer_should_stop(&s->tr)) { /* every rank at once */
             int rc = write_ckpt(s, a, step - 1);
             bar_break(s);
             if (rc != EXIT_OK) return rc;
-            fprintf(stderr, "difftx train: interrupted at step %lld; checkpoint written to %s; resume with --resume\n",
-                    (long long)(step - 1), s->last_ckpt);
-            return 128 + g_signal;
+            if (!s->quiet)
+                fprintf(stderr, "difftx train: interrupted at step %lld; checkpoint written to %s; resume with --resume\n",
+                        (long long)(step - 1), s->last_ckpt);
+            return 128 + (g_signal ? g_signal : SIGINT);
         }
         double t_step = now_s();
         dtx_step_stats st;
@@ -906,7 +914,7 @@ static void print_header(train_state *s, const train_args *a) {
 }
 
 static int open_log(train_state *s, const train_args *a) {
-    if (!a->log_path) return EXIT_OK;
+    if (!a->log_path || s->quiet) return EXIT_OK;
     s->log = fopen(a->log_path, s->resumed_from[0] ? "a" : "w");
     if (!s->log) return runtime_error(CMD, "--log %s: cannot open: %s", a->log_path, strerror(errno));
     if (s->resumed_from[0]) {
@@ -924,6 +932,10 @@ static int run(train_args *a, flag *fl, int n_fl) {
     s.last_loss = NAN;
     s.bar = isatty(STDERR_FILENO);
     s.lines = !s.bar || !isatty(STDOUT_FILENO);
+    /* under mpirun: data-parallel ranks (rank 0 speaks and writes; docs/training.md) */
+    dtx_comm *comm = NULL;
+    if (dtx_comm_launched_by_mpi() && dtx_comm_mpi_open(&comm) != DTX_OK) return lib_error(CMD);
+    if (dtx_comm_rank(comm) > 0) s.quiet = 1, s.bar = 0, s.lines = 0;
     int rc = check_out_dir(a->out);
     if (rc == EXIT_OK) rc = check_ckpt_dir(a->ckpt_dir);
     dtx_model *init_model = NULL;
@@ -939,6 +951,9 @@ static int run(train_args *a, flag *fl, int n_fl) {
         }
     }
     if (rc == EXIT_OK) rc = open_data(&s, a, &cfg);
+    if (rc == EXIT_OK && dtx_trainer_set_comm(&s.tr, comm) != DTX_OK)
+        rc = usage_error(CMD, "--batch %lld does not divide over %d ranks (each takes the same share of every batch)",
+                         (long long)a->batch, dtx_comm_size(comm));
     if (rc == EXIT_OK) {
         rc = build_state(&s, a, &cfg, init_model);
         init_model = NULL;
@@ -949,10 +964,14 @@ static int run(train_args *a, flag *fl, int n_fl) {
     if (rc == EXIT_OK) rc = open_log(&s, a);
     if (rc == EXIT_OK) {
         print_header(&s, a);
+        if (comm)
+            say(&s, "ranks %d (MPI): %lld of the %lld rows of each batch on each\n", dtx_comm_size(comm),
+                (long long)(a->batch / dtx_comm_size(comm)), (long long)a->batch);
         struct sigaction old_int, old_term;
         install_signals(&old_int, &old_term);
         rc = train_loop(&s, a);
-        if (rc == LOOP_DONE) {
+        if (rc == LOOP_DONE && s.quiet) rc = EXIT_OK; /* rank 0 saves the model */
+        else if (rc == LOOP_DONE) {
             g_writing = 1;
             dtx_status st = dtx_model_save(s.tr.model, a->out, a->bf16);
             g_writing = 0;
@@ -975,6 +994,10 @@ static int run(train_args *a, flag *fl, int n_fl) {
         sigaction(SIGTERM, &old_term, NULL);
     }
     state_free(&s);
+    /* a rank that cannot go on would leave the others waiting in an all-reduce: stop them all */
+    if (dtx_comm_size(comm) > 1 && rc != EXIT_OK && rc != 128 + SIGINT && rc != 128 + SIGTERM)
+        dtx_comm_abort(comm, rc);
+    dtx_comm_mpi_close(comm);
     return rc;
 }
 

@@ -1,11 +1,16 @@
 /* Ranks and the all-reduce (comm.h): one rank, or local ranks (threads). */
 #include "train/comm.h"
 
+#include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/common.h"
+#include "train/mpi_plugin.h"
 
 typedef struct {
     int size;
@@ -15,7 +20,9 @@ typedef struct {
 
 struct dtx_comm {
     int rank, size;
-    local_group *group;
+    local_group *group;     /* local ranks */
+    const dtx_mpi_ops *mpi; /* MPI ranks */
+    void *plugin;           /* its dlopen handle */
 };
 
 int dtx_comm_rank(const dtx_comm *c) { return c ? c->rank : 0; }
@@ -41,14 +48,24 @@ int dtx_comm_size(const dtx_comm *c) { return c ? c->size : 1; }
     free(sum);                                                                                                \
     return ok ? DTX_OK : dtx_fail(DTX_ERR_NOMEM, "all-reduce of %zu values: out of memory on a rank", n);
 
+static dtx_status mpi_failed(const dtx_comm *c, size_t n) {
+    return dtx_fail(DTX_ERR_IO, "rank %d: the all-reduce of %zu values failed", c->rank, n);
+}
+
 dtx_status dtx_comm_allreduce_real(dtx_comm *c, dtx_real *buf, size_t n) {
     if (!c || c->size == 1) return DTX_OK;
+#ifdef DTX_DOUBLE
+    if (c->mpi) return c->mpi->allreduce_f64(buf, n) ? mpi_failed(c, n) : DTX_OK;
+#else
+    if (c->mpi) return c->mpi->allreduce_f32(buf, n) ? mpi_failed(c, n) : DTX_OK;
+#endif
     local_group *g = c->group;
     LOCAL_ALLREDUCE(dtx_real)
 }
 
 dtx_status dtx_comm_allreduce_f64(dtx_comm *c, double *buf, size_t n) {
     if (!c || c->size == 1) return DTX_OK;
+    if (c->mpi) return c->mpi->allreduce_f64(buf, n) ? mpi_failed(c, n) : DTX_OK;
     local_group *g = c->group;
     LOCAL_ALLREDUCE(double)
 }
@@ -79,4 +96,61 @@ void dtx_comm_local_free(dtx_comm **ranks, int size) {
     free(g);
     free(ranks[0]); /* the array of every rank's communicator */
     for (int r = 0; r < size; r++) ranks[r] = NULL;
+}
+
+/* ---- MPI ranks, through the plugin */
+
+int dtx_comm_launched_by_mpi(void) {
+    static const char *const VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof VARS / sizeof VARS[0]; i++)
+        if (getenv(VARS[i])) return 1;
+    return 0;
+}
+
+dtx_status dtx_comm_mpi_open(dtx_comm **out) {
+    *out = NULL;
+    char path[PATH_MAX + 32];
+    const char *env = getenv("DTX_MPI_PLUGIN");
+    if (env && *env) snprintf(path, sizeof path, "%s", env);
+    else {
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n <= 0) return dtx_fail(DTX_ERR_IO, "cannot find the running executable to load the MPI plugin beside it");
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) *slash = 0;
+        snprintf(path, sizeof path, "%s/libdifftx_mpi.so", exe);
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return dtx_fail(DTX_ERR_IO, "launched by an MPI launcher, but the MPI plugin %s does not load (%s): build "
+                        "difftx with MPI installed (scripts/setup.sh installs it)", path, dlerror());
+    const dtx_mpi_ops *(*get)(void) = (const dtx_mpi_ops *(*)(void))dlsym(h, "dtx_mpi_plugin");
+    const dtx_mpi_ops *ops = get ? get() : NULL;
+    if (!ops || ops->version != DTX_MPI_PLUGIN_VERSION) {
+        dlclose(h);
+        return dtx_fail(DTX_ERR_IO, "%s is not a difftx MPI plugin of version %d (rebuild difftx)", path,
+                        DTX_MPI_PLUGIN_VERSION);
+    }
+    dtx_comm *c = calloc(1, sizeof *c);
+    char why[512] = "";
+    if (!c || ops->init(&c->rank, &c->size, why, sizeof why)) {
+        free(c);
+        return dtx_fail(DTX_ERR_IO, "MPI did not start: %s", c ? why : "out of memory");
+    }
+    c->mpi = ops, c->plugin = h;
+    *out = c;
+    return DTX_OK;
+}
+
+void dtx_comm_abort(dtx_comm *c, int code) {
+    fflush(stdout), fflush(stderr);
+    if (c && c->mpi) c->mpi->abort(code);
+    exit(code);
+}
+
+void dtx_comm_mpi_close(dtx_comm *c) {
+    if (!c || !c->mpi) return;
+    c->mpi->finalize();
+    free(c); /* the plugin stays loaded: MPI's libraries may still run at exit */
 }

@@ -21,6 +21,18 @@ int dtx_comm_size(const dtx_comm *c); /* 1 for NULL */
 dtx_status dtx_comm_allreduce_real(dtx_comm *c, dtx_real *buf, size_t n);
 dtx_status dtx_comm_allreduce_f64(dtx_comm *c, double *buf, size_t n);
 
+/* Whether an MPI launcher (mpirun, srun) started this process. */
+int dtx_comm_launched_by_mpi(void);
+/* MPI's ranks, through the plugin libdifftx_mpi.so (mpi_plugin.h): found
+ * beside the running executable, or at $DTX_MPI_PLUGIN. One line naming
+ * what is missing when it cannot be loaded or MPI does not start. */
+dtx_status dtx_comm_mpi_open(dtx_comm **out);
+/* Every rank stops at once, with exit status code (MPI: MPI_Abort; other
+ * kinds: exit). For a rank that cannot go on while the others wait. */
+void dtx_comm_abort(dtx_comm *c, int code);
+/* MPI_Finalize, and frees c (MPI kind; NULL is fine). */
+void dtx_comm_mpi_close(dtx_comm *c);
+
 /* size communicators of one group of local ranks: out[r] is rank r's,
  * for its thread. Freed together. */
 dtx_status dtx_comm_local_create(int size, dtx_comm **out);

@@ -88,6 +88,8 @@ static int stopping(dtx_trainer *t) {
     return s > 0;
 }
 
+int dtx_trainer_should_stop(dtx_trainer *t) { return stopping(t); }
+
 /* The forward and backward passes of step `step` (1-based) over accum
  * micro-batches; *loss their mean over every row of every rank. Each rank
  * samples the whole global batch (the sampler and the mixture stay those of

@@ -90,5 +90,8 @@ dtx_step_result dtx_trainer_step(dtx_trainer *t, dtx_step_stats *s);
  * weights. Touches neither the sampler nor the weights. DTX_STEP_DONE,
  * DTX_STEP_INTERRUPTED or DTX_STEP_ERROR (also with no validation stream). */
 dtx_step_result dtx_trainer_evaluate(dtx_trainer *t, double *val);
+/* Whether any rank's *stop is set: the same answer on every rank (a
+ * collective: every rank must ask). */
+int dtx_trainer_should_stop(dtx_trainer *t);
 
 #endif

@@ -1,0 +1,27 @@
+/* The MPI transport as a plugin: libdifftx_mpi.so (built from
+ * comm_mpi.c with mpicc when MPI is installed) exports dtx_mpi_plugin(),
+ * and difftx loads it only when an MPI launcher started the process
+ * (comm.c: dtx_comm_mpi_open). So difftx itself links no MPI library: a
+ * plain run needs no MPI runtime, never calls MPI_Init, and runs as root
+ * without OpenMPI's flags; only mpirun needs them. Internal header. */
+#ifndef DTX_TRAIN_MPI_PLUGIN_H
+#define DTX_TRAIN_MPI_PLUGIN_H
+
+#include <stddef.h>
+
+#define DTX_MPI_PLUGIN_VERSION 1
+
+typedef struct {
+    int version; /* DTX_MPI_PLUGIN_VERSION */
+    /* MPI_Init_thread (funneled); 0 and *rank, *size set, or nonzero and why */
+    int (*init)(int *rank, int *size, char *why, size_t cap);
+    /* in-place sums over every rank; 0 on success */
+    int (*allreduce_f32)(float *buf, size_t n);
+    int (*allreduce_f64)(double *buf, size_t n);
+    void (*abort)(int code); /* every rank stops (MPI_Abort) */
+    void (*finalize)(void);
+} dtx_mpi_ops;
+
+const dtx_mpi_ops *dtx_mpi_plugin(void);
+
+#endif

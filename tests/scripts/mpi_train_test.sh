@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# difftx train under mpirun (the MPI plugin, src/train/mpi_plugin.h): two
+# ranks train the model one rank does (the same losses and validation to
+# fp32 rounding, the same final model to the sums' order), rank 0 alone
+# writes the log, the checkpoints and the model; a run stopped under 2 ranks
+# resumes under 1 to the uninterrupted run's end; a batch that does not
+# divide over the ranks is refused. Skipped (with the reason) where MPI is
+# not installed. Ends with the suite's "N passed, N failed" line.
+set -u
+cd "$(dirname "$0")/../.."
+bin=${DIFFTX_BIN:-build/difftx}
+plugin=$(dirname "$bin")/libdifftx_mpi.so
+if ! command -v mpirun > /dev/null; then
+    echo "skip mpi_train: mpirun is not installed (scripts/setup.sh installs OpenMPI)"
+    echo "0 passed, 0 failed, 1 skipped"
+    exit 0
+fi
+if [ ! -f "$plugin" ]; then
+    echo "skip mpi_train: $plugin was not built (mpicc missing at build time)"
+    echo "0 passed, 0 failed, 1 skipped"
+    exit 0
+fi
+mpi=(mpirun --oversubscribe -np)
+[ "$(id -u)" = 0 ] && mpi=(mpirun --allow-run-as-root --oversubscribe -np)
+export OMP_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+passed=0 failed=0
+check() { # name command...: passes when the command succeeds
+    local name=$1; shift
+    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL mpi_train_$name"; fi
+}
+awk 'BEGIN { srand(3); for (i = 0; i < 4000; i++) printf "%d ", int(rand() * 64); print "" }' > "$tmp/ids.txt"
+args=(--arch diff --dim 32 --layers 2 --heads 2 --vocab 64 --seq 16 --batch 4 --accum 2 --steps 8 --lr 3e-3
+    --tokens "$tmp/ids.txt" --val-tokens "$tmp/ids.txt" --eval-every 4 --copy-frac 0.25)
+
+# the same numbers, to rounding: every logged loss, grad norm and validation loss within 1e-5 (relative),
+# line by line (awk: the suite needs no Python)
+close_logs() { # a.jsonl b.jsonl
+    awk -v other="$2" '
+        function val(line, key,   m) { return match(line, "\"" key "\":[-0-9.eE+]+") ? substr(line, RSTART + length(key) + 3, RLENGTH - length(key) - 3) : "" }
+        {
+            if ((getline o < other) <= 0) { bad = 1; exit }
+            split("loss grad_norm val_loss", keys, " ")
+            for (k in keys) {
+                a = val($0, keys[k]); b = val(o, keys[k])
+                if ((a == "") != (b == "")) { bad = 1; exit }
+                if (a != "") { n++; d = a - b; if (d < 0) d = -d; m = a < 0 ? -a : a; if (d > 1e-5 * m) { bad = 1; exit } }
+            }
+        }
+        END { if ((getline o < other) > 0) bad = 1; exit bad || n == 0 }' "$1"
+}
+
+"$bin" train "${args[@]}" --log "$tmp/one.jsonl" --out "$tmp/one.safetensors" > "$tmp/one.out" 2>&1
+check plain_run_trains [ -s "$tmp/one.safetensors" ]
+"${mpi[@]}" 2 "$bin" train "${args[@]}" --log "$tmp/two.jsonl" --out "$tmp/two.safetensors" > "$tmp/two.out" 2>&1
+check two_ranks_train [ -s "$tmp/two.safetensors" ]
+check two_ranks_say_so grep -q "ranks 2 (MPI): 2 of the 4 rows" "$tmp/two.out"
+check rank0_alone_speaks [ "$(grep -c '^final loss' "$tmp/two.out")" = 1 ]
+check same_log_to_rounding close_logs "$tmp/one.jsonl" "$tmp/two.jsonl"
+head -c 60 "$tmp/ids.txt" | awk '{ for (i = 1; i <= 16 && i <= NF; i++) printf "%s ", $i; print "" }' > "$tmp/seq.txt"
+score_of() { "$bin" score --model "$1" --tokens "$tmp/seq.txt" 2> /dev/null | sed -n 's/.*"loss": *\([-0-9.eE+]*\).*/\1/p'; }
+same_score() { # two models score the same sequence within 1e-5 (relative)
+    local a b
+    a=$(score_of "$1") b=$(score_of "$2")
+    [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * (a < 0 ? -a : a)) }'
+}
+check same_model_to_rounding same_score "$tmp/one.safetensors" "$tmp/two.safetensors"
+
+# stopped under 2 ranks, resumed under 1: the uninterrupted run's log
+ck=(--ckpt-every 2 --ckpt-dir "$tmp/ck")
+"${mpi[@]}" 2 "$bin" train "${args[@]}" "${ck[@]}" --stop-after 4 --log "$tmp/r.jsonl" --out "$tmp/r.safetensors" \
+    > "$tmp/r1.out" 2>&1
+check stop_after_writes_one_checkpoint_set [ "$(ls "$tmp/ck" | wc -l)" -ge 1 ]
+"$bin" train "${args[@]}" "${ck[@]}" --resume --log "$tmp/r.jsonl" --out "$tmp/r.safetensors" > "$tmp/r2.out" 2>&1
+grep -v resumed_from "$tmp/r.jsonl" | grep -v checkpoint > "$tmp/r.clean.jsonl"
+grep -v checkpoint "$tmp/one.jsonl" > "$tmp/one.clean.jsonl"
+check resume_under_other_ranks close_logs "$tmp/one.clean.jsonl" "$tmp/r.clean.jsonl"
+
+# a batch that does not divide over the ranks
+"${mpi[@]}" 2 "$bin" train "${args[@]}" --batch 3 --out "$tmp/bad.safetensors" > "$tmp/bad.out" 2>&1
+rc=$?
+check odd_batch_refused [ "$rc" != 0 ]
+check odd_batch_says_why grep -q -- "--batch 3 does not divide over 2 ranks" "$tmp/bad.out"
+check odd_batch_writes_nothing [ ! -e "$tmp/bad.safetensors" ]
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
