@@ -107,6 +107,8 @@ static const char *usage_text(char *buf, size_t cap) {
              "                       precision, data) must match the checkpoint\n"
              "  --stop-after N       end the run cleanly after step N, writing a checkpoint, as if\n"
              "                       interrupted (for tests and job schedulers)\n"
+             "  --zero1              under mpirun: each rank keeps the AdamW moments of its own\n"
+             "                       share of the parameters (ZeRO-1); the same results\n"
              "\n"
              "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and exits with\n"
              "status 130 (143); a second one quits at once (an unfinished checkpoint write\n"
@@ -128,7 +130,7 @@ typedef struct {
     int64_t steps, batch, seq, accum, log_every;
     int64_t eval_every, eval_batches, ckpt_every, keep, stop_after, debug_nan_at;
     uint64_t seed;
-    int bf16, resume;
+    int bf16, resume, zero1;
     char ckpt_dir[4096];
     double needle_frac, copy_frac;
     int64_t needle_max;
@@ -674,10 +676,10 @@ static void prune(train_state *s, const train_args *a) {
  * quits. Returns EXIT_OK or an exit code. */
 static int write_ckpt(train_state *s, const train_args *a, int64_t step) {
     if (s->last_ckpt_step == step) return EXIT_OK;
-    if (s->quiet) { /* rank 0 writes; every rank holds the same state */
+    if (s->quiet) { /* rank 0 writes; the others take part in gathering a sharded optimizer */
         s->last_ckpt_step = step;
         ckpt_path(s->last_ckpt, sizeof s->last_ckpt, a->ckpt_dir, step);
-        return EXIT_OK;
+        return dtx_trainer_checkpoint(&s->tr, NULL, NULL, NULL, 0) == DTX_OK ? EXIT_OK : lib_error(CMD);
     }
     char path[4400];
     int e = make_dirs(a->ckpt_dir, path, sizeof path);
@@ -690,7 +692,7 @@ static int write_ckpt(train_state *s, const train_args *a, int64_t step) {
     build_run_meta(&r, s, a);
     double t = now_s();
     g_writing = 1;
-    dtx_status st = dtx_ckpt_save(path, s->tr.model, s->tr.opt, &s->tr.rng, r.keys, r.values, N_RUN_META);
+    dtx_status st = dtx_trainer_checkpoint(&s->tr, path, r.keys, r.values, N_RUN_META);
     g_writing = 0;
     s->last_ckpt_s = now_s() - t;
     if (st != DTX_OK) {
@@ -864,7 +866,7 @@ static int build_state(train_state *s, const train_args *a, const dtx_config *cf
         if (dtx_ckpt_load(&ck, path) != DTX_OK) return lib_error(CMD);
         rc = compare_with_ckpt(&ck, path, s, a, cfg);
         if (rc == EXIT_OK) {
-            dtx_trainer_resume(&s->tr, ck.model, ck.opt, &ck.rng, ck.step);
+            if (dtx_trainer_resume(&s->tr, ck.model, ck.opt, &ck.rng, ck.step) != DTX_OK) rc = lib_error(CMD);
             ck.model = NULL;
             ck.opt = NULL;
             s->start_step = ck.step;
@@ -951,7 +953,7 @@ static int run(train_args *a, flag *fl, int n_fl) {
         }
     }
     if (rc == EXIT_OK) rc = open_data(&s, a, &cfg);
-    if (rc == EXIT_OK && dtx_trainer_set_comm(&s.tr, comm) != DTX_OK)
+    if (rc == EXIT_OK && dtx_trainer_set_comm(&s.tr, comm, a->zero1) != DTX_OK)
         rc = usage_error(CMD, "--batch %lld does not divide over %d ranks (each takes the same share of every batch)",
                          (long long)a->batch, dtx_comm_size(comm));
     if (rc == EXIT_OK) {
@@ -1050,6 +1052,7 @@ int cmd_train(int argc, char **argv) {
         FLAG_INT("--ckpt-every", &a.ckpt_every, 0, BIG),
         FLAG_INT("--keep", &a.keep, 0, BIG),
         FLAG_BOOL("--resume", &a.resume, 1),
+        FLAG_BOOL("--zero1", &a.zero1, 1),
         FLAG_REAL("--needle-frac", &a.needle_frac, 0, 0, 1, 0),
         FLAG_REAL("--copy-frac", &a.copy_frac, 0, 0, 1, 0),
         FLAG_INT("--needle-max", &a.needle_max, 1, DTX_NEEDLE_MAX),

@@ -4,6 +4,7 @@
  * the configs are validated, and the file must hold exactly the tensors the
  * config implies, F32, with the config's shapes. */
 #include "train/checkpoint.h"
+#include "train/optim.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -50,6 +51,9 @@ int dtx_ckpt_describe(const dtx_config *c, const dtx_optim_config *o, const char
 dtx_status dtx_ckpt_save(const char *path, const dtx_model *m, const dtx_optimizer *opt, const dtx_batch_rng *rng,
                          const char *const *extra_keys, const char *const *extra_values, int n_extra) {
     dtx_optimizer *o = (dtx_optimizer *)opt; /* read only: the accessors are not const */
+    size_t lo, hi = dtx_optimizer_shard(opt, &lo);
+    if (lo != 0 || hi != m->n_params)
+        return dtx_fail(DTX_ERR_ARG, "%s: a checkpoint holds the whole optimizer, not a shard [%zu, %zu)", path, lo, hi);
     const char *dkeys[DTX_CKPT_N_DESCRIBE];
     char dvals[DTX_CKPT_N_DESCRIBE][DTX_CKPT_VALUE_MAX];
     int nd = dtx_ckpt_describe(&m->cfg, dtx_optimizer_config(opt), dkeys, dvals);

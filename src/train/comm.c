@@ -28,25 +28,34 @@ struct dtx_comm {
 int dtx_comm_rank(const dtx_comm *c) { return c ? c->rank : 0; }
 int dtx_comm_size(const dtx_comm *c) { return c ? c->size : 1; }
 
-/* Local ranks: publish the buffer, wait for all, sum every rank's in rank
- * order into a private copy, wait until all have read, then write it back. */
-#define LOCAL_ALLREDUCE(T)                                                                                    \
-    T *sum = malloc(sizeof(T) * (n ? n : 1));                                                                 \
+/* Local ranks: publish the buffer, wait for all, sum every rank's values
+ * [lo, lo + n) in rank order into a private copy, wait until all have read,
+ * then write it back. */
+#define LOCAL_SUM(T, lo, n)                                                                                   \
+    local_group *g = c->group;                                                                                \
+    T *sum = malloc(sizeof(T) * ((n) ? (n) : 1));                                                             \
     int ok = sum != NULL;                                                                                     \
     g->slot[c->rank] = ok ? (const void *)buf : NULL;                                                         \
     pthread_barrier_wait(&g->barrier);                                                                        \
     for (int r = 0; r < g->size; r++) ok &= g->slot[r] != NULL;                                               \
     if (ok) {                                                                                                 \
-        memcpy(sum, (const T *)g->slot[0], sizeof(T) * n);                                                    \
+        memcpy(sum, (const T *)g->slot[0] + (lo), sizeof(T) * (n));                                           \
         for (int r = 1; r < g->size; r++) {                                                                   \
-            const T *b = (const T *)g->slot[r];                                                               \
-            for (size_t i = 0; i < n; i++) sum[i] += b[i];                                                    \
+            const T *b = (const T *)g->slot[r] + (lo);                                                        \
+            for (size_t i = 0; i < (n); i++) sum[i] += b[i];                                                  \
         }                                                                                                     \
     }                                                                                                         \
     pthread_barrier_wait(&g->barrier);                                                                        \
-    if (ok) memcpy(buf, sum, sizeof(T) * n);                                                                  \
+    if (ok) memcpy(buf + (lo), sum, sizeof(T) * (n));                                                         \
     free(sum);                                                                                                \
-    return ok ? DTX_OK : dtx_fail(DTX_ERR_NOMEM, "all-reduce of %zu values: out of memory on a rank", n);
+    return ok ? DTX_OK : dtx_fail(DTX_ERR_NOMEM, "a sum over ranks of %zu values: out of memory on a rank", (size_t)(n));
+
+/* The plugin's operation on dtx_real values */
+#ifdef DTX_DOUBLE
+#define REAL_OP(name) name##_f64
+#else
+#define REAL_OP(name) name##_f32
+#endif
 
 static dtx_status mpi_failed(const dtx_comm *c, size_t n) {
     return dtx_fail(DTX_ERR_IO, "rank %d: the all-reduce of %zu values failed", c->rank, n);
@@ -54,20 +63,44 @@ static dtx_status mpi_failed(const dtx_comm *c, size_t n) {
 
 dtx_status dtx_comm_allreduce_real(dtx_comm *c, dtx_real *buf, size_t n) {
     if (!c || c->size == 1) return DTX_OK;
-#ifdef DTX_DOUBLE
-    if (c->mpi) return c->mpi->allreduce_f64(buf, n) ? mpi_failed(c, n) : DTX_OK;
-#else
-    if (c->mpi) return c->mpi->allreduce_f32(buf, n) ? mpi_failed(c, n) : DTX_OK;
-#endif
-    local_group *g = c->group;
-    LOCAL_ALLREDUCE(dtx_real)
+    if (c->mpi) return c->mpi->REAL_OP(allreduce)(buf, n) ? mpi_failed(c, n) : DTX_OK;
+    LOCAL_SUM(dtx_real, 0, n)
 }
 
 dtx_status dtx_comm_allreduce_f64(dtx_comm *c, double *buf, size_t n) {
     if (!c || c->size == 1) return DTX_OK;
     if (c->mpi) return c->mpi->allreduce_f64(buf, n) ? mpi_failed(c, n) : DTX_OK;
+    LOCAL_SUM(double, 0, n)
+}
+
+void dtx_comm_ranges(size_t n, int size, size_t *at) {
+    at[0] = 0;
+    for (int r = 1; r < size; r++) {
+        size_t a = n / 16 * (size_t)r / (size_t)size * 16;
+        at[r] = a < at[r - 1] ? at[r - 1] : a;
+    }
+    at[size] = n;
+}
+
+dtx_status dtx_comm_reduce_scatter_real(dtx_comm *c, dtx_real *buf, const size_t *at) {
+    if (!c || c->size == 1) return DTX_OK;
+    if (c->mpi) return c->mpi->REAL_OP(reduce_scatter)(buf, at) ? mpi_failed(c, at[c->size]) : DTX_OK;
+    size_t lo = at[c->rank], n = at[c->rank + 1] - lo;
+    LOCAL_SUM(dtx_real, lo, n)
+}
+
+dtx_status dtx_comm_allgather_real(dtx_comm *c, dtx_real *buf, const size_t *at) {
+    if (!c || c->size == 1) return DTX_OK;
+    if (c->mpi) return c->mpi->REAL_OP(allgather)(buf, at) ? mpi_failed(c, at[c->size]) : DTX_OK;
     local_group *g = c->group;
-    LOCAL_ALLREDUCE(double)
+    g->slot[c->rank] = buf;
+    pthread_barrier_wait(&g->barrier);
+    /* each rank writes the others' ranges of its own buffer and reads their own ranges of theirs: no overlap */
+    for (int r = 0; r < g->size; r++)
+        if (r != c->rank)
+            memcpy(buf + at[r], (const dtx_real *)g->slot[r] + at[r], sizeof(dtx_real) * (at[r + 1] - at[r]));
+    pthread_barrier_wait(&g->barrier);
+    return DTX_OK;
 }
 
 dtx_status dtx_comm_local_create(int size, dtx_comm **out) {

@@ -21,6 +21,16 @@ int dtx_comm_size(const dtx_comm *c); /* 1 for NULL */
 dtx_status dtx_comm_allreduce_real(dtx_comm *c, dtx_real *buf, size_t n);
 dtx_status dtx_comm_allreduce_f64(dtx_comm *c, double *buf, size_t n);
 
+/* Ranges: rank r owns [at[r], at[r + 1]) of an n-value buffer (at[0] = 0,
+ * at[size] = n). Reduce-scatter: rank r's range of buf := the sum over
+ * every rank of that range (the rest of buf is left undefined). All-gather:
+ * every rank's buf := each rank's own range, put together. */
+dtx_status dtx_comm_reduce_scatter_real(dtx_comm *c, dtx_real *buf, const size_t *at);
+dtx_status dtx_comm_allgather_real(dtx_comm *c, dtx_real *buf, const size_t *at);
+/* The ranges for n values over size ranks: as equal as can be, multiples
+ * of 16 values but the last (at [size + 1]). */
+void dtx_comm_ranges(size_t n, int size, size_t *at);
+
 /* Whether an MPI launcher (mpirun, srun) started this process. */
 int dtx_comm_launched_by_mpi(void);
 /* MPI's ranks, through the plugin libdifftx_mpi.so (mpi_plugin.h): found

@@ -2,8 +2,11 @@
  * libdifftx_mpi.so beside difftx when MPI is installed; not part of
  * libdifftx.a. All-reduces go in chunks of at most 2^30 values (MPI counts
  * are ints). */
+#include <limits.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "train/mpi_plugin.h"
 
@@ -31,12 +34,51 @@ static int reduce(void *buf, size_t n, MPI_Datatype t, size_t elem) {
     return 0;
 }
 
+/* MPI counts of the ranges at (one int per rank); 0 when a range does not fit an int */
+static int counts(const size_t *at, int *cnt, int *disp) {
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    for (int r = 0; r < size; r++) {
+        if (at[r + 1] - at[r] > (size_t)INT_MAX || at[r] > (size_t)INT_MAX) return 0;
+        cnt[r] = (int)(at[r + 1] - at[r]), disp[r] = (int)at[r];
+    }
+    return 1;
+}
+
+static int reduce_scatter(void *buf, const size_t *at, MPI_Datatype t, size_t elem) {
+    int size, rank;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int *cnt = malloc(sizeof(int) * 2 * (size_t)size), ok = cnt && counts(at, cnt, cnt + size);
+    /* in place, the rank's sum lands at the start of buf: moved to its range */
+    ok = ok && MPI_Reduce_scatter(MPI_IN_PLACE, buf, cnt, t, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS;
+    if (ok) memmove((char *)buf + at[rank] * elem, buf, (at[rank + 1] - at[rank]) * elem);
+    free(cnt);
+    return !ok;
+}
+
+static int allgather(void *buf, const size_t *at, MPI_Datatype t) {
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int *cnt = malloc(sizeof(int) * 2 * (size_t)size), ok = cnt && counts(at, cnt, cnt + size);
+    ok = ok && MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, cnt + size, t, MPI_COMM_WORLD) == MPI_SUCCESS;
+    free(cnt);
+    return !ok;
+}
+
+static int reduce_scatter_f32(float *buf, const size_t *at) { return reduce_scatter(buf, at, MPI_FLOAT, sizeof(float)); }
+static int reduce_scatter_f64(double *buf, const size_t *at) { return reduce_scatter(buf, at, MPI_DOUBLE, sizeof(double)); }
+static int allgather_f32(float *buf, const size_t *at) { return allgather(buf, at, MPI_FLOAT); }
+static int allgather_f64(double *buf, const size_t *at) { return allgather(buf, at, MPI_DOUBLE); }
+
 static int allreduce_f32(float *buf, size_t n) { return reduce(buf, n, MPI_FLOAT, sizeof(float)); }
 static int allreduce_f64(double *buf, size_t n) { return reduce(buf, n, MPI_DOUBLE, sizeof(double)); }
 static void abort_all(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
 static void finalize(void) { MPI_Finalize(); }
 
 const dtx_mpi_ops *dtx_mpi_plugin(void) {
-    static const dtx_mpi_ops ops = {DTX_MPI_PLUGIN_VERSION, init, allreduce_f32, allreduce_f64, abort_all, finalize};
+    static const dtx_mpi_ops ops = {DTX_MPI_PLUGIN_VERSION, init,          allreduce_f32, allreduce_f64,
+                                    reduce_scatter_f32,     reduce_scatter_f64, allgather_f32, allgather_f64,
+                                    abort_all,              finalize};
     return &ops;
 }

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#define DTX_MPI_PLUGIN_VERSION 1
+#define DTX_MPI_PLUGIN_VERSION 2
 
 typedef struct {
     int version; /* DTX_MPI_PLUGIN_VERSION */
@@ -18,6 +18,11 @@ typedef struct {
     /* in-place sums over every rank; 0 on success */
     int (*allreduce_f32)(float *buf, size_t n);
     int (*allreduce_f64)(double *buf, size_t n);
+    /* ranges at [size + 1] as comm.h's; 0 on success */
+    int (*reduce_scatter_f32)(float *buf, const size_t *at);
+    int (*reduce_scatter_f64)(double *buf, const size_t *at);
+    int (*allgather_f32)(float *buf, const size_t *at);
+    int (*allgather_f64)(double *buf, const size_t *at);
     void (*abort)(int code); /* every rank stops (MPI_Abort) */
     void (*finalize)(void);
 } dtx_mpi_ops;

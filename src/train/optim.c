@@ -2,7 +2,8 @@
  * warmup + decay learning-rate schedule. The update follows PyTorch's AdamW
  * exactly (bias corrections, eps added to sqrt(v)/sqrt(bc2)); the clip follows
  * torch.nn.utils.clip_grad_norm_ (scale by min(1, clip / (norm + 1e-6))).
- * Moments m and v are parallel flat buffers with the parameters' offsets. */
+ * Moments m and v are parallel flat buffers with the parameters' offsets;
+ * a shard's (optim.h: ZeRO-1) cover only its range of them. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,12 +11,14 @@
 #include "common/profile.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
+#include "train/optim.h"
 
 struct dtx_optimizer {
     dtx_model *m;
     dtx_optim_config cfg;
-    real *mom;       /* [n_params] first moment  */
-    real *vel;       /* [n_params] second moment */
+    real *mom;       /* [hi - lo] first moment  */
+    real *vel;       /* [hi - lo] second moment */
+    size_t lo, hi;   /* the parameters it updates: all, or a shard's range */
     int64_t step;    /* steps done */
 };
 
@@ -57,21 +60,29 @@ double dtx_lr_at(const dtx_optim_config *o, int64_t s) {
 }
 
 dtx_status dtx_optimizer_init(dtx_optimizer **out, dtx_model *m, const dtx_optim_config *o) {
+    return dtx_optimizer_init_shard(out, m, o, 0, m->n_params);
+}
+
+dtx_status dtx_optimizer_init_shard(dtx_optimizer **out, dtx_model *m, const dtx_optim_config *o, size_t lo,
+                                    size_t hi) {
     *out = NULL;
     dtx_status st = dtx_optim_validate(o);
     if (st) return st;
+    if (lo > hi || hi > m->n_params)
+        return dtx_fail(DTX_ERR_ARG, "optimizer shard [%zu, %zu) of %zu parameters", lo, hi, m->n_params);
     if (dtx_model_ensure_grads(m)) return dtx_fail(DTX_ERR_NOMEM, "out of memory allocating gradients");
     dtx_optimizer *opt = calloc(1, sizeof *opt);
     if (!opt) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
     opt->m = m;
     opt->cfg = *o;
+    opt->lo = lo, opt->hi = hi;
     /* one allocation for both moments */
-    opt->mom = dtx_calloc(2 * m->n_params, sizeof(real));
+    opt->mom = dtx_calloc(2 * (hi - lo) + 1, sizeof(real));
     if (!opt->mom) {
         free(opt);
-        return dtx_fail(DTX_ERR_NOMEM, "out of memory for optimizer state (%zu parameters)", m->n_params);
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory for optimizer state (%zu parameters)", hi - lo);
     }
-    opt->vel = opt->mom + m->n_params;
+    opt->vel = opt->mom + (hi - lo);
     *out = opt;
     return DTX_OK;
 }
@@ -104,18 +115,35 @@ static void adamw_tensor(real *p, const real *g, real *mo, real *ve, size_t n, d
     }
 }
 
-static dtx_status optimizer_step(dtx_optimizer *opt, double *grad_norm_out, double *lr_used);
+static dtx_status optimizer_step(dtx_optimizer *opt, double norm, double *grad_norm_out, double *lr_used);
 
 dtx_status dtx_optimizer_step(dtx_optimizer *opt, double *grad_norm_out, double *lr_used) {
+    if (opt->lo != 0 || opt->hi != opt->m->n_params)
+        return dtx_fail(DTX_ERR_ARG, "a shard's optimizer steps with the global gradient norm (dtx_optimizer_step_norm)");
     dtx_status st = DTX_OK;
-    DTX_PROF(DTX_PROF_OPTIMIZER, 1, st = optimizer_step(opt, grad_norm_out, lr_used));
+    DTX_PROF(DTX_PROF_OPTIMIZER, 1, st = optimizer_step(opt, grad_norm(opt->m->grads, opt->m->n_params), grad_norm_out, lr_used));
     return st;
 }
 
-static dtx_status optimizer_step(dtx_optimizer *opt, double *grad_norm_out, double *lr_used) {
+dtx_status dtx_optimizer_step_norm(dtx_optimizer *opt, double norm, double *grad_norm_out, double *lr_used) {
+    dtx_status st = DTX_OK;
+    DTX_PROF(DTX_PROF_OPTIMIZER, 1, st = optimizer_step(opt, norm, grad_norm_out, lr_used));
+    return st;
+}
+
+double dtx_optimizer_shard_grad_sq(const dtx_optimizer *opt) {
+    double n = grad_norm(opt->m->grads + opt->lo, opt->hi - opt->lo);
+    return n * n;
+}
+
+size_t dtx_optimizer_shard(const dtx_optimizer *opt, size_t *lo) {
+    *lo = opt->lo;
+    return opt->hi;
+}
+
+static dtx_status optimizer_step(dtx_optimizer *opt, double norm, double *grad_norm_out, double *lr_used) {
     dtx_model *m = opt->m;
     const dtx_optim_config *o = &opt->cfg;
-    double norm = grad_norm(m->grads, m->n_params);
     if (!isfinite(norm)) return dtx_fail(DTX_ERR_ARG, "gradient norm is %g at step %lld", norm, (long long)opt->step);
     double gscale = 1.0;
     if (o->clip_norm > 0) {
@@ -130,8 +158,10 @@ static dtx_status optimizer_step(dtx_optimizer *opt, double *grad_norm_out, doub
     for (int i = 0; i < m->n_tensors; i++) {
         const dtx_tensor_info *ti = &m->tensors[i];
         int decay = ti->decay && (!ti->is_embedding || o->decay_embeddings);
-        size_t off = ti->offset;
-        adamw_tensor(m->params + off, m->grads + off, opt->mom + off, opt->vel + off, ti->numel, lr,
+        size_t a = ti->offset > opt->lo ? ti->offset : opt->lo; /* the tensor's part of [lo, hi) */
+        size_t b = ti->offset + ti->numel < opt->hi ? ti->offset + ti->numel : opt->hi;
+        if (a >= b) continue;
+        adamw_tensor(m->params + a, m->grads + a, opt->mom + (a - opt->lo), opt->vel + (a - opt->lo), b - a, lr,
                      decay ? o->weight_decay : 0.0, o->beta1, o->beta2, o->eps, step_size, bc2_sqrt, gscale);
     }
     opt->step++;

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "train/checkpoint.h"
+#include "train/optim.h"
 
 dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const char *tokens, const char *val_tokens,
                             int64_t vocab_size) {
@@ -40,23 +42,66 @@ dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const cha
     return DTX_OK;
 }
 
+/* The optimizer of this rank: the whole one, or (ZeRO-1) its shard. */
+static dtx_status make_optimizer(dtx_trainer *t, const dtx_optim_config *oc) {
+    if (!t->zero1) return dtx_optimizer_init(&t->opt, t->model, oc);
+    int n = dtx_comm_size(t->comm), r = dtx_comm_rank(t->comm);
+    free(t->at);
+    if (!(t->at = malloc(sizeof(size_t) * (size_t)(n + 1)))) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    dtx_comm_ranges(dtx_model_num_params(t->model), n, t->at);
+    return dtx_optimizer_init_shard(&t->opt, t->model, oc, t->at[r], t->at[r + 1]);
+}
+
 dtx_status dtx_trainer_start(dtx_trainer *t, dtx_model *init, const dtx_config *cfg, dtx_init_scheme scheme,
                              const dtx_optim_config *oc) {
     dtx_status st;
     if (init) t->model = init;
     else if ((st = dtx_model_init_scheme(&t->model, cfg, t->o.seed, scheme))) return st;
-    if ((st = dtx_optimizer_init(&t->opt, t->model, oc))) return st;
+    if ((st = make_optimizer(t, oc))) return st;
     /* a different stream than the weight init, same seed */
     dtx_batch_rng_seed(&t->rng, t->o.seed ^ 0x5eedba7c4e5ULL);
     t->step = 0;
     return DTX_OK;
 }
 
-void dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *opt, const dtx_batch_rng *rng, int64_t step) {
+dtx_status dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *opt, const dtx_batch_rng *rng,
+                              int64_t step) {
     t->model = model;
-    t->opt = opt;
     t->rng = *rng;
     t->step = step;
+    if (!t->zero1) {
+        t->opt = opt;
+        return DTX_OK;
+    }
+    dtx_status st = make_optimizer(t, dtx_optimizer_config(opt));
+    if (!st) { /* this rank's range of the whole optimizer's moments */
+        size_t lo, hi = dtx_optimizer_shard(t->opt, &lo);
+        memcpy(dtx_optimizer_moment1(t->opt), dtx_optimizer_moment1(opt) + lo, sizeof(dtx_real) * (hi - lo));
+        memcpy(dtx_optimizer_moment2(t->opt), dtx_optimizer_moment2(opt) + lo, sizeof(dtx_real) * (hi - lo));
+        dtx_optimizer_set_steps(t->opt, dtx_optimizer_steps_done(opt));
+    }
+    dtx_optimizer_free(opt);
+    return st;
+}
+
+dtx_status dtx_trainer_checkpoint(dtx_trainer *t, const char *path, const char *const *keys,
+                                  const char *const *values, int n) {
+    int rank0 = dtx_comm_rank(t->comm) == 0;
+    if (!t->zero1) return rank0 ? dtx_ckpt_save(path, t->model, t->opt, &t->rng, keys, values, n) : DTX_OK;
+    /* the shards put together on every rank, in a whole optimizer for the file */
+    dtx_optimizer *full = NULL;
+    dtx_status st = dtx_optimizer_init(&full, t->model, dtx_optimizer_config(t->opt));
+    if (st) return st;
+    size_t lo, hi = dtx_optimizer_shard(t->opt, &lo);
+    dtx_real *m1 = dtx_optimizer_moment1(full), *m2 = dtx_optimizer_moment2(full);
+    memcpy(m1 + lo, dtx_optimizer_moment1(t->opt), sizeof(dtx_real) * (hi - lo));
+    memcpy(m2 + lo, dtx_optimizer_moment2(t->opt), sizeof(dtx_real) * (hi - lo));
+    dtx_optimizer_set_steps(full, dtx_optimizer_steps_done(t->opt));
+    if (!(st = dtx_comm_allgather_real(t->comm, m1, t->at)) && !(st = dtx_comm_allgather_real(t->comm, m2, t->at)) &&
+        rank0)
+        st = dtx_ckpt_save(path, t->model, full, &t->rng, keys, values, n);
+    dtx_optimizer_free(full);
+    return st;
 }
 
 void dtx_trainer_free(dtx_trainer *t) {
@@ -69,14 +114,17 @@ void dtx_trainer_free(dtx_trainer *t) {
     free(t->targets);
     free(t->period);
     free(t->tok_loss);
+    free(t->at);
     memset(t, 0, sizeof *t);
 }
 
-dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm) {
+dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm, int zero1) {
     int n = dtx_comm_size(comm);
     if (t->o.batch % n)
         return dtx_fail(DTX_ERR_ARG, "a batch of %lld rows does not divide over %d ranks", (long long)t->o.batch, n);
+    if (t->opt) return dtx_fail(DTX_ERR_ARG, "the ranks are set before the model and optimizer");
     t->comm = comm;
+    t->zero1 = zero1 && n > 1;
     return DTX_OK;
 }
 
@@ -127,8 +175,10 @@ static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *lo
     }
     if (ranks > 1) {
         double v[6] = {sum, cs->first, cs->repeat, (double)cs->n_first, (double)cs->n_repeat, (double)cs->rows};
+        dtx_real *g = dtx_model_grads(t->model);
         if (dtx_comm_allreduce_f64(t->comm, v, 6) ||
-            dtx_comm_allreduce_real(t->comm, dtx_model_grads(t->model), dtx_model_num_params(t->model)))
+            (t->zero1 ? dtx_comm_reduce_scatter_real(t->comm, g, t->at)
+                      : dtx_comm_allreduce_real(t->comm, g, dtx_model_num_params(t->model))))
             return DTX_STEP_ERROR;
         sum = v[0] / ranks, cs->first = v[1], cs->repeat = v[2];
         cs->n_first = (int64_t)v[3], cs->n_repeat = (int64_t)v[4], cs->rows = (int64_t)v[5];
@@ -149,7 +199,14 @@ dtx_step_result dtx_trainer_step(dtx_trainer *t, dtx_step_stats *s) {
     if (t->o.debug_nan_at == step) s->loss = NAN;
     if (!isfinite(s->loss)) return DTX_STEP_LOSS_NONFINITE;
     /* its only failure: a gradient norm that is not finite (nothing is updated then) */
-    if (dtx_optimizer_step(t->opt, &s->grad_norm, &s->lr)) return DTX_STEP_GRAD_NONFINITE;
+    if (!t->zero1) {
+        if (dtx_optimizer_step(t->opt, &s->grad_norm, &s->lr)) return DTX_STEP_GRAD_NONFINITE;
+    } else { /* each rank's shard, clipped by the whole gradient's norm; then every rank gets every update */
+        double sq = dtx_optimizer_shard_grad_sq(t->opt);
+        if (dtx_comm_allreduce_f64(t->comm, &sq, 1)) return DTX_STEP_ERROR;
+        if (dtx_optimizer_step_norm(t->opt, sqrt(sq), &s->grad_norm, &s->lr)) return DTX_STEP_GRAD_NONFINITE;
+        if (dtx_comm_allgather_real(t->comm, dtx_model_params(t->model), t->at)) return DTX_STEP_ERROR;
+    }
     t->step = step;
     return DTX_STEP_DONE;
 }

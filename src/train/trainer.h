@@ -41,6 +41,11 @@ typedef struct {
      * losses and the stop are summed over ranks, so every rank takes the same
      * step, and the number of ranks changes the arithmetic's order only */
     dtx_comm *comm;
+    /* ZeRO-1: each rank keeps the AdamW moments of its own range of the
+     * parameters (at[rank] .. at[rank + 1]) and updates only those; the
+     * gradient is reduce-scattered, the parameters all-gathered */
+    int zero1;
+    size_t *at;             /* [ranks + 1] with zero1 */
     int short_stream;       /* after dtx_trainer_open failed: 1 (tokens) or 2 (val_tokens) held too few */
     /* polled between micro-batches and evaluation batches: nonzero abandons
      * the step (or the evaluation), leaving the state as it was before it */
@@ -60,11 +65,19 @@ dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const cha
  * than the weights'), step 0. */
 dtx_status dtx_trainer_start(dtx_trainer *t, dtx_model *init, const dtx_config *cfg, dtx_init_scheme scheme,
                              const dtx_optim_config *oc);
-/* The ranks (before the first step): DTX_ERR_ARG when batch does not divide
- * by their number. */
-dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm);
-/* A resumed run: the state after `step` steps (model and optimizer taken). */
-void dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *opt, const dtx_batch_rng *rng, int64_t step);
+/* The ranks, and whether the optimizer is sharded (ZeRO-1), before
+ * dtx_trainer_start or _resume: DTX_ERR_ARG when batch does not divide by
+ * their number. */
+dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm, int zero1);
+/* Writes the checkpoint of the state (checkpoint.h: the whole optimizer;
+ * with ZeRO-1 its shards gathered first) to path on rank 0: a collective
+ * (every rank calls it; path is ignored on the others). */
+dtx_status dtx_trainer_checkpoint(dtx_trainer *t, const char *path, const char *const *keys,
+                                  const char *const *values, int n);
+/* A resumed run: the state after `step` steps (model and the whole
+ * optimizer taken; with ZeRO-1 the rank keeps its shard of it). */
+dtx_status dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *opt, const dtx_batch_rng *rng,
+                              int64_t step);
 void dtx_trainer_free(dtx_trainer *t);
 
 typedef enum {

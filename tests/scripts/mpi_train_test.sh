@@ -3,7 +3,8 @@
 # ranks train the model one rank does (the same losses and validation to
 # fp32 rounding, the same final model to the sums' order), rank 0 alone
 # writes the log, the checkpoints and the model; a run stopped under 2 ranks
-# resumes under 1 to the uninterrupted run's end; a batch that does not
+# resumes under 1 to the uninterrupted run's end; the same with --zero1
+# (sharded AdamW moments, a checkpoint of the whole state); a batch that does not
 # divide over the ranks is refused; without the plugin, a launched difftx
 # says so in one line. Skipped (with the reason) where MPI is
 # not installed. Ends with the suite's "N passed, N failed" line.
@@ -87,6 +88,16 @@ check stop_after_writes_one_checkpoint_set [ "$(ls "$tmp/ck" | wc -l)" -ge 1 ]
 grep -v resumed_from "$tmp/r.jsonl" | grep -v checkpoint > "$tmp/r.clean.jsonl"
 grep -v checkpoint "$tmp/one.jsonl" > "$tmp/one.clean.jsonl"
 check resume_under_other_ranks close_logs "$tmp/one.clean.jsonl" "$tmp/r.clean.jsonl"
+
+# ZeRO-1: the same log as one rank; its checkpoint (the whole optimizer) resumes under one rank
+"${mpi[@]}" 2 "$bin" train "${args[@]}" --zero1 --log "$tmp/z.jsonl" --out "$tmp/z.safetensors" > "$tmp/z.out" 2>&1
+check zero1_same_log_to_rounding close_logs "$tmp/one.jsonl" "$tmp/z.jsonl"
+zk=(--ckpt-every 2 --ckpt-dir "$tmp/zk")
+"${mpi[@]}" 2 "$bin" train "${args[@]}" --zero1 "${zk[@]}" --stop-after 4 --log "$tmp/zr.jsonl" \
+    --out "$tmp/zr.safetensors" > "$tmp/zr1.out" 2>&1
+"$bin" train "${args[@]}" "${zk[@]}" --resume --log "$tmp/zr.jsonl" --out "$tmp/zr.safetensors" > "$tmp/zr2.out" 2>&1
+grep -v resumed_from "$tmp/zr.jsonl" | grep -v checkpoint > "$tmp/zr.clean.jsonl"
+check zero1_resume_under_one_rank close_logs "$tmp/one.clean.jsonl" "$tmp/zr.clean.jsonl"
 
 # a batch that does not divide over the ranks
 "${mpi[@]}" 2 "$bin" train "${args[@]}" --batch 3 --out "$tmp/bad.safetensors" > "$tmp/bad.out" 2>&1

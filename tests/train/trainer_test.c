@@ -13,6 +13,7 @@
 
 #include "test.h"
 #include "train/checkpoint.h"
+#include "train/optim.h"
 #include "train/trainer.h"
 
 enum { V = 61, SEQ = 12, BATCH = 2, ACCUM = 2, N_IDS = 3000 };
@@ -36,13 +37,15 @@ static dtx_trainer_opts opts(void) {
 
 static dtx_config cfg(void) { return test_config(DTX_ARCH_DIFF, 32, 2, 2, 2, V, 64, SEQ, 1); }
 
-static int start(dtx_trainer *t, const dtx_trainer_opts *o) {
+static int start_with(dtx_trainer *t, const dtx_trainer_opts *o, dtx_comm *comm, int zero1) {
     dtx_config c = cfg();
     dtx_optim_config oc = dtx_optim_default();
     oc.lr = 3e-3, oc.warmup_steps = 2, oc.total_steps = 8;
     return dtx_trainer_open(t, o, ids_path(), ids_path(), V) == DTX_OK &&
-           dtx_trainer_start(t, NULL, &c, DTX_INIT_TORCH, &oc) == DTX_OK;
+           dtx_trainer_set_comm(t, comm, zero1) == DTX_OK && dtx_trainer_start(t, NULL, &c, DTX_INIT_TORCH, &oc) == DTX_OK;
 }
+
+static int start(dtx_trainer *t, const dtx_trainer_opts *o) { return start_with(t, o, NULL, 0); }
 
 static int run_steps(dtx_trainer *t, int n) {
     for (int i = 0; i < n; i++) {
@@ -57,6 +60,17 @@ static int same_params(dtx_model *a, dtx_model *b) {
     return n == dtx_model_num_params(b) && memcmp(dtx_model_params(a), dtx_model_params(b), n * sizeof(dtx_real)) == 0;
 }
 
+/* A trainer opened on the test's data and resumed from checkpoint path, which holds `step` steps. */
+static int resume_from(dtx_trainer *t, const dtx_trainer_opts *o, const char *path, int64_t step) {
+    dtx_ckpt k;
+    if (dtx_ckpt_load(&k, path) != DTX_OK || k.step != step) return 0;
+    int ok = dtx_trainer_open(t, o, ids_path(), ids_path(), V) == DTX_OK &&
+             dtx_trainer_resume(t, k.model, k.opt, &k.rng, k.step) == DTX_OK;
+    k.model = NULL, k.opt = NULL; /* taken, freed or not */
+    dtx_ckpt_free(&k);
+    return ok;
+}
+
 TEST(trainer_resume_is_exact) {
     dtx_trainer_opts o = opts();
     dtx_trainer a, b, c;
@@ -65,12 +79,7 @@ TEST(trainer_resume_is_exact) {
     const char *ck = test_path("trainer_ck.safetensors");
     REQUIRE(dtx_ckpt_save(ck, b.model, b.opt, &b.rng, NULL, NULL, 0) == DTX_OK);
     dtx_trainer_free(&b);
-    dtx_ckpt k;
-    REQUIRE(dtx_ckpt_load(&k, ck) == DTX_OK && k.step == 3);
-    REQUIRE(dtx_trainer_open(&c, &o, ids_path(), ids_path(), V) == DTX_OK);
-    dtx_trainer_resume(&c, k.model, k.opt, &k.rng, k.step);
-    k.model = NULL, k.opt = NULL;
-    dtx_ckpt_free(&k);
+    REQUIRE(resume_from(&c, &o, ck, 3));
     REQUIRE(run_steps(&c, 3) && c.step == 6);
     CHECK(same_params(a.model, c.model));
     CHECK(memcmp(&a.rng, &c.rng, sizeof a.rng) == 0);
@@ -157,12 +166,15 @@ typedef struct {
     double loss[STEPS], gnorm[STEPS], val;
     int64_t copy_rows[STEPS];
     int ok;
+    const char *ckpt; /* written (collectively) after ckpt_at steps */
+    int ckpt_at;
 } rank_run;
 
 static void *rank_main(void *arg) {
     rank_run *r = arg;
     r->ok = 1;
     for (int i = 0; i < STEPS && r->ok; i++) {
+        if (r->ckpt && i == r->ckpt_at) r->ok = dtx_trainer_checkpoint(&r->t, r->ckpt, NULL, NULL, 0) == DTX_OK;
         dtx_step_stats s;
         r->ok = dtx_trainer_step(&r->t, &s) == DTX_STEP_DONE;
         r->loss[i] = s.loss, r->gnorm[i] = s.grad_norm, r->copy_rows[i] = s.copy.rows;
@@ -190,7 +202,7 @@ TEST(trainer_two_ranks_train_what_one_does) {
     CHECK(dtx_comm_rank(c[1]) == 1 && dtx_comm_size(c[0]) == 2 && dtx_comm_size(NULL) == 1);
     pthread_t th[2];
     for (int r = 0; r < 2; r++) {
-        REQUIRE(start(&two[r].t, &o) && dtx_trainer_set_comm(&two[r].t, c[r]) == DTX_OK);
+        REQUIRE(start_with(&two[r].t, &o, c[r], 0));
         REQUIRE(pthread_create(&th[r], NULL, rank_main, &two[r]) == 0);
     }
     for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
@@ -213,8 +225,45 @@ TEST(trainer_two_ranks_train_what_one_does) {
     dtx_trainer odd;
     o.batch = 3;
     REQUIRE(dtx_trainer_open(&odd, &o, ids_path(), NULL, V) == DTX_OK);
-    CHECK(dtx_trainer_set_comm(&odd, c[0]) == DTX_ERR_ARG && strstr(dtx_last_error(), "does not divide over 2"));
+    CHECK(dtx_trainer_set_comm(&odd, c[0], 0) == DTX_ERR_ARG && strstr(dtx_last_error(), "does not divide over 2"));
     dtx_trainer_free(&odd);
     dtx_trainer_free(&one.t), dtx_trainer_free(&two[0].t), dtx_trainer_free(&two[1].t);
     dtx_comm_local_free(c, 2);
+}
+
+/* ZeRO-1 over two local ranks: plain data parallelism's losses and weights
+ * (to the order of the gradient norm's sum), half the moments on each rank,
+ * and a checkpoint that holds the whole optimizer: one rank resuming from it
+ * ends where the sharded run does. */
+TEST(trainer_zero1_is_data_parallelism) {
+    dtx_trainer_opts o = opts();
+    o.batch = 4;
+    static rank_run plain[2], z[2];
+    dtx_comm *cp[2], *cz[2];
+    REQUIRE(dtx_comm_local_create(2, cp) == DTX_OK && dtx_comm_local_create(2, cz) == DTX_OK);
+    const char *ck = test_path("zero1.safetensors");
+    pthread_t th[4];
+    for (int r = 0; r < 2; r++) {
+        REQUIRE(start_with(&plain[r].t, &o, cp[r], 0) && start_with(&z[r].t, &o, cz[r], 1));
+        z[r].ckpt = ck, z[r].ckpt_at = 2;
+        REQUIRE(pthread_create(&th[r], NULL, rank_main, &plain[r]) == 0);
+        REQUIRE(pthread_create(&th[2 + r], NULL, rank_main, &z[r]) == 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    REQUIRE(plain[0].ok && plain[1].ok && z[0].ok && z[1].ok);
+    for (int i = 0; i < STEPS; i++)
+        CHECKF(fabs(z[0].loss[i] - plain[0].loss[i]) <= 1e-6 * plain[0].loss[i], "step %d: %.9g vs %.9g", i + 1,
+               z[0].loss[i], plain[0].loss[i]);
+    CHECK(max_rel_diff(plain[0].t.model, z[0].t.model) < 1e-5 && max_rel_diff(z[0].t.model, z[1].t.model) == 0);
+    size_t lo0, hi0 = dtx_optimizer_shard(z[0].t.opt, &lo0), lo1, hi1 = dtx_optimizer_shard(z[1].t.opt, &lo1);
+    CHECK(lo0 == 0 && hi0 == lo1 && hi1 == dtx_model_num_params(z[0].t.model) && hi0 > 0 && hi0 < hi1);
+    /* one rank from the sharded run's checkpoint (after 2 steps) to its end */
+    dtx_trainer one;
+    REQUIRE(resume_from(&one, &o, ck, 2));
+    REQUIRE(run_steps(&one, STEPS - 2));
+    double d = max_rel_diff(one.model, z[0].t.model);
+    CHECKF(d < 1e-4, "resumed on one rank: %.3g from the sharded run", d);
+    dtx_trainer_free(&one);
+    for (int r = 0; r < 2; r++) dtx_trainer_free(&plain[r].t), dtx_trainer_free(&z[r].t);
+    dtx_comm_local_free(cp, 2), dtx_comm_local_free(cz, 2);
 }
