@@ -11,8 +11,34 @@
 
 #include "difftx.h"
 
+static int g_rank, g_ranks = 1, g_hold;
+static char g_held[2048];
+
+void cli_set_rank(int rank, int size) { g_rank = rank, g_ranks = size; }
+
+void cli_hold_messages(int hold) {
+    g_hold = hold;
+    if (hold) g_held[0] = 0;
+}
+
+void cli_print_held(void) {
+    if (g_held[0]) fputs(g_held, stderr);
+    g_held[0] = 0;
+}
+
 static void vmessage(const char *cmd, const char *fmt, va_list ap) {
-    fprintf(stderr, "difftx %s: ", cmd);
+    if (g_hold) { /* the first message only: the cause */
+        if (g_held[0]) return;
+        int n = g_ranks > 1 ? snprintf(g_held, sizeof g_held, "difftx %s (rank %d of %d): ", cmd, g_rank, g_ranks)
+                            : snprintf(g_held, sizeof g_held, "difftx %s: ", cmd);
+        if (n > 0 && (size_t)n < sizeof g_held - 2) {
+            vsnprintf(g_held + n, sizeof g_held - (size_t)n - 1, fmt, ap);
+            strcat(g_held, "\n");
+        }
+        return;
+    }
+    if (g_ranks > 1) fprintf(stderr, "difftx %s (rank %d of %d): ", cmd, g_rank, g_ranks);
+    else fprintf(stderr, "difftx %s: ", cmd);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
 }

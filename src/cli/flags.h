@@ -65,6 +65,13 @@ int usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(pri
 int runtime_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* runtime_error with the library's dtx_last_error(). */
 int lib_error(const char *cmd);
+/* Under mpirun: every message names the rank that prints it. */
+void cli_set_rank(int rank, int size);
+/* While held, the first message is kept instead of printed (a rank other
+ * than 0 during setup: what fails on every rank alike is said once, by
+ * rank 0); cli_print_held prints it. */
+void cli_hold_messages(int hold);
+void cli_print_held(void);
 /* Flushes stdout; a failed write (full disk, closed pipe) becomes a runtime error. */
 int finish_stdout(const char *cmd);
 

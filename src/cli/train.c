@@ -936,8 +936,14 @@ static int run(train_args *a, flag *fl, int n_fl) {
     s.lines = !s.bar || !isatty(STDOUT_FILENO);
     /* under mpirun: data-parallel ranks (rank 0 speaks and writes; docs/training.md) */
     dtx_comm *comm = NULL;
-    if (dtx_comm_launched_by_mpi() && dtx_comm_mpi_open(&comm) != DTX_OK) return lib_error(CMD);
-    if (dtx_comm_rank(comm) > 0) s.quiet = 1, s.bar = 0, s.lines = 0;
+    if (dtx_comm_launched_by_mpi() && dtx_comm_mpi_open(&comm) != DTX_OK) {
+        cli_print_held(); /* a rank's own trouble: said by every rank */
+        cli_hold_messages(0);
+        return lib_error(CMD);
+    }
+    const int rank = dtx_comm_rank(comm), ranks = dtx_comm_size(comm);
+    if (rank > 0) s.quiet = 1, s.bar = 0, s.lines = 0;
+    cli_set_rank(rank, ranks);
     int rc = check_out_dir(a->out);
     if (rc == EXIT_OK) rc = check_ckpt_dir(a->ckpt_dir);
     dtx_model *init_model = NULL;
@@ -964,6 +970,16 @@ static int run(train_args *a, flag *fl, int n_fl) {
     if (rc == EXIT_OK && dtx_model_set_precision(s.tr.model, (dtx_precision)a->precision) != DTX_OK) rc = lib_error(CMD);
     if (rc == EXIT_OK) cli_note_precision(a->precision);
     if (rc == EXIT_OK) rc = open_log(&s, a);
+    /* every rank is here: agree whether all are ready; a failure rank 0 shares was said by rank 0, one
+     * it does not share is said by the rank that has it; the others stop quietly */
+    if (ranks > 1) {
+        double v[2] = {rc != EXIT_OK, rank == 0 && rc != EXIT_OK};
+        if (dtx_comm_allreduce_f64(comm, v, 2) != DTX_OK) v[0] = 1;
+        cli_hold_messages(0);
+        if (rc != EXIT_OK && rank > 0 && v[1] == 0) cli_print_held();
+        if (v[0] > 0 && rc == EXIT_OK) rc = EXIT_RUNTIME;
+    }
+    int stepping = rc == EXIT_OK; /* from here a rank that fails leaves the others waiting */
     if (rc == EXIT_OK) {
         print_header(&s, a);
         if (comm)
@@ -997,13 +1013,16 @@ static int run(train_args *a, flag *fl, int n_fl) {
     }
     state_free(&s);
     /* a rank that cannot go on would leave the others waiting in an all-reduce: stop them all */
-    if (dtx_comm_size(comm) > 1 && rc != EXIT_OK && rc != 128 + SIGINT && rc != 128 + SIGTERM)
+    if (stepping && ranks > 1 && rc != EXIT_OK && rc != 128 + SIGINT && rc != 128 + SIGTERM)
         dtx_comm_abort(comm, rc);
     dtx_comm_mpi_close(comm);
     return rc;
 }
 
 int cmd_train(int argc, char **argv) {
+    /* under a launcher, ranks other than 0 keep their setup messages until they know rank 0's lot */
+    const char *r = getenv("OMPI_COMM_WORLD_RANK") ? getenv("OMPI_COMM_WORLD_RANK") : getenv("PMIX_RANK");
+    if (r && atoi(r) > 0) cli_hold_messages(1);
     train_args a;
     set_defaults(&a);
     const int64_t BIG = INT64_MAX, SIZE = 1 << 20, BATCH = 1 << 16;

@@ -99,11 +99,27 @@ zk=(--ckpt-every 2 --ckpt-dir "$tmp/zk")
 grep -v resumed_from "$tmp/zr.jsonl" | grep -v checkpoint > "$tmp/zr.clean.jsonl"
 check zero1_resume_under_one_rank close_logs "$tmp/one.clean.jsonl" "$tmp/zr.clean.jsonl"
 
-# a batch that does not divide over the ranks
+# Ctrl-C under mpirun (forwarded to every rank): one checkpoint, written once, said once; then resumed
+"${mpi[@]}" 2 "$bin" train "${args[@]}" --steps 2000 --zero1 --log "$tmp/c.jsonl" --out "$tmp/c.safetensors" \
+    > "$tmp/c.out" 2>&1 &
+pid=$!
+for _ in $(seq 300); do [ -s "$tmp/c.jsonl" ] && [ "$(wc -l < "$tmp/c.jsonl")" -ge 5 ] && break; sleep 0.1; done
+kill -INT "$pid"
+wait "$pid"
+check ctrl_c_said_once [ "$(grep -c 'interrupted at step' "$tmp/c.out")" = 1 ]
+check ctrl_c_one_checkpoint [ "$(ls "$tmp/c.safetensors.ckpt" | wc -l)" = 1 ]
+"${mpi[@]}" 2 "$bin" train "${args[@]}" --steps 2000 --zero1 --resume --log "$tmp/c.jsonl" \
+    --out "$tmp/c.safetensors" > "$tmp/c2.out" 2>&1
+check ctrl_c_resumes [ -s "$tmp/c.safetensors" ]
+
+# a batch that does not divide over the ranks: one line (mpirun -q keeps mpirun's own lines out)
 "${mpi[@]}" 2 "$bin" train "${args[@]}" --batch 3 --out "$tmp/bad.safetensors" > "$tmp/bad.out" 2>&1
 rc=$?
 check odd_batch_refused [ "$rc" != 0 ]
 check odd_batch_says_why grep -q -- "--batch 3 does not divide over 2 ranks" "$tmp/bad.out"
+mpiq=("${mpi[@]:0:3}" -q "${mpi[@]:3}") # timeout 300 mpirun -q ...
+"${mpiq[@]}" 2 "$bin" train "${args[@]}" --batch 3 --out "$tmp/bad.safetensors" > "$tmp/badq.out" 2>&1
+check odd_batch_one_line [ "$(grep -c . "$tmp/badq.out")" = 1 ]
 check odd_batch_writes_nothing [ ! -e "$tmp/bad.safetensors" ]
 
 echo "$passed passed, $failed failed"
