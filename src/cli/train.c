@@ -774,11 +774,15 @@ static int train_loop(train_state *s, const train_args *a) {
         s->last_loss = loss;
         s->last_lr = lr;
         double now = now_s();
-        char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], copy[128] = "";
+        char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], copy[192] = "";
         if (cs.n_first && cs.n_repeat) /* the induction score's parts (docs/training.md) */
             snprintf(copy, sizeof copy, ",\"copy_rows\":%lld,\"copy_first\":%s,\"copy_repeat\":%s",
                      (long long)cs.rows, jnum(b5, sizeof b5, cs.first / (double)cs.n_first),
                      jnum(b6, sizeof b6, cs.repeat / (double)cs.n_repeat));
+        if (dtx_comm_size(s->tr.comm) > 1) { /* the time in the sums over ranks: the cost of more of them */
+            size_t k = strlen(copy);
+            snprintf(copy + k, sizeof copy - k, ",\"comm_s\":%.6f", st.comm_s);
+        }
         int rc = log_json(s, a, "{\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"tokens_per_s\":%.1f,"
                             "\"elapsed_s\":%.3f%s}",
                       (long long)step, jnum(b1, sizeof b1, loss), jnum(b2, sizeof b2, lr), jnum(b3, sizeof b3, gnorm),

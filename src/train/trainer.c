@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/common.h"
 #include "train/checkpoint.h"
@@ -130,6 +131,12 @@ dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm, int zero1) {
 
 /* Whether any rank has been asked to stop: every rank answers the same, so
  * all of them abandon the step (or none does). */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int stopping(dtx_trainer *t) {
     double s = t->stop && *t->stop;
     if (dtx_comm_size(t->comm) > 1 && dtx_comm_allreduce_f64(t->comm, &s, 1)) return 1;
@@ -145,7 +152,7 @@ int dtx_trainer_should_stop(dtx_trainer *t) { return stopping(t); }
  * is summed over ranks afterwards. A stop between micro-batches abandons the
  * step: the sampler goes back to where it began, and the weights, moments
  * and step count are untouched. */
-static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *loss, copy_score *cs) {
+static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *loss, copy_score *cs, double *comm_s) {
     const dtx_trainer_opts *o = &t->o;
     const int ranks = dtx_comm_size(t->comm);
     const int64_t b = o->batch / ranks, r0 = b * dtx_comm_rank(t->comm);
@@ -176,10 +183,12 @@ static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *lo
     if (ranks > 1) {
         double v[6] = {sum, cs->first, cs->repeat, (double)cs->n_first, (double)cs->n_repeat, (double)cs->rows};
         dtx_real *g = dtx_model_grads(t->model);
+        double t0 = now_s();
         if (dtx_comm_allreduce_f64(t->comm, v, 6) ||
             (t->zero1 ? dtx_comm_reduce_scatter_real(t->comm, g, t->at)
                       : dtx_comm_allreduce_real(t->comm, g, dtx_model_num_params(t->model))))
             return DTX_STEP_ERROR;
+        *comm_s += now_s() - t0;
         sum = v[0] / ranks, cs->first = v[1], cs->repeat = v[2];
         cs->n_first = (int64_t)v[3], cs->n_repeat = (int64_t)v[4], cs->rows = (int64_t)v[5];
     }
@@ -189,12 +198,13 @@ static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *lo
 
 dtx_step_result dtx_trainer_step(dtx_trainer *t, dtx_step_stats *s) {
     s->loss = s->grad_norm = s->lr = NAN;
+    s->comm_s = 0;
     if (!t->model || !t->opt) {
         dtx_fail(DTX_ERR_ARG, "the trainer has no model: start or resume it first");
         return DTX_STEP_ERROR;
     }
     int64_t step = t->step + 1;
-    dtx_step_result r = forward_backward(t, step, &s->loss, &s->copy);
+    dtx_step_result r = forward_backward(t, step, &s->loss, &s->copy, &s->comm_s);
     if (r != DTX_STEP_DONE) return r;
     if (t->o.debug_nan_at == step) s->loss = NAN;
     if (!isfinite(s->loss)) return DTX_STEP_LOSS_NONFINITE;
@@ -202,10 +212,13 @@ dtx_step_result dtx_trainer_step(dtx_trainer *t, dtx_step_stats *s) {
     if (!t->zero1) {
         if (dtx_optimizer_step(t->opt, &s->grad_norm, &s->lr)) return DTX_STEP_GRAD_NONFINITE;
     } else { /* each rank's shard, clipped by the whole gradient's norm; then every rank gets every update */
-        double sq = dtx_optimizer_shard_grad_sq(t->opt);
+        double sq = dtx_optimizer_shard_grad_sq(t->opt), t0 = now_s();
         if (dtx_comm_allreduce_f64(t->comm, &sq, 1)) return DTX_STEP_ERROR;
+        s->comm_s += now_s() - t0;
         if (dtx_optimizer_step_norm(t->opt, sqrt(sq), &s->grad_norm, &s->lr)) return DTX_STEP_GRAD_NONFINITE;
+        t0 = now_s();
         if (dtx_comm_allgather_real(t->comm, dtx_model_params(t->model), t->at)) return DTX_STEP_ERROR;
+        s->comm_s += now_s() - t0;
     }
     t->step = step;
     return DTX_STEP_DONE;

@@ -93,6 +93,7 @@ typedef struct {
     double grad_norm; /* before clipping                 */
     double lr;        /* the rate this step used         */
     copy_score copy;  /* the copy rows' losses           */
+    double comm_s;    /* seconds in the sums over ranks (gradient, losses, parameters), 0 on one rank */
 } dtx_step_stats;
 
 /* One optimizer step: accum micro-batches of batch rows sampled, the needle

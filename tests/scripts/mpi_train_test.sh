@@ -40,7 +40,7 @@ trap 'rm -rf "$tmp"' EXIT
 passed=$pre_passed failed=$pre_failed
 check() { # name command...: passes when the command succeeds
     local name=$1; shift
-    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL mpi_train_$name"; fi
+    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL mpi_train_$name"; return 1; fi
 }
 awk 'BEGIN { srand(3); for (i = 0; i < 4000; i++) printf "%d ", int(rand() * 64); print "" }' > "$tmp/ids.txt"
 args=(--arch diff --dim 32 --layers 2 --heads 2 --vocab 64 --seq 16 --batch 4 --accum 2 --steps 8 --lr 3e-3
@@ -99,14 +99,17 @@ zk=(--ckpt-every 2 --ckpt-dir "$tmp/zk")
 grep -v resumed_from "$tmp/zr.jsonl" | grep -v checkpoint > "$tmp/zr.clean.jsonl"
 check zero1_resume_under_one_rank close_logs "$tmp/one.clean.jsonl" "$tmp/zr.clean.jsonl"
 
-# Ctrl-C under mpirun (forwarded to every rank): one checkpoint, written once, said once; then resumed
+# Ctrl-C at a terminal (SIGINT to every rank of the foreground group; mpirun itself, signalled, kills
+# the ranks a second later, too soon for a loaded machine): one checkpoint, written once, said once;
+# then resumed
 "${mpi[@]}" 2 "$bin" train "${args[@]}" --steps 2000 --zero1 --log "$tmp/c.jsonl" --out "$tmp/c.safetensors" \
     > "$tmp/c.out" 2>&1 &
 pid=$!
 for _ in $(seq 300); do [ -s "$tmp/c.jsonl" ] && [ "$(wc -l < "$tmp/c.jsonl")" -ge 5 ] && break; sleep 0.1; done
-kill -INT "$pid"
+pkill -INT -f -- "^$bin train .*--out $tmp/c.safetensors" # the ranks, not mpirun
 wait "$pid"
-check ctrl_c_said_once [ "$(grep -c 'interrupted at step' "$tmp/c.out")" = 1 ]
+check ctrl_c_said_once [ "$(grep -c 'interrupted at step' "$tmp/c.out")" = 1 ] ||
+    { echo "  its output:"; tail -n 5 "$tmp/c.out" | sed 's/^/    /'; }
 check ctrl_c_one_checkpoint [ "$(ls "$tmp/c.safetensors.ckpt" | wc -l)" = 1 ]
 "${mpi[@]}" 2 "$bin" train "${args[@]}" --steps 2000 --zero1 --resume --log "$tmp/c.jsonl" \
     --out "$tmp/c.safetensors" > "$tmp/c2.out" 2>&1
