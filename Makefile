@@ -31,7 +31,7 @@ MPI_PLUGIN := $(if $(MPICC),$(BUILD)/libdifftx_mpi.so)
 obj32 = $(patsubst %.c,$(BUILD)/f32/%.o,$(1))
 obj64 = $(patsubst %.c,$(BUILD)/f64/%.o,$(1))
 
-.PHONY: all setup test test-asan demo reproduce fixtures check-fixtures interop-check clean bench
+.PHONY: all setup test test-asan demo reproduce fixtures check-fixtures interop-check clean bench bench-mpi
 all: $(BIN)
 
 setup: deps
@@ -145,3 +145,11 @@ bench: deps
 
 clean:
 	rm -rf build build-asan
+
+# Data-parallel training on this machine (1 rank x the cores against the cores
+# x 1 rank), the all-reduce's bandwidth, and a model of the step on N machines
+# (bench/mpi.sh; writes bench/results-mpi.md; QUICK=1 a smaller run).
+bench-mpi: deps
+	@$(MAKE) --no-print-directory $(BIN)
+	@mkdir -p $(BUILD)/bench
+	@bench/mpi.sh $(if $(QUICK),--quick) $(if $(QUICK),$(BUILD)/bench/results-mpi-quick.md)
