@@ -138,6 +138,17 @@ def frac_tokens(r, draw=None):
     return invert(*fits["diff"], final_t[1]) / final_t[0], curves, (fits, d)
 
 
+def fewest_seeds(r, largest_only=False):
+    """The fewest finished seeds of any (arch, size) a fit uses: a bootstrap over seeds decides nothing
+    with fewer than stats.MIN_SEEDS (it then only resamples the same runs)."""
+    counts = []
+    for a in ARCHS:
+        sizes = r.sizes(a)
+        dims = [max(sizes)] if largest_only and sizes else sorted(sizes)
+        counts += [sum(r.final_val(k) is not None for k in sizes[d].values()) for d in dims]
+    return min(counts) if counts else 0
+
+
 def bootstrap(r, fn, n=2000, seed=1):
     rng = random.Random(seed)
     vals = []
@@ -213,7 +224,7 @@ def write(r, command, seconds):
                    f"Transformer's loss with **{100 * frac:.0f}%** of its non-embedding parameters (mean over the "
                    "sizes)" + (f", 95% bootstrap interval over seeds [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]"
                                if ci else "") + ".\n")
-        v = verdict((frac - 1, ci[0] - 1, ci[1] - 1) if ci else None, -1)
+        v = verdict((frac - 1, ci[0] - 1, ci[1] - 1, fewest_seeds(r)) if ci else None, -1)
         out.append(f"**Verdict:** the paper's claim (DIFF needs fewer parameters for the same loss) **{v}** here.\n")
     # Fig 3b
     out.append("## Scaling with training tokens (paper Fig. 3b: " + PAPER_TOKENS + ")\n")
@@ -236,7 +247,7 @@ def write(r, command, seconds):
                    f"an estimated **{100 * ft:.0f}%** of its tokens" +
                    (f", 95% bootstrap interval over seeds [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else "") +
                    (" (beyond the run: an extrapolation)" if ft > 1 else "") + ".\n")
-        v = verdict((ft - 1, ci[0] - 1, ci[1] - 1) if ci else None, -1)
+        v = verdict((ft - 1, ci[0] - 1, ci[1] - 1, fewest_seeds(r, largest_only=True)) if ci else None, -1)
         out.append(f"**Verdict:** the paper's claim (DIFF needs fewer tokens) **{v}** here.\n")
     # loss slices
     out.append("## Table 6's slices: AR hits and others (eval ppl on the held-out speeches)\n")
