@@ -298,6 +298,15 @@ dtx_status dtx_model_token_losses(const dtx_model *m, double *out);
  * for gradient accumulation. Uses the activations of the last forward. */
 dtx_status dtx_model_backward(dtx_model *m, double loss_scale);
 void dtx_model_zero_grad(dtx_model *m);
+/* A hook of dtx_model_backward for data-parallel training: fn(ctx, lo, hi)
+ * each time the gradients [lo, hi) (offsets into dtx_model_grads) hold
+ * their final values of this backward, so that their sum over ranks can
+ * start while the pass goes on. The ranges come in descending order and
+ * are contiguous: the output layer's and the final norm's first, then each
+ * layer's from the last, the embedding's (tied or not) last; together they
+ * cover every parameter before dtx_model_backward returns. NULL: none. */
+typedef void (*dtx_grads_ready_fn)(void *ctx, size_t lo, size_t hi);
+void dtx_model_on_grads_ready(dtx_model *m, dtx_grads_ready_fn fn, void *ctx);
 /* Current lambda of a DIFF layer (computed from its four vectors). */
 double dtx_model_lambda(const dtx_model *m, int64_t layer);
 

@@ -9,8 +9,10 @@
 # Plain language modelling: the State of the Union speeches (make data), no
 # needle and no copy rows, no warm-up. Two phases:
 #   1. learning rate: each arch at the sweep size (dim SWEEP_DIM) with every
-#      lr of LRS, seed 1; each arch's best (the lowest final validation loss)
-#      is its learning rate for phase 2 (the choice is in DIR/lr.txt);
+#      lr of LRS, seed 1, extended (x2 or /2, at most twice each way) while
+#      its best lies at the edge of what it was tried at; each arch's best
+#      (the lowest final validation loss; a diverged lr is the worst) is its
+#      learning rate for phase 2 (the choice is in DIR/lr.txt);
 #   2. sizes x seeds: every size of DIMS with seeds 1, 2, 3, each arch at its
 #      own learning rate: the same tokens for every size and arch.
 # Each run ends with difftx eval ppl (held-out speeches; AR hits and
@@ -46,6 +48,15 @@ if [ "${1:-}" = --one ]; then # a worker: NAME ARGS...
     local t0; t0=$(date +%s)
     if [ ! -s "$out.safetensors" ] &&
         ! OMP_NUM_THREADS=1 "$bin" train --log "$out.jsonl" --out "$out.safetensors" --resume "$@" > "$out.out" 2>&1; then
+        # a learning rate of the sweep that diverges is a result (the worst), not a failure
+        if [ -n "${SCALING_SWEEP:-}" ] && tail -n 1 "$out.jsonl" | grep -q '"error":"[a-z ]* is not finite"'; then
+            local at; at=$(tail -n 1 "$out.jsonl" | sed 's/^{"step":\([0-9]*\).*/\1/')
+            echo "{\"diverged\":true,\"step\":$at}" > "$ev.json"
+            echo "{\"diverged\":true,\"step\":$at}" > "$out.info.json"
+            [ -z "${SCALING_KEEP:-}" ] || scripts/repro_keep.sh keep "$run" "$SCALING_KEEP"
+            echo "done  $name: diverged at step $at"
+            exit 0
+        fi
         tail -n 3 "$out.out" >&2
         echo "FAIL  $name" >&2
         exit 1
@@ -139,7 +150,17 @@ export SCALING_DATA=$data SCALING_PPL_TOKENS=$ppl_tokens SCALING_KEEP=${SCALING_
 [ -z "$SCALING_KEEP" ] || scripts/repro_keep.sh restore "$SCALING_KEEP" "$run"
 echo "phase 1: learning rates ${lrs[*]} at dim $sweep_dim, seed 1"
 phase1 > "$run/runs1.txt"
-xargs -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs1.txt" || die "a run failed (see above); run the same command again"
+SCALING_SWEEP=1 xargs -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs1.txt" || die "a run failed (see above); run the same command again"
+# while an arch's best lies at the edge of the lrs it was tried at, try the next one out (x2 or /2; at most
+# two beyond the grid each way): a best at the edge says that arch may do better outside the sweep
+local next
+while :; do
+    next=$(/usr/bin/python3 tools/scaling.py "$run" --sweep-next) || die "tools/scaling.py --sweep-next failed"
+    [ -n "$next" ] || break
+    echo "phase 1: a best lr at the sweep's edge; trying $(echo $next)"
+    while read -r a lr; do run_args "$a" $sweep_dim "$lr" 1; done <<< "$next" > "$run/runs1x.txt"
+    SCALING_SWEEP=1 xargs -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs1x.txt" || die "a run failed (see above); run the same command again"
+done
 # each arch's lr: the lowest final validation loss of the sweep
 /usr/bin/python3 tools/scaling.py "$run" --choose-lr > "$run/lr.txt.tmp" && mv "$run/lr.txt.tmp" "$run/lr.txt"
 echo "learning rates: $(tr '\n' ' ' < "$run/lr.txt")"

@@ -5,7 +5,8 @@ rate, 4 sizes x 3 seeds. Writes DIR/SCALING.md with every verdict computed
 from the numbers here.
 
 - Learning rate: each arch's final validation loss at the sweep size for
-  every lr; its best is the one phase 2 used (--choose-lr prints them).
+  every lr; its best is the one phase 2 used (--choose-lr prints them;
+  --sweep-next the lrs to add while a best lies at the edge of those tried).
 - Fig 3a: per size the validation loss (mean over seeds), a power law
   L = a·N^b per arch (least squares in log–log, N non-embedding params),
   and the DIFF parameters that reach each Transformer's loss, as a fraction
@@ -18,7 +19,7 @@ from the numbers here.
   per seed (the same seed: the same batches), 95% t interval.
 
 usage: tools/scaling.py DIR [--command CMD] [--seconds S]
-       tools/scaling.py DIR --choose-lr
+       tools/scaling.py DIR --choose-lr | --sweep-next
 """
 import argparse
 import datetime
@@ -65,6 +66,11 @@ class Run:
         pts = read_log_val(self.runs[key] + ".jsonl")
         return pts[-1][1] if pts and pts[-1][0] >= self.steps else None
 
+    def diverged(self, key):
+        """A sweep run stopped by a non-finite loss (scripts/scaling.sh records it as finished)."""
+        p = self.runs[key] + ".info.json"
+        return os.path.exists(p) and json.load(open(p)).get("diverged", False)
+
     def ppl(self, key):
         p = os.path.join(self.dir, "eval", "ppl-" + os.path.basename(self.runs[key]) + ".json")
         return json.load(open(p)) if os.path.exists(p) else None
@@ -78,18 +84,49 @@ class Run:
         return out
 
 
-def choose_lr(r):
+def lr_name(x):
+    """A learning rate as the run names write it: 0.012 -> 1.2e-2."""
+    m, e = f"{x:.1e}".split("e")
+    return f"{m.rstrip('0').rstrip('.')}e{int(e)}"
+
+
+MAX_EXTEND = 2  # lrs tried beyond the grid at each end, at most
+
+
+def sweep_vals(r, a):
+    """{lr: final val loss, inf where it diverged} of arch A's sweep runs (dim sweep_dim, seed 1): the grid of
+    the settings and the lrs the stage added beyond it. Exits where a run of the grid is not finished."""
     sweep = int(r.settings["sweep_dim"])
-    lrs = r.settings["lrs"].split()
+    vals = {}
+    for (b, d, lr, s) in r.runs:
+        if (b, d, s) == (a, sweep, 1):
+            v = math.inf if r.diverged((b, d, lr, s)) else r.final_val((b, d, lr, s))
+            if v is not None:
+                vals[lr] = v
+    for lr in r.settings["lrs"].split():
+        if lr not in vals:
+            sys.exit(f"scaling: the sweep run {a} lr {lr} is not finished")
+    return vals
+
+
+def choose_lr(r):
     for a in ARCHS:
-        vals = {}
-        for lr in lrs:
-            k = (a, sweep, lr, 1)
-            v = r.final_val(k) if k in r.runs else None
-            if v is None:
-                sys.exit(f"scaling: the sweep run {a} lr {lr} is not finished")
-            vals[lr] = v
+        vals = sweep_vals(r, a)
         print(a, min(vals, key=vals.get))
+
+
+def sweep_next(r):
+    """Prints "ARCH LR" for each arch whose best lr lies at an end of the lrs it was tried at: the next lr
+    out (x2 above, /2 below), unless MAX_EXTEND were tried beyond the grid at that end already."""
+    grid = sorted(float(x) for x in r.settings["lrs"].split())
+    for a in ARCHS:
+        vals = sweep_vals(r, a)
+        best = float(min(vals, key=vals.get))
+        tried = sorted(float(x) for x in vals)
+        if best == tried[-1] and sum(x > grid[-1] for x in tried) < MAX_EXTEND:
+            print(a, lr_name(best * 2))
+        elif best == tried[0] and sum(x < grid[0] for x in tried) < MAX_EXTEND:
+            print(a, lr_name(best / 2))
 
 
 def frac_params(r, draw=None):
@@ -181,23 +218,25 @@ def write(r, command, seconds):
     out.append(f"## Learning rate: each architecture at its own best (dim {sweep}, seed 1)\n")
     out.append("| lr | " + " | ".join(NAME[a] + " final val loss" for a in ARCHS) + " |")
     out.append("|---|---|---|")
-    for lr in s["lrs"].split():
+    vals = {a: sweep_vals(r, a) for a in ARCHS}
+    for lr in sorted(set(vals["diff"]) | set(vals["transformer"]), key=float):
         cells = []
         for a in ARCHS:
-            k = (a, sweep, lr, 1)
-            v = r.final_val(k) if k in r.runs else None
-            cells.append((f"**{v:.4f}**" if r.lr.get(a) == lr else f"{v:.4f}") if v is not None else "n/a")
-        out.append(f"| {lr} | " + " | ".join(cells) + " |")
+            v = vals[a].get(lr)
+            c = "n/a" if v is None else "diverged" if math.isinf(v) else f"{v:.4f}"
+            cells.append(f"**{c}**" if r.lr.get(a) == lr else c)
+        out.append(f"| {lr}{'' if lr in s['lrs'].split() else ' (added)'} | " + " | ".join(cells) + " |")
     out.append("")
     if r.lr:
         out.append("Phase 2 trains each arch at its best (bold): " +
-                   ", ".join(f"{NAME[a]} lr {r.lr.get(a, '?')}" for a in ARCHS) + ".\n")
-        lrs = sorted(s["lrs"].split(), key=float)
-        edge = [a for a in ARCHS if r.lr.get(a) in (lrs[0], lrs[-1])]
+                   ", ".join(f"{NAME[a]} lr {r.lr.get(a, '?')}" for a in ARCHS) + ". The grid is "
+                   f"{', '.join(s['lrs'].split())}; an lr marked *added* is one the stage tried because an arch's "
+                   f"best lay at the edge of what it had tried (x2 or /2, at most {MAX_EXTEND} beyond the grid).\n")
+        edge = [a for a in ARCHS if r.lr.get(a) in (min(vals[a], key=float), max(vals[a], key=float))]
         if edge:
             out.append("**The sweep does not bracket** the best learning rate of " + " and ".join(NAME[a] for a in edge)
-                       + " (it is at the sweep's edge), so that arch may do better at an lr outside it; the "
-                       "comparisons below are fair only as far as the sweep reaches.\n")
+                       + " (it is at the edge of the lrs tried), so that arch may do better at an lr outside them; "
+                       "the comparisons below are fair only as far as the sweep reaches.\n")
     # Fig 3a
     out.append("## Scaling with parameters (paper Fig. 3a: the Transformer's loss with " + PAPER_PARAMS +
                " of the parameters)\n")
@@ -337,12 +376,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir")
     ap.add_argument("--choose-lr", action="store_true")
+    ap.add_argument("--sweep-next", action="store_true")
     ap.add_argument("--command", default="make reproduce STAGE=scaling")
     ap.add_argument("--seconds", type=float, default=None)
     args = ap.parse_args()
     r = Run(args.dir)
     if args.choose_lr:
         choose_lr(r)
+        return
+    if args.sweep_next:
+        sweep_next(r)
         return
     print("scaling: " + write(r, args.command, args.seconds))
 

@@ -109,6 +109,9 @@ static const char *usage_text(char *buf, size_t cap) {
              "                       interrupted (for tests and job schedulers)\n"
              "  --zero1              under mpirun: each rank keeps the AdamW moments of its own\n"
              "                       share of the parameters (ZeRO-1); the same results\n"
+             "  --grad-bucket-mb M   under mpirun: sum the gradient over ranks in buckets of M MiB,\n"
+             "                       each started while the backward pass still runs (4); 0 sums\n"
+             "                       it all at once after the backward\n"
              "\n"
              "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and exits with\n"
              "status 130 (143); a second one quits at once (an unfinished checkpoint write\n"
@@ -128,9 +131,10 @@ typedef struct {
     const char *lambda_init;
     const char *init, *tokens, *out, *val_tokens, *log_path, *ckpt_dir_flag;
     int64_t steps, batch, seq, accum, log_every;
-    int64_t eval_every, eval_batches, ckpt_every, keep, stop_after, debug_nan_at;
+    int64_t eval_every, eval_batches, ckpt_every, keep, stop_after, debug_nan_at, debug_oom_at;
     uint64_t seed;
     int bf16, resume, zero1;
+    double bucket_mb;
     char ckpt_dir[4096];
     double needle_frac, copy_frac;
     int64_t needle_max;
@@ -157,6 +161,7 @@ static void set_defaults(train_args *a) {
     a->seed = 1;
     a->eval_every = 100;
     a->eval_batches = 10;
+    a->bucket_mb = 4;
     a->keep = 3;
     a->needle_max = 6;
 }
@@ -774,14 +779,14 @@ static int train_loop(train_state *s, const train_args *a) {
         s->last_loss = loss;
         s->last_lr = lr;
         double now = now_s();
-        char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], copy[192] = "";
+        char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], copy[256] = "";
         if (cs.n_first && cs.n_repeat) /* the induction score's parts (docs/training.md) */
             snprintf(copy, sizeof copy, ",\"copy_rows\":%lld,\"copy_first\":%s,\"copy_repeat\":%s",
                      (long long)cs.rows, jnum(b5, sizeof b5, cs.first / (double)cs.n_first),
                      jnum(b6, sizeof b6, cs.repeat / (double)cs.n_repeat));
         if (dtx_comm_size(s->tr.comm) > 1) { /* the time in the sums over ranks: the cost of more of them */
             size_t k = strlen(copy);
-            snprintf(copy + k, sizeof copy - k, ",\"comm_s\":%.6f", st.comm_s);
+            snprintf(copy + k, sizeof copy - k, ",\"comm_s\":%.6f,\"grad_sum_s\":%.6f", st.comm_s, st.grad_sum_s);
         }
         int rc = log_json(s, a, "{\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"tokens_per_s\":%.1f,"
                             "\"elapsed_s\":%.3f%s}",
@@ -829,7 +834,8 @@ static int open_data(train_state *s, const train_args *a, const dtx_config *c) {
     dtx_trainer_opts o = {.batch = a->batch, .seq = a->seq, .accum = a->accum, .eval_batches = a->eval_batches,
                           .seed = a->seed, .needle_frac = a->needle_frac, .copy_frac = a->copy_frac,
                           .needle_max = a->needle_max, .needle_tokenizer = a->needle_tok, .needle_text = a->needle_text,
-                          .debug_nan_at = a->debug_nan_at};
+                          .debug_nan_at = a->debug_nan_at, .debug_oom_at = a->debug_oom_at,
+                          .grad_bucket = (size_t)(a->bucket_mb * (1 << 20) / sizeof(dtx_real))};
     if (dtx_trainer_open(&s->tr, &o, a->tokens, a->val_tokens, c->vocab_size) == DTX_OK) {
         s->tr.stop = &g_signal;
         return EXIT_OK;
@@ -1015,10 +1021,11 @@ static int run(train_args *a, flag *fl, int n_fl) {
         sigaction(SIGINT, &old_int, NULL);
         sigaction(SIGTERM, &old_term, NULL);
     }
-    state_free(&s);
-    /* a rank that cannot go on would leave the others waiting in an all-reduce: stop them all */
+    /* a rank that cannot go on would leave the others waiting in a sum: stop them all (before the state is
+     * freed: its thread of the gradient's sums may be waiting in one too) */
     if (stepping && ranks > 1 && rc != EXIT_OK && rc != 128 + SIGINT && rc != 128 + SIGTERM)
         dtx_comm_abort(comm, rc);
+    state_free(&s);
     dtx_comm_mpi_close(comm);
     return rc;
 }
@@ -1076,6 +1083,7 @@ int cmd_train(int argc, char **argv) {
         FLAG_INT("--keep", &a.keep, 0, BIG),
         FLAG_BOOL("--resume", &a.resume, 1),
         FLAG_BOOL("--zero1", &a.zero1, 1),
+        FLAG_REAL("--grad-bucket-mb", &a.bucket_mb, 0, 0, 1 << 20, 0),
         FLAG_REAL("--needle-frac", &a.needle_frac, 0, 0, 1, 0),
         FLAG_REAL("--copy-frac", &a.copy_frac, 0, 0, 1, 0),
         FLAG_INT("--needle-max", &a.needle_max, 1, DTX_NEEDLE_MAX),
@@ -1084,6 +1092,8 @@ int cmd_train(int argc, char **argv) {
         FLAG_INT("--stop-after", &a.stop_after, 1, BIG),
         /* a test hook (docs/training.md): the loss of this step reads as NaN */
         FLAG_INT("--debug-nan-at", &a.debug_nan_at, 1, BIG),
+        /* and: this step fails as out of memory on the last rank alone (the others wait in a sum) */
+        FLAG_INT("--debug-oom-at", &a.debug_oom_at, 1, BIG),
     };
     int n_fl = (int)(sizeof fl / sizeof fl[0]);
     char usage[8192];

@@ -362,6 +362,10 @@ dtx_status dtx_model_token_losses(const dtx_model *m, double *out) {
     return DTX_OK;
 }
 
+static void grads_ready(dtx_model *m, size_t lo, size_t hi) {
+    if (m->grads_ready && hi > lo) m->grads_ready(m->grads_ready_ctx, lo, hi);
+}
+
 dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
     dtx_acts *a = &m->acts;
     if (!a->mem || !a->has_targets)
@@ -391,12 +395,21 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
     memset(a->dresid, 0, (size_t)(N * D) * sizeof(real));
     real *xL = a->resid + (size_t)(L * N * D);
     DTX_PROF(DTX_PROF_NORM, 1, dtx_rmsnorm_backward(a->dresid, G(m->final_norm), a->dx1, xL, P(m->final_norm), a->rstdf, N, D));
+    /* the table's order (params.c): embedding, layers 0..L-1, final norm, output; each range below is
+     * final once the blocks that write it are done (a tied output's gradient is the embedding's) */
+    grads_ready(m, m->final_norm, m->n_params);
     for (int64_t l = L - 1; l >= 0; l--) {
         /* dresid: gradient at the block output; the residual paths are identities,
          * so each sub-block's backward adds its branch into the same buffer. */
         ffn_block_backward(m, l, a->dresid);
         attention_block_backward(m, l, a->resid + (size_t)(l * N * D), a->dresid);
+        grads_ready(m, m->layers[l].attn_norm, l + 1 < L ? m->layers[l + 1].attn_norm : m->final_norm);
     }
     DTX_PROF(DTX_PROF_EMBEDDING, 1, dtx_embedding_backward(G(m->tok_emb), a->dresid, a->tokens, N, D));
+    grads_ready(m, 0, m->layers[0].attn_norm);
     return DTX_OK;
+}
+
+void dtx_model_on_grads_ready(dtx_model *m, dtx_grads_ready_fn fn, void *ctx) {
+    m->grads_ready = fn, m->grads_ready_ctx = ctx;
 }

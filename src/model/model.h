@@ -74,6 +74,8 @@ struct dtx_model {
     size_t n_params;
     real *params;
     real *grads;              /* NULL until the first backward */
+    dtx_grads_ready_fn grads_ready; /* dtx_model_on_grads_ready's hook, or NULL */
+    void *grads_ready_ctx;
     size_t tok_emb, final_norm, out_w; /* out_w == tok_emb when tied */
     dtx_layer_offsets *layers;
     real *rope_cos, *rope_sin; /* [max_seq_len, head_dim/2] */

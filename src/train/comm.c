@@ -22,6 +22,7 @@ struct dtx_comm {
     int rank, size;
     local_group *group;     /* local ranks */
     const dtx_mpi_ops *mpi; /* MPI ranks */
+    int serialized;         /* MPI granted MPI_THREAD_SERIALIZED */
     void *plugin;           /* its dlopen handle */
 };
 
@@ -82,12 +83,18 @@ void dtx_comm_ranges(size_t n, int size, size_t *at) {
     at[size] = n;
 }
 
-dtx_status dtx_comm_reduce_scatter_real(dtx_comm *c, dtx_real *buf, const size_t *at) {
+dtx_status dtx_comm_reduce_scatter_part_real(dtx_comm *c, dtx_real *buf, const size_t *at, size_t lo, size_t hi) {
     if (!c || c->size == 1) return DTX_OK;
-    if (c->mpi) return c->mpi->REAL_OP(reduce_scatter)(buf, at) ? mpi_failed(c, at[c->size]) : DTX_OK;
-    size_t lo = at[c->rank], n = at[c->rank + 1] - lo;
-    LOCAL_SUM(dtx_real, lo, n)
+    if (c->mpi) return c->mpi->REAL_OP(reduce_scatter)(buf, at, lo, hi) ? mpi_failed(c, hi - lo) : DTX_OK;
+    size_t a = dtx_range_clamp(at[c->rank], lo, hi), n = dtx_range_clamp(at[c->rank + 1], lo, hi) - a;
+    LOCAL_SUM(dtx_real, a, n)
 }
+
+dtx_status dtx_comm_reduce_scatter_real(dtx_comm *c, dtx_real *buf, const size_t *at) {
+    return dtx_comm_reduce_scatter_part_real(c, buf, at, 0, at[dtx_comm_size(c)]);
+}
+
+int dtx_comm_threads_ok(const dtx_comm *c) { return !c || !c->mpi || c->serialized; }
 
 dtx_status dtx_comm_allgather_real(dtx_comm *c, dtx_real *buf, const size_t *at) {
     if (!c || c->size == 1) return DTX_OK;
@@ -167,7 +174,7 @@ dtx_status dtx_comm_mpi_open(dtx_comm **out) {
     }
     dtx_comm *c = calloc(1, sizeof *c);
     char why[512] = "";
-    if (!c || ops->init(&c->rank, &c->size, why, sizeof why)) {
+    if (!c || ops->init(&c->rank, &c->size, &c->serialized, why, sizeof why)) {
         free(c);
         return dtx_fail(DTX_ERR_IO, "MPI did not start: %s", c ? why : "out of memory");
     }

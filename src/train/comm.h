@@ -27,6 +27,13 @@ dtx_status dtx_comm_allreduce_f64(dtx_comm *c, double *buf, size_t n);
  * every rank's buf := each rank's own range, put together. */
 dtx_status dtx_comm_reduce_scatter_real(dtx_comm *c, dtx_real *buf, const size_t *at);
 dtx_status dtx_comm_allgather_real(dtx_comm *c, dtx_real *buf, const size_t *at);
+/* The reduce-scatter of the part [lo, hi) of buf alone: rank r's range
+ * within it := the sum over every rank (the rest of the part undefined). */
+dtx_status dtx_comm_reduce_scatter_part_real(dtx_comm *c, dtx_real *buf, const size_t *at, size_t lo, size_t hi);
+/* Whether the collectives may run on another thread than the one that
+ * opened the communicator (one thread at a time): local ranks always, MPI
+ * where it granted MPI_THREAD_SERIALIZED. */
+int dtx_comm_threads_ok(const dtx_comm *c);
 /* The ranges for n values over size ranks: as equal as can be, multiples
  * of 16 values but the last (at [size + 1]). */
 void dtx_comm_ranges(size_t n, int size, size_t *at);

@@ -10,8 +10,8 @@
 
 #include "train/mpi_plugin.h"
 
-static int init(int *rank, int *size, char *why, size_t cap) {
-    int provided = 0, rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+static int init(int *rank, int *size, int *serialized, char *why, size_t cap) {
+    int provided = 0, rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) {
         char s[MPI_MAX_ERROR_STRING];
         int n = 0;
@@ -21,6 +21,7 @@ static int init(int *rank, int *size, char *why, size_t cap) {
     }
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm_size(MPI_COMM_WORLD, size);
+    *serialized = provided >= MPI_THREAD_SERIALIZED;
     return 0;
 }
 
@@ -34,25 +35,28 @@ static int reduce(void *buf, size_t n, MPI_Datatype t, size_t elem) {
     return 0;
 }
 
-/* MPI counts of the ranges at (one int per rank); 0 when a range does not fit an int */
-static int counts(const size_t *at, int *cnt, int *disp) {
+/* MPI counts and displacements of the ranges at within [lo, hi) (one int
+ * per rank, displacements from lo); 0 when a count does not fit an int */
+static int counts(const size_t *at, size_t lo, size_t hi, int *cnt, int *disp) {
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     for (int r = 0; r < size; r++) {
-        if (at[r + 1] - at[r] > (size_t)INT_MAX || at[r] > (size_t)INT_MAX) return 0;
-        cnt[r] = (int)(at[r + 1] - at[r]), disp[r] = (int)at[r];
+        size_t a = dtx_range_clamp(at[r], lo, hi), b = dtx_range_clamp(at[r + 1], lo, hi);
+        if (b - a > (size_t)INT_MAX || a - lo > (size_t)INT_MAX) return 0;
+        cnt[r] = (int)(b - a), disp[r] = (int)(a - lo);
     }
     return 1;
 }
 
-static int reduce_scatter(void *buf, const size_t *at, MPI_Datatype t, size_t elem) {
+static int reduce_scatter(void *buf, const size_t *at, size_t lo, size_t hi, MPI_Datatype t, size_t elem) {
     int size, rank;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    int *cnt = malloc(sizeof(int) * 2 * (size_t)size), ok = cnt && counts(at, cnt, cnt + size);
-    /* in place, the rank's sum lands at the start of buf: moved to its range */
-    ok = ok && MPI_Reduce_scatter(MPI_IN_PLACE, buf, cnt, t, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS;
-    if (ok) memmove((char *)buf + at[rank] * elem, buf, (at[rank + 1] - at[rank]) * elem);
+    char *part = (char *)buf + lo * elem;
+    int *cnt = malloc(sizeof(int) * 2 * (size_t)size), ok = cnt && counts(at, lo, hi, cnt, cnt + size);
+    /* in place, the rank's sum lands at the start of the part: moved to its range */
+    ok = ok && MPI_Reduce_scatter(MPI_IN_PLACE, part, cnt, t, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS;
+    if (ok) memmove(part + (size_t)cnt[size + rank] * elem, part, (size_t)cnt[rank] * elem);
     free(cnt);
     return !ok;
 }
@@ -60,14 +64,18 @@ static int reduce_scatter(void *buf, const size_t *at, MPI_Datatype t, size_t el
 static int allgather(void *buf, const size_t *at, MPI_Datatype t) {
     int size;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int *cnt = malloc(sizeof(int) * 2 * (size_t)size), ok = cnt && counts(at, cnt, cnt + size);
+    int *cnt = malloc(sizeof(int) * 2 * (size_t)size), ok = cnt && counts(at, 0, at[size], cnt, cnt + size);
     ok = ok && MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, cnt + size, t, MPI_COMM_WORLD) == MPI_SUCCESS;
     free(cnt);
     return !ok;
 }
 
-static int reduce_scatter_f32(float *buf, const size_t *at) { return reduce_scatter(buf, at, MPI_FLOAT, sizeof(float)); }
-static int reduce_scatter_f64(double *buf, const size_t *at) { return reduce_scatter(buf, at, MPI_DOUBLE, sizeof(double)); }
+static int reduce_scatter_f32(float *buf, const size_t *at, size_t lo, size_t hi) {
+    return reduce_scatter(buf, at, lo, hi, MPI_FLOAT, sizeof(float));
+}
+static int reduce_scatter_f64(double *buf, const size_t *at, size_t lo, size_t hi) {
+    return reduce_scatter(buf, at, lo, hi, MPI_DOUBLE, sizeof(double));
+}
 static int allgather_f32(float *buf, const size_t *at) { return allgather(buf, at, MPI_FLOAT); }
 static int allgather_f64(double *buf, const size_t *at) { return allgather(buf, at, MPI_DOUBLE); }
 

@@ -9,18 +9,20 @@
 
 #include <stddef.h>
 
-#define DTX_MPI_PLUGIN_VERSION 2
+#define DTX_MPI_PLUGIN_VERSION 3
 
 typedef struct {
     int version; /* DTX_MPI_PLUGIN_VERSION */
-    /* MPI_Init_thread (funneled); 0 and *rank, *size set, or nonzero and why */
-    int (*init)(int *rank, int *size, char *why, size_t cap);
+    /* MPI_Init_thread asking for MPI_THREAD_SERIALIZED; 0 and *rank, *size,
+     * *serialized (whether MPI granted it: then any one thread at a time
+     * may call MPI) set, or nonzero and why */
+    int (*init)(int *rank, int *size, int *serialized, char *why, size_t cap);
     /* in-place sums over every rank; 0 on success */
     int (*allreduce_f32)(float *buf, size_t n);
     int (*allreduce_f64)(double *buf, size_t n);
-    /* ranges at [size + 1] as comm.h's; 0 on success */
-    int (*reduce_scatter_f32)(float *buf, const size_t *at);
-    int (*reduce_scatter_f64)(double *buf, const size_t *at);
+    /* ranges at [size + 1] as comm.h's, the part [lo, hi) of buf; 0 on success */
+    int (*reduce_scatter_f32)(float *buf, const size_t *at, size_t lo, size_t hi);
+    int (*reduce_scatter_f64)(double *buf, const size_t *at, size_t lo, size_t hi);
     int (*allgather_f32)(float *buf, const size_t *at);
     int (*allgather_f64)(double *buf, const size_t *at);
     void (*abort)(int code); /* every rank stops (MPI_Abort) */
@@ -28,5 +30,9 @@ typedef struct {
 } dtx_mpi_ops;
 
 const dtx_mpi_ops *dtx_mpi_plugin(void);
+
+/* x within [lo, hi]: where a rank's range meets the part [lo, hi) of a
+ * reduce-scatter (both sides of the plugin use it) */
+static inline size_t dtx_range_clamp(size_t x, size_t lo, size_t hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 #endif

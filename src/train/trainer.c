@@ -8,6 +8,7 @@
 
 #include "common/common.h"
 #include "train/checkpoint.h"
+#include "train/grad_sync.h"
 #include "train/optim.h"
 
 dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const char *tokens, const char *val_tokens,
@@ -116,6 +117,7 @@ void dtx_trainer_free(dtx_trainer *t) {
     free(t->period);
     free(t->tok_loss);
     free(t->at);
+    grad_sync_close(t->sync);
     memset(t, 0, sizeof *t);
 }
 
@@ -126,7 +128,7 @@ dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm, int zero1) {
     if (t->opt) return dtx_fail(DTX_ERR_ARG, "the ranks are set before the model and optimizer");
     t->comm = comm;
     t->zero1 = zero1 && n > 1;
-    return DTX_OK;
+    return n > 1 ? grad_sync_open(&t->sync, comm, t->o.grad_bucket) : DTX_OK;
 }
 
 /* Whether any rank has been asked to stop: every rank answers the same, so
@@ -152,7 +154,8 @@ int dtx_trainer_should_stop(dtx_trainer *t) { return stopping(t); }
  * is summed over ranks afterwards. A stop between micro-batches abandons the
  * step: the sampler goes back to where it began, and the weights, moments
  * and step count are untouched. */
-static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *loss, copy_score *cs, double *comm_s) {
+static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *loss, copy_score *cs, double *comm_s,
+                                        double *grad_sum_s) {
     const dtx_trainer_opts *o = &t->o;
     const int ranks = dtx_comm_size(t->comm);
     const int64_t b = o->batch / ranks, r0 = b * dtx_comm_rank(t->comm);
@@ -174,20 +177,30 @@ static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *lo
         int copies = 0;
         for (int64_t r = 0; r < b; r++) copies |= period[r] > 0;
         if (dtx_model_forward(t->model, in, tg, b, T, NULL, &l) ||
-            (copies && dtx_model_token_losses(t->model, t->tok_loss)) ||
-            dtx_model_backward(t->model, 1.0 / (double)(o->accum * ranks)))
+            (copies && dtx_model_token_losses(t->model, t->tok_loss)))
             return DTX_STEP_ERROR;
+        /* the last micro-batch's backward leaves each layer's gradient final: its sum over ranks starts then */
+        int last = ranks > 1 && k == o->accum - 1;
+        if (last) {
+            dtx_real *g = dtx_model_grads(t->model);
+            if (!g) return DTX_STEP_ERROR;
+            grad_sync_begin(t->sync, g, dtx_model_num_params(t->model), t->zero1 ? t->at : NULL);
+            dtx_model_on_grads_ready(t->model, grad_sync_ready, t->sync);
+        }
+        dtx_status st = dtx_model_backward(t->model, 1.0 / (double)(o->accum * ranks));
+        dtx_model_on_grads_ready(t->model, NULL, NULL);
+        /* a rank that fails here leaves the others waiting in a sum: its caller stops them all (dtx_comm_abort) */
+        if (st) return DTX_STEP_ERROR;
+        double wait;
+        if (last && grad_sync_end(t->sync, &wait, grad_sum_s)) return DTX_STEP_ERROR;
+        if (last) *comm_s += wait;
         sum += l;
         if (copies) copy_score_add(cs, t->tok_loss, period, b, T);
     }
     if (ranks > 1) {
         double v[6] = {sum, cs->first, cs->repeat, (double)cs->n_first, (double)cs->n_repeat, (double)cs->rows};
-        dtx_real *g = dtx_model_grads(t->model);
         double t0 = now_s();
-        if (dtx_comm_allreduce_f64(t->comm, v, 6) ||
-            (t->zero1 ? dtx_comm_reduce_scatter_real(t->comm, g, t->at)
-                      : dtx_comm_allreduce_real(t->comm, g, dtx_model_num_params(t->model))))
-            return DTX_STEP_ERROR;
+        if (dtx_comm_allreduce_f64(t->comm, v, 6)) return DTX_STEP_ERROR;
         *comm_s += now_s() - t0;
         sum = v[0] / ranks, cs->first = v[1], cs->repeat = v[2];
         cs->n_first = (int64_t)v[3], cs->n_repeat = (int64_t)v[4], cs->rows = (int64_t)v[5];
@@ -198,13 +211,17 @@ static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *lo
 
 dtx_step_result dtx_trainer_step(dtx_trainer *t, dtx_step_stats *s) {
     s->loss = s->grad_norm = s->lr = NAN;
-    s->comm_s = 0;
+    s->comm_s = s->grad_sum_s = 0;
     if (!t->model || !t->opt) {
         dtx_fail(DTX_ERR_ARG, "the trainer has no model: start or resume it first");
         return DTX_STEP_ERROR;
     }
     int64_t step = t->step + 1;
-    dtx_step_result r = forward_backward(t, step, &s->loss, &s->copy, &s->comm_s);
+    if (t->o.debug_oom_at == step && dtx_comm_rank(t->comm) == dtx_comm_size(t->comm) - 1) {
+        dtx_fail(DTX_ERR_NOMEM, "out of memory at step %lld (the --debug-oom-at test hook)", (long long)step);
+        return DTX_STEP_ERROR;
+    }
+    dtx_step_result r = forward_backward(t, step, &s->loss, &s->copy, &s->comm_s, &s->grad_sum_s);
     if (r != DTX_STEP_DONE) return r;
     if (t->o.debug_nan_at == step) s->loss = NAN;
     if (!isfinite(s->loss)) return DTX_STEP_LOSS_NONFINITE;

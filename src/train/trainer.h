@@ -25,6 +25,11 @@ typedef struct {
     int64_t needle_max;
     const char *needle_tokenizer, *needle_text; /* borrowed; with needle_frac > 0 */
     int64_t debug_nan_at; /* a test hook: the loss of this step reads as NaN (0: never) */
+    int64_t debug_oom_at; /* a test hook: this step fails, out of memory, on the last rank alone (0: never) */
+    /* over ranks, the gradient is summed in buckets of this many values,
+     * each started while the backward still runs (grad_sync.h); 0: in one
+     * sum after the backward */
+    size_t grad_bucket;
 } dtx_trainer_opts;
 
 typedef struct {
@@ -46,6 +51,7 @@ typedef struct {
      * gradient is reduce-scattered, the parameters all-gathered */
     int zero1;
     size_t *at;             /* [ranks + 1] with zero1 */
+    struct grad_sync *sync; /* the gradient's sums, with more than one rank */
     int short_stream;       /* after dtx_trainer_open failed: 1 (tokens) or 2 (val_tokens) held too few */
     /* polled between micro-batches and evaluation batches: nonzero abandons
      * the step (or the evaluation), leaving the state as it was before it */
@@ -93,7 +99,8 @@ typedef struct {
     double grad_norm; /* before clipping                 */
     double lr;        /* the rate this step used         */
     copy_score copy;  /* the copy rows' losses           */
-    double comm_s;    /* seconds in the sums over ranks (gradient, losses, parameters), 0 on one rank */
+    double comm_s;    /* seconds the step waited for sums over ranks (gradient, losses, parameters), 0 on one rank */
+    double grad_sum_s; /* seconds the gradient's sums took, overlapped with the backward or not */
 } dtx_step_stats;
 
 /* One optimizer step: accum micro-batches of batch rows sampled, the needle

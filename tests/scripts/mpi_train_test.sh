@@ -4,7 +4,10 @@
 # fp32 rounding, the same final model to the sums' order), rank 0 alone
 # writes the log, the checkpoints and the model; a run stopped under 2 ranks
 # resumes under 1 to the uninterrupted run's end; the same with --zero1
-# (sharded AdamW moments, a checkpoint of the whole state); a batch that does not
+# (sharded AdamW moments, a checkpoint of the whole state) and with the
+# gradient summed in buckets during the backward; a rank out of memory or
+# killed stops every rank, named, leaving whole checkpoints that resume; a
+# batch that does not
 # divide over the ranks is refused; without the plugin, a launched difftx
 # says so in one line. Skipped (with the reason) where MPI is
 # not installed. Ends with the suite's "N passed, N failed" line.
@@ -99,6 +102,53 @@ zk=(--ckpt-every 2 --ckpt-dir "$tmp/zk")
 grep -v resumed_from "$tmp/zr.jsonl" | grep -v checkpoint > "$tmp/zr.clean.jsonl"
 check zero1_resume_under_one_rank close_logs "$tmp/one.clean.jsonl" "$tmp/zr.clean.jsonl"
 
+# the gradient in buckets summed while the backward runs (every layer's range a bucket): the same log;
+# the log says how long the sums took
+b=(--grad-bucket-mb 0.001)
+"${mpi[@]}" 2 "$bin" train "${args[@]}" "${b[@]}" --log "$tmp/b.jsonl" --out "$tmp/b.safetensors" > "$tmp/b.out" 2>&1
+check buckets_same_log_to_rounding close_logs "$tmp/one.jsonl" "$tmp/b.jsonl"
+check buckets_log_their_time grep -q '"grad_sum_s":[0-9]' "$tmp/b.jsonl"
+"${mpi[@]}" 2 "$bin" train "${args[@]}" "${b[@]}" --zero1 --log "$tmp/bz.jsonl" --out "$tmp/bz.safetensors" \
+    > "$tmp/bz.out" 2>&1
+check buckets_zero1_same_log_to_rounding close_logs "$tmp/one.jsonl" "$tmp/bz.jsonl"
+
+# a rank out of memory while training (the test hook fails the last rank's step 5): every rank stops,
+# one line naming the rank and the cause (mpirun -q), non-zero; the checkpoint of step 4 stays good
+# and resumes (under one rank) to the uninterrupted run's end
+mpiq=("${mpi[@]:0:3}" -q "${mpi[@]:3}") # timeout 300 mpirun -q ...
+ok=(--ckpt-every 2 --ckpt-dir "$tmp/oom")
+"${mpiq[@]}" 2 "$bin" train "${args[@]}" "${ok[@]}" --debug-oom-at 5 --log "$tmp/oom.jsonl" \
+    --out "$tmp/oom.safetensors" > "$tmp/oom.out" 2>&1
+rc=$?
+check oom_stops_every_rank [ "$rc" != 0 ] && [ "$rc" != 124 ]
+check oom_one_line_names_rank_and_cause [ "$(grep -c -v -E '^(model|data|val|checkpoints?|ranks|eval|step) ' "$tmp/oom.out")" = 1 ] &&
+    grep -q "^difftx train (rank 1 of 2): out of memory at step 5" "$tmp/oom.out" ||
+    { echo "  its output:"; tail -n 4 "$tmp/oom.out" | sed 's/^/    /'; }
+check oom_writes_no_model [ ! -e "$tmp/oom.safetensors" ]
+"$bin" train "${args[@]}" "${ok[@]}" --resume --log "$tmp/oom.jsonl" --out "$tmp/oom.safetensors" > "$tmp/oom2.out" 2>&1
+grep -v resumed_from "$tmp/oom.jsonl" | grep -v checkpoint > "$tmp/oom.clean.jsonl"
+check oom_resumes_from_the_last_checkpoint close_logs "$tmp/one.clean.jsonl" "$tmp/oom.clean.jsonl"
+
+# a rank killed (SIGKILL: it says nothing) while training: mpirun stops the others at once and names it,
+# non-zero; the checkpoints left are whole (the newest resumes)
+long=("${args[@]}" --steps 300 --ckpt-every 5 --ckpt-dir "$tmp/kill")
+timeout 120 "${mpi[@]:2}" 2 "$bin" train "${long[@]}" --log "$tmp/kill.jsonl" --out "$tmp/kill.safetensors" \
+    > "$tmp/kill.out" 2>&1 &
+pid=$!
+for _ in $(seq 300); do [ -s "$tmp/kill.jsonl" ] && [ "$(wc -l < "$tmp/kill.jsonl")" -ge 12 ] && break; sleep 0.1; done
+for p in $(pgrep -f -- "^$bin train .*--out $tmp/kill.safetensors"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && kill -9 "$p"
+done
+t0=$(date +%s)
+wait "$pid"
+rc=$?
+check killed_rank_stops_every_rank [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ $(( $(date +%s) - t0 )) -lt 60 ]
+check killed_rank_named grep -q "process rank 1 .*exited on signal 9" "$tmp/kill.out" ||
+    { echo "  its output:"; tail -n 4 "$tmp/kill.out" | sed 's/^/    /'; }
+check killed_rank_no_partial_checkpoint [ -z "$(ls "$tmp/kill" | grep -v '^ckpt_[0-9]*\.safetensors$')" ]
+"$bin" train "${long[@]}" --resume --log "$tmp/kill.jsonl" --out "$tmp/kill.safetensors" > "$tmp/kill2.out" 2>&1
+check killed_rank_resumes [ -s "$tmp/kill.safetensors" ] && grep -q "resumed" "$tmp/kill2.out"
+
 # Ctrl-C at a terminal (SIGINT to every rank of the foreground group; mpirun itself, signalled, kills
 # the ranks a second later, too soon for a loaded machine): one checkpoint, written once, said once;
 # then resumed
@@ -120,7 +170,6 @@ check ctrl_c_resumes [ -s "$tmp/c.safetensors" ]
 rc=$?
 check odd_batch_refused [ "$rc" != 0 ]
 check odd_batch_says_why grep -q -- "--batch 3 does not divide over 2 ranks" "$tmp/bad.out"
-mpiq=("${mpi[@]:0:3}" -q "${mpi[@]:3}") # timeout 300 mpirun -q ...
 "${mpiq[@]}" 2 "$bin" train "${args[@]}" --batch 3 --out "$tmp/bad.safetensors" > "$tmp/badq.out" 2>&1
 check odd_batch_one_line [ "$(grep -c . "$tmp/badq.out")" = 1 ]
 check odd_batch_writes_nothing [ ! -e "$tmp/bad.safetensors" ]

@@ -163,7 +163,7 @@ enum { STEPS = 4 };
 typedef struct {
     dtx_trainer t;
     dtx_comm *comm;
-    double loss[STEPS], gnorm[STEPS], val;
+    double loss[STEPS], gnorm[STEPS], val, grad_sum_s;
     int64_t copy_rows[STEPS];
     int ok;
     const char *ckpt; /* written (collectively) after ckpt_at steps */
@@ -178,6 +178,7 @@ static void *rank_main(void *arg) {
         dtx_step_stats s;
         r->ok = dtx_trainer_step(&r->t, &s) == DTX_STEP_DONE;
         r->loss[i] = s.loss, r->gnorm[i] = s.grad_norm, r->copy_rows[i] = s.copy.rows;
+        r->grad_sum_s += s.grad_sum_s;
     }
     r->ok = r->ok && dtx_trainer_evaluate(&r->t, &r->val) == DTX_STEP_DONE;
     return NULL;
@@ -266,4 +267,39 @@ TEST(trainer_zero1_is_data_parallelism) {
     dtx_trainer_free(&one);
     for (int r = 0; r < 2; r++) dtx_trainer_free(&plain[r].t), dtx_trainer_free(&z[r].t);
     dtx_comm_local_free(cp, 2), dtx_comm_local_free(cz, 2);
+}
+
+/* The gradient summed in buckets while the backward runs (on each rank's
+ * thread of sums) against one sum after it: the same bits, plain and
+ * ZeRO-1, from buckets of one layer's range each (1 value) to a few. */
+TEST(trainer_gradient_buckets_change_nothing) {
+    static const size_t BUCKETS[] = {1, 15000};
+    for (int zero1 = 0; zero1 < 2; zero1++)
+        for (size_t b = 0; b < sizeof BUCKETS / sizeof BUCKETS[0]; b++) {
+            dtx_trainer_opts o = opts(), ob = opts();
+            o.batch = ob.batch = 4;
+            ob.grad_bucket = BUCKETS[b];
+            static rank_run once[2], buck[2];
+            memset(once, 0, sizeof once), memset(buck, 0, sizeof buck);
+            dtx_comm *c1[2], *c2[2];
+            REQUIRE(dtx_comm_local_create(2, c1) == DTX_OK && dtx_comm_local_create(2, c2) == DTX_OK);
+            pthread_t th[4];
+            for (int r = 0; r < 2; r++) {
+                REQUIRE(start_with(&once[r].t, &o, c1[r], zero1) && start_with(&buck[r].t, &ob, c2[r], zero1));
+                REQUIRE(pthread_create(&th[r], NULL, rank_main, &once[r]) == 0);
+                REQUIRE(pthread_create(&th[2 + r], NULL, rank_main, &buck[r]) == 0);
+            }
+            for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+            REQUIRE(once[0].ok && once[1].ok && buck[0].ok && buck[1].ok);
+            for (int i = 0; i < STEPS; i++)
+                CHECKF(buck[0].loss[i] == once[0].loss[i] && buck[0].gnorm[i] == once[0].gnorm[i],
+                       "zero1 %d, bucket %zu, step %d: loss %.9g vs %.9g", zero1, BUCKETS[b], i + 1, buck[0].loss[i],
+                       once[0].loss[i]);
+            CHECKF(max_rel_diff(once[0].t.model, buck[0].t.model) == 0 &&
+                   max_rel_diff(buck[0].t.model, buck[1].t.model) == 0, "zero1 %d, bucket %zu: weights differ", zero1,
+                   BUCKETS[b]);
+            CHECK(buck[0].grad_sum_s > 0 && once[0].grad_sum_s > 0);
+            for (int r = 0; r < 2; r++) dtx_trainer_free(&once[r].t), dtx_trainer_free(&buck[r].t);
+            dtx_comm_local_free(c1, 2), dtx_comm_local_free(c2, 2);
+        }
 }
