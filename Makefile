@@ -110,14 +110,15 @@ demo:
 # measured; QUICK=1 9 min) writes runs/reproduce/REPORT.md (and REPORT.md at
 # the top for the full run); STAGE=induction (scripts/induction.sh: the
 # induction study, about 140 minutes; QUICK=1 about 12) writes
-# runs/reproduce/induction/INDUCTION.md; STAGE=scaling (scripts/scaling.sh:
-# plain language modelling, each arch at its own lr, 4 sizes x 3 seeds) writes
+# runs/reproduce/induction/INDUCTION.md; STAGE=scaling-lr then STAGE=scaling
+# (scripts/scaling.sh: plain language modelling, each arch at its own lr, 4
+# sizes x 3 seeds; about 50 and 125 minutes) writes
 # runs/reproduce/scaling/SCALING.md.
 STAGE ?= main
 reproduce:
 	@case "$(STAGE)" in main) scripts/reproduce.sh ;; induction) scripts/induction.sh ;; \
-	  scaling) scripts/scaling.sh ;; \
-	  *) echo "make reproduce: STAGE=$(STAGE): expected main, induction or scaling" >&2; exit 2 ;; esac
+	  scaling-lr) scripts/scaling.sh --lr-only ;; scaling) scripts/scaling.sh ;; \
+	  *) echo "make reproduce: STAGE=$(STAGE): expected main, induction, scaling-lr or scaling" >&2; exit 2 ;; esac
 
 # The PyTorch side (needs python3-torch: scripts/setup.sh --torch).
 fixtures:

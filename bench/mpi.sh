@@ -9,16 +9,22 @@
 #      memory): time and bandwidth by size up to the gradients' size;
 #   2. training, configs S and L of make bench (QUICK: S at batch 2, and a
 #      small stand-in for L), the same global batch run as 1 rank x T
-#      threads and as T ranks x 1 thread (T = the cores): tokens/s of the
-#      median step and the share of the step spent in the sums over ranks
-#      (the log's comm_s);
-#   3. the model: a step on N machines = compute + all-reduce, where compute
-#      is the 1-rank step measured here (each machine keeping the batch of
-#      one, the global batch N times larger) and a ring all-reduce of the
-#      fp32 gradient moves 2 (N - 1) / N of its bytes over each link
-#      (10 and 100 Gb/s), none of it hidden behind the backward pass (the
-#      all-reduce starts when the backward ends): efficiency =
-#      compute / (compute + all-reduce).
+#      threads and as T ranks x 1 thread (T = the cores), the latter with
+#      the gradient in buckets summed during the backward (--grad-bucket-mb
+#      4, the default across machines) and in one sum after it (0, the
+#      default on one machine): tokens/s of the median
+#      step, the share of the step spent waiting for sums (the log's
+#      comm_s) and the share the gradient's sums took (grad_sum_s);
+#   3. the model: a step on N machines = compute + the all-reduce's exposed
+#      part, where compute is the 1-rank step measured here (each machine
+#      keeping the batch of one, the global batch N times larger) and a ring
+#      all-reduce of the fp32 gradient moves 2 (N - 1) / N of its bytes over
+#      each link (10 and 100 Gb/s). Without overlap all of it is exposed;
+#      with the buckets, what does not fit in the backward pass after the
+#      output layer's gradient is ready (the backward taken as 2/3 of the
+#      step, as its share of the products), and at least the embedding's
+#      bucket, the last to be ready: efficiency = compute / (compute +
+#      exposed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
@@ -66,23 +72,30 @@ for c in "${configs[@]}"; do
         --max-seq "$seq" --seq "$seq" --batch "$batch" --steps $((steps + 1)) --warmup 0 --tokens "$tmp/ids.txt")
     OMP_NUM_THREADS=$cores "$bin" train "${args[@]}" --log "$tmp/$name-1.jsonl" --out "$tmp/$name-1.safetensors" \
         > "$tmp/$name-1.out" 2>&1
-    OMP_NUM_THREADS=1 "${mpi[@]}" -np "$cores" "$bin" train "${args[@]}" --log "$tmp/$name-n.jsonl" \
-        --out "$tmp/$name-n.safetensors" > "$tmp/$name-n.out" 2>&1
+    for k in n 0; do # buckets of 4 MiB (the default across machines), one sum after the backward (on one)
+        OMP_NUM_THREADS=1 "${mpi[@]}" -np "$cores" "$bin" train "${args[@]}" --log "$tmp/$name-$k.jsonl" \
+            --grad-bucket-mb "$([ $k = 0 ] && echo 0 || echo 4)" --out "$tmp/$name-$k.safetensors" > "$tmp/$name-$k.out" 2>&1
+    done
     # the steps after the first (warm-up), from the JSONL logs
-    t1=$(grep '"tokens_per_s"' "$tmp/$name-1.jsonl" | tail -n "$steps" | field tokens_per_s | median)
-    tn=$(grep '"tokens_per_s"' "$tmp/$name-n.jsonl" | tail -n "$steps" | field tokens_per_s | median)
-    cs=$(grep '"comm_s"' "$tmp/$name-n.jsonl" | tail -n "$steps" | field comm_s | median)
+    med() { grep "\"$2\"" "$tmp/$name-$1.jsonl" | tail -n "$steps" | field "$2" | median; } # run key
+    t1=$(med 1 tokens_per_s) tn=$(med n tokens_per_s) t0=$(med 0 tokens_per_s)
+    csn=$(med n comm_s) cs0=$(med 0 comm_s) gsn=$(med n grad_sum_s)
     params=$("$bin" info "$tmp/$name-1.safetensors" | sed -n 's/^params *\([0-9]*\).*/\1/p')
     tokens=$((batch * seq))
-    rows+=("$(awk -v n="$name" -v c="$cores" -v a="$t1" -v b="$tn" -v cs="$cs" -v tok="$tokens" 'BEGIN {
-        step = tok / b; printf "| %s | %.1f | %.1f | %.3f | %.1f%% |", n, a, b, b / a, 100 * cs / step }')")
-    model+=("$(awk -v n="$name" -v p="$params" -v a="$t1" -v tok="$tokens" 'BEGIN {
+    rows+=("$(awk -v n="$name" -v a="$t1" -v b="$tn" -v z="$t0" -v csn="$csn" -v cs0="$cs0" -v gsn="$gsn" \
+        -v tok="$tokens" 'BEGIN {
+        printf "| %s | %.1f | %.1f | %.3f | %.1f%% | %.1f%% | %.1f | %.3f | %.1f%% |", n, a, b, b / a,
+            100 * csn * b / tok, 100 * gsn * b / tok, z, z / a, 100 * cs0 * z / tok }')")
+    model+=("$(awk -v n="$name" -v p="$params" -v a="$t1" -v tok="$tokens" -v emb="$((vocab * dim))" 'BEGIN {
         comp = tok / a; g = 4 * p
         split("2 8 64", nodes, " "); split("10 100", gbps, " ")
         line = sprintf("| %s | %.1f M | %.1f MB | %.2f s |", n, p / 1e6, g / 1e6, comp)
         for (j = 1; j <= 2; j++) for (i = 1; i <= 3; i++) {
-            N = nodes[i]; ar = 2 * (N - 1) / N * g / (gbps[j] * 1e9 / 8)
-            line = line sprintf(" %.1f%% |", 100 * comp / (comp + ar))
+            N = nodes[i]; link = gbps[j] * 1e9 / 8; ar = 2 * (N - 1) / N * g / link
+            window = 2 / 3 * comp * (1 - emb / p) # the backward after the (untied) output layer
+            exposed = ar - window; last = 2 * (N - 1) / N * 4 * emb / link
+            if (exposed < last) exposed = last
+            line = line sprintf(" %.1f%% / %.1f%% |", 100 * comp / (comp + ar), 100 * comp / (comp + exposed))
         }
         print line }')")
 done
@@ -91,16 +104,19 @@ done
     cat "$tmp/head.md"
     echo "## Training: 1 rank x $cores threads against $cores ranks x 1 thread (the same global batch)"
     echo
-    echo "tokens/s of the median of the steps after the first; the all-reduce share is the log's comm_s over the step."
+    echo "tokens/s of the median of the steps after the first; *waited*: the log's comm_s over the step (the sums"
+    echo "the overlap did not hide); *sums took*: grad_sum_s over the step (wherever they ran)."
     echo
-    echo "| config | 1 rank tokens/s | $cores ranks tokens/s | ratio | all-reduce share of the step |"
-    echo "|---|---:|---:|---:|---:|"
+    echo "| config | 1 rank tokens/s | $cores ranks, buckets: tokens/s | ratio | waited | sums took | one sum after the backward: tokens/s | ratio | waited |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     printf '%s\n' "${rows[@]}"
     echo
     echo "## Model: the step on N machines, each keeping this machine's batch"
     echo
     echo "compute = this machine's 1-rank step; all-reduce = 2 (N - 1) / N x the fp32 gradient over a link of"
-    echo "10 or 100 Gb/s, not overlapped with the backward pass; efficiency = compute / (compute + all-reduce)."
+    echo "10 or 100 Gb/s; efficiency = compute / (compute + exposed), each cell *without overlap / with the buckets*:"
+    echo "exposed = all of the all-reduce, or what exceeds the backward pass after the output layer (2/3 of the"
+    echo "step x the share of the parameters not in it) but at least the embedding's bucket (ready last)."
     echo "Loopback bus bandwidth measured above, for scale: ${bw:-?} GB/s."
     echo
     echo "| config | params | gradient | compute per step | 10 Gb/s N=2 | N=8 | N=64 | 100 Gb/s N=2 | N=8 | N=64 |"

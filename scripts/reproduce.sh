@@ -186,6 +186,18 @@ ev() { # name model-base command...: runs difftx eval into $run/eval/NAME.json (
     "$bin" eval "$@" --json "$run/eval/$name.json" > "$run/eval/$name.txt" 2> "$run/eval/$name.err" ||
         { cat "$run/eval/$name.err" >&2; die "difftx eval $1 for $name failed"; }
 }
+quantize_for() { # TAG QM "EVAL..." ARGS...: evals_of's model $m quantised into QM (difftx quantize ARGS, calibrated
+    # on the training tokens; its command and output in eval/TAG-quantize-$n.*), unless QM is there or every
+    # evaluation named (eval/EVAL-$n.json) is done already
+    local tag=$1 qm=$2 evs=$3 e; shift 3
+    [ -z "${EV_LIST:-}" ] && [ ! -s "$qm" ] || return 0
+    for e in $evs; do [ -s "$run/eval/$e-$n.json" ] || break; done
+    [ -s "$run/eval/$e-$n.json" ] && return 0
+    set -- quantize --model "$m" --calib "$run/train.bin" "$@" --out "$qm"
+    cmdline "$@" > "$run/eval/$tag-quantize-$n.cmd"
+    "$bin" "$@" > "$run/eval/$tag-quantize-$n.txt" 2>&1 ||
+        { cat "$run/eval/$tag-quantize-$n.txt" >&2; die "difftx $* failed"; }
+}
 evals_of() { # arch seed: every evaluation of that model, in order
     local a=$1 s=$2 m n b sc
     m=$(model_name "$a" "$headline" "$s").safetensors n=$a-s$s
@@ -214,13 +226,7 @@ evals_of() { # arch seed: every evaluation of that model, in order
     local q qm
     for q in w8a16 w8a8 w4a16; do
         qm=${m%.safetensors}.$q.safetensors
-        if [ -z "${EV_LIST:-}" ] && [ ! -s "$qm" ] &&
-            ! { [ -s "$run/eval/wq-$q-ppl-$n.json" ] && [ -s "$run/eval/wq-$q-needle-$n.json" ]; }; then
-            set -- quantize --model "$m" --calib "$run/train.bin" --scheme "$q" --out "$qm"
-            cmdline "$@" > "$run/eval/wq-$q-quantize-$n.cmd"
-            "$bin" "$@" > "$run/eval/wq-$q-quantize-$n.txt" 2>&1 ||
-                { cat "$run/eval/wq-$q-quantize-$n.txt" >&2; die "difftx quantize $q of $n failed"; }
-        fi
+        quantize_for "wq-$q" "$qm" "wq-$q-ppl wq-$q-needle" --scheme "$q"
         ev "wq-$q-ppl-$n" ppl --model "$qm" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
         ev "wq-$q-needle-$n" needle --model "$qm" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
             --samples "$quant_samples" --seed 1
@@ -230,12 +236,7 @@ evals_of() { # arch seed: every evaluation of that model, in order
     local am
     for am in percentile mse; do
         qm=${m%.safetensors}.w8a8-$am.safetensors
-        if [ -z "${EV_LIST:-}" ] && [ ! -s "$qm" ] && [ ! -s "$run/eval/wq-w8a8-$am-ppl-$n.json" ]; then
-            set -- quantize --model "$m" --calib "$run/train.bin" --scheme w8a8 --act-method "$am" --out "$qm"
-            cmdline "$@" > "$run/eval/wq-w8a8-$am-quantize-$n.cmd"
-            "$bin" "$@" > "$run/eval/wq-w8a8-$am-quantize-$n.txt" 2>&1 ||
-                { cat "$run/eval/wq-w8a8-$am-quantize-$n.txt" >&2; die "difftx quantize w8a8 --act-method $am of $n failed"; }
-        fi
+        quantize_for "wq-w8a8-$am" "$qm" "wq-w8a8-$am-ppl" --scheme w8a8 --act-method "$am"
         ev "wq-w8a8-$am-ppl-$n" ppl --model "$qm" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
     done
     [ "$s" = "${seeds[0]}" ] || return 0
@@ -243,11 +244,7 @@ evals_of() { # arch seed: every evaluation of that model, in order
     local nc
     for nc in 16 32 100 300 1000; do
         qm=${m%.safetensors}.w8a8-c$nc.safetensors
-        if [ -z "${EV_LIST:-}" ] && [ ! -s "$qm" ] && [ ! -s "$run/eval/calib$nc-w8a8-ppl-$n.json" ]; then
-            "$bin" quantize --model "$m" --calib "$run/train.bin" --scheme w8a8 --calib-samples "$nc" --out "$qm" \
-                > "$run/eval/calib$nc-w8a8-quantize-$n.txt" 2>&1 ||
-                { cat "$run/eval/calib$nc-w8a8-quantize-$n.txt" >&2; die "difftx quantize --calib-samples $nc of $n failed"; }
-        fi
+        quantize_for "calib$nc-w8a8" "$qm" "calib$nc-w8a8-ppl" --scheme w8a8 --calib-samples "$nc"
         ev "calib$nc-w8a8-ppl-$n" ppl --model "$qm" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
     done
     # where w8a8 loses (seed 1): one kind of input at a time on its int8 grid, every other kept bf16
@@ -255,12 +252,7 @@ evals_of() { # arch seed: every evaluation of that model, in order
     for kind in "${kinds[@]}"; do
         qm=${m%.safetensors}.a8only-$kind.safetensors
         rest=$(printf '%s\n' "${kinds[@]}" | grep -vx "$kind" | paste -sd, -)
-        if [ -z "${EV_LIST:-}" ] && [ ! -s "$qm" ] && [ ! -s "$run/eval/a8only-$kind-ppl-$n.json" ]; then
-            set -- quantize --model "$m" --calib "$run/train.bin" --scheme w8a8 --a16-inputs "$rest" --out "$qm"
-            cmdline "$@" > "$run/eval/a8only-$kind-quantize-$n.cmd"
-            "$bin" "$@" > "$run/eval/a8only-$kind-quantize-$n.txt" 2>&1 ||
-                { cat "$run/eval/a8only-$kind-quantize-$n.txt" >&2; die "difftx quantize w8a8 (only $kind int8) of $n failed"; }
-        fi
+        quantize_for "a8only-$kind" "$qm" "a8only-$kind-ppl" --scheme w8a8 --a16-inputs "$rest"
         ev "a8only-$kind-ppl-$n" ppl --model "$qm" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
     done
     [ -n "${EV_LIST:-}" ] || echo "eval $n: depth x length, maps ($(date +%H:%M:%S))"

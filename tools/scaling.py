@@ -18,11 +18,12 @@ from the numbers here.
 - Loss and Table 6's slices (AR hits, others) per size: DIFF − Transformer
   per seed (the same seed: the same batches), 95% t interval.
 
-usage: tools/scaling.py DIR [--command CMD] [--seconds S]
+usage: tools/scaling.py DIR [--command CMD]
        tools/scaling.py DIR --choose-lr | --sweep-next
 """
 import argparse
 import datetime
+import functools
 import json
 import math
 import os
@@ -40,8 +41,10 @@ PAPER_PARAMS = "62.2% (6.8B vs 11B) and 59.5% (7.8B vs 13.1B)"
 PAPER_TOKENS = "63.7% (160B vs 251B tokens)"
 
 
+@functools.lru_cache(maxsize=None)
 def read_log_val(path):
-    return read_log(path)[1]
+    """The validation points of a log, read once (the bootstraps ask for them thousands of times)."""
+    return tuple(read_log(path)[1])
 
 
 class Run:
@@ -175,6 +178,34 @@ def frac_tokens(r, draw=None):
     return invert(*fits["diff"], final_t[1]) / final_t[0], curves, (fits, d)
 
 
+def size_trend(pts, fits):
+    """What the sizes say beyond the verdict: where the two fits cross (an extrapolation), and any size at which
+    an arch's loss does not fall (its lr, tuned at the sweep size alone, may not suit it)."""
+    out = []
+    (at, bt), (ad, bd) = fits["transformer"], fits["diff"]
+    gaps = {d: l for d, _, l in pts["diff"]}
+    gaps = [(d, gaps[d] - l) for d, _, l in pts["transformer"] if d in gaps]
+    if bd != bt:
+        cross = (ad / at) ** (1 / (bt - bd))  # N where at·N^bt = ad·N^bd
+        lo, hi = min(n for _, n, _ in pts["transformer"]), max(n for _, n, _ in pts["transformer"])
+        below = "DIFF" if ad * (cross / 2) ** bd < at * (cross / 2) ** bt else "the Transformer"
+        above = "the Transformer" if below == "DIFF" else "DIFF"
+        where = ("within the sizes measured" if lo <= cross <= hi else
+                 f"{cross / hi:.3g}× the largest size measured ({hi:,}): an extrapolation the data cannot support, "
+                 "not a prediction" if cross > hi else f"below the smallest size measured ({lo:,})")
+        out.append(f"The DIFF − Transformer gap by size is {', '.join(f'{g:+.3f}' for _, g in gaps)} (dims "
+                   f"{', '.join(str(d) for d, _ in gaps)}); the fits cross at N ≈ {cross:,.0f} non-embedding "
+                   f"parameters, {where}; {below} is ahead below it and {above} above.\n")
+    for a in ARCHS:
+        ls = [(d, l) for d, _, l in pts[a]]
+        flat = [(d0, d1) for (d0, l0), (d1, l1) in zip(ls, ls[1:]) if l1 >= l0]
+        if flat:
+            out.append(f"**{NAME[a]}'s loss does not fall with size** from dim " +
+                       ", ".join(f"{d0} to {d1}" for d0, d1 in flat) + ": its learning rate, tuned at the sweep "
+                       "size alone, may not suit the larger size, so its fit there understates it.\n")
+    return out
+
+
 def fewest_seeds(r, largest_only=False):
     """The fewest finished seeds of any (arch, size) a fit uses: a bootstrap over seeds decides nothing
     with fewer than stats.MIN_SEEDS (it then only resamples the same runs)."""
@@ -199,11 +230,32 @@ def bootstrap(r, fn, n=2000, seed=1):
     return vals[int(0.025 * len(vals))], vals[int(0.975 * len(vals)) - 1]
 
 
-def write(r, command, seconds):
+def train_hours(r):
+    """The finished runs' training time by their logs' elapsed_s (a resumed process starts its clock again: each
+    segment counts; two runs went side by side)."""
+    total = 0.0
+    for base in r.runs.values():
+        last = 0.0
+        with open(base + ".jsonl") as f:
+            for line in f:
+                try:
+                    el = json.loads(line).get("elapsed_s")
+                except ValueError:
+                    continue
+                if el is None:
+                    continue
+                if el < last:
+                    total += last
+                last = el
+        total += last
+    return total / 3600
+
+
+def write(r, command):
     s = r.settings
     out = ["# Scaling on plain language modelling (the paper's Fig. 3a, 3b and Table 6's slices)\n",
            f"Written by `{command}` on {datetime.date.today().isoformat()} ({os.cpu_count()} cores"
-           + (f", {seconds / 60:.0f} min of work in all" if seconds else "") + ") by tools/scaling.py; every verdict "
+           + f", {train_hours(r):.1f} h of training in all by the logs' clocks" + ") by tools/scaling.py; every verdict "
            "below is computed from the numbers in this file: *held* only where the 95% interval lies on the "
            "paper's side, *did not hold* where it lies on the other, *not resolved* otherwise.\n"]
     out.append("## Recipe\n")
@@ -265,6 +317,7 @@ def write(r, command, seconds):
                                if ci else "") + ".\n")
         v = verdict((frac - 1, ci[0] - 1, ci[1] - 1, fewest_seeds(r)) if ci else None, -1)
         out.append(f"**Verdict:** the paper's claim (DIFF needs fewer parameters for the same loss) **{v}** here.\n")
+        out += size_trend(pts, fits)
     # Fig 3b
     out.append("## Scaling with training tokens (paper Fig. 3b: " + PAPER_TOKENS + ")\n")
     ft, curves, fd = frac_tokens(r)
@@ -378,7 +431,6 @@ def main():
     ap.add_argument("--choose-lr", action="store_true")
     ap.add_argument("--sweep-next", action="store_true")
     ap.add_argument("--command", default="make reproduce STAGE=scaling")
-    ap.add_argument("--seconds", type=float, default=None)
     args = ap.parse_args()
     r = Run(args.dir)
     if args.choose_lr:
@@ -387,7 +439,7 @@ def main():
     if args.sweep_next:
         sweep_next(r)
         return
-    print("scaling: " + write(r, args.command, args.seconds))
+    print("scaling: " + write(r, args.command))
 
 
 if __name__ == "__main__":

@@ -110,8 +110,9 @@ static const char *usage_text(char *buf, size_t cap) {
              "  --zero1              under mpirun: each rank keeps the AdamW moments of its own\n"
              "                       share of the parameters (ZeRO-1); the same results\n"
              "  --grad-bucket-mb M   under mpirun: sum the gradient over ranks in buckets of M MiB,\n"
-             "                       each started while the backward pass still runs (4); 0 sums\n"
-             "                       it all at once after the backward\n"
+             "                       each started while the backward pass still runs; 0 sums it\n"
+             "                       at once after the backward (the default: 4 where ranks run\n"
+             "                       on more than one machine, else 0)\n"
              "\n"
              "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and exits with\n"
              "status 130 (143); a second one quits at once (an unfinished checkpoint write\n"
@@ -161,7 +162,7 @@ static void set_defaults(train_args *a) {
     a->seed = 1;
     a->eval_every = 100;
     a->eval_batches = 10;
-    a->bucket_mb = 4;
+    a->bucket_mb = -1; /* by where the ranks are (run) */
     a->keep = 3;
     a->needle_max = 6;
 }
@@ -834,8 +835,7 @@ static int open_data(train_state *s, const train_args *a, const dtx_config *c) {
     dtx_trainer_opts o = {.batch = a->batch, .seq = a->seq, .accum = a->accum, .eval_batches = a->eval_batches,
                           .seed = a->seed, .needle_frac = a->needle_frac, .copy_frac = a->copy_frac,
                           .needle_max = a->needle_max, .needle_tokenizer = a->needle_tok, .needle_text = a->needle_text,
-                          .debug_nan_at = a->debug_nan_at, .debug_oom_at = a->debug_oom_at,
-                          .grad_bucket = (size_t)(a->bucket_mb * (1 << 20) / sizeof(dtx_real))};
+                          .debug_nan_at = a->debug_nan_at, .debug_oom_at = a->debug_oom_at};
     if (dtx_trainer_open(&s->tr, &o, a->tokens, a->val_tokens, c->vocab_size) == DTX_OK) {
         s->tr.stop = &g_signal;
         return EXIT_OK;
@@ -969,7 +969,13 @@ static int run(train_args *a, flag *fl, int n_fl) {
         }
     }
     if (rc == EXIT_OK) rc = open_data(&s, a, &cfg);
-    if (rc == EXIT_OK && dtx_trainer_set_comm(&s.tr, comm, a->zero1) != DTX_OK)
+    /* the buckets: by default only where ranks sit on other machines (on one machine the sums are a memory
+     * copy, and a thread summing beside the ranks' own threads slows them more than the overlap saves:
+     * bench/results-mpi.md) */
+    double bucket_mb = a->bucket_mb >= 0 ? a->bucket_mb : dtx_comm_one_machine(comm) ? 0 : 4;
+    size_t bucket = (size_t)(bucket_mb * (1 << 20) / sizeof(dtx_real));
+    if (bucket_mb > 0 && bucket == 0) bucket = 1;
+    if (rc == EXIT_OK && dtx_trainer_set_comm(&s.tr, comm, a->zero1, bucket) != DTX_OK)
         rc = usage_error(CMD, "--batch %lld does not divide over %d ranks (each takes the same share of every batch)",
                          (long long)a->batch, dtx_comm_size(comm));
     if (rc == EXIT_OK) {
@@ -993,8 +999,9 @@ static int run(train_args *a, flag *fl, int n_fl) {
     if (rc == EXIT_OK) {
         print_header(&s, a);
         if (comm)
-            say(&s, "ranks %d (MPI): %lld of the %lld rows of each batch on each\n", dtx_comm_size(comm),
-                (long long)(a->batch / dtx_comm_size(comm)), (long long)a->batch);
+            say(&s, "ranks %d (MPI): %lld of the %lld rows of each batch on each; the gradient summed %s\n",
+                dtx_comm_size(comm), (long long)(a->batch / dtx_comm_size(comm)), (long long)a->batch,
+                bucket ? "in buckets during the backward" : "after the backward");
         struct sigaction old_int, old_term;
         install_signals(&old_int, &old_term);
         rc = train_loop(&s, a);

@@ -17,6 +17,7 @@
  * these at ISA level AVX2 only. */
 #include "kernels/kernels.h"
 #include "kernels/simd.h"
+#include "kernels/gemv_q8a8_body.h"
 
 #include <math.h>
 #include <string.h>
@@ -526,54 +527,17 @@ AVX2_FN void dtx_gemv_q4_avx2(float *out, const float *x, const uint8_t *q, cons
 }
 
 /* Q8 × int8 activations: 32 products at a time as unsigned |x| × (w with
- * x's sign) pairs summed to int16 (maddubs: 2·127² fits), then to int32;
- * four rows share each |x| vector. Exact, so any order gives the same. */
-AVX2_INLINE int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-AVX2_INLINE __m256i dot32_i8(__m256i ax, __m256i xv, const int8_t *w) {
+ * x's sign) pairs summed to int16 (maddubs: 2·127² fits), then to int32
+ * (gemv_q8a8_body.h: the row loop shared with AVX-512 VNNI). */
+AVX2_INLINE __m256i dot32_i8(__m256i acc, __m256i ax, __m256i xv, const int8_t *w) {
     __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)w);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(wv, xv)), _mm256_set1_epi16(1));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(wv, xv)),
+                                                   _mm256_set1_epi16(1)));
 }
 
 AVX2_FN void dtx_gemv_q8a8_avx2(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale,
                                 int64_t K, int64_t N) {
-    const int64_t K32 = K & ~(int64_t)31;
-    int64_t n = 0;
-    for (; n + 4 <= N; n += 4) {
-        const int8_t *r = q + n * K;
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-        const char *next = (const char *)(const void *)(r + 4 * K); /* the next 4 rows, fetched as these are read */
-        for (int64_t k = 0; k < K32; k += 32) {
-            _mm_prefetch(next + 4 * k, _MM_HINT_T0);
-            _mm_prefetch(next + 4 * k + 64, _MM_HINT_T0);
-            __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + k));
-            __m256i ax = _mm256_sign_epi8(xv, xv);
-            a0 = _mm256_add_epi32(a0, dot32_i8(ax, xv, r + k));
-            a1 = _mm256_add_epi32(a1, dot32_i8(ax, xv, r + K + k));
-            a2 = _mm256_add_epi32(a2, dot32_i8(ax, xv, r + 2 * K + k));
-            a3 = _mm256_add_epi32(a3, dot32_i8(ax, xv, r + 3 * K + k));
-        }
-        int32_t t[4] = {hsum_i32(a0), hsum_i32(a1), hsum_i32(a2), hsum_i32(a3)};
-        for (int j = 0; j < 4; j++) {
-            for (int64_t k = K32; k < K; k++) t[j] += (int32_t)xq[k] * (int32_t)r[j * K + k];
-            out[n + j] = xscale * scale[n + j] * (float)t[j];
-        }
-    }
-    for (; n < N; n++) {
-        const int8_t *r = q + n * K;
-        __m256i a = _mm256_setzero_si256();
-        for (int64_t k = 0; k < K32; k += 32) {
-            __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + k));
-            a = _mm256_add_epi32(a, dot32_i8(_mm256_sign_epi8(xv, xv), xv, r + k));
-        }
-        int32_t t = hsum_i32(a);
-        for (int64_t k = K32; k < K; k++) t += (int32_t)xq[k] * (int32_t)r[k];
-        out[n] = xscale * scale[n] * (float)t;
-    }
+    GEMV_Q8A8_BODY(dot32_i8)
 }
 
 const dtx_simd_ops dtx_simd_avx2 = {"avx2",           gemm_avx2,          transpose_avx2,     exp_avx2,

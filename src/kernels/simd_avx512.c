@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/gemv_q8a8_body.h"
 #include "kernels/tile_avx512.h"
 
 #if TILE_AVX512
@@ -178,55 +179,16 @@ AVX512_FN static void exp_rows_avx512(float *P, const float *S, int64_t ld, int6
 /* Q8 × int8 activations with AVX-512 VNNI (vpdpbusd on ymm, AVX512VL):
  * the AVX2 kernel's |x| × (w with x's sign) pairs, four products summed
  * into each int32 lane in one instruction instead of maddubs, madd and add
- * (no int16 step: nothing saturates, the sums are the same exact int32s).
- * Four rows share each |x| vector, and the next four are fetched by hand as
- * these are read, as on AVX2. */
+ * (no int16 step: nothing saturates, the sums are the same exact int32s);
+ * the row loop is AVX2's (gemv_q8a8_body.h). */
 #define VNNI_FN __attribute__((target("avx512vnni,avx512vl,avx2,fma")))
-VNNI_FN static int32_t hsum_i32_vnni(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
 VNNI_FN static __m256i dot32_vnni(__m256i acc, __m256i ax, __m256i xv, const int8_t *w) {
     __m256i wv = _mm256_loadu_si256((const __m256i *)(const void *)w);
     return _mm256_dpbusd_epi32(acc, ax, _mm256_sign_epi8(wv, xv));
 }
 VNNI_FN static void gemv_q8a8_vnni(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale,
                                    int64_t K, int64_t N) {
-    const int64_t K32 = K & ~(int64_t)31;
-    int64_t n = 0;
-    for (; n + 4 <= N; n += 4) {
-        const int8_t *r = q + n * K;
-        const char *next = (const char *)(const void *)(r + 4 * K);
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t k = 0; k < K32; k += 32) {
-            _mm_prefetch(next + 4 * k, _MM_HINT_T0);
-            _mm_prefetch(next + 4 * k + 64, _MM_HINT_T0);
-            __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + k));
-            __m256i ax = _mm256_sign_epi8(xv, xv);
-            a0 = dot32_vnni(a0, ax, xv, r + k);
-            a1 = dot32_vnni(a1, ax, xv, r + K + k);
-            a2 = dot32_vnni(a2, ax, xv, r + 2 * K + k);
-            a3 = dot32_vnni(a3, ax, xv, r + 3 * K + k);
-        }
-        int32_t t[4] = {hsum_i32_vnni(a0), hsum_i32_vnni(a1), hsum_i32_vnni(a2), hsum_i32_vnni(a3)};
-        for (int j = 0; j < 4; j++) {
-            for (int64_t k = K32; k < K; k++) t[j] += (int32_t)xq[k] * (int32_t)r[j * K + k];
-            out[n + j] = xscale * scale[n + j] * (float)t[j];
-        }
-    }
-    for (; n < N; n++) {
-        const int8_t *r = q + n * K;
-        __m256i a = _mm256_setzero_si256();
-        for (int64_t k = 0; k < K32; k += 32) {
-            __m256i xv = _mm256_loadu_si256((const __m256i *)(const void *)(xq + k));
-            a = dot32_vnni(a, _mm256_sign_epi8(xv, xv), xv, r + k);
-        }
-        int32_t t = hsum_i32_vnni(a);
-        for (int64_t k = K32; k < K; k++) t += (int32_t)xq[k] * (int32_t)r[k];
-        out[n] = xscale * scale[n] * (float)t;
-    }
+    GEMV_Q8A8_BODY(dot32_vnni)
 }
 
 /* The AVX-512 level's int8 product: VNNI's where the CPU has it (not every

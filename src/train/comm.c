@@ -23,6 +23,7 @@ struct dtx_comm {
     local_group *group;     /* local ranks */
     const dtx_mpi_ops *mpi; /* MPI ranks */
     int serialized;         /* MPI granted MPI_THREAD_SERIALIZED */
+    int here;               /* the ranks on this machine (every one for local ranks) */
     void *plugin;           /* its dlopen handle */
 };
 
@@ -95,6 +96,8 @@ dtx_status dtx_comm_reduce_scatter_real(dtx_comm *c, dtx_real *buf, const size_t
 }
 
 int dtx_comm_threads_ok(const dtx_comm *c) { return !c || !c->mpi || c->serialized; }
+
+int dtx_comm_one_machine(const dtx_comm *c) { return !c || !c->mpi || c->here == c->size; }
 
 dtx_status dtx_comm_allgather_real(dtx_comm *c, dtx_real *buf, const size_t *at) {
     if (!c || c->size == 1) return DTX_OK;
@@ -174,7 +177,7 @@ dtx_status dtx_comm_mpi_open(dtx_comm **out) {
     }
     dtx_comm *c = calloc(1, sizeof *c);
     char why[512] = "";
-    if (!c || ops->init(&c->rank, &c->size, &c->serialized, why, sizeof why)) {
+    if (!c || ops->init(&c->rank, &c->size, &c->serialized, &c->here, why, sizeof why)) {
         free(c);
         return dtx_fail(DTX_ERR_IO, "MPI did not start: %s", c ? why : "out of memory");
     }

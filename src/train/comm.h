@@ -34,6 +34,9 @@ dtx_status dtx_comm_reduce_scatter_part_real(dtx_comm *c, dtx_real *buf, const s
  * opened the communicator (one thread at a time): local ranks always, MPI
  * where it granted MPI_THREAD_SERIALIZED. */
 int dtx_comm_threads_ok(const dtx_comm *c);
+/* Whether every rank runs on this machine (local ranks; MPI ranks that
+ * share memory, MPI_COMM_TYPE_SHARED). */
+int dtx_comm_one_machine(const dtx_comm *c);
 /* The ranges for n values over size ranks: as equal as can be, multiples
  * of 16 values but the last (at [size + 1]). */
 void dtx_comm_ranges(size_t n, int size, size_t *at);

@@ -10,7 +10,7 @@
 
 #include "train/mpi_plugin.h"
 
-static int init(int *rank, int *size, int *serialized, char *why, size_t cap) {
+static int init(int *rank, int *size, int *serialized, int *here, char *why, size_t cap) {
     int provided = 0, rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) {
         char s[MPI_MAX_ERROR_STRING];
@@ -22,6 +22,12 @@ static int init(int *rank, int *size, int *serialized, char *why, size_t cap) {
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm_size(MPI_COMM_WORLD, size);
     *serialized = provided >= MPI_THREAD_SERIALIZED;
+    MPI_Comm node;
+    *here = 1;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_size(node, here);
+        MPI_Comm_free(&node);
+    }
     return 0;
 }
 

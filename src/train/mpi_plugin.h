@@ -15,8 +15,9 @@ typedef struct {
     int version; /* DTX_MPI_PLUGIN_VERSION */
     /* MPI_Init_thread asking for MPI_THREAD_SERIALIZED; 0 and *rank, *size,
      * *serialized (whether MPI granted it: then any one thread at a time
-     * may call MPI) set, or nonzero and why */
-    int (*init)(int *rank, int *size, int *serialized, char *why, size_t cap);
+     * may call MPI) and *here (the ranks on this rank's machine, itself
+     * included: MPI_COMM_TYPE_SHARED) set, or nonzero and why */
+    int (*init)(int *rank, int *size, int *serialized, int *here, char *why, size_t cap);
     /* in-place sums over every rank; 0 on success */
     int (*allreduce_f32)(float *buf, size_t n);
     int (*allreduce_f64)(double *buf, size_t n);

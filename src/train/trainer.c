@@ -121,14 +121,14 @@ void dtx_trainer_free(dtx_trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm, int zero1) {
+dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm, int zero1, size_t grad_bucket) {
     int n = dtx_comm_size(comm);
     if (t->o.batch % n)
         return dtx_fail(DTX_ERR_ARG, "a batch of %lld rows does not divide over %d ranks", (long long)t->o.batch, n);
     if (t->opt) return dtx_fail(DTX_ERR_ARG, "the ranks are set before the model and optimizer");
     t->comm = comm;
     t->zero1 = zero1 && n > 1;
-    return n > 1 ? grad_sync_open(&t->sync, comm, t->o.grad_bucket) : DTX_OK;
+    return n > 1 ? grad_sync_open(&t->sync, comm, grad_bucket) : DTX_OK;
 }
 
 /* Whether any rank has been asked to stop: every rank answers the same, so

@@ -26,10 +26,6 @@ typedef struct {
     const char *needle_tokenizer, *needle_text; /* borrowed; with needle_frac > 0 */
     int64_t debug_nan_at; /* a test hook: the loss of this step reads as NaN (0: never) */
     int64_t debug_oom_at; /* a test hook: this step fails, out of memory, on the last rank alone (0: never) */
-    /* over ranks, the gradient is summed in buckets of this many values,
-     * each started while the backward still runs (grad_sync.h); 0: in one
-     * sum after the backward */
-    size_t grad_bucket;
 } dtx_trainer_opts;
 
 typedef struct {
@@ -71,10 +67,12 @@ dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const cha
  * than the weights'), step 0. */
 dtx_status dtx_trainer_start(dtx_trainer *t, dtx_model *init, const dtx_config *cfg, dtx_init_scheme scheme,
                              const dtx_optim_config *oc);
-/* The ranks, and whether the optimizer is sharded (ZeRO-1), before
+/* The ranks, whether the optimizer is sharded (ZeRO-1), and the buckets
+ * of the gradient's sums (grad_bucket values each, started while the
+ * backward still runs: grad_sync.h; 0: one sum after the backward), before
  * dtx_trainer_start or _resume: DTX_ERR_ARG when batch does not divide by
  * their number. */
-dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm, int zero1);
+dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm, int zero1, size_t grad_bucket);
 /* Writes the checkpoint of the state (checkpoint.h: the whole optimizer;
  * with ZeRO-1 its shards gathered first) to path on rank 0: a collective
  * (every rank calls it; path is ignored on the others). */

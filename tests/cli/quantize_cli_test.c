@@ -52,6 +52,20 @@ static double score_of(const char *model, const char *tokens) {
     return sscanf(cli_out, "{\"loss\": %lf, \"tokens\": %lld}", &loss, &n) == 2 ? loss : NAN;
 }
 
+/* difftx quantize of fp into q, calibrated on 300 windows of calib, with flags ("--scheme w8a8 ..."): 1 when
+ * it succeeded (cli_out holds what it said), else 0 with the failure recorded. */
+static int quantize_300(const char *fp, const char *calib, const char *q, const char *flags) {
+    int ok = cli_split("quantize --model '%s' --calib '%s' %s --out '%s' --calib-samples 300", fp, calib, flags, q) == 0;
+    CHECKF(ok, "quantize %s: %s %s", flags, cli_out, cli_err);
+    return ok;
+}
+
+/* q scores held within tol (relative) of the fp32 model's loss base. */
+static void check_loss_near(const char *q, const char *held, double base, double tol, const char *what) {
+    double l = score_of(q, held);
+    CHECKF(fabs(l - base) < tol * base, "%s: loss %.5f, fp32 %.5f", what, l, base);
+}
+
 TEST(quantize_cli_every_scheme_is_read_by_every_command) {
     char fp[512], calib[512], held[512];
     snprintf(fp, sizeof fp, "%s", model_file());
@@ -62,16 +76,15 @@ TEST(quantize_cli_every_scheme_is_read_by_every_command) {
     static const char *schemes[] = {"w8a16", "w8a8", "w4a16"};
     static const double tol[] = {0.01, 0.03, 0.08};
     for (int i = 0; i < 3; i++) {
-        char q[512];
+        char q[512], flags[64];
         snprintf(q, sizeof q, "%s/q-%s.safetensors", test_tmpdir(), schemes[i]);
-        REQUIREF(cli_split("quantize --model '%s' --calib '%s' --scheme %s --out '%s' --calib-samples 300", fp, calib,
-                           schemes[i], q) == 0, "%s %s", cli_out, cli_err);
+        snprintf(flags, sizeof flags, "--scheme %s", schemes[i]);
+        REQUIRE(quantize_300(fp, calib, q, flags));
         CHECKF(cli_err[0] == '\0', "300 samples: no warning expected: %s", cli_err);
         CHECK(cli_has("wrote") && cli_has(schemes[i]) && cli_has("300 samples x 32 tokens"));
         REQUIRE(cli_split("info '%s'", q) == 0);
         CHECKF(cli_has("quantised       ") && cli_has(schemes[i]) && cli_has("calibration     "), "%s", cli_out);
-        double l = score_of(q, held);
-        CHECKF(fabs(l - base) < tol[i] * base, "%s: loss %.5f, fp32 %.5f", schemes[i], l, base);
+        check_loss_near(q, held, base, tol[i], schemes[i]);
         CHECKF(cli("eval ppl --model '%s' --tokens '%s'", q, held) == 0, "%s", cli_out);
         CHECKF(cli("sample --model '%s' --prompt '1 2 3' --max-tokens 5", q) == 0, "%s", cli_out);
         CHECK_ERR(1, cli("quantize --model '%s' --calib '%s' --scheme %s --out '%s'", q, calib, schemes[i], fp),
@@ -90,21 +103,17 @@ TEST(quantize_cli_fp16_activations) {
     snprintf(held, sizeof held, "%s", ids_file("held16.txt", SEQ, 4));
     snprintf(q, sizeof q, "%s/q-fp16.safetensors", test_tmpdir());
     double base = score_of(fp, held);
-    REQUIREF(cli_split("quantize --model '%s' --calib '%s' --scheme w4a16 --act16 fp16 --out '%s' --calib-samples 300",
-                       fp, calib, q) == 0, "%s %s", cli_out, cli_err);
+    REQUIRE(quantize_300(fp, calib, q, "--scheme w4a16 --act16 fp16"));
     CHECK(cli_has("activations fp16"));
     REQUIRE(cli_split("info '%s'", q) == 0);
     CHECKF(cli_has("w4a16 (fp16 activations)"), "%s", cli_out);
     REQUIRE(cli_split("info --json '%s'", q) == 0);
     CHECKF(cli_has("\"quant_act16\": \"fp16\""), "%s", cli_out);
-    double l = score_of(q, held);
-    CHECKF(fabs(l - base) < 0.08 * base, "w4a16 fp16: loss %.5f, fp32 %.5f", l, base);
+    check_loss_near(q, held, base, 0.08, "w4a16 fp16");
     /* w8a8 with two kinds of input kept bf16: said in the calibration record */
-    REQUIREF(cli_split("quantize --model '%s' --calib '%s' --scheme w8a8 --a16-inputs qk,output --out '%s' "
-                       "--calib-samples 300", fp, calib, q) == 0, "%s %s", cli_out, cli_err);
+    REQUIRE(quantize_300(fp, calib, q, "--scheme w8a8 --a16-inputs qk,output"));
     CHECKF(cli_has("int8 absmax (bf16: qk,output)"), "%s", cli_out);
-    l = score_of(q, held);
-    CHECKF(fabs(l - base) < 0.03 * base, "w8a8 a16 qk,output: loss %.5f, fp32 %.5f", l, base);
+    check_loss_near(q, held, base, 0.03, "w8a8 a16 qk,output");
 }
 
 TEST(quantize_cli_folder_and_text_calibrate_like_their_tokens) {

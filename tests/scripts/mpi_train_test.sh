@@ -71,6 +71,7 @@ check plain_run_trains [ -s "$tmp/one.safetensors" ]
 "${mpi[@]}" 2 "$bin" train "${args[@]}" --log "$tmp/two.jsonl" --out "$tmp/two.safetensors" > "$tmp/two.out" 2>&1
 check two_ranks_train [ -s "$tmp/two.safetensors" ]
 check two_ranks_say_so grep -q "ranks 2 (MPI): 2 of the 4 rows" "$tmp/two.out"
+check one_machine_sums_after_the_backward grep -q "the gradient summed after the backward" "$tmp/two.out"
 check rank0_alone_speaks [ "$(grep -c '^final loss' "$tmp/two.out")" = 1 ]
 check same_log_to_rounding close_logs "$tmp/one.jsonl" "$tmp/two.jsonl"
 head -c 60 "$tmp/ids.txt" | awk '{ for (i = 1; i <= 16 && i <= NF; i++) printf "%s ", $i; print "" }' > "$tmp/seq.txt"
@@ -108,6 +109,7 @@ b=(--grad-bucket-mb 0.001)
 "${mpi[@]}" 2 "$bin" train "${args[@]}" "${b[@]}" --log "$tmp/b.jsonl" --out "$tmp/b.safetensors" > "$tmp/b.out" 2>&1
 check buckets_same_log_to_rounding close_logs "$tmp/one.jsonl" "$tmp/b.jsonl"
 check buckets_log_their_time grep -q '"grad_sum_s":[0-9]' "$tmp/b.jsonl"
+check buckets_say_so grep -q "the gradient summed in buckets during the backward" "$tmp/b.out"
 "${mpi[@]}" 2 "$bin" train "${args[@]}" "${b[@]}" --zero1 --log "$tmp/bz.jsonl" --out "$tmp/bz.safetensors" \
     > "$tmp/bz.out" 2>&1
 check buckets_zero1_same_log_to_rounding close_logs "$tmp/one.jsonl" "$tmp/bz.jsonl"

@@ -37,12 +37,17 @@ static dtx_trainer_opts opts(void) {
 
 static dtx_config cfg(void) { return test_config(DTX_ARCH_DIFF, 32, 2, 2, 2, V, 64, SEQ, 1); }
 
-static int start_with(dtx_trainer *t, const dtx_trainer_opts *o, dtx_comm *comm, int zero1) {
+static int start_bucketed(dtx_trainer *t, const dtx_trainer_opts *o, dtx_comm *comm, int zero1, size_t bucket) {
     dtx_config c = cfg();
     dtx_optim_config oc = dtx_optim_default();
     oc.lr = 3e-3, oc.warmup_steps = 2, oc.total_steps = 8;
     return dtx_trainer_open(t, o, ids_path(), ids_path(), V) == DTX_OK &&
-           dtx_trainer_set_comm(t, comm, zero1) == DTX_OK && dtx_trainer_start(t, NULL, &c, DTX_INIT_TORCH, &oc) == DTX_OK;
+           dtx_trainer_set_comm(t, comm, zero1, bucket) == DTX_OK &&
+           dtx_trainer_start(t, NULL, &c, DTX_INIT_TORCH, &oc) == DTX_OK;
+}
+
+static int start_with(dtx_trainer *t, const dtx_trainer_opts *o, dtx_comm *comm, int zero1) {
+    return start_bucketed(t, o, comm, zero1, 0);
 }
 
 static int start(dtx_trainer *t, const dtx_trainer_opts *o) { return start_with(t, o, NULL, 0); }
@@ -226,7 +231,7 @@ TEST(trainer_two_ranks_train_what_one_does) {
     dtx_trainer odd;
     o.batch = 3;
     REQUIRE(dtx_trainer_open(&odd, &o, ids_path(), NULL, V) == DTX_OK);
-    CHECK(dtx_trainer_set_comm(&odd, c[0], 0) == DTX_ERR_ARG && strstr(dtx_last_error(), "does not divide over 2"));
+    CHECK(dtx_trainer_set_comm(&odd, c[0], 0, 0) == DTX_ERR_ARG && strstr(dtx_last_error(), "does not divide over 2"));
     dtx_trainer_free(&odd);
     dtx_trainer_free(&one.t), dtx_trainer_free(&two[0].t), dtx_trainer_free(&two[1].t);
     dtx_comm_local_free(c, 2);
@@ -276,16 +281,16 @@ TEST(trainer_gradient_buckets_change_nothing) {
     static const size_t BUCKETS[] = {1, 15000};
     for (int zero1 = 0; zero1 < 2; zero1++)
         for (size_t b = 0; b < sizeof BUCKETS / sizeof BUCKETS[0]; b++) {
-            dtx_trainer_opts o = opts(), ob = opts();
-            o.batch = ob.batch = 4;
-            ob.grad_bucket = BUCKETS[b];
+            dtx_trainer_opts o = opts();
+            o.batch = 4;
             static rank_run once[2], buck[2];
             memset(once, 0, sizeof once), memset(buck, 0, sizeof buck);
             dtx_comm *c1[2], *c2[2];
             REQUIRE(dtx_comm_local_create(2, c1) == DTX_OK && dtx_comm_local_create(2, c2) == DTX_OK);
             pthread_t th[4];
             for (int r = 0; r < 2; r++) {
-                REQUIRE(start_with(&once[r].t, &o, c1[r], zero1) && start_with(&buck[r].t, &ob, c2[r], zero1));
+                REQUIRE(start_with(&once[r].t, &o, c1[r], zero1) &&
+                        start_bucketed(&buck[r].t, &o, c2[r], zero1, BUCKETS[b]));
                 REQUIRE(pthread_create(&th[r], NULL, rank_main, &once[r]) == 0);
                 REQUIRE(pthread_create(&th[2 + r], NULL, rank_main, &buck[r]) == 0);
             }
