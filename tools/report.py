@@ -22,7 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runs import finished_models, model_info, read_log, read_settings  # noqa: E402
-from stats import fmt_ci, mean_ci, paired_ci, verdict  # noqa: E402
+from stats import LEDGER, fmt_ci, mean_ci, paired_ci, verdict  # noqa: E402
 
 ARCHS = ("diff", "transformer")
 NAME = {"diff": "DIFF", "transformer": "Transformer"}
@@ -216,6 +216,9 @@ def section_scaling_stage(r, out):
                    "report).\n")
         return
     lines = open(path).read().splitlines()
+    vpath = os.path.join(r.dir, "scaling", "verdicts.json")
+    if os.path.exists(vpath):  # computed by tools/scaling.py with the write-up
+        LEDGER.extend((v["claim"], v["verdict"], v["where"]) for v in json.load(open(vpath)))
     out.append("## Scaling on plain language modelling (`make reproduce STAGE=scaling`; "
                "[scaling/SCALING.md](scaling/SCALING.md))\n")
     for line in lines[1:]:  # its title is the heading above
@@ -241,7 +244,8 @@ def section_lm(r, out):
     out.append(f"| NLL, held-out speeches (eval ppl) | {pm(list(ppl['transformer'].values()), '{:.4f}')} | "
                f"{pm(list(ppl['diff'].values()), '{:.4f}')} | {fmt_ci(cp, '{:+.4f}')} |")
     out.append("")
-    out.append(f"**Verdict:** the paper's claim (DIFF's loss lower) **{verdict(cv, -1)}** on these models.\n")
+    v = verdict(cv, -1, "DIFF's loss is lower (the retrieval models)", "Language modelling")
+    out.append(f"**Verdict:** the paper's claim (DIFF's loss lower) **{v}** on these models.\n")
     command(r, out, "perplexity, DIFF seed 1", "eval/ppl-diff-s1")
 
 
@@ -310,9 +314,11 @@ def section_needle(r, out, figs):
         if len({k[0] for k in ks}) >= 2:
             grow[s] = slope([k[0] for k in ks], [tabs["diff"][s][k][0] - tabs["transformer"][s][k][0] for k in ks])
     cs = mean_ci(list(grow.values()))
+    vg = verdict(cg, +1, "DIFF retrieves more needles (Table 2)", "Multi-needle retrieval")
+    vs = verdict(cs, +1, "DIFF's retrieval lead grows with the number of needles", "Multi-needle retrieval")
     out.append(f"**Verdicts** (per seed, 95% t interval over seeds): DIFF − Transformer accuracy over the grid "
-               f"{fmt_ci(cg)}: the paper's claim (DIFF ahead) **{verdict(cg, +1)}**; the slope of that gap against "
-               f"N {fmt_ci(cs, '{:+.3f}')} per needle: the claim (the gap grows with N) **{verdict(cs, +1)}**.\n")
+               f"{fmt_ci(cg)}: the paper's claim (DIFF ahead) **{vg}**; the slope of that gap against "
+               f"N {fmt_ci(cs, '{:+.3f}')} per needle: the claim (the gap grows with N) **{vs}**.\n")
     command(r, out, "DIFF seed 1; the same for each arch and seed", "eval/needle-diff-s1")
     hm = {a: r.eval(f"heatmap-{a}") for a in ARCHS}
     if all(hm.values()):
@@ -399,7 +405,8 @@ def section_mass(r, out):
         return {s: statistics.fmean(t[d][seg] for d in t) for s, t in data[a].items() if t}
     ca = paired_ci(per_seed("transformer", "answer"), per_seed("diff", "answer"))
     cn = paired_ci(per_seed("transformer", "context"), per_seed("diff", "context"))
-    va, vn = verdict(ca, +1), verdict(cn, -1)
+    va = verdict(ca, +1, "DIFF puts more attention on the answer (Table 3)", "Attention on the answer")
+    vn = verdict(cn, -1, "DIFF puts less attention on the noise (Table 3)", "Attention on the answer")
     out.append(f"**Verdict** (DIFF − Transformer, mean over depths, per seed, 95% interval): share on the answer "
                f"{fmt_ci(ca)}: the paper's claim (more on the answer) **{va}**; share on the noise {fmt_ci(cn)}: "
                f"the claim (less noise) **{vn}**.\n")
@@ -454,8 +461,10 @@ def section_outliers(r, out):
         ci = mean_ci(list(logs.values()))
         ratio = (f"{math.exp(ci[0]):.2f}× [{math.exp(ci[1]):.2f}, {math.exp(ci[2]):.2f}]"
                  if ci and ci[3] > 1 else f"{math.exp(ci[0]):.2f}× (1 seed)" if ci else "n/a")
-        parts.append(f"the Transformer's top {'attention logit' if q == 'logits' else 'hidden state'} is {ratio} "
-                     f"DIFF's (paper {paper}): the claim (fewer outliers with DIFF) **{verdict(ci, +1)}**")
+        what = "attention logit" if q == "logits" else "hidden state"
+        v = verdict(ci, +1, f"DIFF's top {what} is smaller (Table 5)", "Activation outliers")
+        parts.append(f"the Transformer's top {what} is {ratio} DIFF's (paper {paper}): the claim (fewer outliers "
+                     f"with DIFF) **{v}**")
     out.append("**Verdicts** (the ratio's geometric mean over seeds, 95% interval): " + "; ".join(parts) + ".\n")
     command(r, out, "DIFF seed 1", "eval/outliers-diff-s1")
 
@@ -521,8 +530,10 @@ def section_quant(r, out, figs):
             q, u = res[(a, sc, 4)], res[(a, "row", 16)]
             return {s: math.log(q[s][0] / u[s][0]) for s in set(q) & set(u) if q[s][0] and u[s][0]}
         ci = paired_ci(deg("transformer"), deg("diff"))
+        v = verdict(ci, -1, f"DIFF loses less with 4-bit attention logits, {sc} scope (Fig. 8)",
+                    "Low-bit attention logits")
         parts.append(f"{sc} scope, 4-bit perplexity growth DIFF − Transformer (log ratio) {fmt_ci(ci, '{:+.4f}')}: "
-                     f"the claim (DIFF degrades less) **{verdict(ci, -1)}**")
+                     f"the claim (DIFF degrades less) **{v}**")
     both = [s for s in needle_ok["diff"] if s in needle_ok["transformer"]]
     if both:
         parts.append(f"needle accuracy at 4 bits is compared on seeds {both}, where both archs retrieve")
@@ -596,8 +607,9 @@ def section_wquant(r, out):
     parts = []
     for q in WQ_SCHEMES:
         ci = paired_ci(growth("transformer", q), growth("diff", q))
+        v = verdict(ci, -1, f"DIFF loses less when quantised {q}", "Quantised models")
         parts.append(f"{q}: perplexity growth DIFF − Transformer (log ratio) {fmt_ci(ci, '{:+.4f}')}, the claim "
-                     f"(DIFF loses less) **{verdict(ci, -1)}**")
+                     f"(DIFF loses less) **{v}**")
     both = [s for s in ret["diff"] if s in ret["transformer"]]
     if not both:
         parts.append("the needle columns cannot compare the archs: " + (
@@ -667,9 +679,10 @@ def section_wquant_methods(r, out, res):
             for a in ARCHS if any(g[(a, meth)] for meth in methods)}
     if len(best) == len(ARCHS):
         ci = paired_ci(g[("transformer", best["transformer"])], g[("diff", best["diff"])])
+        v = verdict(ci, -1, "DIFF loses less under w8a8, each arch at its best activation ranges", "Quantised models")
         out.append(f"Each arch at its best method (Transformer {best['transformer']}, DIFF {best['diff']}; chosen by the "
                    f"mean over the same seeds, for both alike): perplexity growth DIFF − Transformer (log ratio) "
-                   f"{fmt_ci(ci, '{:+.4f}')}, the claim (DIFF loses less under w8a8) **{verdict(ci, -1)}**.\n")
+                   f"{fmt_ci(ci, '{:+.4f}')}, the claim (DIFF loses less under w8a8) **{v}**.\n")
 
 
 A8_KINDS = (("attn_in", "the attention's input (q, k, v projections)"), ("attn_out", "the attention's output (out "
@@ -772,6 +785,26 @@ def draw(r, figs):
                         "--out", os.path.join(r.dir, "attn_map.png")], check=False)
 
 
+def summary():
+    """Every verdict of the report in one table, in the report's order: what did not hold is listed as plainly
+    as what held (the sections below give each its numbers and intervals)."""
+    if not LEDGER:
+        return []
+    kinds = ("held", "did not hold", "not resolved", "not measured")
+    count = {k: sum(v.startswith(k) for _, v, _ in LEDGER) for k in kinds}
+    out = ["## Verdicts at a glance\n",
+           f"The paper's claims as measured here: **{count['held']} held, {count['did not hold']} did not hold, "
+           f"{count['not resolved']} not resolved**" + (f", {count['not measured']} not measured" if count["not measured"]
+                                                        else "") +
+           " (each computed from its 95% interval in the section named; *not resolved*: the interval spans no "
+           "difference, or rests on fewer than 3 seeds).\n",
+           "| the paper's claim | verdict here | section |", "|---|---|---|"]
+    for claim, v, where in LEDGER:
+        out.append(f"| {claim} | **{v}** | {where or ''} |")
+    out.append("")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", required=True)
@@ -810,6 +843,7 @@ def main():
     out.append("Everything above: `" + args.command + "` (scripts/reproduce.sh; its `--help` lists each step). "
                "Single measurements on any model: `difftx eval ppl|needle|attn-mass|outliers|attn-map --help`; "
                "the raw JSON of every evaluation is in the run folder's `eval/`.\n")
+    out[2:2] = summary()
     draw(r, figs)
     path = os.path.join(r.dir, "REPORT.md")
     with open(path + ".tmp", "w") as f:

@@ -33,7 +33,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runs import finished_models, fit_power, invert, model_info, read_log, read_settings  # noqa: E402
-from stats import fmt_ci, mean_ci, verdict  # noqa: E402
+from stats import LEDGER, fmt_ci, mean_ci, verdict  # noqa: E402
 
 ARCHS = ("diff", "transformer")
 NAME = {"diff": "DIFF", "transformer": "Transformer"}
@@ -315,7 +315,8 @@ def write(r, command):
                    f"Transformer's loss with **{100 * frac:.0f}%** of its non-embedding parameters (mean over the "
                    "sizes)" + (f", 95% bootstrap interval over seeds [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]"
                                if ci else "") + ".\n")
-        v = verdict((frac - 1, ci[0] - 1, ci[1] - 1, fewest_seeds(r)) if ci else None, -1)
+        v = verdict((frac - 1, ci[0] - 1, ci[1] - 1, fewest_seeds(r)) if ci else None, -1,
+                    "DIFF needs fewer parameters for the same loss (Fig. 3a)", "Scaling")
         out.append(f"**Verdict:** the paper's claim (DIFF needs fewer parameters for the same loss) **{v}** here.\n")
         out += size_trend(pts, fits)
     # Fig 3b
@@ -339,7 +340,8 @@ def write(r, command):
                    f"an estimated **{100 * ft:.0f}%** of its tokens" +
                    (f", 95% bootstrap interval over seeds [{100 * ci[0]:.0f}%, {100 * ci[1]:.0f}%]" if ci else "") +
                    (" (beyond the run: an extrapolation)" if ft > 1 else "") + ".\n")
-        v = verdict((ft - 1, ci[0] - 1, ci[1] - 1, fewest_seeds(r, largest_only=True)) if ci else None, -1)
+        v = verdict((ft - 1, ci[0] - 1, ci[1] - 1, fewest_seeds(r, largest_only=True)) if ci else None, -1,
+                    "DIFF needs fewer training tokens for the same loss (Fig. 3b)", "Scaling")
         out.append(f"**Verdict:** the paper's claim (DIFF needs fewer tokens) **{v}** here.\n")
     # loss slices
     out.append("## Table 6's slices: AR hits and others (eval ppl on the held-out speeches)\n")
@@ -364,8 +366,11 @@ def write(r, command):
         out.append(f"| {d} | " + " | ".join(cols) + " |")
     out.append("")
     if verdicts:
+        name = {"ar_hit": "AR hits"}
         out.append("**Verdict** (the largest size): " + "; ".join(
-            f"{'AR hits' if sl == 'ar_hit' else 'others'}: DIFF lower **{verdict(ci, -1)}**" for sl, ci in verdicts)
+            f"{name.get(sl, 'others')}: DIFF lower **"
+            + verdict(ci, -1, f"DIFF's loss is lower on {name.get(sl, 'the other tokens')} (Table 6)", "Scaling") + "**"
+            for sl, ci in verdicts)
             + ".\n")
     if draw(r, pts if frac is not None else None, fits if frac is not None else None, curves, fd):
         out.append("![validation loss against parameters and tokens](scaling.png)\n")
@@ -373,6 +378,10 @@ def write(r, command):
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(out))
     os.replace(path + ".tmp", path)
+    # the verdicts for the report's summary (tools/report.py)
+    with open(os.path.join(r.dir, "verdicts.json.tmp"), "w") as f:
+        json.dump([{"claim": c, "verdict": v, "where": w} for c, v, w in LEDGER], f, indent=1)
+    os.replace(os.path.join(r.dir, "verdicts.json.tmp"), os.path.join(r.dir, "verdicts.json"))
     return path
 
 

@@ -52,16 +52,25 @@ def resolved(ci):
     return ci is not None and (len(ci) < 4 or ci[3] >= MIN_SEEDS)
 
 
-def verdict(ci, paper_sign):
-    """paper_sign +1: the paper says the difference is positive; -1 negative."""
+# Every verdict given a claim, in the order computed: [(claim, verdict, where)]. tools/report.py lists
+# them at the top of the report, the claims that did not hold beside those that held.
+LEDGER = []
+
+
+def verdict(ci, paper_sign, claim=None, where=None):
+    """paper_sign +1: the paper says the difference is positive; -1 negative. With a claim, the verdict also
+    goes into LEDGER."""
     if ci is None:
-        return "not measured"
-    if not resolved(ci):
-        return f"not resolved ({ci[3]} seed{'s' if ci[3] != 1 else ''})"
-    lo, hi = ci[1], ci[2]
-    if paper_sign > 0:
-        return "held" if lo > 0 else "did not hold" if hi < 0 else "not resolved"
-    return "held" if hi < 0 else "did not hold" if lo > 0 else "not resolved"
+        v = "not measured"
+    elif not resolved(ci):
+        v = f"not resolved ({ci[3]} seed{'s' if ci[3] != 1 else ''})"
+    elif paper_sign > 0:
+        v = "held" if ci[1] > 0 else "did not hold" if ci[2] < 0 else "not resolved"
+    else:
+        v = "held" if ci[2] < 0 else "did not hold" if ci[1] > 0 else "not resolved"
+    if claim:
+        LEDGER.append((claim, v, where))
+    return v
 
 
 def fmt_ci(ci, fmt="{:+.2f}"):
