@@ -21,6 +21,12 @@ One subcommand per figure (docs/eval_probe.md):
       DIFF and its baseline), each cell's per-query accuracy printed in it:
       the paper's Fig 5 layout.
 
+  by-position A.json [B.json ...] --out PNG
+      The cumulative mean NLL against the context length of `difftx eval
+      ppl --by-position --json` (the paper's Fig. 4), one line per file
+      (e.g. DIFF and the Transformer, or several seeds), on a log axis of
+      positions.
+
 Needs only python3 and matplotlib (Debian: python3-matplotlib, installed by
 scripts/setup.sh --plot). Exit status: 0 written, 1 an input that cannot be
 read or is not such a file, 2 bad usage.
@@ -225,6 +231,49 @@ def cmd_needle_heatmap(args):
     print(f"wrote {args.out}")
 
 
+# ------------------------------------------------------------------ by-position
+
+def read_by_position(path):
+    js = load_json(path)
+    bp = js.get("by_position") if isinstance(js, dict) else None
+    try:
+        pos, cum = [int(x) for x in bp["position"]], [float(x) for x in bp["cumulative"]]
+    except (TypeError, KeyError, ValueError):
+        raise InputError(f"{path}: not the JSON of difftx eval ppl --by-position (no by_position)")
+    if not pos or len(pos) != len(cum):
+        raise InputError(f"{path}: by_position has {len(pos)} positions and {len(cum)} cumulative values")
+    return js, pos, cum
+
+
+def plot_by_position(paths, out, dpi=150):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    data = [read_by_position(p) for p in paths]
+    fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
+    colour = {"diff": "tab:red", "transformer": "tab:blue"}
+    for path, (js, pos, cum) in zip(paths, data):
+        name = {"diff": "DIFF", "transformer": "Transformer"}.get(js.get("arch"), js.get("arch", "?"))
+        ax.plot(pos, cum, color=colour.get(js.get("arch")), alpha=0.8,
+                label=f"{name} ({os.path.basename(path)})" if len(paths) > 2 else name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("position (tokens of context)")
+    ax.set_ylabel("cumulative mean NLL (nats)")
+    ax.set_title("loss by position")
+    ax.legend(fontsize=7)
+    try:
+        fig.savefig(out, dpi=dpi)
+    except OSError as e:
+        raise InputError(f"cannot write {out}: {e}")
+    finally:
+        plt.close(fig)
+
+
+def cmd_by_position(args):
+    plot_by_position(args.files, args.out, args.dpi)
+    print(f"wrote {args.out}")
+
+
 # ------------------------------------------------------------------ main
 
 class Parser(argparse.ArgumentParser):
@@ -254,13 +303,19 @@ def build_parser():
     h.add_argument("--grid", help="which N x R of the file's grid (default: the first)")
     h.add_argument("--dpi", type=int, default=150, help="resolution (150)")
     h.set_defaults(run=cmd_needle_heatmap)
+    b = sub.add_parser("by-position", help="cumulative NLL by position of difftx eval ppl --by-position (Fig 4)",
+                       description="The cumulative mean NLL against the context length, one line per file.")
+    b.add_argument("files", nargs="+", metavar="JSON", help="eval ppl --by-position JSON files")
+    b.add_argument("--out", required=True, help="the PNG to write")
+    b.add_argument("--dpi", type=int, default=150, help="resolution (150)")
+    b.set_defaults(run=cmd_by_position)
     return p
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if not getattr(args, "run", None):
-        fail("name a figure: attn-map or needle-heatmap (see --help)", 2)
+        fail("name a figure: attn-map, needle-heatmap or by-position (see --help)", 2)
     try:
         args.run(args)
     except InputError as e:

@@ -14,7 +14,15 @@
  * The scored tokens also split as Table 6's (Zoology's) slices: an AR hit is
  * a target x[j] whose bigram (x[j−1], x[j]) already occurred inside the
  * window's inputs before it (associative recall can predict it), and the
- * others are every other target. */
+ * others are every other target.
+ *
+ * --by-position (the paper's Fig. 4): the windows are laid end to end
+ * (stride = window), so every target of a window is scored with the tokens
+ * before it in that window as its whole context; position p (1..W) is the
+ * target with p tokens of context. Per position: the mean NLL over the
+ * windows, and the cumulative mean (every target at positions <= p). A
+ * window may start inside a document: the position counts the context the
+ * model saw, not the place in the document. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -56,12 +64,16 @@ static const char USAGE[] =
     "                     absmax, spec 6.9); 0 = off (default)\n"
     "  --attn-scope row|tensor  one absmax step per query row and head (default),\n"
     "                     or per layer and map over each window's forward pass\n"
+    "  --by-position      the loss against the context length (the paper's Fig. 4):\n"
+    "                     windows laid end to end (no --stride), the mean NLL of the\n"
+    "                     targets at each position and the cumulative mean up to it\n"
+    "                     (printed at positions 1, 2, 4, ..., W; every one in the JSON)\n"
     "  --json OUT         also write the result as JSON (atomically)\n";
 
 typedef struct {
     const char *model, *tokens, *text, *tokenizer, *json;
     int64_t window, stride, max_tokens, attn_bits;
-    int precision, attn_scope;
+    int precision, attn_scope, by_position;
 } ppl_args;
 
 /* The token sequence scored; bytes: of the text it encodes, -1 for ids. */
@@ -75,6 +87,8 @@ typedef struct {
     int64_t scored, windows, W, S;
     double nll_hit;             /* of the AR hits (see the top of the file) */
     int64_t hits;
+    double *pos_nll;            /* --by-position: [W] the NLL summed at each window position, */
+    int64_t *pos_n;             /*   and the targets there (NULL without it)               */
 } ppl_result;
 
 /* ------------------------------------------------------------ input */
@@ -162,23 +176,25 @@ static int bigram_seen(bigram_set *b, int32_t x, int32_t y, int insert) {
 
 /* Runs every window (see the top of the file) and sums the NLL of the
  * targets each one scores, and of its AR hits. */
-static int score_windows(dtx_model *m, const corpus *cp, int64_t W, int64_t S, ppl_result *r) {
+static int score_windows(dtx_model *m, const corpus *cp, int64_t W, int64_t S, int by_position, ppl_result *r) {
     const int64_t V = dtx_model_config(m)->vocab_size, n = cp->n;
+    memset(r, 0, sizeof *r);
     dtx_real *logits = malloc((size_t)(W * V) * sizeof *logits);
     bigram_set bs = {NULL, 16};
     while (bs.cap < 2 * W) bs.cap *= 2;
     bs.key = malloc((size_t)bs.cap * sizeof *bs.key);
-    if (!logits || !bs.key) {
-        free(logits), free(bs.key);
+    if (by_position) r->pos_nll = calloc((size_t)W, sizeof *r->pos_nll), r->pos_n = calloc((size_t)W, sizeof *r->pos_n);
+    if (!logits || !bs.key || (by_position && (!r->pos_nll || !r->pos_n))) {
+        free(logits), free(bs.key), free(r->pos_nll), free(r->pos_n);
+        r->pos_nll = NULL, r->pos_n = NULL;
         return runtime_error(CMD, "out of memory for the logits of a %lld-token window", (long long)W);
     }
-    memset(r, 0, sizeof *r);
     r->W = W, r->S = S;
     int rc = EXIT_OK;
     for (int64_t done = 0; done < n - 1 && rc == EXIT_OK;) { /* done: last target scored so far */
         int64_t e = done == 0 ? W : done + S;
         if (e > n - 1) e = n - 1;
-        int64_t b = e - W > 0 ? e - W : 0, T = e - b;
+        int64_t b = by_position ? done : e - W > 0 ? e - W : 0, T = e - b; /* end to end: the last one too */
         if (dtx_model_forward(m, cp->ids + b, NULL, 1, T, logits, NULL) != DTX_OK) {
             rc = lib_error(CMD);
             break;
@@ -192,6 +208,7 @@ static int score_windows(dtx_model *m, const corpus *cp, int64_t W, int64_t S, p
             if (i < done - b) continue;
             double l = token_nll(logits + i * V, V, x[i + 1]);
             r->nll += l;
+            if (r->pos_nll) r->pos_nll[i] += l, r->pos_n[i]++; /* i + 1 tokens of context: position i + 1 */
             if (bigram_seen(&bs, x[i], x[i + 1], 0)) r->nll_hit += l, r->hits++;
         }
         r->scored += e - done;
@@ -231,6 +248,17 @@ static void print_result(const ppl_args *a, const dtx_model *m, const corpus *cp
     printf("others       %lld tokens, mean NLL %.6f nats\n", (long long)others,
            others ? (r->nll - r->nll_hit) / (double)others : NAN);
     if (cp->bytes > 0) printf("bits/byte    %.6f\n", bits_per_byte(cp, r));
+    if (!r->pos_nll) return;
+    printf("by position  (context tokens: mean NLL there, cumulative mean up to it)\n");
+    double sum = 0;
+    int64_t cnt = 0;
+    for (int64_t i = 0; i < r->W; i++) {
+        sum += r->pos_nll[i], cnt += r->pos_n[i];
+        int64_t p = i + 1;
+        if (((p & (p - 1)) == 0 || p == r->W) && r->pos_n[i])
+            printf("  %8lld   %.6f   %.6f  (%lld windows)\n", (long long)p, r->pos_nll[i] / (double)r->pos_n[i],
+                   sum / (double)cnt, (long long)r->pos_n[i]);
+    }
 }
 
 static int write_json(const ppl_args *a, const dtx_model *m, const corpus *cp, const ppl_result *r) {
@@ -260,6 +288,20 @@ static int write_json(const ppl_args *a, const dtx_model *m, const corpus *cp, c
     else if (!cJSON_AddNullToObject(hit, "nll")) ok = 0;
     if (others) jnum(oth, "nll", (r->nll - r->nll_hit) / (double)others, &ok);
     else if (!cJSON_AddNullToObject(oth, "nll")) ok = 0;
+    if (r->pos_nll) { /* parallel arrays over the positions that scored a target */
+        cJSON *bp = jadd(root, "by_position", cJSON_CreateObject(), &ok);
+        cJSON *pos = jadd(bp, "position", cJSON_CreateArray(), &ok), *cnt = jadd(bp, "tokens", cJSON_CreateArray(), &ok);
+        cJSON *at = jadd(bp, "nll", cJSON_CreateArray(), &ok), *cum = jadd(bp, "cumulative", cJSON_CreateArray(), &ok);
+        double sum = 0;
+        int64_t total = 0;
+        for (int64_t i = 0; ok && i < r->W && r->pos_n[i]; i++) {
+            sum += r->pos_nll[i], total += r->pos_n[i];
+            ok = cJSON_AddItemToArray(pos, cJSON_CreateNumber((double)(i + 1))) &&
+                 cJSON_AddItemToArray(cnt, cJSON_CreateNumber((double)r->pos_n[i])) &&
+                 cJSON_AddItemToArray(at, cJSON_CreateNumber(r->pos_nll[i] / (double)r->pos_n[i])) &&
+                 cJSON_AddItemToArray(cum, cJSON_CreateNumber(sum / (double)total));
+        }
+    }
     return json_write_report(CMD, a->json, root, ok, 0);
 }
 
@@ -273,7 +315,7 @@ static int parse_args(ppl_args *a, int argc, char **argv) {
         FLAG_INT("--max-tokens", &a->max_tokens, 1, INT64_MAX),
         FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
         FLAG_INT("--attn-bits", &a->attn_bits, 0, 16), FLAG_CHOICE("--attn-scope", &a->attn_scope, "row|tensor"),
-        FLAG_STR("--json", &a->json),
+        FLAG_BOOL("--by-position", &a->by_position, 1), FLAG_STR("--json", &a->json),
     };
     switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
     case FLAGS_HELP: return FLAGS_HELP;
@@ -284,6 +326,8 @@ static int parse_args(ppl_args *a, int argc, char **argv) {
     if (a->text && !a->tokenizer) return usage_error(CMD, "--text needs --tokenizer");
     if (a->tokens && a->tokenizer) return usage_error(CMD, "--tokenizer goes with --text, not with --tokens");
     if (a->attn_bits == 1) return usage_error(CMD, "--attn-bits: expected 0 (off) or 2 to 16, got '1'");
+    if (a->by_position && a->stride)
+        return usage_error(CMD, "--by-position lays the windows end to end (stride = window): --stride does not apply");
     if (a->window && a->stride > a->window)
         return usage_error(CMD, "--stride %lld exceeds --window %lld", (long long)a->stride, (long long)a->window);
     return EXIT_OK;
@@ -298,7 +342,7 @@ static int resolve_window(ppl_args *a, const dtx_config *c) {
     if (a->stride > a->window)
         return runtime_error(CMD, "--stride %lld exceeds the window, the model's max_seq_len %lld",
                              (long long)a->stride, (long long)a->window);
-    if (!a->stride) a->stride = a->window / 2 > 0 ? a->window / 2 : 1;
+    if (!a->stride) a->stride = a->by_position ? a->window : a->window / 2 > 0 ? a->window / 2 : 1;
     return EXIT_OK;
 }
 
@@ -310,11 +354,13 @@ static int run(ppl_args *a, dtx_model *m) {
         return lib_error(CMD);
     corpus cp;
     ppl_result r;
+    memset(&r, 0, sizeof r);
     rc = read_corpus(a, c, &cp);
-    if (rc == EXIT_OK) rc = score_windows(m, &cp, a->window, a->stride, &r);
+    if (rc == EXIT_OK) rc = score_windows(m, &cp, a->window, a->stride, a->by_position, &r);
     /* the JSON first: a failure to write it is then the only line printed */
     if (rc == EXIT_OK && a->json) rc = write_json(a, m, &cp, &r);
     if (rc == EXIT_OK) print_result(a, m, &cp, &r);
+    free(r.pos_nll), free(r.pos_n);
     free(cp.ids);
     return rc;
 }

@@ -1,5 +1,6 @@
-/* The ranks of a data-parallel run and the one collective training needs:
- * an in-place sum over every rank (all-reduce). A NULL communicator is one
+/* The ranks of a data-parallel run and the collectives training needs:
+ * in-place sums over every rank (all-reduce, and ZeRO-1's reduce-scatter
+ * and all-gather). A NULL communicator is one
  * rank, and every call on it returns at once. "local" ranks are threads of
  * one process sharing memory (each rank's trainer on its own thread): the
  * transport the tests use to check that the number of ranks changes nothing

@@ -128,6 +128,8 @@ dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm, int zero1, size_
     if (t->opt) return dtx_fail(DTX_ERR_ARG, "the ranks are set before the model and optimizer");
     t->comm = comm;
     t->zero1 = zero1 && n > 1;
+    grad_sync_close(t->sync);
+    t->sync = NULL;
     return n > 1 ? grad_sync_open(&t->sync, comm, grad_bucket) : DTX_OK;
 }
 

@@ -4,7 +4,8 @@
  * computation here (each target's window worked out in closed form, the
  * library's forward, log-softmax in double); a text gives the same NLL as
  * its ids and bits per byte from its length; 16-bit attention logits are
- * close to unquantised and 4-bit ones are not; bad flags and files give one
+ * close to unquantised and 4-bit ones are not; --by-position's loss by
+ * context length equals one worked out here; bad flags and files give one
  * line and exit 2 (usage) or 1 (runtime). */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -183,6 +184,69 @@ TEST(eval_ppl_cli_sliding_window_matches_reference) {
     }
 }
 
+/* --by-position: windows end to end; the NLL at position p of a window is
+ * `difftx score`'s story for its first p + 1 tokens, worked out here by
+ * the library's forward on each window's prefix: per position the mean
+ * over windows (the last, partial window counts where it reaches), and the
+ * cumulative mean; the last cumulative value is the file's mean NLL. */
+TEST(eval_ppl_cli_by_position) {
+    enum { W = 8, N = 2 * W + 5 }; /* windows [0, 8), [8, 16), [16, 20): 8, 8 and 4 targets */
+    int32_t ids[N];
+    for (int arch = 0; arch < 2; arch++) {
+        const char *mp = model_file("bypos.safetensors", (dtx_arch)arch, 16);
+        const char *tp = ids_file("bypos.txt", ids, N, 16, 31 + (uint64_t)arch);
+        REQUIRE(mp && tp);
+        dtx_model *m = NULL;
+        REQUIRE(dtx_model_load(&m, mp) == DTX_OK);
+        /* the reference: each target's NLL from a forward over its window's tokens up to it */
+        double sum[W] = {0}, want_cum[W];
+        int64_t cnt[W] = {0};
+        dtx_real logits[W * 16];
+        for (int64_t j = 1; j < N; j++) {
+            int64_t b = (j - 1) / W * W, p = j - b; /* p tokens of context: x[b .. j) */
+            double l = NAN;
+            REQUIRE(dtx_model_forward(m, ids + b, NULL, 1, p, logits, NULL) == DTX_OK);
+            const dtx_real *row = logits + (p - 1) * 16;
+            double mx = -INFINITY, z = 0;
+            for (int v = 0; v < 16; v++) mx = fmax(mx, row[v]);
+            for (int v = 0; v < 16; v++) z += exp(row[v] - mx);
+            l = mx + log(z) - row[ids[j]];
+            sum[p - 1] += l, cnt[p - 1]++;
+        }
+        double run = 0;
+        int64_t seen = 0;
+        for (int p = 0; p < W; p++) run += sum[p], seen += cnt[p], want_cum[p] = run / (double)seen;
+        char tok_arg[512];
+        snprintf(tok_arg, sizeof tok_arg, "--tokens '%s'", tp);
+        char extra[64];
+        snprintf(extra, sizeof extra, "--window %d --by-position", W);
+        cJSON *j = ppl_json(mp, tok_arg, extra);
+        REQUIRE(j);
+        CHECK(json_num(j, "stride") == W && json_num(j, "windows") == 3 && json_num(j, "tokens") == N - 1);
+        const cJSON *bp = cJSON_GetObjectItemCaseSensitive(j, "by_position");
+        const cJSON *pos = cJSON_GetObjectItemCaseSensitive(bp, "position"), *tok = cJSON_GetObjectItemCaseSensitive(bp, "tokens");
+        const cJSON *nll = cJSON_GetObjectItemCaseSensitive(bp, "nll"), *cum = cJSON_GetObjectItemCaseSensitive(bp, "cumulative");
+        REQUIREF(cJSON_GetArraySize(pos) == W && cJSON_GetArraySize(tok) == W && cJSON_GetArraySize(nll) == W &&
+                     cJSON_GetArraySize(cum) == W, "arrays of %d positions", cJSON_GetArraySize(pos));
+        for (int p = 0; p < W; p++) {
+            double mean = sum[p] / (double)cnt[p];
+            CHECK(cJSON_GetArrayItem(pos, p)->valuedouble == p + 1);
+            CHECKF(cJSON_GetArrayItem(tok, p)->valuedouble == (p < 4 ? 3 : 2), "position %d: %g targets", p + 1,
+                   cJSON_GetArrayItem(tok, p)->valuedouble);
+            CHECKF(fabs(cJSON_GetArrayItem(nll, p)->valuedouble - mean) <= 1e-5 * mean, "arch %d position %d: %.9g vs %.9g",
+                   arch, p + 1, cJSON_GetArrayItem(nll, p)->valuedouble, mean);
+            CHECKF(fabs(cJSON_GetArrayItem(cum, p)->valuedouble - want_cum[p]) <= 1e-5 * want_cum[p],
+                   "arch %d cumulative %d: %.9g vs %.9g", arch, p + 1, cJSON_GetArrayItem(cum, p)->valuedouble, want_cum[p]);
+        }
+        CHECK(fabs(cJSON_GetArrayItem(cum, W - 1)->valuedouble - json_num(j, "nll")) <= 1e-9 * json_num(j, "nll"));
+        /* the readable table: positions 1, 2, 4, 8 */
+        CHECKF(cli_has("by position") && cli_has("\n         1   ") && cli_has("\n         8   ") &&
+                   !cli_has("\n         3   "), "%s", cli_out);
+        cJSON_Delete(j);
+        dtx_model_free(m);
+    }
+}
+
 /* The AR-hit slice, by brute force: target j of the window [b, e) is a hit
  * when its bigram (ids[j − 1], ids[j]) occurs at some s with b <= s and
  * s + 1 <= j − 1 (inside the inputs before it). */
@@ -328,6 +392,7 @@ TEST(eval_ppl_cli_bad_flags_and_files) {
     CHECK_ERR(2, cli("eval ppl --model '%s' --tokens '%s' --window 0", mp, tp), "--window");
     CHECK_ERR(2, cli("eval ppl --model '%s' --tokens '%s' --window 8 --stride 9", mp, tp), "exceeds --window 8");
     CHECK_ERR(2, cli("eval ppl --model '%s' --tokens '%s' --stride 2x", mp, tp), "--stride");
+    CHECK_ERR(2, cli("eval ppl --model '%s' --tokens '%s' --by-position --stride 4", mp, tp), "end to end");
     CHECK_ERR(2, cli("eval ppl --model '%s' --tokens '%s' --max-tokens 0", mp, tp), "--max-tokens");
     CHECK_ERR(2, cli("eval ppl --model '%s' --tokens '%s' --bogus 1", mp, tp), "unknown flag");
     /* runtime: exit 1 */

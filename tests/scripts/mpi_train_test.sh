@@ -3,7 +3,8 @@
 # ranks train the model one rank does (the same losses and validation to
 # fp32 rounding, the same final model to the sums' order), rank 0 alone
 # writes the log, the checkpoints and the model; a run stopped under 2 ranks
-# resumes under 1 to the uninterrupted run's end; the same with --zero1
+# resumes under 1 to the uninterrupted run's end, and one stopped under 1
+# resumes under 2 (plain and ZeRO-1); the same with --zero1
 # (sharded AdamW moments, a checkpoint of the whole state) and with the
 # gradient summed in buckets during the backward; a rank out of memory or
 # killed stops every rank, named, leaving whole checkpoints that resume; a
@@ -92,6 +93,18 @@ check stop_after_writes_one_checkpoint_set [ "$(ls "$tmp/ck" | wc -l)" -ge 1 ]
 grep -v resumed_from "$tmp/r.jsonl" | grep -v checkpoint > "$tmp/r.clean.jsonl"
 grep -v checkpoint "$tmp/one.jsonl" > "$tmp/one.clean.jsonl"
 check resume_under_other_ranks close_logs "$tmp/one.clean.jsonl" "$tmp/r.clean.jsonl"
+
+# stopped under 1 rank, resumed under 2 (plain, and with ZeRO-1 sharding the whole optimizer it reads):
+# the uninterrupted run's log
+for z in plain zero1; do
+    uk=(--ckpt-every 2 --ckpt-dir "$tmp/uk-$z")
+    "$bin" train "${args[@]}" "${uk[@]}" --stop-after 4 --log "$tmp/u-$z.jsonl" --out "$tmp/u-$z.safetensors" \
+        > "$tmp/u1-$z.out" 2>&1
+    "${mpi[@]}" 2 "$bin" train "${args[@]}" "${uk[@]}" $([ $z = zero1 ] && echo --zero1) --resume \
+        --log "$tmp/u-$z.jsonl" --out "$tmp/u-$z.safetensors" > "$tmp/u2-$z.out" 2>&1
+    grep -v resumed_from "$tmp/u-$z.jsonl" | grep -v checkpoint > "$tmp/u-$z.clean.jsonl"
+    check "resume_one_to_two_ranks_$z" close_logs "$tmp/one.clean.jsonl" "$tmp/u-$z.clean.jsonl"
+done
 
 # ZeRO-1: the same log as one rank; its checkpoint (the whole optimizer) resumes under one rank
 "${mpi[@]}" 2 "$bin" train "${args[@]}" --zero1 --log "$tmp/z.jsonl" --out "$tmp/z.safetensors" > "$tmp/z.out" 2>&1
