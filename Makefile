@@ -106,14 +106,15 @@ demo:
 
 # The paper's measurements on small models trained here (scripts/reproduce.sh
 # --help, docs/reproduce.md), in named stages, each cached per model and
-# resumable: STAGE=main (the default: under 90 minutes on 2 cores, 79 min
-# measured; QUICK=1 9 min) writes runs/reproduce/REPORT.md (and REPORT.md at
-# the top for the full run); STAGE=induction (scripts/induction.sh: the
-# induction study, about 140 minutes; QUICK=1 about 12) writes
-# runs/reproduce/induction/INDUCTION.md; STAGE=scaling-lr then STAGE=scaling
-# (scripts/scaling.sh: plain language modelling, each arch at its own lr, 4
-# sizes x 3 seeds; about 50 and 125 minutes) writes
-# runs/reproduce/scaling/SCALING.md.
+# resumable: STAGE=main (the default: 79 min measured on 2 cores before the
+# quantised-model evaluations were added; QUICK=1 13 min) writes
+# runs/reproduce/REPORT.md (and REPORT.md at the top for the full run);
+# STAGE=induction (scripts/induction.sh: the induction study, about 140
+# minutes; QUICK=1 12) writes runs/reproduce/induction/INDUCTION.md;
+# STAGE=scaling-lr then STAGE=scaling (scripts/scaling.sh: plain language
+# modelling, each arch at its own lr, 4 sizes x 3 seeds; about 50 and 125
+# minutes; QUICK=1 3 and 3) writes runs/reproduce/scaling/SCALING.md.
+# (QUICK times measured 2026-12-01 on an idle 2-core AMD EPYC, AVX2.)
 STAGE ?= main
 reproduce:
 	@case "$(STAGE)" in main) scripts/reproduce.sh ;; induction) scripts/induction.sh ;; \

@@ -76,11 +76,11 @@ bin=${DIFFTX_BIN:-$root/build/difftx}
 # ---- the recipe's settings (everything that decides a result is here)
 if [ $quick = 1 ]; then
     run=${dir:-runs/reproduce/quick}
-    vocab=2048 seq=256 batch=8 steps=600 layers=3
+    vocab=2048 seq=256 batch=8 steps=400 layers=3
     dims=(128)                 # DIFF heads = dim / 32 (head width 16), baseline twice as many
     head_width=16
     samples=10 mass_samples=10 outlier_tokens=16384 ppl_tokens=30000 quant_samples=10 quant_tokens=10000
-    heat_grid=2x1 lengths=152,184,216,248 needle_max=3 warm_steps=${WARM_STEPS:-300}
+    heat_grid=2x1 lengths=152,184,216,248 needle_max=3 warm_steps=${WARM_STEPS:-250}
 else
     run=${dir:-runs/reproduce}
     vocab=4096 seq=512 batch=4 steps=2500 layers=4
