@@ -107,8 +107,8 @@ demo:
 # The paper's measurements on small models trained here (scripts/reproduce.sh
 # --help, docs/reproduce.md), in named stages, each cached per model and
 # resumable: STAGE=main-train then STAGE=main (the default; the training
-# about 106 min on 2 cores by the logs' clocks, then the evaluations;
-# QUICK=1 13 min in all) writes
+# about 106 min on 2 cores by the logs' clocks, then the evaluations, 31 min
+# measured; QUICK=1 13 min in all) writes
 # runs/reproduce/REPORT.md (and REPORT.md at the top for the full run);
 # STAGE=induction (scripts/induction.sh: the induction study, about 140
 # minutes; QUICK=1 12) writes runs/reproduce/induction/INDUCTION.md;

@@ -10,8 +10,9 @@
 # --train-only (make reproduce STAGE=main-train) trains every model and
 # stops before the evaluations: on 2 cores the training takes about 106
 # minutes (the logs' clocks, the two archs side by side) and the
-# evaluations and report the rest, so the stage runs in two parts of under
-# 150 minutes each; a run without it trains what is missing first.
+# evaluations and report 31 (measured from scratch), so the stage runs in
+# two parts well under 150 minutes each; a run without it trains what is
+# missing first.
 #
 # The recipe (docs/reproduce.md has the why of each choice):
 #   data      the State of the Union corpus (make data): speeches in train/ and
