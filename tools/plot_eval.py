@@ -49,6 +49,38 @@ def fail(msg, code):
     sys.exit(code)
 
 
+ARCH_NAME = {"diff": "DIFF", "transformer": "Transformer"}
+
+
+def arch_name(js):
+    return ARCH_NAME.get(js.get("arch"), js.get("arch", "?"))
+
+
+def pyplot():
+    """matplotlib's pyplot, drawing to files only."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def save(fig, out, dpi):
+    """Writes the figure to out atomically (a temporary name, then renamed) and closes it."""
+    import matplotlib.pyplot as plt
+    tmp = f"{out}.tmp.{os.getpid()}.png"
+    try:
+        fig.savefig(tmp, dpi=dpi)
+        os.replace(tmp, out)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise InputError(f"cannot write {out}: {e}")
+    finally:
+        plt.close(fig)
+
+
 def load_json(path):
     try:
         with open(path, encoding="utf-8") as f:
@@ -126,9 +158,7 @@ def draw_panel(ax, title, rows, kind, tokens, vmax_prob):
 
 def plot_attn_map(paths, out, title=None, dpi=150):
     """One row of panels: every panel of every file, in order."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     files = [read_attn_map(p) for p in paths]
     panels = [(t, rows, kind, toks) for ps, toks in files for (t, rows, kind) in ps]
@@ -142,18 +172,7 @@ def plot_attn_map(paths, out, title=None, dpi=150):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    tmp = f"{out}.tmp.{os.getpid()}.png"
-    try:
-        fig.savefig(tmp, dpi=dpi)
-        os.replace(tmp, out)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise InputError(f"cannot write {out}: {e}")
-    finally:
-        plt.close(fig)
+    save(fig, out, dpi)
 
 
 def cmd_attn_map(args):
@@ -189,9 +208,7 @@ def read_needle(path, grid):
 
 
 def plot_needle_heatmap(paths, out, grid=None, dpi=150):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     data = [read_needle(p, grid) for p in paths]
     fig, axes = plt.subplots(1, len(data), figsize=(4.6 * len(data) + 1, 4), squeeze=False, constrained_layout=True)
     im = None
@@ -206,15 +223,9 @@ def plot_needle_heatmap(paths, out, grid=None, dpi=150):
         ax.set_xlabel("context length (tokens)")
         if ax is axes[0][0]:
             ax.set_ylabel("answer depth")
-        name = {"diff": "DIFF", "transformer": "Transformer"}.get(js.get("arch"), js.get("arch", "?"))
-        ax.set_title(f"{name}: N = {g[0]}, R = {g[1]}")
+        ax.set_title(f"{arch_name(js)}: N = {g[0]}, R = {g[1]}")
     fig.colorbar(im, ax=list(axes[0]), shrink=0.8, label="per-query accuracy")
-    try:
-        fig.savefig(out, dpi=dpi)
-    except OSError as e:
-        raise InputError(f"cannot write {out}: {e}")
-    finally:
-        plt.close(fig)
+    save(fig, out, dpi)
 
 
 def cmd_needle_heatmap(args):
@@ -246,14 +257,12 @@ def read_by_position(path):
 
 
 def plot_by_position(paths, out, dpi=150):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     data = [read_by_position(p) for p in paths]
     fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
     colour = {"diff": "tab:red", "transformer": "tab:blue"}
     for path, (js, pos, cum) in zip(paths, data):
-        name = {"diff": "DIFF", "transformer": "Transformer"}.get(js.get("arch"), js.get("arch", "?"))
+        name = arch_name(js)
         ax.plot(pos, cum, color=colour.get(js.get("arch")), alpha=0.8,
                 label=f"{name} ({os.path.basename(path)})" if len(paths) > 2 else name)
     ax.set_xscale("log", base=2)
@@ -261,12 +270,7 @@ def plot_by_position(paths, out, dpi=150):
     ax.set_ylabel("cumulative mean NLL (nats)")
     ax.set_title("loss by position")
     ax.legend(fontsize=7)
-    try:
-        fig.savefig(out, dpi=dpi)
-    except OSError as e:
-        raise InputError(f"cannot write {out}: {e}")
-    finally:
-        plt.close(fig)
+    save(fig, out, dpi)
 
 
 def cmd_by_position(args):

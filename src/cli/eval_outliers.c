@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
 #include "cli/flags.h"
@@ -81,20 +80,15 @@ static int read_input(const outl_args *a, const dtx_config *c, int32_t **ids, in
 
 /* ------------------------------------------------------------ measurement */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int measure(dtx_model *m, const int32_t *ids, outl_result *r) {
-    double t0 = now_s();
+    double t0 = dtx_now_s();
     for (int64_t w = 0; w < r->windows; w++) {
         if (dtx_model_forward(m, ids + w * r->window, NULL, 1, r->window, NULL, NULL) != DTX_OK ||
             dtx_probe_add_logits(m, &r->logits) != DTX_OK || dtx_probe_add_hidden(m, &r->hidden) != DTX_OK)
             return lib_error(CMD);
     }
-    r->seconds = now_s() - t0;
+    r->seconds = dtx_now_s() - t0;
     return EXIT_OK;
 }
 

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/common.h"
@@ -54,11 +53,6 @@ typedef struct {
     int precision, no_bos, special;
 } gen_args;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* All of stdin; NULL (after the message) on failure. */
 static char *read_stdin(size_t *len) {
@@ -135,9 +129,9 @@ static int generate(dtx_model *m, const dtx_tokenizer *t, const gen_args *a, con
     dtx_sample_rng rng;
     dtx_sample_rng_seed(&rng, a->seed);
     int rc = EXIT_OK, last = '\n';
-    double t0 = now_s();
+    double t0 = dtx_now_s();
     if (dtx_model_prefill(m, cache, prompt, n, logits) != DTX_OK) rc = lib_error(CMD);
-    double t1 = now_s(), t2 = t1;
+    double t1 = dtx_now_s(), t2 = t1;
     int64_t generated = 0, decoded = 0;
     while (rc == EXIT_OK) {
         int32_t tok;
@@ -153,7 +147,7 @@ static int generate(dtx_model *m, const dtx_tokenizer *t, const gen_args *a, con
             break;
         }
         decoded++;
-        t2 = now_s();
+        t2 = dtx_now_s();
     }
     dtx_kvcache_free(cache);
     free(logits);

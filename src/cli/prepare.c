@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -43,11 +42,6 @@ static const char USAGE[] =
     "  --append-eos      end every document with <|eos|> (<|endoftext|> for\n"
     "                    cl100k_base); without it documents are concatenated\n";
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ------------------------------------------------------------ inputs */
 
@@ -169,7 +163,7 @@ static int encode_all(const dtx_tokenizer *t, const strlist *files, dtx_shard_wr
             nd++;
         }
         /* encode it */
-        double t0 = now_s();
+        double t0 = dtx_now_s();
         if (!rc) {
 #pragma omp parallel for schedule(dynamic, 1)
             for (long i = 0; i < (long)nd; i++) {
@@ -178,7 +172,7 @@ static int encode_all(const dtx_tokenizer *t, const strlist *files, dtx_shard_wr
                 if (d->st) snprintf(d->err, sizeof d->err, "%s", dtx_last_error());
             }
         }
-        tot->encode_s += now_s() - t0;
+        tot->encode_s += dtx_now_s() - t0;
         /* write it, in order */
         for (size_t i = 0; i < nd && !rc; i++) {
             doc *d = &docs[i];
@@ -235,7 +229,7 @@ static int take_inputs(int argc, char **argv, strlist *inputs, char **rest, int 
 }
 
 static int run(const char *tok_path, const strlist *inputs, const char *out, int append_eos) {
-    double t_start = now_s();
+    double t_start = dtx_now_s();
     dtx_tokenizer *t = NULL;
     if (dtx_tokenizer_load(&t, tok_path) != DTX_OK) return lib_error(CMD);
     int32_t eos = -1;
@@ -274,7 +268,7 @@ static int run(const char *tok_path, const strlist *inputs, const char *out, int
 #ifdef _OPENMP
         threads = omp_get_max_threads();
 #endif
-        double total_s = now_s() - t_start;
+        double total_s = dtx_now_s() - t_start;
         char eos_note[64] = "";
         if (eos_name) snprintf(eos_note, sizeof eos_note, ", each ended by %s = %ld", eos_name, (long)eos);
         printf("%lld document%s, %zu bytes -> %lld tokens (%.3f bytes/token)%s\n", (long long)tot.docs,

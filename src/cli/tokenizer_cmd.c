@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/common.h"
 #include "cli/flags.h"
@@ -72,11 +71,6 @@ static const char USAGE_INFO[] =
     "\n"
     "  --json   one JSON object instead of text\n";
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* The whole of f (binary); NULL with a message on failure. */
 static char *read_stream(const char *cmd, FILE *f, const char *name, size_t *len) {
@@ -169,12 +163,12 @@ static int sub_train(int argc, char **argv) {
     if (rc < 0 && n_in == 0) rc = usage_error(cmd, "--input is required (a text file or a folder)");
     if (rc < 0 && !out) rc = usage_error(cmd, "--out is required");
     if (rc < 0) {
-        double t0 = now_s();
+        double t0 = dtx_now_s();
         dtx_tokenizer *t = NULL;
         if (dtx_tokenizer_train(&t, inputs, n_in, vocab) != DTX_OK) {
             rc = lib_error(cmd);
         } else {
-            double secs = now_s() - t0;
+            double secs = dtx_now_s() - t0;
             if (dtx_tokenizer_save(t, out) != DTX_OK) {
                 rc = lib_error(cmd);
             } else {
@@ -252,12 +246,12 @@ static int sub_encode(int argc, char **argv) {
     }
     int32_t *ids = NULL;
     int64_t n = 0;
-    double t0 = now_s();
+    double t0 = dtx_now_s();
     int rc;
     if (dtx_tokenizer_encode(t, buf, len, special ? DTX_ENCODE_SPECIAL : DTX_ENCODE_ORDINARY, &ids, &n) != DTX_OK) {
         rc = lib_error(cmd);
     } else {
-        double secs = now_s() - t0;
+        double secs = dtx_now_s() - t0;
         if (stats)
             fprintf(stderr, "%zu bytes -> %lld tokens (%.3f bytes/token) in %.3f s, %.1f MB/s\n", len, (long long)n,
                     n ? (double)len / (double)n : 0.0, secs, secs > 0 ? len / secs / 1e6 : 0.0);

@@ -17,11 +17,11 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "train/trainer.h"
 #include "cli/cli.h"
+#include "common/common.h"
 #include "cli/flags.h"
 #include "difftx.h"
 #include "train/checkpoint.h"
@@ -277,11 +277,6 @@ static int make_dirs(const char *dir, char *bad, size_t cap) {
     return 0;
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ---------------------------------------------------------------- signals */
 
@@ -696,11 +691,11 @@ static int write_ckpt(train_state *s, const train_args *a, int64_t step) {
     ckpt_path(path, sizeof path, a->ckpt_dir, step);
     static run_meta r;
     build_run_meta(&r, s, a);
-    double t = now_s();
+    double t = dtx_now_s();
     g_writing = 1;
     dtx_status st = dtx_trainer_checkpoint(&s->tr, path, r.keys, r.values, N_RUN_META);
     g_writing = 0;
-    s->last_ckpt_s = now_s() - t;
+    s->last_ckpt_s = dtx_now_s() - t;
     if (st != DTX_OK) {
         char why[1024];
         snprintf(why, sizeof why, "%s", dtx_last_error());
@@ -744,7 +739,7 @@ enum { LOOP_DONE = 0, LOOP_STOPPED = -2 };
  * checkpoint written). */
 static int train_loop(train_state *s, const train_args *a) {
     const double tokens_per_step = (double)(a->batch * a->seq * a->accum);
-    s->t0 = s->t_line = now_s();
+    s->t0 = s->t_line = dtx_now_s();
     s->line_step = s->start_step;
     if (a->stop_after > 0 && a->stop_after <= s->start_step) {
         say(s, "already at step %lld, not before --stop-after %lld: nothing to do\n", (long long)s->start_step,
@@ -761,7 +756,7 @@ static int train_loop(train_state *s, const train_args *a) {
                         (long long)(step - 1), s->last_ckpt);
             return 128 + (g_signal ? g_signal : SIGINT);
         }
-        double t_step = now_s();
+        double t_step = dtx_now_s();
         dtx_step_stats st;
         dtx_step_result sr = dtx_trainer_step(&s->tr, &st);
         if (sr == DTX_STEP_INTERRUPTED) {
@@ -779,7 +774,7 @@ static int train_loop(train_state *s, const train_args *a) {
         if (sr == DTX_STEP_GRAD_NONFINITE) return stop_nonfinite(s, a, step, "the gradient norm", "not finite", loss);
         s->last_loss = loss;
         s->last_lr = lr;
-        double now = now_s();
+        double now = dtx_now_s();
         char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], copy[256] = "";
         if (cs.n_first && cs.n_repeat) /* the induction score's parts (docs/training.md) */
             snprintf(copy, sizeof copy, ",\"copy_rows\":%lld,\"copy_first\":%s,\"copy_repeat\":%s",
@@ -805,7 +800,7 @@ static int train_loop(train_state *s, const train_args *a) {
             if (er == DTX_STEP_DONE) {
                 say(s, "eval step %lld  val_loss %.4f\n", (long long)step, val);
                 rc = log_json(s, a, "{\"step\":%lld,\"val_loss\":%s,\"elapsed_s\":%.3f}", (long long)step,
-                              jnum(b4, sizeof b4, val), now_s() - s->t0);
+                              jnum(b4, sizeof b4, val), dtx_now_s() - s->t0);
                 if (rc != EXIT_OK) return rc;
             }
         }
@@ -824,7 +819,7 @@ static int train_loop(train_state *s, const train_args *a) {
         }
     }
     /* leave the final state on the screen */
-    if (s->bar && a->steps > s->start_step) draw_bar(s, a, a->steps, s->last_loss, s->last_lr, now_s());
+    if (s->bar && a->steps > s->start_step) draw_bar(s, a, a->steps, s->last_loss, s->last_lr, dtx_now_s());
     bar_break(s);
     return LOOP_DONE;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -214,4 +215,10 @@ const char *dtx_format_real(double v, char *buf, size_t cap) {
         if (strtod(buf, NULL) == v) break;
     }
     return buf;
+}
+
+double dtx_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

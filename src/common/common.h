@@ -12,6 +12,9 @@
 
 typedef dtx_real real;
 
+/* Seconds on a monotonic clock (for intervals). */
+double dtx_now_s(void);
+
 /* Record a one-line message for dtx_last_error() and return st. */
 dtx_status dtx_fail(dtx_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void dtx_clear_error(void);

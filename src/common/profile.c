@@ -11,12 +11,6 @@ static long calls[DTX_PROF_N][2];
 static const char *const names[DTX_PROF_N] = {"matmul", "attention", "rmsnorm", "rope", "swiglu",
                                               "residual", "embedding", "loss", "optimizer"};
 
-double dtx_prof_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void dtx_prof_add(dtx_prof_op op, int backward, double seconds) {
     totals[op][backward != 0] += seconds;
     calls[op][backward != 0]++;

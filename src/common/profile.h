@@ -4,6 +4,8 @@
 #ifndef DTX_PROFILE_H
 #define DTX_PROFILE_H
 
+#include "common/common.h"
+
 typedef enum {
     DTX_PROF_MATMUL,
     DTX_PROF_ATTENTION,
@@ -18,15 +20,14 @@ typedef enum {
 } dtx_prof_op;
 
 extern int dtx_prof_enabled;
-double dtx_prof_now(void);
 void dtx_prof_add(dtx_prof_op op, int backward, double seconds);
 
 #define DTX_PROF(op, bwd, call)                                   \
     do {                                                          \
         if (dtx_prof_enabled) {                                   \
-            double t0_ = dtx_prof_now();                          \
+            double t0_ = dtx_now_s();                          \
             call;                                                 \
-            dtx_prof_add((op), (bwd), dtx_prof_now() - t0_);      \
+            dtx_prof_add((op), (bwd), dtx_now_s() - t0_);      \
         } else {                                                  \
             call;                                                 \
         }                                                         \

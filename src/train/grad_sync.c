@@ -5,7 +5,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "common/common.h"
 
@@ -34,11 +33,6 @@ struct grad_sync {
     pthread_cond_t posted, done;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* One bucket's collective; records the first failure (the caller holds no lock). */
 static void sum_bucket(grad_sync *s, size_t lo, size_t hi, dtx_status *st, char *err, size_t cap) {
@@ -57,9 +51,9 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&s->mu);
         dtx_status st = DTX_OK;
         char err[512];
-        double t0 = now_s();
+        double t0 = dtx_now_s();
         sum_bucket(s, lo, hi, &st, err, sizeof err);
-        double dt = now_s() - t0;
+        double dt = dtx_now_s() - t0;
         pthread_mutex_lock(&s->mu);
         s->sum_s += dt;
         if (st && !s->st) s->st = st, snprintf(s->err, sizeof s->err, "%s", err);
@@ -101,16 +95,16 @@ static void post(grad_sync *s) {
     if (lo == hi) return;
     s->pend_hi = lo;
     if (!s->threaded) {
-        double t0 = now_s();
+        double t0 = dtx_now_s();
         sum_bucket(s, lo, hi, &s->st, s->err, sizeof s->err);
-        s->wait_s += now_s() - t0, s->sum_s += now_s() - t0;
+        s->wait_s += dtx_now_s() - t0, s->sum_s += dtx_now_s() - t0;
         return;
     }
     pthread_mutex_lock(&s->mu);
     if (s->tail - s->head == QUEUE) {
-        double t0 = now_s();
+        double t0 = dtx_now_s();
         while (s->tail - s->head == QUEUE) pthread_cond_wait(&s->done, &s->mu);
-        s->wait_s += now_s() - t0;
+        s->wait_s += dtx_now_s() - t0;
     }
     s->q[2 * (s->tail % QUEUE)] = lo, s->q[2 * (s->tail % QUEUE) + 1] = hi;
     s->tail++;
@@ -131,11 +125,11 @@ dtx_status grad_sync_end(grad_sync *s, double *wait_s, double *sum_s) {
     s->pend_lo = 0; /* what was not reported yet (all of it, without the hook) */
     post(s);
     if (s->threaded) {
-        double t0 = now_s();
+        double t0 = dtx_now_s();
         pthread_mutex_lock(&s->mu);
         while (s->head != s->tail) pthread_cond_wait(&s->done, &s->mu);
         pthread_mutex_unlock(&s->mu);
-        s->wait_s += now_s() - t0;
+        s->wait_s += dtx_now_s() - t0;
     }
     *wait_s = s->wait_s, *sum_s = s->sum_s;
     return s->st ? dtx_fail(s->st, "%s", s->err) : DTX_OK;

@@ -4,7 +4,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/common.h"
 #include "train/checkpoint.h"
@@ -135,11 +134,6 @@ dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm, int zero1, size_
 
 /* Whether any rank has been asked to stop: every rank answers the same, so
  * all of them abandon the step (or none does). */
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int stopping(dtx_trainer *t) {
     double s = t->stop && *t->stop;
@@ -193,17 +187,19 @@ static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *lo
         dtx_model_on_grads_ready(t->model, NULL, NULL);
         /* a rank that fails here leaves the others waiting in a sum: its caller stops them all (dtx_comm_abort) */
         if (st) return DTX_STEP_ERROR;
-        double wait;
-        if (last && grad_sync_end(t->sync, &wait, grad_sum_s)) return DTX_STEP_ERROR;
-        if (last) *comm_s += wait;
+        if (last) {
+            double wait;
+            if (grad_sync_end(t->sync, &wait, grad_sum_s)) return DTX_STEP_ERROR;
+            *comm_s += wait;
+        }
         sum += l;
         if (copies) copy_score_add(cs, t->tok_loss, period, b, T);
     }
     if (ranks > 1) {
         double v[6] = {sum, cs->first, cs->repeat, (double)cs->n_first, (double)cs->n_repeat, (double)cs->rows};
-        double t0 = now_s();
+        double t0 = dtx_now_s();
         if (dtx_comm_allreduce_f64(t->comm, v, 6)) return DTX_STEP_ERROR;
-        *comm_s += now_s() - t0;
+        *comm_s += dtx_now_s() - t0;
         sum = v[0] / ranks, cs->first = v[1], cs->repeat = v[2];
         cs->n_first = (int64_t)v[3], cs->n_repeat = (int64_t)v[4], cs->rows = (int64_t)v[5];
     }
@@ -231,13 +227,13 @@ dtx_step_result dtx_trainer_step(dtx_trainer *t, dtx_step_stats *s) {
     if (!t->zero1) {
         if (dtx_optimizer_step(t->opt, &s->grad_norm, &s->lr)) return DTX_STEP_GRAD_NONFINITE;
     } else { /* each rank's shard, clipped by the whole gradient's norm; then every rank gets every update */
-        double sq = dtx_optimizer_shard_grad_sq(t->opt), t0 = now_s();
+        double sq = dtx_optimizer_shard_grad_sq(t->opt), t0 = dtx_now_s();
         if (dtx_comm_allreduce_f64(t->comm, &sq, 1)) return DTX_STEP_ERROR;
-        s->comm_s += now_s() - t0;
+        s->comm_s += dtx_now_s() - t0;
         if (dtx_optimizer_step_norm(t->opt, sqrt(sq), &s->grad_norm, &s->lr)) return DTX_STEP_GRAD_NONFINITE;
-        t0 = now_s();
+        t0 = dtx_now_s();
         if (dtx_comm_allgather_real(t->comm, dtx_model_params(t->model), t->at)) return DTX_STEP_ERROR;
-        s->comm_s += now_s() - t0;
+        s->comm_s += dtx_now_s() - t0;
     }
     t->step = step;
     return DTX_STEP_DONE;

@@ -119,6 +119,14 @@ TEST(eval_ppl_cli_short_file_matches_score) {
 
 /* ------------------------------------------------------------ sliding */
 
+/* −log softmax(row)[target], in double. */
+static double row_nll(const dtx_real *row, int64_t V, int32_t target) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t v = 0; v < V; v++) mx = fmax(mx, row[v]);
+    for (int64_t v = 0; v < V; v++) sum += exp(row[v] - mx);
+    return mx + log(sum) - row[target];
+}
+
 /* The reference: target j (1 <= j < n) belongs to the window ending at e(j):
  * W when j <= W, else W + S·ceil((j − W) / S), clamped to n − 1; the window
  * starts at max(0, e − W). Sums −log softmax at position j − b − 1. */
@@ -137,11 +145,7 @@ static double reference_nll(dtx_model *m, const int32_t *ids, int64_t n, int64_t
             cur_e = e;
             ++*windows;
         }
-        const dtx_real *row = logits + (j - b - 1) * V;
-        double mx = -INFINITY, sum = 0;
-        for (int64_t v = 0; v < V; v++) mx = fmax(mx, row[v]);
-        for (int64_t v = 0; v < V; v++) sum += exp(row[v] - mx);
-        total += mx + log(sum) - row[ids[j]];
+        total += row_nll(logits + (j - b - 1) * V, V, ids[j]);
     }
     free(logits);
     return total / (double)(n - 1);
@@ -204,14 +208,8 @@ TEST(eval_ppl_cli_by_position) {
         dtx_real logits[W * 16];
         for (int64_t j = 1; j < N; j++) {
             int64_t b = (j - 1) / W * W, p = j - b; /* p tokens of context: x[b .. j) */
-            double l = NAN;
             REQUIRE(dtx_model_forward(m, ids + b, NULL, 1, p, logits, NULL) == DTX_OK);
-            const dtx_real *row = logits + (p - 1) * 16;
-            double mx = -INFINITY, z = 0;
-            for (int v = 0; v < 16; v++) mx = fmax(mx, row[v]);
-            for (int v = 0; v < 16; v++) z += exp(row[v] - mx);
-            l = mx + log(z) - row[ids[j]];
-            sum[p - 1] += l, cnt[p - 1]++;
+            sum[p - 1] += row_nll(logits + (p - 1) * 16, 16, ids[j]), cnt[p - 1]++;
         }
         double run = 0;
         int64_t seen = 0;
