@@ -114,14 +114,18 @@ demo:
 # minutes; QUICK=1 12) writes runs/reproduce/induction/INDUCTION.md;
 # STAGE=scaling-lr then STAGE=scaling (scripts/scaling.sh: plain language
 # modelling, each arch at its own lr, 4 sizes x 3 seeds; about 50 and 125
-# minutes; QUICK=1 3 and 3) writes runs/reproduce/scaling/SCALING.md.
+# minutes; QUICK=1 3 and 3) writes runs/reproduce/scaling/SCALING.md;
+# STAGE=claims-train then STAGE=claims (scripts/claims.sh: in-context
+# learning, faithfulness and loss by position, continued from the main
+# stage's models) writes runs/reproduce/claims/CLAIMS.md.
 # (QUICK times measured 2026-12-01 on an idle 2-core AMD EPYC, AVX2.)
 STAGE ?= main
 reproduce:
 	@case "$(STAGE)" in main) scripts/reproduce.sh ;; main-train) scripts/reproduce.sh --train-only ;; \
 	  induction) scripts/induction.sh ;; \
 	  scaling-lr) scripts/scaling.sh --lr-only ;; scaling) scripts/scaling.sh ;; \
-	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr or scaling" >&2; exit 2 ;; esac
+	  claims-train) scripts/claims.sh --train-only ;; claims) scripts/claims.sh ;; \
+	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train or claims" >&2; exit 2 ;; esac
 
 # The PyTorch side (needs python3-torch: scripts/setup.sh --torch).
 fixtures:

@@ -26,5 +26,7 @@ int cmd_eval_needle(int argc, char **argv);    /* src/cli/eval_needle.c */
 int cmd_eval_attn_mass(int argc, char **argv); /* src/cli/eval_attn_mass.c */
 int cmd_eval_outliers(int argc, char **argv);  /* src/cli/eval_outliers.c */
 int cmd_eval_attn_map(int argc, char **argv);  /* src/cli/eval_attn_map.c */
+int cmd_eval_icl(int argc, char **argv);       /* src/cli/eval_icl.c */
+int cmd_eval_halluc(int argc, char **argv);    /* src/cli/eval_halluc.c */
 
 #endif

@@ -18,6 +18,8 @@ static const eval_command evals[] = {
     {"attn-mass", cmd_eval_attn_mass, "attention on BOS / answer needle / other context / query"},
     {"outliers", cmd_eval_outliers, "top-k and median of |attention logits| and |hidden states|"},
     {"attn-map", cmd_eval_attn_map, "one prompt's attention maps for a layer and head, as JSON"},
+    {"icl", cmd_eval_icl, "many-shot in-context classification: accuracy by shots, order robustness"},
+    {"halluc", cmd_eval_halluc, "contextual faithfulness: contradicted facts, list every number, absent"},
 };
 enum { N_EVALS = sizeof evals / sizeof evals[0] };
 

@@ -44,7 +44,8 @@ static const char *usage_text(char *buf, size_t cap) {
              "  --out PATH           where to save the final model (safetensors)              [required]\n"
              "  --bf16               save BF16 tensors (default F32)\n"
              "  --init MODEL         continue from the weights of MODEL (fresh optimizer state);\n"
-             "                       the model flags below are then refused\n"
+             "                       the model flags below are then refused, but for --max-seq\n"
+             "                       and --rope-theta (extending the context)\n"
              "  --needle-frac P      replace each batch row, with probability P, by a synthetic\n"
              "                       multi-needle retrieval document of --seq + 1 tokens (0: off;\n"
              "                       docs/eval_needle.md); needs the two flags below\n"
@@ -54,6 +55,12 @@ static const char *usage_text(char *buf, size_t cap) {
              "  --needle-max N       needles per document, 1 to N uniformly (6)\n"
              "  --copy-frac P        make each remaining row, with probability P, a copy document:\n"
              "                       L random ids (16 <= L <= seq/4) repeated to fill it\n"
+             "  --icl-frac P         a further share of rows: in-context classification episodes\n"
+             "                       (docs/eval_icl.md); needs --needle-tokenizer\n"
+             "  --halluc-frac P      a further share: faithfulness documents (list every number,\n"
+             "                       absent cities answered 'none'; docs/eval_halluc.md)\n"
+             "  --fact-frac P        a further share: closed-book fact rows; needle documents then\n"
+             "                       leave out the fact cities\n"
              "\n"
              "model (new models only; defaults in parentheses):\n"
              "  --arch diff|transformer (%s)\n"
@@ -137,12 +144,14 @@ typedef struct {
     int bf16, resume, zero1;
     double bucket_mb;
     char ckpt_dir[4096];
-    double needle_frac, copy_frac;
+    double needle_frac, copy_frac, icl_frac, halluc_frac, fact_frac;
     int64_t needle_max;
     const char *needle_text, *needle_tok;
 } train_args;
 
-/* The flags that describe a new model's shape: refused with --init. */
+/* The flags that describe a new model's shape: refused with --init, but for
+ * --max-seq and --rope-theta, which no weight depends on (a longer context,
+ * with RoPE's base raised or not, is how a model is extended). */
 static const char *const CONFIG_FLAGS[] = {"--arch",       "--vocab",    "--dim",   "--layers", "--heads",
                                            "--kv-heads",   "--ffn",      "--max-seq", "--rope-theta",
                                            "--norm-eps",   "--tie",      "--no-tie", "--subln", "--lambda-init",
@@ -167,6 +176,30 @@ static void set_defaults(train_args *a) {
     a->needle_max = 6;
 }
 
+/* --max-seq / --rope-theta with --init: the same weights in a model of the
+ * new context length or RoPE base (the parameter layout does not depend on
+ * either). */
+static int extend_context(const train_args *a, flag *fl, int n_fl, dtx_model **m, dtx_config *cfg) {
+    int len = flags_get(fl, n_fl, "--max-seq")->seen, theta = flags_get(fl, n_fl, "--rope-theta")->seen;
+    if (!len && !theta) return EXIT_OK;
+    dtx_config c = *cfg;
+    if (len) c.max_seq_len = a->cfg.max_seq_len;
+    if (theta) c.rope_theta = a->cfg.rope_theta;
+    if (dtx_config_validate(&c) != DTX_OK) return usage_error(CMD, "%s", dtx_last_error());
+    dtx_model *wide = NULL;
+    if (dtx_model_init(&wide, &c, 0) != DTX_OK) return lib_error(CMD);
+    if (dtx_model_num_params(wide) != dtx_model_num_params(*m)) {
+        dtx_model_free(wide);
+        return runtime_error(CMD, "--init %s: a model of max_seq_len %lld has another parameter count", a->init,
+                             (long long)c.max_seq_len);
+    }
+    memcpy(dtx_model_params(wide), dtx_model_params(*m), dtx_model_num_params(*m) * sizeof(dtx_real));
+    dtx_model_free(*m);
+    *m = wide;
+    *cfg = c;
+    return EXIT_OK;
+}
+
 /* --seq against the model (known only after --init is read). */
 static int check_seq(train_args *a, flag *fl, int n_fl, const dtx_config *c) {
     if (!flags_get(fl, n_fl, "--seq")->seen) a->seq = c->max_seq_len;
@@ -184,9 +217,14 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
         if (flags_get(fl, n_fl, "--eval-every")->seen) return usage_error(CMD, "--eval-every needs --val-tokens");
         if (flags_get(fl, n_fl, "--eval-batches")->seen) return usage_error(CMD, "--eval-batches needs --val-tokens");
     }
-    if (a->needle_frac + a->copy_frac > 1) return usage_error(CMD, "--needle-frac + --copy-frac exceed 1");
+    if (a->needle_frac + a->copy_frac + a->icl_frac + a->halluc_frac + a->fact_frac > 1)
+        return usage_error(CMD, "--needle-frac + --copy-frac + --icl-frac + --halluc-frac + --fact-frac exceed 1");
     if (a->needle_frac > 0 && (!a->needle_text || !a->needle_tok))
         return usage_error(CMD, "--needle-frac needs --needle-text and --needle-tokenizer");
+    if (a->halluc_frac > 0 && (!a->needle_text || !a->needle_tok))
+        return usage_error(CMD, "--halluc-frac needs --needle-text and --needle-tokenizer");
+    if ((a->icl_frac > 0 || a->fact_frac > 0) && !a->needle_tok)
+        return usage_error(CMD, "--%s-frac needs --needle-tokenizer", a->icl_frac > 0 ? "icl" : "fact");
     if (a->ckpt_dir_flag) snprintf(a->ckpt_dir, sizeof a->ckpt_dir, "%s", a->ckpt_dir_flag);
     else snprintf(a->ckpt_dir, sizeof a->ckpt_dir, "%s.ckpt", a->out);
     a->opt.schedule = (dtx_schedule)a->schedule;
@@ -200,7 +238,8 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
     if (dtx_optim_validate(&a->opt) != DTX_OK) return usage_error(CMD, "%s", dtx_last_error());
     if (a->init) {
         for (int i = 0; i < N_CONFIG_FLAGS; i++)
-            if (flags_get(fl, n_fl, CONFIG_FLAGS[i])->seen)
+            if (flags_get(fl, n_fl, CONFIG_FLAGS[i])->seen && strcmp(CONFIG_FLAGS[i], "--max-seq") != 0 &&
+                strcmp(CONFIG_FLAGS[i], "--rope-theta") != 0)
                 return usage_error(CMD, "%s: cannot be combined with --init (the model file fixes the config)",
                                    CONFIG_FLAGS[i]);
         return EXIT_OK;
@@ -427,7 +466,11 @@ static void build_run_meta(run_meta *r, const train_state *s, const train_args *
     R("precision", "%s", dtx_precision_name((dtx_precision)a->precision));
     R("data_tokens", "%lld", (long long)s->tr.data.count);
     R("data_hash", "%016" PRIx64, s->tr.data_hash);
-    R("needles", "%.17g/%.17g/%lld", a->needle_frac, a->copy_frac, (long long)a->needle_max);
+    if (a->icl_frac > 0 || a->halluc_frac > 0 || a->fact_frac > 0) /* older checkpoints: the first three */
+        R("needles", "%.17g/%.17g/%lld/%.17g/%.17g/%.17g", a->needle_frac, a->copy_frac, (long long)a->needle_max,
+          a->icl_frac, a->halluc_frac, a->fact_frac);
+    else
+        R("needles", "%.17g/%.17g/%lld", a->needle_frac, a->copy_frac, (long long)a->needle_max);
     R("init_scheme", "%s", dtx_init_scheme_name((dtx_init_scheme)a->init_scheme));
     /* informational: not compared */
     R("data_path", "%s", a->tokens);
@@ -454,7 +497,7 @@ static const struct {
     {"batch", "--batch"},       {"seq", "--seq"},
     {"accum", "--accum"},       {"seed", "--seed"},
     {"precision", "--precision"}, {"data_tokens", "--tokens"},
-    {"data_hash", "--tokens"},  {"needles", "--needle-frac/--copy-frac/--needle-max"},
+    {"data_hash", "--tokens"},  {"needles", "--needle-frac/--copy-frac/--needle-max/--icl-frac/--halluc-frac/--fact-frac"},
     {"init_scheme", "--init-scheme"},
 };
 
@@ -829,6 +872,7 @@ static int train_loop(train_state *s, const train_args *a) {
 static int open_data(train_state *s, const train_args *a, const dtx_config *c) {
     dtx_trainer_opts o = {.batch = a->batch, .seq = a->seq, .accum = a->accum, .eval_batches = a->eval_batches,
                           .seed = a->seed, .needle_frac = a->needle_frac, .copy_frac = a->copy_frac,
+                          .icl_frac = a->icl_frac, .halluc_frac = a->halluc_frac, .fact_frac = a->fact_frac,
                           .needle_max = a->needle_max, .needle_tokenizer = a->needle_tok, .needle_text = a->needle_text,
                           .debug_nan_at = a->debug_nan_at, .debug_oom_at = a->debug_oom_at};
     if (dtx_trainer_open(&s->tr, &o, a->tokens, a->val_tokens, c->vocab_size) == DTX_OK) {
@@ -960,7 +1004,8 @@ static int run(train_args *a, flag *fl, int n_fl) {
                                "train the fp32 model it came from", a->init, dtx_wquant_name(dtx_model_wquant(init_model)));
         else {
             cfg = *dtx_model_config(init_model);
-            rc = check_seq(a, fl, n_fl, &cfg);
+            rc = extend_context(a, fl, n_fl, &init_model, &cfg);
+            if (rc == EXIT_OK) rc = check_seq(a, fl, n_fl, &cfg);
         }
     }
     if (rc == EXIT_OK) rc = open_data(&s, a, &cfg);
@@ -1013,9 +1058,13 @@ static int run(train_args *a, flag *fl, int n_fl) {
                                        s.last_ckpt, (long long)s.last_ckpt_step);
                 else rc = runtime_error(CMD, "saving the model: %s", why);
             } else {
-                if (s.tr.needles.frac > 0 || s.tr.needles.copy_frac > 0)
+                const needle_mix *x = &s.tr.needles;
+                if (x->frac > 0 || x->copy_frac > 0)
                     say(&s, "mixture: %lld needle documents and %lld copy documents among the rows of this run\n",
-                        (long long)s.tr.needles.documents, (long long)s.tr.needles.copies);
+                        (long long)x->documents, (long long)x->copies);
+                if (x->icl_frac > 0 || x->halluc_frac > 0 || x->fact_frac > 0)
+                    say(&s, "mixture: %lld in-context episodes, %lld faithfulness documents and %lld fact rows\n",
+                        (long long)x->icl_rows, (long long)x->halluc_rows, (long long)x->fact_rows);
                 say(&s, "final loss %.4f\nsaved %s\n", s.last_loss, a->out);
                 rc = finish_stdout(CMD);
             }
@@ -1088,6 +1137,9 @@ int cmd_train(int argc, char **argv) {
         FLAG_REAL("--grad-bucket-mb", &a.bucket_mb, 0, 0, 1 << 20, 0),
         FLAG_REAL("--needle-frac", &a.needle_frac, 0, 0, 1, 0),
         FLAG_REAL("--copy-frac", &a.copy_frac, 0, 0, 1, 0),
+        FLAG_REAL("--icl-frac", &a.icl_frac, 0, 0, 1, 0),
+        FLAG_REAL("--halluc-frac", &a.halluc_frac, 0, 0, 1, 0),
+        FLAG_REAL("--fact-frac", &a.fact_frac, 0, 0, 1, 0),
         FLAG_INT("--needle-max", &a.needle_max, 1, DTX_NEEDLE_MAX),
         FLAG_STR("--needle-text", &a.needle_text),
         FLAG_STR("--needle-tokenizer", &a.needle_tok),

@@ -175,15 +175,16 @@ void dtx_unmap_file(dtx_mapped *m) {
     m->size = 0;
 }
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+uint64_t dtx_mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
 
 void dtx_rng_seed(dtx_rng *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+    /* splitmix64's stream: the state advances by the constant, each output is its mix */
+    for (int i = 0; i < 4; i++, seed += 0x9e3779b97f4a7c15ULL) r->s[i] = dtx_mix64(seed);
 }
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }

@@ -64,6 +64,9 @@ void dtx_rng_seed(dtx_rng *r, uint64_t seed);
 uint64_t dtx_rng_next(dtx_rng *r);
 double dtx_rng_uniform(dtx_rng *r);   /* [0, 1) */
 double dtx_rng_normal(dtx_rng *r);    /* N(0, 1), Box-Muller */
+/* splitmix64's mixing of x + 0x9e3779b97f4a7c15: a 64-bit hash, for seeds
+ * made from (seed, place) tuples. */
+uint64_t dtx_mix64(uint64_t x);
 
 /* The bits of a float, and back. */
 static inline uint32_t dtx_f32_bits(float f) {

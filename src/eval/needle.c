@@ -46,6 +46,10 @@ enum { N_CITIES = sizeof CITIES / sizeof CITIES[0] };
 int dtx_needle_num_cities(void) { return N_CITIES; }
 const char *dtx_needle_city(int i) { return i >= 0 && i < N_CITIES ? CITIES[i] : NULL; }
 
+void dtx_needle_question_text(const char *city, char *buf, size_t cap) {
+    snprintf(buf, cap, "\nWhat is the special magic %s number? The special magic %s number is ", city, city);
+}
+
 /* ================================================================ source */
 
 struct dtx_needle_source {
@@ -307,30 +311,54 @@ static dtx_status check_spec(const dtx_needle_spec *sp) {
     if (sp->length < 1) return dtx_fail(DTX_ERR_ARG, "needle prompt: length %lld; must be positive", (long long)sp->length);
     if (sp->with_answer != 0 && sp->with_answer != 1)
         return dtx_fail(DTX_ERR_ARG, "needle prompt: with_answer %d; must be 0 or 1", sp->with_answer);
+    if (sp->no_question && sp->with_answer)
+        return dtx_fail(DTX_ERR_ARG, "needle prompt: no_question and with_answer exclude each other");
+    int lo = sp->city_lo;
+    if (lo < 0 || N_CITIES - lo < sp->n_needles)
+        return dtx_fail(DTX_ERR_ARG, "needle prompt: city_lo %d leaves fewer than %d cities", lo, sp->n_needles);
+    if (!sp->answer_city != !sp->answer_number)
+        return dtx_fail(DTX_ERR_ARG, "needle prompt: answer_city and answer_number go together");
+    if (sp->answer_city) {
+        int known = 0;
+        for (int i = 0; i < N_CITIES; i++) known |= strcmp(CITIES[i], sp->answer_city) == 0;
+        size_t n = strlen(sp->answer_number);
+        int digits = n == 5;
+        for (size_t i = 0; i < n; i++) digits &= sp->answer_number[i] >= '0' && sp->answer_number[i] <= '9';
+        if (!known) return dtx_fail(DTX_ERR_ARG, "needle prompt: '%s' is not in the city list", sp->answer_city);
+        if (!digits || sp->answer_number[0] == '0')
+            return dtx_fail(DTX_ERR_ARG, "needle prompt: answer_number '%s' is not a 5-digit number", sp->answer_number);
+    }
     return DTX_OK;
 }
 
-/* Cities without replacement (partial Fisher-Yates), distinct numbers. */
-static void draw_needles(dtx_rng *r, int n, dtx_needle_prompt *p) {
-    int idx[N_CITIES];
-    for (int i = 0; i < N_CITIES; i++) idx[i] = i;
-    for (int i = 0; i < n; i++) {
-        int j = i + (int)(dtx_rng_next(r) % (uint64_t)(N_CITIES - i));
-        int t = idx[i];
-        idx[i] = idx[j];
+/* Cities from [city_lo, N_CITIES) without replacement (partial
+ * Fisher-Yates), distinct numbers. A given answer city and number take
+ * needle 0, and the other needles are drawn from the remaining cities.
+ * Without them the draws are those of every earlier version. */
+static void draw_needles(dtx_rng *r, const dtx_needle_spec *sp, dtx_needle_prompt *p) {
+    int n = sp->n_needles, idx[N_CITIES], m = 0;
+    for (int i = sp->city_lo; i < N_CITIES; i++)
+        if (!sp->answer_city || strcmp(CITIES[i], sp->answer_city) != 0) idx[m++] = i;
+    int given = sp->answer_city != NULL;
+    if (given) snprintf(p->city[0], sizeof p->city[0], "%s", sp->answer_city);
+    for (int i = given; i < n; i++) {
+        int k = i - given, j = k + (int)(dtx_rng_next(r) % (uint64_t)(m - k));
+        int t = idx[k];
+        idx[k] = idx[j];
         idx[j] = t;
-        snprintf(p->city[i], sizeof p->city[i], "%s", CITIES[idx[i]]);
+        snprintf(p->city[i], sizeof p->city[i], "%s", CITIES[idx[k]]);
     }
     int num[DTX_NEEDLE_MAX];
-    for (int i = 0; i < n; i++) {
+    if (given) num[0] = atoi(sp->answer_number);
+    for (int i = given; i < n; i++) {
         int again;
         do { /* distinct, so that one number never answers two questions */
             num[i] = 10000 + (int)(dtx_rng_next(r) % 90000u);
             again = 0;
             for (int j = 0; j < i; j++) again |= num[j] == num[i];
         } while (again);
-        snprintf(p->number[i], sizeof p->number[i], "%d", num[i]);
     }
+    for (int i = 0; i < n; i++) snprintf(p->number[i], sizeof p->number[i], "%d", num[i]);
 }
 
 static dtx_status encode_pieces(const dtx_tokenizer *tok, const dtx_needle_spec *sp, dtx_needle_prompt *p,
@@ -342,8 +370,7 @@ static dtx_status encode_pieces(const dtx_tokenizer *tok, const dtx_needle_spec 
         st = encode_str(tok, text, &pc->needle[i], &pc->needle_n[i]);
     }
     for (int q = 0; q < sp->n_queries && !st; q++) {
-        snprintf(text, sizeof text, "\nWhat is the special magic %s number? The special magic %s number is ",
-                 p->city[q], p->city[q]);
+        dtx_needle_question_text(p->city[q], text, sizeof text);
         st = encode_str(tok, text, &p->question[q], &p->question_n[q]);
     }
     for (int q = 0; q < sp->n_queries && !st && sp->with_answer; q++)
@@ -355,9 +382,11 @@ static dtx_status encode_pieces(const dtx_tokenizer *tok, const dtx_needle_spec 
 /* Tokens that are not haystack; the budget check with the minimum in its message. */
 static dtx_status fixed_tokens(const dtx_needle_source *s, const dtx_needle_spec *sp, const dtx_needle_prompt *p,
                                const pieces *pc, int64_t *fixed) {
-    int64_t needles = 0, question = p->question_n[0], answer = 0;
+    int64_t needles = 0, question = sp->no_question ? 0 : p->question_n[0], answer = 0;
     for (int i = 0; i < sp->n_needles; i++) needles += pc->needle_n[i];
-    if (!sp->with_answer) /* every queried question must fit in length */
+    if (sp->no_question)
+        ;
+    else if (!sp->with_answer) /* every queried question must fit in length */
         for (int q = 1; q < sp->n_queries; q++) question = p->question_n[q] > question ? p->question_n[q] : question;
     else /* a training document asks all R questions, each answered */
         for (int q = 0; q < sp->n_queries; q++)
@@ -467,7 +496,7 @@ static dtx_status assemble(const dtx_needle_source *s, const dtx_needle_spec *sp
         if (j < h.k) put(p->tokens, &at, s->tokens + h.from[j], h.n[j]);
     }
     p->context_end = at;
-    put(p->tokens, &at, p->question[0], p->question_n[0]);
+    if (!sp->no_question) put(p->tokens, &at, p->question[0], p->question_n[0]);
     for (int q = 0; q < sp->n_queries && sp->with_answer; q++) {
         if (q) put(p->tokens, &at, p->question[q], p->question_n[q]);
         if (!q) p->answer_begin = at;
@@ -489,7 +518,7 @@ dtx_status dtx_needle_make(const dtx_needle_source *s, const dtx_needle_spec *sp
     out->n_queries = sp->n_queries;
     dtx_rng r;
     dtx_rng_seed(&r, sp->seed);
-    draw_needles(&r, sp->n_needles, out);
+    draw_needles(&r, sp, out);
     pieces pc = {0};
     int64_t fixed = 0;
     st = encode_pieces(s->tok, sp, out, &pc);
@@ -524,21 +553,14 @@ void dtx_wilson95(int64_t k, int64_t n, double *lo, double *hi) {
     *hi = centre + half > 1 ? 1 : centre + half;
 }
 
-static uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 uint64_t dtx_needle_cell_seed(uint64_t seed, int n_needles, int n_queries, int64_t length, double depth_pct,
                               int64_t sample) {
     /* The depth's value, not its index in the list: asking for one depth
      * alone reproduces that depth's prompts of a full grid. */
     uint64_t parts[] = {(uint64_t)n_needles, (uint64_t)n_queries, (uint64_t)length,
                         (uint64_t)(int64_t)llround(depth_pct * 100), (uint64_t)sample};
-    uint64_t h = mix64(seed);
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) h = mix64(h ^ parts[i]);
+    uint64_t h = dtx_mix64(seed);
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) h = dtx_mix64(h ^ parts[i]);
     return h;
 }
 

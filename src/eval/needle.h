@@ -41,6 +41,7 @@
 #ifndef DTX_EVAL_NEEDLE_H
 #define DTX_EVAL_NEEDLE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "difftx.h"
@@ -70,6 +71,8 @@ int64_t dtx_needle_source_units(const dtx_needle_source *s);  /* sentence units 
 /* The fixed city list (unique names, ASCII): i in [0, dtx_needle_num_cities()). */
 int dtx_needle_num_cities(void);
 const char *dtx_needle_city(int i);
+/* The question about a city, QUESTION above, into buf (cap >= 256). */
+void dtx_needle_question_text(const char *city, char *buf, size_t cap);
 
 #define DTX_NEEDLE_MAX 16 /* most needles in one prompt */
 
@@ -80,6 +83,13 @@ typedef struct {
     double depth;     /* answer needle depth in [0, 1]; < 0: uniformly random */
     uint64_t seed;    /* everything random in the prompt follows from this   */
     int with_answer;  /* 1: a training document (R questions, each answered)  */
+    /* Fields for the faithfulness documents and prompts (src/eval/halluc.h);
+     * zero keeps everything above exactly as it was. */
+    int city_lo;      /* needles' cities are drawn from [city_lo, number of cities) */
+    const char *answer_city, *answer_number; /* needle 0's city and number when both
+                         set (the city must be in the list; the number 5 digits) */
+    int no_question;  /* 1: the prompt is the context alone, exactly length tokens
+                         (context_end == n == length); question[] is still filled */
 } dtx_needle_spec;
 
 typedef struct {

@@ -83,10 +83,10 @@ static int32_t pick(const dtx_needle_answerer *r) {
 
 /* Decodes up to max_new tokens after the cached context + question into
  * r->text; r->logits holds the question's last logits on entry. */
-static dtx_status answer(dtx_needle_answerer *r) {
+static dtx_status answer(dtx_needle_answerer *r, int64_t max_new) {
     r->text_len = 0;
     if (text_append(r, "", 0)) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
-    for (int64_t step = 0; step < r->max_new; step++) {
+    for (int64_t step = 0; step < max_new; step++) {
         int32_t tok = pick(r);
         if (tok < 0 || tok == r->eos) break;
         char *s = NULL;
@@ -102,9 +102,32 @@ static dtx_status answer(dtx_needle_answerer *r) {
             r->text[r->text_len] = '\0';
             break;
         }
-        if (step + 1 < r->max_new && (st = dtx_model_decode(r->m, r->cache, tok, r->logits))) return st;
+        if (step + 1 < max_new && (st = dtx_model_decode(r->m, r->cache, tok, r->logits))) return st;
     }
     return DTX_OK;
+}
+
+/* Question q after the cached context (context_n tokens): its greedy answer
+ * in r->text, then the cache cut back to the context. */
+static dtx_status ask(dtx_needle_answerer *r, const int32_t *question, int64_t question_n, int64_t context_n,
+                      int64_t max_new) {
+    dtx_status st = dtx_model_prefill(r->m, r->cache, question, question_n, r->logits);
+    if (!st) st = answer(r, max_new);
+    if (!st) st = dtx_kvcache_truncate(r->cache, context_n);
+    return st;
+}
+
+dtx_status dtx_needle_answer_texts(dtx_needle_answerer *r, const int32_t *context, int64_t context_n,
+                                   int32_t *const *question, const int64_t *question_n, int n_questions,
+                                   int64_t max_new, char *const *text, size_t cap) {
+    if (max_new < 1 || max_new > r->max_new)
+        return dtx_fail(DTX_ERR_ARG, "answers of %lld tokens; this answerer makes 1 to %lld", (long long)max_new,
+                        (long long)r->max_new);
+    dtx_kvcache_reset(r->cache);
+    dtx_status st = dtx_model_prefill(r->m, r->cache, context, context_n, NULL);
+    for (int q = 0; q < n_questions && !st; q++)
+        if (!(st = ask(r, question[q], question_n[q], context_n, max_new)) && cap) snprintf(text[q], cap, "%s", r->text);
+    return st;
 }
 
 dtx_status dtx_needle_answer_prompt(dtx_needle_answerer *r, const dtx_needle_prompt *p, int *right, char *text0,
@@ -112,11 +135,9 @@ dtx_status dtx_needle_answer_prompt(dtx_needle_answerer *r, const dtx_needle_pro
     dtx_kvcache_reset(r->cache);
     dtx_status st = dtx_model_prefill(r->m, r->cache, p->tokens, p->context_end, NULL);
     for (int q = 0; q < p->n_queries && !st; q++) {
-        st = dtx_model_prefill(r->m, r->cache, p->question[q], p->question_n[q], r->logits);
-        if (!st) st = answer(r);
-        if (!st) right[q] = dtx_needle_answer_correct(r->text, r->text_len, p->number[q]);
-        if (!st && q == 0 && text0 && cap0) snprintf(text0, cap0, "%s", r->text);
-        if (!st) st = dtx_kvcache_truncate(r->cache, p->context_end);
+        if ((st = ask(r, p->question[q], p->question_n[q], p->context_end, r->max_new))) break;
+        right[q] = dtx_needle_answer_correct(r->text, r->text_len, p->number[q]);
+        if (q == 0 && text0 && cap0) snprintf(text0, cap0, "%s", r->text);
     }
     return st;
 }

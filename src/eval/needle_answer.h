@@ -26,4 +26,12 @@ void dtx_needle_answerer_free(dtx_needle_answerer *r);
 dtx_status dtx_needle_answer_prompt(dtx_needle_answerer *r, const dtx_needle_prompt *p, int *right, char *text0,
                                     size_t cap0);
 
+/* The same greedy answers to any questions asked one at a time after a
+ * context: text[q] (cap bytes each) receives question q's text, cut at its
+ * first newline; max_new (1 .. the answerer's) bounds each answer. The
+ * context plus the longest question must fit the answerer's max_len. */
+dtx_status dtx_needle_answer_texts(dtx_needle_answerer *r, const int32_t *context, int64_t context_n,
+                                   int32_t *const *question, const int64_t *question_n, int n_questions,
+                                   int64_t max_new, char *const *text, size_t cap);
+
 #endif

@@ -1,37 +1,54 @@
 /* Synthetic needle documents in training batches (needle_mix.h). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "train/needle_mix.h"
 #include "common/common.h"
+#include "eval/halluc.h"
 
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-dtx_status needle_mix_open(needle_mix *x, double frac, double copy_frac, int64_t max_needles,
-                           const char *tokenizer, const char *text, int64_t vocab_size, int64_t T) {
+dtx_status needle_mix_open(needle_mix *x, const needle_mix_opts *o, int64_t vocab_size, int64_t T) {
     memset(x, 0, sizeof *x);
-    x->frac = frac;
-    x->copy_frac = copy_frac;
+    x->frac = o->needle_frac;
+    x->copy_frac = o->copy_frac;
+    x->icl_frac = o->icl_frac;
+    x->halluc_frac = o->halluc_frac;
+    x->fact_frac = o->fact_frac;
     x->vocab = vocab_size;
-    x->max_needles = max_needles;
-    if (frac <= 0) return DTX_OK;
-    dtx_status st = dtx_tokenizer_load(&x->tok, tokenizer);
+    x->max_needles = o->needle_max;
+    double sum = o->needle_frac + o->copy_frac + o->icl_frac + o->halluc_frac + o->fact_frac;
+    if (sum > 1 + 1e-12) return dtx_fail(DTX_ERR_ARG, "the mixture's shares add up to %g, more than 1", sum);
+    int need_tok = o->needle_frac > 0 || o->icl_frac > 0 || o->halluc_frac > 0 || o->fact_frac > 0;
+    int need_text = o->needle_frac > 0 || o->halluc_frac > 0;
+    if (!need_tok) return DTX_OK;
+    if (!o->tokenizer || (need_text && !o->text))
+        return dtx_fail(DTX_ERR_ARG, "the mixture needs a tokenizer%s", need_text ? " and a haystack text" : "");
+    dtx_status st = dtx_tokenizer_load(&x->tok, o->tokenizer);
     if (st) return st;
     if (dtx_tokenizer_vocab_size(x->tok) != vocab_size)
-        return dtx_fail(DTX_ERR_ARG, "--needle-tokenizer %s has %lld tokens, the model %lld", tokenizer,
+        return dtx_fail(DTX_ERR_ARG, "--needle-tokenizer %s has %lld tokens, the model %lld", o->tokenizer,
                         (long long)dtx_tokenizer_vocab_size(x->tok), (long long)vocab_size);
-    const char *paths[1] = {text};
+    if (o->icl_frac > 0 && (st = dtx_icl_vocab_init(&x->icl, x->tok))) return st;
+    if (!need_text) return DTX_OK;
+    const char *paths[1] = {o->text};
     if ((st = dtx_needle_source_open(&x->src, x->tok, paths, 1))) return st;
     /* The longest document must fit: make one now rather than fail mid-run. */
-    dtx_needle_spec spec = {.length = T + 1, .n_needles = (int)max_needles, .n_queries = (int)max_needles, .depth = 0.5,
-                            .seed = 1, .with_answer = 1};
+    int n = (int)o->needle_max;
+    dtx_needle_spec spec = {.length = T + 1, .n_needles = n, .n_queries = n, .depth = 0.5, .seed = 1, .with_answer = 1,
+                            .city_lo = o->fact_frac > 0 ? DTX_FACT_CITIES : 0};
     dtx_needle_prompt p;
-    if ((st = dtx_needle_make(x->src, &spec, &p))) return st;
-    dtx_needle_prompt_free(&p);
+    if (o->needle_frac > 0) {
+        if ((st = dtx_needle_make(x->src, &spec, &p))) return st;
+        dtx_needle_prompt_free(&p);
+    }
+    if (o->halluc_frac > 0) {
+        int32_t *row = malloc((size_t)(T + 1) * sizeof *row);
+        if (!row) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+        st = DTX_OK;
+        for (uint64_t seed = 1; seed <= 64 && !st; seed++) /* a few, to meet the longest number of needles */
+            st = dtx_halluc_training_doc(x->src, x->tok, seed, T + 1, n, row);
+        free(row);
+        if (st) return st;
+    }
     return DTX_OK;
 }
 
@@ -45,7 +62,7 @@ static int64_t copy_period(int64_t T, uint64_t h);
 static void repeat_row(int32_t *in, int32_t *tg, int64_t T, int64_t vocab, uint64_t h) {
     int64_t L = copy_period(T, h);
     for (int64_t i = 0; i < L; i++) {
-        h = splitmix64(h);
+        h = dtx_mix64(h);
         in[i] = (int32_t)(h % (uint64_t)vocab);
     }
     for (int64_t i = L; i < T; i++) in[i] = in[i - L];
@@ -53,6 +70,7 @@ static void repeat_row(int32_t *in, int32_t *tg, int64_t T, int64_t vocab, uint6
 }
 
 void needle_mix_close(needle_mix *x) {
+    dtx_icl_vocab_free(&x->icl);
     dtx_needle_source_free(x->src);
     dtx_tokenizer_free(x->tok);
     memset(x, 0, sizeof *x);
@@ -76,26 +94,63 @@ void copy_score_add(copy_score *c, const double *loss, const int32_t *period, in
     }
 }
 
+/* A row of the later shares (icl, faithfulness, facts): T + 1 tokens made
+ * by make, split into inputs and targets. */
+static dtx_status other_row(needle_mix *x, int which, uint64_t h, int64_t T, int32_t *in, int32_t *tg) {
+    int32_t *row = malloc((size_t)(T + 1) * sizeof *row);
+    if (!row) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    dtx_status st = DTX_OK;
+    if (which == 0) {
+        dtx_icl_training_row(&x->icl, h, T + 1, row);
+        x->icl_rows++;
+    } else if (which == 1) {
+        st = dtx_halluc_training_doc(x->src, x->tok, h, T + 1, (int)x->max_needles, row);
+        x->halluc_rows++;
+    } else {
+        st = dtx_halluc_fact_row(x->tok, h, T + 1, row);
+        x->fact_rows++;
+    }
+    if (!st) {
+        memcpy(in, row, (size_t)T * sizeof *row);
+        memcpy(tg, row + 1, (size_t)T * sizeof *row);
+    }
+    free(row);
+    return st;
+}
+
 dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t micro, int64_t B, int64_t T,
                             int32_t *inputs, int32_t *targets, int32_t *period) {
     if (period) memset(period, 0, (size_t)B * sizeof *period);
-    if (x->frac <= 0 && x->copy_frac <= 0) return DTX_OK;
+    if (x->frac <= 0 && x->copy_frac <= 0 && x->icl_frac <= 0 && x->halluc_frac <= 0 && x->fact_frac <= 0)
+        return DTX_OK;
     for (int64_t r = 0; r < B; r++) {
-        uint64_t h = splitmix64(splitmix64(splitmix64(seed ^ 0x6e65656431ULL) ^ (uint64_t)step) ^
+        uint64_t h = dtx_mix64(dtx_mix64(dtx_mix64(seed ^ 0x6e65656431ULL) ^ (uint64_t)step) ^
                                 ((uint64_t)micro << 32 | (uint64_t)r));
         double u = (double)(h >> 11) * 0x1p-53;
-        uint64_t h2 = splitmix64(h);
+        uint64_t h2 = dtx_mix64(h);
         if (u >= x->frac) {
-            if (u < x->frac + x->copy_frac) {
+            double edge = x->frac + x->copy_frac;
+            if (u < edge) {
                 repeat_row(inputs + r * T, targets + r * T, T, x->vocab, h2);
                 if (period) period[r] = (int32_t)copy_period(T, h2);
                 x->copies++;
+                continue;
+            }
+            const double share[3] = {x->icl_frac, x->halluc_frac, x->fact_frac};
+            for (int k = 0; k < 3; k++) {
+                if (share[k] > 0 && u < edge + share[k]) {
+                    dtx_status st = other_row(x, k, dtx_mix64(h2), T, inputs + r * T, targets + r * T);
+                    if (st) return st;
+                    break;
+                }
+                edge += share[k];
             }
             continue;
         }
         int n = 1 + (int)(h2 % (uint64_t)x->max_needles);
         dtx_needle_spec spec = {.length = T + 1, .n_needles = n, .n_queries = n /* every needle asked */, .depth = -1,
-                                .seed = splitmix64(h2), .with_answer = 1};
+                                .seed = dtx_mix64(h2), .with_answer = 1,
+                                .city_lo = x->fact_frac > 0 ? DTX_FACT_CITIES : 0};
         dtx_needle_prompt p;
         dtx_status st = dtx_needle_make(x->src, &spec, &p);
         if (st) return st;

@@ -10,30 +10,46 @@
  * sampler's windows, and the sampler advances as without the mixture.
  * With copy_frac, a further share of the rows become copy documents (L
  * random ids repeated), which teach the plain induction that retrieval
- * builds on; docs/reproduce.md says why the recipe uses them. */
+ * builds on; docs/reproduce.md says why the recipe uses them. Further
+ * shares become in-context classification episodes (icl_frac,
+ * src/eval/icl.h), faithfulness documents (halluc_frac) and closed-book fact
+ * rows (fact_frac, src/eval/halluc.h); with fact rows, needle documents
+ * leave out the fact cities. The shares are taken in that order from one
+ * uniform draw per row, so adding a share after the others leaves the rows
+ * of the earlier ones as they were. */
 #ifndef DTX_TRAIN_NEEDLE_MIX_H
 #define DTX_TRAIN_NEEDLE_MIX_H
 
 #include <stdint.h>
 
 #include "difftx.h"
+#include "eval/icl.h"
 #include "eval/needle.h"
 
 typedef struct {
-    double frac;             /* 0: off */
+    double needle_frac, copy_frac, icl_frac, halluc_frac, fact_frac; /* shares of the rows; 0: off */
+    int64_t needle_max;    /* needle and faithfulness documents hold 1..needle_max needles */
+    const char *tokenizer; /* needed by every share but copy_frac             */
+    const char *text;      /* the haystack: needed by needle_frac, halluc_frac */
+} needle_mix_opts;
+
+typedef struct {
+    double frac;             /* needle documents; 0: off */
     double copy_frac;        /* rows made copy documents (repeat_row), after frac */
+    double icl_frac, halluc_frac, fact_frac; /* then these, in this order */
     int64_t max_needles;     /* documents hold 1..max_needles needles */
     int64_t vocab;           /* copy documents draw ids from [0, vocab) */
     dtx_tokenizer *tok;
     dtx_needle_source *src;
-    int64_t documents, copies; /* rows made needle / copy documents in this process */
+    dtx_icl_vocab icl;
+    int64_t documents, copies, icl_rows, halluc_rows, fact_rows; /* rows made so in this process */
 } needle_mix;
 
-/* Loads the tokenizer and the haystack text; frac == 0 opens nothing.
+/* Loads the tokenizer and the haystack text where a share needs them.
  * Fails (library message) when a file cannot be read, when the tokenizer's
- * vocabulary is not vocab_size, or when T + 1 tokens cannot hold a document. */
-dtx_status needle_mix_open(needle_mix *x, double frac, double copy_frac, int64_t max_needles,
-                           const char *tokenizer, const char *text, int64_t vocab_size, int64_t T);
+ * vocabulary is not vocab_size, when the shares add up to more than 1, or
+ * when T + 1 tokens cannot hold a document. */
+dtx_status needle_mix_open(needle_mix *x, const needle_mix_opts *o, int64_t vocab_size, int64_t T);
 void needle_mix_close(needle_mix *x);
 /* Replaces the chosen rows of inputs/targets [B, T] in place. period [B]
  * (optional): each row's copy period L, 0 for a row that is not a copy

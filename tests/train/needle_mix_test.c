@@ -9,6 +9,7 @@
 
 #include "difftx.h"
 #include "test.h"
+#include "eval/halluc.h"
 #include "train/needle_mix.h"
 
 enum { T = 400, B = 8 };
@@ -21,8 +22,16 @@ static const char *setup(const char **tok_path) {
     for (int i = 0; i < 600 && n + 100 < sizeof text; i++)
         n += (size_t)snprintf(text + n, sizeof text - n, "The %s saw the %s near the %s. ", w[i % 8], w[(i / 8) % 8],
                               w[(i * 3) % 8]);
-    const char *texts[] = {text, "The special magic Tokyo number is: 12345. What is the special magic number?"};
-    dtx_tokenizer *tok = test_tokenizer_file(texts, 2, 700, "mix_tok.txt", tok_path);
+    /* made-up words, so that the tokenizer has the word tokens in-context episodes need */
+    static char words[40000];
+    size_t m = 0;
+    for (int rep = 0; rep < 5; rep++)
+        for (int i = 0; i < 800; i++)
+            m += (size_t)snprintf(words + m, sizeof words - m, " %c%c%c", 'a' + i % 26, 'a' + (i / 26 + 3) % 26,
+                                  'a' + (i / 26 / 26 + 5) % 26);
+    const char *texts[] = {text, "The special magic Tokyo number is: 12345. What is the special magic number?",
+                           words};
+    dtx_tokenizer *tok = test_tokenizer_file(texts, 3, 1500, "mix_tok.txt", tok_path);
     if (!tok) return NULL;
     VOCAB = dtx_tokenizer_vocab_size(tok);
     dtx_tokenizer_free(tok);
@@ -62,7 +71,7 @@ TEST(train_needle_mix_rows_and_rates) {
     const char *tok_path = NULL, *hay = setup(&tok_path);
     REQUIRE(hay && tok_path);
     needle_mix x;
-    REQUIREF(needle_mix_open(&x, 0.5, 0.25, 3, tok_path, hay, VOCAB, T) == DTX_OK, "%s", dtx_last_error());
+    REQUIREF(needle_mix_open(&x, &(needle_mix_opts){.needle_frac = 0.5, .copy_frac = 0.25, .needle_max = 3, .tokenizer = tok_path, .text = hay}, VOCAB, T) == DTX_OK, "%s", dtx_last_error());
     int32_t bos = dtx_tokenizer_token_id(x.tok, "<|bos|>");
     REQUIRE(bos >= 0);
     static int32_t in[B * T], tg[B * T], in0[B * T], tg0[B * T], again[B * T], period[B];
@@ -104,6 +113,79 @@ TEST(train_needle_mix_rows_and_rates) {
     needle_mix_close(&x);
 }
 
+/* The later shares (in-context episodes, faithfulness documents, fact rows)
+ * take rows only from those the needle and copy shares leave alone, so a run
+ * that adds them keeps every needle and copy row as it was; with fact rows,
+ * needle documents leave out the fact cities. */
+TEST(train_needle_mix_later_shares) {
+    const char *tok_path = NULL, *hay = setup(&tok_path);
+    REQUIRE(hay && tok_path);
+    needle_mix a, b, c;
+    needle_mix_opts o = {.needle_frac = 0.3, .copy_frac = 0.2, .needle_max = 3, .tokenizer = tok_path, .text = hay};
+    REQUIREF(needle_mix_open(&a, &o, VOCAB, T) == DTX_OK, "%s", dtx_last_error());
+    o.icl_frac = 0.25, o.halluc_frac = 0.25;
+    REQUIREF(needle_mix_open(&b, &o, VOCAB, T) == DTX_OK, "%s", dtx_last_error());
+    o.icl_frac = 0.2, o.halluc_frac = 0.2, o.fact_frac = 0.1;
+    REQUIREF(needle_mix_open(&c, &o, VOCAB, T) == DTX_OK, "%s", dtx_last_error());
+    int32_t bos = dtx_tokenizer_token_id(a.tok, "<|bos|>"), sep = b.icl.sep;
+    static int32_t in[3][B * T], tg[3][B * T], in0[B * T], tg0[B * T];
+    int64_t untouched = 0, kept = 0, episodes = 0;
+    for (int64_t step = 1; step <= 50; step++) {
+        fill(in0, tg0, (uint64_t)step);
+        needle_mix *x[3] = {&a, &b, &c};
+        for (int k = 0; k < 3; k++) {
+            memcpy(in[k], in0, sizeof in0);
+            memcpy(tg[k], tg0, sizeof tg0);
+            REQUIREF(needle_mix_apply(x[k], 5, step, 0, B, T, in[k], tg[k], NULL) == DTX_OK, "%s", dtx_last_error());
+        }
+        for (int r = 0; r < B; r++) {
+            const int32_t *ra = in[0] + r * T, *rb = in[1] + r * T;
+            int was_left = !memcmp(ra, in0 + r * T, T * sizeof *ra);
+            if (!was_left) { /* a needle or copy row: the same with the later shares */
+                CHECK(!memcmp(ra, rb, T * sizeof *ra) && !memcmp(tg[0] + r * T, tg[1] + r * T, T * sizeof *ra));
+                kept++;
+                continue;
+            }
+            untouched += !memcmp(rb, in0 + r * T, T * sizeof *rb);
+            if (!memcmp(rb, in0 + r * T, T * sizeof *rb)) continue;
+            CHECK(rb[0] == bos); /* an episode or a faithfulness document, targets aligned */
+            for (int64_t i = 0; i + 1 < T; i++) CHECK(tg[1][r * T + i] == rb[i + 1]);
+            int episode = 1; /* an episode row: the separator every DTX_ICL_DEMO tokens */
+            for (int64_t i = 1 + DTX_ICL_LEN; i < T && episode; i += DTX_ICL_DEMO) episode = rb[i] == sep;
+            episodes += episode;
+        }
+        /* with fact rows, no needle document names a fact city */
+        for (int r = 0; r < B; r++) {
+            char *t = NULL;
+            size_t len = 0;
+            REQUIRE(dtx_tokenizer_decode(c.tok, in[2] + r * T, T, &t, &len) == DTX_OK);
+            if (strstr(t, "There is a special magic number"))
+                for (int i = 0; i < DTX_FACT_CITIES; i++) {
+                    char needle[96];
+                    snprintf(needle, sizeof needle, "special magic %s number is:", dtx_needle_city(i));
+                    CHECKF(!strstr(t, needle), "step %lld row %d holds fact city %s", (long long)step, r,
+                           dtx_needle_city(i));
+                }
+            free(t);
+        }
+    }
+    /* 400 rows: 200 needle or copy rows kept; of the other 200, half episodes, half documents, none left */
+    CHECKF(kept > 150 && kept < 250, "%lld", (long long)kept);
+    CHECKF(untouched == 0, "%lld rows left with the shares summing to 1", (long long)untouched);
+    CHECKF(b.icl_rows > 60 && b.halluc_rows > 60 && b.icl_rows + b.halluc_rows == 400 - kept, "%lld %lld",
+           (long long)b.icl_rows, (long long)b.halluc_rows);
+    CHECKF(c.fact_rows > 15 && c.fact_rows < 75, "%lld fact rows of 400", (long long)c.fact_rows);
+    CHECKF(episodes == b.icl_rows, "%lld rows look like episodes, %lld were made", (long long)episodes,
+           (long long)b.icl_rows);
+    needle_mix_close(&a);
+    needle_mix_close(&b);
+    needle_mix_close(&c);
+    /* the shares may not add up to more than 1 */
+    o.needle_frac = 0.6, o.copy_frac = 0.3, o.icl_frac = 0.2, o.halluc_frac = 0, o.fact_frac = 0;
+    CHECK(needle_mix_open(&a, &o, VOCAB, T) == DTX_ERR_ARG);
+    needle_mix_close(&a);
+}
+
 /* The induction score's split: a copy row's positions before L are
  * "first", the rest "repeat"; other rows do not count. */
 TEST(train_copy_score_split) {
@@ -122,16 +204,16 @@ TEST(train_needle_mix_errors) {
     const char *tok_path = NULL, *hay = setup(&tok_path);
     REQUIRE(hay && tok_path);
     needle_mix x;
-    CHECK(needle_mix_open(&x, 0.5, 0, 3, tok_path, hay, VOCAB + 1, T) != DTX_OK);
+    CHECK(needle_mix_open(&x, &(needle_mix_opts){.needle_frac = 0.5, .copy_frac = 0, .needle_max = 3, .tokenizer = tok_path, .text = hay}, VOCAB + 1, T) != DTX_OK);
     CHECKF(strstr(dtx_last_error(), "tokens"), "%s", dtx_last_error());
     needle_mix_close(&x);
-    CHECK(needle_mix_open(&x, 0.5, 0, 3, tok_path, hay, VOCAB, 40) != DTX_OK); /* too short a document */
+    CHECK(needle_mix_open(&x, &(needle_mix_opts){.needle_frac = 0.5, .copy_frac = 0, .needle_max = 3, .tokenizer = tok_path, .text = hay}, VOCAB, 40) != DTX_OK); /* too short a document */
     CHECKF(strstr(dtx_last_error(), "too short"), "%s", dtx_last_error());
     needle_mix_close(&x);
-    CHECK(needle_mix_open(&x, 0.5, 0, 3, test_path("missing.txt"), hay, VOCAB, T) != DTX_OK);
+    CHECK(needle_mix_open(&x, &(needle_mix_opts){.needle_frac = 0.5, .copy_frac = 0, .needle_max = 3, .tokenizer = test_path("missing.txt"), .text = hay}, VOCAB, T) != DTX_OK);
     needle_mix_close(&x);
     /* off: nothing opened, rows untouched */
-    REQUIRE(needle_mix_open(&x, 0, 0, 3, NULL, NULL, VOCAB, T) == DTX_OK);
+    REQUIRE(needle_mix_open(&x, &(needle_mix_opts){.needle_frac = 0, .copy_frac = 0, .needle_max = 3, .tokenizer = NULL, .text = NULL}, VOCAB, T) == DTX_OK);
     static int32_t in[B * T], tg[B * T], in0[B * T];
     fill(in, tg, 3);
     memcpy(in0, in, sizeof in);

@@ -1,0 +1,362 @@
+/* difftx eval halluc: contextual faithfulness without a judge (spec §6.7,
+ * the paper's Table 4), scored exactly on needle contexts
+ * (src/eval/halluc.h); docs/eval_halluc.md. Answers are greedy (the needle
+ * answerer: one prefilled context, each question after it). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/flags.h"
+#include "cli/json_out.h"
+#include "common/common.h"
+#include "difftx.h"
+#include "eval/halluc.h"
+#include "eval/needle.h"
+#include "eval/needle_answer.h"
+
+static const char *CMD = "eval halluc";
+
+static const char USAGE[] =
+    "usage: difftx eval halluc --model MODEL --tokenizer TOK --haystack PATH[,PATH...]\n"
+    "                          [--needles 3] [--list-needles 2,4,6] [--samples 100]\n"
+    "                          [--length L] [--max-new 8] [--seed 1] [--json OUT]\n"
+    "                          [--precision fp32|bf16]\n"
+    "\n"
+    "Contextual faithfulness (DIFF Transformer paper, Table 4) scored exactly on needle\n"
+    "contexts (docs/eval_halluc.md), each over --samples prompts, greedy answers:\n"
+    "  contradict  the context gives a fact city a number other than the fact the\n"
+    "              model was taught (difftx train --fact-frac); the answer is faithful\n"
+    "              (the context's), prior (the fact) or fabricated; the same question\n"
+    "              asked without the context tells whether the model knows the fact\n"
+    "  list        'List every special magic number': precision (1 - the rate of\n"
+    "              listed numbers that are not in the context) and recall\n"
+    "  absent      a question about a city the context does not hold (right: 'none'),\n"
+    "              and one about a city it holds (right: its number)\n"
+    "Wilson 95% intervals on every rate.\n"
+    "\n"
+    "  --model PATH       model file                                       [required]\n"
+    "  --tokenizer PATH   tokenizer file; it must have <|bos|>             [required]\n"
+    "  --haystack LIST    held-out text: files or folders (their *.txt files),\n"
+    "                     comma-separated                                  [required]\n"
+    "  --needles N        needles in contradict and absent contexts, 1..16 (default 3)\n"
+    "  --list-needles L   needle counts of the list task, each 1..16 (default 2,4,6)\n"
+    "  --samples S        prompts per task and needle count (default 100)\n"
+    "  --length L         prompt length in tokens (default: what the model's context\n"
+    "                     leaves after the longest list answer, 6 tokens a number)\n"
+    "  --max-new M        most tokens of a question's answer (default 8)\n"
+    "  --seed S           seed of every prompt (default 1)\n"
+    "  --json OUT         also write every count and rate as JSON\n"
+    "  --precision fp32|bf16  matrix products in fp32 (default), or bf16 operands\n";
+
+enum { MAX_LIST = 16, TEXT_CAP = 4096 };
+
+typedef struct {
+    const char *model, *tokenizer, *haystack, *list_s, *json;
+    int64_t needles, samples, length, max_new;
+    uint64_t seed;
+    int precision;
+    int list_n[MAX_LIST], n_list;
+} halluc_args;
+
+typedef struct {
+    dtx_model *m;
+    dtx_tokenizer *tok;
+    dtx_needle_source *src;
+    dtx_needle_answerer *ans;
+    char *text[2];
+} runner;
+
+typedef struct {
+    int64_t n, faithful, prior, fabricated, knows, faithful_knows, prior_knows;
+} contradict_tally;
+typedef struct {
+    int64_t prompts, listed, right, expected, exact;
+} list_tally;
+typedef struct {
+    int64_t n, none_absent, present_right, none_present;
+} absent_tally;
+
+typedef struct {
+    contradict_tally c;
+    list_tally l[MAX_LIST];
+    absent_tally a;
+} tallies;
+
+static int64_t list_max_new(int n) { return 6 * (int64_t)n + 2; }
+
+static uint64_t prompt_seed(const halluc_args *a, int kind, int n, int64_t sample) {
+    return dtx_mix64(dtx_mix64(dtx_mix64(dtx_mix64(a->seed) ^ (uint64_t)kind) ^ (uint64_t)n) ^ (uint64_t)sample);
+}
+
+static int make_error(const halluc_args *a, dtx_status st) {
+    if (st == DTX_ERR_ARG) return usage_error(CMD, "--length %lld: %s", (long long)a->length, dtx_last_error());
+    return lib_error(CMD);
+}
+
+/* ------------------------------------------------------------ tasks */
+
+static int run_contradict(const halluc_args *a, runner *r, contradict_tally *t) {
+    int32_t bos = dtx_tokenizer_token_id(r->tok, "<|bos|>");
+    for (int64_t s = 0; s < a->samples; s++) {
+        dtx_halluc_prompt p;
+        dtx_status st = dtx_halluc_make(r->src, r->tok, DTX_HALLUC_CONTRADICT, a->length, (int)a->needles,
+                                        prompt_seed(a, 0, (int)a->needles, s), &p);
+        if (st) return make_error(a, st);
+        st = dtx_needle_answer_texts(r->ans, p.tokens, p.context_end, p.question, p.question_n, 1, a->max_new, r->text,
+                                     TEXT_CAP);
+        /* the same question without the context: does the model know the fact? */
+        if (!st)
+            st = dtx_needle_answer_texts(r->ans, &bos, 1, p.question, p.question_n, 1, a->max_new, r->text + 1,
+                                         TEXT_CAP);
+        if (st) {
+            dtx_halluc_prompt_free(&p);
+            return lib_error(CMD);
+        }
+        dtx_halluc_outcome o = dtx_halluc_classify(r->text[0], strlen(r->text[0]), p.answer[0], p.prior);
+        int knows = dtx_needle_answer_correct(r->text[1], strlen(r->text[1]), p.prior);
+        t->n++;
+        t->faithful += o == DTX_FAITHFUL, t->prior += o == DTX_PRIOR, t->fabricated += o == DTX_FABRICATED;
+        t->knows += knows;
+        t->faithful_knows += knows && o == DTX_FAITHFUL, t->prior_knows += knows && o == DTX_PRIOR;
+        dtx_halluc_prompt_free(&p);
+    }
+    return EXIT_OK;
+}
+
+static int run_list(const halluc_args *a, runner *r, int n, list_tally *t) {
+    for (int64_t s = 0; s < a->samples; s++) {
+        dtx_halluc_prompt p;
+        dtx_status st = dtx_halluc_make(r->src, r->tok, DTX_HALLUC_LIST, a->length, n, prompt_seed(a, 1, n, s), &p);
+        if (st) return make_error(a, st);
+        st = dtx_needle_answer_texts(r->ans, p.tokens, p.context_end, p.question, p.question_n, 1, list_max_new(n),
+                                     r->text, TEXT_CAP);
+        if (st) {
+            dtx_halluc_prompt_free(&p);
+            return lib_error(CMD);
+        }
+        int64_t listed, right;
+        dtx_halluc_list_score(r->text[0], strlen(r->text[0]), (const char(*)[8])p.number, p.n_needles, &listed, &right);
+        t->prompts++;
+        t->listed += listed, t->right += right, t->expected += p.n_needles;
+        t->exact += listed == p.n_needles && right == p.n_needles;
+        dtx_halluc_prompt_free(&p);
+    }
+    return EXIT_OK;
+}
+
+static int run_absent(const halluc_args *a, runner *r, absent_tally *t) {
+    for (int64_t s = 0; s < a->samples; s++) {
+        dtx_halluc_prompt p;
+        dtx_status st = dtx_halluc_make(r->src, r->tok, DTX_HALLUC_ABSENT, a->length, (int)a->needles,
+                                        prompt_seed(a, 2, (int)a->needles, s), &p);
+        if (st) return make_error(a, st);
+        st = dtx_needle_answer_texts(r->ans, p.tokens, p.context_end, p.question, p.question_n, 2, a->max_new, r->text,
+                                     TEXT_CAP);
+        if (st) {
+            dtx_halluc_prompt_free(&p);
+            return lib_error(CMD);
+        }
+        t->n++;
+        t->none_absent += dtx_halluc_is_none(r->text[0], strlen(r->text[0]));
+        t->present_right += dtx_needle_answer_correct(r->text[1], strlen(r->text[1]), p.answer[1]);
+        t->none_present += dtx_halluc_is_none(r->text[1], strlen(r->text[1]));
+        dtx_halluc_prompt_free(&p);
+    }
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------ reporting */
+
+static double ratio(int64_t k, int64_t n) { return n > 0 ? (double)k / (double)n : 0; }
+
+static void print_rate(const char *name, int64_t k, int64_t n) {
+    double lo, hi;
+    dtx_wilson95(k, n, &lo, &hi);
+    printf("  %-38s %6.3f  [%.3f, %.3f]  (%lld of %lld)\n", name, ratio(k, n), lo, hi, (long long)k, (long long)n);
+}
+
+static void print_report(const halluc_args *a, const runner *r, const tallies *t) {
+    const dtx_config *c = dtx_model_config(r->m);
+    printf("contextual faithfulness: %s (%s, %zu parameters), %lld samples per task, length %lld, seed %llu, greedy\n",
+           a->model, dtx_arch_name(c->arch), dtx_model_num_params(r->m), (long long)a->samples, (long long)a->length,
+           (unsigned long long)a->seed);
+    printf("\ncontradict (%lld needles; a fact city's number changed in the context), Wilson 95%% intervals:\n",
+           (long long)a->needles);
+    print_rate("faithful (the context's number)", t->c.faithful, t->c.n);
+    print_rate("prior (the taught fact)", t->c.prior, t->c.n);
+    print_rate("fabricated (neither)", t->c.fabricated, t->c.n);
+    print_rate("knows the fact without the context", t->c.knows, t->c.n);
+    print_rate("faithful, where it knows the fact", t->c.faithful_knows, t->c.knows);
+    printf("\nlist every special magic number:\n");
+    printf("  needles  precision  interval          recall  interval          exact\n");
+    for (int i = 0; i < a->n_list; i++) {
+        const list_tally *l = &t->l[i];
+        double plo, phi, rlo, rhi;
+        dtx_wilson95(l->right, l->listed, &plo, &phi);
+        dtx_wilson95(l->right, l->expected, &rlo, &rhi);
+        printf("  %7d  %9.3f  [%.3f, %.3f]  %6.3f  [%.3f, %.3f]  %5.3f\n", a->list_n[i], ratio(l->right, l->listed), plo,
+               phi, ratio(l->right, l->expected), rlo, rhi, ratio(l->exact, l->prompts));
+    }
+    printf("\nabsent (%lld needles):\n", (long long)a->needles);
+    print_rate("'none' to an absent city (right)", t->a.none_absent, t->a.n);
+    print_rate("number of a present city (right)", t->a.present_right, t->a.n);
+    print_rate("'none' to a present city (wrong)", t->a.none_present, t->a.n);
+}
+
+static void json_rate(cJSON *o, const char *key, int64_t k, int64_t n, int *ok) {
+    double lo, hi;
+    dtx_wilson95(k, n, &lo, &hi);
+    cJSON *x = jadd(o, key, cJSON_CreateObject(), ok);
+    jnum(x, "k", (double)k, ok);
+    jnum(x, "n", (double)n, ok);
+    jnum(x, "rate", ratio(k, n), ok);
+    jnum(x, "lo", lo, ok);
+    jnum(x, "hi", hi, ok);
+}
+
+static int write_json(const halluc_args *a, const runner *r, const tallies *t) {
+    int ok = 1;
+    const dtx_config *c = dtx_model_config(r->m);
+    cJSON *root = cJSON_CreateObject();
+    if (!root) ok = 0;
+    jstr(root, "model", a->model, &ok);
+    jstr(root, "arch", dtx_arch_name(c->arch), &ok);
+    jnum(root, "params", (double)dtx_model_num_params(r->m), &ok);
+    jstr(root, "tokenizer", a->tokenizer, &ok);
+    jstr(root, "haystack", a->haystack, &ok);
+    jnum(root, "samples", (double)a->samples, &ok);
+    jnum(root, "length", (double)a->length, &ok);
+    jnum(root, "needles", (double)a->needles, &ok);
+    jnum(root, "max_new", (double)a->max_new, &ok);
+    jnum(root, "seed", (double)a->seed, &ok);
+    jstr(root, "precision", dtx_precision_name(dtx_model_precision(r->m)), &ok);
+    cJSON *co = jadd(root, "contradict", cJSON_CreateObject(), &ok);
+    json_rate(co, "faithful", t->c.faithful, t->c.n, &ok);
+    json_rate(co, "prior", t->c.prior, t->c.n, &ok);
+    json_rate(co, "fabricated", t->c.fabricated, t->c.n, &ok);
+    json_rate(co, "knows", t->c.knows, t->c.n, &ok);
+    json_rate(co, "faithful_given_knows", t->c.faithful_knows, t->c.knows, &ok);
+    json_rate(co, "prior_given_knows", t->c.prior_knows, t->c.knows, &ok);
+    cJSON *li = jadd(root, "list", cJSON_CreateArray(), &ok);
+    int64_t listed = 0, right = 0, expected = 0;
+    for (int i = 0; i < a->n_list && ok; i++) {
+        const list_tally *l = &t->l[i];
+        cJSON *o = jadd(li, NULL, cJSON_CreateObject(), &ok);
+        jnum(o, "needles", a->list_n[i], &ok);
+        json_rate(o, "precision", l->right, l->listed, &ok);
+        json_rate(o, "recall", l->right, l->expected, &ok);
+        json_rate(o, "exact", l->exact, l->prompts, &ok);
+        listed += l->listed, right += l->right, expected += l->expected;
+    }
+    cJSON *lp = jadd(root, "list_pooled", cJSON_CreateObject(), &ok);
+    json_rate(lp, "precision", right, listed, &ok);
+    json_rate(lp, "recall", right, expected, &ok);
+    cJSON *ab = jadd(root, "absent", cJSON_CreateObject(), &ok);
+    json_rate(ab, "none_absent", t->a.none_absent, t->a.n, &ok);
+    json_rate(ab, "present_right", t->a.present_right, t->a.n, &ok);
+    json_rate(ab, "none_present", t->a.none_present, t->a.n, &ok);
+    return json_write_report(CMD, a->json, root, ok, 1);
+}
+
+/* ------------------------------------------------------------ setup */
+
+static int parse_list(halluc_args *a) {
+    double v[MAX_LIST];
+    int n = dtx_eval_parse_list(a->list_s, v, MAX_LIST);
+    if (n < 0)
+        return usage_error(CMD, "--list-needles: expected comma-separated counts 1..%d (at most %d), got '%s'",
+                           DTX_NEEDLE_MAX, MAX_LIST, a->list_s);
+    for (int i = 0; i < n; i++) {
+        if (v[i] < 1 || v[i] > DTX_NEEDLE_MAX || v[i] != floor(v[i]))
+            return usage_error(CMD, "--list-needles: expected counts 1..%d, got '%s'", DTX_NEEDLE_MAX, a->list_s);
+        for (int j = 0; j < i; j++)
+            if (v[j] == v[i]) return usage_error(CMD, "--list-needles: '%s' repeats a count", a->list_s);
+        a->list_n[i] = (int)v[i];
+    }
+    a->n_list = n;
+    return EXIT_OK;
+}
+
+static int open_runner(halluc_args *a, runner *r) {
+    if (dtx_tokenizer_load(&r->tok, a->tokenizer) != DTX_OK) return lib_error(CMD);
+    if (cli_model_load(&r->m, a->model, a->precision) != DTX_OK) return lib_error(CMD);
+    const dtx_config *c = dtx_model_config(r->m);
+    int64_t vt = dtx_tokenizer_vocab_size(r->tok);
+    if (vt > c->vocab_size)
+        return runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
+                             a->tokenizer, (long long)vt, (long long)c->vocab_size, a->model);
+    int64_t most = a->max_new;
+    for (int i = 0; i < a->n_list; i++) most = list_max_new(a->list_n[i]) > most ? list_max_new(a->list_n[i]) : most;
+    if (!a->length) a->length = c->max_seq_len - most;
+    if (a->length < 1 || a->length + most > c->max_seq_len)
+        return usage_error(CMD,
+                           "--length %lld: with answers of up to %lld tokens the model's max_seq_len %lld holds "
+                           "prompts of at most %lld",
+                           (long long)a->length, (long long)most, (long long)c->max_seq_len,
+                           (long long)(c->max_seq_len - most));
+    if (dtx_needle_source_open_list(&r->src, r->tok, a->haystack) != DTX_OK) return lib_error(CMD);
+    if (dtx_needle_answerer_init(&r->ans, r->m, r->tok, a->length, most) != DTX_OK) return lib_error(CMD);
+    r->text[0] = malloc(TEXT_CAP);
+    r->text[1] = malloc(TEXT_CAP);
+    if (!r->text[0] || !r->text[1]) return runtime_error(CMD, "out of memory");
+    return EXIT_OK;
+}
+
+static void close_runner(runner *r) {
+    free(r->text[0]);
+    free(r->text[1]);
+    dtx_needle_answerer_free(r->ans);
+    dtx_needle_source_free(r->src);
+    dtx_model_free(r->m);
+    dtx_tokenizer_free(r->tok);
+}
+
+static int parse_args(halluc_args *a, int argc, char **argv) {
+    flag fl[] = {
+        FLAG_STR("--model", &a->model),
+        FLAG_STR("--tokenizer", &a->tokenizer),
+        FLAG_STR("--haystack", &a->haystack),
+        FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX),
+        FLAG_STR("--list-needles", &a->list_s),
+        FLAG_INT("--samples", &a->samples, 1, 1000000),
+        FLAG_INT("--length", &a->length, 1, INT32_MAX),
+        FLAG_INT("--max-new", &a->max_new, 1, 1024),
+        FLAG_SEED("--seed", &a->seed),
+        FLAG_STR("--json", &a->json),
+        FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
+    };
+    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
+    case FLAGS_HELP: return FLAGS_HELP;
+    case FLAGS_ERROR: return EXIT_USAGE;
+    }
+    if (!a->model) return usage_error(CMD, "--model is required");
+    if (!a->tokenizer) return usage_error(CMD, "--tokenizer is required");
+    if (!a->haystack) return usage_error(CMD, "--haystack is required");
+    return parse_list(a);
+}
+
+int cmd_eval_halluc(int argc, char **argv) {
+    halluc_args a = {.needles = 3, .samples = 100, .max_new = 8, .seed = 1, .list_s = "2,4,6"};
+    int rc = parse_args(&a, argc, argv);
+    if (rc == FLAGS_HELP) return finish_stdout(CMD);
+    if (rc != EXIT_OK) return rc;
+    runner r = {0};
+    tallies t;
+    memset(&t, 0, sizeof t);
+    rc = open_runner(&a, &r);
+    int tty = isatty(STDERR_FILENO);
+    if (rc == EXIT_OK) rc = run_contradict(&a, &r, &t.c);
+    if (rc == EXIT_OK && tty) fprintf(stderr, "halluc: contradict done\n");
+    for (int i = 0; i < a.n_list && rc == EXIT_OK; i++) rc = run_list(&a, &r, a.list_n[i], &t.l[i]);
+    if (rc == EXIT_OK && tty) fprintf(stderr, "halluc: list done\n");
+    if (rc == EXIT_OK) rc = run_absent(&a, &r, &t.a);
+    if (rc == EXIT_OK) print_report(&a, &r, &t);
+    if (rc == EXIT_OK && a.json) rc = write_json(&a, &r, &t);
+    if (rc == EXIT_OK) rc = finish_stdout(CMD);
+    close_runner(&r);
+    return rc;
+}
