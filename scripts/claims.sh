@@ -105,10 +105,10 @@ local icl_frac=0.3 halluc_frac=0.2 fact_frac=0.15 needle_frac=0.15 copy_frac=0.1
 local -a seeds=(1 2 3)
 if [ $quick = 1 ]; then
     data=$root/runs/reproduce/quick dim=128 seq=256 batch=8 steps=150 lr=1e-3 long_steps=60 needle_max=3
-    queries=100 episodes=2 orders=10 halluc_samples=40 ppl_tokens=20000 seeds=(1)
+    queries=100 episodes=2 orders=10 halluc_samples=40 ppl_tokens=20000 seeds=(1 2)
 else
     data=$root/runs/reproduce dim=192 seq=512 batch=4 steps=1000 lr=1e-3 long_steps=500
-    queries=200 episodes=3 orders=10 halluc_samples=100 ppl_tokens=60000
+    queries=200 episodes=5 orders=10 halluc_samples=100 ppl_tokens=60000
 fi
 main_models=$data/models run=$data/claims
 local long=$((2 * seq)) long_batch=$((batch / 2))

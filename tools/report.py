@@ -207,25 +207,43 @@ def heads_of(r, arch, dim):
     return model_info(base)["n_heads"] if base else "?"
 
 
-def section_scaling_stage(r, out):
-    """The scaling stage's write-up (make reproduce STAGE=scaling), its headings one level down."""
-    path = os.path.join(r.dir, "scaling", "SCALING.md")
+def include_stage(r, out, sub, md, heading, missing):
+    """Another stage's write-up (DIR/sub/md, with its figure sub/sub.png), its headings one level down, and
+    its verdicts (sub/verdicts.json, computed with the write-up) into the summary's ledger."""
+    path = os.path.join(r.dir, sub, md)
     if not os.path.exists(path):
-        out.append("## Scaling with parameters and tokens (paper Fig. 3a, 3b) and Table 6's slices\n")
-        out.append("On plain language modelling, in its own stage: `make reproduce STAGE=scaling` (not run for this "
-                   "report).\n")
+        out += missing
         return
     lines = open(path).read().splitlines()
-    vpath = os.path.join(r.dir, "scaling", "verdicts.json")
-    if os.path.exists(vpath):  # computed by tools/scaling.py with the write-up
+    vpath = os.path.join(r.dir, sub, "verdicts.json")
+    if os.path.exists(vpath):
         LEDGER.extend((v["claim"], v["verdict"], v["where"]) for v in json.load(open(vpath)))
-    out.append("## Scaling on plain language modelling (`make reproduce STAGE=scaling`; "
-               "[scaling/SCALING.md](scaling/SCALING.md))\n")
+    out.append(heading)
     for line in lines[1:]:  # its title is the heading above
         if line.startswith("#"):
             line = "#" + line
-        out.append(line.replace("](scaling.png)", "](scaling/scaling.png)"))
+        out.append(line.replace(f"]({sub}.png)", f"]({sub}/{sub}.png)"))
     out.append("")
+
+
+def section_scaling_stage(r, out):
+    """The scaling stage's write-up (make reproduce STAGE=scaling)."""
+    include_stage(r, out, "scaling", "SCALING.md",
+                  "## Scaling on plain language modelling (`make reproduce STAGE=scaling`; "
+                  "[scaling/SCALING.md](scaling/SCALING.md))\n",
+                  ["## Scaling with parameters and tokens (paper Fig. 3a, 3b) and Table 6's slices\n",
+                   "On plain language modelling, in its own stage: `make reproduce STAGE=scaling` (not run for this "
+                   "report).\n"])
+
+
+def section_claims_stage(r, out):
+    """The claims stage's write-up (make reproduce STAGE=claims)."""
+    include_stage(r, out, "claims", "CLAIMS.md",
+                  "## In-context learning, faithfulness, loss by position (`make reproduce STAGE=claims`; "
+                  "[claims/CLAIMS.md](claims/CLAIMS.md))\n",
+                  ["## In-context learning, faithfulness, loss by position (paper Fig. 4, 6, 7; Table 4)\n",
+                   "Continued from this stage's models in their own stage: `make reproduce STAGE=claims-train`, "
+                   "then `STAGE=claims` (not run for this report).\n"])
 
 
 def section_lm(r, out):
@@ -838,6 +856,7 @@ def main():
     section_quant(r, out, figs)
     section_wquant(r, out)
     section_maps(r, out, figs)
+    section_claims_stage(r, out)
     section_earlier(out)
     out.append("## Commands\n")
     out.append("Everything above: `" + args.command + "` (scripts/reproduce.sh; its `--help` lists each step). "

@@ -298,7 +298,10 @@ static int open_runner(halluc_args *a, runner *r) {
                            "prompts of at most %lld",
                            (long long)a->length, (long long)most, (long long)c->max_seq_len,
                            (long long)(c->max_seq_len - most));
-    if (dtx_needle_source_open_list(&r->src, r->tok, a->haystack) != DTX_OK) return lib_error(CMD);
+    /* a haystack that cannot be read is the machine's trouble (exit 1); one that holds no text, the flag's */
+    dtx_status st = dtx_needle_source_open_list(&r->src, r->tok, a->haystack);
+    if (st == DTX_ERR_IO || st == DTX_ERR_NOMEM) return lib_error(CMD);
+    if (st) return usage_error(CMD, "%s", dtx_last_error());
     if (dtx_needle_answerer_init(&r->ans, r->m, r->tok, a->length, most) != DTX_OK) return lib_error(CMD);
     r->text[0] = malloc(TEXT_CAP);
     r->text[1] = malloc(TEXT_CAP);

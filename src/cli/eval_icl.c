@@ -387,7 +387,7 @@ static int open_runner(icl_args *a, runner *r) {
     if (vt > c->vocab_size)
         return runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
                              a->tokenizer, (long long)vt, (long long)c->vocab_size, a->model);
-    if (dtx_icl_vocab_init(&r->voc, r->tok) != DTX_OK) return runtime_error(CMD, "%s: %s", a->tokenizer, dtx_last_error());
+    if (dtx_icl_vocab_init(&r->voc, r->tok) != DTX_OK) return usage_error(CMD, "%s: %s", a->tokenizer, dtx_last_error());
     int rc = check_fit(a, r);
     if (rc != EXIT_OK) return rc;
     int64_t longest = 1 + r->max_rounds * a->classes * DTX_ICL_DEMO + DTX_ICL_QUERY;

@@ -837,6 +837,33 @@ TEST(cli_train_init_continues) {
                 "max_seq_len 16");
 }
 
+/* --max-seq and --rope-theta with --init extend the context: the same
+ * weights (a step at a vanishing lr moves none of them measurably) in a
+ * model of the new length and base, which then trains at the longer --seq. */
+TEST(cli_train_init_extends_the_context) {
+    const char *mp = trained_model();
+    REQUIRE(mp);
+    const char *toks = pattern_file("pattern_long.txt", 400, 3);
+    const char *next = test_path("extended.safetensors");
+    int rc = cli("train --init '%s' --tokens '%s' --out '%s' --max-seq 32 --rope-theta 40000 --seq 32 --steps 1 "
+                 "--lr 1e-12 --wd 0",
+                 mp, toks, next);
+    REQUIREF(rc == 0, "%s", cli_out);
+    CHECK(cli_has("max_seq 32"));
+    dtx_model *a = NULL, *b = NULL;
+    REQUIRE(dtx_model_load(&a, mp) == DTX_OK);
+    REQUIRE(dtx_model_load(&b, next) == DTX_OK);
+    CHECK(dtx_model_config(b)->max_seq_len == 32 && dtx_model_config(b)->rope_theta == 40000);
+    CHECK(dtx_model_config(a)->max_seq_len == 16 && dtx_model_config(b)->dim == dtx_model_config(a)->dim);
+    REQUIRE(dtx_model_num_params(a) == dtx_model_num_params(b));
+    double e = rel_err(dtx_model_params(a), dtx_model_params(b), dtx_model_num_params(a), 0, 1e-6);
+    CHECKF(e < 1e-6, "weights moved: rel err %g", e);
+    dtx_model_free(a);
+    dtx_model_free(b);
+    CHECK_USAGE(cli("train --init '%s' --tokens '%s' --out '%s' --max-seq 8 --seq 16", mp, toks, next), "train",
+                "--seq", "max_seq_len 8");
+}
+
 TEST(cli_train_refuses_bad_setups) {
     const char *toks = pattern_file("short.txt", 16, 1);
     const char *o = test_path("never.safetensors");

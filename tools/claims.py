@@ -1,0 +1,307 @@
+#!/usr/bin/python3
+"""The claims stage's analysis (scripts/claims.sh; make reproduce
+STAGE=claims): in-context learning and its robustness to order, contextual
+faithfulness, and the loss by position. Writes DIR/CLAIMS.md, DIR/verdicts.json
+(for REPORT.md's summary) and the figures, every verdict computed here.
+
+Each number is per seed (the same seed: the same main-stage model pair, the
+same continued-training batches, the same evaluation prompts), and each
+comparison the 95% t interval of DIFF − Transformer over the seeds
+(tools/stats.py: "held" only where the interval lies on the paper's side).
+
+- In-context accuracy ("stable average", the paper's dashed lines): the
+  mean accuracy over the curve's points at half the most rounds or more.
+- Order robustness: the margin (best − worst accuracy over the orders) per
+  episode, averaged over the episodes; random and grouped-by-class orders.
+- Faithfulness: the contradict task's faithful rate, the list task's
+  precision and exact rate (pooled over its needle counts), the absent
+  task's "none" rate.
+- Loss by position: the cumulative mean NLL at the last position of the
+  long context (and of the main context, before the extension).
+
+usage: tools/claims.py DIR [--command CMD]
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stats import LEDGER, fmt_ci, mean_ci, verdict  # noqa: E402
+
+ARCHS = ("diff", "transformer")
+NAME = {"diff": "DIFF", "transformer": "Transformer"}
+WHERE = "Claims"
+
+
+def load(run):
+    """{(task, arch, seed): json} for every evaluation of DIR/eval."""
+    ev = {}
+    d = os.path.join(run, "eval")
+    for f in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        m = re.fullmatch(r"(icl6|icl16|halluc|pos)-(diff|transformer)(-long)?-s(\d+)\.json", f)
+        if not m:
+            continue
+        task = m.group(1) + ("-long" if m.group(3) else "")
+        try:
+            ev[(task, m.group(2), int(m.group(4)))] = json.load(open(os.path.join(d, f)))
+        except (OSError, ValueError):
+            continue
+    return ev
+
+
+def per_seed(ev, task, arch, fn):
+    out = {}
+    for (t, a, s), js in ev.items():
+        if t == task and a == arch:
+            try:
+                v = fn(js)
+            except (KeyError, IndexError, TypeError, ZeroDivisionError):
+                v = None
+            if v is not None:
+                out[s] = v
+    return out
+
+
+def diff_ci(ev, task, fn):
+    d, t = per_seed(ev, task, "diff", fn), per_seed(ev, task, "transformer", fn)
+    keys = sorted(set(d) & set(t))
+    return mean_ci([d[k] - t[k] for k in keys]), d, t
+
+
+def pm(vals, fmt="{:.3f}"):
+    ci = mean_ci(list(vals))
+    return fmt_ci(ci, fmt).replace(" seeds)", ")") if ci else "n/a"
+
+
+def stable_acc(js):
+    curve = js["curve"]
+    top = max(p["rounds"] for p in curve)
+    pts = [p["acc"] for p in curve if 2 * p["rounds"] >= top]
+    return sum(pts) / len(pts)
+
+
+def row(label, ev, task, fn, sign, claim, fmt="{:.3f}", dfmt="{:+.3f}", paper=""):
+    ci, d, t = diff_ci(ev, task, fn)
+    v = verdict(ci, sign, claim, WHERE) if claim else ""
+    return f"| {label} | {paper} | {pm(t.values(), fmt)} | {pm(d.values(), fmt)} | {fmt_ci(ci, dfmt)} | {v} |"
+
+
+HEAD = ("| measure | paper (Transformer → DIFF) | Transformer | DIFF | DIFF − Transformer | verdict |\n"
+        "|---|---|---|---|---|---|")
+
+
+def section_icl(ev, out):
+    out.append("## Many-shot in-context learning (paper Fig. 6) and robustness to order (Fig. 7)\n")
+    out.append("`difftx eval icl` (docs/eval_icl.md): synthetic classification episodes, classes defined by "
+               "prototypes of held-out word tokens, label words drawn afresh per episode (the mapping can be read "
+               "only from the context), demonstrations in whole per-class rounds up to the model's context, "
+               "constrained decoding over the episode's labels. 6 classes stand for TREC, 16 for TREC-fine. "
+               "Accuracy is the mean over the points at half the most rounds or more (the paper's \"after the "
+               "performance becomes stable\"); margins are best − worst over the orders of one set of "
+               "demonstrations, averaged over episodes.\n")
+    out.append(HEAD)
+    out.append(row("6 classes: accuracy", ev, "icl6", stable_acc, +1,
+                   "DIFF is more accurate at many-shot in-context classification (Fig. 6, 6 classes)",
+                   paper="TREC 0.699 → 0.879"))
+    out.append(row("16 classes: accuracy", ev, "icl16", stable_acc, +1,
+                   "DIFF is more accurate at many-shot in-context classification (Fig. 6, 16 classes)",
+                   paper="TREC-fine 0.610 → 0.826"))
+    for task, k in (("icl6", "6"), ("icl16", "16")):
+        out.append(row(f"{k} classes: margin, random orders", ev, task,
+                       lambda js: js["order"]["random"]["margin_mean"], -1,
+                       f"DIFF is less sensitive to the order of demonstrations (Fig. 7, random, {k} classes)",
+                       paper="TREC 0.190 → 0.040" if k == "6" else "TREC-fine 0.240 → 0.090"))
+        out.append(row(f"{k} classes: margin, grouped by class", ev, task,
+                       lambda js: js["order"]["grouped"]["margin_mean"], -1,
+                       f"DIFF is less sensitive to the order of demonstrations (Fig. 7, grouped, {k} classes)",
+                       paper="TREC 0.567 → 0.134" if k == "6" else ""))
+        out.append(row(f"{k} classes: accuracy, random orders", ev, task,
+                       lambda js: js["order"]["random"]["acc"], +1, None))
+        out.append(row(f"{k} classes: accuracy, grouped by class", ev, task,
+                       lambda js: js["order"]["grouped"]["acc"], +1, None))
+    out.append("")
+    # the curve, mean over seeds
+    for task, k in (("icl6", 6), ("icl16", 16)):
+        cur = {a: per_seed(ev, task, a, lambda js: {p["rounds"]: p["acc"] for p in js["curve"]}) for a in ARCHS}
+        rounds = sorted({r for a in ARCHS for c in cur[a].values() for r in c})
+        if not rounds:
+            continue
+        out.append(f"Accuracy against demonstrations, {k} classes (mean over seeds; chance {1 / k:.3f}):\n")
+        out.append("| rounds | demonstrations | Transformer | DIFF |\n|---|---|---|---|")
+        for r in rounds:
+            cells = [pm([c[r] for c in cur[a].values() if r in c]) for a in ("transformer", "diff")]
+            out.append(f"| {r} | {r * k} | {cells[0]} | {cells[1]} |")
+        out.append("")
+
+
+def pooled_list(js, key):
+    k = sum(x[key]["k"] for x in js["list"])
+    n = sum(x[key]["n"] for x in js["list"])
+    return k / n if n else None
+
+
+def section_halluc(ev, out):
+    out.append("## Contextual faithfulness (paper Table 4)\n")
+    out.append("`difftx eval halluc` (docs/eval_halluc.md), no judge: each answer is scored exactly. *contradict* "
+               "stands for the QA sets (Qasper, HotpotQA, 2WikiMQA: the answer must come from the documents, not "
+               "from what the model knows): a fact city the model was taught closed-book gets another number in "
+               "the context; faithful = the context's number. *list* stands for the summarisation sets (XSum, "
+               "CNN/DM, MultiNews: say what the document says and nothing else): precision = 1 − the rate of "
+               "listed numbers the context does not hold, exact = all listed and nothing else (the judge's "
+               "\"accurate and free of hallucination\"). *absent* asks about a city the context does not hold; "
+               "the right answer is \"none\". The paper's accuracies are GPT-4o judgements of 100 samples per "
+               "dataset; ours are counts over the prompts, per seed.\n")
+    out.append(HEAD)
+    out.append(row("contradict: faithful", ev, "halluc", lambda js: js["contradict"]["faithful"]["rate"], +1,
+                   "DIFF answers from the context where it contradicts what the model knows (Table 4, QA)",
+                   paper="QA 0.28–0.36 → 0.36–0.46"))
+    out.append(row("contradict: answers the prior", ev, "halluc", lambda js: js["contradict"]["prior"]["rate"], -1,
+                   None))
+    out.append(row("contradict: knows the fact closed-book", ev, "halluc",
+                   lambda js: js["contradict"]["knows"]["rate"], +1, None))
+    out.append(row("list: precision", ev, "halluc", lambda js: pooled_list(js, "precision"), +1,
+                   "DIFF lists fewer numbers that are not in the context (Table 4, summarisation)",
+                   paper="summ. 0.32–0.44 → 0.41–0.61"))
+    out.append(row("list: recall", ev, "halluc", lambda js: pooled_list(js, "recall"), +1, None))
+    out.append(row("list: exact", ev, "halluc", lambda js: pooled_list(js, "exact"), +1,
+                   "DIFF's lists are accurate and free of hallucination more often (Table 4, summarisation)"))
+    out.append(row("absent: answers \"none\"", ev, "halluc", lambda js: js["absent"]["none_absent"]["rate"], +1,
+                   "DIFF answers \"none\" where the context does not hold the answer"))
+    out.append(row("absent: present city answered", ev, "halluc", lambda js: js["absent"]["present_right"]["rate"],
+                   +1, None))
+    out.append("")
+
+
+def last_cum(js):
+    return js["by_position"]["cumulative"][-1]
+
+
+def section_position(ev, out):
+    out.append("## Loss by position (paper Fig. 4)\n")
+    out.append("`difftx eval ppl --by-position` over the held-out speeches: the cumulative mean NLL of the "
+               "tokens up to each position of a window. The main stage's models (context 512), and the same "
+               "models after a short continued training on prose at twice the context (`--max-seq`, RoPE base "
+               "unchanged). The paper (3B models, 64K book data) reports DIFF lower at every position.\n")
+    out.append(HEAD)
+    for task, what in (("pos", "main context"), ("pos-long", "long context")):
+        out.append(row(f"cumulative NLL at the last position, {what}", ev, task, last_cum, -1,
+                       f"DIFF's loss is lower over the whole context (Fig. 4, {what})", fmt="{:.4f}", dfmt="{:+.4f}",
+                       paper="DIFF lower"))
+    out.append("")
+    for task, what in (("pos", "main context"), ("pos-long", "long context")):
+        cur = {a: per_seed(ev, task, a, lambda js: dict(zip(js["by_position"]["position"],
+                                                            js["by_position"]["cumulative"]))) for a in ARCHS}
+        pos = sorted({p for a in ARCHS for c in cur[a].values() for p in c})
+        if not pos:
+            continue
+        shown = [p for p in pos if p & (p - 1) == 0 or p == pos[-1]]
+        out.append(f"Cumulative NLL by position, {what} (mean over seeds):\n")
+        out.append("| position | Transformer | DIFF | DIFF − Transformer |\n|---|---|---|---|")
+        for p in shown:
+            d, t = cur["diff"], cur["transformer"]
+            keys = sorted(k for k in set(d) & set(t) if p in d[k] and p in t[k])
+            ci = mean_ci([d[k][p] - t[k][p] for k in keys])
+            out.append(f"| {p} | {pm([c[p] for c in t.values() if p in c], '{:.4f}')} | "
+                       f"{pm([c[p] for c in d.values() if p in c], '{:.4f}')} | {fmt_ci(ci, '{:+.4f}')} |")
+        out.append("")
+
+
+def draw(run, ev):
+    """claims.png: accuracy against demonstrations, the order margins, loss by position."""
+    try:
+        from plot_eval import pyplot, save
+        plt = pyplot()
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
+    colour = {"diff": "tab:red", "transformer": "tab:blue"}
+    any_drawn = False
+    for task, style in (("icl6", "-"), ("icl16", "--")):
+        for a in ARCHS:
+            for s, js in sorted(per_seed(ev, task, a, lambda js: js).items()):
+                xs = [p["demos"] for p in js["curve"]]
+                ax[0].plot(xs, [p["acc"] for p in js["curve"]], style, color=colour[a], alpha=0.7,
+                           label=f"{NAME[a]}, {task[3:]} classes" if s == 1 else None)
+                any_drawn = True
+    ax[0].set_xscale("log")
+    ax[0].set_xlabel("demonstrations")
+    ax[0].set_ylabel("accuracy")
+    ax[0].set_title("in-context accuracy (each seed)")
+    if ax[0].get_legend_handles_labels()[0]:
+        ax[0].legend(fontsize=8)
+    x = 0
+    ticks = []
+    for task in ("icl6", "icl16"):
+        for kind in ("random", "grouped"):
+            for a in ARCHS:
+                accs = [v for js in per_seed(ev, task, a, lambda js: js).values()
+                        for e in js["order"][kind]["episodes"] for v in e["acc"]]
+                if accs:
+                    ax[1].scatter([x] * len(accs), accs, color=colour[a], s=8, alpha=0.5)
+                ticks.append((x, f"{NAME[a][:4]}\n{task[3:]} {kind[:4]}"))
+                x += 1
+            x += 0.5
+    ax[1].set_xticks([t[0] for t in ticks])
+    ax[1].set_xticklabels([t[1] for t in ticks], fontsize=6)
+    ax[1].set_ylabel("accuracy of one order")
+    ax[1].set_title("the same demonstrations in other orders")
+    for task, style in (("pos", "--"), ("pos-long", "-")):
+        for a in ARCHS:
+            for s, js in sorted(per_seed(ev, task, a, lambda js: js).items()):
+                bp = js["by_position"]
+                ax[2].plot(bp["position"], bp["cumulative"], style, color=colour[a], alpha=0.7,
+                           label=f"{NAME[a]}, {'long' if task == 'pos-long' else 'main'} context" if s == 1 else None)
+                any_drawn = True
+    ax[2].set_xscale("log")
+    ax[2].set_xlabel("position")
+    ax[2].set_ylabel("cumulative mean NLL")
+    ax[2].set_title("loss by position (held-out speeches)")
+    if ax[2].get_legend_handles_labels()[0]:
+        ax[2].legend(fontsize=8)
+    fig.tight_layout()
+    if not any_drawn:
+        plt.close(fig)
+        return False
+    save(fig, os.path.join(run, "claims.png"), 110)
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir")
+    ap.add_argument("--command", default="make reproduce STAGE=claims")
+    args = ap.parse_args()
+    run = args.dir
+    ev = load(run)
+    settings = open(os.path.join(run, "settings.txt")).read().strip() if os.path.exists(
+        os.path.join(run, "settings.txt")) else "?"
+    seeds = sorted({s for (_, _, s) in ev})
+    out = ["# The paper's other claims: in-context learning, faithfulness, loss by position\n",
+           f"Written by `tools/claims.py` from the evaluations of `{args.command}` ({len(ev)} evaluations, seeds "
+           f"{', '.join(map(str, seeds)) or 'none'}). Recipe: `{settings}`. Each arch's models continue the main "
+           "stage's models of the same seed under the same recipe (scripts/claims.sh says how). Intervals are 95% t "
+           "intervals over seeds of the per-seed values, and of DIFF − Transformer per seed; a verdict is *held* "
+           "only where that interval lies on the paper's side of zero.\n"]
+    section_icl(ev, out)
+    section_halluc(ev, out)
+    section_position(ev, out)
+    if draw(run, ev):
+        out.append("![in-context accuracy, order margins and loss by position](claims.png)\n")
+    held = [c for c, v, _ in LEDGER if v == "held"]
+    not_held = [c for c, v, _ in LEDGER if v == "did not hold"]
+    out.insert(2, f"**Verdicts:** {len(held)} held, {len(not_held)} did not hold, "
+               f"{len(LEDGER) - len(held) - len(not_held)} not resolved (the tables below give each).\n")
+    path = os.path.join(run, "CLAIMS.md")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(out) + "\n")
+    os.replace(path + ".tmp", path)
+    with open(os.path.join(run, "verdicts.json.tmp"), "w") as f:
+        json.dump([{"claim": c, "verdict": v, "where": w} for c, v, w in LEDGER], f, indent=1)
+    os.replace(os.path.join(run, "verdicts.json.tmp"), os.path.join(run, "verdicts.json"))
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
