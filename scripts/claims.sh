@@ -15,6 +15,9 @@
 #           closed-book fact rows, NEEDLE_FRAC needle documents, COPY_FRAC copy
 #           documents, the rest prose; then `difftx eval icl` (6 and 16
 #           classes) and `difftx eval halluc`;
+#   lrcheck seed 1 again at a lower and a higher learning rate (3e-4, 3e-3),
+#           evaluated with 6 classes and the faithfulness tasks: whether the
+#           one lr of the comparison favoured an arch;
 #   long    LONG_STEPS steps of prose alone at twice the context (--max-seq;
 #           RoPE's base unchanged, the weights the same); then `difftx eval ppl
 #           --by-position` over the held-out speeches at the long context, and
@@ -47,6 +50,7 @@ if [ "${1:-}" = --one ]; then # a worker: KIND NAME FROM ARGS...
         [ -s "$out.safetensors" ] && exit 0
         local -a needs=("$run/eval/pos-$name.json")
         [ "$kind" = claims ] && needs=("$run/eval/icl6-$name.json" "$run/eval/icl16-$name.json" "$run/eval/halluc-$name.json")
+        [ "$kind" = lrcheck ] && needs=("$run/eval/icl6-$name.json" "$run/eval/halluc-$name.json")
         for e in "${needs[@]}"; do [ -s "$e" ] || { rm -f "$out.info.json"; break; }; done
         [ -s "$out.info.json" ] && exit 0
     fi
@@ -102,7 +106,7 @@ case $jobs in [1-9]|[1-9][0-9]) ;; *) echo "claims: --jobs $jobs: expected 1 to 
 # ---- the recipe (everything that decides a result is here)
 local data main_models run seq batch steps lr long_steps queries episodes orders halluc_samples ppl_tokens dim
 local icl_frac=0.3 halluc_frac=0.2 fact_frac=0.15 needle_frac=0.15 copy_frac=0.1 needle_max=6
-local -a seeds=(1 2 3)
+local -a seeds=(1 2 3) check_lrs=(3e-4 3e-3)
 if [ $quick = 1 ]; then
     data=$root/runs/reproduce/quick dim=128 seq=256 batch=8 steps=150 lr=1e-3 long_steps=60 needle_max=3
     queries=100 episodes=2 orders=10 halluc_samples=40 ppl_tokens=20000 seeds=(1 2)
@@ -115,6 +119,7 @@ local long=$((2 * seq)) long_batch=$((batch / 2))
 local settings="dim=$dim seq=$seq batch=$batch steps=$steps lr=$lr long=$long long_batch=$long_batch"
 settings+=" long_steps=$long_steps icl_frac=$icl_frac halluc_frac=$halluc_frac fact_frac=$fact_frac"
 settings+=" needle_frac=$needle_frac copy_frac=$copy_frac needle_max=$needle_max seeds=${seeds[*]}"
+settings+=" check_lrs=${check_lrs[*]}"
 # (the evaluations' settings are in each one's command, eval/NAME.cmd)
 local tok=$data/tokenizer.txt text=$root/data/sotu/train val_text=$root/data/sotu/val
 
@@ -124,6 +129,17 @@ trains() {
         from=$main_models/$a-d$dim-s$s.safetensors
         echo "claims $a-s$s $from --tokens $data/train.bin --val-tokens $data/val.bin --seq $seq --batch $batch" \
             "--steps $steps --warmup $((steps / 20)) --lr $lr --seed $s --eval-every $((steps / 4))" \
+            "--log-every $((steps / 5)) --ckpt-every $((steps / 4)) --keep 1 --needle-frac $needle_frac" \
+            "--copy-frac $copy_frac --icl-frac $icl_frac --halluc-frac $halluc_frac --fact-frac $fact_frac" \
+            "--needle-max $needle_max --needle-text $text --needle-tokenizer $tok"
+    done; done
+    # the learning-rate check: seed 1 again at a lower and a higher lr, so that the write-up can say whether
+    # the one lr of the comparison favoured one arch
+    local lr2
+    for lr2 in "${check_lrs[@]}"; do for a in diff transformer; do
+        from=$main_models/$a-d$dim-s1.safetensors
+        echo "lrcheck $a-lr$lr2-s1 $from --tokens $data/train.bin --val-tokens $data/val.bin --seq $seq --batch $batch" \
+            "--steps $steps --warmup $((steps / 20)) --lr $lr2 --seed 1 --eval-every $((steps / 4))" \
             "--log-every $((steps / 5)) --ckpt-every $((steps / 4)) --keep 1 --needle-frac $needle_frac" \
             "--copy-frac $copy_frac --icl-frac $icl_frac --halluc-frac $halluc_frac --fact-frac $fact_frac" \
             "--needle-max $needle_max --needle-text $text --needle-tokenizer $tok"
@@ -144,6 +160,12 @@ evals() {
         echo "halluc-$a-s$s eval halluc --model $m --tokenizer $tok --haystack $val_text --samples $halluc_samples --seed 1"
         echo "pos-$a-long-s$s eval ppl --model $run/models/$a-long-s$s.safetensors --tokens $data/val.bin --by-position --max-tokens $ppl_tokens"
         echo "pos-$a-s$s eval ppl --model $main_models/$a-d$dim-s$s.safetensors --tokens $data/val.bin --by-position --max-tokens $ppl_tokens"
+    done; done
+    local lr2
+    for lr2 in "${check_lrs[@]}"; do for a in diff transformer; do
+        m=$run/models/$a-lr$lr2-s1.safetensors
+        echo "icl6-$a-lr$lr2-s1 eval icl --model $m --tokenizer $tok --classes 6 --queries $queries --episodes $episodes --orders $orders --seed 1"
+        echo "halluc-$a-lr$lr2-s1 eval halluc --model $m --tokenizer $tok --haystack $val_text --samples $halluc_samples --seed 1"
     done; done
 }
 

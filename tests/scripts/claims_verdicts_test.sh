@@ -54,8 +54,22 @@ check none_equal_not_resolved "not resolved" "$(v 'DIFF answers "none"')"
 check missing_not_measured "not measured" "$(v 'DIFF is more accurate at many-shot in-context classification (Fig. 6, 16 classes)')"
 # the stable accuracy of seed 1's DIFF: (0.6 + 0.8) / 2 = 0.7 appears in the table's mean over seeds
 # (0.7, 0.7, 0.6 -> 0.667); the Transformer's (0.5, 0.5, 0.45 -> 0.483)
-check stable_mean "1" "$(grep -c '^| 6 classes: accuracy | TREC 0.699 → 0.879 | 0.483 \[.*| 0.667 \[' "$run/CLAIMS.md")"
+check stable_mean "1" "$(grep -c '^| 6 classes: accuracy | TREC 0.699 → 0.879 | 0.483 \[.*; seeds 0.500, 0.500, 0.450 | 0.667 \[.*; seeds 0.700, 0.700, 0.600 |' "$run/CLAIMS.md")"
 check md_summary "1" "$(grep -c '^\*\*Verdicts:\*\* 1 held, 1 did not hold' "$run/CLAIMS.md")"
+# a Transformer that never copies from its context: the comparisons that need it are confounded, not decided
+mkdir -p "$run/models"
+for a in diff transformer; do for s in 1 2 3; do
+    rep=0.1; [ $a = transformer ] && rep=8.2
+    for st in 1 2 3 4 5 6 7 8 9 10; do
+        echo "{\"step\":$st,\"loss\":3.0,\"copy_rows\":1,\"copy_first\":8.3,\"copy_repeat\":$rep}"
+    done > "$run/models/$a-s$s.jsonl"
+    echo '{"vocab_size":4096}' > "$run/models/$a-s$s.info.json"
+done; done
+/usr/bin/python3 tools/claims.py "$run" > /dev/null 2>&1
+check confounded "not resolved (confounded: induction formed in 3 of 3 DIFF and 0 of 3 Transformer models)" \
+    "$(v 'DIFF is more accurate at many-shot in-context classification (Fig. 6, 6 classes)')"
+check precondition_table "1" "$(grep -c '^| 2 | 0.10, not formed | 8.20, formed |' "$run/CLAIMS.md")"
+rm -r "$run/models"
 # two seeds do not decide
 rm "$run"/eval/*-s3.json
 /usr/bin/python3 tools/claims.py "$run" > /dev/null 2>&1
