@@ -269,6 +269,28 @@ def section_position(ev, out):
                        f"DIFF's loss is lower over the whole context (Fig. 4, {what})", fmt="{:.4f}", dfmt="{:+.4f}",
                        paper="DIFF lower"))
     out.append("")
+    # does the loss keep falling past the main context once the models are extended?
+    falls = []
+    for a in ARCHS:
+        lg = per_seed(ev, "pos-long", a, lambda js: dict(zip(js["by_position"]["position"],
+                                                             js["by_position"]["cumulative"])))
+        if lg:
+            top = max(max(c) for c in lg.values())
+            half = max(p for c in lg.values() for p in c if p <= top // 2)
+            drop = [c[half] - c[top] for c in lg.values() if half in c and top in c]
+            ci = mean_ci(drop)
+            if ci:
+                falls.append((NAME[a], ci[1] > 0, f"{NAME[a]} {fmt_ci(ci, '{:+.4f}')} nats from position {half} to "
+                                                  f"{top}"))
+    if falls:
+        text = "; ".join(f[2] for f in falls)
+        if all(f[1] for f in falls):
+            out.append("After the extension the cumulative loss keeps falling past the main context for both archs "
+                       f"(the drop: {text}), so RoPE's base did not need raising at this length.\n")
+        else:
+            out.append("After the extension the cumulative loss does **not** keep falling past the main context for "
+                       f"{', '.join(f[0] for f in falls if not f[1])} (the drop: {text}): a raised RoPE base "
+                       "(`--rope-theta` with `--init`) is the next thing to try.\n")
     for task, what in (("pos", "main context"), ("pos-long", "long context")):
         cur = {a: per_seed(ev, task, a, lambda js: dict(zip(js["by_position"]["position"],
                                                             js["by_position"]["cumulative"]))) for a in ARCHS}
@@ -276,6 +298,18 @@ def section_position(ev, out):
         if not pos:
             continue
         shown = [p for p in pos if p & (p - 1) == 0 or p == pos[-1]]
+        d, t = cur["diff"], cur["transformer"]
+        side = {"lower": [], "higher": []}
+        for p in shown:
+            keys = sorted(k for k in set(d) & set(t) if p in d[k] and p in t[k])
+            ci = mean_ci([d[k][p] - t[k][p] for k in keys])
+            if ci and ci[3] >= 3 and ci[2] < 0:
+                side["lower"].append(p)
+            elif ci and ci[3] >= 3 and ci[1] > 0:
+                side["higher"].append(p)
+        out.append(f"{what.capitalize()}: DIFF's cumulative loss is lower (the interval below zero) at positions "
+                   f"{', '.join(map(str, side['lower'])) or 'none'}; higher at {', '.join(map(str, side['higher'])) or 'none'}; "
+                   f"the rest of the {len(shown)} positions below are not resolved.\n")
         out.append(f"Cumulative NLL by position, {what} (mean over seeds):\n")
         out.append("| position | Transformer | DIFF | DIFF − Transformer |\n|---|---|---|---|")
         for p in shown:
