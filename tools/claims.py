@@ -170,7 +170,24 @@ def section_induction(run, ev, out):
                    "can copy from their context.\n")
 
 
-def section_icl(ev, out):
+def command(run, name, what="eval"):
+    """The command that made run/what/name (its .cmd file), paths relative to the repository."""
+    p = os.path.join(run, what, name + ".cmd")
+    if not os.path.exists(p):
+        return None
+    root = os.path.abspath(run).split(os.sep + "runs" + os.sep)[0] + os.sep
+    return open(p).read().strip().replace(root, "")
+
+
+def commands(run, out, names):
+    """*Commands*: seed 1's, DIFF's."""
+    got = [c for c in (command(run, n, w) for n, w in names) if c]
+    if got:
+        out.append("*Commands* (seed 1, DIFF; the Transformer's and the other seeds' differ only in the names and --seed): " +
+                   "; ".join(f"`{c}`" for c in got) + "\n")
+
+
+def section_icl(run, ev, out):
     out.append("## Many-shot in-context learning (paper Fig. 6) and robustness to order (Fig. 7)\n")
     out.append("`difftx eval icl` (docs/eval_icl.md): synthetic classification episodes, classes defined by "
                "prototypes of held-out word tokens, label words drawn afresh per episode (the mapping can be read "
@@ -220,7 +237,7 @@ def pooled_list(js, key):
     return k / n if n else None
 
 
-def section_halluc(ev, out):
+def section_halluc(run, ev, out):
     out.append("## Contextual faithfulness (paper Table 4)\n")
     out.append("`difftx eval halluc` (docs/eval_halluc.md), no judge: each answer is scored exactly. *contradict* "
                "stands for the QA sets (Qasper, HotpotQA, 2WikiMQA: the answer must come from the documents, not "
@@ -257,7 +274,7 @@ def last_cum(js):
     return js["by_position"]["cumulative"][-1]
 
 
-def section_position(ev, out):
+def section_position(run, ev, out):
     out.append("## Loss by position (paper Fig. 4)\n")
     out.append("`difftx eval ppl --by-position` over the held-out speeches: the cumulative mean NLL of the "
                "tokens up to each position of a window. The main stage's models (context 512), and the same "
@@ -441,9 +458,12 @@ def main():
            "intervals over seeds of the per-seed values, and of DIFF − Transformer per seed; a verdict is *held* "
            "only where that interval lies on the paper's side of zero.\n"]
     section_induction(run, ev, out)
-    section_icl(ev, out)
-    section_halluc(ev, out)
-    section_position(ev, out)
+    section_icl(run, ev, out)
+    commands(run, out, [("diff-s1", "models"), ("icl6-diff-s1", "eval"), ("icl16-diff-s1", "eval")])
+    section_halluc(run, ev, out)
+    commands(run, out, [("halluc-diff-s1", "eval")])
+    section_position(run, ev, out)
+    commands(run, out, [("diff-long-s1", "models"), ("pos-diff-long-s1", "eval"), ("pos-diff-s1", "eval")])
     main_lr = re.search(r"\blr=(\S+)", settings)
     section_lrcheck(ev, out, main_lr.group(1) if main_lr else "1e-3")
     if draw(run, ev):

@@ -815,7 +815,8 @@ def summary():
            f"{count['not resolved']} not resolved**" + (f", {count['not measured']} not measured" if count["not measured"]
                                                         else "") +
            " (each computed from its 95% interval in the section named; *not resolved*: the interval spans no "
-           "difference, or rests on fewer than 3 seeds).\n",
+           "difference, or rests on fewer than 3 seeds, or, *confounded*, the comparison needs an ability only one "
+           "arch's models have, whatever the interval).\n",
            "| the paper's claim | verdict here | section |", "|---|---|---|"]
     for claim, v, where in LEDGER:
         out.append(f"| {claim} | **{v}** | {where or ''} |")
