@@ -198,8 +198,8 @@ static void print_report(const halluc_args *a, const runner *r, const tallies *t
         double plo, phi, rlo, rhi;
         dtx_wilson95(l->right, l->listed, &plo, &phi);
         dtx_wilson95(l->right, l->expected, &rlo, &rhi);
-        printf("  %7d  %9.3f  [%.3f, %.3f]  %6.3f  [%.3f, %.3f]  %5.3f\n", a->list_n[i], ratio(l->right, l->listed), plo,
-               phi, ratio(l->right, l->expected), rlo, rhi, ratio(l->exact, l->prompts));
+        printf("  %7d  %9.3f  [%.3f, %.3f]  %6.3f  [%.3f, %.3f]  %5.3f\n", a->list_n[i], ratio(l->right, l->listed),
+               plo, phi, ratio(l->right, l->expected), rlo, rhi, ratio(l->exact, l->prompts));
     }
     printf("\nabsent (%lld needles):\n", (long long)a->needles);
     print_rate("'none' to an absent city (right)", t->a.none_absent, t->a.n);

@@ -84,7 +84,8 @@ typedef struct {
 /* A seed per (run seed, classes, episode, purpose, index): an episode's
  * draws do not depend on the other flags. */
 static uint64_t sub_seed(const icl_args *a, int64_t e, uint64_t purpose, int64_t index) {
-    return dtx_mix64(dtx_mix64(dtx_mix64(dtx_mix64(a->seed) ^ (uint64_t)a->classes) ^ (uint64_t)e) ^ purpose) ^ (uint64_t)index;
+    return dtx_mix64(dtx_mix64(dtx_mix64(dtx_mix64(a->seed) ^ (uint64_t)a->classes) ^ (uint64_t)e) ^ purpose) ^
+           (uint64_t)index;
 }
 
 static dtx_status episode_make(const icl_args *a, const runner *r, int64_t e, episode *ep) {
@@ -96,9 +97,11 @@ static dtx_status episode_make(const icl_args *a, const runner *r, int64_t e, ep
     ep->demo = malloc((size_t)(r->max_rounds * C) * DTX_ICL_LEN * sizeof(int32_t));
     ep->query = malloc((size_t)a->queries * DTX_ICL_LEN * sizeof(int32_t));
     if (!ep->demo || !ep->query) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
-    for (int64_t i = 0; i < r->max_rounds * C; i++) dtx_icl_example(&r->voc, &ep->task, (int)(i % C), &rng, ep->demo + i * DTX_ICL_LEN);
+    for (int64_t i = 0; i < r->max_rounds * C; i++)
+        dtx_icl_example(&r->voc, &ep->task, (int)(i % C), &rng, ep->demo + i * DTX_ICL_LEN);
     dtx_rng_seed(&rng, sub_seed(a, e, 2, 0));
-    for (int64_t q = 0; q < a->queries; q++) dtx_icl_example(&r->voc, &ep->task, (int)(q % C), &rng, ep->query + q * DTX_ICL_LEN);
+    for (int64_t q = 0; q < a->queries; q++)
+        dtx_icl_example(&r->voc, &ep->task, (int)(q % C), &rng, ep->query + q * DTX_ICL_LEN);
     return DTX_OK;
 }
 
@@ -243,7 +246,6 @@ static void print_report(const icl_args *a, const runner *r, const results *res)
         }
         printf("  mean margin, %s orders: %.3f\n", g ? "grouped" : "random", margin_sum / (double)a->episodes);
     }
-    (void)r;
 }
 
 static void json_orders(cJSON *o, const icl_args *a, const int64_t *acc, int *ok) {
@@ -387,7 +389,8 @@ static int open_runner(icl_args *a, runner *r) {
     if (vt > c->vocab_size)
         return runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
                              a->tokenizer, (long long)vt, (long long)c->vocab_size, a->model);
-    if (dtx_icl_vocab_init(&r->voc, r->tok) != DTX_OK) return usage_error(CMD, "%s: %s", a->tokenizer, dtx_last_error());
+    if (dtx_icl_vocab_init(&r->voc, r->tok) != DTX_OK)
+        return usage_error(CMD, "%s: %s", a->tokenizer, dtx_last_error());
     int rc = check_fit(a, r);
     if (rc != EXIT_OK) return rc;
     int64_t longest = 1 + r->max_rounds * a->classes * DTX_ICL_DEMO + DTX_ICL_QUERY;

@@ -126,7 +126,8 @@ dtx_status dtx_needle_answer_texts(dtx_needle_answerer *r, const int32_t *contex
     dtx_kvcache_reset(r->cache);
     dtx_status st = dtx_model_prefill(r->m, r->cache, context, context_n, NULL);
     for (int q = 0; q < n_questions && !st; q++)
-        if (!(st = ask(r, question[q], question_n[q], context_n, max_new)) && cap) snprintf(text[q], cap, "%s", r->text);
+        if (!(st = ask(r, question[q], question_n[q], context_n, max_new)) && cap)
+            snprintf(text[q], cap, "%s", r->text);
     return st;
 }
 

@@ -86,7 +86,8 @@ static int setup(void) {
     static const char *const w[] = {"The farmer", "A river", "The old town", "Our committee", "The winter"};
     static const char *const o[] = {"the harvest", "the road", "a letter", "the bridge", "the market", "the bells"};
     for (int i = 0; i < 300; i++)
-        n += (size_t)snprintf(text + n, sizeof text - n, "%s saw %s.%s", w[i % 5], o[(i * 7) % 6], i % 11 == 10 ? "\n" : " ");
+        n += (size_t)snprintf(text + n, sizeof text - n, "%s saw %s.%s", w[i % 5], o[(i * 7) % 6],
+                              i % 11 == 10 ? "\n" : " ");
     const char *t1[] = {words};
     dtx_tokenizer *it = test_tokenizer_file(t1, 1, 1500, "icl.tok", &icl_tok);
     const char *t2[] = {text, "There is a special magic number inside a lot of irrelevant text. What is the special "
@@ -99,7 +100,8 @@ static int setup(void) {
     dtx_tokenizer_free(it);
     dtx_model *a = NULL, *b = NULL, *c = NULL, *d = NULL, *e = NULL;
     dtx_config cd = tiny(DTX_ARCH_DIFF, 32, V, MAX_SEQ), ct = tiny(DTX_ARCH_TRANSFORMER, 32, V, MAX_SEQ);
-    dtx_config cs = tiny(DTX_ARCH_DIFF, 32, V, 32), cq = tiny(DTX_ARCH_DIFF, 32, dtx_tokenizer_vocab_size(qa_t), MAX_SEQ);
+    dtx_config cs = tiny(DTX_ARCH_DIFF, 32, V, 32),
+               cq = tiny(DTX_ARCH_DIFF, 32, dtx_tokenizer_vocab_size(qa_t), MAX_SEQ);
     if (dtx_model_init(&a, &cd, 1) || dtx_model_init(&b, &ct, 2) || dtx_model_init(&c, &ct, 3) ||
         dtx_model_init(&d, &cs, 4) || dtx_model_init(&e, &cq, 5))
         return -1;

@@ -125,7 +125,8 @@ TEST(halluc_training_doc_exact_and_true) {
                expect);
         /* each question: "none" exactly when its city is not in the context */
         int questions = 0;
-        for (char *q = strstr(ans, "\nWhat is the special magic "); q; q = strstr(q + 1, "\nWhat is the special magic ")) {
+        for (char *q = strstr(ans, "\nWhat is the special magic "); q;
+             q = strstr(q + 1, "\nWhat is the special magic ")) {
             char city[64], answer[16];
             if (sscanf(q, "\nWhat is the special magic %63[^?]", city) != 1) continue;
             *strstr(city, " number") = '\0';

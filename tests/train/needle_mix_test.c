@@ -71,7 +71,12 @@ TEST(train_needle_mix_rows_and_rates) {
     const char *tok_path = NULL, *hay = setup(&tok_path);
     REQUIRE(hay && tok_path);
     needle_mix x;
-    REQUIREF(needle_mix_open(&x, &(needle_mix_opts){.needle_frac = 0.5, .copy_frac = 0.25, .needle_max = 3, .tokenizer = tok_path, .text = hay}, VOCAB, T) == DTX_OK, "%s", dtx_last_error());
+    REQUIREF(
+        needle_mix_open(&x,
+                        &(needle_mix_opts){
+                            .needle_frac = 0.5, .copy_frac = 0.25, .needle_max = 3, .tokenizer = tok_path, .text = hay},
+                        VOCAB, T) == DTX_OK,
+        "%s", dtx_last_error());
     int32_t bos = dtx_tokenizer_token_id(x.tok, "<|bos|>");
     REQUIRE(bos >= 0);
     static int32_t in[B * T], tg[B * T], in0[B * T], tg0[B * T], again[B * T], period[B];
@@ -204,16 +209,31 @@ TEST(train_needle_mix_errors) {
     const char *tok_path = NULL, *hay = setup(&tok_path);
     REQUIRE(hay && tok_path);
     needle_mix x;
-    CHECK(needle_mix_open(&x, &(needle_mix_opts){.needle_frac = 0.5, .copy_frac = 0, .needle_max = 3, .tokenizer = tok_path, .text = hay}, VOCAB + 1, T) != DTX_OK);
+    CHECK(needle_mix_open(&x,
+                          &(needle_mix_opts){
+                              .needle_frac = 0.5, .copy_frac = 0, .needle_max = 3, .tokenizer = tok_path, .text = hay},
+                          VOCAB + 1, T) != DTX_OK);
     CHECKF(strstr(dtx_last_error(), "tokens"), "%s", dtx_last_error());
     needle_mix_close(&x);
-    CHECK(needle_mix_open(&x, &(needle_mix_opts){.needle_frac = 0.5, .copy_frac = 0, .needle_max = 3, .tokenizer = tok_path, .text = hay}, VOCAB, 40) != DTX_OK); /* too short a document */
+    CHECK(needle_mix_open(&x,
+                          &(needle_mix_opts){
+                              .needle_frac = 0.5, .copy_frac = 0, .needle_max = 3, .tokenizer = tok_path, .text = hay},
+                          VOCAB, 40) != DTX_OK); /* too short a document */
     CHECKF(strstr(dtx_last_error(), "too short"), "%s", dtx_last_error());
     needle_mix_close(&x);
-    CHECK(needle_mix_open(&x, &(needle_mix_opts){.needle_frac = 0.5, .copy_frac = 0, .needle_max = 3, .tokenizer = test_path("missing.txt"), .text = hay}, VOCAB, T) != DTX_OK);
+    CHECK(needle_mix_open(&x,
+                          &(needle_mix_opts){.needle_frac = 0.5,
+                                             .copy_frac = 0,
+                                             .needle_max = 3,
+                                             .tokenizer = test_path("missing.txt"),
+                                             .text = hay},
+                          VOCAB, T) != DTX_OK);
     needle_mix_close(&x);
     /* off: nothing opened, rows untouched */
-    REQUIRE(needle_mix_open(&x, &(needle_mix_opts){.needle_frac = 0, .copy_frac = 0, .needle_max = 3, .tokenizer = NULL, .text = NULL}, VOCAB, T) == DTX_OK);
+    REQUIRE(needle_mix_open(
+                &x,
+                &(needle_mix_opts){.needle_frac = 0, .copy_frac = 0, .needle_max = 3, .tokenizer = NULL, .text = NULL},
+                VOCAB, T) == DTX_OK);
     static int32_t in[B * T], tg[B * T], in0[B * T];
     fill(in, tg, 3);
     memcpy(in0, in, sizeof in);
