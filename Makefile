@@ -117,7 +117,7 @@ demo:
 # minutes; QUICK=1 3 and 3) writes runs/reproduce/scaling/SCALING.md;
 # STAGE=claims-train then STAGE=claims (scripts/claims.sh: in-context
 # learning, faithfulness and loss by position, continued from the main
-# stage's models; about 59 and 27 minutes; QUICK=1 8 in all) writes
+# stage's models; about 59 and 27 minutes; QUICK=1 4 in all) writes
 # runs/reproduce/claims/CLAIMS.md.
 # (QUICK times measured 2026-12-01 on an idle 2-core AMD EPYC, AVX2.)
 STAGE ?= main
