@@ -506,9 +506,13 @@ static const char *flag_of(const char *key, const train_args *a) {
                                              "n_kv_heads",  "vocab_size", "ffn_dim",  "max_seq_len",
                                              "rope_theta",  "norm_eps",   "tie_embeddings", "subln",
                                              "lambda_init"};
-    if (a->init)
+    if (a->init) {
+        /* the two a run may change with --init (extending the context) */
+        if (strcmp(key, "max_seq_len") == 0) return "--init/--max-seq";
+        if (strcmp(key, "rope_theta") == 0) return "--init/--rope-theta";
         for (size_t i = 0; i < sizeof model_keys / sizeof *model_keys; i++)
             if (strcmp(key, model_keys[i]) == 0) return "--init";
+    }
     for (size_t i = 0; i < sizeof KEY_FLAGS / sizeof *KEY_FLAGS; i++)
         if (strcmp(key, KEY_FLAGS[i].key) == 0) return KEY_FLAGS[i].flag;
     return key;

@@ -862,6 +862,15 @@ TEST(cli_train_init_extends_the_context) {
     dtx_model_free(b);
     CHECK_USAGE(cli("train --init '%s' --tokens '%s' --out '%s' --max-seq 8 --seq 16", mp, toks, next), "train",
                 "--seq", "max_seq_len 8");
+    /* an extended run resumes only at the same length, and says which flag differs */
+    const char *ext = test_path("extended_ckpt.safetensors");
+    REQUIRE(cli("train --init '%s' --tokens '%s' --out '%s' --max-seq 32 --seq 32 --steps 4 --ckpt-every 2 "
+                "--stop-after 2",
+                mp, toks, ext) == 0);
+    CHECK_USAGE(cli("train --init '%s' --tokens '%s' --out '%s' --max-seq 48 --seq 32 --steps 4 --resume", mp, toks,
+                    ext),
+                "train", "--init/--max-seq differs", "max_seq_len = 48 in this run, 32");
+    CHECK(cli("train --init '%s' --tokens '%s' --out '%s' --max-seq 32 --seq 32 --steps 4 --resume", mp, toks, ext) == 0);
 }
 
 TEST(cli_train_refuses_bad_setups) {
