@@ -277,6 +277,50 @@ TEST(kernel_ew_swiglu) {
     free(a), free(b), free(g), free(out), free(da), free(db), free(ro), free(rda), free(rdb);
 }
 
+/* DIFF V2's pair combination against double loops, with saturated λ logits
+ * (σ → 0 and 1, where the naive 1/(1 + e^−l) would still be exact but the
+ * derivative σ(1 − σ) must underflow to 0, not NaN), at a row count that
+ * crosses the threads' threshold. */
+TEST(kernel_ew_diff2_combine) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 712);
+    int64_t N = 97, h = 3, d = 20;
+    size_t na = (size_t)(N * 2 * h * d), no = (size_t)(N * h * d), nl = (size_t)(N * h);
+    real *A = randn_f(&r, na, 0, 1), *l = randn_f(&r, nl, 0, 3), *g = randn_f(&r, no, 0, 1);
+    static const real ends[] = {-800, -90, -30, 0, 30, 90, 800};
+    for (int i = 0; i < 7; i++) l[5 + i] = ends[i];
+    real *out = calloc(no, sizeof(real)), *dA = calloc(na, sizeof(real)), *dl = calloc(nl, sizeof(real));
+    double *ro = zeros_d(no), *rdA = zeros_d(na), *rdl = zeros_d(nl);
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t i = 0; i < h; i++) {
+            double x = l[t * h + i], s = x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)), dot = 0;
+            for (int64_t c = 0; c < d; c++) {
+                double a1 = A[(t * 2 * h + 2 * i) * d + c], a2 = A[(t * 2 * h + 2 * i + 1) * d + c];
+                double gg = g[(t * h + i) * d + c];
+                ro[(t * h + i) * d + c] = a1 - s * a2;
+                rdA[(t * 2 * h + 2 * i) * d + c] = gg;
+                rdA[(t * 2 * h + 2 * i + 1) * d + c] = -s * gg;
+                dot += gg * a2;
+            }
+            rdl[t * h + i] = -s * (1 - s) * dot;
+        }
+    dtx_diff2_combine_forward(out, A, l, N, h, d);
+    dtx_diff2_combine_backward(dA, dl, g, A, l, N, h, d);
+    /* a1 − σ·a2 cancels where the two heads agree: held tensor-wise */
+    CHECK_ERR(err_vs(out, ro, no), 1e-6, "diff2 combine out");
+    CHECK_ERR(err_elem(dA, rdA, na, 1e-3), 1e-6, "diff2 combine dA (elementwise)");
+    CHECK_ERR(err_vs(dl, rdl, nl), 1e-6, "diff2 combine dlambda");
+    int finite = 1;
+    for (size_t i = 0; i < nl; i++) finite &= isfinite(dl[i]);
+    CHECK(finite && dl[5] == 0 && dl[11] == 0); /* saturated: no gradient, and no NaN */
+    /* σ(−800) = 0: the pair is its first head; σ(800) = 1: the difference */
+    for (int64_t c = 0; c < d; c++) {
+        CHECK(out[(1 * h + 2) * d + c] == A[(1 * 2 * h + 4) * d + c]);
+        CHECK(out[(3 * h + 2) * d + c] == A[(3 * 2 * h + 4) * d + c] - A[(3 * 2 * h + 5) * d + c]);
+    }
+    free(A), free(l), free(g), free(out), free(dA), free(dl), free(ro), free(rdA), free(rdl);
+}
+
 TEST(kernel_ew_residual) {
     dtx_rng r;
     dtx_rng_seed(&r, 705);
