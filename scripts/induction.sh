@@ -30,9 +30,8 @@
 # Exit status: 0 done, 1 a run failed, 2 bad usage, 130 interrupted.
 set -Eeuo pipefail
 
-usage() { sed -n '2,/^set -Eeuo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
-die() { echo "induction: $*" >&2; exit 1; }
-is_true() { case ${1:-} in ''|0|no|false) return 1 ;; *) return 0 ;; esac; }
+stage_name=induction
+. "$(dirname "$0")/stage_lib.sh"
 
 # The body is one function, read whole before it runs: the study takes hours,
 # and bash would otherwise read an edited script from the running one's offset.
@@ -137,11 +136,7 @@ trap 'echo; echo "induction: interrupted; run the same command again to continue
 is_true "${NO_BUILD:-}" || make --no-print-directory build/difftx
 [ -x "$bin" ] || die "$bin is not an executable"
 mkdir -p "$run/models"
-if [ -f "$run/settings.txt" ] && [ "$(cat "$run/settings.txt")" != "$settings" ]; then
-    die "$run holds runs made with other settings ($(cat "$run/settings.txt")); remove it or use --dir"
-fi
-echo "$settings" > "$run/settings.txt"
-echo "settings: $settings"
+stage_settings "$run" "$settings" "remove it or use --dir"
 # The full study's finished runs' logs are kept in the repository (gzipped, about 40 KB each), so that
 # a session on another machine continues it: a run whose log is there is not trained again.
 export INDUCTION_LOGS=

@@ -55,9 +55,8 @@
 # Exit status: 0 done, 1 a step failed, 2 bad usage, 130 interrupted.
 set -Eeuo pipefail
 
-usage() { sed -n '2,/^set -Eeuo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
-die() { echo "reproduce: $*" >&2; exit 1; }
-is_true() { case ${1:-} in ''|0|no|false) return 1 ;; *) return 0 ;; esac; }
+stage_name=reproduce
+. "$(dirname "$0")/stage_lib.sh"
 
 # The body is one function, read whole before it runs (an edited script
 # must not change a running one, which takes hours).
@@ -126,11 +125,7 @@ is_true "${NO_SETUP:-}" || scripts/setup.sh --plot
 is_true "${NO_BUILD:-}" || make --no-print-directory build/difftx
 [ -x "$bin" ] || die "$bin is not an executable"
 mkdir -p "$run"
-if [ -f "$run/settings.txt" ] && [ "$(cat "$run/settings.txt")" != "$settings" ]; then
-    die "$run holds runs made with other settings ($(cat "$run/settings.txt")); remove it or use --dir"
-fi
-echo "$settings" > "$run/settings.txt"
-echo "settings: $settings"
+stage_settings "$run" "$settings" "remove it or use --dir"
 # The full run's results are kept in the repository (docs/reproduce/main-results, without the weights), so
 # that a session on another machine continues it: a model whose evaluations are all there is not trained again.
 # (REPRO_KEEP=DIR keeps another run's results in DIR.)

@@ -390,20 +390,26 @@ def draw(run, ev):
         return False
     fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
     colour = {"diff": "tab:red", "transformer": "tab:blue"}
-    any_drawn = False
-    for task, style in (("icl6", "-"), ("icl16", "--")):
-        for a in ARCHS:
-            for s, js in sorted(per_seed(ev, task, a, lambda js: js).items()):
-                xs = [p["demos"] for p in js["curve"]]
-                ax[0].plot(xs, [p["acc"] for p in js["curve"]], style, color=colour[a], alpha=0.7,
-                           label=f"{NAME[a]}, {task[3:]} classes" if s == 1 else None)
-                any_drawn = True
-    ax[0].set_xscale("log")
-    ax[0].set_xlabel("demonstrations")
-    ax[0].set_ylabel("accuracy")
-    ax[0].set_title("in-context accuracy (each seed)")
-    if ax[0].get_legend_handles_labels()[0]:
-        ax[0].legend(fontsize=8)
+
+    def curves(axis, tasks, xy, label, xlabel, ylabel, title):
+        """Each seed's curve of each (task, line style) and arch; xy(json) -> (xs, ys); True when any."""
+        for task, style in tasks:
+            for a in ARCHS:
+                for s, js in sorted(per_seed(ev, task, a, lambda js: js).items()):
+                    axis.plot(*xy(js), style, color=colour[a], alpha=0.7, label=label(a, task) if s == 1 else None)
+        axis.set_xscale("log")
+        axis.set_xlabel(xlabel)
+        axis.set_ylabel(ylabel)
+        axis.set_title(title)
+        drawn = bool(axis.get_legend_handles_labels()[0])
+        if drawn:
+            axis.legend(fontsize=8)
+        return drawn
+
+    any_drawn = curves(ax[0], (("icl6", "-"), ("icl16", "--")),
+                       lambda js: ([p["demos"] for p in js["curve"]], [p["acc"] for p in js["curve"]]),
+                       lambda a, task: f"{NAME[a]}, {task[3:]} classes", "demonstrations", "accuracy",
+                       "in-context accuracy (each seed)")
     x = 0
     ticks = []
     for task in ("icl6", "icl16"):
@@ -420,19 +426,10 @@ def draw(run, ev):
     ax[1].set_xticklabels([t[1] for t in ticks], fontsize=6)
     ax[1].set_ylabel("accuracy of one order")
     ax[1].set_title("the same demonstrations in other orders")
-    for task, style in (("pos", "--"), ("pos-long", "-")):
-        for a in ARCHS:
-            for s, js in sorted(per_seed(ev, task, a, lambda js: js).items()):
-                bp = js["by_position"]
-                ax[2].plot(bp["position"], bp["cumulative"], style, color=colour[a], alpha=0.7,
-                           label=f"{NAME[a]}, {'long' if task == 'pos-long' else 'main'} context" if s == 1 else None)
-                any_drawn = True
-    ax[2].set_xscale("log")
-    ax[2].set_xlabel("position")
-    ax[2].set_ylabel("cumulative mean NLL")
-    ax[2].set_title("loss by position (held-out speeches)")
-    if ax[2].get_legend_handles_labels()[0]:
-        ax[2].legend(fontsize=8)
+    any_drawn |= curves(ax[2], (("pos", "--"), ("pos-long", "-")),
+                        lambda js: (js["by_position"]["position"], js["by_position"]["cumulative"]),
+                        lambda a, task: f"{NAME[a]}, {'long' if task == 'pos-long' else 'main'} context", "position",
+                        "cumulative mean NLL", "loss by position (held-out speeches)")
     fig.tight_layout()
     if not any_drawn:
         plt.close(fig)

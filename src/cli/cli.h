@@ -16,6 +16,12 @@ int cmd_quantize(int argc, char **argv);
  * with its matrix products set to precision (a dtx_precision). *m is NULL
  * on failure. */
 dtx_status cli_model_load(dtx_model **m, const char *path, int precision);
+/* cli_model_load and dtx_tokenizer_load, and the check that the tokenizer
+ * has no more tokens than the model's vocabulary: EXIT_OK, or the exit code
+ * after the one-line message "difftx <cmd>: ...". *m and *tok are set to
+ * what was loaded (NULL otherwise); the caller frees them either way. */
+int cli_load_model_and_tokenizer(const char *cmd, const char *model, const char *tokenizer, int precision,
+                                 dtx_model **m, dtx_tokenizer **tok);
 /* For precision bf16 where the CPU has no native bf16: one line on stderr,
  * once per process, saying that bf16 is emulated and how. */
 void cli_note_precision(int precision);

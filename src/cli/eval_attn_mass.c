@@ -372,13 +372,9 @@ static int parse_args(mass_args *a, int argc, char **argv) {
 
 /* Loads everything and settles --length; EXIT_OK or the exit code. */
 static int open_all(mass_args *a, dtx_tokenizer **tok, dtx_model **m, dtx_needle_source **src) {
-    if (dtx_tokenizer_load(tok, a->tokenizer) != DTX_OK) return lib_error(CMD);
-    if (cli_model_load(m, a->model, a->precision) != DTX_OK) return lib_error(CMD);
+    int rc = cli_load_model_and_tokenizer(CMD, a->model, a->tokenizer, a->precision, m, tok);
+    if (rc != EXIT_OK) return rc;
     const dtx_config *c = dtx_model_config(*m);
-    if (dtx_tokenizer_vocab_size(*tok) > c->vocab_size)
-        return runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
-                             a->tokenizer, (long long)dtx_tokenizer_vocab_size(*tok), (long long)c->vocab_size,
-                             a->model);
     if (a->length == 0) a->length = c->max_seq_len > 8 ? c->max_seq_len - 8 : c->max_seq_len;
     if (a->length > c->max_seq_len)
         return usage_error(CMD, "--length %lld is more than the model's max_seq_len %lld", (long long)a->length,

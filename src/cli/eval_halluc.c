@@ -59,7 +59,8 @@ typedef struct {
     int64_t needles, samples, length, max_new;
     uint64_t seed;
     int precision;
-    int list_n[MAX_LIST], n_list;
+    int64_t list_n[MAX_LIST];
+    int n_list;
 } halluc_args;
 
 typedef struct {
@@ -86,7 +87,7 @@ typedef struct {
     absent_tally a;
 } tallies;
 
-static int64_t list_max_new(int n) { return 6 * (int64_t)n + 2; }
+static int64_t list_max_new(int64_t n) { return 6 * n + 2; }
 
 static uint64_t prompt_seed(const halluc_args *a, int kind, int n, int64_t sample) {
     return dtx_mix64(dtx_mix64(dtx_mix64(dtx_mix64(a->seed) ^ (uint64_t)kind) ^ (uint64_t)n) ^ (uint64_t)sample);
@@ -99,19 +100,29 @@ static int make_error(const halluc_args *a, dtx_status st) {
 
 /* ------------------------------------------------------------ tasks */
 
+/* Sample s of a task: its prompt (n needles) and the greedy answers to its
+ * questions in r->text. EXIT_OK with *p to free, or the exit code (*p freed). */
+static int ask(const halluc_args *a, runner *r, dtx_halluc_kind kind, int n, int64_t s, int64_t max_new,
+               dtx_halluc_prompt *p) {
+    dtx_status st = dtx_halluc_make(r->src, r->tok, kind, a->length, n, prompt_seed(a, (int)kind, n, s), p);
+    if (st) return make_error(a, st);
+    if (dtx_needle_answer_texts(r->ans, p->tokens, p->context_end, p->question, p->question_n, p->n_questions,
+                                max_new, r->text, TEXT_CAP) != DTX_OK) {
+        dtx_halluc_prompt_free(p);
+        return lib_error(CMD);
+    }
+    return EXIT_OK;
+}
+
 static int run_contradict(const halluc_args *a, runner *r, contradict_tally *t) {
     int32_t bos = dtx_tokenizer_token_id(r->tok, "<|bos|>");
     for (int64_t s = 0; s < a->samples; s++) {
         dtx_halluc_prompt p;
-        dtx_status st = dtx_halluc_make(r->src, r->tok, DTX_HALLUC_CONTRADICT, a->length, (int)a->needles,
-                                        prompt_seed(a, 0, (int)a->needles, s), &p);
-        if (st) return make_error(a, st);
-        st = dtx_needle_answer_texts(r->ans, p.tokens, p.context_end, p.question, p.question_n, 1, a->max_new, r->text,
-                                     TEXT_CAP);
+        int rc = ask(a, r, DTX_HALLUC_CONTRADICT, (int)a->needles, s, a->max_new, &p);
+        if (rc != EXIT_OK) return rc;
         /* the same question without the context: does the model know the fact? */
-        if (!st)
-            st = dtx_needle_answer_texts(r->ans, &bos, 1, p.question, p.question_n, 1, a->max_new, r->text + 1,
-                                         TEXT_CAP);
+        dtx_status st = dtx_needle_answer_texts(r->ans, &bos, 1, p.question, p.question_n, 1, a->max_new, r->text + 1,
+                                                TEXT_CAP);
         if (st) {
             dtx_halluc_prompt_free(&p);
             return lib_error(CMD);
@@ -130,14 +141,8 @@ static int run_contradict(const halluc_args *a, runner *r, contradict_tally *t) 
 static int run_list(const halluc_args *a, runner *r, int n, list_tally *t) {
     for (int64_t s = 0; s < a->samples; s++) {
         dtx_halluc_prompt p;
-        dtx_status st = dtx_halluc_make(r->src, r->tok, DTX_HALLUC_LIST, a->length, n, prompt_seed(a, 1, n, s), &p);
-        if (st) return make_error(a, st);
-        st = dtx_needle_answer_texts(r->ans, p.tokens, p.context_end, p.question, p.question_n, 1, list_max_new(n),
-                                     r->text, TEXT_CAP);
-        if (st) {
-            dtx_halluc_prompt_free(&p);
-            return lib_error(CMD);
-        }
+        int rc = ask(a, r, DTX_HALLUC_LIST, n, s, list_max_new(n), &p);
+        if (rc != EXIT_OK) return rc;
         int64_t listed, right;
         dtx_halluc_list_score(r->text[0], strlen(r->text[0]), (const char(*)[8])p.number, p.n_needles, &listed, &right);
         t->prompts++;
@@ -151,15 +156,8 @@ static int run_list(const halluc_args *a, runner *r, int n, list_tally *t) {
 static int run_absent(const halluc_args *a, runner *r, absent_tally *t) {
     for (int64_t s = 0; s < a->samples; s++) {
         dtx_halluc_prompt p;
-        dtx_status st = dtx_halluc_make(r->src, r->tok, DTX_HALLUC_ABSENT, a->length, (int)a->needles,
-                                        prompt_seed(a, 2, (int)a->needles, s), &p);
-        if (st) return make_error(a, st);
-        st = dtx_needle_answer_texts(r->ans, p.tokens, p.context_end, p.question, p.question_n, 2, a->max_new, r->text,
-                                     TEXT_CAP);
-        if (st) {
-            dtx_halluc_prompt_free(&p);
-            return lib_error(CMD);
-        }
+        int rc = ask(a, r, DTX_HALLUC_ABSENT, (int)a->needles, s, a->max_new, &p);
+        if (rc != EXIT_OK) return rc;
         t->n++;
         t->none_absent += dtx_halluc_is_none(r->text[0], strlen(r->text[0]));
         t->present_right += dtx_needle_answer_correct(r->text[1], strlen(r->text[1]), p.answer[1]);
@@ -198,7 +196,8 @@ static void print_report(const halluc_args *a, const runner *r, const tallies *t
         double plo, phi, rlo, rhi;
         dtx_wilson95(l->right, l->listed, &plo, &phi);
         dtx_wilson95(l->right, l->expected, &rlo, &rhi);
-        printf("  %7d  %9.3f  [%.3f, %.3f]  %6.3f  [%.3f, %.3f]  %5.3f\n", a->list_n[i], ratio(l->right, l->listed),
+        printf("  %7lld  %9.3f  [%.3f, %.3f]  %6.3f  [%.3f, %.3f]  %5.3f\n", (long long)a->list_n[i],
+               ratio(l->right, l->listed),
                plo, phi, ratio(l->right, l->expected), rlo, rhi, ratio(l->exact, l->prompts));
     }
     printf("\nabsent (%lld needles):\n", (long long)a->needles);
@@ -265,30 +264,14 @@ static int write_json(const halluc_args *a, const runner *r, const tallies *t) {
 /* ------------------------------------------------------------ setup */
 
 static int parse_list(halluc_args *a) {
-    double v[MAX_LIST];
-    int n = dtx_eval_parse_list(a->list_s, v, MAX_LIST);
-    if (n < 0)
-        return usage_error(CMD, "--list-needles: expected comma-separated counts 1..%d (at most %d), got '%s'",
-                           DTX_NEEDLE_MAX, MAX_LIST, a->list_s);
-    for (int i = 0; i < n; i++) {
-        if (v[i] < 1 || v[i] > DTX_NEEDLE_MAX || v[i] != floor(v[i]))
-            return usage_error(CMD, "--list-needles: expected counts 1..%d, got '%s'", DTX_NEEDLE_MAX, a->list_s);
-        for (int j = 0; j < i; j++)
-            if (v[j] == v[i]) return usage_error(CMD, "--list-needles: '%s' repeats a count", a->list_s);
-        a->list_n[i] = (int)v[i];
-    }
-    a->n_list = n;
-    return EXIT_OK;
+    a->n_list = flags_int_list(CMD, "--list-needles", a->list_s, 1, DTX_NEEDLE_MAX, a->list_n, MAX_LIST);
+    return a->n_list < 0 ? EXIT_USAGE : EXIT_OK;
 }
 
 static int open_runner(halluc_args *a, runner *r) {
-    if (dtx_tokenizer_load(&r->tok, a->tokenizer) != DTX_OK) return lib_error(CMD);
-    if (cli_model_load(&r->m, a->model, a->precision) != DTX_OK) return lib_error(CMD);
+    int rc = cli_load_model_and_tokenizer(CMD, a->model, a->tokenizer, a->precision, &r->m, &r->tok);
+    if (rc != EXIT_OK) return rc;
     const dtx_config *c = dtx_model_config(r->m);
-    int64_t vt = dtx_tokenizer_vocab_size(r->tok);
-    if (vt > c->vocab_size)
-        return runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
-                             a->tokenizer, (long long)vt, (long long)c->vocab_size, a->model);
     int64_t most = a->max_new;
     for (int i = 0; i < a->n_list; i++) most = list_max_new(a->list_n[i]) > most ? list_max_new(a->list_n[i]) : most;
     if (!a->length) a->length = c->max_seq_len - most;
@@ -354,7 +337,7 @@ int cmd_eval_halluc(int argc, char **argv) {
     int tty = isatty(STDERR_FILENO);
     if (rc == EXIT_OK) rc = run_contradict(&a, &r, &t.c);
     if (rc == EXIT_OK && tty) fprintf(stderr, "halluc: contradict done\n");
-    for (int i = 0; i < a.n_list && rc == EXIT_OK; i++) rc = run_list(&a, &r, a.list_n[i], &t.l[i]);
+    for (int i = 0; i < a.n_list && rc == EXIT_OK; i++) rc = run_list(&a, &r, (int)a.list_n[i], &t.l[i]);
     if (rc == EXIT_OK && tty) fprintf(stderr, "halluc: list done\n");
     if (rc == EXIT_OK) rc = run_absent(&a, &r, &t.a);
     if (rc == EXIT_OK) print_report(&a, &r, &t);

@@ -329,20 +329,8 @@ static int write_json(const icl_args *a, const runner *r, const results *res) {
 /* ------------------------------------------------------------ setup */
 
 static int parse_shots(icl_args *a) {
-    double v[MAX_SHOTS];
-    int n = dtx_eval_parse_list(a->shots_s, v, MAX_SHOTS);
-    if (n < 0)
-        return usage_error(CMD, "--shots: expected comma-separated positive integers (at most %d), got '%s'",
-                           MAX_SHOTS, a->shots_s);
-    for (int i = 0; i < n; i++) {
-        if (v[i] < 1 || v[i] > 1e6 || v[i] != floor(v[i]))
-            return usage_error(CMD, "--shots: expected positive integers, got '%s'", a->shots_s);
-        for (int j = 0; j < i; j++)
-            if (v[j] == v[i]) return usage_error(CMD, "--shots: '%s' repeats a value", a->shots_s);
-        a->shots[i] = (int64_t)v[i];
-    }
-    a->n_shots = n;
-    return EXIT_OK;
+    a->n_shots = flags_int_list(CMD, "--shots", a->shots_s, 1, 1000000, a->shots, MAX_SHOTS);
+    return a->n_shots < 0 ? EXIT_USAGE : EXIT_OK;
 }
 
 /* The flags against the model's context and the tokenizer's pools. */
@@ -382,17 +370,12 @@ static int check_fit(icl_args *a, runner *r) {
 }
 
 static int open_runner(icl_args *a, runner *r) {
-    if (dtx_tokenizer_load(&r->tok, a->tokenizer) != DTX_OK) return lib_error(CMD);
-    if (cli_model_load(&r->m, a->model, a->precision) != DTX_OK) return lib_error(CMD);
+    int rc = cli_load_model_and_tokenizer(CMD, a->model, a->tokenizer, a->precision, &r->m, &r->tok);
+    if (rc != EXIT_OK) return rc;
     const dtx_config *c = dtx_model_config(r->m);
-    int64_t vt = dtx_tokenizer_vocab_size(r->tok);
-    if (vt > c->vocab_size)
-        return runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
-                             a->tokenizer, (long long)vt, (long long)c->vocab_size, a->model);
     if (dtx_icl_vocab_init(&r->voc, r->tok) != DTX_OK)
         return usage_error(CMD, "%s: %s", a->tokenizer, dtx_last_error());
-    int rc = check_fit(a, r);
-    if (rc != EXIT_OK) return rc;
+    if ((rc = check_fit(a, r)) != EXIT_OK) return rc;
     int64_t longest = 1 + r->max_rounds * a->classes * DTX_ICL_DEMO + DTX_ICL_QUERY;
     if (dtx_kvcache_init(&r->cache, r->m, longest) != DTX_OK) return lib_error(CMD);
     r->logits = malloc((size_t)c->vocab_size * sizeof *r->logits);

@@ -99,19 +99,8 @@ static int has_duplicate_f(const double *v, int n) {
 }
 
 static int parse_lengths(needle_args *a) {
-    double v[MAX_LIST];
-    int n = dtx_eval_parse_list(a->lengths_s, v, MAX_LIST);
-    if (n < 0)
-        return usage_error(CMD, "--lengths: expected comma-separated positive integers (at most %d), got '%s'",
-                           MAX_LIST, a->lengths_s);
-    for (int i = 0; i < n; i++) {
-        if (v[i] < 1 || v[i] > (double)INT32_MAX || v[i] != floor(v[i]))
-            return usage_error(CMD, "--lengths: expected positive integers, got '%s'", a->lengths_s);
-        a->lengths[i] = (int64_t)v[i];
-    }
-    if (has_duplicate_f(v, n)) return usage_error(CMD, "--lengths: '%s' repeats a length", a->lengths_s);
-    a->n_lengths = n;
-    return EXIT_OK;
+    a->n_lengths = flags_int_list(CMD, "--lengths", a->lengths_s, 1, INT32_MAX, a->lengths, MAX_LIST);
+    return a->n_lengths < 0 ? EXIT_USAGE : EXIT_OK;
 }
 
 static int parse_depths(needle_args *a) {
@@ -444,15 +433,10 @@ static int write_json(const needle_args *a, const dtx_model *m, const dtx_needle
 /* ------------------------------------------------------------ setup */
 
 static int open_runner(const needle_args *a, runner *r) {
-    if (dtx_tokenizer_load(&r->tok, a->tokenizer) != DTX_OK) return lib_error(CMD);
-    if (cli_model_load(&r->m, a->model, a->precision) != DTX_OK) return lib_error(CMD);
+    int rc = cli_load_model_and_tokenizer(CMD, a->model, a->tokenizer, a->precision, &r->m, &r->tok);
+    if (rc != EXIT_OK) return rc;
     if (dtx_model_set_attention_quant(r->m, (int)a->attn_bits, (dtx_quant_scope)a->attn_scope) != DTX_OK)
         return lib_error(CMD);
-    const dtx_config *c = dtx_model_config(r->m);
-    int64_t vt = dtx_tokenizer_vocab_size(r->tok);
-    if (vt > c->vocab_size)
-        return runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
-                             a->tokenizer, (long long)vt, (long long)c->vocab_size, a->model);
     if (dtx_needle_source_open_list(&r->src, r->tok, a->haystack) != DTX_OK) return lib_error(CMD);
     return EXIT_OK;
 }

@@ -82,6 +82,35 @@ int parse_i64(const char *s, int64_t *out) {
     return 0;
 }
 
+int flags_int_list(const char *cmd, const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out, int cap) {
+    int n = 0;
+    for (const char *p = s;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        int64_t v = 0;
+        int ok = len > 0 && len < sizeof item;
+        if (ok) {
+            memcpy(item, p, len);
+            item[len] = '\0';
+            ok = parse_i64(item, &v) == 0 && v >= lo && v <= hi;
+        }
+        if (!ok || n == cap) {
+            usage_error(cmd, "%s: expected comma-separated integers in [%lld, %lld] (at most %d), got '%s'", name,
+                        (long long)lo, (long long)hi, cap, s);
+            return -1;
+        }
+        for (int j = 0; j < n; j++)
+            if (out[j] == v) {
+                usage_error(cmd, "%s: '%s' repeats a value", name, s);
+                return -1;
+            }
+        out[n++] = v;
+        if (!comma) return n;
+        p = comma + 1;
+    }
+}
+
 static int parse_u64(const char *s, uint64_t *out) {
     /* strtoull would wrap "-1" to 2^64-1. */
     if (!plain_start(s) || s[0] == '-') return -1;

@@ -58,6 +58,11 @@ flag *flags_get(flag *fl, int n_fl, const char *name);
 /* Strict number parsing: the whole string, no leading space, no overflow.
  * Return 0 on success. */
 int parse_i64(const char *s, int64_t *out);
+/* A comma-separated list of distinct integers in [lo, hi], at most cap of
+ * them, into out: the count, or -1 after the one-line usage error that names
+ * name ("difftx <cmd>: --name: ...": not integers in range, too many, or a
+ * value repeated). */
+int flags_int_list(const char *cmd, const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out, int cap);
 int parse_f64(const char *s, double *out);
 
 /* One-line messages "difftx <cmd>: ..." on stderr; return the exit code. */

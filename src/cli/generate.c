@@ -182,17 +182,12 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!a.model) return usage_error(CMD, "--model is required");
     if (!a.tokenizer) return usage_error(CMD, "--tokenizer is required");
-    int rc = EXIT_OK;
     dtx_tokenizer *t = NULL;
     dtx_model *m = NULL;
     int32_t *prompt = NULL;
     int64_t n = 0;
-    if (dtx_tokenizer_load(&t, a.tokenizer) != DTX_OK) rc = lib_error(CMD);
-    if (rc == EXIT_OK && cli_model_load(&m, a.model, a.precision) != DTX_OK) rc = lib_error(CMD);
+    int rc = cli_load_model_and_tokenizer(CMD, a.model, a.tokenizer, a.precision, &m, &t);
     const dtx_config *c = rc == EXIT_OK ? dtx_model_config(m) : NULL;
-    if (rc == EXIT_OK && dtx_tokenizer_vocab_size(t) > c->vocab_size)
-        rc = runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
-                           a.tokenizer, (long long)dtx_tokenizer_vocab_size(t), (long long)c->vocab_size, a.model);
     if (rc == EXIT_OK) rc = encode_prompt(&a, t, &prompt, &n);
     if (rc == EXIT_OK && n == 0)
         rc = usage_error(CMD, "the prompt is empty and there is no <|bos|> to start from (give --prompt TEXT)");

@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "common/common.h"
 #include "train/checkpoint.h"
 
@@ -32,6 +33,19 @@ dtx_status cli_model_load(dtx_model **m, const char *path, int precision) {
     }
     if (!st) cli_note_precision(precision);
     return st;
+}
+
+int cli_load_model_and_tokenizer(const char *cmd, const char *model, const char *tokenizer, int precision,
+                                 dtx_model **m, dtx_tokenizer **tok) {
+    *m = NULL;
+    *tok = NULL;
+    if (dtx_tokenizer_load(tok, tokenizer) != DTX_OK) return lib_error(cmd);
+    if (cli_model_load(m, model, precision) != DTX_OK) return lib_error(cmd);
+    int64_t vt = dtx_tokenizer_vocab_size(*tok), vm = dtx_model_config(*m)->vocab_size;
+    if (vt > vm)
+        return runtime_error(cmd, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
+                             tokenizer, (long long)vt, (long long)vm, model);
+    return EXIT_OK;
 }
 
 void cli_note_precision(int precision) {

@@ -11,6 +11,7 @@
 #include "cli/flags.h"
 #include "common/common.h"
 #include "difftx.h"
+#include "io/tokenizer.h"
 
 static const char *CMD = "quantize";
 enum { RECOMMENDED_SAMPLES = 300 };
@@ -51,25 +52,8 @@ static const char USAGE[] =
     "                      instead of the clipping with the least output error on\n"
     "                      the calibration inputs\n";
 
-typedef struct {
-    int32_t *ids;
-    int64_t n, cap;
-} token_buf;
-
-static int append(token_buf *b, const int32_t *ids, int64_t n) {
-    if (b->n + n > b->cap) {
-        int64_t cap = (b->n + n) * 2;
-        int32_t *p = realloc(b->ids, sizeof(int32_t) * (size_t)cap);
-        if (!p) return runtime_error(CMD, "out of memory for %lld calibration tokens", (long long)(b->n + n));
-        b->ids = p, b->cap = cap;
-    }
-    memcpy(b->ids + b->n, ids, sizeof(int32_t) * (size_t)n);
-    b->n += n;
-    return EXIT_OK;
-}
-
 /* One calibration file: tokens, or text encoded with tok (ordinary tokens; ids checked against vocab). */
-static int read_one(const char *path, const dtx_tokenizer *tok, int64_t vocab, token_buf *b) {
+static int read_one(const char *path, const dtx_tokenizer *tok, int64_t vocab, dtx_idbuf *b) {
     int32_t *ids = NULL;
     int64_t n = 0;
     int rc = EXIT_OK;
@@ -87,7 +71,8 @@ static int read_one(const char *path, const dtx_tokenizer *tok, int64_t vocab, t
     } else if (dtx_tokens_read(path, vocab, &ids, &n) != DTX_OK) {
         rc = lib_error(CMD);
     }
-    if (rc == EXIT_OK) rc = append(b, ids, n);
+    if (rc == EXIT_OK && dtx_idbuf_append(b, ids, n) != DTX_OK)
+        rc = runtime_error(CMD, "out of memory for %lld calibration tokens", (long long)(b->n + n));
     free(ids);
     return rc;
 }
@@ -95,7 +80,7 @@ static int read_one(const char *path, const dtx_tokenizer *tok, int64_t vocab, t
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* --calib: a file, or every regular file of a folder in name order. */
-static int read_calib(const char *path, const char *tokenizer, int64_t vocab, token_buf *b, int *n_files) {
+static int read_calib(const char *path, const char *tokenizer, int64_t vocab, dtx_idbuf *b, int *n_files) {
     dtx_tokenizer *tok = NULL;
     if (tokenizer && dtx_tokenizer_load(&tok, tokenizer) != DTX_OK) return lib_error(CMD);
     struct stat sb;
@@ -201,7 +186,7 @@ int cmd_quantize(int argc, char **argv) {
     if (rc == EXIT_OK && len > c->max_seq_len)
         rc = usage_error(CMD, "--calib-len %lld exceeds the model's max_seq_len %lld", (long long)len,
                          (long long)c->max_seq_len);
-    token_buf b = {0};
+    dtx_idbuf b = {0};
     int n_files = 0;
     if (rc == EXIT_OK) rc = read_calib(calib, tokenizer, c->vocab_size, &b, &n_files);
     if (rc == EXIT_OK && b.n < len)
@@ -256,7 +241,7 @@ int cmd_quantize(int argc, char **argv) {
         }
     }
     free(seqs);
-    free(b.ids);
+    dtx_idbuf_free(&b);
     dtx_model_free(m);
     return rc == EXIT_OK ? finish_stdout(CMD) : rc;
 }

@@ -144,9 +144,7 @@ typedef struct {
     int bf16, resume, zero1;
     double bucket_mb;
     char ckpt_dir[4096];
-    double needle_frac, copy_frac, icl_frac, halluc_frac, fact_frac;
-    int64_t needle_max;
-    const char *needle_text, *needle_tok;
+    needle_mix_opts mix; /* --needle-frac ... --needle-tokenizer */
 } train_args;
 
 /* The flags that describe a new model's shape: refused with --init, but for
@@ -173,7 +171,7 @@ static void set_defaults(train_args *a) {
     a->eval_batches = 10;
     a->bucket_mb = -1; /* by where the ranks are (run) */
     a->keep = 3;
-    a->needle_max = 6;
+    a->mix.needle_max = 6;
 }
 
 /* --max-seq / --rope-theta with --init: the same weights in a model of the
@@ -217,14 +215,14 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
         if (flags_get(fl, n_fl, "--eval-every")->seen) return usage_error(CMD, "--eval-every needs --val-tokens");
         if (flags_get(fl, n_fl, "--eval-batches")->seen) return usage_error(CMD, "--eval-batches needs --val-tokens");
     }
-    if (a->needle_frac + a->copy_frac + a->icl_frac + a->halluc_frac + a->fact_frac > 1)
+    if (a->mix.needle_frac + a->mix.copy_frac + a->mix.icl_frac + a->mix.halluc_frac + a->mix.fact_frac > 1)
         return usage_error(CMD, "--needle-frac + --copy-frac + --icl-frac + --halluc-frac + --fact-frac exceed 1");
-    if (a->needle_frac > 0 && (!a->needle_text || !a->needle_tok))
+    if (a->mix.needle_frac > 0 && (!a->mix.text || !a->mix.tokenizer))
         return usage_error(CMD, "--needle-frac needs --needle-text and --needle-tokenizer");
-    if (a->halluc_frac > 0 && (!a->needle_text || !a->needle_tok))
+    if (a->mix.halluc_frac > 0 && (!a->mix.text || !a->mix.tokenizer))
         return usage_error(CMD, "--halluc-frac needs --needle-text and --needle-tokenizer");
-    if ((a->icl_frac > 0 || a->fact_frac > 0) && !a->needle_tok)
-        return usage_error(CMD, "--%s-frac needs --needle-tokenizer", a->icl_frac > 0 ? "icl" : "fact");
+    if ((a->mix.icl_frac > 0 || a->mix.fact_frac > 0) && !a->mix.tokenizer)
+        return usage_error(CMD, "--%s-frac needs --needle-tokenizer", a->mix.icl_frac > 0 ? "icl" : "fact");
     if (a->ckpt_dir_flag) snprintf(a->ckpt_dir, sizeof a->ckpt_dir, "%s", a->ckpt_dir_flag);
     else snprintf(a->ckpt_dir, sizeof a->ckpt_dir, "%s.ckpt", a->out);
     a->opt.schedule = (dtx_schedule)a->schedule;
@@ -466,11 +464,11 @@ static void build_run_meta(run_meta *r, const train_state *s, const train_args *
     R("precision", "%s", dtx_precision_name((dtx_precision)a->precision));
     R("data_tokens", "%lld", (long long)s->tr.data.count);
     R("data_hash", "%016" PRIx64, s->tr.data_hash);
-    if (a->icl_frac > 0 || a->halluc_frac > 0 || a->fact_frac > 0) /* older checkpoints: the first three */
-        R("needles", "%.17g/%.17g/%lld/%.17g/%.17g/%.17g", a->needle_frac, a->copy_frac, (long long)a->needle_max,
-          a->icl_frac, a->halluc_frac, a->fact_frac);
+    if (a->mix.icl_frac > 0 || a->mix.halluc_frac > 0 || a->mix.fact_frac > 0) /* older checkpoints: the first three */
+        R("needles", "%.17g/%.17g/%lld/%.17g/%.17g/%.17g", a->mix.needle_frac, a->mix.copy_frac,
+          (long long)a->mix.needle_max, a->mix.icl_frac, a->mix.halluc_frac, a->mix.fact_frac);
     else
-        R("needles", "%.17g/%.17g/%lld", a->needle_frac, a->copy_frac, (long long)a->needle_max);
+        R("needles", "%.17g/%.17g/%lld", a->mix.needle_frac, a->mix.copy_frac, (long long)a->mix.needle_max);
     R("init_scheme", "%s", dtx_init_scheme_name((dtx_init_scheme)a->init_scheme));
     /* informational: not compared */
     R("data_path", "%s", a->tokens);
@@ -875,9 +873,7 @@ static int train_loop(train_state *s, const train_args *a) {
 
 static int open_data(train_state *s, const train_args *a, const dtx_config *c) {
     dtx_trainer_opts o = {.batch = a->batch, .seq = a->seq, .accum = a->accum, .eval_batches = a->eval_batches,
-                          .seed = a->seed, .needle_frac = a->needle_frac, .copy_frac = a->copy_frac,
-                          .icl_frac = a->icl_frac, .halluc_frac = a->halluc_frac, .fact_frac = a->fact_frac,
-                          .needle_max = a->needle_max, .needle_tokenizer = a->needle_tok, .needle_text = a->needle_text,
+                          .seed = a->seed, .mix = a->mix,
                           .debug_nan_at = a->debug_nan_at, .debug_oom_at = a->debug_oom_at};
     if (dtx_trainer_open(&s->tr, &o, a->tokens, a->val_tokens, c->vocab_size) == DTX_OK) {
         s->tr.stop = &g_signal;
@@ -1063,10 +1059,10 @@ static int run(train_args *a, flag *fl, int n_fl) {
                 else rc = runtime_error(CMD, "saving the model: %s", why);
             } else {
                 const needle_mix *x = &s.tr.needles;
-                if (x->frac > 0 || x->copy_frac > 0)
+                if (x->o.needle_frac > 0 || x->o.copy_frac > 0)
                     say(&s, "mixture: %lld needle documents and %lld copy documents among the rows of this run\n",
                         (long long)x->documents, (long long)x->copies);
-                if (x->icl_frac > 0 || x->halluc_frac > 0 || x->fact_frac > 0)
+                if (x->o.icl_frac > 0 || x->o.halluc_frac > 0 || x->o.fact_frac > 0)
                     say(&s, "mixture: %lld in-context episodes, %lld faithfulness documents and %lld fact rows\n",
                         (long long)x->icl_rows, (long long)x->halluc_rows, (long long)x->fact_rows);
                 say(&s, "final loss %.4f\nsaved %s\n", s.last_loss, a->out);
@@ -1139,14 +1135,14 @@ int cmd_train(int argc, char **argv) {
         FLAG_BOOL("--resume", &a.resume, 1),
         FLAG_BOOL("--zero1", &a.zero1, 1),
         FLAG_REAL("--grad-bucket-mb", &a.bucket_mb, 0, 0, 1 << 20, 0),
-        FLAG_REAL("--needle-frac", &a.needle_frac, 0, 0, 1, 0),
-        FLAG_REAL("--copy-frac", &a.copy_frac, 0, 0, 1, 0),
-        FLAG_REAL("--icl-frac", &a.icl_frac, 0, 0, 1, 0),
-        FLAG_REAL("--halluc-frac", &a.halluc_frac, 0, 0, 1, 0),
-        FLAG_REAL("--fact-frac", &a.fact_frac, 0, 0, 1, 0),
-        FLAG_INT("--needle-max", &a.needle_max, 1, DTX_NEEDLE_MAX),
-        FLAG_STR("--needle-text", &a.needle_text),
-        FLAG_STR("--needle-tokenizer", &a.needle_tok),
+        FLAG_REAL("--needle-frac", &a.mix.needle_frac, 0, 0, 1, 0),
+        FLAG_REAL("--copy-frac", &a.mix.copy_frac, 0, 0, 1, 0),
+        FLAG_REAL("--icl-frac", &a.mix.icl_frac, 0, 0, 1, 0),
+        FLAG_REAL("--halluc-frac", &a.mix.halluc_frac, 0, 0, 1, 0),
+        FLAG_REAL("--fact-frac", &a.mix.fact_frac, 0, 0, 1, 0),
+        FLAG_INT("--needle-max", &a.mix.needle_max, 1, DTX_NEEDLE_MAX),
+        FLAG_STR("--needle-text", &a.mix.text),
+        FLAG_STR("--needle-tokenizer", &a.mix.tokenizer),
         FLAG_INT("--stop-after", &a.stop_after, 1, BIG),
         /* a test hook (docs/training.md): the loss of this step reads as NaN */
         FLAG_INT("--debug-nan-at", &a.debug_nan_at, 1, BIG),

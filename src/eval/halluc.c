@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "io/tokenizer.h"
 
 static const char LIST_QUESTION[] = "\nList every special magic number. The special magic numbers are ";
 
@@ -16,33 +17,16 @@ void dtx_fact_number(int i, char *out) {
 
 /* ------------------------------------------------------------ token lists */
 
-typedef struct {
-    int32_t *v;
-    int64_t n, cap;
-} tokvec;
-
-static dtx_status tv_put(tokvec *t, const int32_t *ids, int64_t n) {
-    if (t->n + n > t->cap) {
-        int64_t cap = (t->n + n) * 2 + 64;
-        int32_t *v = realloc(t->v, (size_t)cap * sizeof *v);
-        if (!v) return dtx_fail(DTX_ERR_NOMEM, "faithfulness prompt: out of memory");
-        t->v = v, t->cap = cap;
-    }
-    memcpy(t->v + t->n, ids, (size_t)n * sizeof *ids);
-    t->n += n;
-    return DTX_OK;
-}
-
-static dtx_status tv_text(tokvec *t, const dtx_tokenizer *tok, const char *text) {
+static dtx_status tv_text(dtx_idbuf *t, const dtx_tokenizer *tok, const char *text) {
     int32_t *ids = NULL;
     int64_t n = 0;
     dtx_status st = dtx_tokenizer_encode(tok, text, strlen(text), DTX_ENCODE_ORDINARY, &ids, &n);
-    if (!st) st = tv_put(t, ids, n);
+    if (!st) st = dtx_idbuf_append(t, ids, n);
     free(ids);
     return st;
 }
 
-static dtx_status tv_question(tokvec *t, const dtx_tokenizer *tok, const char *city) {
+static dtx_status tv_question(dtx_idbuf *t, const dtx_tokenizer *tok, const char *city) {
     char q[256];
     dtx_needle_question_text(city, q, sizeof q);
     return tv_text(t, tok, q);
@@ -79,11 +63,11 @@ static void context_order(const dtx_needle_prompt *p, int *order) {
  * from tail_seed, and its length must not depend on the places: pieces are
  * encoded one by one. */
 typedef dtx_status (*tail_fn)(const dtx_needle_prompt *ctx, const dtx_tokenizer *tok, dtx_rng *r, void *arg,
-                              tokvec *tail);
+                              dtx_idbuf *tail);
 
 static dtx_status fitted_context(const dtx_needle_source *src, const dtx_tokenizer *tok, dtx_needle_spec spec,
                                  int64_t total, tail_fn fn, void *arg, uint64_t tail_seed, dtx_needle_prompt *ctx,
-                                 tokvec *tail) {
+                                 dtx_idbuf *tail) {
     spec.no_question = 1;
     spec.with_answer = 0;
     spec.length = total;
@@ -118,8 +102,8 @@ dtx_status dtx_halluc_fact_row(const dtx_tokenizer *tok, uint64_t seed, int64_t 
     dtx_rng_seed(&r, seed);
     int32_t bos = dtx_tokenizer_token_id(tok, "<|bos|>");
     if (bos < 0) return dtx_fail(DTX_ERR_ARG, "fact rows: the tokenizer has no <|bos|>");
-    tokvec t = {0};
-    dtx_status st = tv_put(&t, &bos, 1);
+    dtx_idbuf t = {0};
+    dtx_status st = dtx_idbuf_append(&t, &bos, 1);
     while (!st && t.n < n) {
         int i = (int)(dtx_rng_next(&r) % DTX_FACT_CITIES);
         char num[8];
@@ -128,12 +112,12 @@ dtx_status dtx_halluc_fact_row(const dtx_tokenizer *tok, uint64_t seed, int64_t 
         if (!st) st = tv_text(&t, tok, num);
         if (!st) st = tv_text(&t, tok, "\n");
     }
-    if (!st) memcpy(out, t.v, (size_t)n * sizeof *out);
-    free(t.v);
+    if (!st) memcpy(out, t.ids, (size_t)n * sizeof *out);
+    dtx_idbuf_free(&t);
     return st;
 }
 
-static dtx_status list_answer(const dtx_needle_prompt *ctx, const dtx_tokenizer *tok, tokvec *tail) {
+static dtx_status list_answer(const dtx_needle_prompt *ctx, const dtx_tokenizer *tok, dtx_idbuf *tail) {
     int order[DTX_NEEDLE_MAX];
     context_order(ctx, order);
     dtx_status st = DTX_OK;
@@ -145,7 +129,7 @@ static dtx_status list_answer(const dtx_needle_prompt *ctx, const dtx_tokenizer 
 }
 
 static dtx_status training_tail(const dtx_needle_prompt *ctx, const dtx_tokenizer *tok, dtx_rng *r, void *arg,
-                                tokvec *tail) {
+                                dtx_idbuf *tail) {
     (void)arg;
     dtx_status st = tv_text(tail, tok, LIST_QUESTION);
     if (!st) st = list_answer(ctx, tok, tail);
@@ -168,14 +152,14 @@ dtx_status dtx_halluc_training_doc(const dtx_needle_source *src, const dtx_token
     dtx_needle_spec spec = {.n_needles = 1 + (int)(h % (uint64_t)max_needles), .n_queries = 1, .depth = -1,
                             .seed = dtx_mix64(h), .city_lo = DTX_FACT_CITIES};
     dtx_needle_prompt ctx;
-    tokvec tail = {0};
+    dtx_idbuf tail = {0};
     dtx_status st = fitted_context(src, tok, spec, n, training_tail, NULL, dtx_mix64(h ^ 1), &ctx, &tail);
     if (!st) {
         memcpy(out, ctx.tokens, (size_t)ctx.n * sizeof *out);
-        memcpy(out + ctx.n, tail.v, (size_t)tail.n * sizeof *out);
+        memcpy(out + ctx.n, tail.ids, (size_t)tail.n * sizeof *out);
         dtx_needle_prompt_free(&ctx);
     }
-    free(tail.v);
+    dtx_idbuf_free(&tail);
     return st;
 }
 
@@ -188,10 +172,10 @@ typedef struct {
 
 /* The questions of an eval prompt into tail (then split into p->question). */
 static dtx_status eval_tail(const dtx_needle_prompt *ctx, const dtx_tokenizer *tok, dtx_rng *r, void *arg,
-                            tokvec *tail) {
+                            dtx_idbuf *tail) {
     eval_arg *e = arg;
     dtx_halluc_prompt *p = e->p;
-    tokvec q[2] = {{0}, {0}};
+    dtx_idbuf q[2] = {{0}, {0}};
     dtx_status st = DTX_OK;
     p->n_questions = 1;
     switch (e->kind) {
@@ -219,14 +203,14 @@ static dtx_status eval_tail(const dtx_needle_prompt *ctx, const dtx_tokenizer *t
     }
     /* the context leaves room for the longer question */
     int longer = p->n_questions == 2 && q[1].n > q[0].n;
-    if (!st) st = tv_put(tail, q[longer].v, q[longer].n);
+    if (!st) st = dtx_idbuf_append(tail, q[longer].ids, q[longer].n);
     for (int k = 0; k < p->n_questions && !st; k++) {
         free(p->question[k]); /* the first context's (fitted_context) */
-        p->question[k] = q[k].v, p->question_n[k] = q[k].n;
-        q[k].v = NULL;
+        p->question[k] = q[k].ids, p->question_n[k] = q[k].n;
+        q[k].ids = NULL;
     }
-    free(q[0].v);
-    free(q[1].v);
+    dtx_idbuf_free(&q[0]);
+    dtx_idbuf_free(&q[1]);
     return st;
 }
 
@@ -262,9 +246,9 @@ dtx_status dtx_halluc_make(const dtx_needle_source *src, const dtx_tokenizer *to
     }
     eval_arg e = {kind, out};
     dtx_needle_prompt ctx;
-    tokvec tail = {0};
+    dtx_idbuf tail = {0};
     dtx_status st = fitted_context(src, tok, spec, length, eval_tail, &e, dtx_rng_next(&r), &ctx, &tail);
-    free(tail.v);
+    dtx_idbuf_free(&tail);
     if (st) {
         char prior[8];
         memcpy(prior, out->prior, sizeof prior);
@@ -274,17 +258,19 @@ dtx_status dtx_halluc_make(const dtx_needle_source *src, const dtx_tokenizer *to
     }
     /* The first call's questions were built on the same needles; the prompt
      * is the second call's context and question 0. */
-    tokvec t = {0};
-    st = tv_put(&t, ctx.tokens, ctx.n);
-    if (!st) st = tv_put(&t, out->question[0], out->question_n[0]);
+    dtx_idbuf t = {0};
+    st = dtx_idbuf_append(&t, ctx.tokens, ctx.n);
+    if (!st) st = dtx_idbuf_append(&t, out->question[0], out->question_n[0]);
     out->context_end = ctx.n;
     dtx_needle_prompt_free(&ctx);
     if (st) {
-        free(t.v);
+        dtx_idbuf_free(&t);
         dtx_halluc_prompt_free(out);
         return st;
     }
-    out->tokens = t.v, out->n = t.n;
+    out->tokens = t.ids, out->n = t.n;
+    t.ids = NULL;
+    dtx_idbuf_free(&t);
     return DTX_OK;
 }
 

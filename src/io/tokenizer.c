@@ -264,6 +264,14 @@ static dtx_status idbuf_reserve(dtx_idbuf *b, int64_t extra) {
     return DTX_OK;
 }
 
+dtx_status dtx_idbuf_append(dtx_idbuf *b, const int32_t *ids, int64_t n) {
+    dtx_status st = idbuf_reserve(b, n);
+    if (st) return st;
+    memcpy(b->ids + b->n, ids, (size_t)n * sizeof *ids);
+    b->n += n;
+    return DTX_OK;
+}
+
 static void *scratch(dtx_idbuf *b, size_t bytes) {
     if (bytes > b->scratch_cap) {
         void *p = realloc(b->scratch, bytes);

@@ -1,5 +1,6 @@
 /* Internal parts of the byte-level BPE tokenizer (docs/tokenizer.md), shared
- * by src/io/tokenizer*.c. Not part of the public API.
+ * by src/io/tokenizer*.c; its growable id list (dtx_idbuf) is the one every
+ * other part of difftx appends token ids to. Not part of the public API.
  *
  *   tokenizer.c        the object, the byte-string -> rank table, encode
  *                      (tiktoken's byte-pair merge) and decode
@@ -127,6 +128,8 @@ typedef struct {
 
 dtx_status dtx_tok_encode_piece(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out);
 void dtx_idbuf_free(dtx_idbuf *b);
+/* Appends ids [n] (growing the buffer); DTX_ERR_NOMEM when it cannot. */
+dtx_status dtx_idbuf_append(dtx_idbuf *b, const int32_t *ids, int64_t n);
 /* Tests: 0 picks the merge by piece length, 1 forces tiktoken's quadratic
  * loop, 2 the heap (both give the same ids). */
 extern int dtx_tok_merge_method;

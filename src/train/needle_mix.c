@@ -8,13 +8,8 @@
 
 dtx_status needle_mix_open(needle_mix *x, const needle_mix_opts *o, int64_t vocab_size, int64_t T) {
     memset(x, 0, sizeof *x);
-    x->frac = o->needle_frac;
-    x->copy_frac = o->copy_frac;
-    x->icl_frac = o->icl_frac;
-    x->halluc_frac = o->halluc_frac;
-    x->fact_frac = o->fact_frac;
+    x->o = *o;
     x->vocab = vocab_size;
-    x->max_needles = o->needle_max;
     double sum = o->needle_frac + o->copy_frac + o->icl_frac + o->halluc_frac + o->fact_frac;
     if (sum > 1 + 1e-12) return dtx_fail(DTX_ERR_ARG, "the mixture's shares add up to %g, more than 1", sum);
     int need_tok = o->needle_frac > 0 || o->icl_frac > 0 || o->halluc_frac > 0 || o->fact_frac > 0;
@@ -104,7 +99,7 @@ static dtx_status other_row(needle_mix *x, int which, uint64_t h, int64_t T, int
         dtx_icl_training_row(&x->icl, h, T + 1, row);
         x->icl_rows++;
     } else if (which == 1) {
-        st = dtx_halluc_training_doc(x->src, x->tok, h, T + 1, (int)x->max_needles, row);
+        st = dtx_halluc_training_doc(x->src, x->tok, h, T + 1, (int)x->o.needle_max, row);
         x->halluc_rows++;
     } else {
         st = dtx_halluc_fact_row(x->tok, h, T + 1, row);
@@ -121,22 +116,23 @@ static dtx_status other_row(needle_mix *x, int which, uint64_t h, int64_t T, int
 dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t micro, int64_t B, int64_t T,
                             int32_t *inputs, int32_t *targets, int32_t *period) {
     if (period) memset(period, 0, (size_t)B * sizeof *period);
-    if (x->frac <= 0 && x->copy_frac <= 0 && x->icl_frac <= 0 && x->halluc_frac <= 0 && x->fact_frac <= 0)
+    if (x->o.needle_frac <= 0 && x->o.copy_frac <= 0 && x->o.icl_frac <= 0 && x->o.halluc_frac <= 0 &&
+        x->o.fact_frac <= 0)
         return DTX_OK;
     for (int64_t r = 0; r < B; r++) {
         uint64_t h = dtx_mix64(dtx_mix64(dtx_mix64(seed ^ 0x6e65656431ULL) ^ (uint64_t)step) ^
                                 ((uint64_t)micro << 32 | (uint64_t)r));
         double u = (double)(h >> 11) * 0x1p-53;
         uint64_t h2 = dtx_mix64(h);
-        if (u >= x->frac) {
-            double edge = x->frac + x->copy_frac;
+        if (u >= x->o.needle_frac) {
+            double edge = x->o.needle_frac + x->o.copy_frac;
             if (u < edge) {
                 repeat_row(inputs + r * T, targets + r * T, T, x->vocab, h2);
                 if (period) period[r] = (int32_t)copy_period(T, h2);
                 x->copies++;
                 continue;
             }
-            const double share[3] = {x->icl_frac, x->halluc_frac, x->fact_frac};
+            const double share[3] = {x->o.icl_frac, x->o.halluc_frac, x->o.fact_frac};
             for (int k = 0; k < 3; k++) {
                 if (share[k] > 0 && u < edge + share[k]) {
                     dtx_status st = other_row(x, k, dtx_mix64(h2), T, inputs + r * T, targets + r * T);
@@ -147,10 +143,10 @@ dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t 
             }
             continue;
         }
-        int n = 1 + (int)(h2 % (uint64_t)x->max_needles);
+        int n = 1 + (int)(h2 % (uint64_t)x->o.needle_max);
         dtx_needle_spec spec = {.length = T + 1, .n_needles = n, .n_queries = n /* every needle asked */, .depth = -1,
                                 .seed = dtx_mix64(h2), .with_answer = 1,
-                                .city_lo = x->fact_frac > 0 ? DTX_FACT_CITIES : 0};
+                                .city_lo = x->o.fact_frac > 0 ? DTX_FACT_CITIES : 0};
         dtx_needle_prompt p;
         dtx_status st = dtx_needle_make(x->src, &spec, &p);
         if (st) return st;

@@ -34,10 +34,7 @@ typedef struct {
 } needle_mix_opts;
 
 typedef struct {
-    double frac;             /* needle documents; 0: off */
-    double copy_frac;        /* rows made copy documents (repeat_row), after frac */
-    double icl_frac, halluc_frac, fact_frac; /* then these, in this order */
-    int64_t max_needles;     /* documents hold 1..max_needles needles */
+    needle_mix_opts o;       /* as opened (the paths only read at open)  */
     int64_t vocab;           /* copy documents draw ids from [0, vocab) */
     dtx_tokenizer *tok;
     dtx_needle_source *src;

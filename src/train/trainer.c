@@ -29,10 +29,7 @@ dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const cha
                         (long long)short_one->count, (long long)o->seq, (long long)o->seq + 1);
     }
     t->data_hash = source_hash(&t->data);
-    needle_mix_opts mix = {.needle_frac = o->needle_frac, .copy_frac = o->copy_frac, .icl_frac = o->icl_frac,
-                           .halluc_frac = o->halluc_frac, .fact_frac = o->fact_frac, .needle_max = o->needle_max,
-                           .tokenizer = o->needle_tokenizer, .text = o->needle_text};
-    if ((st = needle_mix_open(&t->needles, &mix, vocab_size, o->seq))) return st;
+    if ((st = needle_mix_open(&t->needles, &o->mix, vocab_size, o->seq))) return st;
     size_t n = (size_t)o->batch * (size_t)o->seq;
     t->inputs = dtx_alloc(n, sizeof(int32_t));
     t->targets = dtx_alloc(n, sizeof(int32_t));

@@ -21,9 +21,7 @@ typedef struct {
     int64_t batch, seq, accum; /* rows per micro-batch, tokens per row, micro-batches per step */
     int64_t eval_batches;      /* validation: this many batches from the start of the stream */
     uint64_t seed;             /* the needle mixture's, and (fresh runs) the sampler's and the weights' */
-    double needle_frac, copy_frac, icl_frac, halluc_frac, fact_frac; /* the mixture (needle_mix.h) */
-    int64_t needle_max;
-    const char *needle_tokenizer, *needle_text; /* borrowed; where a share needs them */
+    needle_mix_opts mix; /* the rows replaced by synthetic documents (needle_mix.h); paths borrowed */
     int64_t debug_nan_at; /* a test hook: the loss of this step reads as NaN (0: never) */
     int64_t debug_oom_at; /* a test hook: this step fails, out of memory, on the last rank alone (0: never) */
 } dtx_trainer_opts;

@@ -6,19 +6,8 @@
 # mean of the points at half the most rounds or more. Skipped, with the
 # reason, where /usr/bin/python3 is missing. Ends with the suite's summary line.
 set -u
-cd "$(dirname "$0")/../.."
-if [ ! -x /usr/bin/python3 ]; then
-    echo "SKIP claims_verdicts: /usr/bin/python3 is not installed (the analysis tools are Python)"
-    echo "0 passed, 0 failed, 1 skipped"
-    exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passed=0 failed=0
-check() { # name expected actual
-    if [ "$2" = "$3" ]; then passed=$((passed + 1)); else
-        failed=$((failed + 1)); echo "FAIL claims_verdicts_$1: expected '$2', got '$3'"; fi
-}
+. "$(dirname "$0")/tools_test_lib.sh"
+tools_test_start claims_verdicts
 run=$tmp/run
 mkdir -p "$run/eval"
 echo "dim=16 seeds=1 2 3" > "$run/settings.txt"
@@ -74,5 +63,4 @@ rm -r "$run/models"
 rm "$run"/eval/*-s3.json
 /usr/bin/python3 tools/claims.py "$run" > /dev/null 2>&1
 check two_seeds "not resolved (2 seeds)" "$(v 'DIFF is more accurate at many-shot in-context classification (Fig. 6, 6 classes)')"
-echo "$passed passed, $failed failed"
-[ $failed = 0 ]
+tools_test_end

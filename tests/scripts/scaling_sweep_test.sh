@@ -6,19 +6,8 @@
 # Skipped, with the reason, where /usr/bin/python3 is missing (the tools are
 # Python; the C build never needs it). Ends with the suite's summary line.
 set -u
-cd "$(dirname "$0")/../.."
-if [ ! -x /usr/bin/python3 ]; then
-    echo "SKIP scaling_sweep: /usr/bin/python3 is not installed (the analysis tools are Python)"
-    echo "0 passed, 0 failed, 1 skipped"
-    exit 0
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-passed=0 failed=0
-check() { # name expected actual
-    if [ "$2" = "$3" ]; then passed=$((passed + 1)); else
-        failed=$((failed + 1)); echo "FAIL scaling_sweep_$1: expected '$2', got '$3'"; fi
-}
+. "$(dirname "$0")/tools_test_lib.sh"
+tools_test_start scaling_sweep
 run=$tmp/run
 mkdir -p "$run/models"
 echo "steps=10 batch=2 seq=8 lrs=1e-3 3e-3 6e-3 sweep_dim=16 vocab=64 layers=2 seeds=1 dims=16" > "$run/settings.txt"
@@ -52,5 +41,4 @@ check a_diverged_lr_is_the_worst "diff 3e-3;transformer 1.2e-2;" "$(choose)"
 check a_best_below_a_diverged_lr_is_bracketed "" "$(next)"
 finished diff 1e-3 4.0
 check extends_down "diff 5e-4;" "$(next)"
-echo "$passed passed, $failed failed"
-[ "$failed" = 0 ]
+tools_test_end

@@ -31,7 +31,7 @@ static const char *ids_path(void) {
 }
 
 static dtx_trainer_opts opts(void) {
-    dtx_trainer_opts o = {.batch = BATCH, .seq = SEQ, .accum = ACCUM, .eval_batches = 3, .seed = 17, .needle_max = 1};
+    dtx_trainer_opts o = {.batch = BATCH, .seq = SEQ, .accum = ACCUM, .eval_batches = 3, .seed = 17, .mix = {.needle_max = 1}};
     return o;
 }
 
@@ -198,7 +198,7 @@ static double max_rel_diff(dtx_model *a, dtx_model *b) {
 
 TEST(trainer_two_ranks_train_what_one_does) {
     dtx_trainer_opts o = opts();
-    o.batch = 4, o.copy_frac = 0.5; /* copy rows: the mixture is applied to the global rows */
+    o.batch = 4, o.mix.copy_frac = 0.5; /* copy rows: the mixture is applied to the global rows */
     static rank_run one, two[2];
     REQUIRE(start(&one.t, &o));
     rank_main(&one);
