@@ -103,11 +103,14 @@ AVX512_FN static void transpose_avx512(float *dst, int64_t ldd, const float *src
 
 /* exp(x) for 16 lanes, after Cephes expf: n = round(x·log2 e), r = x − n·ln 2
  * in two parts (exact for |n| < 2^8), e^r ≈ 1 + r + r²·p(r) with p of degree
- * 5 on |r| ≤ ln2/2, then scalef by 2^n. Lanes below ln(FLT_MIN) (and −∞,
- * NaN) give 0, so no denormals reach the products. */
+ * 5 on |r| ≤ ln2/2, then scalef by 2^n. Lanes below ln(FLT_MIN) (and −∞)
+ * give 0, so no denormals reach the products; NaN stays NaN, as in exp8 and
+ * dtx_vexpf, so a NaN score is never hidden as a zero probability (the
+ * unordered compare keeps NaN lanes, and min returns its second operand,
+ * x, when x is NaN). */
 AVX512_INLINE __m512 exp16(__m512 x) {
-    __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654475f), _CMP_GE_OQ);
-    x = _mm512_min_ps(x, _mm512_set1_ps(88.37626266f));
+    __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654475f), _CMP_NLT_UQ);
+    x = _mm512_min_ps(_mm512_set1_ps(88.37626266f), x);
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
