@@ -22,10 +22,10 @@
  * repository root):
  *   bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch | --torch-full]
  *         [--torch-attn ref|fused] [--openblas DIR] [--python PATH]
- *         [--sections peak,train,torch,attn,long,decode] [--configs S,L]
+ *         [--sections peak,train,torch,v2,attn,long,decode] [--configs S,L]
  *     --quick   config S at batch 2, 2 timed steps, no T = 16K runs (make bench QUICK=1)
  *     --tiny    a seconds-long smoke test of the harness (meaningless numbers)
- *   bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]
+ *   bench --one S|L|S16K diff|transformer|diff2 fp32|bf16 [STEPS]
  *     one configuration in this process (for profiling by hand)
  * Internal: --serve ..., --attn-child ....                                   */
 #include <errno.h>
@@ -330,7 +330,10 @@ static int find_cfg(const char *name, bcfg *out) {
     return 0;
 }
 
-static dtx_config make_config(const bcfg *b, int diff) {
+/* The config of arch (a dtx_arch: 0 DIFF, 1 its matched Transformer, 2 DIFF
+ * V2 with the Transformer's heads, spec §8, so that the Transformer is V2's
+ * matched baseline too). */
+static dtx_config make_config(const bcfg *b, int arch) {
     dtx_config c = dtx_config_default();
     c.arch = DTX_ARCH_DIFF;
     c.dim = b->dim;
@@ -341,7 +344,8 @@ static dtx_config make_config(const bcfg *b, int diff) {
     c.ffn_dim = b->ffn;
     c.max_seq_len = b->T;
     c.tie_embeddings = b->tie; /* S, L: untied, LLaMA style (the FLOPs are the same either way) */
-    return diff ? c : dtx_config_baseline(&c);
+    if (arch == DTX_ARCH_DIFF2) c.arch = DTX_ARCH_DIFF2, c.n_heads = c.n_kv_heads = 2 * b->heads;
+    return arch == DTX_ARCH_TRANSFORMER ? dtx_config_baseline(&c) : c;
 }
 
 /* Model FLOPs per token (README "Performance"):
@@ -351,13 +355,17 @@ static dtx_config make_config(const bcfg *b, int diff) {
  *             QKᵀ 2·(T/2)·(NQ·d) = T·dim for both archs;
  *             PV  T·dim for the Transformer, 2·T·dim for DIFF (A1·V and A2·V
  *             at the value width 2d: its true, doubled cost, spec §5.1);
+ *             DIFF V2: 2h query heads of d, so QKᵀ and PV 2·T·dim each, and
+ *             its weights include q_proj's 2·dim rows and lambda_proj;
  *   training = 3 × forward. */
 static double model_flops_fwd(const dtx_config *c, int64_t T) {
     double D = (double)c->dim, F = (double)c->ffn_dim, V = (double)c->vocab_size;
-    double kv = D * (double)c->n_kv_heads / (double)c->n_heads;
-    double per_layer_w = D * D * 2 + 2 * D * kv + 3 * D * F;
+    double kv = D * (double)c->n_kv_heads / (double)c->n_heads, QD = (double)dtx_config_q_dim(c);
+    double lam = dtx_config_has_lambda_proj(c) ? (double)c->n_heads * D : 0;
+    double per_layer_w = QD * D + D * D + 2 * D * kv + 3 * D * F + lam;
     double w = per_layer_w * (double)c->n_layers + D * V;
-    double attn = (double)c->n_layers * (double)T * D * (c->arch == DTX_ARCH_DIFF ? 3.0 : 2.0);
+    double per_td = c->arch == DTX_ARCH_DIFF ? 3.0 : c->arch == DTX_ARCH_DIFF2 ? 4.0 : 2.0;
+    double attn = (double)c->n_layers * (double)T * D * per_td;
     return 2 * w + attn;
 }
 
@@ -651,9 +659,14 @@ typedef struct {
     int64_t B, T;
 } bmodel;
 
-static int bmodel_init(bmodel *bm, const bcfg *b, int diff, int bf16, char *err, size_t nerr) {
+/* ARCH[] index of an arch name, or -1. */
+static int arch_index(const char *name) {
+    return !strcmp(name, "diff") ? 0 : !strcmp(name, "transformer") ? 1 : !strcmp(name, "diff2") ? 2 : -1;
+}
+
+static int bmodel_init(bmodel *bm, const bcfg *b, int arch, int bf16, char *err, size_t nerr) {
     memset(bm, 0, sizeof *bm);
-    dtx_config c = make_config(b, diff);
+    dtx_config c = make_config(b, arch);
     dtx_status st;
     if ((st = dtx_model_init(&bm->m, &c, 1234)) ||
         (st = dtx_model_set_precision(bm->m, bf16 ? DTX_PREC_BF16 : DTX_PREC_FP32))) {
@@ -711,10 +724,14 @@ static int serve_main(int argc, char **argv) {
     }
     bcfg b = {"custom", atoll(argv[2]), atoll(argv[3]), atoll(argv[4]), atoll(argv[5]),
               atoll(argv[6]), atoll(argv[7]), atoll(argv[8]), 0};
-    int diff = !strcmp(argv[9], "diff"), bf16 = !strcmp(argv[10], "bf16");
+    int arch = arch_index(argv[9]), bf16 = !strcmp(argv[10], "bf16");
     char err[300];
     bmodel bm;
-    if (bmodel_init(&bm, &b, diff, bf16, err, sizeof err)) {
+    if (arch < 0) {
+        printf("err unknown arch %s\n", argv[9]);
+        return 2;
+    }
+    if (bmodel_init(&bm, &b, arch, bf16, err, sizeof err)) {
         printf("err %s\n", err);
         return 1;
     }
@@ -745,19 +762,19 @@ static int serve_main(int argc, char **argv) {
 /* --one CFG ARCH PREC [STEPS]: in this process, for profiling by hand. */
 static int one_main(int argc, char **argv) {
     bcfg b;
-    if (argc < 5 || find_cfg(argv[2], &b)) {
-        fprintf(stderr, "usage: bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]\n");
+    if (argc < 5 || find_cfg(argv[2], &b) || arch_index(argv[3]) < 0) {
+        fprintf(stderr, "usage: bench --one S|L|S16K diff|transformer|diff2 fp32|bf16 [STEPS]\n");
         return 2;
     }
-    int diff = !strcmp(argv[3], "diff"), bf16 = !strcmp(argv[4], "bf16");
+    int arch = arch_index(argv[3]), bf16 = !strcmp(argv[4], "bf16");
     int n = argc > 5 ? atoi(argv[5]) : 3;
     char err[300];
     bmodel bm;
-    if (bmodel_init(&bm, &b, diff, bf16, err, sizeof err)) {
+    if (bmodel_init(&bm, &b, arch, bf16, err, sizeof err)) {
         fprintf(stderr, "bench: %s\n", err);
         return 1;
     }
-    dtx_config c = make_config(&b, diff);
+    dtx_config c = make_config(&b, arch);
     double fl = model_flops_fwd(&c, b.T) * (double)(b.B * b.T);
     for (int i = 0; i <= n; i++) {
         double t0 = now_s(), loss;
@@ -952,13 +969,14 @@ typedef struct {
     bcfg c;
     run_result ours[2][2];   /* [prec][arch: 0 diff, 1 transformer] */
     run_result torch[2][2];
-    int seq_ours[2], seq_torch[2];
-    int have_ours, have_torch;
+    run_result v2[2][2];     /* [prec][0 diff2, 1 transformer]: V2 in lockstep with its matched baseline */
+    int seq_ours[2], seq_torch[2], seq_v2[2];
+    int have_ours, have_torch, have_v2;
     int64_t torch_batch, torch_micro;
-    size_t nparams[2];
+    size_t nparams[3];       /* [arch] */
 } cfg_results;
 
-static const char *ARCH[2] = {"diff", "transformer"};
+static const char *ARCH[3] = {"diff", "transformer", "diff2"};
 static double max_mfu; /* the largest MFU printed: above 1 means a disturbed peak measurement */
 
 static double note_mfu(double m) {
@@ -1094,10 +1112,10 @@ static const char *const DEC_NAME[N_DEC] = {"fp32", "bf16", "w8a16", "w8a8", "w4
  * Memory: the growth of the process's resident set from before the model
  * exists to after its first prefill (weights in every form it keeps, cache,
  * scratch). */
-static decode_result decode_bench(const bcfg *b, int diff, int prec, int64_t ctx, int64_t n) {
+static decode_result decode_bench(const bcfg *b, int arch, int prec, int64_t ctx, int64_t n) {
     decode_result r;
     memset(&r, 0, sizeof r);
-    dtx_config c = make_config(b, diff);
+    dtx_config c = make_config(b, arch);
     c.max_seq_len = ctx + n;
     dtx_model *m = NULL;
     dtx_kvcache *kv = NULL;
@@ -1207,7 +1225,7 @@ static void usage(void) {
             "usage: bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch | --torch-full]\n"
             "             [--torch-attn ref|fused]\n"
             "             [--openblas DIR] [--python PATH]\n"
-            "             [--sections peak,train,torch,attn,long,decode] [--configs S,L]\n"
+            "             [--sections peak,train,torch,v2,attn,long,decode] [--configs S,L]\n"
             "       bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]\n");
 }
 
@@ -1221,7 +1239,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     int quick = 0, tiny = 0, steps = 3, no_torch = 0, torch_full = 0;
-    const char *outfile = "bench/results.md", *sections = "peak,train,torch,attn,long,decode";
+    const char *outfile = "bench/results.md", *sections = "peak,train,torch,v2,attn,long,decode";
     const char *python = "/usr/bin/python3", *script = "tools/bench_torch.py", *torch_attn = "fused";
     const char *openblas_dir = "build/openblas", *configs = "S,L";
     for (int i = 1; i < argc; i++) {
@@ -1247,7 +1265,7 @@ int main(int argc, char **argv) {
     int do_peak = !!strstr(sections, "peak"), do_train = !!strstr(sections, "train");
     int do_torch = !!strstr(sections, "torch") && !no_torch, do_attn = !!strstr(sections, "attn");
     int do_long = !!strstr(sections, "long") && !quick;
-    int do_decode = !!strstr(sections, "decode");
+    int do_decode = !!strstr(sections, "decode"), do_v2 = !!strstr(sections, "v2");
     /* seconds of timed steps per (config, precision, arch); steps are cut to fit */
     double budget = quick ? 60 : 150;
     int threads = omp_get_max_threads();
@@ -1359,16 +1377,28 @@ int main(int argc, char **argv) {
         if (strstr(configs, "L")) cfgs[ncfg++] = CFG_L;
     }
     cfg_results *res = calloc((size_t)ncfg, sizeof *res);
-    for (int ci = 0; ci < ncfg && (do_train || do_torch); ci++) {
+    for (int ci = 0; ci < ncfg && (do_train || do_torch || do_v2); ci++) {
         cfg_results *R = &res[ci];
         R->c = cfgs[ci];
         const bcfg *b = &R->c;
-        for (int a = 0; a < 2; a++) {
-            dtx_config c = make_config(b, a == 0);
+        for (int a = 0; a < 3; a++) {
+            dtx_config c = make_config(b, a);
             dtx_model *m;
             if (!dtx_model_init(&m, &c, 1)) {
                 R->nparams[a] = dtx_model_num_params(m);
                 dtx_model_free(m);
+            }
+        }
+        if (do_v2) { /* DIFF V2 in lockstep with the Transformer, its matched baseline (spec §8.2) */
+            R->have_v2 = 1;
+            for (int p = 0; p < 2; p++) {
+                spawn_spec sa, sb;
+                char st_a[8][32], st_b[8][32], la[64], lb[64];
+                serve_spec(&sa, st_a, b, DTX_ARCH_DIFF2, p, our_env);
+                serve_spec(&sb, st_b, b, DTX_ARCH_TRANSFORMER, p, our_env);
+                snprintf(la, sizeof la, "difftx %s diff2 %s", b->name, PREC[p]);
+                snprintf(lb, sizeof lb, "difftx %s transformer %s (V2's pair)", b->name, PREC[p]);
+                run_pair(&sa, &sb, la, lb, b->B, b->T, steps, budget, &R->v2[p][0], &R->v2[p][1], &R->seq_v2[p]);
             }
         }
         if (do_train) {
@@ -1497,7 +1527,7 @@ int main(int argc, char **argv) {
         }
     }
 
-    /* ---- 6. decoding: config S and the 110M shape (QUICK: S), both archs,
+    /* ---- 6. decoding: config S and the 110M shape (QUICK: S), the three archs,
      * every weight format; llama2.c's run and runq at the 110M shape */
     double bw = NAN;
     bcfg dcfgs[2];
@@ -1506,7 +1536,7 @@ int main(int argc, char **argv) {
     if (!quick) dcfgs[ndec++] = CFG_110M;
     /* a short prompt, then a context growing to 256, as llama2.c's -n 256 */
     int64_t dec_ctx = 8, dec_n = quick ? 56 : 248;
-    decode_result dec[2][N_DEC][2]; /* [config][weights][arch] */
+    decode_result dec[2][N_DEC][3]; /* [config][weights][arch] */
     memset(dec, 0, sizeof dec);
     double l2c_run = NAN, l2c_runq = NAN;
     char l2c_why[256] = "not run (QUICK)";
@@ -1515,9 +1545,9 @@ int main(int argc, char **argv) {
         bw = measure_read_bw(28, 5);
         for (int ci = 0; ci < ndec; ci++)
             for (int p = 0; p < N_DEC; p++)
-                for (int a = 0; a < 2; a++) {
+                for (int a = 0; a < 3; a++) {
                     double t0 = now_s();
-                    dec[ci][p][a] = decode_bench(&dcfgs[ci], a == 0, p, dec_ctx, dec_n);
+                    dec[ci][p][a] = decode_bench(&dcfgs[ci], a, p, dec_ctx, dec_n);
                     fprintf(stderr, "  decode %s %s %s: %.1f tokens/s (%.0f s)\n", dcfgs[ci].name, ARCH[a], DEC_NAME[p],
                             dec[ci][p][a].tok_s, now_s() - t0);
                 }
@@ -1557,7 +1587,7 @@ int main(int argc, char **argv) {
         for (int ci = 0; ci < ncfg; ci++) {
             cfg_results *R = &res[ci];
             const bcfg *b = &R->c;
-            dtx_config cd = make_config(b, 1), cb = make_config(b, 0);
+            dtx_config cd = make_config(b, 0), cb = make_config(b, 1);
             out("### Config %s%s: dim %lld, %lld layers, %lld DIFF heads / %lld baseline heads (d = %lld), FFN %lld, "
                 "vocab %lld, T %lld, batch %lld\n\n",
                 b->name, tiny ? " (TINY harness test)" : quick ? " (QUICK: batch 2)" : "", (long long)b->dim, (long long)b->layers,
@@ -1592,6 +1622,44 @@ int main(int argc, char **argv) {
                             isa_col, ARCH[a], prec_col(p), tt_, tps_best(r), note_mfu(3 * fl * tt_ / (pk * 1e9)), tf, note_mfu(fl * tf / (pk * 1e9)),
                             fmt_gib(g, (double)r->hwm_kib), r->ntrain, R->seq_ours[p] ? " (seq.)" : "",
                             r->timed_s > 0 ? r->other_cpu_s / r->timed_s : NAN, ratio_t,
+                            ratio_f);
+                    }
+                }
+                out("\n");
+            }
+            if (R->have_v2) {
+                dtx_config cv = make_config(b, DTX_ARCH_DIFF2);
+                double fv = model_flops_fwd(&cv, b->T);
+                out("DIFF V2 (`diff2`, spec §8: %lld heads of d = %lld, %lld query heads, per-token λ) in lockstep with "
+                    "its matched Transformer (the same %lld heads and KV heads; a run of its own beside the rows "
+                    "above): %zu parameters, %.1f M FLOPs per token forward (QKᵀ and PV over 2h heads: 4·T·dim per "
+                    "layer).\n\n",
+                    (long long)cv.n_heads, (long long)dtx_config_head_dim(&cv), (long long)(2 * cv.n_heads),
+                    (long long)cv.n_heads, R->nparams[DTX_ARCH_DIFF2], fv / 1e6);
+                out("| impl | ISA | arch | prec | train tok/s | (best step) | train MFU | fwd tok/s | fwd MFU | peak RSS | n | other load | V2/base train | V2/base fwd |\n");
+                out("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                for (int p = 0; p < 2; p++) {
+                    double pk = p ? pk16 : pk32;
+                    for (int a = 0; a < 2; a++) {
+                        run_result *r = &R->v2[p][a];
+                        double fl = a == 0 ? fv : fb;
+                        const char *name = a == 0 ? "diff2" : "transformer";
+                        char g[32];
+                        if (!r->ok) {
+                            out("| difftx | %s | %s | %s | failed: %s | | | | | %s | | | | |\n", isa_col, name, prec_col(p),
+                                r->why, fmt_gib(g, (double)r->hwm_kib));
+                            continue;
+                        }
+                        double tt_ = tps(r, 1), tf = tps(r, 0);
+                        char ratio_t[32] = "", ratio_f[32] = "";
+                        if (a == 1 && R->v2[p][0].ok) {
+                            snprintf(ratio_t, sizeof ratio_t, "%.3f", tps(&R->v2[p][0], 1) / tt_);
+                            snprintf(ratio_f, sizeof ratio_f, "%.3f", tps(&R->v2[p][0], 0) / tf);
+                        }
+                        out("| difftx | %s | %s | %s | %.0f | (%.0f) | %.1f%% | %.0f | %.1f%% | %s | %d%s | %.2f | %s | %s |\n",
+                            isa_col, name, prec_col(p), tt_, tps_best(r), note_mfu(3 * fl * tt_ / (pk * 1e9)), tf,
+                            note_mfu(fl * tf / (pk * 1e9)), fmt_gib(g, (double)r->hwm_kib), r->ntrain,
+                            R->seq_v2[p] ? " (seq.)" : "", r->timed_s > 0 ? r->other_cpu_s / r->timed_s : NAN, ratio_t,
                             ratio_f);
                     }
                 }
@@ -1645,7 +1713,7 @@ int main(int argc, char **argv) {
 
     if (do_long) {
         out("## Long context: one training step at T = 16384 (config S, DIFF, fp32, batch 1)\n\n");
-        dtx_config cd = make_config(&CFG_S16K, 1);
+        dtx_config cd = make_config(&CFG_S16K, 0);
         double fl = 3 * model_flops_fwd(&cd, CFG_S16K.T) * (double)CFG_S16K.T;
         char g[32];
         if (rlong.ok) {
@@ -1678,7 +1746,7 @@ int main(int argc, char **argv) {
             "bound |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
         for (int ci = 0; ci < ndec; ci++)
             for (int p = 0; p < N_DEC; p++)
-                for (int a = 0; a < 2; a++) {
+                for (int a = 0; a < 3; a++) {
                     decode_result *d = &dec[ci][p][a], *f32 = &dec[ci][DEC_FP32][a];
                     if (!d->ok) {
                         out("| %s | %s | %s | failed: %s | | | | | | |\n", dcfgs[ci].name, ARCH[a], DEC_NAME[p], d->why);
@@ -1708,7 +1776,7 @@ int main(int argc, char **argv) {
     }
 
     /* ---- peak again, targets */
-    if (ncfg && (do_train || do_torch || have_long || do_decode)) {
+    if (ncfg && (do_train || do_torch || do_v2 || have_long || do_decode)) {
         out("## Targets (issue)\n\n| target | measured | met |\n|---|---|---|\n");
         for (int ci = 0; ci < ncfg; ci++) {
             cfg_results *R = &res[ci];
@@ -1725,7 +1793,7 @@ int main(int argc, char **argv) {
                     bf16_native ? "native" : "emulated", want, r, isnan(r) ? "–" : r >= want ? "yes" : "**no**");
             }
             for (int a = 0; a < 2 && R->have_ours; a++) {
-                dtx_config c = make_config(&R->c, a == 0);
+                dtx_config c = make_config(&R->c, a);
                 double mfu = 3 * model_flops_fwd(&c, R->c.T) * tps(&R->ours[0][a], 1) / (pk32 * 1e9);
                 out("| %s %s fp32 training MFU ≥ 70%% (%s) | %.1f%% | %s |\n", n, ARCH[a], dtx_isa_name(dtx_isa_level()),
                     100 * mfu, isnan(mfu) ? "–" : mfu >= 0.7 ? "yes" : "**no**");
@@ -1735,6 +1803,11 @@ int main(int argc, char **argv) {
                 out("| %s %s DIFF ≥ 0.95× baseline training throughput | %.3f× | %s |\n", n, PREC[p], r,
                     isnan(r) ? "–" : r >= 0.95 ? "yes" : "**no**");
             }
+            for (int p = 0; p < 2 && R->have_v2; p++) {
+                double r = tps(&R->v2[p][0], 1) / tps(&R->v2[p][1], 1);
+                out("| %s %s DIFF V2 ≥ 0.9× baseline training throughput | %.3f× | %s |\n", n, PREC[p], r,
+                    isnan(r) ? "–" : r >= 0.9 ? "yes" : "**no**");
+            }
         }
         if (have_long) {
             char g[32];
@@ -1743,7 +1816,14 @@ int main(int argc, char **argv) {
                 !rlong.ok ? "**no**" : rlong.hwm_kib <= 12L * 1024 * 1024 ? "yes" : "**no**");
         }
         for (int ci = 0; ci < ndec && do_decode; ci++)
-            for (int a = 0; a < 2; a++) {
+            for (int p = 0; p < 2; p++) {
+                decode_result *v = &dec[ci][p][DTX_ARCH_DIFF2], *t = &dec[ci][p][DTX_ARCH_TRANSFORMER];
+                double r = v->ok && t->ok ? v->tok_s / t->tok_s : NAN;
+                out("| %s %s DIFF V2 decode ≥ 0.95× the baseline's tokens/s | %.3f× | %s |\n", dcfgs[ci].name,
+                    DEC_NAME[p], r, isnan(r) ? "–" : r >= 0.95 ? "yes" : "**no**");
+            }
+        for (int ci = 0; ci < ndec && do_decode; ci++)
+            for (int a = 0; a < 3; a++) {
                 decode_result *d = &dec[ci][0][a];
                 double frac = d->ok ? d->frac : NAN;
                 out("| %s %s fp32 decode ≥ 85%% of the memory-bandwidth bound | %.0f%% | %s |\n", dcfgs[ci].name, ARCH[a],

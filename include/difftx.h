@@ -11,13 +11,19 @@
  * also builds it with -DDTX_DOUBLE (dtx_real = double) to check every
  * backward against finite differences; that build is not meant for users.
  *
- * Two architectures share one LLaMA-style backbone (see README "Model"):
- *   DTX_ARCH_DIFF         differential attention, n_heads diff heads of
+ * Three architectures share one LLaMA-style backbone (see README "Model"):
+ *   DTX_ARCH_DIFF         differential attention (V1), n_heads diff heads of
  *                         q/k width d = dim / n_heads / 2 and value width 2d;
  *   DTX_ARCH_TRANSFORMER  ordinary attention, n_heads heads of width
- *                         d = dim / n_heads.
+ *                         d = dim / n_heads;
+ *   DTX_ARCH_DIFF2        DIFF V2 (spec §8): 2·n_heads query heads of width
+ *                         d = dim / n_heads over n_kv_heads KV heads, output
+ *                         head i = a_2i − σ(λ_i)·a_2i+1 with λ per token and
+ *                         head from lambda_proj (interop.md "DIFF V2").
  * A DIFF model with H heads and G KV heads is parameter-matched by a
- * Transformer with 2H heads and 2G KV heads (dtx_config_baseline).
+ * Transformer with 2H heads and 2G KV heads (dtx_config_baseline); a V2
+ * model with h heads is compared with the Transformer of h heads and the
+ * same KV heads (it has h·d·dim more query and h·dim more λ weights).
  */
 #ifndef DIFFTX_H
 #define DIFFTX_H
@@ -57,7 +63,7 @@ const char *dtx_status_name(dtx_status st);
 
 /* ---------------------------------------------------------------- config */
 
-typedef enum { DTX_ARCH_DIFF = 0, DTX_ARCH_TRANSFORMER = 1 } dtx_arch;
+typedef enum { DTX_ARCH_DIFF = 0, DTX_ARCH_TRANSFORMER = 1, DTX_ARCH_DIFF2 = 2 } dtx_arch;
 
 /* The per-head RMSNorm on each head's attention output (interop.md
  * "Variants", key `subln`). DEFAULT (0, what a zeroed config holds) is the
@@ -67,6 +73,13 @@ typedef enum { DTX_ARCH_DIFF = 0, DTX_ARCH_TRANSFORMER = 1 } dtx_arch;
  *   Transformer + RMS: each d-wide head output RMS-normalised with one
  *     weight [head_dim] shared by the layer's heads, no scale ("+ GroupNorm"). */
 typedef enum { DTX_SUBLN_DEFAULT = 0, DTX_SUBLN_RMS = 1, DTX_SUBLN_NONE = 2 } dtx_subln;
+
+/* DIFF V2's λ (metadata key `v2_lambda`, diff2 only), spec §8.3's cheap
+ * ablations beside the official form:
+ *   SIGMOID (0, the default): λ = σ(x·lambda_projᵀ), in (0, 1);
+ *   LINEAR: λ = x·lambda_projᵀ, unbounded ("λ without sigmoid");
+ *   NONE: λ = 1, no lambda_proj weight ("no λ": a_2i − a_2i+1).          */
+typedef enum { DTX_V2_LAMBDA_SIGMOID = 0, DTX_V2_LAMBDA_LINEAR = 1, DTX_V2_LAMBDA_NONE = 2 } dtx_v2_lambda;
 
 typedef struct {
     dtx_arch arch;
@@ -86,12 +99,14 @@ typedef struct {
                                  1 = lambda_init_value in every layer, both in
                                  λ and in the (1 − λ_init) output scale      */
     double lambda_init_value;
+    dtx_v2_lambda v2_lambda;  /* DIFF2 only                                  */
 } dtx_config;
 
 /* A small DIFF default (dim 256, 4 layers, 4 heads, vocab 4096, ...). */
 dtx_config dtx_config_default(void);
 /* The parameter-matched other architecture: DIFF (H, G) <-> Transformer
- * (2H, 2G), in its default variant (subln and lambda_init at the defaults).
+ * (2H, 2G), in its default variant (subln and lambda_init at the defaults);
+ * DIFF2 (h, g) -> Transformer (h, g), V2's own comparison (spec §8.2).
  * Table 6's "Transformer with half the heads at twice the width" is a
  * Transformer config with DIFF's n_heads and n_kv_heads (d = dim / H).      */
 dtx_config dtx_config_baseline(const dtx_config *c);
@@ -112,6 +127,13 @@ int dtx_config_has_subln(const dtx_config *c);
 dtx_status dtx_config_set_subln(dtx_config *c, const char *value);
 dtx_status dtx_config_set_lambda_init(dtx_config *c, const char *value);
 const char *dtx_config_subln_name(const dtx_config *c);
+/* `sigmoid` | `linear` | `none` (DIFF2's λ); parsing refuses anything else. */
+dtx_status dtx_config_set_v2_lambda(dtx_config *c, const char *value);
+const char *dtx_config_v2_lambda_name(const dtx_config *c);
+/* 1 when a DIFF2 config has the lambda_proj weight (v2_lambda not NONE). */
+int dtx_config_has_lambda_proj(const dtx_config *c);
+/* Width of q_proj's output: dim, or 2·dim for DIFF2 (2h query heads).      */
+int64_t dtx_config_q_dim(const dtx_config *c);
 /* `schedule` or the value with %.17g (cap ≥ 32). */
 void dtx_config_lambda_init_str(const dtx_config *c, char *buf, size_t cap);
 /* 1 when the config is its arch's default variant. */

@@ -102,6 +102,25 @@ def naive_attention(cfg, P, l, x):
             a2 = naive_softmax_causal(q2 @ k2.t() / math.sqrt(d))
             o = (a1 - lam * a2) @ v
             cols.append((naive_rms(o, P[pre + "subln.weight"], eps) if rms else o) * (1 - li))
+    elif cfg["arch"] == "diff2":
+        # spec §8.1: query heads 2i, 2i+1 of width d = dim/H on KV head (2i) // (2H/Hkv);
+        # lambda per token and head from the attention input x.
+        d = cfg["dim"] // H
+        rep2 = 2 * H // Hkv
+        mode = cfg.get("v2_lambda", "sigmoid")
+        for i in range(H):
+            heads = []
+            for j in (2 * i, 2 * i + 1):
+                g = j // rep2
+                q = naive_rope(Q[:, j * d:(j + 1) * d], theta)
+                k = naive_rope(K[:, g * d:(g + 1) * d], theta)
+                heads.append(naive_softmax_causal(q @ k.t() / math.sqrt(d)) @ V[:, g * d:(g + 1) * d])
+            if mode == "none":
+                lam = torch.ones(T, 1, dtype=x.dtype)
+            else:
+                z = x @ P[pre + "lambda_proj.weight"][i]
+                lam = (1 / (1 + torch.exp(-z)) if mode == "sigmoid" else z).reshape(T, 1)
+            cols.append(heads[0] - lam * heads[1])
     else:
         d = cfg["dim"] // H
         for j in range(H):
@@ -236,7 +255,7 @@ def check_uniform_attention():
 
 
 def check_causality():
-    for arch, H, Hkv in (("diff", 2, 1), ("transformer", 4, 2)):
+    for arch, H, Hkv in (("diff", 2, 1), ("transformer", 4, 2), ("diff2", 4, 2)):
         cfg = dict(mf.BASE, arch=arch, n_heads=H, n_kv_heads=Hkv, tie_embeddings=True)
         m = random_model(cfg, 5)
         t = torch.randint(0, 61, (1, 10), generator=torch.Generator().manual_seed(1))
@@ -250,7 +269,8 @@ def check_causality():
 
 def check_gradcheck():
     for arch, H, Hkv, tie in (("diff", 2, 1, False), ("diff", 2, 2, True),
-                              ("transformer", 4, 2, True), ("transformer", 2, 2, False)):
+                              ("transformer", 4, 2, True), ("transformer", 2, 2, False),
+                              ("diff2", 2, 1, False), ("diff2", 2, 2, True)):
         cfg = dict(arch=arch, dim=8, n_layers=2, n_heads=H, n_kv_heads=Hkv, vocab_size=7,
                    ffn_dim=6, max_seq_len=8, rope_theta=100.0, norm_eps=1e-5, tie_embeddings=tie)
         m = random_model(cfg, 11)
@@ -396,8 +416,8 @@ def check_fixture_dir(fdir):
               % (name, max(rn), hp["clip_norm"]))
         check(abs(rl[0] - loss.item()) < 1e-12 and any(
             not torch.equal(E["after." + n], mt[n]) for n in names), "%s: training moved the weights" % name)
-    # 14 cases (8 default, 6 Table 6 variants) of ~0.22 MB each
-    check(0 < total < 4 * 1024 * 1024, "fixtures total %.2f MB < 4 MB" % (total / 2 ** 20))
+    # 20 cases (8 default, 6 Table 6 variants, 6 DIFF V2) of ~0.22 MB each
+    check(0 < total < 6 * 1024 * 1024, "fixtures total %.2f MB < 6 MB" % (total / 2 ** 20))
 
 
 def check_io():

@@ -2,10 +2,12 @@
 
     /usr/bin/python3 tools/make_fixtures.py OUTDIR
 
-For each case <arch>_<mha|gqa>_<tied|untied> (arch `diff` or `tf`), and for
+For each case <arch>_<mha|gqa>_<tied|untied> (arch `diff`, `tf`, or `d2` for
+DIFF V2), and for
 Table 6's variants (interop.md "Variants") <case>_<variant> with variant
 `nosubln` (diff, subln none), `subln` (tf, subln rms), `li08` / `li05` (diff,
-a constant lambda_init of 0.8 / 0.5), it writes
+a constant lambda_init of 0.8 / 0.5), `linear` / `nolambda` (d2, v2_lambda
+linear / none), it writes
   OUTDIR/<case>.model.safetensors   initial weights (F32) + full difftx metadata
   OUTDIR/<case>.expect.safetensors  F32 tensors:
       tokens [2,12] (ids stored as F32), logits [2,11,V], loss [1],
@@ -34,7 +36,8 @@ BASE = dict(dim=32, n_layers=2, vocab_size=61, ffn_dim=40, max_seq_len=16,
             rope_theta=10000.0, norm_eps=1e-5)
 # n_heads, n_kv_heads per (arch, attention kind); d = 8 everywhere.
 HEADS = {("diff", "mha"): (2, 2), ("diff", "gqa"): (2, 1),
-         ("transformer", "mha"): (4, 4), ("transformer", "gqa"): (4, 2)}
+         ("transformer", "mha"): (4, 4), ("transformer", "gqa"): (4, 2),
+         ("diff2", "mha"): (4, 4), ("diff2", "gqa"): (4, 2)}
 HP = dict(lr=1e-2, min_lr=1e-3, warmup_steps=2, total_steps=3, schedule="cosine",
           beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1, clip_norm=0.5)
 
@@ -47,10 +50,16 @@ VARIANTS = (("diff", "gqa", False, "nosubln", dict(subln="none")),
             ("transformer", "mha", False, "subln", dict(subln="rms")),
             ("diff", "mha", True, "li08", dict(lambda_init=0.8)),
             ("diff", "gqa", False, "li05", dict(lambda_init=0.5)))
+# DIFF V2 (spec §8), after everything above so that those seeds stay as they were.
+V2_CASES = (("diff2", "mha", True, "", {}), ("diff2", "mha", False, "", {}),
+            ("diff2", "gqa", True, "", {}), ("diff2", "gqa", False, "", {}),
+            ("diff2", "gqa", False, "linear", dict(v2_lambda="linear")),
+            ("diff2", "mha", True, "nolambda", dict(v2_lambda="none")))
 
 
 def case_name(arch, kind, tie):
-    return "%s_%s_%s" % ("diff" if arch == "diff" else "tf", kind, "tied" if tie else "untied")
+    prefix = {"diff": "diff", "transformer": "tf", "diff2": "d2"}[arch]
+    return "%s_%s_%s" % (prefix, kind, "tied" if tie else "untied")
 
 
 def cases():
@@ -62,10 +71,10 @@ def cases():
                 cfg = dict(BASE, arch=arch, n_heads=h, n_kv_heads=hkv, tie_embeddings=tie)
                 yield i, case_name(arch, kind, tie), cfg
                 i += 1
-    for arch, kind, tie, suffix, keys in VARIANTS:
+    for arch, kind, tie, suffix, keys in VARIANTS + V2_CASES:
         h, hkv = HEADS[(arch, kind)]
         cfg = dict(BASE, arch=arch, n_heads=h, n_kv_heads=hkv, tie_embeddings=tie, **keys)
-        yield i, case_name(arch, kind, tie) + "_" + suffix, cfg
+        yield i, case_name(arch, kind, tie) + ("_" + suffix if suffix else ""), cfg
         i += 1
 
 

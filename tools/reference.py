@@ -1,17 +1,18 @@
-"""Independent PyTorch reference for difftx (DIFF Transformer V1 and its LLaMA baseline).
+"""Independent PyTorch reference for difftx (DIFF Transformer V1, V2 and their LLaMA baseline).
 
-Written only from the specs (shared/spec/diff-transformer.md §2-§3.1 and
+Written only from the specs (shared/spec/diff-transformer.md §2-§3.1, §8 and
 shared/spec/interop.md), never from the C sources, so that the fixtures it
 produces judge the C code rather than copy it.
 
 Model
 -----
 Config keys come from the safetensors `__metadata__` (all strings there):
-arch (`diff` | `transformer`), dim, n_layers, n_heads, n_kv_heads, vocab_size,
+arch (`diff` | `transformer` | `diff2`), dim, n_layers, n_heads, n_kv_heads, vocab_size,
 ffn_dim, max_seq_len, rope_theta, norm_eps, tie_embeddings, and the variant
 keys of interop.md "Variants" (absent: the defaults; any other value refused):
 subln (`rms` | `none`; default `rms` for diff, `none` for transformer) and
-lambda_init (`schedule` | a number; diff only).
+lambda_init (`schedule` | a number; diff only), and v2_lambda (`sigmoid` |
+`linear` | `none`; diff2 only: spec §8.3's ablations).
 
     h = tok_embeddings[tokens]
     per layer l:  h = h + attention_l(RMSNorm(h))
@@ -40,6 +41,13 @@ n_rep = n_heads / n_kv_heads:
 causal softmax(q k^T / sqrt(d)) v, concat, out_proj. Variant subln `rms`:
 each head's d-wide output RMS-normalised with one weight [d] (`subln`)
 shared by the heads, no scale.
+`diff2` attention (spec §8.1, interop.md "DIFF V2"), d = dim / n_heads, h = n_heads:
+    q_proj gives 2h query heads of width d; k, v give n_kv_heads heads of width d;
+    query head j reads KV head j // (2h / n_kv_heads);
+    a_j = causal softmax(q_j k^T / sqrt(d)) v, one ordinary attention over 2h heads;
+    lam = sigmoid(x @ lambda_proj^T)  (B, T, h), x the attention input;
+    out head i = a_{2i} - lam_i * a_{2i+1}; concat, out_proj. No subln, no lambda_init.
+    v2_lambda `linear`: lam = x @ lambda_proj^T; `none`: lam = 1, no lambda_proj.
 
 Loss: mean next-token cross-entropy (nats) over all B*T positions; the model
 sees tokens[:, :-1] and predicts tokens[:, 1:].
@@ -73,7 +81,8 @@ import torch.nn.functional as F
 
 INT_KEYS = ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "ffn_dim", "max_seq_len")
 FLOAT_KEYS = ("rope_theta", "norm_eps")
-ARCHES = ("diff", "transformer")
+ARCHES = ("diff", "transformer", "diff2")
+V2_LAMBDAS = ("sigmoid", "linear", "none")
 
 # ---------------------------------------------------------------------------
 # Configuration
@@ -87,7 +96,7 @@ def config_from_metadata(meta):
     cfg = {}
     arch = meta.get("arch")
     if arch not in ARCHES:
-        raise ValueError("metadata key 'arch' must be 'diff' or 'transformer', got %r" % arch)
+        raise ValueError("metadata key 'arch' must be one of %s, got %r" % (ARCHES, arch))
     cfg["arch"] = arch
     for k in INT_KEYS:
         if k not in meta:
@@ -102,6 +111,8 @@ def config_from_metadata(meta):
     subln = meta.get("subln", "rms" if arch == "diff" else "none")
     if subln not in ("rms", "none"):
         raise ValueError("metadata key 'subln' must be 'rms' or 'none', got %r" % subln)
+    if arch == "diff2" and subln != "none":
+        raise ValueError("arch diff2 has no per-head norm")
     cfg["subln"] = subln
     li = meta.get("lambda_init", "schedule")
     if li != "schedule":
@@ -112,6 +123,10 @@ def config_from_metadata(meta):
         except ValueError:
             raise ValueError("metadata key 'lambda_init' must be 'schedule' or a number, got %r" % li)
     cfg["lambda_init"] = li
+    v2l = meta.get("v2_lambda", "sigmoid")
+    if v2l not in V2_LAMBDAS or (v2l != "sigmoid" and arch != "diff2"):
+        raise ValueError("metadata key 'v2_lambda' must be one of %s, for arch diff2 only" % (V2_LAMBDAS,))
+    cfg["v2_lambda"] = v2l
     check_config(cfg)
     return cfg
 
@@ -136,7 +151,13 @@ def metadata_from_config(cfg):
         meta["subln"] = subln_of(cfg)
     if cfg.get("lambda_init", "schedule") != "schedule":
         meta["lambda_init"] = repr(float(cfg["lambda_init"]))
+    if cfg.get("v2_lambda", "sigmoid") != "sigmoid":
+        meta["v2_lambda"] = cfg["v2_lambda"]
     return meta
+
+
+def has_lambda_proj(cfg):
+    return cfg["arch"] == "diff2" and cfg.get("v2_lambda", "sigmoid") != "none"
 
 
 def head_dim(cfg):
@@ -211,14 +232,17 @@ class Attention(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.diff = cfg["arch"] == "diff"
+        self.v2 = cfg["arch"] == "diff2"
         self.d = head_dim(cfg)
         self.H, self.Hkv = cfg["n_heads"], cfg["n_kv_heads"]
         dim = cfg["dim"]
         kv_dim = dim * self.Hkv // self.H
-        self.q_proj = nn.Linear(dim, dim, bias=False)
+        self.q_proj = nn.Linear(dim, 2 * dim if self.v2 else dim, bias=False)
         self.k_proj = nn.Linear(dim, kv_dim, bias=False)
         self.v_proj = nn.Linear(dim, kv_dim, bias=False)
         self.out_proj = nn.Linear(dim, dim, bias=False)
+        if has_lambda_proj(cfg):
+            self.lambda_proj = nn.Linear(dim, self.H, bias=False)
         self.has_subln = subln_of(cfg) == "rms"
         if self.diff:
             self.lambda_init = layer_lambda_init(cfg, layer)
@@ -255,6 +279,24 @@ class Attention(nn.Module):
                 o = self.subln(o)
             o = o * (1.0 - self.lambda_init)
             o = o.transpose(1, 2).reshape(B, T, H * 2 * d)
+        elif self.v2:
+            n_rep2 = 2 * H // Hkv
+            q = apply_rope(self.q_proj(x).view(B, T, 2 * H, d), cos, sin).transpose(1, 2)   # (B, 2H, T, d)
+            k = apply_rope(self.k_proj(x).view(B, T, Hkv, d), cos, sin)
+            v = self.v_proj(x).view(B, T, Hkv, d)
+            k = k.repeat_interleave(n_rep2, dim=2).transpose(1, 2)
+            v = v.repeat_interleave(n_rep2, dim=2).transpose(1, 2)
+            a = torch.matmul(causal_softmax(q, k, scale), v)                 # (B, 2H, T, d)
+            mode = self.cfg.get("v2_lambda", "sigmoid")
+            if mode == "none":
+                lam = torch.ones(B, T, H, dtype=x.dtype)
+            else:
+                lam = self.lambda_proj(x)
+                if mode == "sigmoid":
+                    lam = torch.sigmoid(lam)
+            lam = lam.transpose(1, 2)[..., None]                             # (B, H, T, 1)
+            o = a[:, 0::2] - lam * a[:, 1::2]                                 # (B, H, T, d)
+            o = o.transpose(1, 2).reshape(B, T, H * d)
         else:
             q = apply_rope(self.q_proj(x).view(B, T, H, d), cos, sin)
             k = apply_rope(self.k_proj(x).view(B, T, Hkv, d), cos, sin)
@@ -331,10 +373,12 @@ def expected_shapes(cfg):
     for l in range(cfg["n_layers"]):
         p = "layers.%d." % l
         shapes[p + "attention_norm.weight"] = (dim,)
-        shapes[p + "attention.q_proj.weight"] = (dim, dim)
+        shapes[p + "attention.q_proj.weight"] = (2 * dim if cfg["arch"] == "diff2" else dim, dim)
         shapes[p + "attention.k_proj.weight"] = (kv, dim)
         shapes[p + "attention.v_proj.weight"] = (kv, dim)
         shapes[p + "attention.out_proj.weight"] = (dim, dim)
+        if has_lambda_proj(cfg):
+            shapes[p + "attention.lambda_proj.weight"] = (cfg["n_heads"], dim)
         if cfg["arch"] == "diff":
             for n in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
                 shapes[p + "attention." + n] = (d,)

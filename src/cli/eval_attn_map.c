@@ -141,7 +141,7 @@ static int json_map(FILE *f, const dtx_model *m, const map_args *a, dtx_probe_ma
 
 static int json_body(FILE *f, const dtx_model *m, const dtx_tokenizer *tok, const map_args *a, const prompt *p,
                      double *row) {
-    int diff = dtx_model_config(m)->arch == DTX_ARCH_DIFF;
+    int diff = dtx_model_config(m)->arch != DTX_ARCH_TRANSFORMER; /* two maps a head */
     fprintf(f, "{\"arch\": \"%s\", \"layer\": %lld, \"head\": %lld, \"lambda\": ", dtx_arch_name(dtx_model_config(m)->arch),
             (long long)a->layer, (long long)a->head);
     if (diff) fprintf(f, "%.9g", dtx_probe_lambda(m, a->layer));
@@ -194,7 +194,7 @@ static void print_token(const dtx_tokenizer *t, int32_t id) {
 }
 
 static int summarise(const dtx_model *m, const dtx_tokenizer *tok, const map_args *a, const prompt *p) {
-    int diff = dtx_model_config(m)->arch == DTX_ARCH_DIFF;
+    int diff = dtx_model_config(m)->arch != DTX_ARCH_TRANSFORMER; /* two maps a head */
     int64_t T = p->T, best = 0;
     double *row = malloc((size_t)T * sizeof *row);
     if (!row) return runtime_error(CMD, "out of memory");
@@ -233,7 +233,7 @@ static int check_against_model(const map_args *a, const dtx_config *c, const dtx
                            (long long)c->n_layers, (long long)(c->n_layers - 1));
     if (a->head >= c->n_heads)
         return usage_error(CMD, "--head %lld: the model has %lld %sheads (0..%lld)", (long long)a->head,
-                           (long long)c->n_heads, c->arch == DTX_ARCH_DIFF ? "differential " : "",
+                           (long long)c->n_heads, c->arch != DTX_ARCH_TRANSFORMER ? "differential " : "",
                            (long long)(c->n_heads - 1));
     if (dtx_tokenizer_vocab_size(t) > c->vocab_size)
         return runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the model's vocab_size %lld",

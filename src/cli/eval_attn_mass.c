@@ -110,7 +110,7 @@ static dtx_status prompt_masses(dtx_model *m, const dtx_needle_prompt *p, double
     const dtx_config *c = dtx_model_config(m);
     dtx_status st = dtx_model_forward(m, p->tokens, NULL, 1, p->n, NULL, NULL);
     int64_t t = p->n - 1, L = c->n_layers;
-    int n_maps = c->arch == DTX_ARCH_DIFF ? N_MAPS : 1;
+    int n_maps = c->arch != DTX_ARCH_TRANSFORMER ? N_MAPS : 1;
     memset(tmp, 0, (size_t)mass_len(L) * sizeof *tmp);
     double *share = tmp + N_MAPS * L * N_SEG;
     for (int64_t l = 0; l < L && !st; l++)
@@ -253,7 +253,7 @@ static void print_map(const mass_args *a, const mass *acc, int mp, const char *t
 
 static void print_report(const mass_args *a, const dtx_model *m, const mass *acc) {
     const dtx_config *c = dtx_model_config(m);
-    int diff = c->arch == DTX_ARCH_DIFF;
+    int diff = c->arch != DTX_ARCH_TRANSFORMER; /* two maps a head (DIFF, DIFF2) */
     const mass *all = acc_at((mass *)acc, a->n_depths, GROUP_ALL);
     printf("attention allocation: %s (%s, %zu parameters), length %lld, %lld needle%s, %lld samples per depth, "
            "seed %llu; retrieved %lld of %lld prompts\n",
@@ -299,7 +299,7 @@ static void json_map(cJSON *o, const char *key, const mass *x, int mp, int *ok) 
 static void json_group(cJSON *o, const dtx_config *c, const mass *x, int *ok) {
     jnum(o, "rows", (double)x->rows, ok);
     jnum(o, "prompts", (double)x->prompts, ok);
-    int n_maps = c->arch == DTX_ARCH_DIFF ? N_MAPS : 1;
+    int n_maps = c->arch != DTX_ARCH_TRANSFORMER ? N_MAPS : 1;
     json_map(o, MAP_KEY[DTX_PROBE_DIFF], x, DTX_PROBE_DIFF, ok);
     for (int mp = 0; mp < n_maps && mp != DTX_PROBE_DIFF; mp++) json_map(o, MAP_KEY[mp], x, mp, ok);
 }

@@ -106,7 +106,7 @@ static void print_row(const char *name, const dtx_abs_stats *s) {
 
 static void print_report(const dtx_model *m, const outl_args *a, const outl_result *r) {
     const dtx_config *c = dtx_model_config(m);
-    int diff = c->arch == DTX_ARCH_DIFF;
+    int diff = c->arch != DTX_ARCH_TRANSFORMER; /* two maps a head (DIFF, DIFF2) */
     printf("model %s: %s, %lld layers, %lld heads (%lld KV), %s products\n", a->model, dtx_arch_name(c->arch),
            (long long)c->n_layers, (long long)c->n_heads, (long long)c->n_kv_heads,
            dtx_precision_name((dtx_precision)a->precision));

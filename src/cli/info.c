@@ -42,6 +42,8 @@ static param_count count_params(const dtx_config *c) {
                     + 2 * kv * D         /* k_proj, v_proj */
                     + 3 * F * D;         /* w1, w3, w2 */
     if (c->arch == DTX_ARCH_DIFF) layer += 4 * d; /* lambda_q1..k2 */
+    if (c->arch == DTX_ARCH_DIFF2) layer += D * D; /* q_proj's second query head of each pair */
+    if (dtx_config_has_lambda_proj(c)) layer += c->n_heads * D; /* lambda_proj */
     if (dtx_config_has_subln(c)) layer += (c->arch == DTX_ARCH_DIFF ? 2 : 1) * d; /* subln: the head's width */
     param_count p;
     p.nonembed = c->n_layers * layer + D; /* + final norm */
@@ -88,7 +90,8 @@ typedef struct {
     const dtx_config *c;
     param_count params;
     baseline base;
-    int64_t lambda_terms; /* the λ vectors of whichever is DIFF */
+    int64_t lambda_terms; /* the λ vectors of whichever is DIFF (V2: lambda_proj) */
+    int64_t query_terms;  /* V2: the query weights it has beyond its Transformer */
     int64_t subln_terms;  /* subln weights of whichever is DIFF less those of the Transformer */
 } report;
 
@@ -102,6 +105,11 @@ static report make_report(const char *path, dtx_model *m) {
     r.params.total = (int64_t)dtx_model_num_params(m);
     r.params.nonembed = (int64_t)dtx_model_num_params_nonembed(m);
     r.base = make_baseline(r.c);
+    if (r.c->arch == DTX_ARCH_DIFF2) {
+        r.lambda_terms = dtx_config_has_lambda_proj(r.c) ? r.c->n_heads * r.c->dim * r.c->n_layers : 0;
+        r.query_terms = r.c->dim * r.c->dim * r.c->n_layers;
+        return r;
+    }
     /* DIFF and its baseline share the q/k width d (dim / 2H = dim / H'). */
     int64_t d = dtx_config_head_dim(r.c->arch == DTX_ARCH_DIFF ? r.c : &r.base.cfg);
     r.lambda_terms = 4 * d * r.c->n_layers;
@@ -126,7 +134,10 @@ static void print_text(const report *r, int tensors) {
     printf("arch            %s\n", dtx_arch_name(c->arch));
     printf("dim             %lld\n", (long long)c->dim);
     printf("n_layers        %lld\n", (long long)c->n_layers);
-    printf("n_heads         %lld%s\n", (long long)c->n_heads, diff ? "  (differential heads, each two softmax maps)" : "");
+    printf("n_heads         %lld%s\n", (long long)c->n_heads,
+           diff                          ? "  (differential heads, each two softmax maps)"
+           : c->arch == DTX_ARCH_DIFF2 ? "  (output heads, each a pair of the 2h query heads on one KV head)"
+                                        : "");
     printf("n_kv_heads      %lld\n", (long long)c->n_kv_heads);
     printf("head_dim        %lld\n", (long long)dtx_config_head_dim(c));
     printf("vocab_size      %lld\n", (long long)c->vocab_size);
@@ -139,6 +150,11 @@ static void print_text(const report *r, int tensors) {
     dtx_config_lambda_init_str(c, li, sizeof li);
     printf("subln           %s%s\n", dtx_config_subln_name(c), dtx_config_is_default_variant(c) ? "" : "  (a Table 6 variant)");
     if (diff) printf("lambda_init     %s\n", li);
+    if (c->arch == DTX_ARCH_DIFF2)
+        printf("v2_lambda       %s  (%s)\n", dtx_config_v2_lambda_name(c),
+               c->v2_lambda == DTX_V2_LAMBDA_SIGMOID  ? "per token and head: sigmoid(x lambda_proj^T)"
+               : c->v2_lambda == DTX_V2_LAMBDA_LINEAR ? "x lambda_proj^T without the sigmoid, an ablation"
+                                                      : "1: no lambda_proj, an ablation");
     if (diff) {
         printf("lambda         ");
         for (int64_t l = 0; l < c->n_layers; l++) printf(" %.4f", dtx_model_lambda(r->m, l));
@@ -161,7 +177,15 @@ static void print_text(const report *r, int tensors) {
                dtx_arch_name(b->arch), (long long)b->n_heads, (long long)b->n_kv_heads, (long long)r->base.params.total,
                (long long)r->base.params.nonembed);
         int64_t d = r->lambda_terms / 4 / c->n_layers;
-        if (r->subln_terms == 2 * d * c->n_layers)
+        if (c->arch == DTX_ARCH_DIFF2)
+            printf("difference      %+lld = %lld query (h %lld x head_dim %lld x dim %lld x %lld layers: the second "
+                   "query head of each pair) + %lld lambda_proj (h %lld x dim %lld x %lld layers). Matched here means "
+                   "V2's own comparison (spec 8.2): the Transformer with the same heads, KV heads and head width, so "
+                   "the same KV cache and out_proj; V2 adds query and lambda weights instead of halving heads\n",
+                   (long long)(r->params.total - r->base.params.total), (long long)r->query_terms,
+                   (long long)c->n_heads, (long long)dtx_config_head_dim(c), (long long)c->dim, (long long)c->n_layers,
+                   (long long)r->lambda_terms, (long long)c->n_heads, (long long)c->dim, (long long)c->n_layers);
+        else if (r->subln_terms == 2 * d * c->n_layers)
             printf("difference      %+lld = %s%lld lambda (4 x head_dim %lld x %lld layers) + %lld subln (2 x %lld x %lld "
                    "layers)%s\n",
                    (long long)(r->params.total - r->base.params.total), diff ? "" : "-(", (long long)r->lambda_terms,
@@ -211,6 +235,7 @@ static void print_json(const report *r, int tensors) {
     dtx_config_lambda_init_str(c, li, sizeof li);
     printf("\"subln\": \"%s\", ", dtx_config_subln_name(c));
     if (c->arch == DTX_ARCH_DIFF) printf(c->lambda_init_fixed ? "\"lambda_init\": %s, " : "\"lambda_init\": \"%s\", ", li);
+    if (c->arch == DTX_ARCH_DIFF2) printf("\"v2_lambda\": \"%s\", ", dtx_config_v2_lambda_name(c));
     if (c->arch == DTX_ARCH_DIFF) {
         printf("\"lambda\": [");
         for (int64_t l = 0; l < c->n_layers; l++) printf(l ? ", %.9g" : "%.9g", dtx_model_lambda(r->m, l));
@@ -240,6 +265,7 @@ static void print_json(const report *r, int tensors) {
         printf("}, \"difference\": %lld, \"difference_lambda\": %lld, \"difference_subln\": %lld",
                (long long)(r->params.total - r->base.params.total), (long long)r->lambda_terms,
                (long long)r->subln_terms);
+        if (c->arch == DTX_ARCH_DIFF2) printf(", \"difference_query\": %lld", (long long)r->query_terms);
     }
     if (tensors) print_json_tensors(r->m);
     printf("}\n");

@@ -63,7 +63,8 @@ static const char *usage_text(char *buf, size_t cap) {
              "                       leave out the fact cities\n"
              "\n"
              "model (new models only; defaults in parentheses):\n"
-             "  --arch diff|transformer (%s)\n"
+             "  --arch diff|transformer|diff2 (%s)  diff2: DIFF V2 (2h query heads, per-token\n"
+             "                       sigmoid lambda, no per-head norm; README \"Model\")\n"
              "  --dim N (%lld)  --layers N (%lld)  --heads N (%lld)  --kv-heads N (= --heads)\n"
              "  --vocab N (%lld)  --ffn N (%lld)  --max-seq N (= --seq, else %lld)\n"
              "  --rope-theta X (%g)  --norm-eps X (%g)\n"
@@ -72,6 +73,8 @@ static const char *usage_text(char *buf, size_t cap) {
              "                       transformer: none; Table 6's -/+ GroupNorm)\n"
              "  --lambda-init schedule|X  diff: lambda_init 0.8 - 0.6 exp(-0.3 l) per layer\n"
              "                       (schedule, the default) or X in [0, 1) in every layer\n"
+             "  --v2-lambda sigmoid|linear|none  diff2: lambda = sigmoid(x W) (the default), x W\n"
+             "                       without the sigmoid, or 1 with no lambda_proj (spec 8.3's ablations)\n"
              "  --init-scheme torch|gpt2  initial weights: PyTorch nn.Linear's U(+-1/sqrt(in)) and\n"
              "                       N(0, 1/dim) embeddings (torch), or N(0, 0.02^2) with the residual\n"
              "                       projections /sqrt(2 layers) (gpt2); README \"Model\"\n"
@@ -135,7 +138,7 @@ static const char *usage_text(char *buf, size_t cap) {
 typedef struct {
     dtx_config cfg;
     dtx_optim_config opt;
-    int arch, schedule, precision, subln, init_scheme;
+    int arch, schedule, precision, subln, init_scheme, v2_lambda;
     const char *lambda_init;
     const char *init, *tokens, *out, *val_tokens, *log_path, *ckpt_dir_flag;
     int64_t steps, batch, seq, accum, log_every;
@@ -153,7 +156,7 @@ typedef struct {
 static const char *const CONFIG_FLAGS[] = {"--arch",       "--vocab",    "--dim",   "--layers", "--heads",
                                            "--kv-heads",   "--ffn",      "--max-seq", "--rope-theta",
                                            "--norm-eps",   "--tie",      "--no-tie", "--subln", "--lambda-init",
-                                           "--init-scheme"};
+                                           "--v2-lambda",  "--init-scheme"};
 enum { N_CONFIG_FLAGS = sizeof CONFIG_FLAGS / sizeof CONFIG_FLAGS[0] };
 
 static void set_defaults(train_args *a) {
@@ -246,6 +249,7 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
     if (flags_get(fl, n_fl, "--subln")->seen) a->cfg.subln = a->subln == 0 ? DTX_SUBLN_RMS : DTX_SUBLN_NONE;
     if (a->lambda_init && dtx_config_set_lambda_init(&a->cfg, a->lambda_init) != DTX_OK)
         return usage_error(CMD, "--lambda-init: expected 'schedule' or a number in [0, 1), got '%s'", a->lambda_init);
+    a->cfg.v2_lambda = (dtx_v2_lambda)a->v2_lambda;
     if (!flags_get(fl, n_fl, "--kv-heads")->seen) a->cfg.n_kv_heads = a->cfg.n_heads;
     if (!flags_get(fl, n_fl, "--max-seq")->seen && flags_get(fl, n_fl, "--seq")->seen) a->cfg.max_seq_len = a->seq;
     if (dtx_config_validate(&a->cfg) != DTX_OK) return usage_error(CMD, "%s", dtx_last_error());
@@ -486,7 +490,7 @@ static const struct {
     {"ffn_dim", "--ffn"},       {"max_seq_len", "--max-seq"},
     {"rope_theta", "--rope-theta"}, {"norm_eps", "--norm-eps"},
     {"tie_embeddings", "--tie/--no-tie"}, {"subln", "--subln"},
-    {"lambda_init", "--lambda-init"}, {"lr", "--lr"},
+    {"lambda_init", "--lambda-init"}, {"v2_lambda", "--v2-lambda"}, {"lr", "--lr"},
     {"min_lr", "--min-lr"},     {"warmup_steps", "--warmup"},
     {"total_steps", "--steps"}, {"schedule", "--schedule"},
     {"beta1", "--beta1"},       {"beta2", "--beta2"},
@@ -503,7 +507,7 @@ static const char *flag_of(const char *key, const train_args *a) {
     static const char *const model_keys[] = {"arch",        "dim",        "n_layers", "n_heads",
                                              "n_kv_heads",  "vocab_size", "ffn_dim",  "max_seq_len",
                                              "rope_theta",  "norm_eps",   "tie_embeddings", "subln",
-                                             "lambda_init"};
+                                             "lambda_init", "v2_lambda"};
     if (a->init) {
         /* the two a run may change with --init (extending the context) */
         if (strcmp(key, "max_seq_len") == 0) return "--init/--max-seq";
@@ -937,8 +941,11 @@ static void print_header(train_state *s, const train_args *a) {
     char variant[96] = "", li[40];
     if (!dtx_config_is_default_variant(c)) {
         dtx_config_lambda_init_str(c, li, sizeof li);
-        snprintf(variant, sizeof variant, " (subln %s%s%s)", dtx_config_subln_name(c),
-                 c->arch == DTX_ARCH_DIFF ? ", lambda_init " : "", c->arch == DTX_ARCH_DIFF ? li : "");
+        if (c->arch == DTX_ARCH_DIFF2)
+            snprintf(variant, sizeof variant, " (v2_lambda %s)", dtx_config_v2_lambda_name(c));
+        else
+            snprintf(variant, sizeof variant, " (subln %s%s%s)", dtx_config_subln_name(c),
+                     c->arch == DTX_ARCH_DIFF ? ", lambda_init " : "", c->arch == DTX_ARCH_DIFF ? li : "");
     }
     say(s,
         "model %s%s  dim %lld  layers %lld  heads %lld  kv_heads %lld  vocab %lld  ffn %lld  max_seq %lld  %s  "
@@ -1093,7 +1100,7 @@ int cmd_train(int argc, char **argv) {
         FLAG_STR("--out", &a.out),
         FLAG_BOOL("--bf16", &a.bf16, 1),
         FLAG_STR("--init", &a.init),
-        FLAG_CHOICE("--arch", &a.arch, "diff|transformer"),
+        FLAG_CHOICE("--arch", &a.arch, "diff|transformer|diff2"),
         FLAG_INT("--vocab", &a.cfg.vocab_size, 1, INT32_MAX),
         FLAG_INT("--dim", &a.cfg.dim, 1, SIZE),
         FLAG_INT("--layers", &a.cfg.n_layers, 1, SIZE),
@@ -1107,6 +1114,7 @@ int cmd_train(int argc, char **argv) {
         FLAG_BOOL("--no-tie", &a.cfg.tie_embeddings, 0),
         FLAG_CHOICE("--subln", &a.subln, "rms|none"),
         FLAG_STR("--lambda-init", &a.lambda_init),
+        FLAG_CHOICE("--v2-lambda", &a.v2_lambda, "sigmoid|linear|none"),
         FLAG_CHOICE("--init-scheme", &a.init_scheme, "torch|gpt2"),
         FLAG_INT("--steps", &a.steps, 1, BIG),
         FLAG_INT("--batch", &a.batch, 1, BATCH),

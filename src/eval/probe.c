@@ -124,6 +124,16 @@ typedef struct {
 } row_view;
 
 static int is_diff(const dtx_model *m) { return m->cfg.arch == DTX_ARCH_DIFF; }
+/* DIFF and DIFF2 heads have two maps each (DIFF2: query heads 2h and 2h+1). */
+static int two_maps(const dtx_model *m) { return m->cfg.arch != DTX_ARCH_TRANSFORMER; }
+
+/* λ of DIFF2 head `head` at row n (= b·T + t) of the last forward. */
+static double v2_lambda_at(const dtx_model *m, int64_t layer, int64_t n, int64_t head) {
+    const real *lam = m->acts.layers[layer].lam;
+    if (m->cfg.v2_lambda == DTX_V2_LAMBDA_NONE) return 1;
+    double a = (double)lam[n * m->cfg.n_heads + head];
+    return m->cfg.v2_lambda == DTX_V2_LAMBDA_LINEAR ? a : 1 / (1 + exp(-a));
+}
 
 static dtx_status need_forward(const dtx_model *m) {
     if (!m->acts.mem || m->acts.B < 1)
@@ -151,20 +161,21 @@ static dtx_status check_args(const dtx_model *m, int64_t b, int64_t layer, int64
         return dtx_fail(DTX_ERR_ARG, "query row %lld is out of range [0, %lld)", (long long)t, (long long)m->acts.T);
     if (map != DTX_PROBE_A1 && map != DTX_PROBE_A2 && map != DTX_PROBE_DIFF)
         return dtx_fail(DTX_ERR_ARG, "unknown attention map %d", (int)map);
-    if (map == DTX_PROBE_A2 && !is_diff(m))
+    if (map == DTX_PROBE_A2 && !two_maps(m))
         return dtx_fail(DTX_ERR_ARG, "the Transformer has one attention map per head; A2 is DIFF's second map");
     return DTX_OK;
 }
 
 /* Sub-heads (kernels.h): DIFF head h, map w (0: A1, 1: A2) reads q sub-head
- * 2h + w and k sub-head 2g + w of its KV group g; Transformer head j reads
- * q sub-head j and KV head j / (n_heads / n_kv_heads). */
+ * 2h + w and k sub-head 2g + w of its KV group g; DIFF2 head h reads query
+ * head 2h + w and the pair's one KV head g; Transformer head j reads q
+ * sub-head j and KV head j / (n_heads / n_kv_heads). */
 static row_view view_of(const dtx_model *m, int64_t b, int64_t layer, int64_t head, int which, int64_t t) {
     const dtx_layer_acts *la = &m->acts.layers[layer];
     int64_t T = m->acts.T, d = m->head_dim, g = head / (m->cfg.n_heads / m->cfg.n_kv_heads);
-    int64_t qsub = is_diff(m) ? 2 * head + which : head, ksub = is_diff(m) ? 2 * g + which : g;
+    int64_t qsub = two_maps(m) ? 2 * head + which : head, ksub = is_diff(m) ? 2 * g + which : g;
     row_view v = {
-        .q = la->q + (b * T + t) * m->cfg.dim + qsub * d,
+        .q = la->q + (b * T + t) * dtx_config_q_dim(&m->cfg) + qsub * d,
         .k = la->k + b * T * m->kv_dim + ksub * d,
         .kstride = m->kv_dim,
         .d = d,
@@ -222,16 +233,22 @@ dtx_status dtx_probe_attention_row(const dtx_model *m, int64_t b, int64_t layer,
     row_view v = view_of(m, b, layer, head, map == DTX_PROBE_A2, t);
     logits_into(&v, t, out);
     softmax_inplace(out, t + 1);
-    if (map == DTX_PROBE_DIFF && is_diff(m)) {
+    if (map == DTX_PROBE_DIFF && two_maps(m)) {
         row_view v2 = view_of(m, b, layer, head, 1, t);
-        subtract_map(&v2, t, m->acts.layers[layer].lambda, out);
+        double lambda = is_diff(m) ? m->acts.layers[layer].lambda : v2_lambda_at(m, layer, b * m->acts.T + t, head);
+        subtract_map(&v2, t, lambda, out);
     }
     return DTX_OK;
 }
 
 double dtx_probe_lambda(const dtx_model *m, int64_t layer) {
     if (need_forward(m) || check_layer(m, layer)) return NAN;
-    return is_diff(m) ? m->acts.layers[layer].lambda : 0.0;
+    if (m->cfg.arch != DTX_ARCH_DIFF2) return is_diff(m) ? m->acts.layers[layer].lambda : 0.0;
+    int64_t N = m->acts.B * m->acts.T, h = m->cfg.n_heads;
+    double sum = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t i = 0; i < h; i++) sum += v2_lambda_at(m, layer, n, i);
+    return sum / (double)(N * h);
 }
 
 void dtx_probe_shape(const dtx_model *m, int64_t *B, int64_t *T) {
@@ -262,9 +279,11 @@ static void add_reals(dtx_abs_stats *s, const real *v, int64_t n) {
 static void add_subhead_logits(const dtx_model *m, int64_t layer, int64_t b, int64_t qsub, dtx_abs_stats *st,
                                real *row) {
     const dtx_layer_acts *la = &m->acts.layers[layer];
-    int64_t T = m->acts.T, d = m->head_dim, D = m->cfg.dim, KV = m->kv_dim;
+    int64_t T = m->acts.T, d = m->head_dim, D = dtx_config_q_dim(&m->cfg), KV = m->kv_dim;
     int64_t group = m->cfg.n_heads / m->cfg.n_kv_heads;
-    int64_t ksub = is_diff(m) ? 2 * ((qsub / 2) / group) + qsub % 2 : qsub / group;
+    int64_t ksub = is_diff(m)                    ? 2 * ((qsub / 2) / group) + qsub % 2
+                   : m->cfg.arch == DTX_ARCH_DIFF2 ? (qsub / 2) / group
+                                                  : qsub / group;
     real scale = (real)(1.0 / sqrt((double)d));
     const real *K = la->k + b * T * KV + ksub * d;
     for (int64_t t = 0; t < T; t++) {
@@ -317,7 +336,7 @@ dtx_status dtx_probe_add_logits(const dtx_model *m, dtx_abs_stats *s) {
     dtx_status st = need_forward(m);
     if (st) return st;
     int64_t L = m->cfg.n_layers, B = m->acts.B, T = m->acts.T;
-    int64_t NQ = is_diff(m) ? 2 * m->cfg.n_heads : m->cfg.n_heads, n_tasks = L * B * NQ;
+    int64_t NQ = two_maps(m) ? 2 * m->cfg.n_heads : m->cfg.n_heads, n_tasks = L * B * NQ;
     int n_threads = 1;
 #ifdef _OPENMP
     n_threads = omp_get_max_threads();

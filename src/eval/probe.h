@@ -20,7 +20,9 @@ typedef enum {
 } dtx_probe_map;
 
 /* Heads: DIFF heads 0..n_heads-1 (q1 = q sub-head 2h, q2 = 2h+1, KV group by
- * GQA), Transformer heads 0..n_heads-1. */
+ * GQA), DIFF2 heads 0..n_heads-1 (A1, A2: query heads 2h and 2h+1, their one
+ * KV head; DTX_PROBE_DIFF = A1 − λ_t·A2 with the row's own λ), Transformer
+ * heads 0..n_heads-1. */
 
 /* out[0..t] = attention weights of query row t over keys 0..t: logits
  * q·k/√d in double, softmax with max subtraction. */
@@ -30,8 +32,10 @@ dtx_status dtx_probe_attention_row(const dtx_model *m, int64_t b, int64_t layer,
  * DTX_PROBE_DIFF is DTX_ERR_ARG: it has no logits of its own). */
 dtx_status dtx_probe_logit_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_probe_map map,
                                int64_t t, double *out);
-/* λ the last forward used in a DIFF layer (0 for the Transformer; NaN, with
- * a message, when no forward has run or the layer is out of range). */
+/* λ the last forward used in a DIFF layer (0 for the Transformer; for DIFF2,
+ * whose λ is per token and head, the mean over every row and head of the
+ * last forward; DTX_PROBE_DIFF rows use each row's own; NaN, with a message,
+ * when no forward has run or the layer is out of range). */
 double dtx_probe_lambda(const dtx_model *m, int64_t layer);
 /* Rows and width of the last forward: *B, *T (both 0 before any forward). */
 void dtx_probe_shape(const dtx_model *m, int64_t *B, int64_t *T);

@@ -14,7 +14,7 @@
 
 static const char *const known_keys[] = {"format",  "arch",        "dim",        "n_layers",       "n_heads",
                                          "n_kv_heads", "vocab_size", "ffn_dim", "max_seq_len", "rope_theta",
-                                         "norm_eps", "tie_embeddings", "subln", "lambda_init"};
+                                         "norm_eps", "tie_embeddings", "subln", "lambda_init", "v2_lambda"};
 #define N_KNOWN (int)(sizeof known_keys / sizeof known_keys[0])
 _Static_assert(N_KNOWN == DTX_CONFIG_META_KEYS, "dtx_config_meta covers every known key");
 
@@ -58,7 +58,10 @@ static dtx_status config_from_meta(const dtx_st_file *f, const char *path, dtx_c
     if (!arch) return dtx_fail(DTX_ERR_FORMAT, "%s: missing metadata key 'arch'", path);
     if (strcmp(arch, "diff") == 0) c->arch = DTX_ARCH_DIFF;
     else if (strcmp(arch, "transformer") == 0) c->arch = DTX_ARCH_TRANSFORMER;
-    else return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'arch' = '%.40s' is not 'diff' or 'transformer'", path, arch);
+    else if (strcmp(arch, "diff2") == 0) c->arch = DTX_ARCH_DIFF2;
+    else
+        return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'arch' = '%.40s' is not 'diff', 'transformer' or 'diff2'", path,
+                        arch);
     dtx_status st;
     if ((st = meta_int(f, path, "dim", &c->dim)) || (st = meta_int(f, path, "n_layers", &c->n_layers)) ||
         (st = meta_int(f, path, "n_heads", &c->n_heads)) || (st = meta_int(f, path, "n_kv_heads", &c->n_kv_heads)) ||
@@ -313,11 +316,14 @@ done:
 dtx_status dtx_config_variants_from_meta(const dtx_st_file *f, const char *path, dtx_config *c) {
     c->subln = DTX_SUBLN_DEFAULT;
     c->lambda_init_fixed = 0, c->lambda_init_value = 0;
-    const char *keys[2] = {"subln", "lambda_init"};
-    for (int i = 0; i < 2; i++) {
+    c->v2_lambda = DTX_V2_LAMBDA_SIGMOID;
+    const char *keys[3] = {"subln", "lambda_init", "v2_lambda"};
+    for (int i = 0; i < 3; i++) {
         const char *v = dtx_st_meta(f, keys[i]);
         if (!v) continue;
-        dtx_status st = i == 0 ? dtx_config_set_subln(c, v) : dtx_config_set_lambda_init(c, v);
+        dtx_status st = i == 0   ? dtx_config_set_subln(c, v)
+                        : i == 1 ? dtx_config_set_lambda_init(c, v)
+                                 : dtx_config_set_v2_lambda(c, v);
         if (st) {
             char why[256];
             snprintf(why, sizeof why, "%s", dtx_last_error());
@@ -345,7 +351,8 @@ int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, siz
     /* the variant keys are written only when not the default, so that a
      * default model's file is what it was before they existed */
     case 12: snprintf(val, cap, "%s", dtx_config_subln_name(c)); return dtx_config_has_subln(c) != (c->arch == DTX_ARCH_DIFF);
-    default: dtx_config_lambda_init_str(c, val, cap); return c->lambda_init_fixed;
+    case 13: dtx_config_lambda_init_str(c, val, cap); return c->lambda_init_fixed;
+    default: snprintf(val, cap, "%s", dtx_config_v2_lambda_name(c)); return c->v2_lambda != DTX_V2_LAMBDA_SIGMOID;
     }
     return 1;
 }

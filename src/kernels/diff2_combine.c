@@ -18,32 +18,45 @@ static inline double sigmoid_d(double a) {
     return e / (1 + e);
 }
 
-void dtx_diff2_combine_forward(real *out, const real *A, const real *l, int64_t N, int64_t h, int64_t d) {
-    assert(out && A && l && N >= 0 && h > 0 && d > 0);
+/* λ of one token and head from its logit a, and dλ/da. */
+static inline double lambda_of(dtx_v2_lambda mode, const real *l, int64_t i, double *slope) {
+    if (mode == DTX_V2_LAMBDA_NONE) return *slope = 0, 1.0;
+    double a = (double)l[i];
+    if (mode == DTX_V2_LAMBDA_LINEAR) return *slope = 1, a;
+    double s = sigmoid_d(a);
+    *slope = s * (1 - s);
+    return s;
+}
+
+void dtx_diff2_combine_forward(real *out, const real *A, const real *l, int64_t N, int64_t h, int64_t d,
+                               dtx_v2_lambda mode) {
+    assert(out && A && (l || mode == DTX_V2_LAMBDA_NONE) && N >= 0 && h > 0 && d > 0);
 #pragma omp parallel for schedule(static) if (N >= PAR_MIN_ROWS)
     for (int64_t t = 0; t < N; t++)
         for (int64_t i = 0; i < h; i++) {
             const real *a1 = A + (t * 2 * h + 2 * i) * d, *a2 = a1 + d;
-            real s = (real)sigmoid_d((double)l[t * h + i]), *o = out + (t * h + i) * d;
+            double slope;
+            real s = (real)lambda_of(mode, l, t * h + i, &slope), *o = out + (t * h + i) * d;
 #pragma omp simd
             for (int64_t c = 0; c < d; c++) o[c] = a1[c] - s * a2[c];
         }
 }
 
 void dtx_diff2_combine_backward(real *dA, real *dl, const real *dout, const real *A, const real *l, int64_t N,
-                                int64_t h, int64_t d) {
-    assert(dA && dl && dout && A && l && N >= 0 && h > 0 && d > 0);
+                                int64_t h, int64_t d, dtx_v2_lambda mode) {
+    int has_l = mode != DTX_V2_LAMBDA_NONE;
+    assert(dA && dout && A && (!has_l || (dl && l)) && N >= 0 && h > 0 && d > 0);
 #pragma omp parallel for schedule(static) if (N >= PAR_MIN_ROWS)
     for (int64_t t = 0; t < N; t++)
         for (int64_t i = 0; i < h; i++) {
             const real *a2 = A + (t * 2 * h + 2 * i + 1) * d, *g = dout + (t * h + i) * d;
             real *d1 = dA + (t * 2 * h + 2 * i) * d, *d2 = d1 + d;
-            double s = sigmoid_d((double)l[t * h + i]), dot = 0;
+            double slope, s = lambda_of(mode, l, t * h + i, &slope), dot = 0;
             for (int64_t c = 0; c < d; c++) {
                 d1[c] = g[c];
                 d2[c] = (real)(-s * (double)g[c]);
                 dot += (double)g[c] * (double)a2[c];
             }
-            dl[t * h + i] = (real)(-s * (1 - s) * dot);
+            if (has_l) dl[t * h + i] = (real)(-slope * dot);
         }
 }

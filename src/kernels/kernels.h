@@ -156,12 +156,15 @@ void dtx_swiglu_backward_r(real *da, real *db, const real *dout, const real *a, 
 /* ---- DIFF V2's head pairs (diff2_combine.c), N token rows:
  * out [N, h·d] from the attention output A [N, 2h·d] (2h heads of width d,
  * heads 2i and 2i+1 on one KV head) and the λ logits l [N, h]
- * (x·lambda_projᵀ, before the sigmoid): out_i = A_{2i} − σ(l_i)·A_{2i+1}.   */
-void dtx_diff2_combine_forward(real *out, const real *A, const real *l, int64_t N, int64_t h, int64_t d);
-/* dA [N, 2h·d] = (dout_i, −σ(l_i)·dout_i) per pair, and dl [N, h] =
- * −σ(l_i)(1 − σ(l_i))·(dout_i · A_{2i+1}); both overwritten.                */
+ * (x·lambda_projᵀ): out_i = A_{2i} − λ_i·A_{2i+1} with λ_i = σ(l_i)
+ * (SIGMOID), l_i (LINEAR) or 1 (NONE: l unused, may be NULL).              */
+void dtx_diff2_combine_forward(real *out, const real *A, const real *l, int64_t N, int64_t h, int64_t d,
+                               dtx_v2_lambda mode);
+/* dA [N, 2h·d] = (dout_i, −λ_i·dout_i) per pair, and dl [N, h] =
+ * −λ'(l_i)·(dout_i · A_{2i+1}) (σ(1 − σ) or 1; not written for NONE, may be
+ * NULL); both overwritten.                                                  */
 void dtx_diff2_combine_backward(real *dA, real *dl, const real *dout, const real *A, const real *l, int64_t N,
-                                int64_t h, int64_t d);
+                                int64_t h, int64_t d, dtx_v2_lambda mode);
 
 /* ---- Residual add: out [n] = a + b (out may alias a or b).                  */
 void dtx_residual_forward(real *out, const real *a, const real *b, int64_t n);

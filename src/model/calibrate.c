@@ -86,6 +86,7 @@ static int input_of(const dtx_model *m, int i) {
         const dtx_layer_offsets *o = &m->layers[l];
         int base = (int)(l * IN_PER_LAYER);
         if (off == o->wq || off == o->wk || off == o->wv) return base + IN_XN1;
+        if (dtx_config_has_lambda_proj(&m->cfg) && off == o->wl) return base + IN_XN1; /* DIFF2's λ logits */
         if (off == o->wo) return base + IN_ATTN;
         if (off == o->w1 || off == o->w3) return base + IN_XN2;
         if (off == o->w2) return base + IN_G;
@@ -103,7 +104,7 @@ static const float *input_buf(const dtx_model *m, int j, int64_t *K) {
     case IN_ATTN: return *K = m->cfg.dim, la->attn_y;
     case IN_XN2: return *K = m->cfg.dim, la->xn2;
     case IN_G: return *K = m->cfg.ffn_dim, la->g;
-    case IN_Q: return *K = m->cfg.dim, la->q;
+    case IN_Q: return *K = dtx_config_q_dim(&m->cfg), la->q;
     default: return *K = m->kv_dim, la->k;
     }
 }

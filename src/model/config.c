@@ -24,16 +24,23 @@ dtx_config dtx_config_default(void) {
     return c;
 }
 
-const char *dtx_arch_name(dtx_arch a) { return a == DTX_ARCH_DIFF ? "diff" : "transformer"; }
+const char *dtx_arch_name(dtx_arch a) {
+    return a == DTX_ARCH_DIFF ? "diff" : a == DTX_ARCH_DIFF2 ? "diff2" : "transformer";
+}
 
 /* DIFF with H heads of q/k width d has the projections of a Transformer with
- * 2H heads of width d (spec §2.7); KV heads double likewise. */
+ * 2H heads of width d (spec §2.7); KV heads double likewise. V2 keeps the
+ * baseline's heads, KV heads and width, and adds query and λ weights: its
+ * comparison is the Transformer of the same h and h_kv (spec §8.2). */
 dtx_config dtx_config_baseline(const dtx_config *c) {
     dtx_config b = *c;
     b.subln = DTX_SUBLN_DEFAULT;
     b.lambda_init_fixed = 0;
     b.lambda_init_value = 0;
-    if (c->arch == DTX_ARCH_DIFF) {
+    b.v2_lambda = DTX_V2_LAMBDA_SIGMOID;
+    if (c->arch == DTX_ARCH_DIFF2) {
+        b.arch = DTX_ARCH_TRANSFORMER;
+    } else if (c->arch == DTX_ARCH_DIFF) {
         b.arch = DTX_ARCH_TRANSFORMER;
         b.n_heads = c->n_heads * 2;
         b.n_kv_heads = c->n_kv_heads * 2;
@@ -44,6 +51,8 @@ dtx_config dtx_config_baseline(const dtx_config *c) {
     }
     return b;
 }
+
+int64_t dtx_config_q_dim(const dtx_config *c) { return c->arch == DTX_ARCH_DIFF2 ? 2 * c->dim : c->dim; }
 
 int64_t dtx_config_head_dim(const dtx_config *c) {
     int64_t per = c->n_heads * (c->arch == DTX_ARCH_DIFF ? 2 : 1);
@@ -58,6 +67,25 @@ double dtx_config_lambda_init(const dtx_config *c, int64_t layer) {
 
 int dtx_config_has_subln(const dtx_config *c) {
     return c->subln == DTX_SUBLN_DEFAULT ? c->arch == DTX_ARCH_DIFF : c->subln == DTX_SUBLN_RMS;
+}
+
+static const char *const V2_LAMBDA_NAMES[] = {"sigmoid", "linear", "none"};
+
+dtx_status dtx_config_set_v2_lambda(dtx_config *c, const char *value) {
+    for (int i = 0; i < 3; i++)
+        if (strcmp(value, V2_LAMBDA_NAMES[i]) == 0) {
+            c->v2_lambda = (dtx_v2_lambda)i;
+            return DTX_OK;
+        }
+    return dtx_fail(DTX_ERR_CONFIG, "v2_lambda = '%.40s' is not 'sigmoid', 'linear' or 'none'", value);
+}
+
+const char *dtx_config_v2_lambda_name(const dtx_config *c) {
+    return (unsigned)c->v2_lambda < 3 ? V2_LAMBDA_NAMES[c->v2_lambda] : "?";
+}
+
+int dtx_config_has_lambda_proj(const dtx_config *c) {
+    return c->arch == DTX_ARCH_DIFF2 && c->v2_lambda != DTX_V2_LAMBDA_NONE;
 }
 
 const char *dtx_config_subln_name(const dtx_config *c) { return dtx_config_has_subln(c) ? "rms" : "none"; }
@@ -96,7 +124,8 @@ void dtx_config_lambda_init_str(const dtx_config *c, char *buf, size_t cap) {
 }
 
 int dtx_config_is_default_variant(const dtx_config *c) {
-    return dtx_config_has_subln(c) == (c->arch == DTX_ARCH_DIFF) && !c->lambda_init_fixed;
+    return dtx_config_has_subln(c) == (c->arch == DTX_ARCH_DIFF) && !c->lambda_init_fixed &&
+           c->v2_lambda == DTX_V2_LAMBDA_SIGMOID;
 }
 
 /* Limits keep every size product far from int64 overflow. */
@@ -113,8 +142,8 @@ static dtx_status in_range(const char *key, int64_t v, int64_t hi) {
 
 dtx_status dtx_config_validate(const dtx_config *c) {
     dtx_status st;
-    if (c->arch != DTX_ARCH_DIFF && c->arch != DTX_ARCH_TRANSFORMER)
-        return dtx_fail(DTX_ERR_CONFIG, "arch %d is not diff or transformer", (int)c->arch);
+    if (c->arch != DTX_ARCH_DIFF && c->arch != DTX_ARCH_TRANSFORMER && c->arch != DTX_ARCH_DIFF2)
+        return dtx_fail(DTX_ERR_CONFIG, "arch %d is not diff, transformer or diff2", (int)c->arch);
     if ((st = in_range("dim", c->dim, MAX_DIM)) || (st = in_range("n_layers", c->n_layers, MAX_LAYERS)) ||
         (st = in_range("n_heads", c->n_heads, MAX_DIM)) || (st = in_range("n_kv_heads", c->n_kv_heads, MAX_DIM)) ||
         (st = in_range("vocab_size", c->vocab_size, MAX_VOCAB)) || (st = in_range("ffn_dim", c->ffn_dim, MAX_FFN)) ||
@@ -147,5 +176,12 @@ dtx_status dtx_config_validate(const dtx_config *c) {
         return dtx_fail(DTX_ERR_CONFIG, "lambda_init = %g: only arch diff has a lambda_init (this is a %s)",
                         c->lambda_init_value, dtx_arch_name(c->arch));
     if (c->lambda_init_fixed && (st = check_lambda_init(c->lambda_init_value))) return st;
+    if (c->arch == DTX_ARCH_DIFF2 && c->subln == DTX_SUBLN_RMS)
+        return dtx_fail(DTX_ERR_CONFIG, "subln = rms: arch diff2 has no per-head norm (spec §8.2)");
+    if ((unsigned)c->v2_lambda > DTX_V2_LAMBDA_NONE)
+        return dtx_fail(DTX_ERR_CONFIG, "v2_lambda %d is not sigmoid, linear or none", (int)c->v2_lambda);
+    if (c->v2_lambda != DTX_V2_LAMBDA_SIGMOID && c->arch != DTX_ARCH_DIFF2)
+        return dtx_fail(DTX_ERR_CONFIG, "v2_lambda = %s: only arch diff2 has a per-token lambda (this is a %s)",
+                        dtx_config_v2_lambda_name(c), dtx_arch_name(c->arch));
     return DTX_OK;
 }

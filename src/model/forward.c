@@ -4,6 +4,8 @@
  * Shapes: N = B·T rows, D = dim, KV = kv_dim, F = ffn_dim, V = vocab.
  *   x [N, D] --attention_norm--> xn1 --q/k/v proj--> q [N, D], k, v [N, KV]
  *   --RoPE(q, k)--> attention --> attn_y [N, D] --out_proj--> + x = x_mid
+ *   DIFF2: q [N, 2D] (2h heads), one ordinary attention --> attn_a [N, 2D],
+ *   lam = xn1 · lambda_projᵀ [N, h], pairs combined --> attn_y [N, D]
  *   x_mid --ffn_norm--> xn2 --w1, w3--> h1, h3 [N, F] --silu·--> g
  *   --w2--> + x_mid = next x.  Final: norm --> xnf --output--> logits [N, V]. */
 #include <float.h>
@@ -20,8 +22,9 @@
 
 dtx_attn_dims dtx_model_attn_dims(const dtx_model *m, int64_t B, int64_t T, int64_t layer, double lambda) {
     const dtx_config *c = &m->cfg;
+    int64_t heads = c->arch == DTX_ARCH_DIFF2 ? 2 * c->n_heads : c->n_heads; /* V2: 2h ordinary heads */
     dtx_attn_dims a = {
-        .geom = {.B = B, .T = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .head_dim = m->head_dim},
+        .geom = {.B = B, .T = T, .n_heads = heads, .n_kv_heads = c->n_kv_heads, .head_dim = m->head_dim},
         .arch = {.diff = c->arch == DTX_ARCH_DIFF, .subln = dtx_config_has_subln(c), .lambda = lambda,
                  .lambda_init = dtx_config_lambda_init(c, layer), .eps = c->norm_eps},
         .run = {.impl = m->attn_impl, .quant_bits = m->attn_quant_bits,
@@ -52,7 +55,8 @@ dtx_status dtx_model_set_attention_quant(dtx_model *m, int bits, dtx_quant_scope
 static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B, int64_t T) {
     const dtx_config *c = &m->cfg;
     size_t N = (size_t)(B * T), D = (size_t)c->dim, KV = (size_t)m->kv_dim, F = (size_t)c->ffn_dim;
-    size_t V = (size_t)c->vocab_size, L = (size_t)c->n_layers;
+    size_t V = (size_t)c->vocab_size, L = (size_t)c->n_layers, QD = (size_t)dtx_config_q_dim(c);
+    size_t NA = c->arch == DTX_ARCH_DIFF2 ? N * QD : 0, NL = dtx_config_has_lambda_proj(c) ? N * (size_t)c->n_heads : 0;
     dtx_attn_dims ad = dtx_model_attn_dims(m, B, T, 0, 0);
     size_t n_att = dtx_attention_att_size(&ad), n_o = dtx_attention_o_size(&ad), n_o2 = dtx_attention_o2_size(&ad);
     size_t n_rs = dtx_attention_rstd_size(&ad), n_work = dtx_attention_workspace_size(&ad);
@@ -77,10 +81,12 @@ static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B
         CARVE(la->x_mid, N * D);
         CARVE(la->xn1, N * D);
         CARVE(la->rstd1, N);
-        CARVE(la->q, N * D);
+        CARVE(la->q, N * QD);
         CARVE(la->k, N * KV);
         CARVE(la->v, N * KV);
         CARVE(la->attn_y, N * D);
+        CARVE(la->attn_a, NA);
+        CARVE(la->lam, NL);
         CARVE(la->att.att, n_att);
         CARVE(lse, n_lse);
         CARVE(la->att.o1, n_o);
@@ -98,6 +104,8 @@ static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B
             if (!n_o) la->att.o1 = NULL;
             if (!n_o2) la->att.o2 = NULL;
             if (!n_rs) la->att.rstd = NULL;
+            if (!NA) la->attn_a = NULL;
+            if (!NL) la->lam = NULL;
         }
     }
     CARVE(a->xnf, N * D);
@@ -106,12 +114,16 @@ static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B
     CARVE(a->dresid, N * D);
     CARVE(a->dx1, N * D);
     CARVE(a->dx2, N * D);
-    CARVE(a->dq, N * D);
+    CARVE(a->dq, N * QD);
     CARVE(a->dk, N * KV);
     CARVE(a->dv, N * KV);
     CARVE(a->dh1, N * F);
     CARVE(a->dh3, N * F);
     CARVE(a->dg, N * F);
+    CARVE(a->dA, NA);
+    CARVE(a->dlam, NL);
+    if (base && !NA) a->dA = NULL;
+    if (base && !NL) a->dlam = NULL;
 #undef CARVE
     return off;
 }
@@ -200,19 +212,26 @@ static void attention_block_forward(dtx_model *m, int64_t l, const real *x, real
     const dtx_layer_offsets *o = &m->layers[l];
     dtx_layer_acts *la = &m->acts.layers[l];
     int64_t B = m->acts.B, T = m->acts.T, N = B * T, D = c->dim, KV = m->kv_dim, d = m->head_dim;
+    int64_t QD = dtx_config_q_dim(c);
+    int v2 = c->arch == DTX_ARCH_DIFF2;
     unsigned pre = pre_rounded(m), px = pre & DTX_MM_PRE_X;
     DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn1, la->rstd1, x, P(o->attn_norm), N, D, c->norm_eps));
     DTX_PROF(DTX_PROF_NORM, 0, round_if(px, la->xn1, (size_t)(N * D)));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->q, la->xn1, o->wq, N, D, D, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->q, la->xn1, o->wq, N, D, QD, px));
     DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->k, la->xn1, o->wk, N, D, KV, px));
     DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->v, la->xn1, o->wv, N, D, KV, px));
-    DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, 0, D / d, d));
+    if (la->lam) DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->lam, la->xn1, o->wl, N, D, c->n_heads, px));
+    DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, 0, QD / d, d));
     DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d));
-    dtx_model_round_qk(m, l, la->q, N * D, la->k, N * KV);
+    dtx_model_round_qk(m, l, la->q, N * QD, la->k, N * KV);
     la->lambda = dtx_model_lambda(m, l);
     dtx_attn_dims ad = dtx_model_attn_dims(m, B, T, l, la->lambda);
     DTX_PROF(DTX_PROF_ATTENTION, 0,
-             dtx_attention_forward(&ad, la->attn_y, &la->att, la->q, la->k, la->v, dtx_model_subln(m, l)));
+             dtx_attention_forward(&ad, v2 ? la->attn_a : la->attn_y, &la->att, la->q, la->k, la->v,
+                                   dtx_model_subln(m, l)));
+    if (v2)
+        DTX_PROF(DTX_PROF_ATTENTION, 0,
+                 dtx_diff2_combine_forward(la->attn_y, la->attn_a, la->lam, N, c->n_heads, d, c->v2_lambda));
     DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, scratch, la->attn_y, o->wo, N, D, D, 0));
     DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(la->x_mid, x, scratch, N * D));
 }
@@ -225,19 +244,26 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
     dtx_layer_acts *la = &m->acts.layers[l];
     dtx_acts *a = &m->acts;
     int64_t B = a->B, T = a->T, N = B * T, D = c->dim, KV = m->kv_dim, d = m->head_dim;
-    int diff = c->arch == DTX_ARCH_DIFF;
+    int64_t QD = dtx_config_q_dim(c);
+    int diff = c->arch == DTX_ARCH_DIFF, v2 = c->arch == DTX_ARCH_DIFF2;
     real *dattn = a->dx1, *dxn = a->dx2;
     memset(dattn, 0, (size_t)(N * D) * sizeof(real));
     DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(dattn, G(o->wo), dx, la->attn_y, P(o->wo), N, D, D, m->precision));
-    memset(a->dq, 0, (size_t)(N * D) * sizeof(real));
+    if (v2) { /* the pairs' backward: dattn over the 2h heads, and the λ logits' gradient */
+        DTX_PROF(DTX_PROF_ATTENTION, 1,
+                 dtx_diff2_combine_backward(a->dA, a->dlam, dattn, la->attn_a, la->lam, N, c->n_heads, d,
+                                            c->v2_lambda));
+        dattn = a->dA;
+    }
+    memset(a->dq, 0, (size_t)(N * QD) * sizeof(real));
     memset(a->dk, 0, (size_t)(N * KV) * sizeof(real));
     memset(a->dv, 0, (size_t)(N * KV) * sizeof(real));
     double dlambda = 0;
     dtx_attn_dims ad = dtx_model_attn_dims(m, B, T, l, la->lambda);
     const real *gamma = dtx_model_subln(m, l);
     DTX_PROF(DTX_PROF_ATTENTION, 1,
-             dtx_attention_backward(&ad, a->dq, a->dk, a->dv, gamma ? G(o->subln) : NULL, &dlambda, dattn, la->attn_y,
-                                    &la->att, la->q, la->k, la->v, gamma));
+             dtx_attention_backward(&ad, a->dq, a->dk, a->dv, gamma ? G(o->subln) : NULL, &dlambda, dattn,
+                                    v2 ? la->attn_a : la->attn_y, &la->att, la->q, la->k, la->v, gamma));
     if (diff) {
         /* λ = exp(q1·k1) − exp(q2·k2) + λ_init */
         double e1, e2;
@@ -249,14 +275,19 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
             G(o->lk2)[i] -= (real)(dlambda * e2 * P(o->lq2)[i]);
         }
     }
-    DTX_PROF(DTX_PROF_ROPE, 1, dtx_rope_backward(a->dq, m->rope_cos, m->rope_sin, B, T, 0, D / d, d));
+    DTX_PROF(DTX_PROF_ROPE, 1, dtx_rope_backward(a->dq, m->rope_cos, m->rope_sin, B, T, 0, QD / d, d));
     DTX_PROF(DTX_PROF_ROPE, 1, dtx_rope_backward(a->dk, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d));
     unsigned pre = pre_rounded(m);
-    DTX_PROF(DTX_PROF_ATTENTION, 1, round_if(pre, a->dq, (size_t)(N * D)));
+    DTX_PROF(DTX_PROF_ATTENTION, 1, round_if(pre, a->dq, (size_t)(N * QD)));
     DTX_PROF(DTX_PROF_ATTENTION, 1, round_if(pre, a->dk, (size_t)(N * KV)));
     DTX_PROF(DTX_PROF_ATTENTION, 1, round_if(pre, a->dv, (size_t)(N * KV)));
     memset(dxn, 0, (size_t)(N * D) * sizeof(real));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wq), a->dq, la->xn1, P(o->wq), N, D, D, m->precision, pre));
+    if (la->lam) {
+        DTX_PROF(DTX_PROF_ATTENTION, 1, round_if(pre, a->dlam, (size_t)(N * c->n_heads)));
+        DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wl), a->dlam, la->xn1, P(o->wl), N, D,
+                                                             c->n_heads, m->precision, pre));
+    }
+    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wq), a->dq, la->xn1, P(o->wq), N, D, QD, m->precision, pre));
     DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wk), a->dk, la->xn1, P(o->wk), N, D, KV, m->precision, pre));
     DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wv), a->dv, la->xn1, P(o->wv), N, D, KV, m->precision, pre));
     DTX_PROF(DTX_PROF_NORM, 1, dtx_rmsnorm_backward(dx, G(o->attn_norm), dxn, x, P(o->attn_norm), la->rstd1, N, D));

@@ -15,6 +15,9 @@
  *              with quantised logits (dtx_model_set_attention_quant) the
  *              same kernels quantise; TENSOR scope takes one step per map
  *              over the n rows of the call, as dtx_model_forward over T;
+ *   DIFF2: q [n, 2D] (2h heads) and the attention over them into att2;
+ *   att = the pairs combined with λ from xn·lambda_projᵀ [n, h]
+ *   (the cache holds the h_kv KV heads only, read once per KV head);
  *   x += att·woᵀ;  x += w2(silu(w1 xn2) ⊙ w3 xn2), xn2 = ffn_norm(x).
  *
  * Then the final norm and the output projection of the LAST row only. The
@@ -55,7 +58,8 @@ struct dtx_kvcache {
     int flash_cap, quant_cap;
     real *mem;
     size_t mem_n;
-    real *x, *xn, *q, *att, *tmp, *rstd, *h;  /* [r, D] x5, [r], [r, F] */
+    real *x, *xn, *q, *att, *tmp, *rstd, *h;  /* [r, D] (q [r, QD]) x5, [r], [r, F] */
+    real *att2, *lam;                         /* DIFF2: [r, 2D], [r, h] (else NULL) */
     real *h3;                                 /* [r, F] */
     real *o1, *o2, *orstd, *work;             /* flash: the saved o1/o2/rstd, workspace */
     float *lse;
@@ -79,6 +83,8 @@ static dtx_attn_dims dims(const dtx_model *m, int64_t T, int64_t layer, double l
  * flash workspace also fits the quantised forward when quant. */
 static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, int flash, int quant) {
     size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, R = (size_t)r, off = 0;
+    size_t QD = (size_t)dtx_config_q_dim(&m->cfg), NA = m->cfg.arch == DTX_ARCH_DIFF2 ? R * QD : 0;
+    size_t NL = dtx_config_has_lambda_proj(&m->cfg) ? R * (size_t)m->cfg.n_heads : 0;
     dtx_attn_dims ad = dims(m, r, 0, 0);
     ad.run.quant_bits = quant ? 16 : 0; /* any valid bits: the size depends only on quantisation being on */
     size_t n_o = flash ? dtx_attention_o_size(&ad) : 0, n_o2 = flash ? dtx_attention_o2_size(&ad) : 0;
@@ -93,13 +99,15 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
     } while (0)
     CARVE(c->x, R * D);
     CARVE(c->xn, R * D);
-    CARVE(c->q, R * D);
+    CARVE(c->q, R * QD);
     CARVE(c->att, R * D);
     CARVE(c->tmp, R * D);
     CARVE(c->rstd, R);
     CARVE(c->h, R * F);
     CARVE(c->h3, R * F);
     CARVE(c->xr, D > F ? D : F);
+    CARVE(c->att2, NA);
+    CARVE(c->lam, NL);
     CARVE(c->o1, n_o);
     CARVE(c->o2, n_o2);
     CARVE(c->orstd, n_rs);
@@ -112,6 +120,8 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
         if (!n_o2) c->o2 = NULL;
         if (!n_rs) c->orstd = NULL;
         if (!n_work) c->work = NULL;
+        if (!NA) c->att2 = NULL;
+        if (!NL) c->lam = NULL;
     }
     return off;
 }
@@ -261,7 +271,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
             return dtx_fail(DTX_ERR_ARG, "token id %lld at position %lld is out of range [0, %lld)",
                             (long long)tokens[i], (long long)(c->len + i), (long long)cfg->vocab_size);
     const int64_t pos0 = c->len, D = cfg->dim, KV = m->kv_dim, F = cfg->ffn_dim, V = cfg->vocab_size;
-    const int64_t d = m->head_dim, L = cfg->n_layers, ML = c->max_len;
+    const int64_t d = m->head_dim, L = cfg->n_layers, ML = c->max_len, QD = dtx_config_q_dim(cfg);
     const int flash = pos0 == 0 && n > 1;
     if ((st = ensure_rows(m, c, n, flash))) return st;
     if (pos0 == 0) c->wbf_valid = 0; /* a new sequence: the weights may have changed */
@@ -278,25 +288,28 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
         const real *subln = dtx_model_subln(m, l);
         /* attention block */
         dtx_rmsnorm_forward(c->xn, c->rstd, c->x, P(o->attn_norm), n, D, cfg->norm_eps);
-        linear(m, c, c->q, c->xn, o->wq, n, D, D);
+        linear(m, c, c->q, c->xn, o->wq, n, D, QD);
         linear(m, c, kn, c->xn, o->wk, n, D, KV);
         linear(m, c, vn, c->xn, o->wv, n, D, KV);
-        dtx_rope_forward(c->q, m->rope_cos, m->rope_sin, 1, n, pos0, D / d, d);
+        if (c->lam) linear(m, c, c->lam, c->xn, o->wl, n, D, cfg->n_heads);
+        dtx_rope_forward(c->q, m->rope_cos, m->rope_sin, 1, n, pos0, QD / d, d);
         dtx_rope_forward(kn, m->rope_cos, m->rope_sin, 1, n, pos0, KV / d, d);
-        dtx_model_round_qk(m, l, c->q, n * D, kn, n * KV);
+        dtx_model_round_qk(m, l, c->q, n * QD, kn, n * KV);
         dtx_attn_dims ad = dims(m, n, l, dtx_model_lambda(m, l));
+        real *att = c->att2 ? c->att2 : c->att; /* DIFF2: the 2h heads, combined below */
         if (flash) {
             dtx_attn_saved s = {.att = NULL, .lse = c->lse, .o1 = c->o1, .o2 = c->o2, .rstd = c->orstd, .work = c->work};
-            dtx_attention_forward(&ad, c->att, &s, c->q, kc, vc, subln);
+            dtx_attention_forward(&ad, att, &s, c->q, kc, vc, subln);
         } else {
             /* TENSOR scope: this step's n rows, over all heads, are the tensor */
             double amax[2] = {0, 0};
             for (int64_t i = 0; ad.run.quant_bits && ad.run.quant_tensor && i < n; i++)
-                dtx_attention_decode_absmax(&ad, amax, c->q + i * D, kc, pos0 + i + 1);
+                dtx_attention_decode_absmax(&ad, amax, c->q + i * QD, kc, pos0 + i + 1);
             for (int64_t i = 0; i < n; i++)
-                dtx_attention_decode_with_absmax(&ad, c->att + i * D, c->q + i * D, kc, vc, pos0 + i + 1, subln,
+                dtx_attention_decode_with_absmax(&ad, att + i * QD, c->q + i * QD, kc, vc, pos0 + i + 1, subln,
                                                  c->scores, amax);
         }
+        if (c->att2) dtx_diff2_combine_forward(c->att, c->att2, c->lam, n, cfg->n_heads, d, cfg->v2_lambda);
         linear(m, c, c->tmp, c->att, o->wo, n, D, D);
         dtx_residual_forward(c->x, c->x, c->tmp, n * D);
         /* feed-forward block (the gate overwrites h1 in place) */

@@ -7,10 +7,10 @@
 #include "common/common.h"
 #include "kernels/kernels.h"
 
-/* Offsets (in elements) of one layer's tensors in params/grads. The λ and
- * subln offsets are only meaningful for DIFF. */
+/* Offsets (in elements) of one layer's tensors in params/grads. The λ
+ * vectors are DIFF's, subln a variant's, wl (lambda_proj) DIFF2's. */
 typedef struct {
-    size_t attn_norm, wq, wk, wv, wo;
+    size_t attn_norm, wq, wk, wv, wo, wl;
     size_t lq1, lk1, lq2, lk2, subln;
     size_t ffn_norm, w1, w3, w2;
 } dtx_layer_offsets;
@@ -20,10 +20,12 @@ typedef struct {
     real *x_mid;   /* [N, D]  residual after attention                      */
     real *xn1;     /* [N, D]  attention_norm(x)                              */
     real *rstd1;   /* [N]                                                    */
-    real *q;       /* [N, D]  after RoPE                                     */
+    real *q;       /* [N, QD] after RoPE (QD = D, or 2D for DIFF2)           */
     real *k;       /* [N, KV] after RoPE                                     */
     real *v;       /* [N, KV]                                                */
     real *attn_y;  /* [N, D]  attention output before out_proj               */
+    real *attn_a;  /* DIFF2: [N, 2D] the 2h heads' outputs before the pairs  */
+    real *lam;     /* DIFF2 with lambda_proj: [N, h] λ logits xn1·wlᵀ        */
     dtx_attn_saved att;
     real *xn2;     /* [N, D]  ffn_norm(x_mid)                                */
     real *rstd2;   /* [N]                                                    */
@@ -48,7 +50,8 @@ typedef struct {
                               then (in the backward) dlogits              */
     /* backward scratch */
     real *dresid, *dx1, *dx2;  /* [N, D] each */
-    real *dq, *dk, *dv;    /* [N, D], [N, KV], [N, KV] */
+    real *dq, *dk, *dv;    /* [N, QD], [N, KV], [N, KV] */
+    real *dA, *dlam;       /* DIFF2: [N, 2D], [N, h] */
     real *dh1, *dh3, *dg;  /* [N, F] each */
     int32_t *tokens, *targets; /* [N] copies of the last forward's batch */
     int has_targets;
@@ -116,9 +119,9 @@ void dtx_model_free_acts(dtx_model *m);
 /* The config's interop.md metadata, pair i of DTX_CONFIG_META_KEYS:
  * *key and the value formatted into val (as model files store it, cap ≥
  * 32); returns 0 for a variant key at its default, which files omit. */
-#define DTX_CONFIG_META_KEYS 14
+#define DTX_CONFIG_META_KEYS 15
 int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, size_t cap);
-/* Reads the variant keys (subln, lambda_init) into c, c->arch already set:
+/* Reads the variant keys (subln, lambda_init, v2_lambda) into c, c->arch already set:
  * defaults when absent, DTX_ERR_FORMAT naming the key for a value difftx
  * does not implement. */
 struct dtx_st_file;

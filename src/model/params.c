@@ -33,17 +33,19 @@ static size_t add_tensor(table_builder *tb, int64_t rows, int64_t cols, int deca
 
 static void build_table(dtx_model *m, table_builder *tb) {
     const dtx_config *c = &m->cfg;
-    int64_t D = c->dim, KV = m->kv_dim, F = c->ffn_dim, d = m->head_dim;
+    int64_t D = c->dim, KV = m->kv_dim, F = c->ffn_dim, d = m->head_dim, QD = dtx_config_q_dim(c);
     int diff = c->arch == DTX_ARCH_DIFF;
     m->tok_emb = add_tensor(tb, c->vocab_size, D, 1, 1, "tok_embeddings.weight", 0);
     for (int64_t l = 0; l < c->n_layers; l++) {
         dtx_layer_offsets *o = &m->layers[l];
         long long L = (long long)l;
         o->attn_norm = add_tensor(tb, D, 0, 0, 0, "layers.%lld.attention_norm.weight", L);
-        o->wq = add_tensor(tb, D, D, 1, 0, "layers.%lld.attention.q_proj.weight", L);
+        o->wq = add_tensor(tb, QD, D, 1, 0, "layers.%lld.attention.q_proj.weight", L);
         o->wk = add_tensor(tb, KV, D, 1, 0, "layers.%lld.attention.k_proj.weight", L);
         o->wv = add_tensor(tb, KV, D, 1, 0, "layers.%lld.attention.v_proj.weight", L);
         o->wo = add_tensor(tb, D, D, 1, 0, "layers.%lld.attention.out_proj.weight", L);
+        if (dtx_config_has_lambda_proj(c)) /* V2: λ logits of the h heads from the attention input */
+            o->wl = add_tensor(tb, c->n_heads, D, 1, 0, "layers.%lld.attention.lambda_proj.weight", L);
         if (diff) {
             o->lq1 = add_tensor(tb, d, 0, 0, 0, "layers.%lld.attention.lambda_q1", L);
             o->lk1 = add_tensor(tb, d, 0, 0, 0, "layers.%lld.attention.lambda_k1", L);

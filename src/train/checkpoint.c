@@ -6,6 +6,7 @@
 #include "train/checkpoint.h"
 #include "train/optim.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -43,6 +44,7 @@ int dtx_ckpt_describe(const dtx_config *c, const dtx_optim_config *o, const char
     D("decay_embeddings", "%s", o->decay_embeddings ? "true" : "false");
     D("clip_norm", "%.17g", o->clip_norm);
 #undef D
+    assert(n == DTX_CKPT_N_DESCRIBE);
     return n;
 }
 
@@ -185,14 +187,14 @@ static dtx_status meta_choice(const dtx_st_file *f, const char *path, const char
 }
 
 static dtx_status parse_configs(const dtx_st_file *f, const char *path, dtx_config *c, dtx_optim_config *o) {
-    static const char *const arch[] = {"diff", "transformer"}, *const boolean[] = {"false", "true"};
+    static const char *const arch[] = {"diff", "transformer", "diff2"}, *const boolean[] = {"false", "true"};
     const int64_t BIG = INT64_MAX;
     dtx_status st;
     const char *fmt = dtx_st_meta(f, "format");
     if (fmt && strcmp(fmt, "difftx") != 0)
         return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'format' = '%.40s', expected 'difftx'", path, fmt);
     int a = 0, tie = 0, sched = 0, decay = 0;
-    if ((st = meta_choice(f, path, "arch", arch, 2, &a)) || (st = meta_i64(f, path, "dim", 1, BIG, &c->dim)) ||
+    if ((st = meta_choice(f, path, "arch", arch, 3, &a)) || (st = meta_i64(f, path, "dim", 1, BIG, &c->dim)) ||
         (st = meta_i64(f, path, "n_layers", 1, BIG, &c->n_layers)) ||
         (st = meta_i64(f, path, "n_heads", 1, BIG, &c->n_heads)) ||
         (st = meta_i64(f, path, "n_kv_heads", 1, BIG, &c->n_kv_heads)) ||
@@ -376,6 +378,7 @@ const char *dtx_ckpt_meta(const dtx_ckpt *ck, const char *key) {
     /* a variant key absent: the default (the checkpoint predates the key) */
     if (ck->model && strcmp(key, "subln") == 0) return dtx_config_subln_name(&ck->model->cfg);
     if (ck->model && strcmp(key, "lambda_init") == 0) return "schedule";
+    if (ck->model && strcmp(key, "v2_lambda") == 0) return "sigmoid";
     return NULL;
 }
 

@@ -23,14 +23,14 @@
 
 #define DTX_CKPT_VERSION 1
 /* The keys dtx_ckpt_describe fills. */
-#define DTX_CKPT_N_DESCRIBE 25
+#define DTX_CKPT_N_DESCRIBE 26
 #define DTX_CKPT_VALUE_MAX 48
 
 /* The metadata for model config c and optimizer config o, formatted exactly
  * as a checkpoint stores it: keys[i] gets a static string, vals[i] its value.
  * Returns DTX_CKPT_N_DESCRIBE. Callers compare a run with a checkpoint by
  * these strings (numbers are written with %.17g, which round-trips). The
- * variant keys (subln, lambda_init) are always written here; a checkpoint
+ * variant keys (subln, lambda_init, v2_lambda) are always written here; a checkpoint
  * written before they existed lacks them, and dtx_ckpt_meta then answers
  * their defaults. */
 int dtx_ckpt_describe(const dtx_config *c, const dtx_optim_config *o, const char **keys,

@@ -614,7 +614,7 @@ TEST(cli_bad_file_unknown_arch) {
     set_meta(&s, "arch", "mamba");
     const char *p = st_put_together("arch.safetensors", &s);
     REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "'arch' = 'mamba'", "'diff' or 'transformer'");
+    CHECK_REFUSED(cli("info '%s'", p), "info", "'arch' = 'mamba'", "'diff', 'transformer' or 'diff2'");
     st_free(&s);
 }
 
@@ -652,6 +652,9 @@ TEST(cli_bad_file_variant_values) {
         /* a valid variant whose tensors are the default's: the table is the variant's */
         {DTX_ARCH_DIFF, "subln", "none", "unexpected tensor 'layers.0.attention.subln.weight'", "diff"},
         {DTX_ARCH_TRANSFORMER, "subln", "rms", "missing tensor 'layers.0.attention.subln.weight'", "transformer"},
+        /* DIFF V2's λ: only on diff2, only the three forms */
+        {DTX_ARCH_DIFF, "v2_lambda", "linear", "v2_lambda", "only arch diff2"},
+        {DTX_ARCH_TRANSFORMER, "v2_lambda", "tanh", "'v2_lambda'", "'sigmoid', 'linear' or 'none'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         st_bytes s;
@@ -1012,4 +1015,41 @@ TEST(cli_train_small_lr_scales_min_lr) {
     char want_lr[32];
     snprintf(want_lr, sizeof want_lr, "%.2e", d.min_lr / 10 * (d.min_lr / d.lr));
     CHECKF(strcmp(lr, want_lr) == 0, "last lr %s, want %s", lr, want_lr);
+}
+
+/* DIFF V2: info prints the parameter difference to its Transformer (the
+ * same heads and KV heads) as the second query head of each pair plus
+ * lambda_proj, and says what matched means; the JSON carries both parts,
+ * which agree with the models the library builds; the ablation without λ
+ * has no lambda_proj. */
+TEST(cli_info_diff2_difference) {
+    for (int gqa = 0; gqa < 2; gqa++)
+        for (int mode = DTX_V2_LAMBDA_SIGMOID; mode <= DTX_V2_LAMBDA_NONE; mode++) {
+            dtx_config c = tiny_config(DTX_ARCH_TRANSFORMER, gqa);
+            c.arch = DTX_ARCH_DIFF2;
+            c.n_layers = 3;
+            c.v2_lambda = (dtx_v2_lambda)mode;
+            if (gqa) c.n_kv_heads = c.n_heads / 2;
+            const char *p = model_file_cfg("v2.safetensors", &c);
+            REQUIRE(p);
+            cJSON *j = info_json(p);
+            REQUIRE(j);
+            dtx_config b = dtx_config_baseline(&c);
+            CHECK(b.arch == DTX_ARCH_TRANSFORMER && b.n_heads == c.n_heads && b.n_kv_heads == c.n_kv_heads);
+            const cJSON *base = cJSON_GetObjectItemCaseSensitive(j, "baseline");
+            int64_t lam = mode == DTX_V2_LAMBDA_NONE ? 0 : c.n_heads * c.dim * c.n_layers;
+            CHECKF(jint(j, "params") == (int64_t)params_of(&c), "gqa %d mode %d", gqa, mode);
+            CHECK(jint(base, "params") == (int64_t)params_of(&b));
+            CHECK(jint(j, "difference_query") == c.dim * c.dim * c.n_layers);
+            CHECK(jint(j, "difference_lambda") == lam);
+            CHECK(jint(j, "difference") == c.dim * c.dim * c.n_layers + lam);
+            CHECK(jint(j, "difference") == (int64_t)params_of(&c) - (int64_t)params_of(&b));
+            const cJSON *v2l = cJSON_GetObjectItemCaseSensitive(j, "v2_lambda");
+            CHECK(cJSON_IsString(v2l) && strcmp(v2l->valuestring, dtx_config_v2_lambda_name(&c)) == 0);
+            cJSON_Delete(j);
+            int rc = cli("info '%s'", p);
+            CHECKF(rc == 0 && cli_has("arch            diff2") && cli_has("query head of each pair") &&
+                       cli_has("Matched here means") && cli_has("v2_lambda       "),
+                   "exit %d: %s", rc, cli_out);
+        }
 }

@@ -184,9 +184,9 @@ static int each_json(const char *path, void (*fn)(const cJSON *, void *), void *
 /* ------------------------------------------------------------ resume */
 
 /* An interrupted and resumed run ends with the same bytes as one that never
- * stopped: the final model, and the checkpoints both write. Two setups: a
+ * stopped: the final model, and the checkpoints both write. Three setups: a
  * text file with fp32 products; a shard with bf16 products, accumulation,
- * GQA, and validation and a log on the way. */
+ * GQA, and validation and a log on the way; DIFF V2 with GQA. */
 TEST(train_cli_resume_is_bit_identical) {
     const char *txt, *bin, *val;
     data_files(&txt, &bin, &val);
@@ -198,15 +198,18 @@ TEST(train_cli_resume_is_bit_identical) {
     } setups[] = {
         {txt, "--arch diff --lr 3e-3 --warmup 3 --copy-frac 0.3"}, /* the mixture is stateless */
         {bin, "--arch transformer --heads 4 --kv-heads 2 --precision bf16 --accum 2 --no-tie --lr 2e-3"},
+        {txt, "--arch diff2 --heads 4 --kv-heads 2 --lr 3e-3 --warmup 3"},
     };
-    for (int k = 0; k < 2; k++) {
-        char a_out[512], b_out[512], a_dir[600], b_dir[600], common[4096];
-        snprintf(a_out, sizeof a_out, "%s", test_path(k ? "A1.safetensors" : "A0.safetensors"));
-        snprintf(b_out, sizeof b_out, "%s", test_path(k ? "B1.safetensors" : "B0.safetensors"));
+    for (int k = 0; k < 3; k++) {
+        char a_out[512], b_out[512], a_dir[600], b_dir[600], common[4096], name[32];
+        snprintf(name, sizeof name, "A%d.safetensors", k);
+        snprintf(a_out, sizeof a_out, "%s", test_path(name));
+        snprintf(name, sizeof name, "B%d.safetensors", k);
+        snprintf(b_out, sizeof b_out, "%s", test_path(name));
         snprintf(a_dir, sizeof a_dir, "%s.ckpt", a_out);
         snprintf(b_dir, sizeof b_dir, "%s.ckpt", b_out);
         snprintf(common, sizeof common, "%s %s --tokens '%s' --steps 24 --ckpt-every 8 --seed 5 %s", TINY,
-                 setups[k].extra, setups[k].data, k ? va : "");
+                 setups[k].extra, setups[k].data, k == 1 ? va : "");
         int rc = cli("train %s --out '%s' --keep 0", common, a_out);
         REQUIRE(rc == 0);
         CHECKF(strcmp(listing(a_dir), "ckpt_00000008.safetensors ckpt_00000016.safetensors ckpt_00000024.safetensors") ==

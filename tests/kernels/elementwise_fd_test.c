@@ -190,13 +190,14 @@ TEST(kernel_ew_swiglu_range_fd) {
 typedef struct {
     int64_t N, h, d;
     real *A, *l, *R, *out;
+    dtx_v2_lambda mode;
 } d2_ctx;
 
 /* L = Σ R ⊙ combine(A, l). */
 static double d2_loss(void *p) {
     d2_ctx *m = p;
     size_t n = (size_t)(m->N * m->h * m->d);
-    dtx_diff2_combine_forward(m->out, m->A, m->l, m->N, m->h, m->d);
+    dtx_diff2_combine_forward(m->out, m->A, m->l, m->N, m->h, m->d, m->mode);
     double s = 0;
     for (size_t i = 0; i < n; i++) s += (double)m->R[i] * m->out[i];
     return s;
@@ -205,14 +206,19 @@ static double d2_loss(void *p) {
 TEST(kernel_ew_diff2_combine_fd) {
     dtx_rng r;
     dtx_rng_seed(&r, 804);
-    d2_ctx m = {5, 3, 4, NULL, NULL, NULL, NULL};
+    d2_ctx m = {5, 3, 4, NULL, NULL, NULL, NULL, DTX_V2_LAMBDA_SIGMOID};
     size_t na = (size_t)(m.N * 2 * m.h * m.d), no = (size_t)(m.N * m.h * m.d), nl = (size_t)(m.N * m.h);
     m.A = randn(&r, na, 0, 1), m.l = randn(&r, nl, 0, 2), m.R = randn(&r, no, 0, 1);
     m.out = calloc(no, sizeof(real));
     real *dA = calloc(na, sizeof(real)), *dl = calloc(nl, sizeof(real));
-    dtx_diff2_combine_backward(dA, dl, m.R, m.A, m.l, m.N, m.h, m.d);
-    double eA = fd_error(d2_loss, &m, m.A, dA, na), el = fd_error(d2_loss, &m, m.l, dl, nl);
-    if (verbose()) printf("    diff2 combine   dA fd err %.2e  dlambda fd err %.2e\n", eA, el);
-    CHECKF(eA < FD_TOL && el < FD_TOL, "diff2 combine backward: FD dA %.3g, dlambda %.3g", eA, el);
+    for (int mode = DTX_V2_LAMBDA_SIGMOID; mode <= DTX_V2_LAMBDA_NONE; mode++) {
+        m.mode = (dtx_v2_lambda)mode;
+        dtx_diff2_combine_backward(dA, dl, m.R, m.A, m.l, m.N, m.h, m.d, m.mode);
+        double eA = fd_error(d2_loss, &m, m.A, dA, na);
+        double el = mode == DTX_V2_LAMBDA_NONE ? 0 : fd_error(d2_loss, &m, m.l, dl, nl);
+        if (verbose()) printf("    diff2 combine (%d)  dA fd err %.2e  dlambda fd err %.2e\n", mode, eA, el);
+        CHECKF(eA < FD_TOL && el < FD_TOL, "diff2 combine backward (mode %d): FD dA %.3g, dlambda %.3g", mode, eA,
+               el);
+    }
     free(m.A), free(m.l), free(m.R), free(m.out), free(dA), free(dl);
 }

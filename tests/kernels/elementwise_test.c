@@ -280,7 +280,7 @@ TEST(kernel_ew_swiglu) {
 /* DIFF V2's pair combination against double loops, with saturated λ logits
  * (σ → 0 and 1, where the naive 1/(1 + e^−l) would still be exact but the
  * derivative σ(1 − σ) must underflow to 0, not NaN), at a row count that
- * crosses the threads' threshold. */
+ * crosses the threads' threshold; then the ablations' λ = l and λ = 1. */
 TEST(kernel_ew_diff2_combine) {
     dtx_rng r;
     dtx_rng_seed(&r, 712);
@@ -291,9 +291,12 @@ TEST(kernel_ew_diff2_combine) {
     for (int i = 0; i < 7; i++) l[5 + i] = ends[i];
     real *out = calloc(no, sizeof(real)), *dA = calloc(na, sizeof(real)), *dl = calloc(nl, sizeof(real));
     double *ro = zeros_d(no), *rdA = zeros_d(na), *rdl = zeros_d(nl);
+    for (int mode = DTX_V2_LAMBDA_SIGMOID; mode <= DTX_V2_LAMBDA_NONE; mode++) {
     for (int64_t t = 0; t < N; t++)
         for (int64_t i = 0; i < h; i++) {
-            double x = l[t * h + i], s = x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)), dot = 0;
+            double x = l[t * h + i], sg = x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)), dot = 0;
+            double s = mode == DTX_V2_LAMBDA_SIGMOID ? sg : mode == DTX_V2_LAMBDA_LINEAR ? x : 1;
+            double slope = mode == DTX_V2_LAMBDA_SIGMOID ? sg * (1 - sg) : mode == DTX_V2_LAMBDA_LINEAR ? 1 : 0;
             for (int64_t c = 0; c < d; c++) {
                 double a1 = A[(t * 2 * h + 2 * i) * d + c], a2 = A[(t * 2 * h + 2 * i + 1) * d + c];
                 double gg = g[(t * h + i) * d + c];
@@ -302,14 +305,25 @@ TEST(kernel_ew_diff2_combine) {
                 rdA[(t * 2 * h + 2 * i + 1) * d + c] = -s * gg;
                 dot += gg * a2;
             }
-            rdl[t * h + i] = -s * (1 - s) * dot;
+            rdl[t * h + i] = -slope * dot;
         }
-    dtx_diff2_combine_forward(out, A, l, N, h, d);
-    dtx_diff2_combine_backward(dA, dl, g, A, l, N, h, d);
-    /* a1 − σ·a2 cancels where the two heads agree: held tensor-wise */
-    CHECK_ERR(err_vs(out, ro, no), 1e-6, "diff2 combine out");
-    CHECK_ERR(err_elem(dA, rdA, na, 1e-3), 1e-6, "diff2 combine dA (elementwise)");
-    CHECK_ERR(err_vs(dl, rdl, nl), 1e-6, "diff2 combine dlambda");
+    const char *name = mode == DTX_V2_LAMBDA_SIGMOID ? "sigmoid" : mode == DTX_V2_LAMBDA_LINEAR ? "linear" : "none";
+    for (size_t i = 0; i < nl; i++) dl[i] = 12345; /* NONE must leave dl alone */
+    dtx_diff2_combine_forward(out, A, mode == DTX_V2_LAMBDA_NONE ? NULL : l, N, h, d,
+                              (dtx_v2_lambda)mode);
+    dtx_diff2_combine_backward(dA, mode == DTX_V2_LAMBDA_NONE ? NULL : dl, g, A,
+                               mode == DTX_V2_LAMBDA_NONE ? NULL : l, N, h, d, (dtx_v2_lambda)mode);
+    /* a1 − λ·a2 cancels where the two heads agree: held tensor-wise */
+    CHECKF(err_vs(out, ro, no) < 1e-6, "diff2 combine out (%s) %.3g", name, err_vs(out, ro, no));
+    CHECKF(err_elem(dA, rdA, na, 1e-3) < 1e-6, "diff2 combine dA (%s) %.3g", name, err_elem(dA, rdA, na, 1e-3));
+    if (mode == DTX_V2_LAMBDA_NONE) {
+        int kept = 1;
+        for (size_t i = 0; i < nl; i++) kept &= dl[i] == 12345;
+        CHECK(kept);
+        continue;
+    }
+    CHECKF(err_vs(dl, rdl, nl) < 1e-6, "diff2 combine dlambda (%s) %.3g", name, err_vs(dl, rdl, nl));
+    if (mode == DTX_V2_LAMBDA_LINEAR) continue;
     int finite = 1;
     for (size_t i = 0; i < nl; i++) finite &= isfinite(dl[i]);
     CHECK(finite && dl[5] == 0 && dl[11] == 0); /* saturated: no gradient, and no NaN */
@@ -317,6 +331,7 @@ TEST(kernel_ew_diff2_combine) {
     for (int64_t c = 0; c < d; c++) {
         CHECK(out[(1 * h + 2) * d + c] == A[(1 * 2 * h + 4) * d + c]);
         CHECK(out[(3 * h + 2) * d + c] == A[(3 * 2 * h + 4) * d + c] - A[(3 * 2 * h + 5) * d + c]);
+    }
     }
     free(A), free(l), free(g), free(out), free(dA), free(dl), free(ro), free(rdA), free(rdl);
 }

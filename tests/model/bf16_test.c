@@ -122,6 +122,7 @@ static void compare(dtx_arch arch) {
 
 TEST(model_bf16_training_matches_fp32_diff) { compare(DTX_ARCH_DIFF); }
 TEST(model_bf16_training_matches_fp32_transformer) { compare(DTX_ARCH_TRANSFORMER); }
+TEST(model_bf16_training_matches_fp32_diff2) { compare(DTX_ARCH_DIFF2); }
 
 TEST(model_precision_set_get) {
     dtx_config c = dtx_config_default();
@@ -143,9 +144,9 @@ TEST(model_precision_set_get) {
  * it would round itself: loss and gradients bit-identical to rounding inside
  * each product. Run on the emulated path whatever the CPU has. */
 TEST(model_bf16_emulated_preround_is_exact) {
-    for (int arch = 0; arch < 2; arch++) {
+    for (int arch = 0; arch < 3; arch++) { /* DIFF, Transformer, DIFF2: the dtx_arch values */
         dtx_config c = dtx_config_default();
-        c.arch = arch ? DTX_ARCH_TRANSFORMER : DTX_ARCH_DIFF;
+        c.arch = (dtx_arch)arch;
         c.dim = 64, c.n_layers = 2, c.n_heads = arch ? 4 : 2, c.n_kv_heads = arch ? 2 : 1, c.vocab_size = 97;
         c.ffn_dim = 160, c.max_seq_len = 32, c.tie_embeddings = 0;
         dtx_model *m;
@@ -166,8 +167,8 @@ TEST(model_bf16_emulated_preround_is_exact) {
         }
         dtx_model_test_preround(1);
         dtx_dnnl_bf16_force_emulation(prev);
-        CHECKF(loss[0] == loss[1], "%s: loss %.9g vs %.9g", arch ? "tfm" : "diff", loss[0], loss[1]);
-        CHECKF(memcmp(g[0], g[1], n * sizeof(float)) == 0, "%s: gradients differ", arch ? "tfm" : "diff");
+        CHECKF(loss[0] == loss[1], "%s: loss %.9g vs %.9g", dtx_arch_name(c.arch), loss[0], loss[1]);
+        CHECKF(memcmp(g[0], g[1], n * sizeof(float)) == 0, "%s: gradients differ", dtx_arch_name(c.arch));
         free(g[0]), free(g[1]);
         dtx_model_free(m);
     }

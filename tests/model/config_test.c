@@ -187,3 +187,43 @@ TEST(model_init_schemes) {
     CHECK(dtx_model_init_scheme(&x, &c, 5, (dtx_init_scheme)7) == DTX_ERR_ARG && x == NULL);
     dtx_model_free(a), dtx_model_free(b), dtx_model_free(g);
 }
+
+/* DIFF V2 (interop.md "DIFF V2"): head width dim / h, q_proj [2·dim, dim],
+ * lambda_proj [h, dim] unless v2_lambda is none; its baseline is the
+ * Transformer of the same heads; no subln, no lambda_init, and v2_lambda
+ * on another arch are refused naming the key. */
+TEST(config_diff2) {
+    dtx_config c = dtx_config_default();
+    c.arch = DTX_ARCH_DIFF2, c.dim = 32, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.vocab_size = 40;
+    c.ffn_dim = 48;
+    CHECK(dtx_config_validate(&c) == DTX_OK && dtx_config_head_dim(&c) == 8 && dtx_config_q_dim(&c) == 64);
+    CHECK(strcmp(dtx_arch_name(c.arch), "diff2") == 0 && !dtx_config_has_subln(&c) && dtx_config_is_default_variant(&c));
+    CHECK(dtx_config_has_lambda_proj(&c) && strcmp(dtx_config_v2_lambda_name(&c), "sigmoid") == 0);
+    dtx_config b = dtx_config_baseline(&c);
+    CHECK(b.arch == DTX_ARCH_TRANSFORMER && b.n_heads == 4 && b.n_kv_heads == 2 && dtx_config_head_dim(&b) == 8);
+    dtx_model *m, *mb;
+    REQUIRE(dtx_model_init(&m, &c, 1) == DTX_OK && dtx_model_init(&mb, &b, 1) == DTX_OK);
+    const dtx_tensor_info *q = dtx_model_find(m, "layers.1.attention.q_proj.weight");
+    const dtx_tensor_info *l = dtx_model_find(m, "layers.1.attention.lambda_proj.weight");
+    CHECK(q && q->shape[0] == 64 && q->shape[1] == 32 && l && l->shape[0] == 4 && l->shape[1] == 32 && l->decay);
+    CHECK(!dtx_model_find(m, "layers.0.attention.subln.weight") && !dtx_model_find(m, "layers.0.attention.lambda_q1"));
+    CHECK(dtx_model_num_params(m) - dtx_model_num_params(mb) == (size_t)((32 * 32 + 4 * 32) * 2));
+    dtx_model_free(m), dtx_model_free(mb);
+    dtx_config n = c;
+    CHECK(dtx_config_set_v2_lambda(&n, "none") == DTX_OK && !dtx_config_has_lambda_proj(&n));
+    CHECK(!dtx_config_is_default_variant(&n));
+    REQUIRE(dtx_model_init(&m, &n, 1) == DTX_OK);
+    CHECK(!dtx_model_find(m, "layers.0.attention.lambda_proj.weight"));
+    dtx_model_free(m);
+    CHECK(dtx_config_set_v2_lambda(&n, "tanh") == DTX_ERR_CONFIG && strstr(dtx_last_error(), "'tanh'"));
+    CHECK(n.v2_lambda == DTX_V2_LAMBDA_NONE); /* a refused value changes nothing */
+    dtx_config r = c;
+    r.subln = DTX_SUBLN_RMS;
+    CHECK(dtx_config_validate(&r) == DTX_ERR_CONFIG && strstr(dtx_last_error(), "diff2"));
+    r = c, r.lambda_init_fixed = 1, r.lambda_init_value = 0.5;
+    CHECK(dtx_config_validate(&r) == DTX_ERR_CONFIG && strstr(dtx_last_error(), "only arch diff"));
+    r = c, r.n_kv_heads = 3;
+    CHECK(dtx_config_validate(&r) == DTX_ERR_CONFIG && strstr(dtx_last_error(), "n_kv_heads"));
+    r = dtx_config_default(), r.v2_lambda = DTX_V2_LAMBDA_LINEAR;
+    CHECK(dtx_config_validate(&r) == DTX_ERR_CONFIG && strstr(dtx_last_error(), "only arch diff2"));
+}

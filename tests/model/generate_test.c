@@ -21,7 +21,8 @@ enum { VOCAB = 61, MAXLEN = 32 };
 
 /* Table 6 variant of the models below: 0 the default, 1 the other subln
  * (DIFF without, the Transformer with), 2 a constant lambda_init of 0.5
- * (DIFF; the default for the Transformer). */
+ * (DIFF; the default for the Transformer); DIFF2: 1 λ without the sigmoid,
+ * 2 no λ. */
 static int test_variant;
 
 static dtx_config small_config(dtx_arch arch, int gqa, int tie) {
@@ -29,12 +30,16 @@ static dtx_config small_config(dtx_arch arch, int gqa, int tie) {
     c.arch = arch;
     c.dim = 64;
     c.n_layers = 3;
-    c.n_heads = arch == DTX_ARCH_DIFF ? 4 : 8; /* d = 8 for both */
+    c.n_heads = arch == DTX_ARCH_DIFF ? 4 : 8; /* d = 8 for all three */
     c.n_kv_heads = gqa ? c.n_heads / 4 : c.n_heads;
     c.vocab_size = VOCAB;
     c.ffn_dim = 96;
     c.max_seq_len = MAXLEN;
     c.tie_embeddings = tie;
+    if (arch == DTX_ARCH_DIFF2) {
+        if (test_variant) c.v2_lambda = test_variant == 1 ? DTX_V2_LAMBDA_LINEAR : DTX_V2_LAMBDA_NONE;
+        return c;
+    }
     if (test_variant == 1) c.subln = arch == DTX_ARCH_DIFF ? DTX_SUBLN_NONE : DTX_SUBLN_RMS;
     if (test_variant == 2 && arch == DTX_ARCH_DIFF) c.lambda_init_fixed = 1, c.lambda_init_value = 0.5;
     return c;
@@ -75,7 +80,7 @@ static int full_last(dtx_model *m, const int32_t *tokens, int64_t n, real *out) 
 
 static const char *combo_name(dtx_arch arch, int gqa, int tie) {
     static char buf[64];
-    snprintf(buf, sizeof buf, "%s %s %s", arch == DTX_ARCH_DIFF ? "diff" : "transformer", gqa ? "gqa" : "mha",
+    snprintf(buf, sizeof buf, "%s %s %s", dtx_arch_name(arch), gqa ? "gqa" : "mha",
              tie ? "tied" : "untied");
     return buf;
 }
@@ -148,7 +153,7 @@ done:
 
 TEST(generate_cached_logits_match_full_forward) {
     double worst_all = 0;
-    for (int arch = 0; arch < 2; arch++)
+    for (int arch = 0; arch < 3; arch++)
         for (int gqa = 0; gqa < 2; gqa++)
             for (int tie = 0; tie < 2; tie++) {
                 /* n0 = 9: the flash prefill, then each step against a forward over
@@ -166,7 +171,7 @@ TEST(generate_cached_logits_match_full_forward) {
  * apply each variant's epilogue as the full forward does. */
 TEST(generate_cached_logits_match_full_forward_variants) {
     for (test_variant = 1; test_variant <= 2; test_variant++)
-        for (int arch = 0; arch < 2; arch++) {
+        for (int arch = 0; arch < 3; arch++) {
             if (test_variant == 2 && arch == DTX_ARCH_TRANSFORMER) continue;
             for (int gqa = 0; gqa < 2; gqa++) {
                 check_against_forward((dtx_arch)arch, gqa, gqa, DTX_PREC_FP32, 9, 1, 1e-5);
@@ -182,7 +187,7 @@ TEST(generate_cached_logits_match_full_forward_variants) {
  * so they agree far more closely than bf16's 4e-3. */
 TEST(generate_cached_logits_match_full_forward_bf16) {
     double worst_all = 0;
-    for (int arch = 0; arch < 2; arch++) {
+    for (int arch = 0; arch < 3; arch++) {
         double e = check_against_forward((dtx_arch)arch, 1, 0, DTX_PREC_BF16, 9, 0, 1e-3);
         if (e > worst_all) worst_all = e;
     }
@@ -193,7 +198,7 @@ TEST(generate_cached_logits_match_full_forward_bf16) {
  * empty cache, and as a prefill in two chunks (the second attends over the
  * first): the logits of the step after agree. */
 TEST(generate_prefill_equals_single_decodes) {
-    for (int arch = 0; arch < 2; arch++)
+    for (int arch = 0; arch < 3; arch++)
         for (int gqa = 0; gqa < 2; gqa++) {
             dtx_model *m = make_model((dtx_arch)arch, gqa, 0, 3);
             REQUIRE(m);

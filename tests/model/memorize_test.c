@@ -1,5 +1,5 @@
 /* A small model memorises a short repeating sequence (loss below 0.05)
- * within seconds, for both architectures: the whole training path (forward,
+ * within seconds, for every architecture: the whole training path (forward,
  * backward, AdamW, schedule) works end to end. */
 #include <math.h>
 #include <stdio.h>
@@ -54,3 +54,4 @@ static void memorize(dtx_arch arch) {
 
 TEST(memorize_diff) { memorize(DTX_ARCH_DIFF); }
 TEST(memorize_transformer) { memorize(DTX_ARCH_TRANSFORMER); }
+TEST(memorize_diff2) { memorize(DTX_ARCH_DIFF2); }

@@ -33,11 +33,14 @@ static double loss_of(dtx_model *m, const int32_t *x, const int32_t *y, int64_t 
     return loss;
 }
 
-/* variant: 0 the default; 1 the other subln; 2 a constant lambda_init 0.8 (DIFF). */
+/* variant: 0 the default; 1 the other subln; 2 a constant lambda_init 0.8 (DIFF);
+ * 3, 4: DIFF2's λ without the sigmoid, and no λ. */
 static void fd_check_variant(dtx_arch arch, int gqa, int tied, dtx_attn_impl impl, int variant) {
     dtx_config c = small_config(arch, gqa, tied);
     if (variant == 1) c.subln = arch == DTX_ARCH_DIFF ? DTX_SUBLN_NONE : DTX_SUBLN_RMS;
     if (variant == 2) c.lambda_init_fixed = 1, c.lambda_init_value = 0.8;
+    if (variant == 3) c.v2_lambda = DTX_V2_LAMBDA_LINEAR;
+    if (variant == 4) c.v2_lambda = DTX_V2_LAMBDA_NONE;
     dtx_model *m;
     REQUIRE(dtx_model_init(&m, &c, 7) == DTX_OK);
     dtx_model_set_attention(m, impl);
@@ -126,3 +129,11 @@ TEST(model_fd_transformer_subln) {
     fd_check_variant(DTX_ARCH_TRANSFORMER, 0, 0, DTX_ATTN_PLAIN, 1);
 }
 TEST(model_fd_diff_lambda_init_fixed) { fd_check_variant(DTX_ARCH_DIFF, 1, 1, DTX_ATTN_FLASH, 2); }
+/* DIFF V2: 2h query heads (d = 6 with 4 heads), λ per token from lambda_proj. */
+TEST(model_fd_diff2_mha_tied) { fd_check(DTX_ARCH_DIFF2, 0, 1); }
+TEST(model_fd_diff2_gqa_untied) { fd_check(DTX_ARCH_DIFF2, 1, 0); }
+TEST(model_fd_plain_attention_diff2_gqa) { fd_check_impl(DTX_ARCH_DIFF2, 1, 1, DTX_ATTN_PLAIN); }
+TEST(model_fd_diff2_lambda_ablations) {
+    fd_check_variant(DTX_ARCH_DIFF2, 1, 0, DTX_ATTN_FLASH, 3);
+    fd_check_variant(DTX_ARCH_DIFF2, 0, 1, DTX_ATTN_FLASH, 4);
+}

@@ -219,3 +219,12 @@ TEST(parity_plain_attention_diff_gqa_untied_nosubln) {
     parity_forward_backward_impl("diff_gqa_untied_nosubln", DTX_ATTN_PLAIN);
 }
 TEST(parity_plain_attention_tf_gqa_tied_subln) { parity_forward_backward_impl("tf_gqa_tied_subln", DTX_ATTN_PLAIN); }
+/* DIFF V2 (interop.md "DIFF V2"), MHA and GQA, tied and untied, and spec
+ * §8.3's ablations (λ without the sigmoid, no λ). */
+PARITY(d2_mha_tied)
+PARITY(d2_mha_untied)
+PARITY(d2_gqa_tied)
+PARITY(d2_gqa_untied)
+PARITY(d2_gqa_untied_linear)
+PARITY(d2_mha_tied_nolambda)
+TEST(parity_plain_attention_d2_gqa_untied) { parity_forward_backward_impl("d2_gqa_untied", DTX_ATTN_PLAIN); }

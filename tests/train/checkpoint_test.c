@@ -336,7 +336,7 @@ TEST(ckpt_refuses_broken_metadata) {
         {"beta2", NULL, "missing metadata key 'beta2'", "", DTX_ERR_FORMAT},
         {"schedule", "sqrt", "'schedule' = 'sqrt'", "'cosine', 'linear' or 'constant'", DTX_ERR_FORMAT},
         {"decay_embeddings", "yes", "'decay_embeddings' = 'yes'", "'false' or 'true'", DTX_ERR_FORMAT},
-        {"arch", "mamba", "'arch' = 'mamba'", "'diff' or 'transformer'", DTX_ERR_FORMAT},
+        {"arch", "mamba", "'arch' = 'mamba'", "'diff', 'transformer' or 'diff2'", DTX_ERR_FORMAT},
         {"dim", "0", "'dim' = '0'", "integer", DTX_ERR_FORMAT},
         {"n_heads", "3", "metadata: ", "n_heads = 3", DTX_ERR_FORMAT},
         {"format", "other", "'format' = 'other'", "difftx", DTX_ERR_FORMAT},
