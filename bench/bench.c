@@ -990,6 +990,39 @@ static int bf16_native;
 static char isa_col[64];
 static const char *prec_col(int p) { return p == 0 ? "fp32" : bf16_native ? "bf16" : "bf16 (emulated)"; }
 
+/* The rows of one lockstep pair of difftx children (res[prec][0], [1]: names[0]
+ * against names[1], model FLOPs per token fl[]), fp32 then bf16, with
+ * names[0]'s tokens/s over names[1]'s (column `ratio` train / fwd). */
+static void pair_table(run_result res[2][2], const char *const names[2], const double fl[2], const int seq[2],
+                       double pk32, double pk16, const char *ratio) {
+    out("| impl | ISA | arch | prec | train tok/s | (best step) | train MFU | fwd tok/s | fwd MFU | peak RSS | n | "
+        "other load | %s train | %s fwd |\n", ratio, ratio);
+    out("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int p = 0; p < 2; p++) {
+        double pk = p ? pk16 : pk32;
+        for (int a = 0; a < 2; a++) {
+            run_result *r = &res[p][a];
+            char g[32];
+            if (!r->ok) {
+                out("| difftx | %s | %s | %s | failed: %s | | | | | %s | | | | |\n", isa_col, names[a], prec_col(p), r->why,
+                    fmt_gib(g, (double)r->hwm_kib));
+                continue;
+            }
+            double tt_ = tps(r, 1), tf = tps(r, 0);
+            char ratio_t[32] = "", ratio_f[32] = "";
+            if (a == 1 && res[p][0].ok) {
+                snprintf(ratio_t, sizeof ratio_t, "%.3f", tps(&res[p][0], 1) / tt_);
+                snprintf(ratio_f, sizeof ratio_f, "%.3f", tps(&res[p][0], 0) / tf);
+            }
+            out("| difftx | %s | %s | %s | %.0f | (%.0f) | %.1f%% | %.0f | %.1f%% | %s | %d%s | %.2f | %s | %s |\n", isa_col,
+                names[a], prec_col(p), tt_, tps_best(r), note_mfu(3 * fl[a] * tt_ / (pk * 1e9)), tf,
+                note_mfu(fl[a] * tf / (pk * 1e9)), fmt_gib(g, (double)r->hwm_kib), r->ntrain, seq[p] ? " (seq.)" : "",
+                r->timed_s > 0 ? r->other_cpu_s / r->timed_s : NAN, ratio_t, ratio_f);
+        }
+    }
+    out("\n");
+}
+
 static void serve_spec(spawn_spec *s, char store[][32], const bcfg *b, int arch, int prec, char **envp) {
     s->path = self_exe;
     s->envp = envp;
@@ -1599,33 +1632,8 @@ int main(int argc, char **argv) {
                 R->nparams[0], R->nparams[1], fd / 1e6, fb / 1e6, (long long)(b->B * b->T),
                 3 * fd * (double)(b->B * b->T) / 1e12, 3 * fb * (double)(b->B * b->T) / 1e12);
             if (R->have_ours) {
-                out("| impl | ISA | arch | prec | train tok/s | (best step) | train MFU | fwd tok/s | fwd MFU | peak RSS | n | other load | DIFF/base train | DIFF/base fwd |\n");
-                out("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-                for (int p = 0; p < 2; p++) {
-                    double pk = p ? pk16 : pk32;
-                    for (int a = 0; a < 2; a++) {
-                        run_result *r = &R->ours[p][a];
-                        double fl = a == 0 ? fd : fb;
-                        char g[32];
-                        if (!r->ok) {
-                            out("| difftx | %s | %s | %s | failed: %s | | | | | %s | | | | |\n", isa_col, ARCH[a], prec_col(p), r->why,
-                                fmt_gib(g, (double)r->hwm_kib));
-                            continue;
-                        }
-                        double tt_ = tps(r, 1), tf = tps(r, 0);
-                        char ratio_t[32] = "", ratio_f[32] = "";
-                        if (a == 1 && R->ours[p][0].ok) {
-                            snprintf(ratio_t, sizeof ratio_t, "%.3f", tps(&R->ours[p][0], 1) / tt_);
-                            snprintf(ratio_f, sizeof ratio_f, "%.3f", tps(&R->ours[p][0], 0) / tf);
-                        }
-                        out("| difftx | %s | %s | %s | %.0f | (%.0f) | %.1f%% | %.0f | %.1f%% | %s | %d%s | %.2f | %s | %s |\n",
-                            isa_col, ARCH[a], prec_col(p), tt_, tps_best(r), note_mfu(3 * fl * tt_ / (pk * 1e9)), tf, note_mfu(fl * tf / (pk * 1e9)),
-                            fmt_gib(g, (double)r->hwm_kib), r->ntrain, R->seq_ours[p] ? " (seq.)" : "",
-                            r->timed_s > 0 ? r->other_cpu_s / r->timed_s : NAN, ratio_t,
-                            ratio_f);
-                    }
-                }
-                out("\n");
+                const char *names[2] = {ARCH[0], ARCH[1]};
+                pair_table(R->ours, names, (double[2]){fd, fb}, R->seq_ours, pk32, pk16, "DIFF/base");
             }
             if (R->have_v2) {
                 dtx_config cv = make_config(b, DTX_ARCH_DIFF2);
@@ -1636,34 +1644,8 @@ int main(int argc, char **argv) {
                     "layer).\n\n",
                     (long long)cv.n_heads, (long long)dtx_config_head_dim(&cv), (long long)(2 * cv.n_heads),
                     (long long)cv.n_heads, R->nparams[DTX_ARCH_DIFF2], fv / 1e6);
-                out("| impl | ISA | arch | prec | train tok/s | (best step) | train MFU | fwd tok/s | fwd MFU | peak RSS | n | other load | V2/base train | V2/base fwd |\n");
-                out("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-                for (int p = 0; p < 2; p++) {
-                    double pk = p ? pk16 : pk32;
-                    for (int a = 0; a < 2; a++) {
-                        run_result *r = &R->v2[p][a];
-                        double fl = a == 0 ? fv : fb;
-                        const char *name = a == 0 ? "diff2" : "transformer";
-                        char g[32];
-                        if (!r->ok) {
-                            out("| difftx | %s | %s | %s | failed: %s | | | | | %s | | | | |\n", isa_col, name, prec_col(p),
-                                r->why, fmt_gib(g, (double)r->hwm_kib));
-                            continue;
-                        }
-                        double tt_ = tps(r, 1), tf = tps(r, 0);
-                        char ratio_t[32] = "", ratio_f[32] = "";
-                        if (a == 1 && R->v2[p][0].ok) {
-                            snprintf(ratio_t, sizeof ratio_t, "%.3f", tps(&R->v2[p][0], 1) / tt_);
-                            snprintf(ratio_f, sizeof ratio_f, "%.3f", tps(&R->v2[p][0], 0) / tf);
-                        }
-                        out("| difftx | %s | %s | %s | %.0f | (%.0f) | %.1f%% | %.0f | %.1f%% | %s | %d%s | %.2f | %s | %s |\n",
-                            isa_col, name, prec_col(p), tt_, tps_best(r), note_mfu(3 * fl * tt_ / (pk * 1e9)), tf,
-                            note_mfu(fl * tf / (pk * 1e9)), fmt_gib(g, (double)r->hwm_kib), r->ntrain,
-                            R->seq_v2[p] ? " (seq.)" : "", r->timed_s > 0 ? r->other_cpu_s / r->timed_s : NAN, ratio_t,
-                            ratio_f);
-                    }
-                }
-                out("\n");
+                const char *names[2] = {ARCH[DTX_ARCH_DIFF2], ARCH[DTX_ARCH_TRANSFORMER]};
+                pair_table(R->v2, names, (double[2]){fv, fb}, R->seq_v2, pk32, pk16, "V2/base");
             }
             if (R->have_torch) {
                 out("PyTorch %s (tools/bench_torch.py, attention `%s`, %s): batch %lld sequences per step%s.\n\n",

@@ -169,10 +169,7 @@ evals() {
 }
 
 local t_all; t_all=$(date +%s)
-trap 'echo; echo "claims: interrupted; run the same command again to continue" >&2; exit 130' INT TERM
-is_true "${NO_SETUP:-}" || scripts/setup.sh --plot
-is_true "${NO_BUILD:-}" || make --no-print-directory build/difftx
-[ -x "$bin" ] || die "$bin is not an executable"
+stage_start
 mkdir -p "$run/models" "$run/eval"
 stage_settings "$run" "$settings" "remove it"
 export CLAIMS_RUN=$run CLAIMS_KEEP= CLAIMS_QUICK=

@@ -118,12 +118,9 @@ settings+=" warm_lr_diff=${warm_lr[diff]} warm_lr_transformer=${warm_lr[transfor
 
 t_all=$(date +%s)
 section() { printf '\n== %s  (%ds so far)\n' "$1" $(( $(date +%s) - t_all )); }
-trap 'echo; echo "reproduce: interrupted; run the same command again to continue" >&2; exit 130' INT TERM
 
 section "setup and build"
-is_true "${NO_SETUP:-}" || scripts/setup.sh --plot
-is_true "${NO_BUILD:-}" || make --no-print-directory build/difftx
-[ -x "$bin" ] || die "$bin is not an executable"
+stage_start
 mkdir -p "$run"
 stage_settings "$run" "$settings" "remove it or use --dir"
 # The full run's results are kept in the repository (docs/reproduce/main-results, without the weights), so

@@ -45,8 +45,11 @@ if [ "${1:-}" = --one ]; then # a worker: NAME ARGS...
     shift
     local run=$1 name=$2 data=$SCALING_DATA ppl_tokens=$SCALING_PPL_TOKENS; shift 2
     local out=$run/models/$name ev=$run/eval/ppl-$name
-    # finished here, or on another machine (its results are kept, the weights are not)
-    [ -s "$ev.json" ] && { [ -s "$out.safetensors" ] || [ -s "$out.info.json" ]; } && exit 0
+    # finished here, or on another machine (its results are kept, the weights are not); SCALING_NEED_WEIGHTS:
+    # a later evaluation needs the weights, so a run finished elsewhere is trained again here (the same run:
+    # same seed, data and thread count)
+    [ -s "$ev.json" ] && { [ -s "$out.safetensors" ] || { [ -z "${SCALING_NEED_WEIGHTS:-}" ] && [ -s "$out.info.json" ]; }; } &&
+        exit 0
     echo "start $name ($(date +%H:%M:%S))"
     local t0; t0=$(date +%s)
     if [ ! -s "$out.safetensors" ] &&
@@ -134,10 +137,7 @@ if [ $list = 1 ]; then
 fi
 
 local t_all; t_all=$(date +%s)
-trap 'echo; echo "scaling: interrupted; run the same command again to continue" >&2; exit 130' INT TERM
-is_true "${NO_SETUP:-}" || scripts/setup.sh --plot
-is_true "${NO_BUILD:-}" || make --no-print-directory build/difftx
-[ -x "$bin" ] || die "$bin is not an executable"
+stage_start
 mkdir -p "$run/models" "$run/eval"
 stage_settings "$run" "$settings" "remove it or use --dir"
 scripts/repro_data.sh "$bin" "$data" "$vocab"

@@ -1,4 +1,4 @@
-# Sourced by the reproduction stages (scripts/reproduce.sh, induction.sh,
+# Sourced by the reproduction stages (scripts/reproduce.sh, induction.sh, v2.sh,
 # scaling.sh, claims.sh) after they set stage_name: what each of them needs
 # around its own runs.
 usage() { sed -n '2,/^set -Eeuo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
@@ -14,4 +14,13 @@ stage_settings() {
     fi
     echo "$2" > "$1/settings.txt"
     echo "settings: $2"
+}
+
+# stage_start: what every stage does before its runs (uses $bin): Ctrl-C says how
+# to continue, setup (unless NO_SETUP), the build (unless NO_BUILD).
+stage_start() {
+    trap 'echo; echo "$stage_name: interrupted; run the same command again to continue" >&2; exit 130' INT TERM
+    is_true "${NO_SETUP:-}" || scripts/setup.sh --plot
+    is_true "${NO_BUILD:-}" || make --no-print-directory build/difftx
+    [ -x "$bin" ] || die "$bin is not an executable"
 }

@@ -48,13 +48,15 @@ def read_log_val(path):
 
 
 class Run:
-    def __init__(self, d):
+    def __init__(self, d, archs=ARCHS):
         self.dir = d
+        self.archs = archs
         self.settings = read_settings(os.path.join(d, "settings.txt"))
         self.steps = int(self.settings["steps"])
         self.tokens_per_step = int(self.settings["batch"]) * int(self.settings["seq"])
         self.runs = {}  # (arch, dim, lr, seed) -> base path (finished runs only)
-        for (a, dim, lr, seed), base in finished_models(d, r"(diff|transformer)-d(\d+)-lr([0-9.e-]+)-s(\d+)").items():
+        pattern = "(" + "|".join(archs) + r")-d(\d+)-lr([0-9.e-]+)-s(\d+)"
+        for (a, dim, lr, seed), base in finished_models(d, pattern).items():
             if os.path.exists(base + ".jsonl"):
                 self.runs[(a, int(dim), lr, int(seed))] = base
         self.lr = {}
@@ -113,7 +115,7 @@ def sweep_vals(r, a):
 
 
 def choose_lr(r):
-    for a in ARCHS:
+    for a in r.archs:
         vals = sweep_vals(r, a)
         print(a, min(vals, key=vals.get))
 
@@ -122,7 +124,7 @@ def sweep_next(r):
     """Prints "ARCH LR" for each arch whose best lr lies at an end of the lrs it was tried at: the next lr
     out (x2 above, /2 below), unless MAX_EXTEND were tried beyond the grid at that end already."""
     grid = sorted(float(x) for x in r.settings["lrs"].split())
-    for a in ARCHS:
+    for a in r.archs:
         vals = sweep_vals(r, a)
         best = float(min(vals, key=vals.get))
         tried = sorted(float(x) for x in vals)

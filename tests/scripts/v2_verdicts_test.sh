@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# tools/v2.py (make reproduce STAGE=v2) on hand-made runs: the learning rate
+# chosen per arch (five archs, a diverged lr the worst), the loss verdicts
+# from per-seed differences (held, did not hold, not resolved, and too few
+# seeds), gradient-norm spikes counted against the median of the 50 steps
+# before (not during the warm-up; a diverged run counted), and the outliers'
+# verdict from log ratios. Skipped, with the reason, where /usr/bin/python3
+# is missing. Ends with the suite's summary line.
+set -u
+. "$(dirname "$0")/tools_test_lib.sh"
+tools_test_start v2_verdicts
+run=$tmp/run
+mkdir -p "$run/models" "$run/eval" "$run/high/models"
+echo "steps=100 batch=2 seq=8 lrs=1e-3 3e-3 sweep_dim=16 vocab=64 layers=2 seeds=1 2 3" > "$run/settings.txt"
+cp "$run/settings.txt" "$run/high/settings.txt"
+finished() { # dir arch lr seed final-val-loss [grad norms...]
+    local b=$1/models/$2-d16-lr$3-s$4 val=$5 s=0 g
+    shift 5
+    : > "$b.jsonl"
+    for g in "$@"; do s=$((s + 1)); printf '{"step":%d,"loss":3.0,"grad_norm":%s}\n' $s "$g" >> "$b.jsonl"; done
+    printf '{"step":100,"val_loss":%s}\n' "$val" >> "$b.jsonl"
+    echo '{"params":100,"params_nonembed":50,"n_heads":2}' > "$b.info.json"
+}
+outl() { # arch lr seed top1-logit top1-hidden
+    printf '{"attention_logits":{"top1":%s},"hidden_states":{"top1":%s}}\n' "$4" "$5" > "$run/eval/outliers-$1-d16-lr$2-s$3.json"
+}
+v2() { /usr/bin/python3 tools/v2.py "$run" "$@" 2>&1 | tr '\n' ';'; }
+
+# the sweep: every arch best at 3e-3 but the Transformer, whose 3e-3 diverged (the worst)
+for a in diff diff2 diff2lin diff2none; do finished "$run" $a 1e-3 1 4.0; done
+finished "$run" transformer 1e-3 1 3.9
+finished "$run" transformer 3e-3 1 3.0
+echo '{"diverged":true,"step":7}' > "$run/models/transformer-d16-lr3e-3-s1.info.json"
+finished "$run" diff 3e-3 1 3.8
+finished "$run" diff2 3e-3 1 3.81
+finished "$run" diff2lin 3e-3 1 3.9
+finished "$run" diff2none 3e-3 1 3.8
+check chooses_per_arch "transformer 1e-3;diff 3e-3;diff2 3e-3;diff2lin 3e-3;diff2none 3e-3;" "$(v2 --choose-lr)"
+/usr/bin/python3 tools/v2.py "$run" --choose-lr > "$run/lr.txt"
+# seeds 2, 3: V2 0.09 below the Transformer in every seed (held); λ-linear above V2 (held); no λ 0.01
+# below V2 in every seed (did not hold)
+for s in 2 3; do
+    finished "$run" transformer 1e-3 $s 3.9$((s + 0))
+    finished "$run" diff 3e-3 $s 3.8
+    finished "$run" diff2 3e-3 $s 3.8$((s + 1))
+    finished "$run" diff2lin 3e-3 $s 3.9
+    finished "$run" diff2none 3e-3 $s 3.8$s
+done
+for s in 1 2 3; do outl transformer 1e-3 $s 100 1000; outl diff 3e-3 $s 30 300; outl diff2 3e-3 $s "4$s" 2000; done
+# stability at 4x the Transformer's 1e-3: 60 flat steps, then spikes of 5x (the warm-up is 100/20 = 5 steps)
+flat=(); for i in $(seq 1 60); do flat+=(1); done
+finished "$run/high" transformer 4e-3 1 4.0 "${flat[@]}" 5 1 5
+finished "$run/high" transformer 4e-3 2 4.0 "${flat[@]}" 5 1 5
+finished "$run/high" transformer 4e-3 3 4.0 "${flat[@]}" 5 1 5 1 5
+for s in 1 2 3; do finished "$run/high" diff2 4e-3 $s 4.0 "${flat[@]}" 2; done
+finished "$run/high" diff 4e-3 1 4.0 9 9 9 9 "${flat[@]}"
+v2 > /dev/null
+cell() { sed 's/.*| \([a-z(0-9 ]*)\{0,1\}\) |$/\1/'; } # the last cell of a row
+check loss_verdicts "held;held;did not hold;" \
+    "$(grep -E '^\| (DIFF V2|V2, λ without sigmoid|V2, no λ) − (Transformer|DIFF V2) ' "$run/V2.md" | head -n 3 | cell | tr '\n' ';')"
+check v1_no_claim "(no claim)" "$(grep -F '| DIFF V2 − DIFF V1 |' "$run/V2.md" | head -n 1 | cell)"
+check spikes_counted "| Transformer | 3 | 2, 2, 3 | 5.0x | 0 |" "$(grep -F '| Transformer | 3 | 2' "$run/V2.md" | cut -c1-40)"
+check below_3x_is_no_spike "| DIFF V2 | 3 | 0, 0, 0 | 1.0x | 0 |" "$(grep -F '| DIFF V2 | 3 | 0' "$run/V2.md" | cut -c1-36)"
+check warmup_not_counted "| DIFF V1 | 1 | 0 |" "$(grep -F '| DIFF V1 | 1 |' "$run/V2.md" | cut -c1-19)"
+check spikes_held "held" "$(grep -F '| DIFF V2 − Transformer | -2.33' "$run/V2.md" | cell)"
+check spikes_one_seed "not resolved (1 seed)" "$(grep -F '| DIFF V2 − DIFF V1 | +0.00 (1 seed)' "$run/V2.md" | cell)"
+check outliers_logits_held_hidden_not "held;did not hold" \
+    "$(grep -F '| DIFF V2 / Transformer' "$run/V2.md" | awk -F'|' '{gsub(/^ +| +$/, "", $4); gsub(/^ +| +$/, "", $6); print $4 ";" $6}')"
+tools_test_end

@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""The V2 stage's analysis (scripts/v2.sh; make reproduce STAGE=v2): DIFF V2
+beside DIFF V1 and the Transformer, and V2's cheap ablations, on plain
+language modelling under the scaling stage's recipe. Writes DIR/V2.md with
+every verdict computed from the numbers here (tools/stats.py's rules).
+
+- Learning rate: each arch's final validation loss at every lr of the sweep
+  (seed 1); its best is the lr of its other runs (--choose-lr prints them,
+  --sweep-next the lrs to add while a best lies at the edge).
+- Loss: the final validation loss of each arch at its own lr, 3 seeds; per
+  seed (the same seed: the same batches) V2 − Transformer, V2 − V1 and each
+  ablation − V2, 95% t intervals.
+- Stability: every arch at 4x the Transformer's lr (DIR/high). A gradient-norm spike is
+  a step after the warm-up whose pre-clip norm exceeds SPIKE x the median of
+  the WINDOW steps before it; per run the count, the largest ratio, and
+  whether the loss became non-finite (a diverged run).
+- Outliers: `difftx eval outliers` of each model at its own lr: the largest
+  |attention logit| and |hidden value| (Table 5's Top-1), compared as log10
+  ratios per seed.
+
+usage: tools/v2.py DIR [--command CMD]
+       tools/v2.py DIR --choose-lr | --sweep-next
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from runs import read_entries  # noqa: E402
+from scaling import Run, choose_lr, lr_name, sweep_next, sweep_vals  # noqa: E402
+from stats import LEDGER, fmt_ci, mean_ci, paired_ci, verdict  # noqa: E402
+
+ARCHS = ("transformer", "diff", "diff2", "diff2lin", "diff2none")
+NAME = {"transformer": "Transformer", "diff": "DIFF V1", "diff2": "DIFF V2", "diff2lin": "V2, λ without sigmoid",
+        "diff2none": "V2, no λ"}
+SPIKE, WINDOW = 3.0, 50
+
+
+def open_run(d):
+    return Run(d, ARCHS)
+
+
+def high_lr(r):
+    return lr_name(4 * float(r.lr["transformer"]))
+
+
+def open_high(r):
+    """The stability phase's runs (DIR/high), or None before it started."""
+    d = os.path.join(r.dir, "high")
+    return Run(d, ARCHS) if os.path.exists(os.path.join(d, "settings.txt")) else None
+
+
+def runs_at(r, arch, lr):
+    """{seed: key} of ARCH's finished runs at LR (the stage's one size)."""
+    dim = int(r.settings["sweep_dim"])
+    return {s: k for k in r.runs for (a, d, l, s) in [k] if (a, d, l) == (arch, dim, lr)}
+
+
+def spikes(base, warmup):
+    """(count, largest ratio, last step, diverged) of one run's gradient norms (module docstring)."""
+    norms = [(s, e["grad_norm"]) for s, e in read_entries(base + ".jsonl") if e.get("grad_norm") is not None]
+    count, worst = 0, 1.0
+    for i, (s, g) in enumerate(norms):
+        if s <= warmup or i < WINDOW:
+            continue
+        med = statistics.median(x for _, x in norms[i - WINDOW:i])
+        if not math.isfinite(g) or (med > 0 and g > SPIKE * med):
+            count += 1
+            worst = max(worst, g / med if med > 0 and math.isfinite(g) else math.inf)
+    info = base + ".info.json"
+    diverged = os.path.exists(info) and json.load(open(info)).get("diverged", False)
+    return count, worst, norms[-1][0] if norms else 0, diverged
+
+
+def outliers(r, key):
+    p = os.path.join(r.dir, "eval", "outliers-" + os.path.basename(r.runs[key]) + ".json")
+    if not os.path.exists(p):
+        return None
+    j = json.load(open(p))
+    return j["attention_logits"]["top1"], j["hidden_states"]["top1"]
+
+
+def write(r, command):
+    out = []
+    w = out.append
+    dim, steps = int(r.settings["sweep_dim"]), r.steps
+    w("# DIFF V2 beside DIFF V1 and the Transformer\n")
+    w(f"Written by tools/v2.py on {datetime.date.today()} from `{command}` (scripts/v2.sh). Plain language "
+      f"modelling (the State of the Union speeches, no needle or copy rows) under the scaling stage's recipe at "
+      f"dim {dim}: {r.settings['layers']} layers, context {r.settings['seq']}, {r.settings['batch']} rows, "
+      f"{steps} steps, each arch at its own learning rate (the lowest final validation loss of a sweep, seed 1). "
+      "The Transformer has 2H heads of width d, DIFF V1 H heads (values 2d), V2 the Transformer's 2H heads as "
+      "output heads (4H query heads, λ per token: its matched comparison, spec §8.2, with more query and λ "
+      "weights). Per seed the same batches for every arch; differences are paired by seed, 95% t intervals; "
+      "a verdict is *held* only where the interval lies on the paper's side of zero.\n")
+    # learning rates
+    w("## Learning rates (seed 1, final validation loss)\n")
+    lrs = sorted({float(lr) for (a, d, lr, s) in r.runs if s == 1 and d == dim})
+    w("| arch | " + " | ".join(lr_name(x) for x in lrs) + " | chosen |")
+    w("|---|" + "---:|" * len(lrs) + "---|")
+    for a in ARCHS:
+        try:
+            vals = sweep_vals(r, a)
+        except SystemExit:
+            vals = {}
+        cells = []
+        for x in lrs:
+            v = vals.get(lr_name(x))
+            cells.append("–" if v is None else "diverged" if math.isinf(v) else f"{v:.4f}")
+        w(f"| {NAME[a]} | " + " | ".join(cells) + f" | {r.lr.get(a, '–')} |")
+    # loss
+    w("\n## Validation loss at each arch's learning rate\n")
+    loss = {a: {s: r.final_val(k) for s, k in runs_at(r, a, r.lr.get(a, "")).items()} for a in ARCHS}
+    w("| arch | lr | seeds | final validation loss (mean [95% CI]) | per seed |")
+    w("|---|---|---:|---|---|")
+    for a in ARCHS:
+        vs = {s: v for s, v in loss[a].items() if v is not None}
+        w(f"| {NAME[a]} | {r.lr.get(a, '–')} | {len(vs)} | {fmt_ci(mean_ci(list(vs.values())), '{:.4f}')} | "
+          + ", ".join(f"{v:.4f}" for _, v in sorted(vs.items())) + " |")
+    w("\n| comparison (per seed) | difference [95% CI] | paper | verdict |")
+    w("|---|---|---|---|")
+    comps = [("diff2", "transformer", -1, "V2's loss is lower than the Transformer's (§8.3: 0.02–0.03 at 1T tokens)"),
+             ("diff2", "diff", 0, "V2 against V1 (no number reported)"),
+             ("diff2lin", "diff2", +1, "λ without the sigmoid: higher loss than V2 (§8.3)"),
+             ("diff2none", "diff2", +1, "no λ: higher loss than V2 (§8.3)")]
+    for a, b, sign, claim in comps:
+        ci = paired_ci({s: v for s, v in loss[b].items() if v is not None},
+                       {s: v for s, v in loss[a].items() if v is not None})
+        v = verdict(ci, sign, claim, "V2.md loss") if sign else "(no claim)"
+        w(f"| {NAME[a]} − {NAME[b]} | {fmt_ci(ci, '{:+.4f}')} | {'lower' if sign < 0 else 'higher' if sign else '–'} "
+          f"| {v} |")
+    # stability
+    hi, rh = high_lr_or_none(r), open_high(r)
+    w(f"\n## Stability at a high learning rate ({hi or 'not yet run'}: 4x the Transformer's own)\n")
+    w(f"A spike: a step after the warm-up ({steps // 20} steps) whose pre-clip gradient norm exceeds {SPIKE:g}x the "
+      f"median of the {WINDOW} steps before it. Diverged: the loss became non-finite (the run stops there).\n")
+    w("| arch | seeds | spikes per run | largest ratio | diverged | final validation loss |")
+    w("|---|---:|---|---|---:|---|")
+    spk, fin = {}, {}
+    for a in ARCHS:
+        runs = runs_at(rh, a, hi) if hi and rh else {}
+        res = {s: spikes(rh.runs[k], steps // 20) for s, k in runs.items()}
+        spk[a] = {s: x[0] for s, x in res.items()}
+        fin[a] = {s: rh.final_val(k) for s, k in runs.items()}
+        div = sum(x[3] for x in res.values())
+        worst = max((x[1] for x in res.values()), default=float("nan"))
+        fv = [v for v in fin[a].values() if v is not None]
+        w(f"| {NAME[a]} | {len(res)} | " + (", ".join(str(spk[a][s]) for s in sorted(spk[a])) or "–")
+          + f" | {worst:.1f}x | {div} | " + (fmt_ci(mean_ci(fv), "{:.4f}") if fv else "–") + " |")
+    w("\n| comparison (spikes per run, per seed) | difference [95% CI] | paper | verdict |")
+    w("|---|---|---|---|")
+    for a, b, sign, claim in [("diff2", "transformer", -1, "V2 has fewer gradient spikes than the Transformer at a "
+                               "large lr (§8.3)"),
+                              ("diff2", "diff", -1, "V2 has fewer gradient spikes than V1 at a large lr (§8.2)"),
+                              ("diff2lin", "diff2", +1, "λ without the sigmoid is less stable than V2 (§8.3)")]:
+        ci = paired_ci(spk[b], spk[a])
+        v = verdict(ci, sign, claim, "V2.md stability")
+        w(f"| {NAME[a]} − {NAME[b]} | {fmt_ci(ci, '{:+.2f}')} | {'fewer' if sign < 0 else 'more'} | {v} |")
+    # outliers
+    w("\n## Activation outliers at each arch's learning rate (Table 5's Top-1)\n")
+    w("| arch | seeds | top-1 attention logit | top-1 hidden value |")
+    w("|---|---:|---|---|")
+    top = {}
+    for a in ARCHS:
+        o = {s: outliers(r, k) for s, k in runs_at(r, a, r.lr.get(a, "")).items()}
+        top[a] = {s: x for s, x in o.items() if x}
+        w(f"| {NAME[a]} | {len(top[a])} | " + (fmt_ci(mean_ci([x[0] for x in top[a].values()]), "{:.1f}") if top[a]
+                                               else "–") + " | "
+          + (fmt_ci(mean_ci([x[1] for x in top[a].values()]), "{:.1f}") if top[a] else "–") + " |")
+    w("\n| comparison (log10 of the ratio, per seed) | attention logits [95% CI] | verdict | hidden [95% CI] | verdict |")
+    w("|---|---|---|---|---|")
+    for a, b in [("diff2", "transformer"), ("diff2", "diff")]:
+        cells = []
+        for i, what in ((0, "attention logits"), (1, "hidden values")):
+            ci = paired_ci({s: math.log10(x[i]) for s, x in top[b].items()},
+                           {s: math.log10(x[i]) for s, x in top[a].items()})
+            claim = f"V2's largest {what} are smaller than the {NAME[b]}'s (§8.3)" if b == "transformer" else None
+            cells += [fmt_ci(ci, "{:+.3f}"), verdict(ci, -1, claim, "V2.md outliers") if claim else "(no claim)"]
+        w(f"| {NAME[a]} / {NAME[b]} | " + " | ".join(cells) + " |")
+    with open(os.path.join(r.dir, "V2.md"), "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def high_lr_or_none(r):
+    return high_lr(r) if "transformer" in r.lr else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--command", default="make reproduce STAGE=v2")
+    ap.add_argument("--choose-lr", action="store_true")
+    ap.add_argument("--sweep-next", action="store_true")
+    a = ap.parse_args()
+    r = open_run(a.dir)
+    if a.choose_lr:
+        choose_lr(r)
+    elif a.sweep_next:
+        sweep_next(r)
+    else:
+        write(r, a.command)
+        print(f"wrote {os.path.join(a.dir, 'V2.md')}; verdicts: "
+              + ", ".join(f"{v}" for _, v, _ in LEDGER))
+
+
+if __name__ == "__main__":
+    main()
