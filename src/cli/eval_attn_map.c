@@ -146,6 +146,11 @@ static int json_body(FILE *f, const dtx_model *m, const dtx_tokenizer *tok, cons
             (long long)a->layer, (long long)a->head);
     if (diff) fprintf(f, "%.9g", dtx_probe_lambda(m, a->layer));
     else fputs("null", f);
+    if (dtx_model_config(m)->arch == DTX_ARCH_DIFF2) { /* V2: λ per token; "lambda" is their mean */
+        fputs(", \"lambda_rows\": [", f);
+        for (int64_t t = 0; t < p->T; t++) fprintf(f, "%s%.9g", t ? ", " : "", dtx_probe_lambda_row(m, 0, a->layer, a->head, t));
+        fputs("]", f);
+    }
     fprintf(f, ", \"T\": %lld, \"prompt_tokens\": %lld,\n \"ids\": [", (long long)p->T, (long long)p->full);
     for (int64_t i = 0; i < p->T; i++) fprintf(f, "%s%ld", i ? ", " : "", (long)p->ids[i]);
     fputs("],\n \"tokens\": [", f);

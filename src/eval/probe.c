@@ -241,6 +241,12 @@ dtx_status dtx_probe_attention_row(const dtx_model *m, int64_t b, int64_t layer,
     return DTX_OK;
 }
 
+double dtx_probe_lambda_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, int64_t t) {
+    if (check_args(m, b, layer, head, DTX_PROBE_DIFF, t)) return NAN;
+    if (m->cfg.arch == DTX_ARCH_DIFF2) return v2_lambda_at(m, layer, b * m->acts.T + t, head);
+    return is_diff(m) ? m->acts.layers[layer].lambda : 0.0;
+}
+
 double dtx_probe_lambda(const dtx_model *m, int64_t layer) {
     if (need_forward(m) || check_layer(m, layer)) return NAN;
     if (m->cfg.arch != DTX_ARCH_DIFF2) return is_diff(m) ? m->acts.layers[layer].lambda : 0.0;

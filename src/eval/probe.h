@@ -37,6 +37,10 @@ dtx_status dtx_probe_logit_row(const dtx_model *m, int64_t b, int64_t layer, int
  * last forward; DTX_PROBE_DIFF rows use each row's own; NaN, with a message,
  * when no forward has run or the layer is out of range). */
 double dtx_probe_lambda(const dtx_model *m, int64_t layer);
+/* λ of one head's query row t (DTX_PROBE_DIFF's): DIFF2's own per token,
+ * DIFF's layer λ, 0 for the Transformer; NaN, with a message, for an index
+ * out of range or before any forward. */
+double dtx_probe_lambda_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, int64_t t);
 /* Rows and width of the last forward: *B, *T (both 0 before any forward). */
 void dtx_probe_shape(const dtx_model *m, int64_t *B, int64_t *T);
 /* Hidden state (block output, after both residual additions) of layer l:

@@ -23,7 +23,7 @@ static const char TEXT[] =
     "another story began with a cat, a dog, a log and a mat, all of them on the mat.";
 
 static dtx_tokenizer *tok;
-static const char *tok_path, *diff_path, *tf_path, *ids_path, *text_path;
+static const char *tok_path, *diff_path, *tf_path, *v2_path, *ids_path, *text_path;
 
 static int save_model(dtx_arch arch, const char *name, const char **path) {
     dtx_config c = dtx_config_default();
@@ -34,8 +34,9 @@ static int save_model(dtx_arch arch, const char *name, const char **path) {
     c.vocab_size = dtx_tokenizer_vocab_size(tok);
     c.ffn_dim = 64;
     c.max_seq_len = EP_SEQ;
-    if (arch == DTX_ARCH_TRANSFORMER) c = dtx_config_baseline(&c);
-    *path = test_model_file(name, &c, arch == DTX_ARCH_DIFF ? 21 : 22);
+    if (arch != DTX_ARCH_DIFF) c = dtx_config_baseline(&c);
+    if (arch == DTX_ARCH_DIFF2) c.arch = DTX_ARCH_DIFF2; /* the Transformer's 4 heads (2 KV) as output heads */
+    *path = test_model_file(name, &c, arch == DTX_ARCH_DIFF ? 21 : arch == DTX_ARCH_DIFF2 ? 23 : 22);
     return *path ? 0 : -1;
 }
 
@@ -45,7 +46,7 @@ static int setup(void) {
     const char *texts[] = {TEXT};
     if (!(tok = test_tokenizer_file(texts, 1, 300, "probe.tok", &tok_path))) return -1;
     if (save_model(DTX_ARCH_DIFF, "diff.safetensors", &diff_path) ||
-        save_model(DTX_ARCH_TRANSFORMER, "tf.safetensors", &tf_path))
+        save_model(DTX_ARCH_TRANSFORMER, "tf.safetensors", &tf_path) || save_model(DTX_ARCH_DIFF2, "v2.safetensors", &v2_path))
         return -1;
     char ids[1024];
     size_t o = 0;
@@ -101,8 +102,11 @@ static void check_against_library(const char *model, const cJSON *j, int64_t win
     dtx_model_free(m);
 }
 
-static void check_outliers(const char *model, int diff) {
-    const char *json = test_path(diff ? "outl_diff.json" : "outl_tf.json");
+/* nq: the query (sub-)heads whose maps count, per layer (DIFF 2 heads x 2 maps, the Transformer 4, V2 8). */
+static void check_outliers(const char *model, int64_t nq) {
+    char name[32];
+    snprintf(name, sizeof name, "outl_%lld.json", (long long)nq);
+    const char *json = test_path(name);
     int rc = cli("eval outliers --model %s --tokens %s --window 16 --count 70 --json %s", model, ids_path, json);
     REQUIREF(rc == 0, "exit %d: %s", rc, cli_out);
     CHECK(strstr(cli_out, "Top-100") && strstr(cli_out, "attention logits") && strstr(cli_out, "hidden states"));
@@ -110,7 +114,7 @@ static void check_outliers(const char *model, int diff) {
     REQUIREF(j, "cannot parse %s", json);
     /* 70 tokens, windows of 16: 4 whole windows, 64 tokens */
     CHECK(json_num(j, "tokens") == 64 && json_num(j, "windows") == 4 && json_num(j, "window") == 16 && json_num(j, "input_tokens") == 100);
-    int64_t L = 2, NQ = 4, D = 32; /* DIFF: 2 heads x 2 maps; Transformer: 4 heads */
+    int64_t L = 2, NQ = nq, D = 32;
     const cJSON *lg = cJSON_GetObjectItemCaseSensitive(j, "attention_logits");
     const cJSON *hs = cJSON_GetObjectItemCaseSensitive(j, "hidden_states");
     CHECKF(json_num(lg, "count") == (double)(4 * L * NQ * 16 * 17 / 2), "logits counted %g", json_num(lg, "count"));
@@ -123,8 +127,9 @@ static void check_outliers(const char *model, int diff) {
 
 TEST(eval_probe_cli_outliers_json) {
     REQUIRE(setup() == 0);
-    check_outliers(diff_path, 1);
-    check_outliers(tf_path, 0);
+    check_outliers(diff_path, 4);
+    check_outliers(tf_path, 4);
+    check_outliers(v2_path, 8); /* V2: both query heads of each of the 4 pairs */
 }
 
 TEST(eval_probe_cli_outliers_text) {
@@ -329,4 +334,57 @@ TEST(eval_probe_cli_plot_attn_map) {
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 tools/plot_eval.py attn-map %s/none.json %s >/dev/null 2>&1",
              test_tmpdir(), png);
     CHECK(WEXITSTATUS(system(cmd)) == 1);
+}
+
+/* DIFF V2: each head has two maps (its pair of query heads) and the combined
+ * map uses each row's own λ, which the JSON lists (lambda_rows) and the
+ * library agrees with: diff[t] = a1[t] − λ_t·a2[t], each row summing to
+ * 1 − λ_t, λ_t in (0, 1), and `lambda` their mean over the layer's heads. */
+TEST(eval_probe_cli_attn_map_diff2) {
+    REQUIRE(setup() == 0);
+    const char *json = test_path("map_v2.json");
+    int rc = cli("eval attn-map --model %s --tokenizer %s --text '%s' --layer 1 --head 3 --json %s", v2_path, tok_path,
+                 PROMPT, json);
+    REQUIREF(rc == 0, "exit %d: %s", rc, cli_out);
+    CHECK(strstr(cli_out, "diff2, layer 1, head 3") && strstr(cli_out, "(A1 - lambda*A2)"));
+    cJSON *j = read_json(json);
+    REQUIRE(j);
+    int T = (int)prompt_len(PROMPT);
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(j, "lambda_rows");
+    REQUIRE(cJSON_IsArray(rows) && cJSON_GetArraySize(rows) == T);
+    check_map(map_of(j, "a1"), T, 1.0, "a1");
+    check_map(map_of(j, "a2"), T, 1.0, "a2");
+    double worst = 0, lo = 1, hi = 0;
+    for (int t = 0; t < T; t++) {
+        double l = cJSON_GetArrayItem(rows, t)->valuedouble, sum = 0;
+        lo = fmin(lo, l), hi = fmax(hi, l);
+        for (int s = 0; s <= t; s++) {
+            double d = at(map_of(j, "diff"), t, s);
+            worst = fmax(worst, fabs(d - (at(map_of(j, "a1"), t, s) - l * at(map_of(j, "a2"), t, s))));
+            sum += d;
+        }
+        worst = fmax(worst, fabs(sum - (1 - l)));
+    }
+    CHECKF(worst < 1e-7 && lo > 0 && hi < 1 && hi > lo, "diff vs a1 - lambda_t a2: %.3g, lambda in [%g, %g]", worst, lo,
+           hi);
+    /* the layer's mean over the prompt's rows and heads, from the library's own forward */
+    dtx_model *m = NULL;
+    REQUIRE(dtx_model_load(&m, v2_path) == DTX_OK);
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    REQUIRE(dtx_tokenizer_encode(tok, PROMPT, strlen(PROMPT), DTX_ENCODE_ORDINARY, &ids, &n) == DTX_OK);
+    int32_t *x = malloc((size_t)(n + 1) * sizeof *x);
+    REQUIRE(x);
+    x[0] = dtx_tokenizer_token_id(tok, "<|bos|>");
+    memcpy(x + 1, ids, (size_t)n * sizeof *x);
+    REQUIRE(dtx_model_forward(m, x, NULL, 1, n + 1, NULL, NULL) == DTX_OK);
+    double mean = 0;
+    for (int h = 0; h < 4; h++)
+        for (int t = 0; t < T; t++) mean += dtx_probe_lambda_row(m, 0, 1, h, t) / (4.0 * T);
+    CHECKF(fabs(mean - json_num(j, "lambda")) < 1e-8 && fabs(mean - dtx_probe_lambda(m, 1)) < 1e-12, "%g vs %g", mean,
+           json_num(j, "lambda"));
+    CHECK(fabs(dtx_probe_lambda_row(m, 0, 1, 3, T - 1) - cJSON_GetArrayItem(rows, T - 1)->valuedouble) < 1e-8);
+    free(ids), free(x);
+    dtx_model_free(m);
+    cJSON_Delete(j);
 }
