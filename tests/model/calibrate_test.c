@@ -17,10 +17,11 @@ static dtx_model *model(uint64_t seed) {
     return dtx_model_init(&m, &c, seed) == DTX_OK ? m : NULL;
 }
 
-static void calib_tokens(int32_t *t, uint64_t seed) {
+/* t [n] from seed's stream (a held-out sequence is the first LEN of such a stream). */
+static void calib_tokens(int32_t *t, int n, uint64_t seed) {
     dtx_rng r;
     dtx_rng_seed(&r, seed);
-    for (int i = 0; i < NSEQ * LEN; i++) t[i] = (int32_t)(dtx_rng_next(&r) % VOCAB);
+    for (int i = 0; i < n; i++) t[i] = (int32_t)(dtx_rng_next(&r) % VOCAB);
 }
 
 static double loss_of(dtx_model *m, const int32_t *tok) {
@@ -30,7 +31,7 @@ static double loss_of(dtx_model *m, const int32_t *tok) {
 
 TEST(calibrate_w8a8_absmax_scales_are_the_inputs_maxima) {
     int32_t tok[NSEQ * LEN];
-    calib_tokens(tok, 1);
+    calib_tokens(tok, NSEQ * LEN, 1);
     dtx_model *m = model(5), *ref = model(5);
     REQUIRE(m && ref);
     /* the reference maxima: xn1 of layer 0 (q/k/v's input) and q, k after RoPE, over every sequence */
@@ -59,7 +60,7 @@ TEST(calibrate_w8a8_absmax_scales_are_the_inputs_maxima) {
 
 TEST(calibrate_percentile_and_mse_ranges_lie_inside_absmax) {
     int32_t tok[NSEQ * LEN];
-    calib_tokens(tok, 2);
+    calib_tokens(tok, NSEQ * LEN, 2);
     float absmax_scale = 0;
     for (int method = 0; method < 3; method++) {
         dtx_model *m = model(6);
@@ -82,8 +83,8 @@ TEST(calibrate_percentile_and_mse_ranges_lie_inside_absmax) {
 
 TEST(calibrate_keeps_the_loss_close) {
     int32_t tok[NSEQ * LEN], held[LEN];
-    calib_tokens(tok, 3);
-    calib_tokens(held, 4);
+    calib_tokens(tok, NSEQ * LEN, 3);
+    calib_tokens(held, LEN, 4);
     static const dtx_wquant schemes[] = {DTX_WQ_W8A16, DTX_WQ_W8A8, DTX_WQ_W4A16};
     static const double tol[] = {0.01, 0.03, 0.08}; /* relative to the fp32 loss of a random model */
     dtx_model *fp = model(7);
@@ -109,8 +110,8 @@ TEST(calibrate_keeps_the_loss_close) {
  * those; the kinds' names. */
 TEST(calibrate_w8a8_a16_inputs) {
     int32_t tok[NSEQ * LEN], held[LEN];
-    calib_tokens(tok, 11);
-    calib_tokens(held, 12);
+    calib_tokens(tok, NSEQ * LEN, 11);
+    calib_tokens(held, LEN, 12);
     dtx_model *a = model(9), *b = model(9), *k = model(9);
     REQUIRE(a && b && k);
     dtx_quant_options oa = dtx_quant_options_default(DTX_WQ_W8A8), ob = dtx_quant_options_default(DTX_WQ_W8A16);
@@ -140,7 +141,7 @@ TEST(calibrate_w8a8_a16_inputs) {
 
 TEST(calibrate_refusals) {
     int32_t tok[NSEQ * LEN];
-    calib_tokens(tok, 5);
+    calib_tokens(tok, NSEQ * LEN, 5);
     dtx_model *m = model(8);
     REQUIRE(m);
     dtx_quant_options o = dtx_quant_options_default(DTX_WQ_W8A16);
