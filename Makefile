@@ -118,17 +118,19 @@ demo:
 # STAGE=claims-train then STAGE=claims (scripts/claims.sh: in-context
 # learning, faithfulness and loss by position, continued from the main
 # stage's models; about 59 and 27 minutes; QUICK=1 4 in all) writes
-# runs/reproduce/claims/CLAIMS.md; STAGE=v2 (scripts/v2.sh: DIFF V2, V1, the
-# Transformer and V2's ablations on plain language modelling: loss,
-# stability at a high lr, outliers) writes runs/reproduce/v2/V2.md.
+# runs/reproduce/claims/CLAIMS.md; STAGE=v2-lr, then v2-loss, then v2
+# (scripts/v2.sh: DIFF V2, V1, the Transformer and V2's ablations on plain
+# language modelling: their lrs; loss and outliers; stability at a high lr)
+# write runs/reproduce/v2/V2.md.
 # (QUICK times measured 2026-12-01 on an idle 2-core AMD EPYC, AVX2.)
 STAGE ?= main
 reproduce:
 	@case "$(STAGE)" in main) scripts/reproduce.sh ;; main-train) scripts/reproduce.sh --train-only ;; \
 	  induction) scripts/induction.sh ;; \
 	  scaling-lr) scripts/scaling.sh --lr-only ;; scaling) scripts/scaling.sh ;; \
-	  claims-train) scripts/claims.sh --train-only ;; claims) scripts/claims.sh ;; v2) scripts/v2.sh ;; \
-	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims or v2" >&2; exit 2 ;; esac
+	  claims-train) scripts/claims.sh --train-only ;; claims) scripts/claims.sh ;; \
+	  v2-lr) scripts/v2.sh --lr-only ;; v2-loss) scripts/v2.sh --loss-only ;; v2) scripts/v2.sh ;; \
+	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss or v2" >&2; exit 2 ;; esac
 
 # The PyTorch side (needs python3-torch: scripts/setup.sh --torch).
 fixtures:

@@ -3,7 +3,7 @@
 # Transformer, and V2's cheap ablations (λ without the sigmoid; no λ), on
 # plain language modelling under the scaling stage's recipe.
 #
-# usage: scripts/v2.sh [--quick] [--dir DIR] [--no-setup] [--no-build] [--jobs N]
+# usage: scripts/v2.sh [--quick] [--lr-only | --loss-only] [--dir DIR] [--no-setup] [--no-build] [--jobs N]
 #        scripts/v2.sh --list [--quick]        the runs of each phase
 #
 # The recipe is the scaling stage's at its sweep size (scripts/scaling.sh:
@@ -28,6 +28,10 @@
 # the full stage keeps each finished run's logs and evaluations (not the
 # weights) in docs/reproduce/v2-results, so a session on another machine
 # continues. tools/v2.py DIR writes DIR/V2.md with the verdicts.
+# --lr-only (make reproduce STAGE=v2-lr) stops after phase 1, --loss-only
+# (STAGE=v2-loss) after phase 2, so that the stage runs in parts that fit a
+# session: a run takes 8-11 minutes on one core of the AVX-512 machine, and
+# about 2.4x as long on an AVX2 one (the scaling stage's logs).
 #
 # Exit status: 0 done, 1 a step failed, 2 bad usage, 130 interrupted.
 set -Eeuo pipefail
@@ -52,7 +56,7 @@ if [ "${1:-}" = --outliers ]; then # a worker: RUN NAME
     exit 0
 fi
 
-local quick=0 dir=${REPRO_DIR:-} list=0 jobs=${JOBS:-2}
+local quick=0 dir=${REPRO_DIR:-} list=0 jobs=${JOBS:-2} stop_after=3
 is_true "${QUICK:-}" && quick=1
 while [ $# -gt 0 ]; do
     case $1 in
@@ -61,6 +65,8 @@ while [ $# -gt 0 ]; do
         --no-setup) NO_SETUP=1 ;;
         --no-build) NO_BUILD=1 ;;
         --list) list=1 ;;
+        --lr-only) stop_after=1 ;;
+        --loss-only) stop_after=2 ;;
         --jobs) [ $# -ge 2 ] || { echo "v2: --jobs needs a value" >&2; exit 2; }; jobs=$2; shift ;;
         --dir) [ $# -ge 2 ] || { echo "v2: --dir needs a value" >&2; exit 2; }; dir=$2; shift ;;
         *) echo "v2: unknown argument $1 (scripts/v2.sh --help)" >&2; exit 2 ;;
@@ -150,6 +156,10 @@ done
 /usr/bin/python3 tools/v2.py "$run" --choose-lr > "$run/lr.txt.tmp" && mv "$run/lr.txt.tmp" "$run/lr.txt"
 [ -z "$SCALING_KEEP" ] || scripts/repro_keep.sh keep "$run" "$SCALING_KEEP"
 echo "learning rates: $(tr '\n' ' ' < "$run/lr.txt")"
+if [ $stop_after = 1 ]; then
+    echo "phase 1 done in $(( ($(date +%s) - t_all) / 60 )) min: $run/lr.txt (next: make reproduce STAGE=v2-loss)"
+    exit 0
+fi
 echo "phase 2: seeds ${seeds[*]:1} at each arch's learning rate"
 phase2 > "$run/runs2.txt"
 xargs -r -P "$jobs" -L 1 "$worker" --one "$run" < "$run/runs2.txt" || die "a run failed (see above); run the same command again"
@@ -164,6 +174,11 @@ SCALING_NEED_WEIGHTS=1 xargs -r -P "$jobs" -L 1 "$worker" --one "$run" < "$run/r
     die "a run failed (see above); run the same command again"
 for s in "${seeds[@]}"; do for a in "${archs[@]}"; do echo "$run $a-d$dim-lr$(lr_of $a)-s$s"; done; done |
     xargs -r -P "$jobs" -L 1 "$0" --outliers || die "an evaluation failed (see above); run the same command again"
+if [ $stop_after = 2 ]; then
+    /usr/bin/python3 tools/v2.py "$run" --command "make reproduce STAGE=v2-loss$( [ $quick = 1 ] && echo ' QUICK=1')"
+    echo "phases 1, 2 done in $(( ($(date +%s) - t_all) / 60 )) min: $run/V2.md (next: make reproduce STAGE=v2)"
+    exit 0
+fi
 echo "phase 3: every arch at $(high_lr) (4x the Transformer's $(lr_of transformer)), seeds ${seeds[*]}"
 mkdir -p "$run/high/models" "$run/high/eval"
 stage_settings "$run/high" "$settings" "remove it or use --dir" > /dev/null
