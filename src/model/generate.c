@@ -45,8 +45,9 @@
 #define P(off) (m->params + (off))
 
 struct dtx_kvcache {
-    /* the model shape it was made for */
+    /* the model shape it was made for (and V2's λ form, which decides its buffers) */
     dtx_arch arch;
+    dtx_v2_lambda v2_lambda;
     int64_t n_layers, dim, n_heads, n_kv_heads, head_dim, kv_dim, ffn_dim, vocab_size;
     int64_t max_len, len;
     real *k, *v;    /* [n_layers, max_len, kv_dim] each */
@@ -159,6 +160,7 @@ dtx_status dtx_kvcache_init(dtx_kvcache **out, const dtx_model *m, int64_t max_l
     dtx_kvcache *c = calloc(1, sizeof *c);
     if (!c) return dtx_fail(DTX_ERR_NOMEM, "out of memory for a KV cache");
     c->arch = cfg->arch;
+    c->v2_lambda = cfg->v2_lambda;
     c->n_layers = cfg->n_layers;
     c->dim = cfg->dim;
     c->n_heads = cfg->n_heads;
@@ -249,7 +251,7 @@ static void linear(const dtx_model *m, dtx_kvcache *c, real *out, const real *x,
 /* The cache was made for a model of this shape. */
 static dtx_status check_shape(const dtx_model *m, const dtx_kvcache *c) {
     const dtx_config *cfg = &m->cfg;
-    if (c->arch != cfg->arch || c->n_layers != cfg->n_layers || c->dim != cfg->dim || c->n_heads != cfg->n_heads ||
+    if (c->arch != cfg->arch || c->v2_lambda != cfg->v2_lambda || c->n_layers != cfg->n_layers || c->dim != cfg->dim || c->n_heads != cfg->n_heads ||
         c->n_kv_heads != cfg->n_kv_heads || c->ffn_dim != cfg->ffn_dim || c->vocab_size != cfg->vocab_size ||
         c->max_len > cfg->max_seq_len)
         return dtx_fail(DTX_ERR_ARG, "the KV cache was made for a model of another shape");

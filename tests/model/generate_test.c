@@ -272,6 +272,16 @@ TEST(generate_refuses_bad_arguments) {
     dtx_model_free(other);
     dtx_kvcache_free(c);
     dtx_model_free(m);
+    /* DIFF V2 without λ has no λ buffers: a cache made for it refuses the sigmoid form of the same shape */
+    test_variant = 2;
+    dtx_model *none = make_model(DTX_ARCH_DIFF2, 1, 0, 1);
+    test_variant = 0;
+    dtx_model *sig = make_model(DTX_ARCH_DIFF2, 1, 0, 1);
+    REQUIRE(none && sig && dtx_kvcache_init(&c, none, 0) == DTX_OK);
+    CHECK(dtx_model_decode(sig, c, 1, logits) == DTX_ERR_ARG && strstr(dtx_last_error(), "another shape"));
+    CHECK(dtx_model_decode(none, c, 1, logits) == DTX_OK);
+    dtx_kvcache_free(c);
+    dtx_model_free(none), dtx_model_free(sig);
 }
 
 /* dtx_sample (now on the cache) continues greedily exactly as the argmax of
