@@ -18,7 +18,7 @@ static dtx_config small_config(dtx_arch arch, int gqa, int tied) {
     c.dim = 24;
     c.n_layers = 2;
     c.n_heads = arch == DTX_ARCH_DIFF ? 2 : 4;       /* d = 6 */
-    c.n_kv_heads = gqa ? c.n_heads / 2 : c.n_heads;
+    c.n_kv_heads = gqa == 2 ? 1 : gqa ? c.n_heads / 2 : c.n_heads; /* gqa 2: MQA */
     c.vocab_size = 19;
     c.ffn_dim = 20;
     c.max_seq_len = 9;
@@ -133,6 +133,10 @@ TEST(model_fd_diff_lambda_init_fixed) { fd_check_variant(DTX_ARCH_DIFF, 1, 1, DT
 TEST(model_fd_diff2_mha_tied) { fd_check(DTX_ARCH_DIFF2, 0, 1); }
 TEST(model_fd_diff2_gqa_untied) { fd_check(DTX_ARCH_DIFF2, 1, 0); }
 TEST(model_fd_plain_attention_diff2_gqa) { fd_check_impl(DTX_ARCH_DIFF2, 1, 1, DTX_ATTN_PLAIN); }
+TEST(model_fd_diff2_mqa) { /* one KV head under all 8 query heads */
+    fd_check(DTX_ARCH_DIFF2, 2, 0);
+    fd_check_impl(DTX_ARCH_DIFF2, 2, 1, DTX_ATTN_PLAIN);
+}
 TEST(model_fd_diff2_lambda_ablations) {
     fd_check_variant(DTX_ARCH_DIFF2, 1, 0, DTX_ATTN_FLASH, 3);
     fd_check_variant(DTX_ARCH_DIFF2, 0, 1, DTX_ATTN_FLASH, 4);
