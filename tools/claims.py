@@ -28,7 +28,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from stats import LEDGER, fmt_ci, mean_ci, verdict  # noqa: E402
+from stats import LEDGER, fmt_ci, mean_ci, verdict, write_verdicts  # noqa: E402
 
 ARCHS = ("diff", "transformer")
 NAME = {"diff": "DIFF", "transformer": "Transformer"}
@@ -473,9 +473,7 @@ def main():
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(out) + "\n")
     os.replace(path + ".tmp", path)
-    with open(os.path.join(run, "verdicts.json.tmp"), "w") as f:
-        json.dump([{"claim": c, "verdict": v, "where": w} for c, v, w in LEDGER], f, indent=1)
-    os.replace(os.path.join(run, "verdicts.json.tmp"), os.path.join(run, "verdicts.json"))
+    write_verdicts(run)
     print(path)
 
 

@@ -236,6 +236,15 @@ def section_scaling_stage(r, out):
                    "report).\n"])
 
 
+def section_v2_stage(r, out):
+    """The V2 stage's write-up (make reproduce STAGE=v2)."""
+    include_stage(r, out, "v2", "V2.md",
+                  "## DIFF V2 beside V1 and the Transformer (`make reproduce STAGE=v2`; [v2/V2.md](v2/V2.md))\n",
+                  ["## DIFF V2 (spec §8)\n",
+                   "On plain language modelling, in its own stage: `make reproduce STAGE=v2-lr`, then `STAGE=v2-loss`, "
+                   "then `STAGE=v2` (not run for this report).\n"])
+
+
 def section_claims_stage(r, out):
     """The claims stage's write-up (make reproduce STAGE=claims)."""
     include_stage(r, out, "claims", "CLAIMS.md",
@@ -858,6 +867,7 @@ def main():
     section_wquant(r, out)
     section_maps(r, out, figs)
     section_claims_stage(r, out)
+    section_v2_stage(r, out)
     section_earlier(out)
     out.append("## Commands\n")
     out.append("Everything above: `" + args.command + "` (scripts/reproduce.sh; its `--help` lists each step). "

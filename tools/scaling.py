@@ -33,7 +33,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runs import finished_models, fit_power, invert, model_info, read_log, read_settings  # noqa: E402
-from stats import LEDGER, fmt_ci, mean_ci, verdict  # noqa: E402
+from stats import LEDGER, fmt_ci, mean_ci, verdict, write_verdicts  # noqa: E402
 
 ARCHS = ("diff", "transformer")
 NAME = {"diff": "DIFF", "transformer": "Transformer"}
@@ -380,10 +380,7 @@ def write(r, command):
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(out))
     os.replace(path + ".tmp", path)
-    # the verdicts for the report's summary (tools/report.py)
-    with open(os.path.join(r.dir, "verdicts.json.tmp"), "w") as f:
-        json.dump([{"claim": c, "verdict": v, "where": w} for c, v, w in LEDGER], f, indent=1)
-    os.replace(os.path.join(r.dir, "verdicts.json.tmp"), os.path.join(r.dir, "verdicts.json"))
+    write_verdicts(r.dir)  # for the report's summary (tools/report.py)
     return path
 
 

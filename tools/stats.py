@@ -73,6 +73,15 @@ def verdict(ci, paper_sign, claim=None, where=None):
     return v
 
 
+def write_verdicts(d):
+    """LEDGER as D/verdicts.json (atomically): a stage's verdicts for REPORT.md's summary (tools/report.py)."""
+    import json
+    import os
+    with open(os.path.join(d, "verdicts.json.tmp"), "w") as f:
+        json.dump([{"claim": c, "verdict": v, "where": w} for c, v, w in LEDGER], f, indent=1)
+    os.replace(os.path.join(d, "verdicts.json.tmp"), os.path.join(d, "verdicts.json"))
+
+
 def fmt_ci(ci, fmt="{:+.2f}"):
     if ci is None:
         return "n/a"

@@ -32,7 +32,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runs import read_entries  # noqa: E402
 from scaling import Run, choose_lr, lr_name, sweep_next, sweep_vals  # noqa: E402
-from stats import LEDGER, fmt_ci, mean_ci, paired_ci, verdict  # noqa: E402
+from stats import LEDGER, fmt_ci, mean_ci, paired_ci, verdict, write_verdicts  # noqa: E402
 
 ARCHS = ("transformer", "diff", "diff2", "diff2lin", "diff2none")
 NAME = {"transformer": "Transformer", "diff": "DIFF V1", "diff2": "DIFF V2", "diff2lin": "V2, λ without sigmoid",
@@ -181,8 +181,11 @@ def write(r, command):
             claim = f"V2's largest {what} are smaller than the {NAME[b]}'s (§8.3)" if b == "transformer" else None
             cells += [fmt_ci(ci, "{:+.3f}"), verdict(ci, -1, claim, "V2.md outliers") if claim else "(no claim)"]
         w(f"| {NAME[a]} / {NAME[b]} | " + " | ".join(cells) + " |")
-    with open(os.path.join(r.dir, "V2.md"), "w") as f:
+    path = os.path.join(r.dir, "V2.md")
+    with open(path + ".tmp", "w") as f:
         f.write("\n".join(out) + "\n")
+    os.replace(path + ".tmp", path)
+    write_verdicts(r.dir)  # for the report's summary (tools/report.py)
 
 
 def high_lr_or_none(r):
