@@ -150,7 +150,10 @@ def write(r, command):
         worst = max((x[1] for x in res.values()), default=float("nan"))
         fv = [v for v in fin[a].values() if v is not None]
         w(f"| {NAME[a]} | {len(res)} | " + (", ".join(str(spk[a][s]) for s in sorted(spk[a])) or "–")
-          + f" | {worst:.1f}x | {div} | " + (fmt_ci(mean_ci(fv), "{:.4f}") if fv else "–") + " |")
+          + " | " + ("–" if math.isnan(worst) else f"{worst:.1f}x") + f" | {div} | "
+          + (fmt_ci(mean_ci(fv), "{:.4f}") if fv else "–") + " |")
+    if not any(spk.values()):
+        w("\nNo run of this phase has finished yet (`make reproduce STAGE=v2` runs it).")
     w("\n| comparison (spikes per run, per seed) | difference [95% CI] | paper | verdict |")
     w("|---|---|---|---|")
     for a, b, sign, claim in [("diff2", "transformer", -1, "V2 has fewer gradient spikes than the Transformer at a "
