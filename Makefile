@@ -18,6 +18,9 @@ CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 FD_TESTS := $(sort $(wildcard tests/*/*_fd_test.c))
 F32_TESTS:= $(filter-out $(FD_TESTS),$(sort $(wildcard tests/*/*_test.c)))
 TEST_COMMON := tests/test_main.c tests/test_util.c
+# tests/fuzz/fuzz_*.c: the fuzz targets (make fuzz), also replayed by make test
+FUZZ_SRC    := $(sort $(filter-out tests/fuzz/fuzz_path.c,$(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_NAMES  := $(patsubst tests/fuzz/%.c,%,$(FUZZ_SRC))
 
 LIB32 := $(BUILD)/libdifftx.a
 LIB64 := $(BUILD)/libdifftx_f64.a
@@ -31,7 +34,7 @@ MPI_PLUGIN := $(if $(MPICC),$(BUILD)/libdifftx_mpi.so)
 obj32 = $(patsubst %.c,$(BUILD)/f32/%.o,$(1))
 obj64 = $(patsubst %.c,$(BUILD)/f64/%.o,$(1))
 
-.PHONY: all setup test test-asan demo reproduce fixtures check-fixtures interop-check clean bench bench-mpi
+.PHONY: all setup test test-asan test-crash fuzz fuzz-build demo reproduce fixtures check-fixtures interop-check clean bench bench-mpi
 all: $(BIN)
 
 setup: deps
@@ -72,12 +75,40 @@ $(BUILD)/tests/test_f64: $(call obj64,$(TEST_COMMON) $(FD_TESTS)) $(LIB64)
 TEST_BINS := $(BUILD)/tests/test_f32 $(BUILD)/tests/test_f64
 # the reproduction scripts' own tests (shell, the same summary line)
 SCRIPT_TESTS := $(wildcard tests/scripts/*_test.sh)
+REPLAY_BINS := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_NAMES))
 test: deps tiktoken-ranks
-	@$(MAKE) --no-print-directory $(BIN) $(TEST_BINS)
-	@DIFFTX_BIN=$(BIN) tests/run_all.sh $(TEST_BINS) $(SCRIPT_TESTS)
+	@$(MAKE) --no-print-directory $(BIN) $(TEST_BINS) $(REPLAY_BINS)
+	@DIFFTX_BIN=$(BIN) FUZZ_REPLAY_DIR=$(BUILD)/fuzz tests/run_all.sh $(TEST_BINS) $(SCRIPT_TESTS)
 
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1" SAN="$(SAN_FLAGS)" test
+
+# Kills, a full disk and two runs on one output against difftx train
+# (scripts/crash_test.sh; about a minute): nothing lost, nothing partial.
+test-crash: $(BIN)
+	@scripts/crash_test.sh $(if $(KILLS),--kills $(KILLS)) $(BIN)
+
+# ---- fuzzing (docs/fuzzing.md). Every reader of untrusted bytes has a
+# libFuzzer target in tests/fuzz/ (fuzz_*.c). `make fuzz` builds them with
+# clang, ASan and UBSan into build-fuzz/, makes seed corpora with difftx's own
+# commands and runs each target for FUZZ_SECONDS (default 60) or FUZZ_RUNS
+# executions; a crash is kept in build-fuzz/crashes/ and fails the target.
+# The committed inputs in tests/fuzz/regressions/ are replayed by `make test`
+# through the gcc build (tests/fuzz/replay.c).
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_EXTRA   := $(BUILD)/f32/src/cli/flags.o
+fuzz-build:
+	@scripts/setup.sh --fuzz
+	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT="-O1 -Wno-pass-failed" SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" \
+	  LINK_FUZZER=-fsanitize=fuzzer $(patsubst %,build-fuzz/fuzz/%,$(FUZZ_NAMES))
+fuzz: fuzz-build $(BIN)
+	@scripts/fuzz.sh $(if $(FUZZ_SECONDS),--seconds $(FUZZ_SECONDS)) $(if $(FUZZ_RUNS),--runs $(FUZZ_RUNS)) $(FUZZ_TARGETS)
+# a target: libFuzzer's main (fuzz-build) or the replayer (make test)
+LINK_FUZZER ?=
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_path.c tests/fuzz/fuzz.h $(FUZZ_EXTRA) $(LIB32) $(if $(LINK_FUZZER),,$(BUILD)/f32/tests/fuzz/replay.o)
+	@mkdir -p $(dir $@)
+	@echo "LD      $@"
+	@$(CC) $(CFLAGS) $(LINK_FUZZER) $(filter %.c %.o %.a,$^) -o $@ $(LDLIBS)
 
 # Installs the Debian packages the build needs when they are missing.
 .PHONY: deps
@@ -157,7 +188,7 @@ bench: deps
 	$(BENCH_BIN) $(if $(QUICK),--quick) --openblas $(BUILD)/openblas $(BENCH_ARGS)
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
 
 # Data-parallel training on this machine (1 rank x the cores against the cores
 # x 1 rank), the all-reduce's bandwidth, and a model of the step on N machines

@@ -37,9 +37,7 @@
 static double now(void) {
     static int cpu = -1;
     if (cpu < 0) cpu = getenv("CPUTIME") && atoi(getenv("CPUTIME")) != 0;
-    struct timespec t;
-    clock_gettime(cpu ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    return cpu ? dtx_cpu_s() : dtx_now_s();
 }
 
 static int cmp_d(const void *a, const void *b) {

@@ -47,18 +47,13 @@
 #include <unistd.h>
 
 #include "difftx.h"
+#include "common/common.h"
 #include "kernels/kernels.h"
 
 extern char **environ;
 
 #define MAXSTEPS 16
 static const char *self_exe = "/proc/self/exe";
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* A "VmHWM:" style field of /proc/self/status, in KiB (-1 if absent). */
 static long proc_status_kib(const char *key) {
@@ -291,10 +286,10 @@ static double measure_peak_nt(int bf16, int trials, int nt) {
     double best = 0;
     for (int trial = -1; trial < trials;) {
         float sink = 0;
-        double t0 = now_s();
+        double t0 = dtx_now_s();
 #pragma omp parallel num_threads(nt) reduction(+ : sink)
         sink += fn(iters, (float)omp_get_thread_num());
-        double dt = now_s() - t0;
+        double dt = dtx_now_s() - t0;
         peak_sink = sink;
         if (dt < 0.08) { /* calibrating */
             iters *= 2;
@@ -547,9 +542,9 @@ static void step(child *c, run_result *r, const char *cmd, const char *label, in
     double s;
     long h;
     unsigned long long b0 = machine_busy_ticks(), p0 = pid_ticks(c->pid);
-    double t0 = now_s();
+    double t0 = dtx_now_s();
     int rc = child_cmd(c, cmd, &s, &h);
-    double t1 = now_s();
+    double t1 = dtx_now_s();
     unsigned long long b1 = machine_busy_ticks(), p1 = pid_ticks(c->pid);
     if (!rc && i > 0 && b0 && b1 >= b0 && p1 >= p0) {
         double other = ((double)(b1 - b0) - (double)(p1 - p0)) / (double)sysconf(_SC_CLK_TCK);
@@ -739,12 +734,12 @@ static int serve_main(int argc, char **argv) {
     fflush(stdout);
     char line[64];
     while (fgets(line, sizeof line, stdin)) {
-        double t0 = now_s(), loss = NAN;
+        double t0 = dtx_now_s(), loss = NAN;
         int rc;
         if (!strncmp(line, "train", 5)) rc = bmodel_train(&bm, &loss, err, sizeof err);
         else if (!strncmp(line, "fwd", 3)) rc = bmodel_fwd(&bm, err, sizeof err);
         else break;
-        double dt = now_s() - t0;
+        double dt = dtx_now_s() - t0;
         if (rc) {
             printf("err %s\n", err);
             return 1;
@@ -777,23 +772,23 @@ static int one_main(int argc, char **argv) {
     dtx_config c = make_config(&b, arch);
     double fl = model_flops_fwd(&c, b.T) * (double)(b.B * b.T);
     for (int i = 0; i <= n; i++) {
-        double t0 = now_s(), loss;
+        double t0 = dtx_now_s(), loss;
         if (bmodel_train(&bm, &loss, err, sizeof err)) {
             fprintf(stderr, "bench: %s\n", err);
             return 1;
         }
-        double dt = now_s() - t0;
+        double dt = dtx_now_s() - t0;
         printf("train %d: %.3f s  %.0f tok/s  %.1f GFLOP/s  loss %.4f\n", i, dt, (double)(b.B * b.T) / dt,
                3 * fl / dt / 1e9, loss);
         fflush(stdout);
     }
     for (int i = 0; i < n; i++) {
-        double t0 = now_s();
+        double t0 = dtx_now_s();
         if (bmodel_fwd(&bm, err, sizeof err)) {
             fprintf(stderr, "bench: %s\n", err);
             return 1;
         }
-        double dt = now_s() - t0;
+        double dt = dtx_now_s() - t0;
         printf("fwd   %d: %.3f s  %.0f tok/s  %.1f GFLOP/s\n", i, dt, (double)(b.B * b.T) / dt, fl / dt / 1e9);
         fflush(stdout);
     }
@@ -877,10 +872,10 @@ static int attn_child_main(int argc, char **argv) {
     fflush(stdout);
     char line[64];
     if (!fgets(line, sizeof line, stdin) || strncmp(line, "go", 2)) return 1;
-    double dl = 0, t0 = now_s();
+    double dl = 0, t0 = dtx_now_s();
     dtx_attention_forward(&a, out, &s, q, k, v, diff ? gamma : NULL);
     dtx_attention_backward(&a, dq, dk, dv, diff ? dgamma : NULL, &dl, dout, out, &s, q, k, v, diff ? gamma : NULL);
-    double dt = now_s() - t0;
+    double dt = dtx_now_s() - t0;
     printf("ok %.6f %ld %ld\n", dt, proc_status_kib("VmHWM:"), before);
     fflush(stdout);
     return 0;
@@ -1102,7 +1097,7 @@ static double measure_read_bw(int lg, int passes) {
     float (*sum)(const float *, size_t) = dtx_isa_level() >= DTX_ISA_AVX2 ? sum_ymm : sum_xmm;
     double best = 0;
     for (int pass = -1; pass < passes; pass++) { /* pass −1 first-touches the pages on their threads */
-        double t0 = now_s(), tot = 0;
+        double t0 = dtx_now_s(), tot = 0;
 #pragma omp parallel reduction(+ : tot)
         {
             int nt = omp_get_num_threads(), id = omp_get_thread_num();
@@ -1112,7 +1107,7 @@ static double measure_read_bw(int lg, int passes) {
             else
                 tot += sum(a + i0, chunk);
         }
-        double dt = now_s() - t0;
+        double dt = dtx_now_s() - t0;
         peak_sink = (float)tot;
         if (pass >= 0 && (double)n * 4 / dt / 1e9 > best) best = (double)n * 4 / dt / 1e9;
     }
@@ -1194,13 +1189,13 @@ static decode_result decode_bench(const bcfg *b, int arch, int prec, int64_t ctx
         }
         if (round == 0) r.mem_mb = (double)(proc_status_kib("VmRSS:") - rss0) * 1024 / 1e6;
         bw[round] = measure_read_bw(26, 3); /* 256 MiB */
-        double t0 = now_s();
+        double t0 = dtx_now_s();
         for (int64_t i = 0; i < n; i++)
             if (dtx_model_decode(m, kv, (int32_t)((i * 31) % c.vocab_size), logits)) {
                 snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
                 goto done;
             }
-        t[round] = now_s() - t0;
+        t[round] = dtx_now_s() - t0;
         fr[round] = (double)n / t[round] / (bw[round] * 1e9 / r.bytes_tok);
     }
     qsort(t, ROUNDS, sizeof t[0], cmp_double);
@@ -1302,7 +1297,7 @@ int main(int argc, char **argv) {
     /* seconds of timed steps per (config, precision, arch); steps are cut to fit */
     double budget = quick ? 60 : 150;
     int threads = omp_get_max_threads();
-    double t_start = now_s();
+    double t_start = dtx_now_s();
 
     /* children: same thread count; PyTorch with its fastest settings */
     char omp_n[32];
@@ -1579,10 +1574,10 @@ int main(int argc, char **argv) {
         for (int ci = 0; ci < ndec; ci++)
             for (int p = 0; p < N_DEC; p++)
                 for (int a = 0; a < 3; a++) {
-                    double t0 = now_s();
+                    double t0 = dtx_now_s();
                     dec[ci][p][a] = decode_bench(&dcfgs[ci], a, p, dec_ctx, dec_n);
                     fprintf(stderr, "  decode %s %s %s: %.1f tokens/s (%.0f s)\n", dcfgs[ci].name, ARCH[a], DEC_NAME[p],
-                            dec[ci][p][a].tok_s, now_s() - t0);
+                            dec[ci][p][a].tok_s, dtx_now_s() - t0);
                 }
         if (!quick) {
             fprintf(stderr, "  llama2.c run and runq (bench/runq.sh)...\n");
@@ -1846,7 +1841,7 @@ int main(int argc, char **argv) {
     char load1[64];
     loadavg(load1, sizeof load1);
     out("Load average at the end (1, 5, 15 min): %s (this run itself keeps about %d busy).\n\n", load1, threads);
-    out("Total benchmark time: %.1f min.\n", (now_s() - t_start) / 60);
+    out("Total benchmark time: %.1f min.\n", (dtx_now_s() - t_start) / 60);
 
     FILE *fo = fopen(outfile, "w");
     if (!fo || fwrite(md.s, 1, md.len, fo) != md.len || fclose(fo)) {

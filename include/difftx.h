@@ -61,6 +61,18 @@ const char *dtx_format_real(double v, char *buf, size_t cap);
 const char *dtx_last_error(void);
 const char *dtx_status_name(dtx_status st);
 
+/* The one random-number generator of the library (training batches,
+ * sampling, initialisation): xoshiro256** seeded by
+ * splitmix64, a plain value. Copy it to checkpoint, copy it back to resume:
+ * the draws that follow are bit-identical. */
+typedef struct {
+    uint64_t s[4];
+} dtx_rng;
+void dtx_rng_seed(dtx_rng *r, uint64_t seed);
+uint64_t dtx_rng_next(dtx_rng *r);
+double dtx_rng_uniform(dtx_rng *r); /* [0, 1), 53 bits */
+double dtx_rng_normal(dtx_rng *r);  /* N(0, 1), Box-Muller */
+
 /* ---------------------------------------------------------------- config */
 
 typedef enum { DTX_ARCH_DIFF = 0, DTX_ARCH_TRANSFORMER = 1, DTX_ARCH_DIFF2 = 2 } dtx_arch;
@@ -390,8 +402,8 @@ typedef struct dtx_tokenizer dtx_tokenizer;
 
 #define DTX_TOKENIZER_DEFAULT_VOCAB 4096
 
-/* Trains on the files (a folder means every regular file under it, in byte
- * order of names, skipping names that begin with '.'). vocab_size counts
+/* Trains on the files (a folder means every regular file below it, as for
+ * every command: docs/data.md "What a folder means"). vocab_size counts
  * everything, byte tokens and specials included (at least 259); training
  * stops early, with a smaller vocabulary, when no pair occurs twice.
  * Deterministic: the same bytes give the same tokenizer. */
@@ -472,19 +484,11 @@ int32_t dtx_shard_get(const dtx_shard *s, int64_t i);
 /* Copies tokens [start, start + n) into dst; DTX_ERR_ARG when out of range. */
 dtx_status dtx_shard_read(const dtx_shard *s, int64_t start, int64_t n, int32_t *dst);
 
-/* The sampling RNG: xoshiro256** seeded by splitmix64, a plain value. Copy
- * it to checkpoint, copy it back to resume: the batches that follow are
- * bit-identical. */
-typedef struct {
-    uint64_t s[4];
-} dtx_batch_rng;
-void dtx_batch_rng_seed(dtx_batch_rng *r, uint64_t seed);
-
 /* B random windows of T + 1 consecutive tokens: row r starts at
  * next(rng) mod (count - T); inputs[r] = window[0, T), targets[r] =
  * window[1, T] ([B, T] each, row-major). Advances rng by exactly B draws.
  * DTX_ERR_ARG when B < 1, T < 1 or the shard holds fewer than T + 1 tokens. */
-dtx_status dtx_shard_sample_batch(const dtx_shard *s, dtx_batch_rng *rng, int64_t B, int64_t T, int32_t *inputs,
+dtx_status dtx_shard_sample_batch(const dtx_shard *s, dtx_rng *rng, int64_t B, int64_t T, int32_t *inputs,
                                   int32_t *targets);
 /* In order, for evaluation: row r is the window of T + 1 tokens starting at
  * *pos, and *pos advances by T, so consecutive windows share one token and
@@ -568,18 +572,12 @@ typedef struct {
     double temperature; /* <= 0: greedy (argmax, lowest id on ties)                  */
     int64_t top_k;      /* keep the k most probable tokens; 0: off                    */
     double top_p;       /* then the smallest set whose probability is >= top_p; 1: off */
-    uint64_t seed;      /* for dtx_sample_rng_seed                                     */
+    uint64_t seed;      /* for dtx_rng_seed                                     */
 } dtx_sampler;
 /* temperature 0.8, top_k 0, top_p 1, seed 1. */
 dtx_sampler dtx_sampler_default(void);
 /* DTX_ERR_ARG naming the field: top_k < 0, top_p outside (0, 1], a NaN. */
 dtx_status dtx_sampler_validate(const dtx_sampler *s);
-
-/* The sampler's RNG: xoshiro256** seeded by splitmix64, a plain value. */
-typedef struct {
-    uint64_t s[4];
-} dtx_sample_rng;
-void dtx_sample_rng_seed(dtx_sample_rng *r, uint64_t seed);
 
 /* Draws a token from logits [V]: greedy when temperature <= 0; otherwise
  * p = softmax(logits / temperature), restricted to the top_k most probable
@@ -589,7 +587,7 @@ void dtx_sample_rng_seed(dtx_sample_rng *r, uint64_t seed);
  * in order. Deterministic: the same rng state and logits give the same id;
  * advances rng by one draw (none when greedy). DTX_ERR_NOMEM when the
  * truncation's index buffer cannot be allocated. */
-dtx_status dtx_sample_logits(const dtx_sampler *s, dtx_sample_rng *rng, const dtx_real *logits, int64_t V,
+dtx_status dtx_sample_logits(const dtx_sampler *s, dtx_rng *rng, const dtx_real *logits, int64_t V,
                              int32_t *token);
 /* ========================================================== end generation */
 

@@ -4,13 +4,15 @@
 #                               training over several processes or machines: mpirun difftx train)
 #   scripts/setup.sh --torch    also python3-torch (only to regenerate fixtures)
 #   scripts/setup.sh --plot     also python3-matplotlib (tools/plot_loss.py, make demo)
+#   scripts/setup.sh --fuzz     also clang with libFuzzer and OpenMP (make fuzz) and llvm's symbolizer
 set -euo pipefail
 pkgs=(gcc make libc6-dev libcjson-dev libdnnl-dev libpcre2-dev openmpi-bin libopenmpi-dev)
 for opt in "$@"; do
     case $opt in
         --torch) pkgs+=(python3 python3-torch python3-numpy python3-matplotlib) ;;
         --plot) pkgs+=(python3 python3-matplotlib) ;;
-        *) echo "setup: unknown option $opt (--torch, --plot)" >&2; exit 2 ;;
+        --fuzz) pkgs+=(clang libomp-dev llvm) ;;
+        *) echo "setup: unknown option $opt (--torch, --plot, --fuzz)" >&2; exit 2 ;;
     esac
 done
 missing=()

@@ -58,6 +58,12 @@ dtx_isa test_isa_next(dtx_isa lvl);
 
 /* ---- helpers (tests/test_util.c) ---- */
 
+/* Arrays of dtx_real (float, or double in the finite-difference build),
+ * calloc'd (free with free; n = 0 gives one element): zeros, mean + sd·N(0,1)
+ * draws from r, a copy. */
+dtx_real *alloc_r(size_t n);
+dtx_real *randn(dtx_rng *r, size_t n, double mean, double sd);
+dtx_real *dup_r(const dtx_real *x, size_t n);
 /* max |a-b| / max(max|b|, floor): a tensor-wise relative error. */
 double rel_err(const void *a, const void *b, size_t n, int is_double, double floor);
 double rel_err_f(const float *a, const float *b, size_t n);

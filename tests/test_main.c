@@ -3,7 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include "common/common.h"
 
 #define MAX_TESTS 1024
 static struct { const char *name; test_fn fn; } tests[MAX_TESTS];
@@ -53,12 +53,10 @@ int main(int argc, char **argv) {
         int want = argc < 2;
         for (int a = 1; a < argc; a++) want |= strstr(tests[i].name, argv[a]) != NULL;
         if (!want) continue;
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double t0 = dtx_now_s();
         cur_failed = 0, cur_skipped = 0;
         tests[i].fn();
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+        double ms = (dtx_now_s() - t0) * 1e3;
         if (cur_failed) { failed++; printf("FAIL %s (%d checks failed)\n", tests[i].name, cur_failed); }
         else if (cur_skipped) { skipped++; printf("skip %s: %s\n", tests[i].name, skip_why); }
         else { passed++; printf("ok   %s (%.0f ms)\n", tests[i].name, ms); }

@@ -250,3 +250,17 @@ int same_bytes(const char *a, const char *b) {
     if (fb) fclose(fb);
     return same;
 }
+
+dtx_real *alloc_r(size_t n) { return calloc(n ? n : 1, sizeof(dtx_real)); }
+
+dtx_real *randn(dtx_rng *r, size_t n, double mean, double sd) {
+    dtx_real *x = alloc_r(n);
+    for (size_t i = 0; x && i < n; i++) x[i] = (dtx_real)(mean + sd * dtx_rng_normal(r));
+    return x;
+}
+
+dtx_real *dup_r(const dtx_real *x, size_t n) {
+    dtx_real *y = alloc_r(n);
+    if (y && n) memcpy(y, x, n * sizeof *y);
+    return y;
+}

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/flags.h"
+#include "cli/json_out.h"
 #include "common/common.h"
 #include "difftx.h"
 #include "eval/probe.h"
@@ -93,109 +94,101 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
     return k;
 }
 
-/* A token's bytes as a JSON string. A token may hold part of a UTF-8
- * character; such bytes (and any invalid UTF-8) become the text \xNN, so the
- * file stays valid JSON and the label still shows the byte. */
-static void json_bytes(FILE *f, const char *s, size_t len) {
-    const unsigned char *u = (const unsigned char *)s;
-    fputc('"', f);
-    for (size_t i = 0; i < len;) {
-        unsigned char c = u[i];
-        size_t k = c < 0x80 ? 1 : utf8_len(u + i, len - i);
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20 || c == 0x7F) fprintf(f, "\\u%04x", c);
-        else if (k) fwrite(u + i, 1, k, f);
-        else fprintf(f, "\\\\x%02x", c);
-        i += k ? k : 1;
-    }
-    fputc('"', f);
-}
-
-static void json_token(FILE *f, const dtx_tokenizer *t, int32_t id) {
+/* A token's label: its bytes, where a token holds part of a UTF-8 character
+ * (or invalid UTF-8) those bytes as the text \xNN, so the label is valid
+ * text and still shows the byte; "<ID>" for an id the tokenizer lacks (the
+ * model's vocabulary is larger). malloc'd; NULL when out of memory. */
+static char *token_label(const dtx_tokenizer *t, int32_t id) {
     char *s = NULL;
     size_t len = 0;
     if (dtx_tokenizer_decode(t, &id, 1, &s, &len) != DTX_OK) {
-        fprintf(f, "\"<%ld>\"", (long)id); /* an id the tokenizer lacks (model vocab is larger) */
-        return;
+        char *l = malloc(24);
+        if (l) snprintf(l, 24, "<%ld>", (long)id);
+        return l;
     }
-    json_bytes(f, s, len);
+    char *out = malloc(4 * len + 1), *o = out;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; out && i < len;) {
+        size_t k = u[i] < 0x80 ? 1 : utf8_len(u + i, len - i);
+        if (k && u[i]) memcpy(o, u + i, k), o += k;
+        else o += sprintf(o, "\\x%02x", u[i]); /* also a NUL byte, which would end the text */
+        i += k ? k : 1;
+    }
+    if (out) *o = '\0';
     free(s);
+    return out;
 }
 
-/* One map, T rows of T values (zeros above the diagonal). row: [T] scratch. */
-static int json_map(FILE *f, const dtx_model *m, const map_args *a, dtx_probe_map map, int64_t T, double *row) {
-    fputs("[", f);
-    for (int64_t t = 0; t < T; t++) {
-        if (dtx_probe_attention_row(m, 0, a->layer, a->head, map, t, row) != DTX_OK) return -1;
-        fputs(t ? ",\n   [" : "\n   [", f);
-        for (int64_t s = 0; s < T; s++) {
-            if (s) fputc(',', f);
-            if (s <= t) fprintf(f, "%.9g", row[s]);
-            else fputc('0', f);
+/* One map as T rows of T values (zeros above the diagonal). row: [T] scratch. */
+static cJSON *json_map(const dtx_model *m, const map_args *a, dtx_probe_map map, int64_t T, double *row, int *ok) {
+    cJSON *rows = cJSON_CreateArray();
+    if (!rows) *ok = 0;
+    for (int64_t t = 0; rows && t < T; t++) {
+        if (dtx_probe_attention_row(m, 0, a->layer, a->head, map, t, row) != DTX_OK) {
+            cJSON_Delete(rows);
+            return NULL;
         }
-        fputc(']', f);
+        for (int64_t s = t + 1; s < T; s++) row[s] = 0;
+        jadd(rows, NULL, jnum_array(row, T, 9), ok);
     }
-    fputs("]", f);
-    return 0;
+    return rows;
 }
 
-static int json_body(FILE *f, const dtx_model *m, const dtx_tokenizer *tok, const map_args *a, const prompt *p,
-                     double *row) {
-    int diff = dtx_model_config(m)->arch != DTX_ARCH_TRANSFORMER; /* two maps a head */
-    fprintf(f, "{\"arch\": \"%s\", \"layer\": %lld, \"head\": %lld, \"lambda\": ", dtx_arch_name(dtx_model_config(m)->arch),
-            (long long)a->layer, (long long)a->head);
-    if (diff) fprintf(f, "%.9g", dtx_probe_lambda(m, a->layer));
-    else fputs("null", f);
-    if (dtx_model_config(m)->arch == DTX_ARCH_DIFF2) { /* V2: λ per token; "lambda" is their mean */
-        fputs(", \"lambda_rows\": [", f);
-        for (int64_t t = 0; t < p->T; t++) fprintf(f, "%s%.9g", t ? ", " : "", dtx_probe_lambda_row(m, 0, a->layer, a->head, t));
-        fputs("]", f);
-    }
-    fprintf(f, ", \"T\": %lld, \"prompt_tokens\": %lld,\n \"ids\": [", (long long)p->T, (long long)p->full);
-    for (int64_t i = 0; i < p->T; i++) fprintf(f, "%s%ld", i ? ", " : "", (long)p->ids[i]);
-    fputs("],\n \"tokens\": [", f);
-    for (int64_t i = 0; i < p->T; i++) {
-        if (i) fputs(", ", f);
-        json_token(f, tok, p->ids[i]);
-    }
-    fputs("],\n \"maps\": {\n  \"a1\": ", f);
-    if (json_map(f, m, a, DTX_PROBE_A1, p->T, row)) return -1;
-    if (diff) {
-        fputs(",\n  \"a2\": ", f);
-        if (json_map(f, m, a, DTX_PROBE_A2, p->T, row)) return -1;
-        fputs(",\n  \"diff\": ", f);
-        if (json_map(f, m, a, DTX_PROBE_DIFF, p->T, row)) return -1;
-    }
-    fputs("}}\n", f);
-    return 0;
-}
-
-/* The --json file, built in memory and written atomically
- * (dtx_write_file_atomic: in place when PATH is /dev/stdout or a FIFO). */
+/* The --json file (written atomically; in place when PATH is /dev/stdout or a FIFO). */
 static int write_json(const map_args *a, const dtx_model *m, const dtx_tokenizer *tok, const prompt *p) {
+    const dtx_config *c = dtx_model_config(m);
+    int diff = c->arch != DTX_ARCH_TRANSFORMER; /* two maps a head */
     double *row = malloc((size_t)p->T * sizeof *row);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = row ? open_memstream(&text, &len) : NULL;
-    if (!f) {
-        free(row);
-        return runtime_error(CMD, "--json %s: out of memory building the JSON", a->json);
+    cJSON *root = row ? cJSON_CreateObject() : NULL;
+    int ok = root != NULL;
+    if (root) {
+        jstr(root, "arch", dtx_arch_name(c->arch), &ok);
+        jint(root, "layer", a->layer, &ok);
+        jint(root, "head", a->head, &ok);
+        if (diff) jnum(root, "lambda", dtx_probe_lambda(m, a->layer), &ok);
+        else jnull(root, "lambda", &ok);
+        if (c->arch == DTX_ARCH_DIFF2) { /* V2: λ per token; "lambda" is their mean */
+            for (int64_t t = 0; t < p->T; t++) row[t] = dtx_probe_lambda_row(m, 0, a->layer, a->head, t);
+            jadd(root, "lambda_rows", jnum_array(row, p->T, 17), &ok);
+        }
+        jint(root, "T", p->T, &ok);
+        jint(root, "prompt_tokens", p->full, &ok);
+        cJSON *ids = jadd(root, "ids", cJSON_CreateArray(), &ok), *toks = jadd(root, "tokens", cJSON_CreateArray(), &ok);
+        for (int64_t i = 0; ids && toks && i < p->T; i++) {
+            jadd(ids, NULL, cJSON_CreateNumber(p->ids[i]), &ok);
+            char *l = token_label(tok, p->ids[i]);
+            jadd(toks, NULL, l ? cJSON_CreateString(l) : NULL, &ok);
+            free(l);
+        }
     }
-    int rc = json_body(f, m, tok, a, p, row) == 0 ? EXIT_OK : lib_error(CMD);
-    int bad = ferror(f);
-    bad |= fclose(f) != 0; /* closing sets text and len */
-    if (rc == EXIT_OK && bad) rc = runtime_error(CMD, "--json %s: out of memory building the JSON", a->json);
-    if (rc == EXIT_OK && dtx_write_file_atomic(a->json, text, len) != DTX_OK) rc = lib_error(CMD);
-    free(text);
+    cJSON *maps = ok ? jadd(root, "maps", cJSON_CreateObject(), &ok) : NULL;
+    int rc = EXIT_OK;
+    static const dtx_probe_map which[3] = {DTX_PROBE_A1, DTX_PROBE_A2, DTX_PROBE_DIFF};
+    static const char *const names[3] = {"a1", "a2", "diff"};
+    for (int k = 0; maps && ok && rc == EXIT_OK && k < (diff ? 3 : 1); k++) {
+        cJSON *mj = json_map(m, a, which[k], p->T, row, &ok);
+        if (!mj && ok) rc = lib_error(CMD);
+        else jadd(maps, names[k], mj, &ok);
+    }
     free(row);
-    return rc;
+    if (rc != EXIT_OK) {
+        cJSON_Delete(root);
+        return rc;
+    }
+    return json_write_report(CMD, a->json, root, ok, 0);
 }
 
 /* ------------------------------------------------------------ summary */
 
 /* A token as a short quoted label on stdout. */
 static void print_token(const dtx_tokenizer *t, int32_t id) {
-    json_token(stdout, t, id);
+    char *l = token_label(t, id);
+    cJSON *j = l ? cJSON_CreateString(l) : NULL;
+    char *q = j ? cJSON_PrintUnformatted(j) : NULL;
+    fputs(q ? q : "?", stdout);
+    free(q);
+    cJSON_Delete(j);
+    free(l);
 }
 
 static int summarise(const dtx_model *m, const dtx_tokenizer *tok, const map_args *a, const prompt *p) {

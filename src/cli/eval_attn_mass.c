@@ -40,7 +40,7 @@ static const char USAGE[] =
     "\n"
     "  --model PATH       model file                                       [required]\n"
     "  --tokenizer PATH   tokenizer file; it must have <|bos|>             [required]\n"
-    "  --haystack LIST    held-out text: files or folders (their *.txt files),\n"
+    "  --haystack LIST    held-out text: files or folders (every file in them),\n"
     "                     comma-separated                                  [required]\n"
     "  --length L         prompt length in tokens (default max_seq_len - 8)\n"
     "  --needles N        needles per prompt, 1..16 (default 1)\n"

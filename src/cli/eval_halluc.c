@@ -40,7 +40,7 @@ static const char USAGE[] =
     "\n"
     "  --model PATH       model file                                       [required]\n"
     "  --tokenizer PATH   tokenizer file; it must have <|bos|>             [required]\n"
-    "  --haystack LIST    held-out text: files or folders (their *.txt files),\n"
+    "  --haystack LIST    held-out text: files or folders (every file in them),\n"
     "                     comma-separated                                  [required]\n"
     "  --needles N        needles in contradict and absent contexts, 1..16 (default 3)\n"
     "  --list-needles L   needle counts of the list task, each 1..16 (default 2,4,6)\n"

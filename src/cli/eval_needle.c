@@ -38,7 +38,7 @@ static const char USAGE[] =
     "\n"
     "  --model PATH       model file                                       [required]\n"
     "  --tokenizer PATH   tokenizer file; it must have <|bos|>             [required]\n"
-    "  --haystack LIST    held-out text: files or folders (their *.txt files),\n"
+    "  --haystack LIST    held-out text: files or folders (every file in them),\n"
     "                     comma-separated                                  [required]\n"
     "  --lengths LIST     prompt lengths in tokens (default: max_seq_len - max-new);\n"
     "                     each plus --max-new must fit in max_seq_len\n"

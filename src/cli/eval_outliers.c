@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "cli/flags.h"
+#include "cli/json_out.h"
 #include "common/common.h"
 #include "difftx.h"
 #include "eval/probe.h"
@@ -124,72 +125,40 @@ static void print_report(const dtx_model *m, const outl_args *a, const outl_resu
     print_row("hidden states", &r->hidden);
 }
 
-/* A JSON number; null for NaN (fewer values than k) and infinities. */
-static void json_num(FILE *f, double v) {
-    if (isfinite(v)) fprintf(f, "%.9g", v);
-    else fputs("null", f);
-}
-
-/* A JSON string of plain text (paths): quotes, backslashes and control
- * characters escaped; other bytes as they are. */
-static void json_text(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-        else fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
-static void json_stats(FILE *f, const char *name, const dtx_abs_stats *s) {
-    fprintf(f, "  \"%s\": {\"count\": %lld, \"nan\": %lld", name, (long long)s->count, (long long)s->n_nan);
+/* One activation's numbers: count, NaNs, Top-k (null when fewer values than
+ * k), median, and the largest values themselves. */
+static void json_stats(cJSON *root, const char *name, const dtx_abs_stats *s, int *ok) {
+    cJSON *o = jadd(root, name, cJSON_CreateObject(), ok);
+    if (!o) return;
+    jint(o, "count", s->count, ok);
+    jint(o, "nan", s->n_nan, ok);
     for (int i = 0; i < N_TOPS; i++) {
-        fprintf(f, ", \"top%d\": ", TOPS[i]);
-        json_num(f, dtx_abs_stats_top(s, TOPS[i]));
+        char key[16];
+        snprintf(key, sizeof key, "top%d", TOPS[i]);
+        jnum(o, key, dtx_abs_stats_top(s, TOPS[i]), ok);
     }
-    fputs(", \"median\": ", f);
-    json_num(f, dtx_abs_stats_median(s));
-    fputs(", \"top\": [", f);
-    for (int64_t i = 0; i < s->n_top; i++) {
-        if (i) fputs(", ", f);
-        json_num(f, s->top[i]);
-    }
-    fputs("]}", f);
+    jnum(o, "median", dtx_abs_stats_median(s), ok);
+    jadd(o, "top", jnum_array(s->top, s->n_top, 17), ok);
 }
 
-static void json_body(FILE *f, const dtx_model *m, const outl_args *a, const outl_result *r) {
-    fputs("{\n  \"model\": ", f);
-    json_text(f, a->model);
-    fprintf(f, ",\n  \"arch\": \"%s\",\n  \"precision\": \"%s\",\n", dtx_arch_name(dtx_model_config(m)->arch),
-            dtx_precision_name((dtx_precision)a->precision));
-    fprintf(f, "  \"tokens\": %lld,\n  \"window\": %lld,\n  \"windows\": %lld,\n  \"input_tokens\": %lld,\n",
-            (long long)r->used, (long long)r->window, (long long)r->windows, (long long)r->n_input);
-    fprintf(f, "  \"seconds\": %.3f,\n", r->seconds);
-    json_stats(f, "attention_logits", &r->logits);
-    fputs(",\n", f);
-    json_stats(f, "hidden_states", &r->hidden);
-    fputs("\n}\n", f);
-}
-
-/* The --json file, built in memory and written atomically
- * (dtx_write_file_atomic: in place when PATH is /dev/stdout or a FIFO). */
+/* The --json file (written atomically; in place when PATH is /dev/stdout or a FIFO). */
 static int write_json(const char *path, const dtx_model *m, const outl_args *a, const outl_result *r) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) return runtime_error(CMD, "--json %s: out of memory building the JSON", path);
-    json_body(f, m, a, r);
-    int bad = ferror(f);
-    bad |= fclose(f) != 0; /* closing sets text and len */
-    if (bad) {
-        free(text);
-        return runtime_error(CMD, "--json %s: out of memory building the JSON", path);
+    int ok = 1;
+    cJSON *root = cJSON_CreateObject();
+    if (!root) ok = 0;
+    else {
+        jstr(root, "model", a->model, &ok);
+        jstr(root, "arch", dtx_arch_name(dtx_model_config(m)->arch), &ok);
+        jstr(root, "precision", dtx_precision_name((dtx_precision)a->precision), &ok);
+        jint(root, "tokens", r->used, &ok);
+        jint(root, "window", r->window, &ok);
+        jint(root, "windows", r->windows, &ok);
+        jint(root, "input_tokens", r->n_input, &ok);
+        jnum(root, "seconds", r->seconds, &ok);
+        json_stats(root, "attention_logits", &r->logits, &ok);
+        json_stats(root, "hidden_states", &r->hidden, &ok);
     }
-    dtx_status st = dtx_write_file_atomic(path, text, len);
-    free(text);
-    return st ? lib_error(CMD) : EXIT_OK;
+    return json_write_report(CMD, path, root, ok, 1);
 }
 
 /* ------------------------------------------------------------ command */

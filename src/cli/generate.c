@@ -126,8 +126,8 @@ static int generate(dtx_model *m, const dtx_tokenizer *t, const gen_args *a, con
         return lib_error(CMD);
     }
     dtx_sampler s = {.temperature = a->temperature, .top_k = a->top_k, .top_p = a->top_p, .seed = a->seed};
-    dtx_sample_rng rng;
-    dtx_sample_rng_seed(&rng, a->seed);
+    dtx_rng rng;
+    dtx_rng_seed(&rng, a->seed);
     int rc = EXIT_OK, last = '\n';
     double t0 = dtx_now_s();
     if (dtx_model_prefill(m, cache, prompt, n, logits) != DTX_OK) rc = lib_error(CMD);

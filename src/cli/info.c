@@ -6,12 +6,14 @@
 
 #include "cli/cli.h"
 #include "cli/flags.h"
+#include "cli/json_out.h"
 #include "difftx.h"
+#include "train/checkpoint.h"
 
 static const char *CMD = "info";
 
 static const char USAGE[] =
-    "usage: difftx info [--json] [--tensors] MODEL.safetensors\n"
+    "usage: difftx info [--json] [--tensors] MODEL.safetensors|CHECKPOINT.safetensors\n"
     "       difftx info --system [--json]\n"
     "\n"
     "Prints the architecture, every config value, the parameter count (total and\n"
@@ -20,6 +22,9 @@ static const char USAGE[] =
     "with 2H, 2G, in its default variant), and the difference: per layer the four lambda\n"
     "vectors (4 x head_dim) that only DIFF has, and the per-head norm weights (subln:\n"
     "2 x head_dim for DIFF, head_dim for a Transformer with --subln rms).\n"
+    "\n"
+    "A training checkpoint (difftx train's ckpt_*.safetensors) is read and checked\n"
+    "whole, model and AdamW moments; its step is printed before the model's report.\n"
     "\n"
     "  --json      one JSON object instead of text\n"
     "  --tensors   also list every tensor with its shape\n"
@@ -73,17 +78,6 @@ static baseline make_baseline(const dtx_config *c) {
     return b;
 }
 
-static void json_string(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') printf("\\%c", ch);
-        else if (ch < 0x20) printf("\\u%04x", ch);
-        else putchar(ch);
-    }
-    putchar('"');
-}
-
 typedef struct {
     const char *path;
     dtx_model *m;
@@ -93,6 +87,7 @@ typedef struct {
     int64_t lambda_terms; /* the λ vectors of whichever is DIFF (V2: lambda_proj) */
     int64_t query_terms;  /* V2: the query weights it has beyond its Transformer */
     int64_t subln_terms;  /* subln weights of whichever is DIFF less those of the Transformer */
+    int64_t ckpt_step;    /* a checkpoint's step; -1 for a model file */
 } report;
 
 /* subln weights of a config, all layers. */
@@ -101,7 +96,7 @@ static int64_t subln_params(const dtx_config *c) {
 }
 
 static report make_report(const char *path, dtx_model *m) {
-    report r = {.path = path, .m = m, .c = dtx_model_config(m)};
+    report r = {.path = path, .m = m, .c = dtx_model_config(m), .ckpt_step = -1};
     r.params.total = (int64_t)dtx_model_num_params(m);
     r.params.nonembed = (int64_t)dtx_model_num_params_nonembed(m);
     r.base = make_baseline(r.c);
@@ -131,6 +126,7 @@ static void print_text(const report *r, int tensors) {
     char b1[32], b2[32];
     int diff = c->arch == DTX_ARCH_DIFF;
     printf("file            %s\n", r->path);
+    if (r->ckpt_step >= 0) printf("checkpoint      step %lld (the model below and its AdamW moments)\n", (long long)r->ckpt_step);
     printf("arch            %s\n", dtx_arch_name(c->arch));
     printf("dim             %lld\n", (long long)c->dim);
     printf("n_layers        %lld\n", (long long)c->n_layers);
@@ -203,89 +199,108 @@ static void print_text(const report *r, int tensors) {
     }
 }
 
-static void json_count(const char *key, const param_count *p) {
-    printf("\"%s\": %lld, \"%s_nonembed\": %lld", key, (long long)p->total, key, (long long)p->nonembed);
+static void json_count(cJSON *o, const char *key, const param_count *p, int *ok) {
+    char k2[64];
+    snprintf(k2, sizeof k2, "%s_nonembed", key);
+    jint(o, key, p->total, ok);
+    jint(o, k2, p->nonembed, ok);
 }
 
-static void print_json_tensors(const dtx_model *m) {
-    printf(", \"tensors\": [");
-    for (int i = 0; i < dtx_model_num_tensors(m); i++) {
+static void json_tensors(cJSON *root, const dtx_model *m, int *ok) {
+    cJSON *arr = jadd(root, "tensors", cJSON_CreateArray(), ok);
+    for (int i = 0; arr && i < dtx_model_num_tensors(m); i++) {
         const dtx_tensor_info *t = dtx_model_tensor(m, i);
-        printf(i ? ", {\"name\": " : "{\"name\": ");
-        json_string(t->name);
-        if (t->ndim == 1) printf(", \"shape\": [%lld]}", (long long)t->shape[0]);
-        else printf(", \"shape\": [%lld, %lld]}", (long long)t->shape[0], (long long)t->shape[1]);
+        cJSON *o = jadd(arr, NULL, cJSON_CreateObject(), ok);
+        if (!o) continue;
+        jstr(o, "name", t->name, ok);
+        cJSON *shape = jadd(o, "shape", cJSON_CreateArray(), ok);
+        for (int d = 0; shape && d < t->ndim && d < 2; d++) jadd(shape, NULL, cJSON_CreateNumber((double)t->shape[d]), ok);
     }
-    printf("]");
 }
 
-static void print_json(const report *r, int tensors) {
+static int print_json(const report *r, int tensors) {
     const dtx_config *c = r->c;
-    char b1[32], b2[32];
-    printf("{\"file\": ");
-    json_string(r->path);
-    printf(", \"arch\": \"%s\", \"dim\": %lld, \"n_layers\": %lld, \"n_heads\": %lld, \"n_kv_heads\": %lld, "
-           "\"head_dim\": %lld, \"vocab_size\": %lld, \"ffn_dim\": %lld, \"max_seq_len\": %lld, \"rope_theta\": %s, "
-           "\"norm_eps\": %s, \"tie_embeddings\": %s, ",
-           dtx_arch_name(c->arch), (long long)c->dim, (long long)c->n_layers, (long long)c->n_heads,
-           (long long)c->n_kv_heads, (long long)dtx_config_head_dim(c), (long long)c->vocab_size, (long long)c->ffn_dim,
-           (long long)c->max_seq_len, dtx_format_real(c->rope_theta, b1, sizeof b1), dtx_format_real(c->norm_eps, b2, sizeof b2),
-           c->tie_embeddings ? "true" : "false");
-    char li[40];
-    dtx_config_lambda_init_str(c, li, sizeof li);
-    printf("\"subln\": \"%s\", ", dtx_config_subln_name(c));
-    if (c->arch == DTX_ARCH_DIFF) printf(c->lambda_init_fixed ? "\"lambda_init\": %s, " : "\"lambda_init\": \"%s\", ", li);
-    if (c->arch == DTX_ARCH_DIFF2) printf("\"v2_lambda\": \"%s\", ", dtx_config_v2_lambda_name(c));
+    int ok = 1;
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return json_print(CMD, NULL, 0);
+    jstr(root, "file", r->path, &ok);
+    if (r->ckpt_step >= 0) jint(root, "checkpoint_step", r->ckpt_step, &ok);
+    jstr(root, "arch", dtx_arch_name(c->arch), &ok);
+    jint(root, "dim", c->dim, &ok);
+    jint(root, "n_layers", c->n_layers, &ok);
+    jint(root, "n_heads", c->n_heads, &ok);
+    jint(root, "n_kv_heads", c->n_kv_heads, &ok);
+    jint(root, "head_dim", dtx_config_head_dim(c), &ok);
+    jint(root, "vocab_size", c->vocab_size, &ok);
+    jint(root, "ffn_dim", c->ffn_dim, &ok);
+    jint(root, "max_seq_len", c->max_seq_len, &ok);
+    jnum(root, "rope_theta", c->rope_theta, &ok);
+    jnum(root, "norm_eps", c->norm_eps, &ok);
+    jbool(root, "tie_embeddings", c->tie_embeddings, &ok);
+    jstr(root, "subln", dtx_config_subln_name(c), &ok);
     if (c->arch == DTX_ARCH_DIFF) {
-        printf("\"lambda\": [");
-        for (int64_t l = 0; l < c->n_layers; l++) printf(l ? ", %.9g" : "%.9g", dtx_model_lambda(r->m, l));
-        printf("], ");
+        char li[40];
+        dtx_config_lambda_init_str(c, li, sizeof li);
+        if (c->lambda_init_fixed) jnum(root, "lambda_init", strtod(li, NULL), &ok);
+        else jstr(root, "lambda_init", li, &ok);
+        double *lam = malloc((size_t)c->n_layers * sizeof *lam);
+        for (int64_t l = 0; lam && l < c->n_layers; l++) lam[l] = dtx_model_lambda(r->m, l);
+        jadd(root, "lambda", lam ? jnum_array(lam, c->n_layers, 17) : NULL, &ok);
+        free(lam);
     }
-    json_count("params", &r->params);
-    printf(", \"quant_scheme\": \"%s\", \"weight_bytes\": %zu", dtx_wquant_name(dtx_model_wquant(r->m)),
-           dtx_model_weight_bytes(r->m));
-    if (dtx_model_wquant(r->m) != DTX_WQ_NONE)
-        printf(", \"quant_act16\": %s", dtx_model_wquant(r->m) == DTX_WQ_W8A8 ? "null"
-                                      : dtx_model_act_fp16(r->m)              ? "\"fp16\""
-                                                                             : "\"bf16\"");
-    if (dtx_model_meta(r->m, "quant_calib")) {
-        printf(", \"quant_calib\": ");
-        json_string(dtx_model_meta(r->m, "quant_calib"));
-    }
+    if (c->arch == DTX_ARCH_DIFF2) jstr(root, "v2_lambda", dtx_config_v2_lambda_name(c), &ok);
+    json_count(root, "params", &r->params, &ok);
+    jstr(root, "quant_scheme", dtx_wquant_name(dtx_model_wquant(r->m)), &ok);
+    jint(root, "weight_bytes", (int64_t)dtx_model_weight_bytes(r->m), &ok);
+    if (dtx_model_wquant(r->m) == DTX_WQ_W8A8) jnull(root, "quant_act16", &ok);
+    else if (dtx_model_wquant(r->m) != DTX_WQ_NONE) jstr(root, "quant_act16", dtx_model_act_fp16(r->m) ? "fp16" : "bf16", &ok);
+    if (dtx_model_meta(r->m, "quant_calib")) jstr(root, "quant_calib", dtx_model_meta(r->m, "quant_calib"), &ok);
     if (!r->base.ok) {
-        printf(", \"baseline\": null, \"baseline_error\": ");
-        json_string(r->base.why);
+        jnull(root, "baseline", &ok);
+        jstr(root, "baseline_error", r->base.why, &ok);
     } else {
         const dtx_config *b = &r->base.cfg;
-        printf(", \"baseline\": {\"arch\": \"%s\", \"n_heads\": %lld, \"n_kv_heads\": %lld, \"head_dim\": %lld, "
-               "\"subln\": \"%s\", ",
-               dtx_arch_name(b->arch), (long long)b->n_heads, (long long)b->n_kv_heads,
-               (long long)dtx_config_head_dim(b), dtx_config_subln_name(b));
-        json_count("params", &r->base.params);
-        printf("}, \"difference\": %lld, \"difference_lambda\": %lld, \"difference_subln\": %lld",
-               (long long)(r->params.total - r->base.params.total), (long long)r->lambda_terms,
-               (long long)r->subln_terms);
-        if (c->arch == DTX_ARCH_DIFF2) printf(", \"difference_query\": %lld", (long long)r->query_terms);
+        cJSON *bo = jadd(root, "baseline", cJSON_CreateObject(), &ok);
+        if (bo) {
+            jstr(bo, "arch", dtx_arch_name(b->arch), &ok);
+            jint(bo, "n_heads", b->n_heads, &ok);
+            jint(bo, "n_kv_heads", b->n_kv_heads, &ok);
+            jint(bo, "head_dim", dtx_config_head_dim(b), &ok);
+            jstr(bo, "subln", dtx_config_subln_name(b), &ok);
+            json_count(bo, "params", &r->base.params, &ok);
+        }
+        jint(root, "difference", r->params.total - r->base.params.total, &ok);
+        jint(root, "difference_lambda", r->lambda_terms, &ok);
+        jint(root, "difference_subln", r->subln_terms, &ok);
+        if (c->arch == DTX_ARCH_DIFF2) jint(root, "difference_query", r->query_terms, &ok);
     }
-    if (tensors) print_json_tensors(r->m);
-    printf("}\n");
+    if (tensors) json_tensors(root, r->m, &ok);
+    return json_print(CMD, root, ok);
 }
 
 /* What runs the numbers on this machine (--system). */
-static void print_system(int json) {
+static int print_system(int json) {
     dtx_isa cpu = dtx_isa_cpu(), lvl = dtx_isa_level();
     const char *cap = getenv("DTX_ISA");
     int attn_native = lvl >= DTX_ISA_AVX512_BF16, mm_native = dtx_matmul_bf16_native();
     const char *kern = lvl >= DTX_ISA_AVX512 ? "avx512" : lvl >= DTX_ISA_AVX2 ? "avx2" : "portable";
     if (json) {
-        printf("{\"isa_cpu\": \"%s\", \"isa\": \"%s\", \"dtx_isa\": ", dtx_isa_name(cpu), dtx_isa_name(lvl));
-        if (cap && *cap) json_string(cap);
-        else printf("null");
-        printf(", \"avx512_vnni\": %s, \"tile_kernels\": \"%s\", \"matmul\": \"%s\", \"matmul_isa\": \"%s\", "
-               "\"bf16_matmul\": \"%s\", \"bf16_attention\": \"%s\"}\n",
-               dtx_isa_cpu_has_vnni() ? "true" : "false", kern, dtx_matmul_library(), dtx_matmul_isa_name(),
-               mm_native ? "native" : "emulated", attn_native ? "native" : "emulated");
-        return;
+        int ok = 1;
+        cJSON *root = cJSON_CreateObject();
+        if (!root) ok = 0;
+        else {
+            jstr(root, "isa_cpu", dtx_isa_name(cpu), &ok);
+            jstr(root, "isa", dtx_isa_name(lvl), &ok);
+            if (cap && *cap) jstr(root, "dtx_isa", cap, &ok);
+            else jnull(root, "dtx_isa", &ok);
+            jbool(root, "avx512_vnni", dtx_isa_cpu_has_vnni(), &ok);
+            jstr(root, "tile_kernels", kern, &ok);
+            jstr(root, "matmul", dtx_matmul_library(), &ok);
+            jstr(root, "matmul_isa", dtx_matmul_isa_name(), &ok);
+            jstr(root, "bf16_matmul", mm_native ? "native" : "emulated", &ok);
+            jstr(root, "bf16_attention", attn_native ? "native" : "emulated", &ok);
+        }
+        return json_print(CMD, root, ok);
     }
     printf("isa             %s (CPU: %s%s%s%s)\n", dtx_isa_name(lvl), dtx_isa_name(cpu), cap && *cap ? "; DTX_ISA=" : "",
            cap && *cap ? cap : "", lvl < cpu ? ", capped" : "");
@@ -299,6 +314,7 @@ static void print_system(int json) {
                                               : "emulated (bf16-rounded operands on fp32 primitives)");
     printf("bf16 attention  %s\n", attn_native ? "native (AVX-512 BF16 tiles)"
                                                 : "emulated (bf16-rounded operands on the fp32 tiles)");
+    return finish_stdout(CMD);
 }
 
 int cmd_info(int argc, char **argv) {
@@ -312,15 +328,26 @@ int cmd_info(int argc, char **argv) {
     }
     if (sys) {
         if (n_pos || tensors) return usage_error(CMD, "--system takes no model file and no --tensors");
-        print_system(json);
-        return finish_stdout(CMD);
+        return print_system(json);
     }
     if (n_pos == 0) return usage_error(CMD, "expected a model file (see 'difftx info --help')");
     dtx_model *m = NULL;
-    if (dtx_model_load(&m, pos[0]) != DTX_OK) return lib_error(CMD);
+    dtx_ckpt ck = {0};
+    if (dtx_model_load(&m, pos[0]) != DTX_OK) {
+        /* a checkpoint is not a model file: read it as one (its optim.* tensors are refused above) */
+        char why[4400];
+        snprintf(why, sizeof why, "%s", dtx_last_error());
+        if (!strstr(why, "'optim.")) return runtime_error(CMD, "%s", why);
+        if (dtx_ckpt_load(&ck, pos[0]) != DTX_OK) return lib_error(CMD);
+        m = ck.model;
+        ck.model = NULL;
+    }
     report r = make_report(pos[0], m);
-    if (json) print_json(&r, tensors);
-    else print_text(&r, tensors);
+    if (ck.opt) r.ckpt_step = ck.step;
+    int rc = EXIT_OK;
+    if (json) rc = print_json(&r, tensors);
+    else print_text(&r, tensors), rc = finish_stdout(CMD);
+    dtx_ckpt_free(&ck); /* before the model its optimizer is bound to */
     dtx_model_free(m);
-    return finish_stdout(CMD);
+    return rc;
 }

@@ -1,4 +1,7 @@
-/* --json reports of the eval commands (json_out.h). */
+/* The tool's JSON writer (json_out.h). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -6,12 +9,55 @@
 #include "cli/json_out.h"
 #include "common/common.h"
 
+/* v in the shortest form that reads back as the same double (cJSON's own
+ * printing allows a relative error of one epsilon). */
+static void put_num(FILE *f, double v, int digits) {
+    char buf[40];
+    if (!isfinite(v)) fputs("null", f);
+    else if (digits >= 17) fputs(dtx_format_real(v, buf, sizeof buf), f);
+    else fprintf(f, "%.*g", digits, v);
+}
+
 void jnum(cJSON *o, const char *key, double v, int *ok) {
-    if (!cJSON_AddNumberToObject(o, key, v)) *ok = 0;
+    char buf[40];
+    if (!(isfinite(v) ? cJSON_AddRawToObject(o, key, dtx_format_real(v, buf, sizeof buf)) : cJSON_AddNullToObject(o, key)))
+        *ok = 0;
+}
+
+void jint(cJSON *o, const char *key, int64_t v, int *ok) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%" PRId64, v);
+    if (!cJSON_AddRawToObject(o, key, buf)) *ok = 0;
 }
 
 void jstr(cJSON *o, const char *key, const char *v, int *ok) {
     if (!cJSON_AddStringToObject(o, key, v)) *ok = 0;
+}
+
+void jbool(cJSON *o, const char *key, int v, int *ok) {
+    if (!cJSON_AddBoolToObject(o, key, v)) *ok = 0;
+}
+
+void jnull(cJSON *o, const char *key, int *ok) {
+    if (!cJSON_AddNullToObject(o, key)) *ok = 0;
+}
+
+cJSON *jnum_array(const double *v, int64_t n, int digits) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    fputc('[', f);
+    for (int64_t i = 0; i < n; i++) {
+        if (i) fputc(',', f);
+        put_num(f, v[i], digits);
+    }
+    fputc(']', f);
+    int bad = ferror(f);
+    bad |= fclose(f) != 0; /* closing sets text and len */
+    cJSON *raw = bad ? NULL : cJSON_CreateRaw(text);
+    free(text);
+    return raw;
 }
 
 cJSON *jadd(cJSON *parent, const char *key, cJSON *child, int *ok) {
@@ -24,17 +70,31 @@ cJSON *jadd(cJSON *parent, const char *key, cJSON *child, int *ok) {
     return child;
 }
 
-int json_write_report(const char *cmd, const char *path, cJSON *root, int ok, int pretty) {
+char *json_text(cJSON *root, int ok, int pretty) {
     char *text = ok && root ? (pretty ? cJSON_Print(root) : cJSON_PrintUnformatted(root)) : NULL;
     cJSON_Delete(root);
     char *full = text ? realloc(text, strlen(text) + 2) : NULL;
     if (!full) {
         free(text);
-        return runtime_error(cmd, "--json %s: out of memory building the JSON", path);
+        return NULL;
     }
     size_t n = strlen(full);
     full[n] = '\n', full[n + 1] = '\0';
-    dtx_status st = dtx_write_file_atomic(path, full, n + 1);
-    free(full);
+    return full;
+}
+
+int json_write_report(const char *cmd, const char *path, cJSON *root, int ok, int pretty) {
+    char *text = json_text(root, ok, pretty);
+    if (!text) return runtime_error(cmd, "--json %s: out of memory building the JSON", path);
+    dtx_status st = dtx_write_file_atomic(path, text, strlen(text));
+    free(text);
     return st ? lib_error(cmd) : EXIT_OK;
+}
+
+int json_print(const char *cmd, cJSON *root, int ok) {
+    char *text = json_text(root, ok, 0);
+    if (!text) return runtime_error(cmd, "out of memory building the JSON");
+    fputs(text, stdout);
+    free(text);
+    return finish_stdout(cmd);
 }

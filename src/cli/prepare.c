@@ -45,10 +45,7 @@ static const char USAGE[] =
 
 /* ------------------------------------------------------------ inputs */
 
-typedef struct {
-    char **v;
-    size_t n, cap;
-} strlist;
+typedef dtx_paths strlist;
 
 static int push(strlist *l, char *s) {
     if (!s) return -1;
@@ -66,51 +63,18 @@ static int push(strlist *l, char *s) {
     return 0;
 }
 
-static void strlist_free(strlist *l) {
-    for (size_t i = 0; i < l->n; i++) free(l->v[i]);
-    free(l->v);
-}
-
-static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
-
-/* Appends the regular files at or under path to files. The output file, when
- * it exists already, must not be among them. Returns 0, or the exit code
- * after a message. */
-static int collect(const char *path, int depth, int top, const struct stat *out_st, strlist *files) {
+/* Appends the files an --input names (dtx_paths_add: what "a folder" means).
+ * The output file, when it exists already, must not be among them. Returns
+ * 0, or the exit code after a message. */
+static int collect(const char *path, const struct stat *out_st, strlist *files) {
+    size_t before = files->n;
+    if (dtx_paths_add(files, path) != DTX_OK) return lib_error(CMD);
+    if (files->n == before) return runtime_error(CMD, "%s: a folder with no files in it", path);
     struct stat sb;
-    if (stat(path, &sb) != 0) return runtime_error(CMD, "%s: %s", path, strerror(errno));
-    if (S_ISREG(sb.st_mode)) {
-        if (out_st && sb.st_dev == out_st->st_dev && sb.st_ino == out_st->st_ino)
-            return runtime_error(CMD, "%s: this input is the output file (--out)", path);
-        return push(files, strdup(path)) ? runtime_error(CMD, "out of memory") : 0;
-    }
-    if (!S_ISDIR(sb.st_mode)) return top ? runtime_error(CMD, "%s: neither a file nor a folder", path) : 0;
-    if (depth > 32) return runtime_error(CMD, "%s: folders nested deeper than 32 (a link loop?)", path);
-    DIR *d = opendir(path);
-    if (!d) return runtime_error(CMD, "%s: %s", path, strerror(errno));
-    strlist names = {0};
-    int rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.' && push(&names, strdup(e->d_name))) {
-            rc = runtime_error(CMD, "out of memory");
-            break;
-        }
-    closedir(d);
-    if (!rc && names.n) qsort(names.v, names.n, sizeof *names.v, cmp_str);
-    for (size_t i = 0; i < names.n && !rc; i++) {
-        size_t len = strlen(path) + strlen(names.v[i]) + 2;
-        char *child = malloc(len);
-        if (!child) {
-            rc = runtime_error(CMD, "out of memory");
-            break;
-        }
-        snprintf(child, len, "%s/%s", path, names.v[i]);
-        rc = collect(child, depth + 1, 0, out_st, files);
-        free(child);
-    }
-    strlist_free(&names);
-    return rc;
+    for (size_t i = before; out_st && i < files->n; i++)
+        if (stat(files->v[i], &sb) == 0 && sb.st_dev == out_st->st_dev && sb.st_ino == out_st->st_ino)
+            return runtime_error(CMD, "%s: this input is the output file (--out)", files->v[i]);
+    return 0;
 }
 
 /* The whole file; NULL after a message. */
@@ -248,11 +212,7 @@ static int run(const char *tok_path, const strlist *inputs, const char *out, int
     int have_out = stat(out, &out_st) == 0;
     strlist files = {0};
     int rc = 0;
-    for (size_t i = 0; i < inputs->n && !rc; i++) {
-        size_t before = files.n;
-        rc = collect(inputs->v[i], 0, 1, have_out ? &out_st : NULL, &files);
-        if (!rc && files.n == before) rc = runtime_error(CMD, "%s: a folder with no files in it", inputs->v[i]);
-    }
+    for (size_t i = 0; i < inputs->n && !rc; i++) rc = collect(inputs->v[i], have_out ? &out_st : NULL, &files);
     dtx_shard_writer *w = NULL;
     if (!rc && dtx_shard_writer_open(&w, out, dtx_tokenizer_vocab_size(t), eos) != DTX_OK) rc = lib_error(CMD);
     totals tot = {0};
@@ -282,7 +242,7 @@ static int run(const char *tok_path, const strlist *inputs, const char *out, int
                total_s, total_s > 0 ? (double)tot.bytes / total_s / 1e6 : 0.0);
         rc = finish_stdout(CMD);
     }
-    strlist_free(&files);
+    dtx_paths_free(&files);
     dtx_tokenizer_free(t);
     return rc;
 }
@@ -306,7 +266,7 @@ int cmd_prepare(int argc, char **argv) {
     if (rc < 0 && inputs.n == 0) rc = usage_error(CMD, "--input is required (a text file or a folder)");
     if (rc < 0 && !out) rc = usage_error(CMD, "--out is required");
     if (rc < 0) rc = run(tok, &inputs, out, append_eos);
-    strlist_free(&inputs);
+    dtx_paths_free(&inputs);
     free(rest);
     return rc;
 }

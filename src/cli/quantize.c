@@ -77,51 +77,22 @@ static int read_one(const char *path, const dtx_tokenizer *tok, int64_t vocab, d
     return rc;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* --calib: a file, or every regular file of a folder in name order. */
+/* --calib: a file, or a folder's files (dtx_paths_add: what "a folder" means). */
 static int read_calib(const char *path, const char *tokenizer, int64_t vocab, dtx_idbuf *b, int *n_files) {
     dtx_tokenizer *tok = NULL;
     if (tokenizer && dtx_tokenizer_load(&tok, tokenizer) != DTX_OK) return lib_error(CMD);
-    struct stat sb;
+    dtx_paths files = {0};
     int rc = EXIT_OK;
-    *n_files = 0;
-    if (stat(path, &sb) != 0) {
-        rc = runtime_error(CMD, "--calib %s: no such file or folder", path);
-    } else if (!S_ISDIR(sb.st_mode)) {
-        rc = read_one(path, tok, vocab, b);
-        *n_files = 1;
-    } else {
-        DIR *d = opendir(path);
-        char **names = NULL;
-        int n = 0, cap = 0;
-        if (!d) rc = runtime_error(CMD, "--calib %s: cannot open the folder", path);
-        for (struct dirent *e; rc == EXIT_OK && d && (e = readdir(d));) {
-            if (e->d_name[0] == '.') continue;
-            char full[4096];
-            snprintf(full, sizeof full, "%s/%s", path, e->d_name);
-            if (stat(full, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
-            if (n == cap) {
-                cap = cap ? 2 * cap : 16;
-                char **p = realloc(names, sizeof *names * (size_t)cap);
-                if (!p) {
-                    rc = runtime_error(CMD, "out of memory listing %s", path);
-                    break;
-                }
-                names = p;
-            }
-            names[n] = strdup(full);
-            if (!names[n]) rc = runtime_error(CMD, "out of memory listing %s", path);
-            else n++;
-        }
-        if (d) closedir(d);
-        if (rc == EXIT_OK && n == 0) rc = runtime_error(CMD, "--calib %s: the folder holds no regular file", path);
-        if (rc == EXIT_OK) qsort(names, (size_t)n, sizeof *names, cmp_str);
-        for (int i = 0; rc == EXIT_OK && i < n; i++) rc = read_one(names[i], tok, vocab, b);
-        for (int i = 0; i < n; i++) free(names[i]);
-        free(names);
-        *n_files = n;
+    if (dtx_paths_add(&files, path) != DTX_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", dtx_last_error());
+        rc = runtime_error(CMD, "--calib %s", why);
+    } else if (files.n == 0) {
+        rc = runtime_error(CMD, "--calib %s: the folder holds no files", path);
     }
+    for (size_t i = 0; rc == EXIT_OK && i < files.n; i++) rc = read_one(files.v[i], tok, vocab, b);
+    *n_files = (int)files.n;
+    dtx_paths_free(&files);
     dtx_tokenizer_free(tok);
     return rc;
 }
@@ -211,10 +182,9 @@ int cmd_quantize(int argc, char **argv) {
         o.act_fp16 = act16;
         o.a16_inputs = a16;
         dtx_quant_summary sum;
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        double t0 = dtx_now_s();
         if (dtx_model_quantize(m, &o, seqs, samples, len, &sum) != DTX_OK) rc = lib_error(CMD);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double t1 = dtx_now_s();
         char desc[1024];
         char act[192];
         if (o.scheme != DTX_WQ_W8A8) snprintf(act, sizeof act, "%s", act16 ? "fp16" : "bf16");
@@ -231,7 +201,7 @@ int cmd_quantize(int argc, char **argv) {
                               dtx_model_save(m, out, 0) != DTX_OK))
             rc = lib_error(CMD);
         if (rc == EXIT_OK) {
-            double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            double secs = t1 - t0;
             printf("scheme       %s\n", dtx_wquant_name(o.scheme));
             printf("calibration  %s\n", desc);
             printf("weight clip  mean %.4f of the absolute maximum\n", sum.mean_clip);

@@ -8,6 +8,7 @@
 
 #include "common/common.h"
 #include "cli/flags.h"
+#include "cli/json_out.h"
 #include "difftx.h"
 
 int cmd_tokenizer(int argc, char **argv);
@@ -348,17 +349,6 @@ static int sub_decode(int argc, char **argv) {
 
 /* ------------------------------------------------------------ info */
 
-static void json_str(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') printf("\\%c", ch);
-        else if (ch < 0x20) printf("\\u%04x", ch);
-        else putchar(ch);
-    }
-    putchar('"');
-}
-
 static int sub_info(int argc, char **argv) {
     const char *cmd = "tokenizer info";
     int json = 0;
@@ -375,19 +365,26 @@ static int sub_info(int argc, char **argv) {
     int64_t v = dtx_tokenizer_vocab_size(t), ord = dtx_tokenizer_num_ordinary(t);
     int ns = dtx_tokenizer_num_special(t);
     if (json) {
-        printf("{\"file\": ");
-        json_str(pos[0]);
-        printf(", \"source\": \"%s\", \"pattern\": \"cl100k_base\", \"vocab_size\": %lld, \"ordinary\": %lld, "
-               "\"merges\": %lld, \"special\": {",
-               dtx_tokenizer_source(t), (long long)v, (long long)ord, (long long)(ord - 256));
-        for (int i = 0; i < ns; i++) {
+        int ok = 1;
+        cJSON *root = cJSON_CreateObject(), *sp = NULL;
+        if (!root) ok = 0;
+        else {
+            jstr(root, "file", pos[0], &ok);
+            jstr(root, "source", dtx_tokenizer_source(t), &ok);
+            jstr(root, "pattern", "cl100k_base", &ok);
+            jint(root, "vocab_size", v, &ok);
+            jint(root, "ordinary", ord, &ok);
+            jint(root, "merges", ord - 256, &ok);
+            sp = jadd(root, "special", cJSON_CreateObject(), &ok);
+        }
+        for (int i = 0; sp && i < ns; i++) {
             int32_t id;
             const char *name = dtx_tokenizer_special(t, i, &id);
-            if (i) printf(", ");
-            json_str(name);
-            printf(": %ld", (long)id);
+            jint(sp, name, id, &ok);
         }
-        printf("}, \"unused_ids\": %lld}\n", (long long)(v - ord - ns));
+        if (root) jint(root, "unused_ids", v - ord - ns, &ok);
+        dtx_tokenizer_free(t);
+        return json_print(cmd, root, ok);
     } else {
         printf("file        %s\n", pos[0]);
         printf("source      %s\n", dtx_tokenizer_source(t));

@@ -23,6 +23,7 @@
 #include "cli/cli.h"
 #include "common/common.h"
 #include "cli/flags.h"
+#include "cli/json_out.h"
 #include "difftx.h"
 #include "train/checkpoint.h"
 
@@ -432,6 +433,8 @@ typedef struct {
     char last_ckpt[4400];
     FILE *log;
     int quiet;                    /* a rank other than 0: no output, log, checkpoint or model */
+    char lock_path[4200];         /* OUT.lock, held while this run writes (rank 0) */
+    int lock_fd;                  /* -1: not held */
     /* progress display */
     int bar, lines, bar_shown;
     double t0, t_line, t_bar;
@@ -441,6 +444,24 @@ typedef struct {
 static void state_free(train_state *s) {
     dtx_trainer_free(&s->tr);
     if (s->log) fclose(s->log);
+    dtx_lock_release(s->lock_path, s->lock_fd);
+    s->lock_fd = -1;
+}
+
+/* Two runs writing one model, its checkpoints and its log would each undo the
+ * other: the first to start holds OUT.lock until it ends (a killed run's lock
+ * goes with it), and a second is refused. Not for an --out that is not a
+ * regular file (/dev/null). */
+static int lock_outputs(train_state *s, const train_args *a) {
+    struct stat sb;
+    if (stat(a->out, &sb) == 0 && !S_ISREG(sb.st_mode)) return EXIT_OK;
+    snprintf(s->lock_path, sizeof s->lock_path, "%s.lock", a->out);
+    if (dtx_lock_acquire(s->lock_path, &s->lock_fd) == DTX_OK) return EXIT_OK;
+    char why[4400];
+    snprintf(why, sizeof why, "%s", dtx_last_error());
+    if (strstr(why, "held by process"))
+        return runtime_error(CMD, "--out %s: another difftx train is writing it (%s)", a->out, why);
+    return runtime_error(CMD, "--out %s: %s", a->out, why);
 }
 
 /* The run's own metadata: what a checkpoint records beyond the model and the
@@ -600,43 +621,34 @@ static void bar_break(train_state *s) {
     s->bar_shown = 0;
 }
 
-/* One JSON object per line, flushed, so a killed run keeps its log.
- * Returns EXIT_OK or an exit code. */
-__attribute__((format(printf, 3, 4))) static int log_json(train_state *s, const train_args *a, const char *fmt, ...) {
+/* The training log: one JSON object per line (the step first), flushed,
+ * so a killed run keeps its log. log_begin makes a line's object (NULL when
+ * there is no log); log_end writes it and deletes it. Returns EXIT_OK or an
+ * exit code. */
+static cJSON *log_begin(const train_state *s, int64_t step, int *ok) {
+    if (!s->log) return NULL;
+    cJSON *o = cJSON_CreateObject();
+    *ok = o != NULL;
+    if (o) jint(o, "step", step, ok);
+    return o;
+}
+
+static int log_end(train_state *s, const train_args *a, cJSON *o, int ok) {
     if (!s->log) return EXIT_OK;
-    va_list ap;
-    va_start(ap, fmt);
+    char *text = json_text(o, ok, 0);
+    if (!text) {
+        bar_break(s);
+        return runtime_error(CMD, "--log %s: out of memory building a line", a->log_path);
+    }
     errno = 0;
-    int w = vfprintf(s->log, fmt, ap);
-    va_end(ap);
-    if (w < 0 || fputc('\n', s->log) == EOF || fflush(s->log) != 0) {
+    int bad = fputs(text, s->log) == EOF || fflush(s->log) != 0;
+    free(text);
+    if (bad) {
         int e = errno ? errno : EIO;
         bar_break(s);
         return runtime_error(CMD, "--log %s: cannot write: %s", a->log_path, strerror(e));
     }
     return EXIT_OK;
-}
-
-/* A JSON number; NaN and infinities (which JSON lacks) become null. */
-static const char *jnum(char *buf, size_t cap, double x) {
-    if (!isfinite(x)) snprintf(buf, cap, "null");
-    else snprintf(buf, cap, "%.9g", x);
-    return buf;
-}
-
-/* A JSON string literal of s. */
-static const char *jstr(char *buf, size_t cap, const char *str) {
-    size_t k = 0;
-    buf[k++] = '"';
-    for (; *str && k + 8 < cap; str++) {
-        unsigned char c = (unsigned char)*str;
-        if (c == '"' || c == '\\') buf[k++] = '\\', buf[k++] = (char)c;
-        else if (c < 0x20) k += (size_t)snprintf(buf + k, cap - k, "\\u%04x", c);
-        else buf[k++] = (char)c;
-    }
-    buf[k++] = '"';
-    buf[k] = '\0';
-    return buf;
 }
 
 static void fmt_eta(char *buf, size_t cap, double sec) {
@@ -754,8 +766,10 @@ static int write_ckpt(train_state *s, const train_args *a, int64_t step) {
     s->last_ckpt_step = step;
     snprintf(s->last_ckpt, sizeof s->last_ckpt, "%s", path);
     prune(s, a);
-    char js[4500];
-    int rc = log_json(s, a, "{\"step\":%lld,\"checkpoint\":%s}", (long long)step, jstr(js, sizeof js, path));
+    int ok = 1;
+    cJSON *o = log_begin(s, step, &ok);
+    if (o) jstr(o, "checkpoint", path, &ok);
+    int rc = log_end(s, a, o, ok);
     if (g_force) {
         bar_break(s);
         fprintf(stderr, "difftx train: interrupted again; checkpoint written to %s\n", path);
@@ -767,10 +781,15 @@ static int write_ckpt(train_state *s, const train_args *a, int64_t step) {
 /* Stops the run at a non-finite loss or gradient norm (v says which value). */
 static int stop_nonfinite(train_state *s, const train_args *a, int64_t step, const char *what, const char *v,
                           double x) {
-    char l[32];
-    /* the run stops either way; a log that cannot be written is reported by log_json */
-    (void)log_json(s, a, "{\"step\":%lld,\"loss\":%s,\"error\":\"%s is not finite\"}", (long long)step,
-                   jnum(l, sizeof l, x), what);
+    int ok = 1;
+    cJSON *o = log_begin(s, step, &ok);
+    if (o) {
+        char err[64];
+        snprintf(err, sizeof err, "%s is not finite", what);
+        jnum(o, "loss", x, &ok);
+        jstr(o, "error", err, &ok);
+    }
+    (void)log_end(s, a, o, ok); /* the run stops either way; a log that cannot be written is reported there */
     bar_break(s);
     if (s->last_ckpt_step >= 0)
         return runtime_error(CMD, "%s is %s at step %lld: stopped without updating the weights; the last good "
@@ -824,19 +843,25 @@ static int train_loop(train_state *s, const train_args *a) {
         s->last_loss = loss;
         s->last_lr = lr;
         double now = dtx_now_s();
-        char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], copy[256] = "";
-        if (cs.n_first && cs.n_repeat) /* the induction score's parts (docs/training.md) */
-            snprintf(copy, sizeof copy, ",\"copy_rows\":%lld,\"copy_first\":%s,\"copy_repeat\":%s",
-                     (long long)cs.rows, jnum(b5, sizeof b5, cs.first / (double)cs.n_first),
-                     jnum(b6, sizeof b6, cs.repeat / (double)cs.n_repeat));
-        if (dtx_comm_size(s->tr.comm) > 1) { /* the time in the sums over ranks: the cost of more of them */
-            size_t k = strlen(copy);
-            snprintf(copy + k, sizeof copy - k, ",\"comm_s\":%.6f,\"grad_sum_s\":%.6f", st.comm_s, st.grad_sum_s);
+        int ok = 1;
+        cJSON *o = log_begin(s, step, &ok);
+        if (o) {
+            jnum(o, "loss", loss, &ok);
+            jnum(o, "lr", lr, &ok);
+            jnum(o, "grad_norm", gnorm, &ok);
+            jnum(o, "tokens_per_s", tokens_per_step / (now - t_step > 1e-9 ? now - t_step : 1e-9), &ok);
+            jnum(o, "elapsed_s", now - s->t0, &ok);
+            if (cs.n_first && cs.n_repeat) { /* the induction score's parts (docs/training.md) */
+                jint(o, "copy_rows", cs.rows, &ok);
+                jnum(o, "copy_first", cs.first / (double)cs.n_first, &ok);
+                jnum(o, "copy_repeat", cs.repeat / (double)cs.n_repeat, &ok);
+            }
+            if (dtx_comm_size(s->tr.comm) > 1) { /* the time in the sums over ranks: the cost of more of them */
+                jnum(o, "comm_s", st.comm_s, &ok);
+                jnum(o, "grad_sum_s", st.grad_sum_s, &ok);
+            }
         }
-        int rc = log_json(s, a, "{\"step\":%lld,\"loss\":%s,\"lr\":%s,\"grad_norm\":%s,\"tokens_per_s\":%.1f,"
-                            "\"elapsed_s\":%.3f%s}",
-                      (long long)step, jnum(b1, sizeof b1, loss), jnum(b2, sizeof b2, lr), jnum(b3, sizeof b3, gnorm),
-                      tokens_per_step / (now - t_step > 1e-9 ? now - t_step : 1e-9), now - s->t0, copy);
+        int rc = log_end(s, a, o, ok);
         if (rc != EXIT_OK) return rc;
         report(s, a, step, loss, lr, gnorm, now);
         if (s->tr.val.count && (step % a->eval_every == 0 || step == a->steps)) {
@@ -848,8 +873,12 @@ static int train_loop(train_state *s, const train_args *a) {
             }
             if (er == DTX_STEP_DONE) {
                 say(s, "eval step %lld  val_loss %.4f\n", (long long)step, val);
-                rc = log_json(s, a, "{\"step\":%lld,\"val_loss\":%s,\"elapsed_s\":%.3f}", (long long)step,
-                              jnum(b4, sizeof b4, val), dtx_now_s() - s->t0);
+                cJSON *vo = log_begin(s, step, &ok);
+                if (vo) {
+                    jnum(vo, "val_loss", val, &ok);
+                    jnum(vo, "elapsed_s", dtx_now_s() - s->t0, &ok);
+                }
+                rc = log_end(s, a, vo, ok);
                 if (rc != EXIT_OK) return rc;
             }
         }
@@ -976,9 +1005,10 @@ static int open_log(train_state *s, const train_args *a) {
     s->log = fopen(a->log_path, s->resumed_from[0] ? "a" : "w");
     if (!s->log) return runtime_error(CMD, "--log %s: cannot open: %s", a->log_path, strerror(errno));
     if (s->resumed_from[0]) {
-        char js[4500];
-        return log_json(s, a, "{\"step\":%lld,\"resumed_from\":%s}", (long long)s->start_step,
-                        jstr(js, sizeof js, s->resumed_from));
+        int ok = 1;
+        cJSON *o = log_begin(s, s->start_step, &ok);
+        if (o) jstr(o, "resumed_from", s->resumed_from, &ok);
+        return log_end(s, a, o, ok);
     }
     return EXIT_OK;
 }
@@ -986,6 +1016,7 @@ static int open_log(train_state *s, const train_args *a) {
 static int run(train_args *a, flag *fl, int n_fl) {
     static train_state s; /* large path buffers: not on the stack */
     memset(&s, 0, sizeof s);
+    s.lock_fd = -1;
     s.last_ckpt_step = -1;
     s.last_loss = NAN;
     s.bar = isatty(STDERR_FILENO);
@@ -1002,6 +1033,7 @@ static int run(train_args *a, flag *fl, int n_fl) {
     cli_set_rank(rank, ranks);
     int rc = check_out_dir(a->out);
     if (rc == EXIT_OK) rc = check_ckpt_dir(a->ckpt_dir);
+    if (rc == EXIT_OK && rank == 0) rc = lock_outputs(&s, a);
     dtx_model *init_model = NULL;
     dtx_config cfg = a->cfg;
     if (rc == EXIT_OK && a->init) {

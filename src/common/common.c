@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <sys/stat.h>
@@ -106,47 +107,125 @@ dtx_status dtx_read_file(const char *path, char **buf, size_t *len) {
     return st;
 }
 
-/* Writes data to f, flushes it and, for a real file (sync), fsyncs it;
- * closes f either way. 0 or an errno value. */
-static int put_and_close(FILE *f, const void *data, size_t len, int sync) {
-    int e = 0;
-    if (len && fwrite(data, 1, len, f) != len) e = errno ? errno : EIO;
-    if (!e && fflush(f) != 0) e = errno ? errno : EIO;
-    if (!e && sync && fsync(fileno(f)) != 0) e = errno ? errno : EIO;
-    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
-    return e;
+void dtx_sync_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
+    if (!dir) return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+static void atomic_free(dtx_atomic_file *w) {
+    free(w->path);
+    free(w->tmp);
+    w->path = w->tmp = NULL;
+    w->fp = NULL;
+}
+
+dtx_status dtx_atomic_open(dtx_atomic_file *w, const char *path) {
+    memset(w, 0, sizeof *w);
+    struct stat sb;
+    int in_place = stat(path, &sb) == 0 && !S_ISREG(sb.st_mode);
+    size_t tl = strlen(path) + 32;
+    w->path = strdup(path);
+    w->tmp = in_place ? NULL : malloc(tl);
+    if (!w->path || (!in_place && !w->tmp)) {
+        atomic_free(w);
+        return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory", path);
+    }
+    if (w->tmp) snprintf(w->tmp, tl, "%s.tmp.%ld", path, (long)getpid());
+    w->fp = fopen(in_place ? path : w->tmp, "wb");
+    if (!w->fp) {
+        int e = errno ? errno : EIO;
+        atomic_free(w);
+        return dtx_fail(DTX_ERR_IO, "%s: cannot write%s: %s", path, in_place ? "" : " the temporary file", strerror(e));
+    }
+    return DTX_OK;
+}
+
+/* The test hook of dtx_atomic_open's comment: milliseconds, 0 when unset. */
+static long commit_delay_ms(void) {
+    const char *s = getenv("DTX_TEST_COMMIT_DELAY_MS");
+    long ms = s ? strtol(s, NULL, 10) : 0;
+    return ms > 0 && ms <= 10000 ? ms : 0;
+}
+
+dtx_status dtx_atomic_commit(dtx_atomic_file *w, int err) {
+    const char *what = "cannot write";
+    int e = err;
+    if (!e && ferror(w->fp)) e = EIO;
+    if (!e && fflush(w->fp) != 0) e = errno ? errno : EIO;
+    if (!e && w->tmp && fsync(fileno(w->fp)) != 0) e = errno ? errno : EIO;
+    if (fclose(w->fp) != 0 && !e) e = errno ? errno : EIO;
+    w->fp = NULL;
+    if (!e && w->tmp) {
+        long ms = commit_delay_ms();
+        if (ms) nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000L}, NULL);
+        if (rename(w->tmp, w->path) != 0) {
+            what = "cannot rename the temporary file over it";
+            e = errno ? errno : EIO;
+        } else {
+            dtx_sync_dir(w->path);
+        }
+    }
+    if (e && w->tmp) unlink(w->tmp);
+    dtx_status st = e ? dtx_fail(DTX_ERR_IO, "%s: %s: %s", w->path, what, strerror(e)) : DTX_OK;
+    atomic_free(w);
+    return st;
+}
+
+void dtx_atomic_abort(dtx_atomic_file *w) {
+    if (w->fp) fclose(w->fp);
+    if (w->fp && w->tmp) unlink(w->tmp);
+    atomic_free(w);
+}
+
+dtx_status dtx_lock_acquire(const char *lock_path, int *fd) {
+    *fd = -1;
+    for (int tries = 0; tries < 100; tries++) {
+        int f = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (f < 0) return dtx_fail(DTX_ERR_IO, "%s: cannot lock: %s", lock_path, strerror(errno));
+        if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            char pid[32] = "";
+            ssize_t n = e == EWOULDBLOCK ? pread(f, pid, sizeof pid - 1, 0) : -1;
+            close(f);
+            if (e != EWOULDBLOCK) return dtx_fail(DTX_ERR_IO, "%s: cannot lock: %s", lock_path, strerror(e));
+            pid[n > 0 ? n : 0] = '\0';
+            pid[strcspn(pid, "\n")] = '\0';
+            return dtx_fail(DTX_ERR_IO, "%s: held by process %s", lock_path, pid[0] ? pid : "(unknown)");
+        }
+        /* the holder before us may have removed the file between our open and
+         * our lock: then we hold a lock on a file nobody else can see; again */
+        struct stat a, b;
+        if (fstat(f, &a) == 0 && stat(lock_path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+            char pid[32];
+            int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+            if (ftruncate(f, 0) != 0 || pwrite(f, pid, (size_t)n, 0) != n) { /* the pid is a courtesy */ }
+            *fd = f;
+            return DTX_OK;
+        }
+        close(f);
+    }
+    return dtx_fail(DTX_ERR_IO, "%s: cannot lock: the file keeps changing", lock_path);
+}
+
+void dtx_lock_release(const char *lock_path, int fd) {
+    if (fd < 0) return;
+    unlink(lock_path); /* while still held: a process that opens it next creates a new one */
+    close(fd);
 }
 
 dtx_status dtx_write_file_atomic(const char *path, const void *data, size_t len) {
-    struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        /* /dev/stdout, a FIFO, /dev/null: written in place, since renaming
-         * over it would replace the device or the pipe itself */
-        FILE *f = fopen(path, "wb");
-        int e = f ? put_and_close(f, data, len, 0) : (errno ? errno : EIO);
-        if (e) return dtx_fail(DTX_ERR_IO, "%s: cannot write: %s", path, strerror(e));
-        return DTX_OK;
-    }
-    size_t tl = strlen(path) + 32;
-    char *tmp = malloc(tl);
-    if (!tmp) return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory", path);
-    /* same folder as the target, so rename() stays on one file system */
-    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-    const char *what = "cannot write the temporary file";
-    FILE *f = fopen(tmp, "wb");
-    int e = f ? 0 : (errno ? errno : EIO);
-    if (!e) {
-        what = "cannot write";
-        e = put_and_close(f, data, len, 1);
-        if (!e && rename(tmp, path) != 0) {
-            what = "cannot rename the temporary file over it";
-            e = errno ? errno : EIO;
-        }
-        if (e) unlink(tmp);
-    }
-    free(tmp);
-    if (e) return dtx_fail(DTX_ERR_IO, "%s: %s: %s", path, what, strerror(e));
-    return DTX_OK;
+    dtx_atomic_file w;
+    dtx_status st = dtx_atomic_open(&w, path);
+    if (st) return st;
+    int e = len && fwrite(data, 1, len, w.fp) != len ? (errno ? errno : EIO) : 0;
+    return dtx_atomic_commit(&w, e);
 }
 
 dtx_status dtx_map_file(const char *path, const char *what, dtx_mapped *out) {
@@ -218,8 +297,10 @@ const char *dtx_format_real(double v, char *buf, size_t cap) {
     return buf;
 }
 
-double dtx_now_s(void) {
+static double clock_s(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+double dtx_now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+double dtx_cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }

@@ -12,8 +12,11 @@
 
 typedef dtx_real real;
 
-/* Seconds on a monotonic clock (for intervals). */
+/* Seconds on a monotonic clock (for intervals): the one clock of the library,
+ * the tool, the tests and the benchmarks. */
 double dtx_now_s(void);
+/* CPU seconds this process has used (all threads). */
+double dtx_cpu_s(void);
 
 /* Record a one-line message for dtx_last_error() and return st. */
 dtx_status dtx_fail(dtx_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -33,14 +36,65 @@ dtx_status dtx_read_stream(FILE *f, const char *name, char **buf, size_t *len);
 /* Opens path and reads it whole, as above. */
 dtx_status dtx_read_file(const char *path, char **buf, size_t *len);
 
-/* Writes data[0, len) to path atomically: to path.tmp.PID in the same
- * folder, fsync, then rename over path, so a reader never sees half a file
- * and a failure leaves any older file in place (the temporary is removed).
- * A path that exists and is not a regular file (/dev/stdout, a FIFO,
- * /dev/null) is written in place instead: renaming over it would replace the
- * device or pipe itself. On failure DTX_ERR_IO (DTX_ERR_NOMEM) with the
- * message "PATH: what: strerror". */
+/* The one way the library writes a file: atomically. Bytes go to
+ * PATH.tmp.PID in the same folder (so rename stays on one file system);
+ * commit flushes, fsyncs, closes, renames it over PATH and fsyncs the folder,
+ * so a reader (or a run resumed after a crash at any moment) sees the old
+ * file or the whole new one, never a part. Any failure removes the temporary
+ * and leaves the old file in place. A PATH that exists and is not a regular
+ * file (/dev/stdout, a FIFO, /dev/null) is written in place instead:
+ * renaming over it would replace the device or the pipe itself.
+ * Messages: "PATH: cannot write the temporary file: ERR" (open),
+ * "PATH: cannot write: ERR" (write, flush, fsync, close),
+ * "PATH: cannot rename the temporary file over it: ERR".
+ * For tests of crash consistency, the environment variable
+ * DTX_TEST_COMMIT_DELAY_MS (0 to 10000) makes commit sleep that long after
+ * the data is written and before the rename: a wide window to kill in. */
+typedef struct {
+    FILE *fp;   /* write here (fwrite, fprintf, fseek); NULL once committed or aborted */
+    char *path; /* the target                                                        */
+    char *tmp;  /* the temporary; NULL when written in place                          */
+} dtx_atomic_file;
+dtx_status dtx_atomic_open(dtx_atomic_file *w, const char *path);
+/* err: an errno value the caller's own writes met (0: none; ferror(fp) is
+ * checked too). Publishes the file, or removes the temporary and fails. */
+dtx_status dtx_atomic_commit(dtx_atomic_file *w, int err);
+/* Closes and removes the temporary (nothing is published); safe after commit. */
+void dtx_atomic_abort(dtx_atomic_file *w);
+/* Makes a rename in path's folder durable (fsync of the folder). Best
+ * effort: some file systems refuse to fsync a folder, and the data itself
+ * is already safe then. */
+void dtx_sync_dir(const char *path);
+/* An exclusive lock on the file lock_path (created if missing; it holds the
+ * owner's pid as text), so that two processes never write the same outputs:
+ * flock, released by the kernel when the process ends however it ends, so a
+ * killed run leaves no stale lock. Never waits. DTX_OK and *fd (>= 0) when
+ * taken; DTX_ERR_IO "LOCK_PATH: held by process PID" when another process
+ * holds it, or "LOCK_PATH: cannot lock: ERR". dtx_lock_release removes the
+ * file and lets go. */
+dtx_status dtx_lock_acquire(const char *lock_path, int *fd);
+void dtx_lock_release(const char *lock_path, int fd);
+/* data[0, len) as one file, through the above. */
 dtx_status dtx_write_file_atomic(const char *path, const void *data, size_t len);
+
+/* The files a path names: the one meaning of "a folder" for every command
+ * that reads text (prepare, tokenizer train, eval needle's haystack,
+ * quantize --calib). A regular file is itself. A folder is every regular
+ * file below it, at any depth, walked depth-first with each folder's entries
+ * in byte order of their names; names that begin with '.' (hidden files and
+ * folders) and entries that are neither file nor folder (sockets, FIFOs) are
+ * skipped; links are followed, to at most 32 levels (a link loop is
+ * refused). dtx_paths_add appends them to out (which starts zeroed).
+ * Messages: "PATH: ERR" (cannot stat or open), "PATH: neither a file nor a
+ * folder" (for PATH itself), "PATH: folders nested deeper than 32 (a link
+ * loop?)"; DTX_ERR_NOMEM. An empty folder adds nothing: the caller says
+ * whether that is an error. */
+typedef struct {
+    char **v;
+    size_t n, cap;
+} dtx_paths;
+dtx_status dtx_paths_add(dtx_paths *out, const char *path);
+void dtx_paths_free(dtx_paths *p);
 
 /* A whole file mapped read-only (MAP_PRIVATE). An empty file has data NULL
  * and size 0. */
@@ -58,15 +112,17 @@ dtx_status dtx_map_file(const char *path, const char *what, dtx_mapped *out);
 /* Unmaps m (if mapped) and empties it; safe to call twice. */
 void dtx_unmap_file(dtx_mapped *m);
 
-/* Deterministic RNG (splitmix64 seeded xoshiro256**). */
-typedef struct { uint64_t s[4]; } dtx_rng;
-void dtx_rng_seed(dtx_rng *r, uint64_t seed);
-uint64_t dtx_rng_next(dtx_rng *r);
-double dtx_rng_uniform(dtx_rng *r);   /* [0, 1) */
-double dtx_rng_normal(dtx_rng *r);    /* N(0, 1), Box-Muller */
+/* The RNG (dtx_rng) is public: difftx.h. */
 /* splitmix64's mixing of x + 0x9e3779b97f4a7c15: a 64-bit hash, for seeds
  * made from (seed, place) tuples. */
 uint64_t dtx_mix64(uint64_t x);
+
+/* Whether [a, a + bytes) and [b, b + bytes) share a byte (for asserts on
+ * arguments that must not alias). */
+static inline int dtx_overlaps(const void *a, const void *b, size_t bytes) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return bytes && x < y + bytes && y < x + bytes;
+}
 
 /* The bits of a float, and back. */
 static inline uint32_t dtx_f32_bits(float f) {

@@ -113,72 +113,17 @@ static dtx_status split_text(unit_list *u, const char *t, size_t len) {
     return DTX_OK;
 }
 
-/* The files to read, as malloc'd strings. */
-typedef struct {
-    char **v;
-    int n, cap;
-} path_list;
-
-static void paths_free(path_list *l) {
-    for (int i = 0; i < l->n; i++) free(l->v[i]);
-    free(l->v);
-    l->v = NULL;
-    l->n = l->cap = 0;
-}
-
-static dtx_status paths_push(path_list *l, const char *dir, const char *name) {
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 16;
-        char **nv = realloc(l->v, (size_t)cap * sizeof *nv);
-        if (!nv) return dtx_fail(DTX_ERR_NOMEM, "needle haystack: out of memory");
-        l->v = nv;
-        l->cap = cap;
-    }
-    size_t len = (dir ? strlen(dir) + 1 : 0) + strlen(name) + 1;
-    char *p = malloc(len);
-    if (!p) return dtx_fail(DTX_ERR_NOMEM, "needle haystack: out of memory");
-    if (dir) snprintf(p, len, "%s/%s", dir, name);
-    else snprintf(p, len, "%s", name);
-    l->v[l->n++] = p;
-    return DTX_OK;
-}
-
-static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
-
-static int is_txt(const char *name) {
-    size_t n = strlen(name);
-    return name[0] != '.' && n > 4 && strcmp(name + n - 4, ".txt") == 0;
-}
-
-/* Appends a directory's regular *.txt files, sorted by name. */
-static dtx_status list_dir(path_list *l, const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return dtx_fail(DTX_ERR_IO, "needle haystack %s: %s", dir, strerror(errno));
-    int first = l->n;
-    dtx_status st = DTX_OK;
-    struct dirent *e;
-    while (st == DTX_OK && (e = readdir(d))) {
-        if (!is_txt(e->d_name)) continue;
-        st = paths_push(l, dir, e->d_name);
-        struct stat sb;
-        if (st == DTX_OK && (stat(l->v[l->n - 1], &sb) != 0 || !S_ISREG(sb.st_mode))) free(l->v[--l->n]);
-    }
-    closedir(d);
-    if (st) return st;
-    if (l->n == first) return dtx_fail(DTX_ERR_IO, "needle haystack %s: the folder holds no *.txt files", dir);
-    qsort(l->v + first, (size_t)(l->n - first), sizeof *l->v, cmp_str);
-    return DTX_OK;
-}
-
-static dtx_status expand_paths(path_list *l, const char *const *paths, int n_paths) {
+/* The haystack's files: each path a file, or a folder's files (dtx_paths_add). */
+static dtx_status expand_paths(dtx_paths *l, const char *const *paths, int n_paths) {
     for (int i = 0; i < n_paths; i++) {
-        struct stat sb;
-        if (stat(paths[i], &sb) != 0) return dtx_fail(DTX_ERR_IO, "needle haystack %s: %s", paths[i], strerror(errno));
-        dtx_status st = S_ISDIR(sb.st_mode) ? list_dir(l, paths[i])
-                        : S_ISREG(sb.st_mode) ? paths_push(l, NULL, paths[i])
-                                              : dtx_fail(DTX_ERR_IO, "needle haystack %s: neither a file nor a folder",
-                                                         paths[i]);
-        if (st) return st;
+        size_t before = l->n;
+        dtx_status st = dtx_paths_add(l, paths[i]);
+        if (st) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", dtx_last_error());
+            return dtx_fail(st, "needle haystack %s", why);
+        }
+        if (l->n == before) return dtx_fail(DTX_ERR_IO, "needle haystack %s: the folder holds no files", paths[i]);
     }
     return DTX_OK;
 }
@@ -225,18 +170,18 @@ static dtx_status encode_units(dtx_needle_source *s, const unit_list *u) {
 }
 
 /* Reads the files (all kept until the units are encoded: units point into them). */
-static dtx_status read_and_encode(dtx_needle_source *s, const path_list *files) {
+static dtx_status read_and_encode(dtx_needle_source *s, const dtx_paths *files) {
     char **texts = calloc((size_t)files->n, sizeof *texts);
     if (!texts) return dtx_fail(DTX_ERR_NOMEM, "needle haystack: out of memory");
     unit_list u = {0};
     dtx_status st = DTX_OK;
-    for (int i = 0; i < files->n && st == DTX_OK; i++) {
+    for (size_t i = 0; i < files->n && st == DTX_OK; i++) {
         size_t len = 0;
         st = dtx_read_file(files->v[i], &texts[i], &len);
         if (!st) st = split_text(&u, texts[i], len);
     }
     if (!st) st = encode_units(s, &u);
-    for (int i = 0; i < files->n; i++) free(texts[i]);
+    for (size_t i = 0; i < files->n; i++) free(texts[i]);
     free(texts);
     free(u.p);
     free(u.len);
@@ -253,14 +198,14 @@ dtx_status dtx_needle_source_open(dtx_needle_source **out, const dtx_tokenizer *
     if (!s) return dtx_fail(DTX_ERR_NOMEM, "needle haystack: out of memory");
     s->tok = tok;
     s->bos = bos;
-    path_list files = {0};
+    dtx_paths files = {0};
     dtx_status st = expand_paths(&files, paths, n_paths);
     if (!st) st = read_and_encode(s, &files);
     if (!st && s->n_tokens == 0)
         st = dtx_fail(DTX_ERR_FORMAT, "needle haystack %s%s: no text (the files are empty)", paths[0],
                       n_paths > 1 || files.n > 1 ? " ..." : "");
     if (!st) st = dtx_tokenizer_encode(tok, FRAMING, strlen(FRAMING), DTX_ENCODE_ORDINARY, &s->framing, &s->framing_n);
-    paths_free(&files);
+    dtx_paths_free(&files);
     if (st) {
         dtx_needle_source_free(s);
         return st;

@@ -54,8 +54,8 @@
  * share). */
 typedef struct dtx_needle_source dtx_needle_source;
 
-/* paths: text files, or directories (their regular *.txt files, sorted by
- * name, names beginning with '.' skipped; not recursive). The tokenizer must
+/* paths: text files, or folders (every file below them, as every command
+ * reads a folder: dtx_paths_add in src/common/common.h). The tokenizer must
  * have <|bos|> (DTX_ERR_ARG otherwise; borrowed: it must outlive the source).
  * DTX_ERR_IO / DTX_ERR_FORMAT with the path on failure; an empty haystack is
  * an error. dtx_needle_make may run on one source from several threads. */

@@ -507,45 +507,25 @@ const char *dtx_st_meta(const dtx_st_file *f, const char *key) {
 
 /* ------------------------------------------------------------------ writer */
 
-/* A growing string; `failed` sticks after the first allocation failure so
- * the builder can be called without checking each step. */
-typedef struct { char *p; size_t len, cap; int failed; } sbuf;
+/* A header string: the header's text (cJSON, which escapes names and
+ * metadata), padded with spaces to a multiple of 8 bytes. */
+typedef struct { char *p; size_t len; int failed; } sbuf;
 
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->failed) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) { b->failed = 1; return; }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
+/* [v0, v1, ...] as raw JSON text: exact integers (cJSON's numbers are doubles). */
+static cJSON *int_array(const int64_t *v, int n) {
+    char buf[32 * (DTX_ST_MAX_DIMS + 2)];
+    size_t k = 0;
+    buf[k++] = '[';
+    for (int i = 0; i < n; i++) k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%" PRId64, i ? "," : "", v[i]);
+    snprintf(buf + k, sizeof buf - k, "]");
+    return cJSON_CreateRaw(buf);
 }
 
-static void sb_cstr(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_i64(sbuf *b, int64_t v) {
-    char tmp[32];
-    int n = snprintf(tmp, sizeof tmp, "%" PRId64, v); /* exact, unlike cJSON's doubles */
-    sb_put(b, tmp, (size_t)n);
-}
-
-/* A JSON string literal: quotes, backslashes and control bytes escaped;
- * other bytes (UTF-8) pass through. */
-static void sb_json_str(sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        char esc[8];
-        if (c == '"' || c == '\\') { esc[0] = '\\'; esc[1] = (char)c; sb_put(b, esc, 2); }
-        else if (c < 0x20) { snprintf(esc, sizeof esc, "\\u%04x", c); sb_put(b, esc, 6); }
-        else sb_put(b, (const char *)s, 1);
-    }
-    sb_put(b, "\"", 1);
+/* Adds child under key; 0 (child freed) when that fails. */
+static int add(cJSON *o, const char *key, cJSON *child) {
+    if (child && cJSON_AddItemToObject(o, key, child)) return 1;
+    cJSON_Delete(child);
+    return 0;
 }
 
 /* Checks the caller's tensors and computes each one's byte size. */
@@ -587,37 +567,30 @@ static dtx_status check_outputs(const char *path, const dtx_st_out *t, int n, in
 
 static void build_header(sbuf *b, const dtx_st_out *t, int n, const int64_t *nbytes, const char *const *keys,
                          const char *const *values, int n_meta, int bf16) {
-    sb_cstr(b, "{");
-    if (n_meta > 0) {
-        sb_cstr(b, "\"__metadata__\":{");
-        for (int i = 0; i < n_meta; i++) {
-            if (i) sb_cstr(b, ",");
-            sb_json_str(b, keys[i]);
-            sb_cstr(b, ":");
-            sb_json_str(b, values[i]);
-        }
-        sb_cstr(b, "}");
-    }
+    cJSON *root = cJSON_CreateObject(), *meta = n_meta > 0 ? cJSON_CreateObject() : NULL;
+    int ok = root && (n_meta == 0 || add(root, "__metadata__", meta));
+    for (int i = 0; ok && i < n_meta; i++) ok = cJSON_AddStringToObject(meta, keys[i], values[i]) != NULL;
     int64_t off = 0;
-    for (int i = 0; i < n; i++) {
-        if (i || n_meta > 0) sb_cstr(b, ",");
-        sb_json_str(b, t[i].name);
-        sb_cstr(b, ":{\"dtype\":\"");
-        sb_cstr(b, dtype_names[out_dtype(&t[i], bf16)]);
-        sb_cstr(b, "\",\"shape\":[");
-        for (int d = 0; d < t[i].ndim; d++) {
-            if (d) sb_cstr(b, ",");
-            sb_i64(b, t[i].shape[d]);
-        }
-        sb_cstr(b, "],\"data_offsets\":[");
-        sb_i64(b, off);
-        sb_cstr(b, ",");
-        sb_i64(b, off + nbytes[i]);
-        sb_cstr(b, "]}");
+    for (int i = 0; ok && i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        int64_t offs[2] = {off, off + nbytes[i]};
+        ok = add(root, t[i].name, o) && cJSON_AddStringToObject(o, "dtype", dtype_names[out_dtype(&t[i], bf16)]) &&
+             add(o, "shape", int_array(t[i].shape, t[i].ndim)) && add(o, "data_offsets", int_array(offs, 2));
         off += nbytes[i];
     }
-    sb_cstr(b, "}");
-    while (b->len % 8) sb_cstr(b, " "); /* 8 + len is then a multiple of 8: aligned data */
+    char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    size_t len = text ? strlen(text) : 0, padded = (len + 7) / 8 * 8; /* 8 + padded: aligned data */
+    char *p = text ? realloc(text, padded + 1) : NULL;
+    if (!p) {
+        free(text);
+        b->failed = 1;
+        return;
+    }
+    memset(p + len, ' ', padded - len);
+    p[padded] = '\0';
+    b->p = p;
+    b->len = padded;
 }
 
 /* fwrite that reports errno (EIO if the C library left none). */
@@ -672,36 +645,6 @@ static int put_file(FILE *fp, const sbuf *h, const dtx_st_out *t, int n, const i
     return e;
 }
 
-/* Best effort: makes the rename itself durable. Some file systems refuse to
- * fsync a directory; the data is already safe, so that is not an error. */
-static void sync_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
-/* Writes header and data to tmp, then renames it over path; on any failure
- * removes tmp. Returns 0 or an errno value, with *what naming the step. */
-static int write_atomic(const char *path, const char *tmp, const sbuf *h, const dtx_st_out *t, int n,
-                        const int64_t *nbytes, int bf16, const char **what) {
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) { *what = "cannot create the temporary file"; return errno ? errno : EIO; }
-    *what = "cannot write";
-    int e = put_file(fp, h, t, n, nbytes, bf16);
-    if (!e && fflush(fp) != 0) e = errno ? errno : EIO;
-    if (!e && fsync(fileno(fp)) != 0) e = errno ? errno : EIO;
-    if (fclose(fp) != 0 && !e) e = errno ? errno : EIO;
-    if (!e && rename(tmp, path) != 0) { *what = "cannot rename the temporary file over it"; e = errno ? errno : EIO; }
-    if (e) unlink(tmp);
-    return e;
-}
-
 dtx_status dtx_st_write(const char *path, const dtx_st_out *tensors, int n_tensors, const char *const *meta_keys,
                         const char *const *meta_values, int n_meta, int bf16) {
     if (n_tensors < 0 || n_meta < 0 || (n_tensors && !tensors) || (n_meta && (!meta_keys || !meta_values)))
@@ -716,18 +659,9 @@ dtx_status dtx_st_write(const char *path, const dtx_st_out *tensors, int n_tenso
         build_header(&h, tensors, n_tensors, nbytes, meta_keys, meta_values, n_meta, bf16);
         if (h.failed) st = dtx_fail(DTX_ERR_NOMEM, "%s: out of memory building the header", path);
     }
-    size_t tlen = strlen(path) + 32;
-    char *tmp = st == DTX_OK ? dtx_alloc(tlen, 1) : NULL;
-    if (st == DTX_OK && !tmp) st = DTX_ERR_NOMEM;
-    if (st == DTX_OK) {
-        /* same folder as the target, so rename() stays on one file system */
-        snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-        const char *what = "";
-        int e = write_atomic(path, tmp, &h, tensors, n_tensors, nbytes, bf16, &what);
-        if (e) st = dtx_fail(DTX_ERR_IO, "%s: %s: %s", path, what, strerror(e));
-        else sync_dir(path);
-    }
-    free(tmp);
+    dtx_atomic_file w;
+    if (st == DTX_OK) st = dtx_atomic_open(&w, path);
+    if (st == DTX_OK) st = dtx_atomic_commit(&w, put_file(w.fp, &h, tensors, n_tensors, nbytes, bf16));
     free(h.p);
     free(nbytes);
     return st;

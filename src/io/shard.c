@@ -254,21 +254,6 @@ dtx_status dtx_shard_read(const dtx_shard *s, int64_t start, int64_t n, int32_t 
 
 /* ------------------------------------------------------------ sampling */
 
-void dtx_batch_rng_seed(dtx_batch_rng *r, uint64_t seed) {
-    dtx_rng g;
-    dtx_rng_seed(&g, seed);
-    _Static_assert(sizeof g.s == sizeof r->s, "dtx_batch_rng and dtx_rng hold the same state");
-    memcpy(r->s, g.s, sizeof r->s);
-}
-
-static uint64_t rng_next(dtx_batch_rng *r) {
-    dtx_rng g;
-    memcpy(g.s, r->s, sizeof g.s);
-    uint64_t v = dtx_rng_next(&g);
-    memcpy(r->s, g.s, sizeof r->s);
-    return v;
-}
-
 static dtx_status check_window(const dtx_shard *s, int64_t B, int64_t T, const char *what) {
     if (B < 1 || T < 1)
         return dtx_fail(DTX_ERR_ARG, "%s: %s batch of %" PRId64 " x %" PRId64 " (both must be at least 1)", s->path,
@@ -282,7 +267,7 @@ static dtx_status check_window(const dtx_shard *s, int64_t B, int64_t T, const c
     return DTX_OK;
 }
 
-dtx_status dtx_shard_sample_batch(const dtx_shard *s, dtx_batch_rng *rng, int64_t B, int64_t T, int32_t *inputs,
+dtx_status dtx_shard_sample_batch(const dtx_shard *s, dtx_rng *rng, int64_t B, int64_t T, int32_t *inputs,
                                   int32_t *targets) {
     assert(s && rng);
     dtx_status st = check_window(s, B, T, "random");
@@ -294,7 +279,7 @@ dtx_status dtx_shard_sample_batch(const dtx_shard *s, dtx_batch_rng *rng, int64_
      * bias is at most n_starts / 2^64: negligible. */
     uint64_t n_starts = (uint64_t)(s->count - T);
     for (int64_t r = 0; r < B; r++) {
-        int64_t start = (int64_t)(rng_next(rng) % n_starts);
+        int64_t start = (int64_t)(dtx_rng_next(rng) % n_starts);
         copy_out(s, start, T, inputs + (size_t)r * (size_t)T);
         copy_out(s, start + 1, T, targets + (size_t)r * (size_t)T);
     }
@@ -328,8 +313,7 @@ dtx_status dtx_shard_sequential_batch(const dtx_shard *s, int64_t *pos, int wrap
 /* ------------------------------------------------------------ writer */
 
 struct dtx_shard_writer {
-    char *path, *tmp;
-    FILE *fp;
+    dtx_atomic_file f; /* f.path: the shard's path */
     uint64_t vocab_size;
     uint32_t width;
     int32_t eos_id;
@@ -347,34 +331,19 @@ dtx_status dtx_shard_writer_open(dtx_shard_writer **out, const char *path, int64
         return dtx_fail(DTX_ERR_ARG, "%s: eos id %ld is out of range for vocab_size %" PRId64, path, (long)eos_id,
                         vocab_size);
     dtx_shard_writer *w = calloc(1, sizeof *w);
-    size_t tlen = strlen(path) + 32;
-    char *tmp = malloc(tlen), *pc = strdup(path);
-    if (!w || !tmp || !pc) {
-        free(w);
-        free(tmp);
-        free(pc);
-        return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory", path);
-    }
-    /* same folder as the target, so rename() stays on one file system */
-    snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
-    w->path = pc;
-    w->tmp = tmp;
+    if (!w) return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory", path);
     w->vocab_size = (uint64_t)vocab_size;
     w->width = dtx_shard_width_for((uint64_t)vocab_size);
     w->eos_id = eos_id;
-    w->fp = fopen(tmp, "wb");
-    if (!w->fp) {
-        int e = errno;
-        dtx_status st = dtx_fail(DTX_ERR_IO, "%s: cannot create the temporary file %s: %s", path, tmp, strerror(e));
-        free(tmp);
-        free(pc);
+    dtx_status st = dtx_atomic_open(&w->f, path);
+    if (st) {
         free(w);
         return st;
     }
     uint8_t zero[DTX_SHARD_HEADER_SIZE] = {0}; /* the real header comes at commit */
-    if (fwrite(zero, 1, sizeof zero, w->fp) != sizeof zero) {
+    if (fwrite(zero, 1, sizeof zero, w->f.fp) != sizeof zero) {
         int e = errno;
-        dtx_status st = dtx_fail(DTX_ERR_IO, "%s: cannot write %s: %s", path, tmp, strerror(e ? e : EIO));
+        st = dtx_fail(DTX_ERR_IO, "%s: cannot write: %s", path, strerror(e ? e : EIO));
         dtx_shard_writer_abort(w);
         return st;
     }
@@ -384,11 +353,11 @@ dtx_status dtx_shard_writer_open(dtx_shard_writer **out, const char *path, int64
 
 dtx_status dtx_shard_writer_append(dtx_shard_writer *w, const int32_t *tokens, int64_t n) {
     assert(w && n >= 0 && (n == 0 || tokens));
-    if (w->failed) return dtx_fail(DTX_ERR_IO, "%s: an earlier write failed", w->path);
+    if (w->failed) return dtx_fail(DTX_ERR_IO, "%s: an earlier write failed", w->f.path);
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint64_t)tokens[i] >= w->vocab_size)
             return dtx_fail(DTX_ERR_ARG, "%s: token %" PRId64 " has id %ld, out of range for vocab_size %" PRIu64,
-                            w->path, w->count + i, (long)tokens[i], w->vocab_size);
+                            w->f.path, w->count + i, (long)tokens[i], w->vocab_size);
     size_t per = sizeof w->buf / w->width;
     for (int64_t i = 0; i < n;) {
         size_t k = n - i < (int64_t)per ? (size_t)(n - i) : per;
@@ -402,10 +371,10 @@ dtx_status dtx_shard_writer_append(dtx_shard_writer *w, const int32_t *tokens, i
         else
             for (size_t j = 0; j < k; j++, p += 4) put_u32(p, (uint32_t)tokens[i + (int64_t)j]);
         size_t bytes = k * w->width;
-        if (fwrite(w->buf, 1, bytes, w->fp) != bytes) {
+        if (fwrite(w->buf, 1, bytes, w->f.fp) != bytes) {
             int e = errno;
             w->failed = 1;
-            return dtx_fail(DTX_ERR_IO, "%s: cannot write %s: %s", w->path, w->tmp, strerror(e ? e : EIO));
+            return dtx_fail(DTX_ERR_IO, "%s: cannot write: %s", w->f.path, strerror(e ? e : EIO));
         }
         i += (int64_t)k;
     }
@@ -425,37 +394,16 @@ dtx_status dtx_shard_writer_end_document(dtx_shard_writer *w) {
 
 int64_t dtx_shard_writer_count(const dtx_shard_writer *w) { return w->count; }
 
-static void writer_free(dtx_shard_writer *w) {
-    free(w->path);
-    free(w->tmp);
-    free(w);
-}
-
 void dtx_shard_writer_abort(dtx_shard_writer *w) {
     if (!w) return;
-    if (w->fp) fclose(w->fp);
-    unlink(w->tmp);
-    writer_free(w);
-}
-
-/* Best effort: makes the rename itself durable. Some file systems refuse to
- * fsync a directory; the data is already safe, so that is not an error. */
-static void sync_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(dir);
+    dtx_atomic_abort(&w->f);
+    free(w);
 }
 
 dtx_status dtx_shard_writer_commit(dtx_shard_writer *w) {
     assert(w);
     if (w->failed) {
-        dtx_status st = dtx_fail(DTX_ERR_IO, "%s: an earlier write failed; nothing was written", w->path);
+        dtx_status st = dtx_fail(DTX_ERR_IO, "%s: an earlier write failed; nothing was written", w->f.path);
         dtx_shard_writer_abort(w);
         return st;
     }
@@ -469,26 +417,12 @@ dtx_status dtx_shard_writer_commit(dtx_shard_writer *w) {
                           .reserved = 0};
     uint8_t hb[DTX_SHARD_HEADER_SIZE];
     dtx_shard_header_encode(&h, hb);
-    const char *what = "cannot write";
-    int e = 0;
-    if (fflush(w->fp) != 0 || fseek(w->fp, 0, SEEK_SET) != 0 || fwrite(hb, 1, sizeof hb, w->fp) != sizeof hb ||
-        fflush(w->fp) != 0)
+    int e = 0; /* the header last, over the zeros written at open */
+    if (fflush(w->f.fp) != 0 || fseek(w->f.fp, 0, SEEK_SET) != 0 || fwrite(hb, 1, sizeof hb, w->f.fp) != sizeof hb)
         e = errno ? errno : EIO;
-    if (!e && fsync(fileno(w->fp)) != 0) e = errno ? errno : EIO;
-    if (fclose(w->fp) != 0 && !e) e = errno ? errno : EIO;
-    w->fp = NULL;
-    if (!e && rename(w->tmp, w->path) != 0) {
-        what = "cannot rename the temporary file over it";
-        e = errno ? errno : EIO;
-    }
-    if (e) {
-        dtx_status st = dtx_fail(DTX_ERR_IO, "%s: %s: %s", w->path, what, strerror(e));
-        dtx_shard_writer_abort(w);
-        return st;
-    }
-    sync_dir(w->path);
-    writer_free(w);
-    return DTX_OK;
+    dtx_status st = dtx_atomic_commit(&w->f, e);
+    free(w);
+    return st;
 }
 
 dtx_status dtx_shard_write(const char *path, const int32_t *tokens, int64_t n, int64_t vocab_size) {

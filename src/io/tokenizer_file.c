@@ -347,41 +347,8 @@ static int write_body(FILE *f, const struct dtx_tokenizer *t) {
     return ferror(f) ? (errno ? errno : EIO) : 0;
 }
 
-static void sync_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
 dtx_status dtx_tokenizer_save(const dtx_tokenizer *t, const char *path) {
-    size_t tl = strlen(path) + 32;
-    char *tmp = malloc(tl);
-    if (!tmp) return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, tl, "%s.tmp.%ld", path, (long)getpid());
-    const char *what = "cannot create the temporary file";
-    int e = 0;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) e = errno ? errno : EIO;
-    if (!e) {
-        what = "cannot write";
-        e = write_body(f, t);
-        if (!e && fflush(f) != 0) e = errno ? errno : EIO;
-        if (!e && fsync(fileno(f)) != 0) e = errno ? errno : EIO;
-        if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
-        if (!e && rename(tmp, path) != 0) {
-            what = "cannot rename the temporary file over it";
-            e = errno ? errno : EIO;
-        }
-        if (e) unlink(tmp);
-    }
-    free(tmp);
-    if (e) return dtx_fail(DTX_ERR_IO, "%s: %s: %s", path, what, strerror(e));
-    sync_dir(path);
-    return DTX_OK;
+    dtx_atomic_file w;
+    dtx_status st = dtx_atomic_open(&w, path);
+    return st ? st : dtx_atomic_commit(&w, write_body(w.fp, t));
 }

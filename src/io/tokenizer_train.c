@@ -524,49 +524,6 @@ static dtx_status count_file(piece_counter *pc, const dtx_split *sp, const char 
     return st;
 }
 
-static int cmp_str(const void *x, const void *y) { return strcmp(*(char *const *)x, *(char *const *)y); }
-
-static dtx_status count_path(piece_counter *pc, const dtx_split *sp, const char *path, int depth, int top) {
-    struct stat sb;
-    if (stat(path, &sb) != 0) return dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(errno));
-    if (S_ISREG(sb.st_mode)) return count_file(pc, sp, path);
-    if (!S_ISDIR(sb.st_mode)) {
-        if (top) return dtx_fail(DTX_ERR_IO, "%s: neither a file nor a folder", path);
-        return DTX_OK; /* sockets, fifos inside a folder: skipped */
-    }
-    if (depth > 32) return dtx_fail(DTX_ERR_IO, "%s: folders nested deeper than 32 (a link loop?)", path);
-    DIR *d = opendir(path);
-    if (!d) return dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(errno));
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    dtx_status st = DTX_OK;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            char **nn = realloc(names, cap * sizeof *nn);
-            if (!nn) { st = nomem(); break; }
-            names = nn;
-        }
-        if (!(names[n] = strdup(e->d_name))) { st = nomem(); break; }
-        n++;
-    }
-    closedir(d);
-    if (st == DTX_OK) qsort(names, n, sizeof *names, cmp_str);
-    for (size_t i = 0; i < n && st == DTX_OK; i++) {
-        size_t len = strlen(path) + strlen(names[i]) + 2;
-        char *child = malloc(len);
-        if (!child) { st = nomem(); break; }
-        snprintf(child, len, "%s/%s", path, names[i]);
-        st = count_path(pc, sp, child, depth + 1, 0);
-        free(child);
-    }
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
-    return st;
-}
-
 dtx_status dtx_tokenizer_train(dtx_tokenizer **out, const char *const *paths, int n_paths, int64_t vocab_size) {
     *out = NULL;
     dtx_status st = check_vocab(vocab_size);
@@ -575,7 +532,10 @@ dtx_status dtx_tokenizer_train(dtx_tokenizer **out, const char *const *paths, in
     piece_counter pc;
     dtx_split *sp;
     st = counter_new(&pc, &sp);
-    for (int i = 0; i < n_paths && st == DTX_OK; i++) st = count_path(&pc, sp, paths[i], 0, 1);
+    dtx_paths files = {0};
+    for (int i = 0; i < n_paths && st == DTX_OK; i++) st = dtx_paths_add(&files, paths[i]);
+    for (size_t i = 0; i < files.n && st == DTX_OK; i++) st = count_file(&pc, sp, files.v[i]);
+    dtx_paths_free(&files);
     if (st == DTX_OK) st = train_counted(out, &pc, vocab_size);
     dtx_split_free(sp);
     counter_free(&pc);

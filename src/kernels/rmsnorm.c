@@ -2,8 +2,11 @@
  * Row statistics are summed in double even in the float build (vectorised:
  * the floats are widened lane by lane), so a row of thousands of elements
  * loses nothing to the summation; the elementwise parts are in `real`.
- * Loops are vectorised by `omp simd` rather than restrict, so out may be x
- * (and dx may be dout) without undefined behaviour. */
+ * Loops are vectorised by `omp simd` rather than restrict, so the forward's
+ * out may be x (each row is read, then written, by one thread). The
+ * backward's dx must not overlap dout or x (asserted): dx accumulates, so an
+ * alias would be a wrong result, and the dw pass of another thread reads
+ * dout and x rows while dx rows are written (no barrier between the passes). */
 #include "kernels/kernels.h"
 
 #include <assert.h>
@@ -88,6 +91,7 @@ static void rmsnorm_backward_dw_block(real *dw, const real *dout, const real *x,
 void dtx_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
                           const real *rstd, int64_t M, int64_t C) {
     assert(dx && dout && x && w && rstd && M >= 0 && C > 0);
+    assert(!dtx_overlaps(dx, dout, (size_t)(M * C) * sizeof(real)) && !dtx_overlaps(dx, x, (size_t)(M * C) * sizeof(real)));
     if (!dw) {
 #pragma omp parallel for schedule(static) if (M * C >= PAR_MIN)
         for (int64_t i = 0; i < M; i++)

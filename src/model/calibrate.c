@@ -45,7 +45,7 @@ const char *dtx_a8_kind_name(unsigned kind) {
 }
 
 /* The DTX_A8_* kind of stats index j (n_in inputs, the last the output projection's). */
-static unsigned kind_of(int64_t j, int64_t n_in) {
+static inline unsigned kind_of(int64_t j, int64_t n_in) { /* inline: unused in the double build */
     if (j == n_in - 1) return DTX_A8_OUTPUT;
     switch (j % IN_PER_LAYER) {
     case IN_XN1: return DTX_A8_ATTN_IN;

@@ -28,20 +28,6 @@ dtx_status dtx_sampler_validate(const dtx_sampler *s) {
     return DTX_OK;
 }
 
-void dtx_sample_rng_seed(dtx_sample_rng *r, uint64_t seed) {
-    dtx_rng g;
-    dtx_rng_seed(&g, seed);
-    memcpy(r->s, g.s, sizeof r->s);
-}
-
-static double rng_uniform(dtx_sample_rng *r) {
-    dtx_rng g;
-    memcpy(g.s, r->s, sizeof g.s);
-    double u = dtx_rng_uniform(&g);
-    memcpy(r->s, g.s, sizeof r->s);
-    return u;
-}
-
 typedef struct {
     double p;
     int32_t id;
@@ -91,7 +77,7 @@ static int32_t argmax(const real *logits, int64_t V) {
     return (int32_t)best;
 }
 
-dtx_status dtx_sample_logits(const dtx_sampler *s, dtx_sample_rng *rng, const dtx_real *logits, int64_t V,
+dtx_status dtx_sample_logits(const dtx_sampler *s, dtx_rng *rng, const dtx_real *logits, int64_t V,
                              int32_t *token) {
     if (V < 1) return dtx_fail(DTX_ERR_ARG, "cannot sample from %lld logits", (long long)V);
     int32_t best = argmax(logits, V);
@@ -106,7 +92,7 @@ dtx_status dtx_sample_logits(const dtx_sampler *s, dtx_sample_rng *rng, const dt
         /* No truncation: the ids in order. */
         double sum = 0;
         for (int64_t i = 0; i < V; i++) sum += exp(((double)logits[i] - mx) / T);
-        double u = rng_uniform(rng) * sum, acc = 0;
+        double u = dtx_rng_uniform(rng) * sum, acc = 0;
         for (int64_t i = 0; i < V; i++) {
             acc += exp(((double)logits[i] - mx) / T);
             if (acc > u) {
@@ -155,7 +141,7 @@ dtx_status dtx_sample_logits(const dtx_sampler *s, dtx_sample_rng *rng, const dt
         }
         break;
     }
-    double u = rng_uniform(rng) * mass, acc = 0;
+    double u = dtx_rng_uniform(rng) * mass, acc = 0;
     int32_t id = c[keep - 1].id;
     for (int64_t i = 0; i < keep; i++) {
         acc += c[i].p;
@@ -181,8 +167,8 @@ dtx_status dtx_sample(dtx_model *m, const int32_t *prompt, int64_t n_prompt, int
     memcpy(out, prompt, (size_t)n_prompt * sizeof(int32_t));
     if (n_new == 0) return DTX_OK;
     dtx_sampler s = {.temperature = temperature, .top_k = 0, .top_p = 1, .seed = seed};
-    dtx_sample_rng rng;
-    dtx_sample_rng_seed(&rng, seed);
+    dtx_rng rng;
+    dtx_rng_seed(&rng, seed);
     dtx_kvcache *cache = NULL;
     real *logits = dtx_alloc((size_t)c->vocab_size, sizeof(real));
     if (!logits) return DTX_ERR_NOMEM;

@@ -50,7 +50,7 @@ int dtx_ckpt_describe(const dtx_config *c, const dtx_optim_config *o, const char
 
 /* ------------------------------------------------------------------ save */
 
-dtx_status dtx_ckpt_save(const char *path, const dtx_model *m, const dtx_optimizer *opt, const dtx_batch_rng *rng,
+dtx_status dtx_ckpt_save(const char *path, const dtx_model *m, const dtx_optimizer *opt, const dtx_rng *rng,
                          const char *const *extra_keys, const char *const *extra_values, int n_extra) {
     dtx_optimizer *o = (dtx_optimizer *)opt; /* read only: the accessors are not const */
     size_t lo, hi = dtx_optimizer_shard(opt, &lo);
@@ -233,7 +233,7 @@ static int hexval(char ch) {
 
 /* Four words of 16 lower-case hex digits separated by single spaces; not all
  * zero (xoshiro256** never leaves the all-zero state, nor reaches it). */
-static dtx_status parse_rng(const dtx_st_file *f, const char *path, dtx_batch_rng *r) {
+static dtx_status parse_rng(const dtx_st_file *f, const char *path, dtx_rng *r) {
     dtx_status st = DTX_OK;
     const char *s = need(f, path, "rng", &st);
     if (!s) return st;

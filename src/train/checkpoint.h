@@ -41,7 +41,7 @@ int dtx_ckpt_describe(const dtx_config *c, const dtx_optim_config *o, const char
  * caller keys and values added to __metadata__ (none may repeat a key of the
  * checkpoint's own). DTX_ERR_IO with "path: what: strerror" when the file
  * cannot be written. */
-dtx_status dtx_ckpt_save(const char *path, const dtx_model *m, const dtx_optimizer *opt, const dtx_batch_rng *rng,
+dtx_status dtx_ckpt_save(const char *path, const dtx_model *m, const dtx_optimizer *opt, const dtx_rng *rng,
                          const char *const *extra_keys, const char *const *extra_values, int n_extra);
 
 /* A loaded checkpoint. model and opt belong to it until taken (set the field
@@ -49,7 +49,7 @@ dtx_status dtx_ckpt_save(const char *path, const dtx_model *m, const dtx_optimiz
 typedef struct {
     dtx_model *model;
     dtx_optimizer *opt;   /* bound to model */
-    dtx_batch_rng rng;
+    dtx_rng rng;
     int64_t step;         /* optimizer steps done */
     int n_meta;
     char **meta_keys, **meta_values; /* every __metadata__ entry */

@@ -39,7 +39,7 @@ static void window(const token_source *s, int64_t start, int64_t T, int32_t *in,
     memcpy(tg, s->tokens + start + 1, (size_t)T * sizeof(int32_t));
 }
 
-void source_sample(const token_source *s, dtx_batch_rng *rng, int64_t B, int64_t T, int32_t *inputs,
+void source_sample(const token_source *s, dtx_rng *rng, int64_t B, int64_t T, int32_t *inputs,
                    int32_t *targets) {
     assert(B > 0 && T > 0 && s->count >= T + 1);
     if (s->shard) {
@@ -48,7 +48,7 @@ void source_sample(const token_source *s, dtx_batch_rng *rng, int64_t B, int64_t
         (void)st;
         return;
     }
-    /* dtx_shard_sample_batch's rule; dtx_batch_rng is dtx_rng's state */
+    /* dtx_shard_sample_batch's rule; dtx_rng is dtx_rng's state */
     dtx_rng g;
     memcpy(g.s, rng->s, sizeof g.s);
     uint64_t n_starts = (uint64_t)(s->count - T);

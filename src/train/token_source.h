@@ -23,7 +23,7 @@ typedef struct {
 dtx_status source_open(token_source *s, const char *path, int64_t vocab_size);
 void source_close(token_source *s);
 /* B random windows; advances rng by exactly B draws. Needs count >= T + 1. */
-void source_sample(const token_source *s, dtx_batch_rng *rng, int64_t B, int64_t T, int32_t *inputs,
+void source_sample(const token_source *s, dtx_rng *rng, int64_t B, int64_t T, int32_t *inputs,
                    int32_t *targets);
 /* B windows in order from *pos (advanced by T per row), restarting at 0 when
  * the next window does not fit. Needs count >= T + 1 and 0 <= *pos < count. */

@@ -58,12 +58,12 @@ dtx_status dtx_trainer_start(dtx_trainer *t, dtx_model *init, const dtx_config *
     else if ((st = dtx_model_init_scheme(&t->model, cfg, t->o.seed, scheme))) return st;
     if ((st = make_optimizer(t, oc))) return st;
     /* a different stream than the weight init, same seed */
-    dtx_batch_rng_seed(&t->rng, t->o.seed ^ 0x5eedba7c4e5ULL);
+    dtx_rng_seed(&t->rng, t->o.seed ^ 0x5eedba7c4e5ULL);
     t->step = 0;
     return DTX_OK;
 }
 
-dtx_status dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *opt, const dtx_batch_rng *rng,
+dtx_status dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *opt, const dtx_rng *rng,
                               int64_t step) {
     t->model = model;
     t->rng = *rng;
@@ -154,7 +154,7 @@ static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *lo
     const int ranks = dtx_comm_size(t->comm);
     const int64_t b = o->batch / ranks, r0 = b * dtx_comm_rank(t->comm);
     const int64_t T = o->seq;
-    dtx_batch_rng at_start = t->rng;
+    dtx_rng at_start = t->rng;
     memset(cs, 0, sizeof *cs);
     dtx_model_zero_grad(t->model);
     double sum = 0;

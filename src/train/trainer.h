@@ -31,7 +31,7 @@ typedef struct {
     dtx_model *model;
     dtx_optimizer *opt;
     token_source data, val; /* val.count == 0: no validation stream */
-    dtx_batch_rng rng;
+    dtx_rng rng;
     uint64_t data_hash;
     needle_mix needles;
     int64_t step;           /* optimizer steps done */
@@ -78,7 +78,7 @@ dtx_status dtx_trainer_checkpoint(dtx_trainer *t, const char *path, const char *
                                   const char *const *values, int n);
 /* A resumed run: the state after `step` steps (model and the whole
  * optimizer taken; with ZeRO-1 the rank keeps its shard of it). */
-dtx_status dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *opt, const dtx_batch_rng *rng,
+dtx_status dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *opt, const dtx_rng *rng,
                               int64_t step);
 void dtx_trainer_free(dtx_trainer *t);
 

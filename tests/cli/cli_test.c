@@ -394,9 +394,9 @@ TEST(cli_info_system) {
         snprintf(cmd, sizeof cmd, "DTX_ISA=%s %s info --system --json", dtx_isa_name((dtx_isa)l),
                  getenv("DIFFTX_BIN") ? getenv("DIFFTX_BIN") : "build/difftx");
         CHECK(run_cmd(cmd, cli_out, sizeof cli_out) == 0);
-        snprintf(want, sizeof want, "\"isa\": \"%s\"", dtx_isa_name(got));
+        snprintf(want, sizeof want, "\"isa\":\"%s\"", dtx_isa_name(got));
         CHECKF(cli_has(want), "DTX_ISA=%s: want %s in %s", dtx_isa_name((dtx_isa)l), want, cli_out);
-        if (l < DTX_ISA_AVX512_BF16) CHECK(cli_has("\"bf16_attention\": \"emulated\""));
+        if (l < DTX_ISA_AVX512_BF16) CHECK(cli_has("\"bf16_attention\":\"emulated\""));
     }
     CHECK(run_cmd("DTX_ISA=avx3 ${DIFFTX_BIN:-build/difftx} info --system 2>&1", cli_out, sizeof cli_out) == 2);
     CHECKF(cli_one_line_from("difftx: DTX_ISA='avx3' is not an ISA level"), "got: %s", cli_out);
@@ -917,7 +917,7 @@ TEST(cli_train_variants) {
                !cli_has("subln.weight"),
            "%d: %s", rc, cli_out);
     rc = cli("info --json '%s'", dn);
-    CHECKF(rc == 0 && cli_has("\"subln\": \"none\"") && cli_has("\"lambda_init\": 0.8"), "%d: %s", rc, cli_out);
+    CHECKF(rc == 0 && cli_has("\"subln\":\"none\"") && cli_has("\"lambda_init\":0.8"), "%d: %s", rc, cli_out);
     rc = cli("train %s --arch transformer --heads 4 --subln rms --tokens '%s' --out '%s' --steps 3", TINY, toks, tr);
     CHECKF(rc == 0 && cli_has("model transformer (subln rms)"), "%d: %s", rc, cli_out);
     rc = cli("info --tensors '%s'", tr);

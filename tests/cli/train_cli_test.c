@@ -254,8 +254,22 @@ TEST(train_cli_resume_is_bit_identical) {
     CHECK(v && strcmp(v, "3") == 0);
     CHECK(dtx_ckpt_meta(&ck, "loss") && dtx_ckpt_meta(&ck, "seed") && dtx_ckpt_meta(&ck, "batch"));
     dtx_ckpt_free(&ck);
-    /* a checkpoint is not a model: info refuses it */
-    CHECK(cli("info '%s'", ckpt(test_path("B0.safetensors.ckpt"), 24)) == 1 && cli_has("unexpected tensor 'optim."));
+    /* a checkpoint is not a model: the model loader refuses it, and info reads it as a checkpoint */
+    dtx_model *cm = NULL;
+    CHECK(dtx_model_load(&cm, ckpt(test_path("B0.safetensors.ckpt"), 24)) == DTX_ERR_FORMAT &&
+          strstr(dtx_last_error(), "unexpected tensor 'optim."));
+    CHECKF(cli("info '%s'", ckpt(test_path("B0.safetensors.ckpt"), 24)) == 0 &&
+               cli_has("checkpoint      step 24 (the model below and its AdamW moments)") && cli_has("arch            diff"),
+           "%s", cli_out);
+    CHECK(cli("info --json '%s'", ckpt(test_path("B0.safetensors.ckpt"), 24)) == 0 && cli_has("\"checkpoint_step\":24"));
+    /* a checkpoint cut short is refused by info with the checkpoint loader's line */
+    const char *cut = test_path("cut.safetensors");
+    size_t n = 0;
+    char *bytes = test_slurp(ckpt(test_path("B0.safetensors.ckpt"), 24), &n);
+    REQUIRE(bytes && n > 100);
+    REQUIRE(write_file(cut, bytes, n - 100) == 0);
+    free(bytes);
+    CHECKF(cli("info '%s'", cut) == 1 && cli_one_line(), "%s", cli_out);
 }
 
 /* Rewrites the checkpoint at path without the metadata key `drop`, as a

@@ -334,7 +334,7 @@ TEST(needle_source_errors) {
     const char *empty = test_path("empty.txt");
     REQUIRE(write_file(empty, "", 0) == 0);
     CHECK(dtx_needle_source_open(&s, tok, &empty, 1) == DTX_ERR_FORMAT && s == NULL);
-    /* A folder without *.txt files. */
+    /* A folder without files. */
     const char *dir = test_tmpdir();
     char sub[1024];
     snprintf(sub, sizeof sub, "%s/needle-empty-dir", dir);
@@ -346,7 +346,7 @@ TEST(needle_source_errors) {
     CHECK(dtx_needle_source_open(&s, tok, &subp, 0) == DTX_ERR_ARG);
 }
 
-/* A folder: its *.txt files, sorted; other files ignored. */
+/* A folder: its files (dtx_paths_add), sorted by name; hidden ones ignored. */
 TEST(needle_source_folder) {
     REQUIRE(setup() == 0);
     char dir[1024];
@@ -357,7 +357,7 @@ TEST(needle_source_folder) {
     char p1[1100], p2[1100], p3[1100];
     snprintf(p1, sizeof p1, "%s/b.txt", dir);
     snprintf(p2, sizeof p2, "%s/a.txt", dir);
-    snprintf(p3, sizeof p3, "%s/c.bin", dir);
+    snprintf(p3, sizeof p3, "%s/.c.txt", dir);
     REQUIRE(write_file(p1, "Second file. Two units.", 23) == 0);
     REQUIRE(write_file(p2, "First file.\n", 12) == 0);
     REQUIRE(write_file(p3, "ignored. ignored. ignored.", 26) == 0);

@@ -359,14 +359,14 @@ TEST(shard_sample_deterministic) {
     REQUIRE(dtx_shard_open(&s, p, 4096) == DTX_OK);
     enum { B = 4, T = 33, STEPS = 10 };
     static int32_t in1[STEPS][B * T], tg1[STEPS][B * T], in2[B * T], tg2[B * T];
-    dtx_batch_rng r1, r2, saved;
-    dtx_batch_rng_seed(&r1, 1234);
+    dtx_rng r1, r2, saved;
+    dtx_rng_seed(&r1, 1234);
     for (int k = 0; k < STEPS; k++) {
         if (k == 6) saved = r1; /* a checkpoint: the state is a plain value */
         REQUIRE(dtx_shard_sample_batch(s, &r1, B, T, in1[k], tg1[k]) == DTX_OK);
     }
     /* the same seed gives the same batches */
-    dtx_batch_rng_seed(&r2, 1234);
+    dtx_rng_seed(&r2, 1234);
     int same = 1;
     for (int k = 0; k < STEPS; k++) {
         REQUIRE(dtx_shard_sample_batch(s, &r2, B, T, in2, tg2) == DTX_OK);
@@ -383,7 +383,7 @@ TEST(shard_sample_deterministic) {
     }
     CHECK(same);
     /* another seed, other batches */
-    dtx_batch_rng_seed(&r2, 1235);
+    dtx_rng_seed(&r2, 1235);
     REQUIRE(dtx_shard_sample_batch(s, &r2, B, T, in2, tg2) == DTX_OK);
     CHECK(memcmp(in2, in1[0], sizeof in2) != 0);
     /* the rule: row r starts at next() mod (count - T), with dtx_rng's stream
@@ -411,8 +411,8 @@ TEST(shard_sample_in_range) {
     int64_t Ts[] = {1, 7, 512, 69999};
     int32_t *in = malloc(sizeof *in * B * 69999), *tg = malloc(sizeof *tg * B * 69999);
     REQUIRE(in && tg);
-    dtx_batch_rng r;
-    dtx_batch_rng_seed(&r, 5);
+    dtx_rng r;
+    dtx_rng_seed(&r, 5);
     int64_t lo = n, hi = -1;
     for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
         int64_t T = Ts[k];
@@ -514,15 +514,15 @@ TEST(shard_sample_threads) {
     enum { B = 8, T = 16, N = 8 };
     static int32_t want[N][B * T], got[N][B * T], tg[N][B * T];
     for (int k = 0; k < N; k++) {
-        dtx_batch_rng r;
-        dtx_batch_rng_seed(&r, (uint64_t)k);
+        dtx_rng r;
+        dtx_rng_seed(&r, (uint64_t)k);
         REQUIRE(dtx_shard_sample_batch(s, &r, B, T, want[k], tg[k]) == DTX_OK);
     }
     int fails = 0;
 #pragma omp parallel for reduction(+ : fails)
     for (int k = 0; k < N; k++) {
-        dtx_batch_rng r;
-        dtx_batch_rng_seed(&r, (uint64_t)k);
+        dtx_rng r;
+        dtx_rng_seed(&r, (uint64_t)k);
         fails += dtx_shard_sample_batch(s, &r, B, T, got[k], tg[k]) != DTX_OK;
     }
     CHECK(fails == 0 && memcmp(got, want, sizeof got) == 0);

@@ -28,14 +28,6 @@ static int verbose(void) {
     return v && *v && *v != '0';
 }
 
-static real *alloc_r(size_t n) { return calloc(n ? n : 1, sizeof(real)); }
-
-static real *randn(dtx_rng *r, size_t n, double mean, double sd) {
-    real *x = alloc_r(n);
-    for (size_t i = 0; i < n; i++) x[i] = (real)(mean + sd * dtx_rng_normal(r));
-    return x;
-}
-
 static double max_abs(const real *x, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));

@@ -24,12 +24,6 @@ static int verbose(void) {
     return v && *v && *v != '0';
 }
 
-static real *randn(dtx_rng *r, size_t n, double mean, double sd) {
-    real *x = calloc(n ? n : 1, sizeof(real));
-    for (size_t i = 0; i < n; i++) x[i] = mean + sd * dtx_rng_normal(r);
-    return x;
-}
-
 /* dL/dx at *x by (−L(x+2h) + 8L(x+h) − 8L(x−h) + L(x−2h)) / 12h. */
 static double central_diff(double (*loss)(void *), void *ctx, real *x) {
     real x0 = *x;

@@ -16,19 +16,7 @@
 
 /* ------------------------------------------------------------- helpers */
 
-static real *randn_f(dtx_rng *r, size_t n, double mean, double sd) {
-    real *x = calloc(n ? n : 1, sizeof(real));
-    for (size_t i = 0; i < n; i++) x[i] = (real)(mean + sd * dtx_rng_normal(r));
-    return x;
-}
-
 static double *zeros_d(size_t n) { return calloc(n ? n : 1, sizeof(double)); }
-
-static real *dup_f(const real *x, size_t n) {
-    real *y = malloc((n ? n : 1) * sizeof(real));
-    memcpy(y, x, n * sizeof(real));
-    return y;
-}
 
 static int verbose(void) {
     const char *v = getenv("DTX_EW_VERBOSE");
@@ -122,7 +110,7 @@ TEST(kernel_ew_vexpf_accuracy) {
 
 static void rmsnorm_forward_case(dtx_rng *r, int64_t M, int64_t C, double mean) {
     size_t n = (size_t)(M * C);
-    real *x = randn_f(r, n, mean, 1), *w = randn_f(r, (size_t)C, 1, 0.3);
+    real *x = randn(r, n, mean, 1), *w = randn(r, (size_t)C, 1, 0.3);
     real *out = calloc(n, sizeof(real)), *rstd = calloc((size_t)M, sizeof(real));
     double *ref = zeros_d(n), *rref = zeros_d((size_t)M);
     for (int64_t i = 0; i < M; i++) {
@@ -149,10 +137,10 @@ TEST(kernel_ew_rmsnorm_forward) {
  * formula in double on the same float inputs. */
 static void rmsnorm_backward_case(dtx_rng *r, int64_t M, int64_t C) {
     size_t n = (size_t)(M * C);
-    real *x = randn_f(r, n, 0.2, 1), *w = randn_f(r, (size_t)C, 1, 0.3), *g = randn_f(r, n, 0, 1);
+    real *x = randn(r, n, 0.2, 1), *w = randn(r, (size_t)C, 1, 0.3), *g = randn(r, n, 0, 1);
     real *out = calloc(n, sizeof(real)), *rstd = calloc((size_t)M, sizeof(real));
     dtx_rmsnorm_forward(out, rstd, x, w, M, C, 1e-5);
-    real *dx = randn_f(r, n, 0, 0.1), *dw = randn_f(r, (size_t)C, 0, 1), *dx2 = dup_f(dx, n);
+    real *dx = randn(r, n, 0, 0.1), *dw = randn(r, (size_t)C, 0, 1), *dx2 = dup_r(dx, n);
     double *rdx = zeros_d(n), *rdw = zeros_d((size_t)C);
     for (size_t i = 0; i < n; i++) rdx[i] = dx[i];
     for (int64_t c = 0; c < C; c++) rdw[c] = dw[c];
@@ -192,7 +180,7 @@ TEST(kernel_ew_rope) {
     size_t n = (size_t)(B * T * C);
     real *ct = calloc((size_t)(max_pos * half), sizeof(real)), *st = calloc((size_t)(max_pos * half), sizeof(real));
     dtx_rope_table(ct, st, max_pos, d, 10000);
-    real *x = randn_f(&r, n, 0, 1), *y = dup_f(x, n), *z = dup_f(x, n);
+    real *x = randn(&r, n, 0, 1), *y = dup_r(x, n), *z = dup_r(x, n);
     double *fwd = zeros_d(n), *bwd = zeros_d(n);
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++)
@@ -209,7 +197,7 @@ TEST(kernel_ew_rope) {
     CHECK_ERR(err_vs(z, bwd, n), 1e-6, "rope backward");
     /* A head width that is not a multiple of the vector length, serial path. */
     int64_t d2 = 6, n2 = 1 * 3 * 2 * d2;
-    real *a = randn_f(&r, (size_t)n2, 0, 1), *a0 = dup_f(a, (size_t)n2);
+    real *a = randn(&r, (size_t)n2, 0, 1), *a0 = dup_r(a, (size_t)n2);
     real *ct2 = calloc(8 * 3, sizeof(real)), *st2 = calloc(8 * 3, sizeof(real));
     dtx_rope_table(ct2, st2, 8, d2, 10000);
     dtx_rope_forward(a, ct2, st2, 1, 3, 4, 2, d2);
@@ -230,7 +218,7 @@ TEST(kernel_ew_swiglu) {
     dtx_rng r;
     dtx_rng_seed(&r, 704);
     int64_t n = 257 * 1408;
-    real *a = randn_f(&r, (size_t)n, 0, 4), *b = randn_f(&r, (size_t)n, 0, 1), *g = randn_f(&r, (size_t)n, 0, 1);
+    real *a = randn(&r, (size_t)n, 0, 4), *b = randn(&r, (size_t)n, 0, 1), *g = randn(&r, (size_t)n, 0, 1);
     /* saturated and large-|a| ends, where 1 − σ(a) would cancel */
     static const real ends[] = {-200, -90, -40, -15, -5, 0, 5, 12, 15, 20, 30, 40, 90, 200};
     for (int i = 0; i < (int)(sizeof ends / sizeof ends[0]); i++) a[1000 + i] = ends[i], a[n - 1 - i] = ends[i];
@@ -252,15 +240,15 @@ TEST(kernel_ew_swiglu) {
     CHECK_ERR(err_elem(db, rdb, (size_t)n, 1e-3), 1e-6, "swiglu db (elementwise)");
     CHECK(out[1000] == 0 && out[n - 1] == 0 && da[1000] == 0 && db[1000] == 0);
     /* Accumulating onto random contents adds exactly those increments. */
-    real *da2 = randn_f(&r, (size_t)n, 0, 1), *db2 = randn_f(&r, (size_t)n, 0, 1);
-    real *da0 = dup_f(da2, (size_t)n), *db0 = dup_f(db2, (size_t)n);
+    real *da2 = randn(&r, (size_t)n, 0, 1), *db2 = randn(&r, (size_t)n, 0, 1);
+    real *da0 = dup_r(da2, (size_t)n), *db0 = dup_r(db2, (size_t)n);
     dtx_swiglu_backward(da2, db2, g, a, b, n);
     int same = 1;
     for (int64_t i = 0; i < n; i++) same &= da2[i] == da0[i] + da[i] && db2[i] == db0[i] + db[i];
     CHECK(same);
     /* The bf16-rounding variants: the same values, rounded (bit for bit as dtx_bf16_round afterwards). */
-    real *o3 = calloc((size_t)n, sizeof(real)), *da3 = dup_f(da0, (size_t)n), *db3 = dup_f(db0, (size_t)n);
-    real *da4 = dup_f(da0, (size_t)n), *db4 = dup_f(db0, (size_t)n);
+    real *o3 = calloc((size_t)n, sizeof(real)), *da3 = dup_r(da0, (size_t)n), *db3 = dup_r(db0, (size_t)n);
+    real *da4 = dup_r(da0, (size_t)n), *db4 = dup_r(db0, (size_t)n);
     dtx_swiglu_forward_r(o3, a, b, n, 1);
     dtx_swiglu_backward_r(da3, db3, g, a, b, n, 1);
     dtx_swiglu_backward(da4, db4, g, a, b, n);
@@ -286,7 +274,7 @@ TEST(kernel_ew_diff2_combine) {
     dtx_rng_seed(&r, 712);
     int64_t N = 97, h = 3, d = 20;
     size_t na = (size_t)(N * 2 * h * d), no = (size_t)(N * h * d), nl = (size_t)(N * h);
-    real *A = randn_f(&r, na, 0, 1), *l = randn_f(&r, nl, 0, 3), *g = randn_f(&r, no, 0, 1);
+    real *A = randn(&r, na, 0, 1), *l = randn(&r, nl, 0, 3), *g = randn(&r, no, 0, 1);
     static const real ends[] = {-800, -90, -30, 0, 30, 90, 800};
     for (int i = 0; i < 7; i++) l[5 + i] = ends[i];
     real *out = calloc(no, sizeof(real)), *dA = calloc(na, sizeof(real)), *dl = calloc(nl, sizeof(real));
@@ -340,7 +328,7 @@ TEST(kernel_ew_residual) {
     dtx_rng r;
     dtx_rng_seed(&r, 705);
     int64_t n = 130 * 769;
-    real *a = randn_f(&r, (size_t)n, 0, 1), *b = randn_f(&r, (size_t)n, 0, 1), *out = calloc((size_t)n, sizeof(real));
+    real *a = randn(&r, (size_t)n, 0, 1), *b = randn(&r, (size_t)n, 0, 1), *out = calloc((size_t)n, sizeof(real));
     dtx_residual_forward(out, a, b, n);
     int ok = 1;
     for (int64_t i = 0; i < n; i++) ok &= out[i] == a[i] + b[i];
@@ -358,9 +346,9 @@ TEST(kernel_ew_embedding) {
     int64_t n = 4096, V = 300, C = 520; /* ids repeat ~14×; C is not a multiple of 16 */
     int32_t *tok = malloc((size_t)n * sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) tok[i] = (int32_t)(dtx_rng_next(&r) % (uint64_t)(V - 1)); /* id V−1 unused */
-    real *table = randn_f(&r, (size_t)(V * C), 0, 1), *out = calloc((size_t)(n * C), sizeof(real));
-    real *dout = randn_f(&r, (size_t)(n * C), 0, 1), *dt = randn_f(&r, (size_t)(V * C), 0, 1);
-    real *naive = dup_f(dt, (size_t)(V * C));
+    real *table = randn(&r, (size_t)(V * C), 0, 1), *out = calloc((size_t)(n * C), sizeof(real));
+    real *dout = randn(&r, (size_t)(n * C), 0, 1), *dt = randn(&r, (size_t)(V * C), 0, 1);
+    real *naive = dup_r(dt, (size_t)(V * C));
     dtx_embedding_forward(out, tok, table, n, C);
     int ok = 1;
     for (int64_t i = 0; i < n; i++) ok &= memcmp(out + i * C, table + tok[i] * C, (size_t)C * sizeof(real)) == 0;
@@ -373,7 +361,7 @@ TEST(kernel_ew_embedding) {
             naive[tok[i] * C + c] += dout[i * C + c];
             ref[tok[i] * C + c] += dout[i * C + c];
         }
-    real *last = dup_f(dt + (V - 1) * C, (size_t)C);
+    real *last = dup_r(dt + (V - 1) * C, (size_t)C);
     dtx_embedding_backward(dt, dout, tok, n, C);
     CHECK(memcmp(dt, naive, (size_t)(V * C) * sizeof(real)) == 0);
     CHECK_ERR(err_vs(dt, ref, (size_t)(V * C)), 1e-6, "embedding backward");
@@ -389,7 +377,7 @@ TEST(kernel_ew_crossentropy_forward) {
     dtx_rng_seed(&r, 707);
     int64_t N = 130, V = 8192;
     size_t n = (size_t)(N * V);
-    real *z = randn_f(&r, n, 0, 4), *p = calloc(n, sizeof(real));
+    real *z = randn(&r, n, 0, 4), *p = calloc(n, sizeof(real));
     int32_t *tgt = malloc((size_t)N * sizeof(int32_t));
     for (int64_t i = 0; i < N; i++) tgt[i] = (int32_t)(dtx_rng_next(&r) % (uint64_t)V);
     for (int64_t j = 0; j < V; j++) z[V + j] = 1000 + (real)(j % 7); /* huge logits */
@@ -412,7 +400,7 @@ TEST(kernel_ew_crossentropy_forward) {
      * any float softmax), which costs |z − max|·2⁻²⁴ relative, ≤ 2e-6 here. */
     CHECK_ERR(err_elem(p, ref, n, 1e-30), 5e-6, "crossentropy probs (elementwise)");
     CHECK(p[2 * V + 0] == 0 && p[2 * V + 6] > 0.7);
-    real *alias = dup_f(z, n);
+    real *alias = dup_r(z, n);
     double l2 = dtx_crossentropy_forward(alias, alias, tgt, N, V);
     CHECK(l2 == got && memcmp(alias, p, n * sizeof(real)) == 0);
     free(z), free(p), free(tgt), free(ref), free(alias);
@@ -425,7 +413,7 @@ TEST(kernel_ew_crossentropy_backward) {
     dtx_rng_seed(&r, 708);
     int64_t N = 130, V = 8192;
     size_t n = (size_t)(N * V);
-    real *z = randn_f(&r, n, 0, 3), *p = calloc(n, sizeof(real)), *d = randn_f(&r, n, 0, 1e-5);
+    real *z = randn(&r, n, 0, 3), *p = calloc(n, sizeof(real)), *d = randn(&r, n, 0, 1e-5);
     int32_t *tgt = malloc((size_t)N * sizeof(int32_t));
     for (int64_t i = 0; i < N; i++) tgt[i] = (int32_t)(dtx_rng_next(&r) % (uint64_t)V);
     dtx_crossentropy_forward(p, z, tgt, N, V);
@@ -434,7 +422,7 @@ TEST(kernel_ew_crossentropy_backward) {
     for (int64_t i = 0; i < N; i++) ref[i * V + tgt[i]] -= scale;
     dtx_crossentropy_backward(d, p, tgt, N, V, scale);
     CHECK_ERR(err_vs(d, ref, n), 1e-6, "crossentropy backward");
-    real *zero = calloc(n, sizeof(real)), *inpl = dup_f(p, n);
+    real *zero = calloc(n, sizeof(real)), *inpl = dup_r(p, n);
     dtx_crossentropy_backward(zero, p, tgt, N, V, scale);
     dtx_crossentropy_backward_inplace(inpl, tgt, N, V, scale);
     int same = 1;
@@ -461,9 +449,9 @@ TEST(kernel_ew_thread_count_invariant) {
     int saved = omp_get_max_threads();
     int64_t M = 300, C = 520, F = 1408, V = 2000, d = 40, nsub = C / d;
     size_t nc = (size_t)(M * C), nf = (size_t)(M * F), nv = (size_t)(M * V);
-    real *x = randn_f(&r, nc, 0.1, 1), *w = randn_f(&r, (size_t)C, 1, 0.2), *g = randn_f(&r, nc, 0, 1);
-    real *a = randn_f(&r, nf, 0, 3), *b = randn_f(&r, nf, 0, 1), *gf = randn_f(&r, nf, 0, 1);
-    real *z = randn_f(&r, nv, 0, 3), *ct = calloc((size_t)(M * d / 2), sizeof(real));
+    real *x = randn(&r, nc, 0.1, 1), *w = randn(&r, (size_t)C, 1, 0.2), *g = randn(&r, nc, 0, 1);
+    real *a = randn(&r, nf, 0, 3), *b = randn(&r, nf, 0, 1), *gf = randn(&r, nf, 0, 1);
+    real *z = randn(&r, nv, 0, 3), *ct = calloc((size_t)(M * d / 2), sizeof(real));
     real *st = calloc((size_t)(M * d / 2), sizeof(real));
     dtx_rope_table(ct, st, M, d, 10000);
     int32_t *tok = malloc((size_t)M * sizeof(int32_t));

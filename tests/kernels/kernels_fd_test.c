@@ -22,20 +22,6 @@
 
 /* ------------------------------------------------------------- helpers */
 
-static real *alloc_r(size_t n) { return calloc(n ? n : 1, sizeof(real)); }
-
-static real *randn(dtx_rng *r, size_t n, double mean, double sd) {
-    real *x = alloc_r(n);
-    for (size_t i = 0; i < n; i++) x[i] = mean + sd * dtx_rng_normal(r);
-    return x;
-}
-
-static real *dup_r(const real *x, size_t n) {
-    real *y = alloc_r(n);
-    memcpy(y, x, n * sizeof(real));
-    return y;
-}
-
 /* Σ a ⊙ b in long double: outputs that a perturbation leaves unchanged then
  * cancel almost exactly in L(x+h) − L(x−h), which keeps the FD noise low. */
 static double dot_all(const real *a, const real *b, size_t n) {

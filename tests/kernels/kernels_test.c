@@ -8,12 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static real *randn_f(dtx_rng *r, size_t n, double mean, double sd) {
-    real *x = calloc(n ? n : 1, sizeof(real));
-    for (size_t i = 0; i < n; i++) x[i] = (real)(mean + sd * dtx_rng_normal(r));
-    return x;
-}
-
 /* max |got − want| / max |want| */
 static double err_vs(const real *got, const double *want, size_t n) {
     double d = 0, m = 1e-300;
@@ -29,7 +23,7 @@ TEST(kernel_f32_matmul_accuracy) {
     dtx_rng r;
     dtx_rng_seed(&r, 61);
     int64_t M = 33, K = 2048, N = 70;
-    real *x = randn_f(&r, (size_t)(M * K), 0, 1), *w = randn_f(&r, (size_t)(N * K), 0, 1);
+    real *x = randn(&r, (size_t)(M * K), 0, 1), *w = randn(&r, (size_t)(N * K), 0, 1);
     real *out = calloc((size_t)(M * N), sizeof(real));
     double *ref = calloc((size_t)(M * N), sizeof(double));
     for (int64_t i = 0; i < M; i++)
@@ -45,7 +39,7 @@ TEST(kernel_f32_rmsnorm_crossentropy_accuracy) {
     dtx_rng r;
     dtx_rng_seed(&r, 62);
     int64_t M = 4, C = 4096, V = 32000;
-    real *x = randn_f(&r, (size_t)(M * C), 3, 1), *w = randn_f(&r, (size_t)C, 1, 0.2);
+    real *x = randn(&r, (size_t)(M * C), 3, 1), *w = randn(&r, (size_t)C, 1, 0.2);
     real *out = calloc((size_t)(M * C), sizeof(real)), *rstd = calloc((size_t)M, sizeof(real));
     double *ref = calloc((size_t)(M * C), sizeof(double));
     for (int64_t i = 0; i < M; i++) {
@@ -56,7 +50,7 @@ TEST(kernel_f32_rmsnorm_crossentropy_accuracy) {
     dtx_rmsnorm_forward(out, rstd, x, w, M, C, 1e-5);
     CHECK(err_vs(out, ref, (size_t)(M * C)) < 1e-6);
 
-    real *z = randn_f(&r, (size_t)(M * V), 0, 4), *p = calloc((size_t)(M * V), sizeof(real));
+    real *z = randn(&r, (size_t)(M * V), 0, 4), *p = calloc((size_t)(M * V), sizeof(real));
     static const int32_t tgt[4] = {0, 123, 31999, 7};
     double want = 0;
     for (int64_t i = 0; i < M; i++) {
@@ -79,8 +73,8 @@ TEST(kernel_f32_diff_attention_accuracy) {
     int64_t B = 1, T = 256, H = 2, G = 1, d = 32, w = 2 * d;
     dtx_attn_dims a = {.run.impl = DTX_ATTN_PLAIN, .geom.B = B, .geom.T = T, .geom.n_heads = H, .geom.n_kv_heads = G, .geom.head_dim = d,
                        .arch.diff = 1, .arch.subln = 1, .arch.lambda = 0.95, .arch.lambda_init = 0.8, .arch.eps = 1e-5};
-    real *q = randn_f(&r, (size_t)(T * 2 * H * d), 0, 1), *k = randn_f(&r, (size_t)(T * 2 * G * d), 0, 1);
-    real *v = randn_f(&r, (size_t)(T * G * w), 0, 1), *gamma = randn_f(&r, (size_t)w, 1, 0.1);
+    real *q = randn(&r, (size_t)(T * 2 * H * d), 0, 1), *k = randn(&r, (size_t)(T * 2 * G * d), 0, 1);
+    real *v = randn(&r, (size_t)(T * G * w), 0, 1), *gamma = randn(&r, (size_t)w, 1, 0.1);
     real *out = calloc((size_t)(T * H * w), sizeof(real));
     dtx_attn_saved s = {.att = calloc(dtx_attention_att_size(&a), sizeof(real)),
                         .o1 = calloc(dtx_attention_o_size(&a), sizeof(real)),

@@ -395,7 +395,7 @@ TEST(generate_larger_model_matches_full_forward) {
 
 /* ------------------------------------------------------------ the sampler */
 
-static int32_t draw(const dtx_sampler *s, dtx_sample_rng *r, const real *logits, int64_t V) {
+static int32_t draw(const dtx_sampler *s, dtx_rng *r, const real *logits, int64_t V) {
     int32_t t = -1;
     if (dtx_sample_logits(s, r, logits, V, &t) != DTX_OK) return -1;
     return t;
@@ -403,8 +403,8 @@ static int32_t draw(const dtx_sampler *s, dtx_sample_rng *r, const real *logits,
 
 /* Frequencies of n draws into freq [V]. */
 static void frequencies(const dtx_sampler *s, const real *logits, int64_t V, int n, double *freq) {
-    dtx_sample_rng r;
-    dtx_sample_rng_seed(&r, s->seed);
+    dtx_rng r;
+    dtx_rng_seed(&r, s->seed);
     for (int64_t i = 0; i < V; i++) freq[i] = 0;
     for (int i = 0; i < n; i++) {
         int32_t t = draw(s, &r, logits, V);
@@ -424,8 +424,8 @@ TEST(generate_sampler_greedy_and_truncation_to_one) {
         int best = 0;
         for (int i = 1; i < V; i++)
             if (logits[i] > logits[best]) best = i;
-        dtx_sample_rng r;
-        dtx_sample_rng_seed(&r, (uint64_t)trial);
+        dtx_rng r;
+        dtx_rng_seed(&r, (uint64_t)trial);
         s = (dtx_sampler){.temperature = 0, .top_k = 0, .top_p = 1};
         CHECK(draw(&s, &r, logits, V) == best);
         s = (dtx_sampler){.temperature = 1.5, .top_k = 1, .top_p = 1};
@@ -437,8 +437,8 @@ TEST(generate_sampler_greedy_and_truncation_to_one) {
     }
     /* ties: the lowest id, greedy or truncated */
     real tie[4] = {1, 5, 5, 2};
-    dtx_sample_rng r;
-    dtx_sample_rng_seed(&r, 1);
+    dtx_rng r;
+    dtx_rng_seed(&r, 1);
     s = (dtx_sampler){.temperature = 0};
     CHECK(draw(&s, &r, tie, 4) == 1);
     s = (dtx_sampler){.temperature = 1, .top_k = 1, .top_p = 1};
@@ -527,8 +527,8 @@ TEST(generate_sampler_large_nucleus) {
     int in[V] = {0};
     for (int i = 0; i < keep; i++) in[order[i]] = 1;
     dtx_sampler s = {.temperature = 1, .top_k = 0, .top_p = 0.7, .seed = 5};
-    dtx_sample_rng r;
-    dtx_sample_rng_seed(&r, 5);
+    dtx_rng r;
+    dtx_rng_seed(&r, 5);
     int outside = 0, distinct = 0;
     for (int i = 0; i < DRAWS; i++) {
         int32_t t = draw(&s, &r, logits, V);
@@ -549,10 +549,10 @@ TEST(generate_sampler_seed_determinism_and_validation) {
     for (int i = 0; i < V; i++) logits[i] = (real)dtx_rng_normal(&g);
     int32_t a[N], b[N], c[N];
     dtx_sampler s = {.temperature = 0.9, .top_k = 20, .top_p = 0.9, .seed = 77};
-    dtx_sample_rng ra, rb, rc;
-    dtx_sample_rng_seed(&ra, 77);
-    dtx_sample_rng_seed(&rb, 77);
-    dtx_sample_rng_seed(&rc, 78);
+    dtx_rng ra, rb, rc;
+    dtx_rng_seed(&ra, 77);
+    dtx_rng_seed(&rb, 77);
+    dtx_rng_seed(&rc, 78);
     for (int i = 0; i < N; i++) {
         a[i] = draw(&s, &ra, logits, V);
         b[i] = draw(&s, &rb, logits, V);

@@ -51,7 +51,7 @@ static const char *data_shard(void) {
 }
 
 /* One training step on a batch drawn from rng. */
-static int step(dtx_model *m, dtx_optimizer *opt, const dtx_shard *s, dtx_batch_rng *rng) {
+static int step(dtx_model *m, dtx_optimizer *opt, const dtx_shard *s, dtx_rng *rng) {
     int32_t in[B * T], tg[B * T];
     double loss;
     dtx_model_zero_grad(m);
@@ -75,8 +75,8 @@ static const char *saved_checkpoint(void) {
     dtx_model *m = NULL;
     dtx_optimizer *opt = NULL;
     dtx_shard *s = NULL;
-    dtx_batch_rng rng;
-    dtx_batch_rng_seed(&rng, 5);
+    dtx_rng rng;
+    dtx_rng_seed(&rng, 5);
     const char *p = test_path("base.ckpt.safetensors");
     int ok = dtx_model_init(&m, &c, 3) == DTX_OK && dtx_optimizer_init(&opt, m, &o) == DTX_OK &&
              dtx_shard_open(&s, data, 24) == DTX_OK;
@@ -101,8 +101,8 @@ TEST(ckpt_round_trip_continues_bit_identically) {
     REQUIRE(dtx_model_init(&m, &c, 3) == DTX_OK);
     REQUIRE(dtx_optimizer_init(&opt, m, &o) == DTX_OK);
     REQUIRE(dtx_shard_open(&s, data, 24) == DTX_OK);
-    dtx_batch_rng rng;
-    dtx_batch_rng_seed(&rng, 5);
+    dtx_rng rng;
+    dtx_rng_seed(&rng, 5);
     for (int i = 0; i < 3; i++) REQUIRE(step(m, opt, s, &rng) == 0);
     const char *p1 = test_path("rt1.safetensors");
     REQUIRE(dtx_ckpt_save(p1, m, opt, &rng, EXTRA_K, EXTRA_V, 2) == DTX_OK);
@@ -189,8 +189,8 @@ TEST(ckpt_keeps_model_metadata) {
     REQUIRE(dtx_model_load(&m, mp2) == DTX_OK);
     dtx_optim_config o = small_optim();
     REQUIRE(dtx_optimizer_init(&opt, m, &o) == DTX_OK);
-    dtx_batch_rng rng;
-    dtx_batch_rng_seed(&rng, 1);
+    dtx_rng rng;
+    dtx_rng_seed(&rng, 1);
     const char *cp = test_path("noted.ckpt.safetensors");
     REQUIRE(dtx_ckpt_save(cp, m, opt, &rng, NULL, NULL, 0) == DTX_OK);
     dtx_optimizer_free(opt);
@@ -369,8 +369,8 @@ TEST(ckpt_save_reports_failures) {
     dtx_optimizer *opt;
     REQUIRE(dtx_model_init(&m, &c, 3) == DTX_OK);
     REQUIRE(dtx_optimizer_init(&opt, m, &o) == DTX_OK);
-    dtx_batch_rng rng;
-    dtx_batch_rng_seed(&rng, 1);
+    dtx_rng rng;
+    dtx_rng_seed(&rng, 1);
     const char *file = test_path("a-file");
     REQUIRE(write_file(file, "x", 1) == 0);
     char bad[600];

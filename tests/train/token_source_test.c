@@ -26,8 +26,8 @@ TEST(token_source_shard_and_text_agree) {
     CHECK(s.shard && !t.shard && s.count == N && t.count == N);
     CHECK(source_hash(&s) == source_hash(&t));
     int32_t si[B * T], st[B * T], ti[B * T], tt[B * T];
-    dtx_batch_rng rs, rt, rd;
-    dtx_batch_rng_seed(&rs, 5), dtx_batch_rng_seed(&rt, 5), dtx_batch_rng_seed(&rd, 5);
+    dtx_rng rs, rt, rd;
+    dtx_rng_seed(&rs, 5), dtx_rng_seed(&rt, 5), dtx_rng_seed(&rd, 5);
     int same = 1, windows = 1;
     for (int step = 0; step < 20; step++) {
         source_sample(&s, &rs, B, T, si, st);

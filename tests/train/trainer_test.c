@@ -98,7 +98,7 @@ TEST(trainer_stop_between_micro_batches_changes_nothing) {
     REQUIRE(run_steps(&a, 2) && run_steps(&b, 2));
     volatile sig_atomic_t stop = 1;
     b.stop = &stop;
-    dtx_batch_rng before = b.rng;
+    dtx_rng before = b.rng;
     dtx_step_stats s;
     CHECK(dtx_trainer_step(&b, &s) == DTX_STEP_INTERRUPTED);  /* after the first of ACCUM micro-batches */
     CHECK(b.step == 2 && memcmp(&before, &b.rng, sizeof before) == 0 && same_params(a.model, b.model));
@@ -125,7 +125,7 @@ TEST(trainer_validation_is_repeatable) {
     dtx_trainer_opts o = opts();
     dtx_trainer t;
     REQUIRE(start(&t, &o) && run_steps(&t, 1));
-    dtx_batch_rng before = t.rng;
+    dtx_rng before = t.rng;
     double v1, v2;
     CHECK(dtx_trainer_evaluate(&t, &v1) == DTX_STEP_DONE && dtx_trainer_evaluate(&t, &v2) == DTX_STEP_DONE);
     CHECK(isfinite(v1) && v1 == v2 && memcmp(&before, &t.rng, sizeof before) == 0);
