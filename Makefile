@@ -105,6 +105,7 @@ fuzz: fuzz-build $(BIN)
 	@scripts/fuzz.sh $(if $(FUZZ_SECONDS),--seconds $(FUZZ_SECONDS)) $(if $(FUZZ_RUNS),--runs $(FUZZ_RUNS)) $(FUZZ_TARGETS)
 # a target: libFuzzer's main (fuzz-build) or the replayer (make test)
 LINK_FUZZER ?=
+.SECONDARY: $(BUILD)/f32/tests/fuzz/replay.o
 $(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_path.c tests/fuzz/fuzz.h $(FUZZ_EXTRA) $(LIB32) $(if $(LINK_FUZZER),,$(BUILD)/f32/tests/fuzz/replay.o)
 	@mkdir -p $(dir $@)
 	@echo "LD      $@"
