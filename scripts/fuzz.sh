@@ -37,19 +37,19 @@ make_seeds() { # DIR
     local out=$1 w
     w=$(mktemp -d)
     mkdir -p "$out"/{fuzz_model,fuzz_checkpoint,fuzz_tokenizer_file,fuzz_shard,fuzz_token_text,fuzz_cli_numbers,fuzz_encode}
-    awk 'BEGIN { srand(5); for (i = 0; i < 3000; i++) printf "%d ", int(rand() * 32); print "" }' > "$w/toks.txt"
+    awk 'BEGIN { srand(5); for (i = 0; i < 3000; i++) printf "%d ", int(rand() * 16); print "" }' > "$w/toks.txt"
     printf 'The Differential Transformer cancels attention noise.\nIt subtracts two softmax maps; 12 345.\n' > "$w/a.txt"
     printf 'Ünïcödé, 日本語 and <|bos|> in plain text.\n\n\tTabs, spaces  and 1234567 numbers.\n' > "$w/b.txt"
-    local small="--dim 16 --layers 1 --heads 1 --vocab 32 --max-seq 16 --seq 8 --batch 2 --steps 2 --tokens $w/toks.txt"
-    "$bin" train $small --arch diff --ffn 32 --out "$out/fuzz_model/diff.safetensors" > /dev/null &&
-        "$bin" train $small --arch diff2 --heads 2 --ffn 32 --out "$out/fuzz_model/diff2.safetensors" > /dev/null &&
-        "$bin" train $small --arch transformer --heads 2 --kv-heads 1 --ffn 32 --no-tie --bf16 \
+    local small="--dim 8 --layers 1 --heads 1 --vocab 16 --max-seq 8 --seq 4 --batch 2 --steps 2 --tokens $w/toks.txt"
+    "$bin" train $small --arch diff --ffn 8 --out "$out/fuzz_model/diff.safetensors" > /dev/null &&
+        "$bin" train $small --arch diff2 --heads 2 --ffn 8 --out "$out/fuzz_model/diff2.safetensors" > /dev/null &&
+        "$bin" train $small --arch transformer --heads 2 --kv-heads 1 --ffn 8 --no-tie --bf16 \
             --out "$out/fuzz_model/transformer-bf16.safetensors" > /dev/null &&
         "$bin" quantize --model "$out/fuzz_model/diff.safetensors" --calib "$w/toks.txt" --scheme w8a8 \
-            --calib-samples 4 --out "$out/fuzz_model/diff-w8a8.safetensors" > /dev/null &&
+            --calib-samples 4 --out "$out/fuzz_model/diff-w8a8.safetensors" > /dev/null 2>&1 &&
         "$bin" quantize --model "$out/fuzz_model/diff.safetensors" --calib "$w/toks.txt" --scheme w4a16 \
-            --calib-samples 4 --out "$out/fuzz_model/diff-w4a16.safetensors" > /dev/null &&
-        "$bin" train $small --arch diff --ffn 32 --ckpt-every 2 --out "$w/c.safetensors" > /dev/null &&
+            --calib-samples 4 --out "$out/fuzz_model/diff-w4a16.safetensors" > /dev/null 2>&1 &&
+        "$bin" train $small --arch diff --ffn 8 --ckpt-every 2 --out "$w/c.safetensors" > /dev/null &&
         cp "$w/c.safetensors.ckpt/ckpt_00000002.safetensors" "$out/fuzz_checkpoint/diff.safetensors" &&
         "$bin" tokenizer train --input "$w/a.txt" --input "$w/b.txt" --vocab-size 300 \
             --out "$out/fuzz_tokenizer_file/ours.txt" > /dev/null &&

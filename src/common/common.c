@@ -231,6 +231,7 @@ dtx_status dtx_write_file_atomic(const char *path, const void *data, size_t len)
 dtx_status dtx_map_file(const char *path, const char *what, dtx_mapped *out) {
     out->data = NULL;
     out->size = 0;
+    out->heap = 0;
     /* O_NONBLOCK: opening a FIFO must not hang; fstat then refuses it */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return dtx_fail(DTX_ERR_IO, "%s: %s%s%s", path, what ? what : "", what ? ": " : "", strerror(errno));
@@ -239,7 +240,22 @@ dtx_status dtx_map_file(const char *path, const char *what, dtx_mapped *out) {
     if (fstat(fd, &sb) != 0) st = dtx_fail(DTX_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     else if (!S_ISREG(sb.st_mode)) st = dtx_fail(DTX_ERR_IO, "%s: not a regular file", path);
     else if ((uint64_t)sb.st_size > SIZE_MAX) st = dtx_fail(DTX_ERR_IO, "%s: too large to map", path);
-    else if (sb.st_size > 0) { /* mmap refuses a zero length */
+    else if (sb.st_size > 0 && (size_t)sb.st_size < DTX_MAP_READ_BELOW) {
+        size_t n = (size_t)sb.st_size, got = 0;
+        char *b = malloc(n);
+        if (!b) st = dtx_fail(DTX_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
+        while (b && got < n) {
+            ssize_t k = pread(fd, b + got, n - got, (off_t)got);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) { /* the file shrank, or a read error */
+                st = dtx_fail(DTX_ERR_IO, "%s: read error: %s", path, k < 0 ? strerror(errno) : "the file shrank");
+                break;
+            }
+            got += (size_t)k;
+        }
+        if (st) free(b);
+        else out->data = b, out->size = n, out->heap = 1;
+    } else if (sb.st_size > 0) { /* mmap refuses a zero length */
         void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) st = dtx_fail(DTX_ERR_IO, "%s: cannot mmap: %s", path, strerror(errno));
         else out->data = m, out->size = (size_t)sb.st_size;
@@ -249,9 +265,11 @@ dtx_status dtx_map_file(const char *path, const char *what, dtx_mapped *out) {
 }
 
 void dtx_unmap_file(dtx_mapped *m) {
-    if (m->data) munmap(m->data, m->size);
+    if (m->data && m->heap) free(m->data);
+    else if (m->data) munmap(m->data, m->size);
     m->data = NULL;
     m->size = 0;
+    m->heap = 0;
 }
 
 uint64_t dtx_mix64(uint64_t z) {

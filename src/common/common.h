@@ -96,11 +96,15 @@ typedef struct {
 dtx_status dtx_paths_add(dtx_paths *out, const char *path);
 void dtx_paths_free(dtx_paths *p);
 
-/* A whole file mapped read-only (MAP_PRIVATE). An empty file has data NULL
- * and size 0. */
+/* A whole file, read-only: mapped (MAP_PRIVATE), or for a file under
+ * DTX_MAP_READ_BELOW bytes read into memory, since there a mapping and its
+ * unmapping (a TLB shootdown on every core, costly in a VM) cost more than
+ * the copy. An empty file has data NULL and size 0. */
+#define DTX_MAP_READ_BELOW ((size_t)1 << 20)
 typedef struct {
     void *data;
     size_t size;
+    int heap; /* data is malloc'd, not mapped */
 } dtx_mapped;
 /* Maps the regular file at path whole. Refuses anything else without
  * blocking (a FIFO is opened O_NONBLOCK, then refused). On failure

@@ -143,8 +143,7 @@ static dtx_status map_file(dtx_st_file *f, const char *path) {
         return dtx_fail(DTX_ERR_FORMAT, "%s: truncated: %zu bytes, shorter than the 8-byte header length", path,
                         size);
     }
-    f->map = m.data;
-    f->map_size = m.size;
+    f->file = m;
     return DTX_OK;
 }
 
@@ -152,11 +151,11 @@ static dtx_status map_file(dtx_st_file *f, const char *path) {
  * it. On success *text holds the copy, which the caller frees. */
 static dtx_status parse_header(const dtx_st_file *f, const char *path, char **text, size_t *len,
                                cJSON **root) {
-    const uint8_t *m = f->map;
+    const uint8_t *m = f->file.data;
     uint64_t n = le64(m);
-    if (n > f->map_size - 8)
+    if (n > f->file.size - 8)
         return dtx_fail(DTX_ERR_FORMAT, "%s: header length %" PRIu64 " past the end of the file (%zu bytes)",
-                        path, n, f->map_size);
+                        path, n, f->file.size);
     if (n > MAX_HEADER)
         return dtx_fail(DTX_ERR_FORMAT, "%s: header length %" PRIu64 " is absurdly large (limit 100 MiB)",
                         path, n);
@@ -434,8 +433,8 @@ static dtx_status scan_root(const char *path, const cJSON *root, const cJSON **m
 }
 
 static dtx_status parse_tensors(dtx_st_file *f, const char *path, const cJSON *root, size_t n, size_t hlen) {
-    size_t data_size = f->map_size - 8 - hlen;
-    const uint8_t *data = (const uint8_t *)f->map + 8 + hlen;
+    size_t data_size = f->file.size - 8 - hlen;
+    const uint8_t *data = (const uint8_t *)f->file.data + 8 + hlen;
     f->tensors = dtx_calloc(n, sizeof *f->tensors);
     int64_t (*off)[2] = dtx_calloc(n, sizeof *off);
     if (!f->tensors || !off) { free(off); return DTX_ERR_NOMEM; }
@@ -483,7 +482,7 @@ dtx_status dtx_st_open(dtx_st_file *f, const char *path) {
 }
 
 void dtx_st_close(dtx_st_file *f) {
-    dtx_unmap_file(&(dtx_mapped){f->map, f->map_size});
+    dtx_unmap_file(&f->file);
     for (int i = 0; f->tensors && i < f->n_tensors; i++) free(f->tensors[i].name);
     for (int i = 0; f->meta_keys && i < f->n_meta; i++) free(f->meta_keys[i]);
     for (int i = 0; f->meta_values && i < f->n_meta; i++) free(f->meta_values[i]);

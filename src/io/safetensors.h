@@ -24,8 +24,7 @@ typedef struct {
 } dtx_st_tensor;
 
 typedef struct dtx_st_file {
-    void *map;            /* whole file, read-only mmap */
-    size_t map_size;
+    dtx_mapped file;      /* the whole file, read-only (common.h: dtx_map_file) */
     int n_tensors;
     dtx_st_tensor *tensors;
     int n_meta;

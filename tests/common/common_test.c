@@ -87,10 +87,24 @@ TEST(common_map_file) {
     REQUIRE(write_file(p, "hello", 5) == 0);
     dtx_mapped m;
     REQUIRE(dtx_map_file(p, "cannot open", &m) == DTX_OK);
-    CHECK(m.size == 5 && m.data && memcmp(m.data, "hello", 5) == 0);
+    CHECK(m.size == 5 && m.data && memcmp(m.data, "hello", 5) == 0 && m.heap); /* small: read */
     dtx_unmap_file(&m);
     CHECK(m.data == NULL && m.size == 0);
     dtx_unmap_file(&m); /* twice is fine */
+    /* at DTX_MAP_READ_BELOW bytes and above: mapped, the same bytes */
+    size_t big = DTX_MAP_READ_BELOW;
+    unsigned char *bytes = malloc(big);
+    REQUIRE(bytes);
+    for (size_t i = 0; i < big; i++) bytes[i] = (unsigned char)(i * 131 + 7);
+    const char *bp = test_path("map-big.bin");
+    REQUIRE(write_file(bp, bytes, big) == 0 && write_file(p, bytes, big - 1) == 0);
+    REQUIRE(dtx_map_file(bp, "cannot open", &m) == DTX_OK);
+    CHECK(m.size == big && !m.heap && memcmp(m.data, bytes, big) == 0);
+    dtx_unmap_file(&m);
+    REQUIRE(dtx_map_file(p, "cannot open", &m) == DTX_OK);
+    CHECK(m.size == big - 1 && m.heap && memcmp(m.data, bytes, big - 1) == 0);
+    dtx_unmap_file(&m);
+    free(bytes);
     /* an empty file: no mapping */
     const char *e = test_path("empty.bin");
     REQUIRE(write_file(e, "", 0) == 0);

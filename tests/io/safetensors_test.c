@@ -114,7 +114,7 @@ TEST(st_roundtrip_f32) {
         for (int d = 0; d < out[i].ndim; d++) CHECK(f.tensors[i].shape[d] == out[i].shape[d]);
     }
     CHECK(f.tensors[2].numel == 1 && f.tensors[3].numel == 0 && f.tensors[3].nbytes == 0);
-    CHECK(((uintptr_t)f.tensors[0].data - (uintptr_t)f.map) % 8 == 0);
+    CHECK(((uintptr_t)f.tensors[0].data - (uintptr_t)f.file.data) % 8 == 0);
     real got[6];
     dtx_st_to_real(dtx_st_find(&f, "z.weight"), got);
     CHECK(memcmp(got, a, sizeof a) == 0);
@@ -491,7 +491,7 @@ TEST(st_bad_name_shown_on_one_line) {
 /* A successful open must hand out only tensors inside the mapping whose
  * sizes agree; converting them touches every byte (ASan checks dst). */
 static void check_opened(const dtx_st_file *f) {
-    const uint8_t *lo = f->map, *hi = lo + f->map_size;
+    const uint8_t *lo = f->file.data, *hi = lo + f->file.size;
     for (int i = 0; i < f->n_tensors; i++) {
         const dtx_st_tensor *t = &f->tensors[i];
         static const size_t es[] = {4, 2, 2};
