@@ -299,12 +299,13 @@ if [ $quick = 0 ] && [ -z "$dir" ]; then
     mkdir -p docs/reproduce
     cp "$run"/*.png docs/reproduce/ 2>/dev/null || true
     for f in scaling/SCALING.md scaling/scaling.png induction/INDUCTION.md induction/induction.png \
-        claims/CLAIMS.md claims/claims.png; do
+        claims/CLAIMS.md claims/claims.png v2/V2.md; do
         [ -f "$run/$f" ] && cp "$run/$f" docs/reproduce/
     done
     sed -e 's|](\([a-z_]*\.png\))|](docs/reproduce/\1)|' -e 's|](induction/INDUCTION.md)|](docs/reproduce/INDUCTION.md)|' \
         -e 's#](scaling/\(SCALING.md\|scaling.png\))#](docs/reproduce/\1)#g' \
-        -e 's#](claims/\(CLAIMS.md\|claims.png\))#](docs/reproduce/\1)#g' "$run/REPORT.md" > REPORT.md
+        -e 's#](claims/\(CLAIMS.md\|claims.png\))#](docs/reproduce/\1)#g' \
+        -e 's#](v2/V2.md)#](docs/reproduce/V2.md)#g' "$run/REPORT.md" > REPORT.md
 fi
 echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/REPORT.md"
 }
