@@ -25,17 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static float *randn_f(dtx_rng *r, size_t n) {
-    float *x = malloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) x[i] = (float)dtx_rng_normal(r);
-    return x;
-}
-
-static float *copy_f(const float *a, size_t n) {
-    float *x = malloc((n ? n : 1) * sizeof(float));
-    memcpy(x, a, n * sizeof(float));
-    return x;
-}
+_Static_assert(sizeof(dtx_real) == sizeof(float), "the matmul tests are the fp32 build's: dtx_real is float");
 
 static float *nan_f(size_t n) {
     float *x = malloc((n ? n : 1) * sizeof(float));
@@ -53,8 +43,8 @@ typedef struct {
 } mm_case;
 
 static mm_case mm_make(dtx_rng *r, int64_t M, int64_t K, int64_t N) {
-    mm_case c = {M, K, N, randn_f(r, (size_t)(M * K)), randn_f(r, (size_t)(N * K)), randn_f(r, (size_t)(M * N)),
-                 randn_f(r, (size_t)(M * K)), randn_f(r, (size_t)(N * K))};
+    mm_case c = {M, K, N, randn(r, (size_t)(M * K), 0, 1), randn(r, (size_t)(N * K), 0, 1), randn(r, (size_t)(M * N), 0, 1),
+                 randn(r, (size_t)(M * K), 0, 1), randn(r, (size_t)(N * K), 0, 1)};
     return c;
 }
 
@@ -74,10 +64,10 @@ static void check_fp32(const mm_case *c) {
     double e = rel_err_f(out, ref, nmn);
     CHECKF(e <= tol, "fwd %lldx%lldx%lld: rel err %.3g", (long long)M, (long long)K, (long long)N, e);
 
-    float *rdx = copy_f(c->dx0, nmk), *rdw = copy_f(c->dw0, nnk);
+    float *rdx = dup_r(c->dx0, nmk), *rdw = dup_r(c->dw0, nnk);
     dtx_matmul_ref_backward(rdx, rdw, c->dout, c->x, c->w, M, K, N);
     /* dx only (x and dw may be NULL), dw only (w and dx may be NULL), both */
-    float *dx = copy_f(c->dx0, nmk), *dw = copy_f(c->dw0, nnk);
+    float *dx = dup_r(c->dx0, nmk), *dw = dup_r(c->dw0, nnk);
     dtx_matmul_backward(dx, NULL, c->dout, NULL, c->w, M, K, N, DTX_PREC_FP32);
     dtx_matmul_backward(NULL, dw, c->dout, c->x, NULL, M, K, N, DTX_PREC_FP32);
     double ex = rel_err_f(dx, rdx, nmk), ew = rel_err_f(dw, rdw, nnk);
@@ -172,9 +162,9 @@ static void check_bf16(const mm_case *c) {
     CHECKF(bad == 0 && rel <= 0x1p-8 * sqrt((double)K) * 4, "bf16 fwd %lldx%lldx%lld: %lld outside, rel %.3g",
            (long long)M, (long long)K, (long long)N, (long long)bad, rel);
 
-    float *rdx = copy_f(c->dx0, nmk), *rdw = copy_f(c->dw0, nnk);
+    float *rdx = dup_r(c->dx0, nmk), *rdw = dup_r(c->dw0, nnk);
     dtx_matmul_ref_backward(rdx, rdw, c->dout, c->x, c->w, M, K, N);
-    float *dx = copy_f(c->dx0, nmk), *dw = copy_f(c->dw0, nnk);
+    float *dx = dup_r(c->dx0, nmk), *dw = dup_r(c->dw0, nnk);
     dtx_matmul_backward(dx, dw, c->dout, c->x, c->w, M, K, N, DTX_PREC_BF16);
     /* dx[i, k] = Σ_j dout[i, j] w[j, k]; dw[j, k] = Σ_i dout[i, j] x[i, k] */
     absdot_spec sx = {c->dout, c->w, N, 1, 1, K, N};
@@ -294,7 +284,7 @@ TEST(kernel_matmul_primitive_cache) {
     omp_set_num_threads(saved);
     CHECK(dtx_matmul_primitives_created() == n1 + 4);
     /* clearing empties the cache; results are unchanged afterwards */
-    float *before = copy_f(out, (size_t)(M * N));
+    float *before = dup_r(out, (size_t)(M * N));
     dtx_matmul_cache_clear();
     dtx_matmul_forward(out, c.x, c.w, M, K, N, DTX_PREC_FP32);
     CHECK(dtx_matmul_primitives_created() == n1 + 5);
@@ -312,7 +302,7 @@ TEST(kernel_matmul_dnnl_failure_falls_back) {
     mm_case c = mm_make(&r, M, K, N);
     size_t nmn = (size_t)(M * N), nmk = (size_t)(M * K), nnk = (size_t)(N * K);
     float *out = nan_f(nmn), *ref = nan_f(nmn);
-    float *dx = copy_f(c.dx0, nmk), *dw = copy_f(c.dw0, nnk), *rdx = copy_f(c.dx0, nmk), *rdw = copy_f(c.dw0, nnk);
+    float *dx = dup_r(c.dx0, nmk), *dw = dup_r(c.dw0, nnk), *rdx = dup_r(c.dx0, nmk), *rdw = dup_r(c.dw0, nnk);
     dtx_matmul_ref_forward(ref, c.x, c.w, M, K, N);
     dtx_matmul_ref_backward(rdx, rdw, c.dout, c.x, c.w, M, K, N);
     fprintf(stderr, "    (a oneDNN failure is forced next: a warning line is expected)\n");
