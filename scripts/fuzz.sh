@@ -82,7 +82,9 @@ fz=$root/build-fuzz
 limit="-max_total_time=$seconds"
 [ -n "$runs" ] && limit="-runs=$runs"
 status=0
-printf '| target | executions | seconds | exec/s | crashes |\n|---|---:|---:|---:|---:|\n' > "$fz/last.md"
+last=$fz/last.$$.md # this invocation's table (two may run at once)
+trap 'rm -f "$last"' EXIT
+printf '| target | executions | seconds | exec/s | crashes |\n|---|---:|---:|---:|---:|\n' > "$last"
 for t in "${targets[@]}"; do
     [ -x "$fz/fuzz/$t" ] || { echo "fuzz: $fz/fuzz/$t is not built (make fuzz-build)" >&2; exit 2; }
     mkdir -p "$fz/corpus/$t" "$fz/crashes/$t"
@@ -101,8 +103,8 @@ for t in "${targets[@]}"; do
     rate=$(( execs / (secs > 0 ? secs : 1) ))
     echo "   $execs executions in ${secs} s ($rate/s), $crashes crash files in $fz/crashes/$t"
     [ "$crashes" -gt 0 ] && { status=1; grep -h -m 3 -E 'ERROR|invariant|runtime error' "$fz/crashes/$t"/fuzz-*.log | head -n 3; }
-    printf '| %s | %s | %s | %s | %s |\n' "$t" "$execs" "$secs" "$rate" "$crashes" >> "$fz/last.md"
+    printf '| %s | %s | %s | %s | %s |\n' "$t" "$execs" "$secs" "$rate" "$crashes" >> "$last"
 done
-{ echo; echo "## $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"; echo; cat "$fz/last.md"; } >> "$fz/results.md"
-echo; cat "$fz/last.md"
+{ echo; echo "## $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"; echo; cat "$last"; } >> "$fz/results.md"
+echo; cat "$last"
 exit $status
