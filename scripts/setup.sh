@@ -11,7 +11,7 @@ for opt in "$@"; do
     case $opt in
         --torch) pkgs+=(python3 python3-torch python3-numpy python3-matplotlib) ;;
         --plot) pkgs+=(python3 python3-matplotlib) ;;
-        --fuzz) pkgs+=(clang libomp-dev llvm) ;;
+        --fuzz) pkgs+=(clang libclang-rt-14-dev libomp-dev llvm) ;; # the sanitizer and libFuzzer runtimes are only recommended by clang
         *) echo "setup: unknown option $opt (--torch, --plot, --fuzz)" >&2; exit 2 ;;
     esac
 done
