@@ -8,6 +8,7 @@
 #include "cli/flags.h"
 #include "cli/json_out.h"
 #include "difftx.h"
+#include "io/safetensors.h"
 #include "train/checkpoint.h"
 
 static const char *CMD = "info";
@@ -317,6 +318,16 @@ static int print_system(int json) {
     return finish_stdout(CMD);
 }
 
+/* Whether path is a training checkpoint (its metadata names a checkpoint
+ * version); a file that does not open is not, and the model loader says why. */
+static int is_checkpoint(const char *path) {
+    dtx_st_file f;
+    if (dtx_st_open(&f, path) != DTX_OK) return 0;
+    int yes = dtx_st_meta(&f, "checkpoint_version") != NULL;
+    dtx_st_close(&f);
+    return yes;
+}
+
 int cmd_info(int argc, char **argv) {
     int json = 0, tensors = 0, sys = 0;
     flag fl[] = {FLAG_BOOL("--json", &json, 1), FLAG_BOOL("--tensors", &tensors, 1), FLAG_BOOL("--system", &sys, 1)};
@@ -333,14 +344,12 @@ int cmd_info(int argc, char **argv) {
     if (n_pos == 0) return usage_error(CMD, "expected a model file (see 'difftx info --help')");
     dtx_model *m = NULL;
     dtx_ckpt ck = {0};
-    if (dtx_model_load(&m, pos[0]) != DTX_OK) {
-        /* a checkpoint is not a model file: read it as one (its optim.* tensors are refused above) */
-        char why[4400];
-        snprintf(why, sizeof why, "%s", dtx_last_error());
-        if (!strstr(why, "'optim.")) return runtime_error(CMD, "%s", why);
+    if (is_checkpoint(pos[0])) {
         if (dtx_ckpt_load(&ck, pos[0]) != DTX_OK) return lib_error(CMD);
         m = ck.model;
         ck.model = NULL;
+    } else if (dtx_model_load(&m, pos[0]) != DTX_OK) {
+        return lib_error(CMD);
     }
     report r = make_report(pos[0], m);
     if (ck.opt) r.ckpt_step = ck.step;

@@ -456,12 +456,11 @@ static int lock_outputs(train_state *s, const train_args *a) {
     struct stat sb;
     if (stat(a->out, &sb) == 0 && !S_ISREG(sb.st_mode)) return EXIT_OK;
     snprintf(s->lock_path, sizeof s->lock_path, "%s.lock", a->out);
-    if (dtx_lock_acquire(s->lock_path, &s->lock_fd) == DTX_OK) return EXIT_OK;
-    char why[4400];
-    snprintf(why, sizeof why, "%s", dtx_last_error());
-    if (strstr(why, "held by process"))
-        return runtime_error(CMD, "--out %s: another difftx train is writing it (%s)", a->out, why);
-    return runtime_error(CMD, "--out %s: %s", a->out, why);
+    long holder;
+    if (dtx_lock_acquire(s->lock_path, &s->lock_fd, &holder) == DTX_OK) return EXIT_OK;
+    if (holder)
+        return runtime_error(CMD, "--out %s: another difftx train is writing it (%s)", a->out, dtx_last_error());
+    return lib_error(CMD);
 }
 
 /* The run's own metadata: what a checkpoint records beyond the model and the

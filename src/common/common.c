@@ -184,8 +184,9 @@ void dtx_atomic_abort(dtx_atomic_file *w) {
     atomic_free(w);
 }
 
-dtx_status dtx_lock_acquire(const char *lock_path, int *fd) {
+dtx_status dtx_lock_acquire(const char *lock_path, int *fd, long *holder) {
     *fd = -1;
+    *holder = 0;
     for (int tries = 0; tries < 100; tries++) {
         int f = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
         if (f < 0) return dtx_fail(DTX_ERR_IO, "%s: cannot lock: %s", lock_path, strerror(errno));
@@ -196,8 +197,11 @@ dtx_status dtx_lock_acquire(const char *lock_path, int *fd) {
             close(f);
             if (e != EWOULDBLOCK) return dtx_fail(DTX_ERR_IO, "%s: cannot lock: %s", lock_path, strerror(e));
             pid[n > 0 ? n : 0] = '\0';
-            pid[strcspn(pid, "\n")] = '\0';
-            return dtx_fail(DTX_ERR_IO, "%s: held by process %s", lock_path, pid[0] ? pid : "(unknown)");
+            char *end;
+            long p = strtol(pid, &end, 10);
+            *holder = end != pid && p > 0 ? p : -1;
+            if (*holder > 0) return dtx_fail(DTX_ERR_IO, "%s: held by process %ld", lock_path, *holder);
+            return dtx_fail(DTX_ERR_IO, "%s: held by another process", lock_path);
         }
         /* the holder before us may have removed the file between our open and
          * our lock: then we hold a lock on a file nobody else can see; again */

@@ -69,10 +69,11 @@ void dtx_sync_dir(const char *path);
  * owner's pid as text), so that two processes never write the same outputs:
  * flock, released by the kernel when the process ends however it ends, so a
  * killed run leaves no stale lock. Never waits. DTX_OK and *fd (>= 0) when
- * taken; DTX_ERR_IO "LOCK_PATH: held by process PID" when another process
- * holds it, or "LOCK_PATH: cannot lock: ERR". dtx_lock_release removes the
- * file and lets go. */
-dtx_status dtx_lock_acquire(const char *lock_path, int *fd);
+ * taken. When another process holds it: DTX_ERR_IO, *holder its pid (-1:
+ * not known) and the message "LOCK_PATH: held by process PID"; any other
+ * failure: *holder 0 and "LOCK_PATH: cannot lock: ERR". dtx_lock_release
+ * removes the file and lets go. */
+dtx_status dtx_lock_acquire(const char *lock_path, int *fd, long *holder);
 void dtx_lock_release(const char *lock_path, int fd);
 /* data[0, len) as one file, through the above. */
 dtx_status dtx_write_file_atomic(const char *path, const void *data, size_t len);
