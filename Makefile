@@ -7,7 +7,8 @@ BUILD   ?= build
 OPT     ?= -O2 -march=native
 SAN     ?=
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror=implicit-function-declaration \
-           -Wshadow -Wvla -g $(OPT) -fno-trapping-math -fopenmp -Iinclude -Isrc -Itests $(SAN)
+           -Wshadow -Wvla -g $(OPT) -fno-trapping-math -fopenmp -fPIC -fno-semantic-interposition \
+           -Iinclude -Isrc -Itests $(SAN)
 LDLIBS  := -fopenmp -ldnnl -lcjson -lpcre2-8 -lm $(SAN)
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
@@ -25,6 +26,14 @@ FUZZ_NAMES  := $(patsubst tests/fuzz/%.c,%,$(FUZZ_SRC))
 LIB32 := $(BUILD)/libdifftx.a
 LIB64 := $(BUILD)/libdifftx_f64.a
 BIN   := $(BUILD)/difftx
+# The shared library (include/difftx.h's functions and nothing else: the
+# version script lists the functions the header declares) for programs in
+# other languages, such as the Python package in python/. The objects are
+# the static library's, built -fPIC (-fno-semantic-interposition keeps calls
+# inside the library direct, as in the static build).
+SO_MAJOR := $(shell sed -n 's/^\#define DTX_VERSION_MAJOR \([0-9]*\).*/\1/p' include/difftx.h)
+SO_MINOR := $(shell sed -n 's/^\#define DTX_VERSION_MINOR \([0-9]*\).*/\1/p' include/difftx.h)
+SO       := $(BUILD)/libdifftx.so.$(SO_MAJOR).$(SO_MINOR)
 # The MPI transport, a plugin beside difftx that difftx loads only under an
 # MPI launcher (src/train/mpi_plugin.h): built when mpicc is installed
 # (scripts/setup.sh installs OpenMPI); without it difftx trains on one rank.
@@ -34,8 +43,9 @@ MPI_PLUGIN := $(if $(MPICC),$(BUILD)/libdifftx_mpi.so)
 obj32 = $(patsubst %.c,$(BUILD)/f32/%.o,$(1))
 obj64 = $(patsubst %.c,$(BUILD)/f64/%.o,$(1))
 
-.PHONY: all setup test test-asan test-crash fuzz fuzz-build demo reproduce fixtures check-fixtures interop-check clean bench bench-mpi
-all: $(BIN)
+.PHONY: all lib setup test test-asan test-crash fuzz fuzz-build demo reproduce fixtures check-fixtures interop-check clean bench bench-mpi
+all: $(BIN) lib
+lib: $(SO)
 
 setup: deps
 
@@ -58,6 +68,19 @@ $(BIN): $(call obj32,$(CLI_SRC)) $(LIB32) | $(MPI_PLUGIN)
 	@echo "LD      $@"
 	@$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# the header's functions: every line that declares one starts at column 0
+$(BUILD)/difftx.map: include/difftx.h Makefile
+	@mkdir -p $(dir $@)
+	@{ echo 'DIFFTX_$(SO_MAJOR) {'; echo '  global:'; \
+	   sed -n 's/^[a-zA-Z][^(]*[ *]\(dtx_[a-z0-9_]*\)(.*/    \1;/p' $< | sort -u; \
+	   echo '  local: *;'; echo '};'; } > $@
+$(SO): $(call obj32,$(LIB_SRC)) $(BUILD)/difftx.map
+	@echo "LD      $@"
+	@$(CC) $(CFLAGS) -shared -Wl,-soname,libdifftx.so.$(SO_MAJOR) -Wl,--version-script=$(BUILD)/difftx.map \
+	  -Wl,--no-undefined $(call obj32,$(LIB_SRC)) -o $@ $(LDLIBS)
+	@ln -sf $(notdir $@) $(BUILD)/libdifftx.so.$(SO_MAJOR)
+	@ln -sf $(notdir $@) $(BUILD)/libdifftx.so
+
 $(BUILD)/libdifftx_mpi.so: src/train/comm_mpi.c src/train/mpi_plugin.h Makefile
 	@mkdir -p $(dir $@)
 	@echo "MPICC   $@"
@@ -77,7 +100,7 @@ TEST_BINS := $(BUILD)/tests/test_f32 $(BUILD)/tests/test_f64
 SCRIPT_TESTS := $(wildcard tests/scripts/*_test.sh)
 REPLAY_BINS := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_NAMES))
 test: deps tiktoken-ranks
-	@$(MAKE) --no-print-directory $(BIN) $(TEST_BINS) $(REPLAY_BINS)
+	@$(MAKE) --no-print-directory $(BIN) $(SO) $(TEST_BINS) $(REPLAY_BINS)
 	@DIFFTX_BIN=$(BIN) FUZZ_REPLAY_DIR=$(BUILD)/fuzz tests/run_all.sh $(TEST_BINS) $(SCRIPT_TESTS)
 
 test-asan:

@@ -50,7 +50,17 @@ typedef enum {
     DTX_ERR_CONFIG,  /* a model or training configuration is invalid         */
     DTX_ERR_ARG,     /* a runtime argument is invalid (token id, length, ...) */
     DTX_ERR_NOMEM,   /* an allocation failed                                  */
+    DTX_ERR_NUMERIC, /* a loss or gradient is not finite (training)           */
 } dtx_status;
+
+/* The library's version. The shared library libdifftx.so.DTX_VERSION_MAJOR
+ * exports exactly the functions this header declares; the major number
+ * changes whenever a declaration or a public struct changes incompatibly. */
+#define DTX_VERSION_MAJOR 1
+#define DTX_VERSION_MINOR 0
+/* "1.0": the version of the library running (which may be a newer minor
+ * one than the header a program was built with). */
+const char *dtx_version(void);
 
 /* v in the shortest %g form that reads back (strtod) as the same double,
  * as files and messages write real settings ("0.8", not
@@ -344,6 +354,27 @@ void dtx_model_on_grads_ready(dtx_model *m, dtx_grads_ready_fn fn, void *ctx);
 /* Current lambda of a DIFF layer (computed from its four vectors). */
 double dtx_model_lambda(const dtx_model *m, int64_t layer);
 
+/* Attention maps of the last dtx_model_forward (spec §6.5), recomputed in
+ * double from what the forward keeps (post-RoPE q and k, λ): softmax of
+ * q·k/√d with max subtraction. Heads are numbered 0..n_heads-1 in every arch:
+ * a DIFF head's FIRST and SECOND maps are its two softmax maps (q sub-heads
+ * 2h and 2h+1 over the KV head GQA gives it), a DIFF2 head's the maps of its
+ * query heads 2h and 2h+1 over their one KV head; COMBINED is A1 − λ·A2 (the
+ * weights the values are summed with: DIFF's layer λ, DIFF2's λ of each
+ * query row). A Transformer head has one map: FIRST and COMBINED give it,
+ * SECOND is DTX_ERR_ARG. */
+typedef enum {
+    DTX_MAP_FIRST = 0,
+    DTX_MAP_SECOND = 1,
+    DTX_MAP_COMBINED = 2,
+} dtx_attn_map;
+/* out [T, T] (T of the last forward), row-major: row t holds the weights of
+ * query t over keys 0..t and zeros above the diagonal, for batch row b.
+ * DTX_ERR_ARG, with a message, before any forward or for b, layer, head or
+ * which out of range. Reads the model only (several threads may call it). */
+dtx_status dtx_model_attention_map(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_attn_map which,
+                                   double *out);
+
 /* ---------------------------------------------------------------- optimizer */
 
 typedef enum { DTX_SCHED_COSINE = 0, DTX_SCHED_LINEAR = 1, DTX_SCHED_CONSTANT = 2 } dtx_schedule;
@@ -372,6 +403,72 @@ void dtx_optimizer_free(dtx_optimizer *opt);
  * advances the step. *grad_norm receives the pre-clip global norm. */
 dtx_status dtx_optimizer_step(dtx_optimizer *opt, double *grad_norm, double *lr_used);
 int64_t dtx_optimizer_steps_done(const dtx_optimizer *opt);
+
+/* ---------------------------------------------------------------- training
+ * The training loop of `difftx train` (docs/training.md), one optimizer step
+ * per call, so that a caller can watch, evaluate, checkpoint or stop between
+ * steps: each step samples accum micro-batches of batch rows of seq + 1
+ * tokens from the training tokens (uniformly, from the trainer's own
+ * generator), runs forward and backward, averages the gradients and takes
+ * one AdamW step at the schedule's rate. The same options, config, seed and
+ * tokens give bit-identical weights to `difftx train` on the same machine and
+ * thread count, and a run resumed from a checkpoint continues bit-identically
+ * to an uninterrupted one. */
+typedef struct dtx_trainer dtx_trainer;
+typedef struct {
+    int64_t batch;        /* rows per micro-batch                                   */
+    int64_t seq;          /* tokens per row (<= the model's max_seq_len)           */
+    int64_t accum;        /* micro-batches per optimizer step                      */
+    int64_t eval_batches; /* batches dtx_trainer_eval reads                        */
+    uint64_t seed;        /* the batch sampler's, and a new model's weights'       */
+    dtx_init_scheme init_scheme; /* a new model's initialisation               */
+} dtx_train_options;
+/* batch 8, seq 128, accum 1, eval_batches 10, seed 1, DTX_INIT_TORCH
+ * (difftx train's defaults, but seq, which the command takes from the model). */
+dtx_train_options dtx_train_options_default(void);
+typedef struct {
+    int64_t step;     /* steps done after this one (1 after the first) */
+    double loss;      /* mean training loss over the step's rows        */
+    double grad_norm; /* before clipping                                */
+    double lr;        /* the rate this step used                        */
+} dtx_train_stats;
+/* A fresh run. tokens and val_tokens (NULL: none) are token shards or token
+ * text files (dtx_tokens_read's formats), each of at least seq + 1 tokens
+ * with every id below the vocab. model: the weights to start from (taken:
+ * the trainer owns it from the call on, failure included), or NULL for a new
+ * model of config c (c is ignored when model is given) from o->seed.
+ * DTX_ERR_ARG / DTX_ERR_CONFIG naming what is wrong, DTX_ERR_IO. */
+dtx_status dtx_trainer_init(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
+                            const char *val_tokens, const dtx_config *c, dtx_model *model,
+                            const dtx_optim_config *oc);
+/* A run resumed from a checkpoint (dtx_trainer_save's, or difftx train's):
+ * the weights, the optimizer (its config, moments and step) and the
+ * sampler's state come from it. DTX_ERR_ARG naming the setting when o or the
+ * tokens differ from the run that wrote it (batch, seq, accum, seed,
+ * init_scheme, the training tokens' count and hash), or when that run mixed
+ * in synthetic documents (difftx train --needle-frac and the like), which
+ * these options cannot; DTX_ERR_IO / DTX_ERR_FORMAT for the file. */
+dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
+                                       const char *val_tokens, const char *checkpoint);
+void dtx_trainer_free(dtx_trainer *t);
+/* One optimizer step. DTX_ERR_NUMERIC when the loss or the gradient is not
+ * finite: nothing is updated then (the step is not counted, the sampler has
+ * moved on). *s may be NULL. */
+dtx_status dtx_trainer_update(dtx_trainer *t, dtx_train_stats *s);
+/* The validation loss: the mean over eval_batches batches read in order from
+ * the start of val_tokens (the same batches every time). Touches neither the
+ * weights nor the sampler. DTX_ERR_ARG without val_tokens. */
+dtx_status dtx_trainer_eval(dtx_trainer *t, double *val_loss);
+/* Writes a checkpoint (docs/training.md: model, moments, step, sampler, and
+ * these options), atomically. */
+dtx_status dtx_trainer_save(dtx_trainer *t, const char *path);
+int64_t dtx_trainer_steps_done(const dtx_trainer *t);
+/* The model being trained (owned by the trainer; its weights change with
+ * each update). */
+dtx_model *dtx_trainer_model(dtx_trainer *t);
+/* Hands the model to the caller (who frees it); the trainer cannot step
+ * afterwards (DTX_ERR_ARG). */
+dtx_model *dtx_trainer_take_model(dtx_trainer *t);
 
 /* ---------------------------------------------------------------- tokens */
 

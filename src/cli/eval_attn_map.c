@@ -120,7 +120,7 @@ static char *token_label(const dtx_tokenizer *t, int32_t id) {
 }
 
 /* One map as T rows of T values (zeros above the diagonal). row: [T] scratch. */
-static cJSON *json_map(const dtx_model *m, const map_args *a, dtx_probe_map map, int64_t T, double *row, int *ok) {
+static cJSON *json_map(const dtx_model *m, const map_args *a, dtx_attn_map map, int64_t T, double *row, int *ok) {
     cJSON *rows = cJSON_CreateArray();
     if (!rows) *ok = 0;
     for (int64_t t = 0; rows && t < T; t++) {
@@ -163,7 +163,7 @@ static int write_json(const map_args *a, const dtx_model *m, const dtx_tokenizer
     }
     cJSON *maps = ok ? jadd(root, "maps", cJSON_CreateObject(), &ok) : NULL;
     int rc = EXIT_OK;
-    static const dtx_probe_map which[3] = {DTX_PROBE_A1, DTX_PROBE_A2, DTX_PROBE_DIFF};
+    static const dtx_attn_map which[3] = {DTX_MAP_FIRST, DTX_MAP_SECOND, DTX_MAP_COMBINED};
     static const char *const names[3] = {"a1", "a2", "diff"};
     for (int k = 0; maps && ok && rc == EXIT_OK && k < (diff ? 3 : 1); k++) {
         cJSON *mj = json_map(m, a, which[k], p->T, row, &ok);
@@ -196,7 +196,7 @@ static int summarise(const dtx_model *m, const dtx_tokenizer *tok, const map_arg
     int64_t T = p->T, best = 0;
     double *row = malloc((size_t)T * sizeof *row);
     if (!row) return runtime_error(CMD, "out of memory");
-    if (dtx_probe_attention_row(m, 0, a->layer, a->head, DTX_PROBE_DIFF, T - 1, row) != DTX_OK) {
+    if (dtx_probe_attention_row(m, 0, a->layer, a->head, DTX_MAP_COMBINED, T - 1, row) != DTX_OK) {
         free(row);
         return lib_error(CMD);
     }

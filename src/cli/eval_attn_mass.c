@@ -55,7 +55,7 @@ static const char USAGE[] =
 enum { MAX_DEPTHS = 64, N_SEG = 4, N_MAPS = 3 };
 enum { SEG_BOS, SEG_ANSWER, SEG_CONTEXT, SEG_QUERY };
 static const char *const SEG_NAME[N_SEG] = {"bos", "answer", "context", "query"};
-/* Indexed like dtx_probe_map: A1, A2, DIFF (the combined map). */
+/* Indexed like dtx_attn_map: A1, A2, DIFF (the combined map). */
 static const char *const MAP_KEY[N_MAPS] = {"a1", "a2", "combined"};
 
 typedef struct {
@@ -116,7 +116,7 @@ static dtx_status prompt_masses(dtx_model *m, const dtx_needle_prompt *p, double
     for (int64_t l = 0; l < L && !st; l++)
         for (int64_t h = 0; h < c->n_heads && !st; h++)
             for (int mp = 0; mp < n_maps && !st; mp++) {
-                if ((st = dtx_probe_attention_row(m, 0, l, h, (dtx_probe_map)mp, t, row))) break;
+                if ((st = dtx_probe_attention_row(m, 0, l, h, (dtx_attn_map)mp, t, row))) break;
                 double seg[N_SEG], abs_all = segment_masses(row, p, t, seg);
                 for (int s = 0; s < N_SEG; s++) {
                     double sh = abs_all > 0 ? seg[s] / abs_all : 0;
@@ -124,8 +124,8 @@ static dtx_status prompt_masses(dtx_model *m, const dtx_needle_prompt *p, double
                     share[(mp * L + l) * N_SEG + s] += sh;
                     /* the Transformer's one map is both "a1" and "combined" */
                     if (n_maps == 1) {
-                        tmp[(DTX_PROBE_DIFF * L + l) * N_SEG + s] += seg[s];
-                        share[(DTX_PROBE_DIFF * L + l) * N_SEG + s] += sh;
+                        tmp[(DTX_MAP_COMBINED * L + l) * N_SEG + s] += seg[s];
+                        share[(DTX_MAP_COMBINED * L + l) * N_SEG + s] += sh;
                     }
                 }
             }
@@ -264,10 +264,10 @@ static void print_report(const mass_args *a, const dtx_model *m, const mass *acc
            "averaged over %lld heads and the prompts per layer, then over the %lld layers (the paper's Table 3;\n"
            "noise = all other context).\n\n",
            (long long)c->n_heads, (long long)c->n_layers);
-    print_map(a, acc, DTX_PROBE_DIFF, diff ? "Map: A1 - lambda*A2 (combined)" : "Map: softmax");
+    print_map(a, acc, DTX_MAP_COMBINED, diff ? "Map: A1 - lambda*A2 (combined)" : "Map: softmax");
     if (diff) {
         printf("\n");
-        print_map(a, acc, DTX_PROBE_A1, "Map: A1 alone (the first softmax)");
+        print_map(a, acc, DTX_MAP_FIRST, "Map: A1 alone (the first softmax)");
     }
 }
 
@@ -300,8 +300,8 @@ static void json_group(cJSON *o, const dtx_config *c, const mass *x, int *ok) {
     jnum(o, "rows", (double)x->rows, ok);
     jnum(o, "prompts", (double)x->prompts, ok);
     int n_maps = c->arch != DTX_ARCH_TRANSFORMER ? N_MAPS : 1;
-    json_map(o, MAP_KEY[DTX_PROBE_DIFF], x, DTX_PROBE_DIFF, ok);
-    for (int mp = 0; mp < n_maps && mp != DTX_PROBE_DIFF; mp++) json_map(o, MAP_KEY[mp], x, mp, ok);
+    json_map(o, MAP_KEY[DTX_MAP_COMBINED], x, DTX_MAP_COMBINED, ok);
+    for (int mp = 0; mp < n_maps && mp != DTX_MAP_COMBINED; mp++) json_map(o, MAP_KEY[mp], x, mp, ok);
 }
 
 static void json_depth(cJSON *arr, const dtx_config *c, double depth, const mass *groups, int *ok) {

@@ -442,7 +442,7 @@ typedef struct {
 } train_state;
 
 static void state_free(train_state *s) {
-    dtx_trainer_free(&s->tr);
+    dtx_trainer_close(&s->tr);
     if (s->log) fclose(s->log);
     dtx_lock_release(s->lock_path, s->lock_fd);
     s->lock_fd = -1;

@@ -15,12 +15,25 @@
 #include <unistd.h>
 
 static _Thread_local char last_error[512];
+static _Thread_local dtx_status last_status;
 
 const char *dtx_last_error(void) { return last_error; }
 
-void dtx_clear_error(void) { last_error[0] = '\0'; }
+dtx_status dtx_last_status(void) { return last_status; }
+
+void dtx_clear_error(void) {
+    last_error[0] = '\0';
+    last_status = DTX_OK;
+}
+
+const char *dtx_version(void) {
+#define DTX_STR2(x) #x
+#define DTX_STR(x) DTX_STR2(x)
+    return DTX_STR(DTX_VERSION_MAJOR) "." DTX_STR(DTX_VERSION_MINOR);
+}
 
 dtx_status dtx_fail(dtx_status st, const char *fmt, ...) {
+    last_status = st;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
@@ -36,6 +49,7 @@ const char *dtx_status_name(dtx_status st) {
     case DTX_ERR_CONFIG: return "config error";
     case DTX_ERR_ARG: return "invalid argument";
     case DTX_ERR_NOMEM: return "out of memory";
+    case DTX_ERR_NUMERIC: return "numeric error";
     }
     return "unknown status";
 }

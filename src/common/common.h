@@ -21,6 +21,8 @@ double dtx_cpu_s(void);
 /* Record a one-line message for dtx_last_error() and return st. */
 dtx_status dtx_fail(dtx_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void dtx_clear_error(void);
+/* The status of the most recent dtx_fail in this thread (DTX_OK after dtx_clear_error). */
+dtx_status dtx_last_status(void);
 
 /* Checked, 64-byte aligned allocation; NULL (and a message) on failure or
  * on an element count whose byte size overflows. Free with free(). */

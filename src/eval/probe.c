@@ -148,7 +148,7 @@ static dtx_status check_layer(const dtx_model *m, int64_t layer) {
     return DTX_OK;
 }
 
-static dtx_status check_args(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_probe_map map,
+static dtx_status check_args(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_attn_map map,
                              int64_t t) {
     dtx_status st;
     if ((st = need_forward(m)) || (st = check_layer(m, layer))) return st;
@@ -159,9 +159,9 @@ static dtx_status check_args(const dtx_model *m, int64_t b, int64_t layer, int64
                         (long long)m->cfg.n_heads);
     if (t < 0 || t >= m->acts.T)
         return dtx_fail(DTX_ERR_ARG, "query row %lld is out of range [0, %lld)", (long long)t, (long long)m->acts.T);
-    if (map != DTX_PROBE_A1 && map != DTX_PROBE_A2 && map != DTX_PROBE_DIFF)
+    if (map != DTX_MAP_FIRST && map != DTX_MAP_SECOND && map != DTX_MAP_COMBINED)
         return dtx_fail(DTX_ERR_ARG, "unknown attention map %d", (int)map);
-    if (map == DTX_PROBE_A2 && !two_maps(m))
+    if (map == DTX_MAP_SECOND && !two_maps(m))
         return dtx_fail(DTX_ERR_ARG, "the Transformer has one attention map per head; A2 is DIFF's second map");
     return DTX_OK;
 }
@@ -215,25 +215,25 @@ static void subtract_map(const row_view *v, int64_t t, double lambda, double *ou
     for (int64_t s = 0; s <= t; s++) out[s] -= lambda * exp(logit_at(v, s) - mx) / sum;
 }
 
-dtx_status dtx_probe_logit_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_probe_map map,
+dtx_status dtx_probe_logit_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_attn_map map,
                                int64_t t, double *out) {
     dtx_status st = check_args(m, b, layer, head, map, t);
     if (st) return st;
-    if (map == DTX_PROBE_DIFF)
+    if (map == DTX_MAP_COMBINED)
         return dtx_fail(DTX_ERR_ARG, "logits exist per map (A1 or A2); A1 − λA2 has none of its own");
-    row_view v = view_of(m, b, layer, head, map == DTX_PROBE_A2, t);
+    row_view v = view_of(m, b, layer, head, map == DTX_MAP_SECOND, t);
     logits_into(&v, t, out);
     return DTX_OK;
 }
 
-dtx_status dtx_probe_attention_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_probe_map map,
+dtx_status dtx_probe_attention_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_attn_map map,
                                    int64_t t, double *out) {
     dtx_status st = check_args(m, b, layer, head, map, t);
     if (st) return st;
-    row_view v = view_of(m, b, layer, head, map == DTX_PROBE_A2, t);
+    row_view v = view_of(m, b, layer, head, map == DTX_MAP_SECOND, t);
     logits_into(&v, t, out);
     softmax_inplace(out, t + 1);
-    if (map == DTX_PROBE_DIFF && two_maps(m)) {
+    if (map == DTX_MAP_COMBINED && two_maps(m)) {
         row_view v2 = view_of(m, b, layer, head, 1, t);
         double lambda = is_diff(m) ? m->acts.layers[layer].lambda : v2_lambda_at(m, layer, b * m->acts.T + t, head);
         subtract_map(&v2, t, lambda, out);
@@ -241,8 +241,21 @@ dtx_status dtx_probe_attention_row(const dtx_model *m, int64_t b, int64_t layer,
     return DTX_OK;
 }
 
+dtx_status dtx_model_attention_map(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_attn_map which,
+                                   double *out) {
+    dtx_status st = check_args(m, b, layer, head, which, 0);
+    if (st) return st;
+    const int64_t T = m->acts.T;
+    for (int64_t t = 0; t < T; t++) {
+        double *row = out + t * T;
+        if ((st = dtx_probe_attention_row(m, b, layer, head, which, t, row))) return st;
+        memset(row + t + 1, 0, sizeof(double) * (size_t)(T - 1 - t));
+    }
+    return DTX_OK;
+}
+
 double dtx_probe_lambda_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, int64_t t) {
-    if (check_args(m, b, layer, head, DTX_PROBE_DIFF, t)) return NAN;
+    if (check_args(m, b, layer, head, DTX_MAP_COMBINED, t)) return NAN;
     if (m->cfg.arch == DTX_ARCH_DIFF2) return v2_lambda_at(m, layer, b * m->acts.T + t, head);
     return is_diff(m) ? m->acts.layers[layer].lambda : 0.0;
 }

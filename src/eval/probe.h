@@ -13,31 +13,27 @@
 
 #include "difftx.h"
 
-typedef enum {
-    DTX_PROBE_A1 = 0,   /* the Transformer's map, or DIFF's first map softmax(q1k1ᵀ/√d) */
-    DTX_PROBE_A2 = 1,   /* DIFF's second map (DTX_ERR_ARG for the Transformer)        */
-    DTX_PROBE_DIFF = 2, /* DIFF: A1 − λ·A2 (the combined weights); Transformer: A1   */
-} dtx_probe_map;
+/* The maps (dtx_attn_map, difftx.h): FIRST, SECOND, COMBINED. */
 
 /* Heads: DIFF heads 0..n_heads-1 (q1 = q sub-head 2h, q2 = 2h+1, KV group by
  * GQA), DIFF2 heads 0..n_heads-1 (A1, A2: query heads 2h and 2h+1, their one
- * KV head; DTX_PROBE_DIFF = A1 − λ_t·A2 with the row's own λ), Transformer
+ * KV head; DTX_MAP_COMBINED = A1 − λ_t·A2 with the row's own λ), Transformer
  * heads 0..n_heads-1. */
 
 /* out[0..t] = attention weights of query row t over keys 0..t: logits
  * q·k/√d in double, softmax with max subtraction. */
-dtx_status dtx_probe_attention_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_probe_map map,
+dtx_status dtx_probe_attention_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_attn_map map,
                                    int64_t t, double *out);
 /* out[0..t] = pre-softmax logits q·k/√d of query row t (map A1 or A2;
- * DTX_PROBE_DIFF is DTX_ERR_ARG: it has no logits of its own). */
-dtx_status dtx_probe_logit_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_probe_map map,
+ * DTX_MAP_COMBINED is DTX_ERR_ARG: it has no logits of its own). */
+dtx_status dtx_probe_logit_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, dtx_attn_map map,
                                int64_t t, double *out);
 /* λ the last forward used in a DIFF layer (0 for the Transformer; for DIFF2,
  * whose λ is per token and head, the mean over every row and head of the
- * last forward; DTX_PROBE_DIFF rows use each row's own; NaN, with a message,
+ * last forward; DTX_MAP_COMBINED rows use each row's own; NaN, with a message,
  * when no forward has run or the layer is out of range). */
 double dtx_probe_lambda(const dtx_model *m, int64_t layer);
-/* λ of one head's query row t (DTX_PROBE_DIFF's): DIFF2's own per token,
+/* λ of one head's query row t (DTX_MAP_COMBINED's): DIFF2's own per token,
  * DIFF's layer λ, 0 for the Transformer; NaN, with a message, for an index
  * out of range or before any forward. */
 double dtx_probe_lambda_row(const dtx_model *m, int64_t b, int64_t layer, int64_t head, int64_t t);

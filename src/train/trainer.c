@@ -1,7 +1,9 @@
 /* The training loop's state and step (trainer.h). */
 #include "train/trainer.h"
 
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,7 +105,7 @@ dtx_status dtx_trainer_checkpoint(dtx_trainer *t, const char *path, const char *
     return st;
 }
 
-void dtx_trainer_free(dtx_trainer *t) {
+void dtx_trainer_close(dtx_trainer *t) {
     source_close(&t->data);
     source_close(&t->val);
     needle_mix_close(&t->needles);
@@ -115,6 +117,8 @@ void dtx_trainer_free(dtx_trainer *t) {
     free(t->tok_loss);
     free(t->at);
     grad_sync_close(t->sync);
+    free(t->own_paths[0]);
+    free(t->own_paths[1]);
     memset(t, 0, sizeof *t);
 }
 
@@ -259,4 +263,200 @@ dtx_step_result dtx_trainer_evaluate(dtx_trainer *t, double *val) {
     if (dtx_comm_allreduce_f64(t->comm, &sum, 1)) return DTX_STEP_ERROR;
     *val = sum / ranks / (double)o->eval_batches;
     return DTX_STEP_DONE;
+}
+
+/* ---------------------------------------------------------------------------
+ * The public trainer (difftx.h): one rank, no needle mixture, no stop flag.
+ * Its checkpoints carry the keys difftx train compares on --resume, so that
+ * either can continue the other's run. */
+
+dtx_train_options dtx_train_options_default(void) {
+    return (dtx_train_options){
+        .batch = 8, .seq = 128, .accum = 1, .eval_batches = 10, .seed = 1, .init_scheme = DTX_INIT_TORCH};
+}
+
+/* difftx train's default --needle-max: its value is part of the checkpoint's "needles" key */
+#define PUBLIC_NEEDLE_MAX 6
+
+static dtx_status public_open(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
+                              const char *val_tokens, const dtx_config *c) {
+    *out = NULL;
+    if (!tokens) return dtx_fail(DTX_ERR_ARG, "no training tokens given");
+    if (o->seq > c->max_seq_len)
+        return dtx_fail(DTX_ERR_ARG, "seq %lld is longer than the model's max_seq_len %lld", (long long)o->seq,
+                        (long long)c->max_seq_len);
+    if ((unsigned)o->init_scheme > DTX_INIT_GPT2)
+        return dtx_fail(DTX_ERR_ARG, "init_scheme %d is not a dtx_init_scheme", (int)o->init_scheme);
+    dtx_trainer *t = calloc(1, sizeof *t);
+    char *paths[2] = {strdup(tokens), val_tokens ? strdup(val_tokens) : NULL};
+    if (!t || !paths[0] || (val_tokens && !paths[1])) {
+        free(t), free(paths[0]), free(paths[1]);
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    }
+    dtx_trainer_opts to = {.batch = o->batch, .seq = o->seq, .accum = o->accum, .eval_batches = o->eval_batches,
+                           .seed = o->seed, .mix = {.needle_max = PUBLIC_NEEDLE_MAX}};
+    dtx_status st = dtx_trainer_open(t, &to, paths[0], paths[1], c->vocab_size);
+    t->own_paths[0] = paths[0], t->own_paths[1] = paths[1]; /* after open, which clears the struct */
+    if (st) {
+        dtx_trainer_close(t);
+        free(t);
+        return st;
+    }
+    *out = t;
+    return DTX_OK;
+}
+
+dtx_status dtx_trainer_init(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
+                            const char *val_tokens, const dtx_config *c, dtx_model *model,
+                            const dtx_optim_config *oc) {
+    *out = NULL;
+    dtx_status st;
+    if (!model && (st = dtx_config_validate(c))) return st;
+    if ((st = dtx_optim_validate(oc)) || (st = public_open(out, o, tokens, val_tokens, model ? dtx_model_config(model) : c))) {
+        dtx_model_free(model);
+        return st;
+    }
+    dtx_trainer *t = *out;
+    t->init_scheme = o->init_scheme;
+    t->last_loss = NAN;
+    if ((st = dtx_trainer_start(t, model, c, o->init_scheme, oc))) {
+        if (model && t->model != model) dtx_model_free(model); /* not yet the trainer's */
+        dtx_trainer_free(t);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* The run settings a checkpoint of the public trainer holds, formatted as
+ * difftx train formats them (keys[i], vals[i]); returns how many. */
+enum { PUBLIC_KEYS = 9, PUBLIC_COMPARED = 6 };
+static int public_meta(const dtx_trainer *t, const dtx_train_options *o, const char **keys,
+                       char (*vals)[DTX_CKPT_VALUE_MAX]) {
+    int n = 0;
+#define K(key, ...) (keys[n] = (key), snprintf(vals[n++], DTX_CKPT_VALUE_MAX, __VA_ARGS__))
+    /* compared on resume */
+    K("batch", "%lld", (long long)o->batch);
+    K("seq", "%lld", (long long)o->seq);
+    K("accum", "%lld", (long long)o->accum);
+    K("seed", "%llu", (unsigned long long)o->seed);
+    K("data_tokens", "%lld", (long long)t->data.count);
+    K("data_hash", "%016" PRIx64, t->data_hash);
+    /* written for difftx train --resume, which compares them too */
+    K("init_scheme", "%s", dtx_init_scheme_name(o->init_scheme));
+    K("precision", "%s", t->model ? dtx_precision_name(dtx_model_precision(t->model)) : "fp32");
+    K("needles", "0/0/%d", PUBLIC_NEEDLE_MAX);
+#undef K
+    return n;
+}
+
+dtx_status dtx_trainer_save(dtx_trainer *t, const char *path) {
+    if (!t->model) return dtx_fail(DTX_ERR_ARG, "the trainer's model was taken: nothing to save");
+    const char *keys[PUBLIC_KEYS + 1];
+    char vals[PUBLIC_KEYS + 1][DTX_CKPT_VALUE_MAX];
+    const char *values[PUBLIC_KEYS + 1];
+    dtx_train_options o = {.batch = t->o.batch, .seq = t->o.seq, .accum = t->o.accum,
+                           .eval_batches = t->o.eval_batches, .seed = t->o.seed, .init_scheme = t->init_scheme};
+    int n = public_meta(t, &o, keys, vals);
+    keys[n] = "loss"; /* difftx train shows it on resume */
+    snprintf(vals[n++], DTX_CKPT_VALUE_MAX, "%.17g", t->last_loss);
+    for (int i = 0; i < n; i++) values[i] = vals[i];
+    return dtx_trainer_checkpoint(t, path, keys, values, n);
+}
+
+dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
+                                       const char *val_tokens, const char *checkpoint) {
+    *out = NULL;
+    dtx_ckpt ck;
+    dtx_status st = dtx_ckpt_load(&ck, checkpoint);
+    if (st) return st;
+    if ((st = public_open(out, o, tokens, val_tokens, dtx_model_config(ck.model)))) goto done;
+    dtx_trainer *t = *out;
+    const char *keys[PUBLIC_KEYS];
+    char vals[PUBLIC_KEYS][DTX_CKPT_VALUE_MAX];
+    public_meta(t, o, keys, vals);
+    for (int i = 0; i < PUBLIC_COMPARED + 1; i++) { /* and init_scheme, which older checkpoints lack */
+        const char *theirs = dtx_ckpt_meta(&ck, keys[i]);
+        if (!theirs && strcmp(keys[i], "init_scheme") == 0) theirs = "torch";
+        if (!theirs) {
+            st = dtx_fail(DTX_ERR_FORMAT, "%s: missing metadata key '%s'", checkpoint, keys[i]);
+            goto done;
+        }
+        if (strcmp(theirs, vals[i]) != 0) {
+            st = dtx_fail(DTX_ERR_ARG, "%s: %s is %s in the checkpoint and %s here; a resumed run uses the same %s",
+                          checkpoint, keys[i], theirs, vals[i],
+                          i < 4 || i == PUBLIC_COMPARED ? "settings" : "training tokens");
+            goto done;
+        }
+    }
+    const char *needles = dtx_ckpt_meta(&ck, "needles");
+    double frac[6] = {0};
+    long long needle_max = 0;
+    if (needles && (sscanf(needles, "%lf/%lf/%lld/%lf/%lf/%lf", &frac[0], &frac[1], &needle_max, &frac[3],
+                           &frac[4], &frac[5]) < 3 ||
+                    frac[0] != 0 || frac[1] != 0 || frac[3] != 0 || frac[4] != 0 || frac[5] != 0)) {
+        st = dtx_fail(DTX_ERR_ARG, "%s: its run mixed synthetic documents into the batches (needles = %s); resume it "
+                      "with difftx train", checkpoint, needles);
+        goto done;
+    }
+    const char *prec = dtx_ckpt_meta(&ck, "precision");
+    if (prec && strcmp(prec, "bf16") == 0 && (st = dtx_model_set_precision(ck.model, DTX_PREC_BF16))) goto done;
+    const char *loss = dtx_ckpt_meta(&ck, "loss");
+    t->last_loss = loss ? strtod(loss, NULL) : NAN;
+    t->init_scheme = o->init_scheme;
+    st = dtx_trainer_resume(t, ck.model, ck.opt, &ck.rng, ck.step);
+    ck.model = NULL, ck.opt = NULL; /* taken */
+done:
+    dtx_ckpt_free(&ck);
+    if (st && *out) {
+        dtx_trainer_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+void dtx_trainer_free(dtx_trainer *t) {
+    if (!t) return;
+    dtx_trainer_close(t);
+    free(t);
+}
+
+dtx_status dtx_trainer_update(dtx_trainer *t, dtx_train_stats *s) {
+    dtx_clear_error();
+    dtx_step_stats st;
+    dtx_step_result r = dtx_trainer_step(t, &st);
+    if (s) *s = (dtx_train_stats){.step = t->step, .loss = st.loss, .grad_norm = st.grad_norm, .lr = st.lr};
+    switch (r) {
+    case DTX_STEP_DONE: t->last_loss = st.loss; return DTX_OK;
+    case DTX_STEP_LOSS_NONFINITE:
+        return dtx_fail(DTX_ERR_NUMERIC, "step %lld: the loss is not finite (%g); nothing was updated",
+                        (long long)t->step + 1, st.loss);
+    case DTX_STEP_GRAD_NONFINITE:
+        return dtx_fail(DTX_ERR_NUMERIC, "step %lld: the gradient is not finite; nothing was updated",
+                        (long long)t->step + 1);
+    case DTX_STEP_INTERRUPTED: /* no stop flag here: not reached */
+    case DTX_STEP_ERROR: break;
+    }
+    dtx_status last = dtx_last_status();
+    return last != DTX_OK ? last : dtx_fail(DTX_ERR_ARG, "the step failed");
+}
+
+dtx_status dtx_trainer_eval(dtx_trainer *t, double *val_loss) {
+    dtx_clear_error();
+    if (dtx_trainer_evaluate(t, val_loss) == DTX_STEP_DONE) return DTX_OK;
+    dtx_status last = dtx_last_status();
+    return last != DTX_OK ? last : dtx_fail(DTX_ERR_ARG, "the evaluation failed");
+}
+
+int64_t dtx_trainer_steps_done(const dtx_trainer *t) { return t->step; }
+
+dtx_model *dtx_trainer_model(dtx_trainer *t) { return t->model; }
+
+dtx_model *dtx_trainer_take_model(dtx_trainer *t) {
+    dtx_model *m = t->model;
+    if (t->opt) { /* the optimizer is bound to the model: it goes with it */
+        dtx_optimizer_free(t->opt);
+        t->opt = NULL;
+    }
+    t->model = NULL;
+    return m;
 }

@@ -26,7 +26,8 @@ typedef struct {
     int64_t debug_oom_at; /* a test hook: this step fails, out of memory, on the last rank alone (0: never) */
 } dtx_trainer_opts;
 
-typedef struct {
+/* difftx.h's opaque dtx_trainer */
+struct dtx_trainer {
     dtx_trainer_opts o;
     dtx_model *model;
     dtx_optimizer *opt;
@@ -52,12 +53,17 @@ typedef struct {
     volatile sig_atomic_t *stop;
     int32_t *inputs, *targets, *period; /* [batch, seq], [batch, seq], [batch] */
     double *tok_loss;                   /* [batch, seq] per-position losses (the induction score) */
-} dtx_trainer;
+    /* the public API's (difftx.h): its copies of the token files' paths, the
+     * options' init scheme and the last step's loss, which its checkpoints keep */
+    char *own_paths[2];
+    dtx_init_scheme init_scheme;
+    double last_loss;
+};
 
 /* Opens the training tokens (and val_tokens, NULL for none), checks every id
  * against vocab_size, loads the needle mixture and allocates the batch
  * buffers. Each stream must hold at least seq + 1 tokens (short_stream says
- * which did not). No model yet. dtx_trainer_free after a failure too. */
+ * which did not). No model yet. dtx_trainer_close after a failure too. */
 dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const char *tokens, const char *val_tokens,
                             int64_t vocab_size);
 /* A fresh run: init (taken; NULL: a new model of cfg from the seed and
@@ -80,7 +86,7 @@ dtx_status dtx_trainer_checkpoint(dtx_trainer *t, const char *path, const char *
  * optimizer taken; with ZeRO-1 the rank keeps its shard of it). */
 dtx_status dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *opt, const dtx_rng *rng,
                               int64_t step);
-void dtx_trainer_free(dtx_trainer *t);
+void dtx_trainer_close(dtx_trainer *t);
 
 typedef enum {
     DTX_STEP_DONE = 0,        /* the weights updated; step advanced           */

@@ -1,0 +1,236 @@
+"""ctypes bindings of include/difftx.h: the structs, the prototypes, and the
+errors. Nothing here computes; every number comes from libdifftx.
+
+The shared library is looked for, in order, at $DIFFTX_LIB, beside this file
+(where `pip install ./python` copies the one it was built with), and in the
+repository's build/ folder (running from a checkout)."""
+import ctypes
+import os
+
+SO_NAME = "libdifftx.so.1"  # DTX_VERSION_MAJOR 1
+
+
+def _find():
+    env = os.environ.get("DIFFTX_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for p in (os.path.join(here, SO_NAME), os.path.join(here, "..", "..", "build", SO_NAME)):
+        if os.path.exists(p):
+            return p
+    raise ImportError("difftx: %s not found beside the package or in the repository's build/ "
+                      "(run `make lib` there, or set DIFFTX_LIB to the library's path)" % SO_NAME)
+
+
+PATH = _find()
+lib = ctypes.CDLL(PATH)
+
+c_int, c_int64, c_uint64, c_double, c_size_t = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double, ctypes.c_size_t
+c_char_p, c_void_p, c_float, c_uint = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_uint
+P = ctypes.POINTER
+
+
+# ---------------------------------------------------------------- errors
+
+class Error(Exception):
+    """A failure reported by libdifftx: .status is the dtx_status value,
+    .message the library's one-line message (str(error) is the message)."""
+    status = None
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+
+
+class FileError(Error, OSError):
+    """DTX_ERR_IO: a file could not be opened, read or written."""
+    status = 1
+
+
+class FormatError(Error):
+    """DTX_ERR_FORMAT: a file's contents break the format."""
+    status = 2
+
+
+class ConfigError(Error, ValueError):
+    """DTX_ERR_CONFIG: a model or training configuration is invalid."""
+    status = 3
+
+
+class ArgumentError(Error, ValueError):
+    """DTX_ERR_ARG: a runtime argument is invalid (token id, length, ...)."""
+    status = 4
+
+
+class OutOfMemoryError(Error, MemoryError):
+    """DTX_ERR_NOMEM: an allocation failed."""
+    status = 5
+
+
+class NumericError(Error, ArithmeticError):
+    """DTX_ERR_NUMERIC: a loss or gradient is not finite."""
+    status = 6
+
+
+ERRORS = {c.status: c for c in (FileError, FormatError, ConfigError, ArgumentError, OutOfMemoryError, NumericError)}
+
+
+def _check(status, func, args):
+    if status == 0:
+        return status
+    msg = lib.dtx_last_error().decode("utf-8", "replace") or lib.dtx_status_name(status).decode()
+    cls = ERRORS.get(status, Error)
+    raise cls(msg, status)
+
+
+# ---------------------------------------------------------------- structs (difftx.h)
+
+class Config(ctypes.Structure):
+    _fields_ = [("arch", c_int), ("dim", c_int64), ("n_layers", c_int64), ("n_heads", c_int64),
+                ("n_kv_heads", c_int64), ("vocab_size", c_int64), ("ffn_dim", c_int64), ("max_seq_len", c_int64),
+                ("rope_theta", c_double), ("norm_eps", c_double), ("tie_embeddings", c_int), ("subln", c_int),
+                ("lambda_init_fixed", c_int), ("lambda_init_value", c_double), ("v2_lambda", c_int)]
+
+
+class TensorInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 64), ("ndim", c_int), ("shape", c_int64 * 2), ("offset", c_size_t),
+                ("numel", c_size_t), ("decay", c_int), ("is_embedding", c_int)]
+
+
+class OptimConfig(ctypes.Structure):
+    _fields_ = [("lr", c_double), ("min_lr", c_double), ("warmup_steps", c_int64), ("total_steps", c_int64),
+                ("schedule", c_int), ("beta1", c_double), ("beta2", c_double), ("eps", c_double),
+                ("weight_decay", c_double), ("decay_embeddings", c_int), ("clip_norm", c_double)]
+
+
+class Rng(ctypes.Structure):
+    _fields_ = [("s", c_uint64 * 4)]
+
+
+class Sampler(ctypes.Structure):
+    _fields_ = [("temperature", c_double), ("top_k", c_int64), ("top_p", c_double), ("seed", c_uint64)]
+
+
+class QuantOptions(ctypes.Structure):
+    _fields_ = [("scheme", c_int), ("act_method", c_int), ("percentile", c_double), ("clip_search", c_int),
+                ("act_fp16", c_int), ("a16_inputs", c_uint)]
+
+
+class QuantSummary(ctypes.Structure):
+    _fields_ = [("rows", c_int64), ("mean_clip", c_double), ("act_clip", c_double)]
+
+
+class TrainOptions(ctypes.Structure):
+    _fields_ = [("batch", c_int64), ("seq", c_int64), ("accum", c_int64), ("eval_batches", c_int64),
+                ("seed", c_uint64), ("init_scheme", c_int)]
+
+
+class TrainStats(ctypes.Structure):
+    _fields_ = [("step", c_int64), ("loss", c_double), ("grad_norm", c_double), ("lr", c_double)]
+
+
+# ---------------------------------------------------------------- prototypes
+
+ARCH = {"diff": 0, "transformer": 1, "diff2": 2}
+PRECISION = {"fp32": 0, "bf16": 1}
+MAPS = {"first": 0, "second": 1, "combined": 2}
+WQUANT = {"w8a16": 1, "w8a8": 2, "w4a16": 3}
+CALIB = {"absmax": 0, "percentile": 1, "mse": 2}
+INIT = {"torch": 0, "gpt2": 1}
+SCHEDULE = {"cosine": 0, "linear": 1, "constant": 2}
+
+F = c_float  # dtx_real in the shared library
+_H = c_void_p  # an opaque handle (dtx_model *, dtx_tokenizer *, ...)
+_S = "status"
+
+
+def _proto(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.argtypes = list(argtypes)
+    if restype == _S:
+        f.restype = c_int
+        f.errcheck = _check
+    else:
+        f.restype = restype
+    return f
+
+
+_proto("dtx_last_error", c_char_p)
+_proto("dtx_status_name", c_char_p, c_int)
+_proto("dtx_version", c_char_p)
+_proto("dtx_format_real", c_char_p, c_double, c_char_p, c_size_t)
+_proto("dtx_config_default", Config)
+_proto("dtx_config_baseline", Config, P(Config))
+_proto("dtx_config_validate", _S, P(Config))
+_proto("dtx_config_set_subln", _S, P(Config), c_char_p)
+_proto("dtx_config_set_lambda_init", _S, P(Config), c_char_p)
+_proto("dtx_config_set_v2_lambda", _S, P(Config), c_char_p)
+_proto("dtx_config_subln_name", c_char_p, P(Config))
+_proto("dtx_config_v2_lambda_name", c_char_p, P(Config))
+_proto("dtx_arch_name", c_char_p, c_int)
+_proto("dtx_model_init_scheme", _S, P(_H), P(Config), c_uint64, c_int)
+_proto("dtx_model_load", _S, P(_H), c_char_p)
+_proto("dtx_model_save", _S, _H, c_char_p, c_int)
+_proto("dtx_model_free", None, _H)
+_proto("dtx_model_config", P(Config), _H)
+_proto("dtx_model_num_params", c_size_t, _H)
+_proto("dtx_model_num_params_nonembed", c_size_t, _H)
+_proto("dtx_model_num_tensors", c_int, _H)
+_proto("dtx_model_tensor", P(TensorInfo), _H, c_int)
+_proto("dtx_model_find", P(TensorInfo), _H, c_char_p)
+_proto("dtx_model_params", P(F), _H)
+_proto("dtx_model_set_precision", _S, _H, c_int)
+_proto("dtx_model_precision", c_int, _H)
+_proto("dtx_model_wquant", c_int, _H)
+_proto("dtx_wquant_name", c_char_p, c_int)
+_proto("dtx_model_forward", _S, _H, P(ctypes.c_int32), P(ctypes.c_int32), c_int64, c_int64, P(F), P(c_double))
+_proto("dtx_model_attention_map", _S, _H, c_int64, c_int64, c_int64, c_int, P(c_double))
+_proto("dtx_model_lambda", c_double, _H, c_int64)
+_proto("dtx_model_meta", c_char_p, _H, c_char_p)
+_proto("dtx_model_set_meta", _S, _H, c_char_p, c_char_p)
+_proto("dtx_model_quantize", _S, _H, P(QuantOptions), P(ctypes.c_int32), c_int64, c_int64, P(QuantSummary))
+_proto("dtx_quant_options_default", QuantOptions, c_int)
+_proto("dtx_model_weight_bytes", c_size_t, _H)
+_proto("dtx_kvcache_init", _S, P(_H), _H, c_int64)
+_proto("dtx_kvcache_free", None, _H)
+_proto("dtx_kvcache_len", c_int64, _H)
+_proto("dtx_kvcache_max_len", c_int64, _H)
+_proto("dtx_model_prefill", _S, _H, _H, P(ctypes.c_int32), c_int64, P(F))
+_proto("dtx_model_decode", _S, _H, _H, ctypes.c_int32, P(F))
+_proto("dtx_sampler_validate", _S, P(Sampler))
+_proto("dtx_rng_seed", None, P(Rng), c_uint64)
+_proto("dtx_sample_logits", _S, P(Sampler), P(Rng), P(F), c_int64, P(ctypes.c_int32))
+_proto("dtx_optim_default", OptimConfig)
+_proto("dtx_optim_validate", _S, P(OptimConfig))
+_proto("dtx_tokenizer_load", _S, P(_H), c_char_p)
+_proto("dtx_tokenizer_save", _S, _H, c_char_p)
+_proto("dtx_tokenizer_train", _S, P(_H), P(c_char_p), c_int, c_int64)
+_proto("dtx_tokenizer_train_texts", _S, P(_H), P(c_char_p), P(c_size_t), c_int, c_int64)
+_proto("dtx_tokenizer_free", None, _H)
+_proto("dtx_tokenizer_encode", _S, _H, c_char_p, c_size_t, c_int, P(P(ctypes.c_int32)), P(c_int64))
+_proto("dtx_tokenizer_decode", _S, _H, P(ctypes.c_int32), c_int64, P(c_void_p), P(c_size_t))
+_proto("dtx_tokenizer_vocab_size", c_int64, _H)
+_proto("dtx_tokenizer_num_special", c_int, _H)
+_proto("dtx_tokenizer_special", c_char_p, _H, c_int, P(ctypes.c_int32))
+_proto("dtx_tokenizer_token_id", ctypes.c_int32, _H, c_char_p)
+_proto("dtx_tokenizer_source", c_char_p, _H)
+_proto("dtx_tokens_read", _S, c_char_p, c_int64, P(P(ctypes.c_int32)), P(c_int64))
+_proto("dtx_shard_write", _S, c_char_p, P(ctypes.c_int32), c_int64, c_int64)
+_proto("dtx_train_options_default", TrainOptions)
+_proto("dtx_trainer_init", _S, P(_H), P(TrainOptions), c_char_p, c_char_p, P(Config), _H, P(OptimConfig))
+_proto("dtx_trainer_init_checkpoint", _S, P(_H), P(TrainOptions), c_char_p, c_char_p, c_char_p)
+_proto("dtx_trainer_free", None, _H)
+_proto("dtx_trainer_update", _S, _H, P(TrainStats))
+_proto("dtx_trainer_eval", _S, _H, P(c_double))
+_proto("dtx_trainer_save", _S, _H, c_char_p)
+_proto("dtx_trainer_steps_done", c_int64, _H)
+_proto("dtx_trainer_model", _H, _H)
+_proto("dtx_trainer_take_model", _H, _H)
+_proto("dtx_isa_level", c_int)
+_proto("dtx_isa_name", c_char_p, c_int)
+
+libc = ctypes.CDLL(None)
+libc.free.argtypes = [c_void_p]
+libc.free.restype = None
