@@ -101,7 +101,8 @@ SCRIPT_TESTS := $(wildcard tests/scripts/*_test.sh)
 REPLAY_BINS := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_NAMES))
 test: deps tiktoken-ranks
 	@$(MAKE) --no-print-directory $(BIN) $(SO) $(TEST_BINS) $(REPLAY_BINS)
-	@DIFFTX_BIN=$(BIN) FUZZ_REPLAY_DIR=$(BUILD)/fuzz tests/run_all.sh $(TEST_BINS) $(SCRIPT_TESTS)
+	@DIFFTX_BIN=$(BIN) DIFFTX_BUILD=$(BUILD) DIFFTX_SAN="$(SAN)" FUZZ_REPLAY_DIR=$(BUILD)/fuzz \
+	  tests/run_all.sh $(TEST_BINS) $(SCRIPT_TESTS)
 
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1" SAN="$(SAN_FLAGS)" test

@@ -4,6 +4,7 @@
 #                               training over several processes or machines: mpirun difftx train)
 #   scripts/setup.sh --torch    also python3-torch (only to regenerate fixtures)
 #   scripts/setup.sh --plot     also python3-matplotlib (tools/plot_loss.py, make demo)
+#   scripts/setup.sh --python   also python3 with numpy, venv and pip (the Python package, python/)
 #   scripts/setup.sh --fuzz     also clang with libFuzzer and OpenMP (make fuzz) and llvm's symbolizer
 set -euo pipefail
 pkgs=(gcc make libc6-dev libcjson-dev libdnnl-dev libpcre2-dev openmpi-bin libopenmpi-dev)
@@ -11,8 +12,9 @@ for opt in "$@"; do
     case $opt in
         --torch) pkgs+=(python3 python3-torch python3-numpy python3-matplotlib) ;;
         --plot) pkgs+=(python3 python3-matplotlib) ;;
+        --python) pkgs+=(python3 python3-numpy python3-venv python3-pip) ;;
         --fuzz) pkgs+=(clang libclang-rt-14-dev libomp-dev llvm) ;; # the sanitizer and libFuzzer runtimes are only recommended by clang
-        *) echo "setup: unknown option $opt (--torch, --plot, --fuzz)" >&2; exit 2 ;;
+        *) echo "setup: unknown option $opt (--torch, --plot, --python, --fuzz)" >&2; exit 2 ;;
     esac
 done
 missing=()

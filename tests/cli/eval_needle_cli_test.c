@@ -445,7 +445,7 @@ TEST(eval_attn_mass_cli_matches_probe) {
     double want[4] = {0}, row[MAX_SEQ];
     int64_t t = p.n - 1;
     for (int h = 0; h < 2; h++) {
-        REQUIRE(dtx_probe_attention_row(tf1, 0, 0, h, DTX_PROBE_A1, t, row) == DTX_OK);
+        REQUIRE(dtx_probe_attention_row(tf1, 0, 0, h, DTX_MAP_FIRST, t, row) == DTX_OK);
         for (int64_t j = 0; j <= t; j++) {
             int seg = j == 0 ? 0 : (j >= p.needle_begin[0] && j < p.needle_end[0]) ? 1 : j >= p.context_end ? 3 : 2;
             want[seg] += row[j] / 2;

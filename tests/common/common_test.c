@@ -151,3 +151,21 @@ TEST(common_release_zero) {
     free(vec);
     free(p);
 }
+
+/* dtx_version is the header's version; every status has its own name; a
+ * failure's status is kept beside its message. */
+TEST(common_version_and_status) {
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d", DTX_VERSION_MAJOR, DTX_VERSION_MINOR);
+    CHECK(strcmp(dtx_version(), want) == 0);
+    const char *names[DTX_ERR_NUMERIC + 1];
+    for (int s = 0; s <= DTX_ERR_NUMERIC; s++) {
+        names[s] = dtx_status_name((dtx_status)s);
+        CHECK(strcmp(names[s], "unknown status") != 0);
+        for (int r = 0; r < s; r++) CHECK(strcmp(names[r], names[s]) != 0);
+    }
+    CHECK(strcmp(dtx_status_name(DTX_ERR_NUMERIC), "numeric error") == 0);
+    CHECK(dtx_fail(DTX_ERR_FORMAT, "x") == DTX_ERR_FORMAT && dtx_last_status() == DTX_ERR_FORMAT);
+    dtx_clear_error();
+    CHECK(dtx_last_status() == DTX_OK && dtx_last_error()[0] == '\0');
+}

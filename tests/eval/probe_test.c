@@ -84,11 +84,11 @@ static void check_rows_vs_plain(dtx_arch arch, int gqa) {
             for (int64_t h = 0; h < m->cfg.n_heads; h++)
                 for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
                     int64_t t = ROWS[i];
-                    REQUIRE(dtx_probe_attention_row(m, b, l, h, DTX_PROBE_A1, t, row) == DTX_OK);
+                    REQUIRE(dtx_probe_attention_row(m, b, l, h, DTX_MAP_FIRST, t, row) == DTX_OK);
                     double e = row_err(m, l, b, diff ? 2 * h : h, t, row);
                     worst = e > worst ? e : worst;
                     if (!diff) continue;
-                    REQUIRE(dtx_probe_attention_row(m, b, l, h, DTX_PROBE_A2, t, row) == DTX_OK);
+                    REQUIRE(dtx_probe_attention_row(m, b, l, h, DTX_MAP_SECOND, t, row) == DTX_OK);
                     e = row_err(m, l, b, 2 * h + 1, t, row);
                     worst = e > worst ? e : worst;
                 }
@@ -117,9 +117,9 @@ TEST(probe_diff_map_combines_and_sums) {
             for (int64_t b = 0; b < PB_B; b++)
                 for (int64_t h = 0; h < m->cfg.n_heads; h++)
                     for (int64_t t = 0; t < PB_T; t++) {
-                        REQUIRE(!dtx_probe_attention_row(m, b, l, h, DTX_PROBE_A1, t, a1));
-                        REQUIRE(!dtx_probe_attention_row(m, b, l, h, DTX_PROBE_A2, t, a2));
-                        REQUIRE(!dtx_probe_attention_row(m, b, l, h, DTX_PROBE_DIFF, t, d));
+                        REQUIRE(!dtx_probe_attention_row(m, b, l, h, DTX_MAP_FIRST, t, a1));
+                        REQUIRE(!dtx_probe_attention_row(m, b, l, h, DTX_MAP_SECOND, t, a2));
+                        REQUIRE(!dtx_probe_attention_row(m, b, l, h, DTX_MAP_COMBINED, t, d));
                         double sum = 0;
                         for (int64_t s = 0; s <= t; s++) {
                             worst = fmax(worst, fabs(d[s] - (a1[s] - lambda * a2[s])));
@@ -135,8 +135,8 @@ TEST(probe_diff_map_combines_and_sums) {
     dtx_model *m = probe_model(DTX_ARCH_TRANSFORMER, 1, DTX_ATTN_PLAIN, 5);
     REQUIRE(m);
     double a1[PB_T], d[PB_T];
-    REQUIRE(!dtx_probe_attention_row(m, 1, 1, 3, DTX_PROBE_A1, PB_T - 1, a1));
-    REQUIRE(!dtx_probe_attention_row(m, 1, 1, 3, DTX_PROBE_DIFF, PB_T - 1, d));
+    REQUIRE(!dtx_probe_attention_row(m, 1, 1, 3, DTX_MAP_FIRST, PB_T - 1, a1));
+    REQUIRE(!dtx_probe_attention_row(m, 1, 1, 3, DTX_MAP_COMBINED, PB_T - 1, d));
     CHECK(memcmp(a1, d, sizeof a1) == 0);
     CHECK(dtx_probe_lambda(m, 0) == 0);
     dtx_model_free(m);
@@ -165,7 +165,7 @@ static void check_logits(dtx_arch arch, int gqa) {
             for (int64_t h = 0; h < m->cfg.n_heads; h++)
                 for (int w = 0; w < n_maps; w++)
                     for (int64_t t = 0; t < PB_T; t += 3) {
-                        dtx_probe_map map = w ? DTX_PROBE_A2 : DTX_PROBE_A1;
+                        dtx_attn_map map = w ? DTX_MAP_SECOND : DTX_MAP_FIRST;
                         REQUIRE(!dtx_probe_logit_row(m, b, l, h, map, t, z));
                         REQUIRE(!dtx_probe_attention_row(m, b, l, h, map, t, a));
                         double mx = -INFINITY, sum = 0;
@@ -239,7 +239,7 @@ TEST(probe_rejects_bad_arguments) {
     double row[PB_MAXT];
     dtx_abs_stats s;
     REQUIRE(!dtx_abs_stats_init(&s));
-    CHECK(dtx_probe_attention_row(m, 0, 0, 0, DTX_PROBE_A1, 0, row) == DTX_ERR_ARG && msg_has("no forward"));
+    CHECK(dtx_probe_attention_row(m, 0, 0, 0, DTX_MAP_FIRST, 0, row) == DTX_ERR_ARG && msg_has("no forward"));
     CHECK(dtx_probe_add_logits(m, &s) == DTX_ERR_ARG);
     CHECK(dtx_probe_add_hidden(m, &s) == DTX_ERR_ARG);
     CHECK(dtx_probe_hidden(m, 0) == NULL);
@@ -253,24 +253,24 @@ TEST(probe_rejects_bad_arguments) {
     REQUIRE(m);
     dtx_probe_shape(m, &B, &T);
     CHECK(B == PB_B && T == PB_T);
-    CHECK(dtx_probe_attention_row(m, PB_B, 0, 0, DTX_PROBE_A1, 0, row) == DTX_ERR_ARG && msg_has("batch row"));
-    CHECK(dtx_probe_attention_row(m, -1, 0, 0, DTX_PROBE_A1, 0, row) == DTX_ERR_ARG);
-    CHECK(dtx_probe_attention_row(m, 0, 2, 0, DTX_PROBE_A1, 0, row) == DTX_ERR_ARG && msg_has("layer"));
-    CHECK(dtx_probe_attention_row(m, 0, 0, 4, DTX_PROBE_A1, 0, row) == DTX_ERR_ARG && msg_has("head"));
-    CHECK(dtx_probe_attention_row(m, 0, 0, 0, DTX_PROBE_A1, PB_T, row) == DTX_ERR_ARG && msg_has("query row"));
-    CHECK(dtx_probe_attention_row(m, 0, 0, 0, DTX_PROBE_A1, -1, row) == DTX_ERR_ARG);
-    CHECK(dtx_probe_attention_row(m, 0, 0, 0, (dtx_probe_map)7, 0, row) == DTX_ERR_ARG);
-    CHECK(dtx_probe_logit_row(m, 0, 0, 0, DTX_PROBE_DIFF, 0, row) == DTX_ERR_ARG);
+    CHECK(dtx_probe_attention_row(m, PB_B, 0, 0, DTX_MAP_FIRST, 0, row) == DTX_ERR_ARG && msg_has("batch row"));
+    CHECK(dtx_probe_attention_row(m, -1, 0, 0, DTX_MAP_FIRST, 0, row) == DTX_ERR_ARG);
+    CHECK(dtx_probe_attention_row(m, 0, 2, 0, DTX_MAP_FIRST, 0, row) == DTX_ERR_ARG && msg_has("layer"));
+    CHECK(dtx_probe_attention_row(m, 0, 0, 4, DTX_MAP_FIRST, 0, row) == DTX_ERR_ARG && msg_has("head"));
+    CHECK(dtx_probe_attention_row(m, 0, 0, 0, DTX_MAP_FIRST, PB_T, row) == DTX_ERR_ARG && msg_has("query row"));
+    CHECK(dtx_probe_attention_row(m, 0, 0, 0, DTX_MAP_FIRST, -1, row) == DTX_ERR_ARG);
+    CHECK(dtx_probe_attention_row(m, 0, 0, 0, (dtx_attn_map)7, 0, row) == DTX_ERR_ARG);
+    CHECK(dtx_probe_logit_row(m, 0, 0, 0, DTX_MAP_COMBINED, 0, row) == DTX_ERR_ARG);
     CHECK(dtx_probe_hidden(m, 2) == NULL && dtx_probe_hidden(m, -1) == NULL);
     CHECK(isnan(dtx_probe_lambda(m, 2)));
     dtx_model_free(m);
 
     m = probe_model(DTX_ARCH_TRANSFORMER, 0, DTX_ATTN_FLASH, 2);
     REQUIRE(m);
-    CHECK(dtx_probe_attention_row(m, 0, 0, 7, DTX_PROBE_A1, 0, row) == DTX_OK);
-    CHECK(dtx_probe_attention_row(m, 0, 0, 8, DTX_PROBE_A1, 0, row) == DTX_ERR_ARG);
-    CHECK(dtx_probe_attention_row(m, 0, 0, 0, DTX_PROBE_A2, 0, row) == DTX_ERR_ARG && msg_has("A2"));
-    CHECK(dtx_probe_logit_row(m, 0, 0, 0, DTX_PROBE_A2, 0, row) == DTX_ERR_ARG);
+    CHECK(dtx_probe_attention_row(m, 0, 0, 7, DTX_MAP_FIRST, 0, row) == DTX_OK);
+    CHECK(dtx_probe_attention_row(m, 0, 0, 8, DTX_MAP_FIRST, 0, row) == DTX_ERR_ARG);
+    CHECK(dtx_probe_attention_row(m, 0, 0, 0, DTX_MAP_SECOND, 0, row) == DTX_ERR_ARG && msg_has("A2"));
+    CHECK(dtx_probe_logit_row(m, 0, 0, 0, DTX_MAP_SECOND, 0, row) == DTX_ERR_ARG);
     dtx_model_free(m);
     dtx_abs_stats_free(&s);
 }
@@ -291,7 +291,7 @@ static void check_pool(dtx_arch arch, int gqa) {
             for (int64_t h = 0; h < m->cfg.n_heads; h++)
                 for (int w = 0; w < n_maps; w++)
                     for (int64_t t = 0; t < PB_T; t++) {
-                        REQUIRE(!dtx_probe_logit_row(m, b, l, h, w ? DTX_PROBE_A2 : DTX_PROBE_A1, t, z));
+                        REQUIRE(!dtx_probe_logit_row(m, b, l, h, w ? DTX_MAP_SECOND : DTX_MAP_FIRST, t, z));
                         dtx_abs_stats_add(&slow, z, t + 1);
                     }
     int64_t want = m->cfg.n_layers * PB_B * m->cfg.n_heads * n_maps * PB_T * (PB_T + 1) / 2;
@@ -434,4 +434,45 @@ TEST(probe_stats_edge_cases) {
     dtx_abs_stats_free(&s);
     CHECK(s.hist == NULL);
     dtx_abs_stats_free(&s); /* twice is harmless */
+}
+
+/* The public whole map (dtx_model_attention_map): row t is the probe's row t
+ * over keys 0..t, zeros above the diagonal, for every arch and map; its
+ * refusals name what is wrong. */
+TEST(probe_public_attention_map_is_the_rows) {
+    static const dtx_arch archs[3] = {DTX_ARCH_DIFF, DTX_ARCH_TRANSFORMER, DTX_ARCH_DIFF2};
+    for (int a = 0; a < 3; a++) {
+        dtx_config c = probe_config(DTX_ARCH_DIFF, 1);
+        if (archs[a] == DTX_ARCH_TRANSFORMER) c = dtx_config_baseline(&c);
+        if (archs[a] == DTX_ARCH_DIFF2) c.arch = DTX_ARCH_DIFF2;
+        dtx_model *m = NULL;
+        REQUIREF(dtx_model_init(&m, &c, 9) == DTX_OK, "%s", dtx_last_error());
+        double *map = malloc(sizeof(double) * PB_T * PB_T), row[PB_T];
+        CHECK(dtx_model_attention_map(m, 0, 0, 0, DTX_MAP_FIRST, map) == DTX_ERR_ARG); /* no forward yet */
+        int32_t tok[PB_B * PB_T];
+        for (int i = 0; i < PB_B * PB_T; i++) tok[i] = (int32_t)((i * 11 + 3) % PB_V);
+        REQUIRE(dtx_model_forward(m, tok, NULL, PB_B, PB_T, NULL, NULL) == DTX_OK);
+        int bad = 0;
+        for (int w = 0; w < 3; w++) {
+            dtx_attn_map which = w == 0 ? DTX_MAP_FIRST : w == 1 ? DTX_MAP_COMBINED : DTX_MAP_SECOND;
+            if (which == DTX_MAP_SECOND && archs[a] == DTX_ARCH_TRANSFORMER) {
+                CHECK(dtx_model_attention_map(m, 1, 1, 0, which, map) == DTX_ERR_ARG);
+                continue;
+            }
+            REQUIREF(dtx_model_attention_map(m, 1, 1, c.n_heads - 1, which, map) == DTX_OK, "%s", dtx_last_error());
+            for (int64_t t = 0; t < PB_T; t++) {
+                REQUIRE(dtx_probe_attention_row(m, 1, 1, c.n_heads - 1, which, t, row) == DTX_OK);
+                for (int64_t s = 0; s < PB_T; s++) bad += map[t * PB_T + s] != (s <= t ? row[s] : 0.0);
+            }
+        }
+        CHECKF(bad == 0, "%s: %d entries differ from the probe's rows", dtx_arch_name(archs[a]), bad);
+        CHECK(dtx_model_attention_map(m, PB_B, 0, 0, DTX_MAP_FIRST, map) == DTX_ERR_ARG &&
+              strstr(dtx_last_error(), "batch row"));
+        CHECK(dtx_model_attention_map(m, 0, 2, 0, DTX_MAP_FIRST, map) == DTX_ERR_ARG);
+        CHECK(dtx_model_attention_map(m, 0, 0, c.n_heads, DTX_MAP_FIRST, map) == DTX_ERR_ARG &&
+              strstr(dtx_last_error(), "head"));
+        CHECK(dtx_model_attention_map(m, 0, 0, 0, (dtx_attn_map)7, map) == DTX_ERR_ARG);
+        free(map);
+        dtx_model_free(m);
+    }
 }

@@ -83,12 +83,12 @@ TEST(trainer_resume_is_exact) {
     REQUIRE(start(&b, &o) && run_steps(&b, 3));
     const char *ck = test_path("trainer_ck.safetensors");
     REQUIRE(dtx_ckpt_save(ck, b.model, b.opt, &b.rng, NULL, NULL, 0) == DTX_OK);
-    dtx_trainer_free(&b);
+    dtx_trainer_close(&b);
     REQUIRE(resume_from(&c, &o, ck, 3));
     REQUIRE(run_steps(&c, 3) && c.step == 6);
     CHECK(same_params(a.model, c.model));
     CHECK(memcmp(&a.rng, &c.rng, sizeof a.rng) == 0);
-    dtx_trainer_free(&a), dtx_trainer_free(&c);
+    dtx_trainer_close(&a), dtx_trainer_close(&c);
 }
 
 TEST(trainer_stop_between_micro_batches_changes_nothing) {
@@ -107,7 +107,7 @@ TEST(trainer_stop_between_micro_batches_changes_nothing) {
     stop = 0;
     REQUIRE(run_steps(&a, 2) && run_steps(&b, 2));
     CHECK(same_params(a.model, b.model));
-    dtx_trainer_free(&a), dtx_trainer_free(&b);
+    dtx_trainer_close(&a), dtx_trainer_close(&b);
 }
 
 TEST(trainer_nonfinite_loss_updates_nothing) {
@@ -118,7 +118,7 @@ TEST(trainer_nonfinite_loss_updates_nothing) {
     dtx_step_stats s;
     CHECK(dtx_trainer_step(&t, &s) == DTX_STEP_LOSS_NONFINITE && isnan(s.loss) && t.step == 1);
     CHECK(same_params(t.model, ref.model));
-    dtx_trainer_free(&t), dtx_trainer_free(&ref);
+    dtx_trainer_close(&t), dtx_trainer_close(&ref);
 }
 
 TEST(trainer_validation_is_repeatable) {
@@ -129,7 +129,7 @@ TEST(trainer_validation_is_repeatable) {
     double v1, v2;
     CHECK(dtx_trainer_evaluate(&t, &v1) == DTX_STEP_DONE && dtx_trainer_evaluate(&t, &v2) == DTX_STEP_DONE);
     CHECK(isfinite(v1) && v1 == v2 && memcmp(&before, &t.rng, sizeof before) == 0);
-    dtx_trainer_free(&t);
+    dtx_trainer_close(&t);
 }
 
 TEST(trainer_refusals) {
@@ -144,22 +144,22 @@ TEST(trainer_refusals) {
     dtx_optim_config oc = dtx_optim_default();
     REQUIRE(dtx_trainer_start(&t, NULL, &c, DTX_INIT_TORCH, &oc) == DTX_OK);
     CHECK(dtx_trainer_evaluate(&t, &v) == DTX_STEP_ERROR && strstr(dtx_last_error(), "no validation tokens"));
-    dtx_trainer_free(&t);
+    dtx_trainer_close(&t);
     /* a stream shorter than one sequence: which one */
     const char *tiny = test_path("trainer_tiny.bin");
     int32_t few[5] = {1, 2, 3, 4, 5};
     REQUIRE(dtx_shard_write(tiny, few, 5, V) == DTX_OK);
     CHECK(dtx_trainer_open(&t, &o, tiny, NULL, V) == DTX_ERR_ARG && t.short_stream == 1 &&
           strstr(dtx_last_error(), "holds 5 tokens"));
-    dtx_trainer_free(&t);
+    dtx_trainer_close(&t);
     CHECK(dtx_trainer_open(&t, &o, ids_path(), tiny, V) == DTX_ERR_ARG && t.short_stream == 2);
-    dtx_trainer_free(&t);
+    dtx_trainer_close(&t);
     /* an id past the vocabulary; a zero batch */
     CHECK(dtx_trainer_open(&t, &o, ids_path(), NULL, 40) != DTX_OK);
-    dtx_trainer_free(&t);
+    dtx_trainer_close(&t);
     o.batch = 0;
     CHECK(dtx_trainer_open(&t, &o, ids_path(), NULL, V) == DTX_ERR_ARG);
-    dtx_trainer_free(&t);
+    dtx_trainer_close(&t);
 }
 
 /* Two local ranks against one: the same losses, induction-score rows and
@@ -232,8 +232,8 @@ TEST(trainer_two_ranks_train_what_one_does) {
     o.batch = 3;
     REQUIRE(dtx_trainer_open(&odd, &o, ids_path(), NULL, V) == DTX_OK);
     CHECK(dtx_trainer_set_comm(&odd, c[0], 0, 0) == DTX_ERR_ARG && strstr(dtx_last_error(), "does not divide over 2"));
-    dtx_trainer_free(&odd);
-    dtx_trainer_free(&one.t), dtx_trainer_free(&two[0].t), dtx_trainer_free(&two[1].t);
+    dtx_trainer_close(&odd);
+    dtx_trainer_close(&one.t), dtx_trainer_close(&two[0].t), dtx_trainer_close(&two[1].t);
     dtx_comm_local_free(c, 2);
 }
 
@@ -269,8 +269,8 @@ TEST(trainer_zero1_is_data_parallelism) {
     REQUIRE(run_steps(&one, STEPS - 2));
     double d = max_rel_diff(one.model, z[0].t.model);
     CHECKF(d < 1e-4, "resumed on one rank: %.3g from the sharded run", d);
-    dtx_trainer_free(&one);
-    for (int r = 0; r < 2; r++) dtx_trainer_free(&plain[r].t), dtx_trainer_free(&z[r].t);
+    dtx_trainer_close(&one);
+    for (int r = 0; r < 2; r++) dtx_trainer_close(&plain[r].t), dtx_trainer_close(&z[r].t);
     dtx_comm_local_free(cp, 2), dtx_comm_local_free(cz, 2);
 }
 
@@ -304,7 +304,135 @@ TEST(trainer_gradient_buckets_change_nothing) {
                    max_rel_diff(buck[0].t.model, buck[1].t.model) == 0, "zero1 %d, bucket %zu: weights differ", zero1,
                    BUCKETS[b]);
             CHECK(buck[0].grad_sum_s > 0 && once[0].grad_sum_s > 0);
-            for (int r = 0; r < 2; r++) dtx_trainer_free(&once[r].t), dtx_trainer_free(&buck[r].t);
+            for (int r = 0; r < 2; r++) dtx_trainer_close(&once[r].t), dtx_trainer_close(&buck[r].t);
             dtx_comm_local_free(c1, 2), dtx_comm_local_free(c2, 2);
         }
+}
+
+/* ---- the public trainer (difftx.h): the same loop behind an opaque handle */
+
+static dtx_train_options public_opts(void) {
+    dtx_train_options o = dtx_train_options_default();
+    o.batch = BATCH, o.seq = SEQ, o.accum = ACCUM, o.eval_batches = 3, o.seed = 17;
+    return o;
+}
+
+static dtx_optim_config public_optim(void) {
+    dtx_optim_config oc = dtx_optim_default();
+    oc.lr = 3e-3, oc.warmup_steps = 2, oc.total_steps = 8;
+    return oc;
+}
+
+static int public_steps(dtx_trainer *t, int n) {
+    for (int i = 0; i < n; i++) {
+        dtx_train_stats s;
+        int64_t before = dtx_trainer_steps_done(t);
+        if (dtx_trainer_update(t, &s) != DTX_OK || s.step != before + 1 || !isfinite(s.loss) ||
+            !isfinite(s.grad_norm) || !(s.lr > 0))
+            return 0;
+    }
+    return 1;
+}
+
+TEST(trainer_public_api_is_the_internal_loop) {
+    dtx_trainer_opts io = opts();
+    io.mix.needle_max = 6;
+    dtx_trainer inner;
+    REQUIRE(start(&inner, &io) && run_steps(&inner, 4));
+    dtx_train_options o = public_opts();
+    dtx_config c = cfg();
+    dtx_optim_config oc = public_optim();
+    dtx_trainer *t = NULL;
+    REQUIRE(dtx_trainer_init(&t, &o, ids_path(), ids_path(), &c, NULL, &oc) == DTX_OK);
+    REQUIRE(public_steps(t, 4) && dtx_trainer_steps_done(t) == 4);
+    CHECK(same_params(inner.model, dtx_trainer_model(t)));
+    double v1, v2;
+    CHECK(dtx_trainer_evaluate(&inner, &v1) == DTX_STEP_DONE && dtx_trainer_eval(t, &v2) == DTX_OK && v1 == v2);
+    dtx_trainer_close(&inner);
+    dtx_trainer_free(t);
+}
+
+TEST(trainer_public_resume_is_exact) {
+    dtx_train_options o = public_opts();
+    dtx_config c = cfg();
+    dtx_optim_config oc = public_optim();
+    dtx_trainer *a = NULL, *b = NULL, *r = NULL;
+    REQUIRE(dtx_trainer_init(&a, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_OK && public_steps(a, 6));
+    REQUIRE(dtx_trainer_init(&b, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_OK && public_steps(b, 3));
+    const char *ck = test_path("trainer_public_ck.safetensors");
+    REQUIRE(dtx_trainer_save(b, ck) == DTX_OK);
+    dtx_trainer_free(b);
+    REQUIRE(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck) == DTX_OK);
+    CHECK(dtx_trainer_steps_done(r) == 3);
+    REQUIRE(public_steps(r, 3));
+    CHECK(same_params(dtx_trainer_model(a), dtx_trainer_model(r)));
+    dtx_trainer_free(r);
+    /* the internal resume (difftx train's) reads the public checkpoint too */
+    dtx_trainer_opts io = opts();
+    dtx_trainer inner;
+    REQUIRE(resume_from(&inner, &io, ck, 3) && run_steps(&inner, 3));
+    CHECK(same_params(dtx_trainer_model(a), inner.model));
+    dtx_trainer_close(&inner);
+    /* other settings or other tokens: refused, naming what differs */
+    o.batch = 4;
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck) == DTX_ERR_ARG && !r &&
+          strstr(dtx_last_error(), "batch is 2 in the checkpoint and 4 here"));
+    o = public_opts(), o.seed = 18;
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck) == DTX_ERR_ARG &&
+          strstr(dtx_last_error(), "seed"));
+    o = public_opts();
+    const char *other = test_path("trainer_other.bin");
+    int32_t ids[400];
+    for (int i = 0; i < 400; i++) ids[i] = (int32_t)(i % V);
+    REQUIRE(dtx_shard_write(other, ids, 400, V) == DTX_OK);
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, other, NULL, ck) == DTX_ERR_ARG &&
+          strstr(dtx_last_error(), "data_tokens") && strstr(dtx_last_error(), "training tokens"));
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, test_path("trainer_none.safetensors")) == DTX_ERR_IO &&
+          !r);
+    dtx_trainer_free(a);
+}
+
+TEST(trainer_public_nonfinite_and_refusals) {
+    dtx_train_options o = public_opts();
+    dtx_config c = cfg();
+    dtx_optim_config oc = public_optim();
+    dtx_trainer *t = NULL;
+    REQUIRE(dtx_trainer_init(&t, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_OK && public_steps(t, 1));
+    /* a NaN weight: the step is refused as numeric, nothing counted */
+    dtx_model *m = dtx_trainer_model(t);
+    dtx_model_params(m)[dtx_model_find(m, "norm.weight")->offset] = NAN;
+    dtx_train_stats s;
+    CHECK(dtx_trainer_update(t, &s) == DTX_ERR_NUMERIC && strstr(dtx_last_error(), "step 2: the loss is not finite") &&
+          dtx_trainer_steps_done(t) == 1);
+    double v;
+    CHECK(dtx_trainer_eval(t, &v) == DTX_ERR_ARG && strstr(dtx_last_error(), "no validation tokens"));
+    /* the model handed out: the trainer cannot step or save */
+    dtx_model *taken = dtx_trainer_take_model(t);
+    CHECK(taken == m && dtx_trainer_model(t) == NULL);
+    CHECK(dtx_trainer_update(t, NULL) == DTX_ERR_ARG && strstr(dtx_last_error(), "no model"));
+    CHECK(dtx_trainer_save(t, test_path("trainer_taken.safetensors")) == DTX_ERR_ARG);
+    dtx_model_free(taken);
+    dtx_trainer_free(t);
+    /* a given model is the trainer's, also when init fails; seq past max_seq_len; a bad config */
+    dtx_model *init = NULL;
+    REQUIRE(dtx_model_init(&init, &c, 3) == DTX_OK);
+    o.seq = SEQ + 1;
+    CHECK(dtx_trainer_init(&t, &o, ids_path(), NULL, NULL, init, &oc) == DTX_ERR_ARG && !t &&
+          strstr(dtx_last_error(), "longer than the model's max_seq_len"));
+    o = public_opts();
+    c.dim = 33;
+    CHECK(dtx_trainer_init(&t, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_ERR_CONFIG && !t);
+    c = cfg();
+    oc.lr = -1;
+    CHECK(dtx_trainer_init(&t, &o, ids_path(), NULL, &c, NULL, &oc) != DTX_OK && !t);
+    oc = public_optim();
+    CHECK(dtx_trainer_init(&t, &o, test_path("trainer_missing.bin"), NULL, &c, NULL, &oc) == DTX_ERR_IO && !t);
+    /* a model of its own, started from given weights: the first step equals the fresh run's */
+    dtx_trainer *a = NULL, *b = NULL;
+    REQUIRE(dtx_model_init(&init, &c, o.seed) == DTX_OK);
+    REQUIRE(dtx_trainer_init(&a, &o, ids_path(), NULL, NULL, init, &oc) == DTX_OK && public_steps(a, 2));
+    REQUIRE(dtx_trainer_init(&b, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_OK && public_steps(b, 2));
+    CHECK(same_params(dtx_trainer_model(a), dtx_trainer_model(b)));
+    dtx_trainer_free(a), dtx_trainer_free(b);
+    dtx_trainer_free(NULL);
 }

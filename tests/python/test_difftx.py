@@ -1,0 +1,417 @@
+"""The difftx Python package (python/difftx) against the C side: logits
+against the PyTorch fixtures the C tests use, score / sample / train /
+attn-map / tokenizer against the difftx command, state dicts, checkpoints,
+errors, and memory over 1000 loads. pytest-free: run it as a script (make
+test runs it through tests/scripts/python_test.sh); it ends with
+"N passed, N failed". Needs DIFFTX_BIN (the difftx command) and finds the
+library as the package does (DIFFTX_LIB, or the checkout's build/)."""
+import glob
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import traceback
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+import difftx  # noqa: E402
+
+BIN = os.environ.get("DIFFTX_BIN", os.path.join(ROOT, "build", "difftx"))
+TMP = tempfile.mkdtemp(prefix="difftx-py-")
+TESTS = []
+
+
+def test(f):
+    TESTS.append(f)
+    return f
+
+
+def run(*args, check=True):
+    r = subprocess.run([BIN] + [str(a) for a in args], capture_output=True, text=True)
+    if check and r.returncode != 0:
+        raise AssertionError("difftx %s: exit %d: %s" % (" ".join(map(str, args)), r.returncode, r.stderr.strip()))
+    return r
+
+
+def read_safetensors(path):
+    """An independent reader: {name: array} and the metadata."""
+    with open(path, "rb") as f:
+        b = f.read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        assert v["dtype"] == "F32", (path, k, v["dtype"])
+        lo, hi = v["data_offsets"]
+        out[k] = np.frombuffer(b[8 + n + lo:8 + n + hi], dtype="<f4").reshape(v["shape"])
+    return out, h.get("__metadata__", {})
+
+
+def small_config(arch="diff", **kw):
+    c = dict(arch=arch, dim=32, n_layers=2, n_heads=2, vocab_size=61, ffn_dim=64, max_seq_len=16)
+    c.update(kw)
+    return difftx.Config(**c)
+
+
+def token_file(name, n=3000, vocab=61):
+    ids = [(i * 7 + i // 13) % vocab for i in range(n)]
+    p = os.path.join(TMP, name)
+    with open(p, "w") as f:
+        f.write(" ".join(map(str, ids)) + "\n")
+    return p, np.array(ids, dtype=np.int32)
+
+
+def raises(cls, fn, *a, contains=None, **kw):
+    try:
+        fn(*a, **kw)
+    except cls as e:
+        assert isinstance(e, difftx.Error) or cls is TypeError, e
+        if contains is not None:
+            assert contains in str(e), "message %r lacks %r" % (str(e), contains)
+        return e
+    except Exception as e:  # noqa: BLE001
+        raise AssertionError("expected %s, got %s: %s" % (cls.__name__, type(e).__name__, e))
+    raise AssertionError("expected %s, nothing was raised" % cls.__name__)
+
+
+# ---------------------------------------------------------------- the fixtures
+
+@test
+def logits_match_the_pytorch_fixtures():
+    """Every fixture model of tests/fixtures (V1, V2, Transformer, GQA,
+    tied, variants): the package's logits against PyTorch's, at the C parity
+    test's tolerance (1e-4 of the tensor's largest value)."""
+    models = sorted(glob.glob(os.path.join(ROOT, "tests", "fixtures", "*.model.safetensors")))
+    assert len(models) >= 15, models
+    for mp in models:
+        exp, _ = read_safetensors(mp.replace(".model.", ".expect."))
+        tokens = exp["tokens"].astype(np.int64)
+        m = difftx.Model.load(mp)
+        got = m.logits(tokens[:, :-1])
+        ref = exp["logits"]
+        assert got.shape == ref.shape and got.dtype == np.float32, (mp, got.shape)
+        err = np.abs(got - ref).max() / np.abs(ref).max()
+        assert err < 1e-4, "%s: logits differ by %.2e of the largest" % (os.path.basename(mp), err)
+        # one row at a time gives the batch's rows
+        assert np.array_equal(m.logits(tokens[1, :-1]), got[1]), mp
+
+
+@test
+def score_is_the_command_score():
+    for mp in sorted(glob.glob(os.path.join(ROOT, "tests", "fixtures", "*_tied.model.safetensors"))):
+        exp, _ = read_safetensors(mp.replace(".model.", ".expect."))
+        ids = exp["tokens"][0].astype(np.int64)
+        p = os.path.join(TMP, "score.txt")
+        with open(p, "w") as f:
+            f.write(" ".join(map(str, ids)))
+        want = json.loads(run("score", "--model", mp, "--tokens", p).stdout)
+        got = difftx.Model.load(mp).score(ids)
+        assert want["tokens"] == len(ids) - 1
+        assert float("%.9g" % got) == want["loss"], (mp, got, want)
+
+
+# ---------------------------------------------------------------- weights
+
+@test
+def state_dict_round_trips():
+    for arch, kw in (("diff", {}), ("transformer", dict(n_heads=4, n_kv_heads=2)),
+                     ("diff2", dict(tie_embeddings=False)), ("diff", dict(subln="none", lambda_init=0.5))):
+        cfg = small_config(arch, **kw)
+        m = difftx.Model.init(cfg, seed=4)
+        assert m.config == cfg, (m.config, cfg)
+        sd = m.state_dict()
+        assert sum(a.size for a in sd.values()) == m.num_params()
+        ids = np.arange(12) % 61
+        m2 = difftx.Model.from_state_dict(cfg, sd)
+        assert np.array_equal(m.logits(ids), m2.logits(ids)), arch
+        # the file's names and values are the state dict's (read independently)
+        p = os.path.join(TMP, "sd.safetensors")
+        m.save(p)
+        file, meta = read_safetensors(p)
+        assert set(file) == set(sd) and all(np.array_equal(file[k], sd[k]) for k in sd), arch
+        assert meta["arch"] == arch
+        loaded = difftx.Model.load(p)
+        assert loaded.config == cfg and np.array_equal(loaded.logits(ids), m.logits(ids))
+        # a changed tensor changes the model
+        sd2 = dict(sd)
+        name = next(k for k in sd if k.endswith("w2.weight"))
+        sd2[name] = sd[name] * 2
+        assert not np.array_equal(difftx.Model.from_state_dict(cfg, sd2).logits(ids), m.logits(ids))
+        # bf16 files: the values rounded to bf16
+        m.save(p, bf16=True)
+        r = difftx.Model.load(p).state_dict()[name]
+        assert np.abs(r - sd[name]).max() <= np.abs(sd[name]).max() * 2 ** -8
+    cfg = small_config()
+    sd = difftx.Model.init(cfg).state_dict()
+    raises(difftx.ArgumentError, difftx.Model.from_state_dict, cfg, {k: v for k, v in sd.items() if k != "norm.weight"},
+           contains="norm.weight is missing")
+    raises(difftx.ArgumentError, difftx.Model.from_state_dict, cfg, dict(sd, extra=np.zeros(3, np.float32)),
+           contains="extra")
+    bad = dict(sd)
+    bad["norm.weight"] = np.zeros(5, np.float32)
+    raises(difftx.ArgumentError, difftx.Model.from_state_dict, cfg, bad, contains="shape")
+
+
+@test
+def config_matches_the_library():
+    c = difftx.Config()
+    assert (c.arch, c.dim, c.n_layers, c.n_heads, c.vocab_size, c.ffn_dim, c.max_seq_len) == \
+        ("diff", 256, 4, 4, 4096, 688, 256), c
+    b = small_config().baseline()
+    assert b.arch == "transformer" and b.n_heads == 4 and b.n_kv_heads == 4, b
+    n_diff, n_tf = (difftx.Model.init(c).num_params(embeddings=False) for c in (small_config(), b))
+    assert abs(n_diff - n_tf) < 0.02 * n_tf, (n_diff, n_tf)  # matched but for λ and the head norms
+    raises(difftx.ConfigError, small_config(dim=33).validate, contains="dim")
+    raises(difftx.ConfigError, small_config(arch="gpt").validate, contains="arch")
+    raises(difftx.ConfigError, difftx.Model.init, small_config(lambda_init=1.5))
+    raises(TypeError, difftx.Config, heads=3)
+
+
+# ---------------------------------------------------------------- running
+
+@test
+def generate_is_the_command_sample():
+    mp = os.path.join(ROOT, "tests", "fixtures", "diff_gqa_untied.model.safetensors")
+    m = difftx.Model.load(mp)
+    prompt = [3, 1, 4, 1]
+    for temp, seed in ((0, 1), (0.9, 7), (1.5, 2)):
+        out = run("sample", "--model", mp, "--prompt", " ".join(map(str, prompt)), "--max-tokens", 8,
+                  "--temperature", temp, "--seed", seed).stdout.split()
+        got = list(m.generate(prompt, 8, temperature=temp, seed=seed))
+        assert list(map(int, out)) == prompt + got, (temp, seed, out, got)
+    # the cache stops at max_seq_len; eos stops it and is not given
+    maxlen = m.config.max_seq_len
+    assert len(list(m.generate(prompt, 100, temperature=0))) == maxlen - len(prompt)
+    greedy = list(m.generate(prompt, 5, temperature=0))
+    assert list(m.generate(prompt, 5, temperature=0, eos=greedy[2])) == greedy[:2]
+    raises(difftx.ArgumentError, m.generate, prompt, 3, top_p=0)
+    raises(difftx.ArgumentError, lambda: list(m.generate([], 3)))
+
+
+@test
+def attention_map_is_the_command_attn_map():
+    tok = difftx.Tokenizer.train(["The Differential Transformer cancels attention noise. " * 20], vocab_size=300)
+    tp = os.path.join(TMP, "tok.txt")
+    tok.save(tp)
+    for arch in ("diff", "transformer", "diff2"):
+        cfg = small_config(arch, vocab_size=tok.vocab_size, max_seq_len=12)
+        m = difftx.Model.init(cfg, seed=2)
+        mp = os.path.join(TMP, arch + ".safetensors")
+        m.save(mp)
+        jp = os.path.join(TMP, arch + ".json")
+        text = "The Differential Transformer"
+        run("eval", "attn-map", "--model", mp, "--tokenizer", tp, "--text", text, "--json", jp, "--layer", 1,
+            "--head", 1)
+        with open(jp) as f:
+            j = json.load(f)
+        ids = np.array(j["ids"])
+        assert list(ids[1:]) == list(tok.encode(text)) and ids[0] == tok.token_id("<|bos|>")
+        maps = {"a1": "first", "a2": "second", "diff": "combined"}
+        assert set(j["maps"]) == ({"a1"} if arch == "transformer" else set(maps)), (arch, list(j["maps"]))
+        for key, want in j["maps"].items():
+            want = np.array(want)
+            got = m.attention_map(ids, 1, 1, maps[key])
+            assert want.shape == got.shape == (len(ids), len(ids)), (arch, key, want.shape, got.shape)
+            assert np.abs(want - got).max() < 1e-8, (arch, key, np.abs(want - got).max())  # %.9g in the file
+        a1 = m.attention_map(ids, 0, 0, "first")
+        assert np.allclose(a1.sum(1), 1) and np.all(np.triu(a1, 1) == 0)
+        if arch == "diff":
+            lam = m.lambda_(0)
+            assert np.allclose(m.attention_map(ids, 0, 0).sum(1), 1 - lam), lam
+        if arch == "transformer":
+            raises(difftx.ArgumentError, m.attention_map, ids, 0, 0, "second", contains="one attention map")
+        raises(difftx.ArgumentError, m.attention_map, ids, 2, 0, contains="layer")
+        raises(difftx.ArgumentError, m.attention_map, ids, 0, 0, "both")
+
+
+@test
+def tokenizer_is_the_command_tokenizer():
+    tp = os.path.join(TMP, "tok2.txt")
+    texts = ["Ünïcödé, 日本語 and <|bos|> in plain text.\n\tTabs and 1234567 numbers. " * 10]
+    tok = difftx.Tokenizer.train(texts, vocab_size=320)
+    tok.save(tp)
+    text = "Ünïcödé <|eos|> numbers 1234567!"
+    for special in (False, True):
+        args = ["tokenizer", "encode", "--tokenizer", tp, "--text", text] + (["--special"] if special else [])
+        want = list(map(int, run(*args).stdout.split()))
+        got = difftx.Tokenizer.load(tp).encode(text, special=special)
+        assert got.dtype == np.int32 and list(got) == want, (special, want, list(got))
+        assert tok.decode(got) == text
+    assert "<|eos|>" in tok.specials and tok.token_id("<|nope|>") is None
+    raw = bytes(range(256)) + b"\xff\xfe"
+    assert tok.decode_bytes(tok.encode(raw)) == raw
+    raises(difftx.ArgumentError, tok.decode, [tok.vocab_size + 5])
+    raises(difftx.FileError, difftx.Tokenizer.load, os.path.join(TMP, "none.txt"))
+
+
+@test
+def quantize_runs_the_library():
+    mp = os.path.join(ROOT, "tests", "fixtures", "diff_mha_untied.model.safetensors")
+    m = difftx.Model.load(mp)
+    exp, _ = read_safetensors(mp.replace(".model.", ".expect."))
+    ids = exp["tokens"][0].astype(np.int64)
+    before = m.score(ids)
+    calib = np.stack([(np.arange(12) * k + 1) % m.config.vocab_size for k in range(1, 9)])
+    s = m.quantize("w8a8", calib)
+    assert s["rows"] == calib.size and m.quantization == "w8a8"
+    after = m.score(ids)
+    assert abs(after - before) < 0.05 * before, (before, after)
+    raises(difftx.ArgumentError, m.state_dict, contains="quantised")
+    raises(difftx.ArgumentError, m.quantize, "w8a8", calib)  # already quantised
+    p = os.path.join(TMP, "q.safetensors")
+    m.save(p)
+    q = difftx.Model.load(p)
+    assert q.quantization == "w8a8" and q.score(ids) == after
+
+
+# ---------------------------------------------------------------- training
+
+TRAIN = dict(dim=32, layers=2, heads=2, vocab=61, ffn=64, seq=12)
+
+
+def cli_train(out, steps, tokens, extra=()):
+    run("train", "--tokens", tokens, "--out", out, "--dim", 32, "--layers", 2, "--heads", 2, "--vocab", 61,
+        "--ffn", 64, "--max-seq", 16, "--seq", 12, "--batch", 2, "--steps", steps, "--seed", 3, "--lr", "3e-3",
+        "--warmup", 2, *extra)
+
+
+def py_train(tokens, steps, **kw):
+    return difftx.train(tokens, steps, config=small_config(), batch=2, seq=12, seed=3, lr=3e-3, warmup_steps=2, **kw)
+
+
+@test
+def train_is_the_command_train():
+    tp, ids = token_file("train.txt")
+    out = os.path.join(TMP, "cli.safetensors")
+    cli_train(out, 5, tp)
+    want = difftx.Model.load(out).state_dict()
+    seen = []
+    got = py_train(ids, 5, callback=seen.append)  # an array: written as a shard
+    sd = got.state_dict()
+    assert all(np.array_equal(sd[k], want[k]) for k in want), "weights differ from difftx train's"
+    assert [s.step for s in seen] == [1, 2, 3, 4, 5] and all(np.isfinite(s.loss) for s in seen)
+    assert seen[0].lr < seen[1].lr and seen[-1].steps == 5
+    # a path gives the same
+    assert np.array_equal(py_train(tp, 5).state_dict()["norm.weight"], sd["norm.weight"])
+
+
+@test
+def train_checkpoints_resume_exactly():
+    tp, ids = token_file("train.txt")
+    full = py_train(tp, 6).state_dict()
+    ck = os.path.join(TMP, "run.ckpt.safetensors")
+    stop = py_train(tp, 6, checkpoint=ck, callback=lambda s: s.step < 3)  # stops after step 3
+    assert os.path.exists(ck)
+    del stop
+    resumed = py_train(tp, 6, checkpoint=ck).state_dict()
+    assert all(np.array_equal(resumed[k], full[k]) for k in full), "resume is not exact"
+    # difftx train --resume continues the package's checkpoint
+    py_train(tp, 6, checkpoint=os.path.join(TMP, "r2.safetensors"), callback=lambda s: s.step < 3)
+    out = os.path.join(TMP, "cont.safetensors")
+    os.makedirs(out + ".ckpt", exist_ok=True)
+    shutil.copy(os.path.join(TMP, "r2.safetensors"), os.path.join(out + ".ckpt", "ckpt_00000003.safetensors"))
+    cli_train(out, 6, tp, extra=["--resume"])
+    cont = difftx.Model.load(out).state_dict()
+    assert all(np.array_equal(cont[k], full[k]) for k in full), "difftx train --resume differs"
+    # another batch size is refused, naming it
+    raises(difftx.ArgumentError, difftx.train, tp, 6, config=small_config(), batch=4, seq=12, seed=3, lr=3e-3,
+           warmup_steps=2, checkpoint=ck, contains="batch")
+
+
+@test
+def train_validates_and_refuses():
+    tp, ids = token_file("train.txt")
+    vp, _ = token_file("val.txt", n=400)
+    vals = []
+    m = py_train(tp, 4, val_tokens=vp, eval_every=2, callback=lambda s: vals.append(s.val_loss))
+    assert vals[0] is None and vals[2] is None and np.isfinite(vals[1]) and np.isfinite(vals[3]), vals
+    # continuing from given weights: the model object is handed over
+    m2 = difftx.train(tp, 2, model=m, batch=2, seq=12, seed=3)
+    raises(difftx.ArgumentError, m.logits, [1, 2], contains="closed")
+    assert m2.config == small_config()
+    # NaN weights: a numeric error
+    sd = difftx.Model.init(small_config()).state_dict()
+    sd["norm.weight"][:] = np.nan
+    bad = difftx.Model.from_state_dict(small_config(), sd)
+    raises(difftx.NumericError, difftx.train, tp, 2, model=bad, batch=2, seq=12, contains="not finite")
+    raises(difftx.ArgumentError, py_train, ids[:5], 2, contains="holds 5 tokens")
+    raises(difftx.ArgumentError, py_train, [70, 1, 2] * 50, 2)  # id past the vocab
+    raises(difftx.ArgumentError, py_train, tp, 2, eval_every=2, contains="val_tokens")
+    raises(difftx.FileError, py_train, os.path.join(TMP, "missing.txt"), 2)
+    raises(difftx.ConfigError, difftx.train, tp, 2, config=small_config(dim=33), batch=2, seq=12)
+    raises(TypeError, py_train, tp, 2, learning_rate=1)
+
+
+# ---------------------------------------------------------------- errors and memory
+
+@test
+def bad_inputs_raise_the_right_error():
+    raises(difftx.FileError, difftx.Model.load, os.path.join(TMP, "missing.safetensors"), contains="missing")
+    p = os.path.join(TMP, "garbage.safetensors")
+    with open(p, "wb") as f:
+        f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all")
+    e = raises(difftx.FormatError, difftx.Model.load, p)
+    assert e.status == 2 and "garbage.safetensors" in e.message
+    m = difftx.Model.init(small_config())
+    raises(difftx.ArgumentError, m.logits, [1, 61], contains="61")
+    raises(difftx.ArgumentError, m.logits, [1.5, 2], contains="integers")
+    raises(difftx.ArgumentError, m.logits, [-1, 2])
+    raises(difftx.ArgumentError, m.logits, [2 ** 40])
+    raises(difftx.ArgumentError, m.logits, list(range(17)))  # past max_seq_len
+    raises(difftx.ArgumentError, m.score, [5], contains="2 to max_seq_len")
+    raises(difftx.ArgumentError, setattr, m, "precision", "fp8")
+    raises(difftx.FileError, m.save, os.path.join(TMP, "no", "such", "dir.safetensors"))
+    m.close()
+    raises(difftx.ArgumentError, m.logits, [1], contains="closed")
+    assert issubclass(difftx.FileError, OSError) and issubclass(difftx.ArgumentError, ValueError)
+
+
+def rss_kib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+@test
+def no_leak_over_1000_loads():
+    p = os.path.join(TMP, "leak.safetensors")
+    difftx.Model.init(small_config(dim=64, vocab_size=500)).save(p)  # 0.4 MB
+    ids = np.arange(8)
+    for _ in range(100):  # warm up the allocator
+        difftx.Model.load(p).logits(ids)
+    before = rss_kib()
+    for _ in range(1000):
+        m = difftx.Model.load(p)
+        m.logits(ids)
+        del m
+    grown = rss_kib() - before
+    print("     rss %d KiB before, %+d KiB after 1000 loads" % (before, grown))
+    assert grown < 2048, "RSS grew by %d KiB over 1000 loads" % grown
+
+
+def main():
+    only = sys.argv[1:]
+    passed = failed = 0
+    for f in TESTS:
+        if only and not any(o in f.__name__ for o in only):
+            continue
+        try:
+            f()
+            print("ok   python_%s" % f.__name__)
+            passed += 1
+        except Exception:  # noqa: BLE001
+            print("FAIL python_%s:\n%s" % (f.__name__, traceback.format_exc()))
+            failed += 1
+    shutil.rmtree(TMP, ignore_errors=True)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
