@@ -443,13 +443,14 @@ dtx_status dtx_trainer_init(dtx_trainer **out, const dtx_train_options *o, const
                             const dtx_optim_config *oc);
 /* A run resumed from a checkpoint (dtx_trainer_save's, or difftx train's):
  * the weights, the optimizer (its config, moments and step) and the
- * sampler's state come from it. DTX_ERR_ARG naming the setting when o or the
- * tokens differ from the run that wrote it (batch, seq, accum, seed,
- * init_scheme, the training tokens' count and hash), or when that run mixed
- * in synthetic documents (difftx train --needle-frac and the like), which
- * these options cannot; DTX_ERR_IO / DTX_ERR_FORMAT for the file. */
+ * sampler's state come from it. DTX_ERR_ARG naming the setting when o, oc
+ * (NULL: whatever the checkpoint holds) or the tokens differ from the run
+ * that wrote it (batch, seq, accum, seed, init_scheme, the training tokens'
+ * count and hash, every optimizer setting), or when that run mixed in
+ * synthetic documents (difftx train --needle-frac and the like), which these
+ * options cannot; DTX_ERR_IO / DTX_ERR_FORMAT for the file. */
 dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
-                                       const char *val_tokens, const char *checkpoint);
+                                       const char *val_tokens, const char *checkpoint, const dtx_optim_config *oc);
 void dtx_trainer_free(dtx_trainer *t);
 /* One optimizer step. DTX_ERR_NUMERIC when the loss or the gradient is not
  * finite: nothing is updated then (the step is not counted, the sampler has

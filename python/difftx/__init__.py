@@ -507,7 +507,8 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
     eval_every > 0 (with val_tokens): the validation loss every that many
     steps and at the end. checkpoint: a path; when it exists the run resumes
     from it (the same settings), and it is written every checkpoint_every
-    steps, at the end, and when the loop stops by an exception (Ctrl-C).
+    steps, at the end, and when the loop stops by an exception (Ctrl-C);
+    resuming with other settings (optimizer and steps included) is refused.
     callback(StepInfo) after every step; returning False stops early. The same
     arguments give the weights `difftx train` gives (same machine, threads)."""
     if model is not None and config is not None:
@@ -543,7 +544,8 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
         if checkpoint is not None and os.path.exists(checkpoint):
             if model is not None:
                 model.close()
-            L.dtx_trainer_init_checkpoint(ctypes.byref(t), ctypes.byref(o), _path(tp), vb, _path(checkpoint))
+            L.dtx_trainer_init_checkpoint(ctypes.byref(t), ctypes.byref(o), _path(tp), vb, _path(checkpoint),
+                                          ctypes.byref(oc))
         else:
             mh = model._handle() if model is not None else None
             if model is not None:

@@ -220,7 +220,7 @@ _proto("dtx_tokens_read", _S, c_char_p, c_int64, P(P(ctypes.c_int32)), P(c_int64
 _proto("dtx_shard_write", _S, c_char_p, P(ctypes.c_int32), c_int64, c_int64)
 _proto("dtx_train_options_default", TrainOptions)
 _proto("dtx_trainer_init", _S, P(_H), P(TrainOptions), c_char_p, c_char_p, P(Config), _H, P(OptimConfig))
-_proto("dtx_trainer_init_checkpoint", _S, P(_H), P(TrainOptions), c_char_p, c_char_p, c_char_p)
+_proto("dtx_trainer_init_checkpoint", _S, P(_H), P(TrainOptions), c_char_p, c_char_p, c_char_p, P(OptimConfig))
 _proto("dtx_trainer_free", None, _H)
 _proto("dtx_trainer_update", _S, _H, P(TrainStats))
 _proto("dtx_trainer_eval", _S, _H, P(c_double))

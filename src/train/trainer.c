@@ -364,7 +364,7 @@ dtx_status dtx_trainer_save(dtx_trainer *t, const char *path) {
 }
 
 dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
-                                       const char *val_tokens, const char *checkpoint) {
+                                       const char *val_tokens, const char *checkpoint, const dtx_optim_config *oc) {
     *out = NULL;
     dtx_ckpt ck;
     dtx_status st = dtx_ckpt_load(&ck, checkpoint);
@@ -386,6 +386,19 @@ dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_option
                           checkpoint, keys[i], theirs, vals[i],
                           i < 4 || i == PUBLIC_COMPARED ? "settings" : "training tokens");
             goto done;
+        }
+    }
+    if (oc) { /* every optimizer setting, as the checkpoint writes them */
+        const char *dkeys[DTX_CKPT_N_DESCRIBE];
+        char dvals[DTX_CKPT_N_DESCRIBE][DTX_CKPT_VALUE_MAX];
+        int n = dtx_ckpt_describe(dtx_model_config(ck.model), oc, dkeys, dvals);
+        for (int i = 0; i < n; i++) {
+            const char *theirs = dtx_ckpt_meta(&ck, dkeys[i]);
+            if (theirs && strcmp(theirs, dvals[i]) != 0) {
+                st = dtx_fail(DTX_ERR_ARG, "%s: %s is %s in the checkpoint and %s here; a resumed run uses the same "
+                              "settings", checkpoint, dkeys[i], theirs, dvals[i]);
+                goto done;
+            }
         }
     }
     const char *needles = dtx_ckpt_meta(&ck, "needles");

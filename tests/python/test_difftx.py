@@ -323,6 +323,7 @@ def train_checkpoints_resume_exactly():
     # another batch size is refused, naming it
     raises(difftx.ArgumentError, difftx.train, tp, 6, config=small_config(), batch=4, seq=12, seed=3, lr=3e-3,
            warmup_steps=2, checkpoint=ck, contains="batch")
+    raises(difftx.ArgumentError, py_train, tp, 7, checkpoint=ck, contains="total_steps")
 
 
 @test
@@ -371,6 +372,15 @@ def bad_inputs_raise_the_right_error():
     m.close()
     raises(difftx.ArgumentError, m.logits, [1], contains="closed")
     assert issubclass(difftx.FileError, OSError) and issubclass(difftx.ArgumentError, ValueError)
+
+
+@test
+def the_example_runs():
+    out = os.path.join(TMP, "example")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "python", "examples", "quickstart.py"), "--steps", "4",
+                        "--out", out], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "held-out tokens" in r.stdout and os.path.exists(os.path.join(out, "diff.safetensors")), r.stdout
 
 
 def rss_kib():

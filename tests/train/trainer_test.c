@@ -362,7 +362,7 @@ TEST(trainer_public_resume_is_exact) {
     const char *ck = test_path("trainer_public_ck.safetensors");
     REQUIRE(dtx_trainer_save(b, ck) == DTX_OK);
     dtx_trainer_free(b);
-    REQUIRE(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck) == DTX_OK);
+    REQUIRE(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, &oc) == DTX_OK);
     CHECK(dtx_trainer_steps_done(r) == 3);
     REQUIRE(public_steps(r, 3));
     CHECK(same_params(dtx_trainer_model(a), dtx_trainer_model(r)));
@@ -375,19 +375,24 @@ TEST(trainer_public_resume_is_exact) {
     dtx_trainer_close(&inner);
     /* other settings or other tokens: refused, naming what differs */
     o.batch = 4;
-    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck) == DTX_ERR_ARG && !r &&
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, NULL) == DTX_ERR_ARG && !r &&
           strstr(dtx_last_error(), "batch is 2 in the checkpoint and 4 here"));
     o = public_opts(), o.seed = 18;
-    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck) == DTX_ERR_ARG &&
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, NULL) == DTX_ERR_ARG &&
           strstr(dtx_last_error(), "seed"));
+    o = public_opts();
+    dtx_optim_config longer = oc;
+    longer.total_steps = 9;
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, &longer) == DTX_ERR_ARG && !r &&
+          strstr(dtx_last_error(), "total_steps is 8 in the checkpoint and 9 here"));
     o = public_opts();
     const char *other = test_path("trainer_other.bin");
     int32_t ids[400];
     for (int i = 0; i < 400; i++) ids[i] = (int32_t)(i % V);
     REQUIRE(dtx_shard_write(other, ids, 400, V) == DTX_OK);
-    CHECK(dtx_trainer_init_checkpoint(&r, &o, other, NULL, ck) == DTX_ERR_ARG &&
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, other, NULL, ck, NULL) == DTX_ERR_ARG &&
           strstr(dtx_last_error(), "data_tokens") && strstr(dtx_last_error(), "training tokens"));
-    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, test_path("trainer_none.safetensors")) == DTX_ERR_IO &&
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, test_path("trainer_none.safetensors"), NULL) == DTX_ERR_IO &&
           !r);
     dtx_trainer_free(a);
 }
