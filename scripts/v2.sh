@@ -18,9 +18,11 @@
 #      worst) is its learning rate (DIR/lr.txt);
 #   2. seeds 2 and 3 of every arch at its own learning rate: the loss
 #      comparison over 3 seeds, and `difftx eval outliers` of each model;
-#   3. stability: every arch at HIGH_LR = 4x the Transformer's own best
-#      lr, seeds 1-3 (in DIR/high, apart from the sweep's runs): gradient-
-#      norm spikes (count and size) and whether the run diverged.
+#   3. stability: every arch at 4x the Transformer's own best lr, seeds
+#      1-3 (in DIR/high, apart from the sweep's runs): gradient-norm spikes
+#      (count and size) and whether the run diverged; then, while no seed of
+#      the Transformer diverged (it is not yet unstable, the paper's
+#      premise), the same at 8x (DIR/high8) and 16x (DIR/high16).
 # The Transformer and DIFF runs of phases 1 and 2 are the scaling stage's own
 # (the same recipe and names): where its kept results exist
 # (docs/reproduce/scaling-results) they are put back here and not trained
@@ -109,13 +111,14 @@ run_args() { # arch lr seed -> NAME ARGS (the scaling stage's run_args, with V2'
         "--log-every $((steps / 5)) --ckpt-every $((steps / 5)) --keep 1"
 }
 lr_of() { awk -v a="$1" '$1 == a { print $2 }' "$run/lr.txt"; }
-high_lr() { /usr/bin/python3 -c "import sys; sys.path.insert(0, 'tools'); from scaling import lr_name; print(lr_name(4 * float(sys.argv[1])))" "$(lr_of transformer)"; }
+high_lr() { /usr/bin/python3 -c "import sys; sys.path.insert(0, 'tools'); from scaling import lr_name; print(lr_name(int(sys.argv[2]) * float(sys.argv[1])))" "$(lr_of transformer)" "$1"; } # MULT
+high_dir() { if [ "$1" = 4 ]; then echo "$run/high"; else echo "$run/high$1"; fi; } # MULT
 phase1() { local lr a; for lr in "${lrs[@]}"; do for a in "${archs[@]}"; do run_args $a $lr 1; done; done; }
 phase2() { local s a; for s in "${seeds[@]:1}"; do for a in "${archs[@]}"; do run_args $a "$(lr_of $a)" $s; done; done; }
-phase3() { local s a hi; hi=$(high_lr); for s in "${seeds[@]}"; do for a in "${archs[@]}"; do run_args $a "$hi" $s; done; done; }
+phase3() { local s a hi; hi=$(high_lr "$1"); for s in "${seeds[@]}"; do for a in "${archs[@]}"; do run_args $a "$hi" $s; done; done; } # MULT
 if [ $list = 1 ]; then
     phase1
-    if [ -s "$run/lr.txt" ]; then phase2; phase3; else echo "(phases 2 and 3 follow from $run/lr.txt, written after phase 1)"; fi
+    if [ -s "$run/lr.txt" ]; then phase2; phase3 4; echo "(then at 8x and 16x while the Transformer stays stable)"; else echo "(phases 2 and 3 follow from $run/lr.txt, written after phase 1)"; fi
     exit 0
 fi
 
@@ -179,16 +182,21 @@ if [ $stop_after = 2 ]; then
     echo "phases 1, 2 done in $(( ($(date +%s) - t_all) / 60 )) min: $run/V2.md (next: make reproduce STAGE=v2)"
     exit 0
 fi
-echo "phase 3: every arch at $(high_lr) (4x the Transformer's $(lr_of transformer)), seeds ${seeds[*]}"
-mkdir -p "$run/high/models" "$run/high/eval"
-stage_settings "$run/high" "$settings" "remove it or use --dir" > /dev/null
-local keep_main=$SCALING_KEEP
-[ -z "$keep_main" ] || { SCALING_KEEP=$keep_main/high; scripts/repro_keep.sh restore "$SCALING_KEEP" "$run/high"; }
-phase3 > "$run/runs3.txt"
-SCALING_SWEEP=1 xargs -r -P "$jobs" -L 1 "$worker" --one "$run/high" < "$run/runs3.txt" ||
-    die "a run failed (see above); run the same command again"
-SCALING_KEEP=$keep_main
-
+local keep_main=$SCALING_KEEP mult hd unstable
+for mult in 4 8 16; do
+    hd=$(high_dir $mult)
+    echo "phase 3: every arch at $(high_lr $mult) (${mult}x the Transformer's $(lr_of transformer)), seeds ${seeds[*]}"
+    mkdir -p "$hd/models" "$hd/eval"
+    stage_settings "$hd" "$settings" "remove it or use --dir" > /dev/null
+    [ -z "$keep_main" ] || { SCALING_KEEP=$keep_main/${hd##*/}; scripts/repro_keep.sh restore "$SCALING_KEEP" "$hd"; }
+    phase3 $mult > "$run/runs3-$mult.txt"
+    SCALING_SWEEP=1 xargs -r -P "$jobs" -L 1 "$worker" --one "$hd" < "$run/runs3-$mult.txt" ||
+        die "a run failed (see above); run the same command again"
+    SCALING_KEEP=$keep_main
+    unstable=$(/usr/bin/python3 tools/v2.py "$run" --unstable $mult) || die "tools/v2.py --unstable failed"
+    [ "$unstable" = no ] || { echo "phase 3: the Transformer diverged at ${mult}x"; break; }
+    [ $mult = 16 ] || echo "phase 3: no seed of the Transformer diverged at ${mult}x: the next multiple"
+done
 /usr/bin/python3 tools/v2.py "$run" --command "make reproduce STAGE=v2$( [ $quick = 1 ] && echo ' QUICK=1')"
 echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/V2.md"
 }

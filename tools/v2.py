@@ -10,16 +10,22 @@ every verdict computed from the numbers here (tools/stats.py's rules).
 - Loss: the final validation loss of each arch at its own lr, 3 seeds; per
   seed (the same seed: the same batches) V2 − Transformer, V2 − V1 and each
   ablation − V2, 95% t intervals.
-- Stability: every arch at 4x the Transformer's lr (DIR/high). A gradient-norm spike is
-  a step after the warm-up whose pre-clip norm exceeds SPIKE x the median of
-  the WINDOW steps before it; per run the count, the largest ratio, and
-  whether the loss became non-finite (a diverged run).
+- Stability: every arch at 4x the Transformer's lr (DIR/high), then, while
+  the Transformer stays stable there (no seed diverged), at 8x (DIR/high8)
+  and 16x (DIR/high16). A gradient-norm spike is a step after the warm-up
+  whose pre-clip norm exceeds SPIKE x the median of the WINDOW steps before
+  it; per run the count, the largest ratio, and whether the loss became
+  non-finite (a diverged run). The verdicts come from one multiple only: the
+  first at which the Transformer is unstable, else the highest that ran.
 - Outliers: `difftx eval outliers` of each model at its own lr: the largest
   |attention logit| and |hidden value| (Table 5's Top-1), compared as log10
   ratios per seed.
 
 usage: tools/v2.py DIR [--command CMD]
        tools/v2.py DIR --choose-lr | --sweep-next
+       tools/v2.py DIR --unstable MULT   "yes" when the Transformer diverged in a
+                                         seed at MULT x its lr, "no" when none of
+                                         its 3 seeds did, "unfinished" before
 """
 import argparse
 import datetime
@@ -44,14 +50,45 @@ def open_run(d):
     return Run(d, ARCHS)
 
 
-def high_lr(r):
-    return lr_name(4 * float(r.lr["transformer"]))
+MULTS = (4, 8, 16)  # the stability phase's multiples of the Transformer's lr, in the order they run
+N_SEEDS = 3
 
 
-def open_high(r):
-    """The stability phase's runs (DIR/high), or None before it started."""
-    d = os.path.join(r.dir, "high")
+def high_lr(r, mult):
+    return lr_name(mult * float(r.lr["transformer"]))
+
+
+def high_dir(mult):
+    return "high" if mult == MULTS[0] else f"high{mult}"
+
+
+def open_high(r, mult):
+    """The stability runs at MULT x the Transformer's lr, or None before they started."""
+    d = os.path.join(r.dir, high_dir(mult))
     return Run(d, ARCHS) if os.path.exists(os.path.join(d, "settings.txt")) else None
+
+
+def transformer_unstable(r, mult):
+    """True when a seed of the Transformer diverged at MULT, False when all N_SEEDS finished
+    without, None while some have not finished."""
+    if "transformer" not in r.lr:
+        return None
+    rh = open_high(r, mult)
+    runs = runs_at(rh, "transformer", high_lr(r, mult)) if rh else {}
+    res = [spikes(rh.runs[k], r.steps // 20) for k in runs.values()]
+    if any(x[3] for x in res):
+        return True
+    done = sum(rh.final_val(k) is not None for k in runs.values()) if rh else 0
+    return False if done >= N_SEEDS else None
+
+
+def deciding_mult(r):
+    """The multiple whose runs give the stability verdicts (module docstring), or None."""
+    ran = [m for m in MULTS if "transformer" in r.lr and open_high(r, m)]
+    for m in ran:
+        if transformer_unstable(r, m):
+            return m
+    return ran[-1] if ran else None
 
 
 def runs_at(r, arch, lr):
@@ -134,35 +171,58 @@ def write(r, command):
         w(f"| {NAME[a]} − {NAME[b]} | {fmt_ci(ci, '{:+.4f}')} | {'lower' if sign < 0 else 'higher' if sign else '–'} "
           f"| {v} |")
     # stability
-    hi, rh = high_lr_or_none(r), open_high(r)
-    w(f"\n## Stability at a high learning rate ({hi or 'not yet run'}: 4x the Transformer's own)\n")
-    w(f"A spike: a step after the warm-up ({steps // 20} steps) whose pre-clip gradient norm exceeds {SPIKE:g}x the "
-      f"median of the {WINDOW} steps before it. Diverged: the loss became non-finite (the run stops there).\n")
-    w("| arch | seeds | spikes per run | largest ratio | diverged | final validation loss |")
-    w("|---|---:|---|---|---:|---|")
-    spk, fin = {}, {}
-    for a in ARCHS:
-        runs = runs_at(rh, a, hi) if hi and rh else {}
-        res = {s: spikes(rh.runs[k], steps // 20) for s, k in runs.items()}
-        spk[a] = {s: x[0] for s, x in res.items()}
-        fin[a] = {s: rh.final_val(k) for s, k in runs.items()}
-        div = sum(x[3] for x in res.values())
-        worst = max((x[1] for x in res.values()), default=float("nan"))
-        fv = [v for v in fin[a].values() if v is not None]
-        w(f"| {NAME[a]} | {len(res)} | " + (", ".join(str(spk[a][s]) for s in sorted(spk[a])) or "–")
-          + " | " + ("–" if math.isnan(worst) else f"{worst:.1f}x") + f" | {div} | "
-          + (fmt_ci(mean_ci(fv), "{:.4f}") if fv else "–") + " |")
-    if not any(spk.values()):
-        w("\nNo run of this phase has finished yet (`make reproduce STAGE=v2` runs it).")
-    w("\n| comparison (spikes per run, per seed) | difference [95% CI] | paper | verdict |")
+    decide = deciding_mult(r)
+    w("\n## Stability at high learning rates\n")
+    if decide and transformer_unstable(r, decide):
+        why = f" (here {decide}x, where the Transformer diverged)"
+    elif decide:
+        why = (f" (here {decide}x, where the Transformer still did not diverge: the paper's premise, a learning rate "
+               "at which it is unstable, was not reached, so these comparisons say little)")
+    else:
+        why = ""
+    w(f"Every arch at 4x the Transformer's own lr, then at 8x and 16x while the Transformer stays stable (none of "
+      f"its {N_SEEDS} seeds diverged), {N_SEEDS} seeds each. A spike: a step after the warm-up ({steps // 20} "
+      f"steps) whose pre-clip gradient norm exceeds {SPIKE:g}x the median of the {WINDOW} steps before it. "
+      "Diverged: the loss became non-finite (the run stops there). The verdicts below come from one multiple: "
+      "the first at which the Transformer was unstable, else the highest that ran" + why + ".")
+    spk, div = {}, {}
+    for mult in MULTS:
+        rh = open_high(r, mult) if "transformer" in r.lr else None
+        if mult != MULTS[0] and not rh:
+            continue
+        hi = high_lr(r, mult) if "transformer" in r.lr else None
+        w(f"\n### {mult}x the Transformer's lr ({hi or 'not yet run'})\n")
+        w("| arch | seeds | spikes per run | largest ratio | diverged | final validation loss |")
+        w("|---|---:|---|---|---:|---|")
+        m_spk, m_div = {}, {}
+        for a in ARCHS:
+            runs = runs_at(rh, a, hi) if hi and rh else {}
+            res = {s: spikes(rh.runs[k], steps // 20) for s, k in runs.items()}
+            m_spk[a] = {s: x[0] for s, x in res.items()}
+            m_div[a] = {s: int(x[3]) for s, x in res.items()}
+            fin = [v for v in (rh.final_val(k) for k in runs.values()) if v is not None] if rh else []
+            worst = max((x[1] for x in res.values()), default=float("nan"))
+            w(f"| {NAME[a]} | {len(res)} | " + (", ".join(str(m_spk[a][s]) for s in sorted(m_spk[a])) or "–")
+              + " | " + ("–" if math.isnan(worst) else f"{worst:.1f}x") + f" | {sum(m_div[a].values())} | "
+              + (fmt_ci(mean_ci(fin), "{:.4f}") if fin else "–") + " |")
+        if not any(m_spk.values()):
+            w("\nNo run at this multiple has finished yet (`make reproduce STAGE=v2` runs it).")
+        if mult == decide:
+            spk, div = m_spk, m_div
+    w(f"\n| comparison at {decide or '–'}x (per seed) | difference [95% CI] | paper | verdict |")
     w("|---|---|---|---|")
-    for a, b, sign, claim in [("diff2", "transformer", -1, "V2 has fewer gradient spikes than the Transformer at a "
-                               "large lr (§8.3)"),
-                              ("diff2", "diff", -1, "V2 has fewer gradient spikes than V1 at a large lr (§8.2)"),
-                              ("diff2lin", "diff2", +1, "λ without the sigmoid is less stable than V2 (§8.3)")]:
-        ci = paired_ci(spk[b], spk[a])
+    for a, b, sign, what, claim in [
+            ("diff2", "transformer", -1, "spikes", "V2 has fewer gradient spikes than the Transformer at a large lr "
+             "(§8.3)"),
+            ("diff2", "diff", -1, "spikes", "V2 has fewer gradient spikes than V1 at a large lr (§8.2)"),
+            ("diff2lin", "diff2", +1, "spikes", "λ without the sigmoid is less stable than V2 (§8.3)"),
+            ("diff2", "transformer", -1, "diverged", "V2 diverges less often than the Transformer at a large lr "
+             "(§8.3)")]:
+        src = spk if what == "spikes" else div
+        ci = paired_ci(src.get(b, {}), src.get(a, {}))
         v = verdict(ci, sign, claim, "V2.md stability")
-        w(f"| {NAME[a]} − {NAME[b]} | {fmt_ci(ci, '{:+.2f}')} | {'fewer' if sign < 0 else 'more'} | {v} |")
+        w(f"| {NAME[a]} − {NAME[b]}: {what} per run | {fmt_ci(ci, '{:+.2f}')} | {'fewer' if sign < 0 else 'more'} "
+          f"| {v} |")
     # outliers
     w("\n## Activation outliers at each arch's learning rate (Table 5's Top-1)\n")
     w("| arch | seeds | top-1 attention logit | top-1 hidden value |")
@@ -191,19 +251,19 @@ def write(r, command):
     write_verdicts(r.dir)  # for the report's summary (tools/report.py)
 
 
-def high_lr_or_none(r):
-    return high_lr(r) if "transformer" in r.lr else None
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--command", default="make reproduce STAGE=v2")
     ap.add_argument("--choose-lr", action="store_true")
     ap.add_argument("--sweep-next", action="store_true")
+    ap.add_argument("--unstable", type=int, metavar="MULT", choices=MULTS)
     a = ap.parse_args()
     r = open_run(a.dir)
-    if a.choose_lr:
+    if a.unstable:
+        u = transformer_unstable(r, a.unstable)
+        print("unfinished" if u is None else "yes" if u else "no")
+    elif a.choose_lr:
         choose_lr(r)
     elif a.sweep_next:
         sweep_next(r)

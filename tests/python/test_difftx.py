@@ -392,16 +392,27 @@ def rss_kib():
 def no_leak_over_1000_loads():
     p = os.path.join(TMP, "leak.safetensors")
     difftx.Model.init(small_config(dim=64, vocab_size=500)).save(p)  # 0.4 MB
+    tok = difftx.Tokenizer.train(["a leak would show over a thousand rounds " * 10], vocab_size=300)
     ids = np.arange(8)
-    for _ in range(100):  # warm up the allocator
-        difftx.Model.load(p).logits(ids)
-    before = rss_kib()
-    for _ in range(1000):
+
+    def once():  # a load and every call that allocates in the library
         m = difftx.Model.load(p)
         m.logits(ids)
+        m.attention_map(ids, 1, 0)
+        list(m.generate(ids, 3, seed=2))
+        tok.decode(tok.encode("a leak would show"))
         del m
+        raises(difftx.FormatError, difftx.Model.load, os.path.join(TMP, "garbage.safetensors"))
+    with open(os.path.join(TMP, "garbage.safetensors"), "wb") as f:
+        f.write(b"\x08\x00\x00\x00\x00\x00\x00\x00{\"a\": 1")
+    for _ in range(100):  # warm up the allocator
+        once()
+    before = rss_kib()
+    for _ in range(1000):
+        once()
     grown = rss_kib() - before
-    print("     rss %d KiB before, %+d KiB after 1000 loads" % (before, grown))
+    print("     rss %d KiB before, %+d KiB after 1000 rounds of load, logits, map, generate, encode, a refusal"
+          % (before, grown))
     assert grown < 2048, "RSS grew by %d KiB over 1000 loads" % grown
 
 

@@ -4,7 +4,8 @@
 # from per-seed differences (held, did not hold, not resolved, and too few
 # seeds), gradient-norm spikes counted against the median of the 50 steps
 # before (not during the warm-up; a diverged run counted), and the outliers'
-# verdict from log ratios. Skipped, with the reason, where /usr/bin/python3
+# verdict from log ratios; the stability phase's escalation from 4x to 8x
+# (and the multiple whose runs decide). Skipped, with the reason, where /usr/bin/python3
 # is missing. Ends with the suite's summary line.
 set -u
 . "$(dirname "$0")/tools_test_lib.sh"
@@ -62,8 +63,26 @@ check v1_no_claim "(no claim)" "$(grep -F '| DIFF V2 − DIFF V1 |' "$run/V2.md"
 check spikes_counted "| Transformer | 3 | 2, 2, 3 | 5.0x | 0 |" "$(grep -F '| Transformer | 3 | 2' "$run/V2.md" | cut -c1-40)"
 check below_3x_is_no_spike "| DIFF V2 | 3 | 0, 0, 0 | 1.0x | 0 |" "$(grep -F '| DIFF V2 | 3 | 0' "$run/V2.md" | cut -c1-36)"
 check warmup_not_counted "| DIFF V1 | 1 | 0 |" "$(grep -F '| DIFF V1 | 1 |' "$run/V2.md" | cut -c1-19)"
-check spikes_held "held" "$(grep -F '| DIFF V2 − Transformer | -2.33' "$run/V2.md" | cell)"
-check spikes_one_seed "not resolved (1 seed)" "$(grep -F '| DIFF V2 − DIFF V1 | +0.00 (1 seed)' "$run/V2.md" | cell)"
+check spikes_held "held" "$(grep -F '| DIFF V2 − Transformer: spikes per run | -2.33' "$run/V2.md" | cell)"
+check spikes_one_seed "not resolved (1 seed)" \
+    "$(grep -F '| DIFF V2 − DIFF V1: spikes per run | +0.00 (1 seed)' "$run/V2.md" | cell)"
+check decided_at_4x_stable "1" "$(grep -c "here 4x, where the Transformer still did not diverge" "$run/V2.md")"
+# the escalation: the Transformer stable at 4x (all 3 seeds finished); at 8x one seed diverges, which decides
+check stable_at_4x "no;" "$(v2 --unstable 4)"
+check unfinished_at_16x "unfinished;" "$(v2 --unstable 16)"
+mkdir -p "$run/high8/models"
+cp "$run/settings.txt" "$run/high8/settings.txt"
+for s in 1 2 3; do
+    finished "$run/high8" transformer 8e-3 $s 4.5 "${flat[@]}" 5
+    finished "$run/high8" diff2 8e-3 $s 4.1 "${flat[@]}" 1
+done
+echo '{"diverged":true,"step":61}' > "$run/high8/models/transformer-d16-lr8e-3-s2.info.json"
+check unstable_at_8x "yes;" "$(v2 --unstable 8)"
+v2 > /dev/null
+check decided_at_8x "1" "$(grep -c "here 8x, where the Transformer diverged" "$run/V2.md")"
+check both_multiples_shown "2" "$(grep -c "^### [48]x the Transformer's lr" "$run/V2.md")"
+check diverged_compared "-0.33 [-1.77, +1.10] (3 seeds)" \
+    "$(grep -F '| DIFF V2 − Transformer: diverged per run |' "$run/V2.md" | awk -F'|' '{gsub(/^ +| +$/, "", $3); print $3}')"
 check outliers_logits_held_hidden_not "held;did not hold" \
     "$(grep -F '| DIFF V2 / Transformer' "$run/V2.md" | awk -F'|' '{gsub(/^ +| +$/, "", $4); gsub(/^ +| +$/, "", $6); print $4 ";" $6}')"
 tools_test_end
