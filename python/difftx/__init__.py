@@ -342,6 +342,8 @@ class _Generation:
             raise ArgumentError("generate: the prompt is empty", 4)
         if n > c.max_seq_len:
             raise ArgumentError("generate: the prompt's %d tokens exceed max_seq_len %d" % (n, c.max_seq_len), 4)
+        if n == c.max_seq_len:  # prompt and continuation stay within max_seq_len
+            self.left = 0
         self.V = c.vocab_size
         self.logits = np.empty(self.V, dtype=np.float32)
         self.cache = ctypes.c_void_p()

@@ -26,6 +26,10 @@ TMP = tempfile.mkdtemp(prefix="difftx-py-")
 TESTS = []
 
 
+class Skip(Exception):
+    """A test that cannot measure anything here, with the reason."""
+
+
 def test(f):
     TESTS.append(f)
     return f
@@ -189,6 +193,7 @@ def generate_is_the_command_sample():
     # the cache stops at max_seq_len; eos stops it and is not given
     maxlen = m.config.max_seq_len
     assert len(list(m.generate(prompt, 100, temperature=0))) == maxlen - len(prompt)
+    assert list(m.generate(list(range(maxlen)), 5)) == []
     greedy = list(m.generate(prompt, 5, temperature=0))
     assert list(m.generate(prompt, 5, temperature=0, eos=greedy[2])) == greedy[:2]
     raises(difftx.ArgumentError, m.generate, prompt, 3, top_p=0)
@@ -390,6 +395,9 @@ def rss_kib():
 
 @test
 def no_leak_over_1000_loads():
+    if os.environ.get("DIFFTX_SAN"):
+        raise Skip("under ASan freed memory waits in its quarantine, so resident memory grows without a leak "
+                   "(the plain build's run measures it)")
     p = os.path.join(TMP, "leak.safetensors")
     difftx.Model.init(small_config(dim=64, vocab_size=500)).save(p)  # 0.4 MB
     tok = difftx.Tokenizer.train(["a leak would show over a thousand rounds " * 10], vocab_size=300)
@@ -418,7 +426,7 @@ def no_leak_over_1000_loads():
 
 def main():
     only = sys.argv[1:]
-    passed = failed = 0
+    passed = failed = skipped = 0
     for f in TESTS:
         if only and not any(o in f.__name__ for o in only):
             continue
@@ -426,11 +434,14 @@ def main():
             f()
             print("ok   python_%s" % f.__name__)
             passed += 1
+        except Skip as e:
+            print("skip python_%s: %s" % (f.__name__, e))
+            skipped += 1
         except Exception:  # noqa: BLE001
             print("FAIL python_%s:\n%s" % (f.__name__, traceback.format_exc()))
             failed += 1
     shutil.rmtree(TMP, ignore_errors=True)
-    print("%d passed, %d failed" % (passed, failed))
+    print("%d passed, %d failed" % (passed, failed) + (", %d skipped" % skipped if skipped else ""))
     return 1 if failed else 0
 
 

@@ -28,24 +28,25 @@ if [ -n "${DIFFTX_SAN:-}" ]; then
     export ASAN_OPTIONS=detect_leaks=0:${ASAN_OPTIONS:-}
 fi
 out=$("$py" tests/python/test_difftx.py 2>&1); rc=$?
-summary='^[0-9]+ passed, [0-9]+ failed$'
+summary='^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$'
 printf '%s\n' "$out" | grep -v -E "$summary"
 line=$(printf '%s\n' "$out" | grep -E "$summary" | tail -n 1)
+skipped=0
 if [ -z "$line" ]; then
     echo "FAIL python: tests/python/test_difftx.py crashed or printed no summary (exit $rc)"
     passed=0 failed=1
 else
     passed=${line%% passed*}; failed=${line#*, }; failed=${failed%% failed*}
+    case $line in *skipped) skipped=${line##*failed, }; skipped=${skipped%% skipped*} ;; esac
 fi
-skipped=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if [ -n "${DIFFTX_SAN:-}" ]; then
     echo "skip python_pip_install: the ASan build is not installed (make test installs the plain one)"
-    skipped=1
+    skipped=$((skipped + 1))
 elif ! "$py" -m venv --system-site-packages "$tmp/venv" > "$tmp/log" 2>&1 || [ ! -x "$tmp/venv/bin/pip" ]; then
     echo "skip python_pip_install: $py has no venv with pip ($(tail -n 1 "$tmp/log"); scripts/setup.sh --python)"
-    skipped=1
+    skipped=$((skipped + 1))
 elif ! DIFFTX_LIB= "$tmp/venv/bin/pip" install --no-index -q ./python > "$tmp/log" 2>&1; then
     echo "FAIL python_pip_install: pip install --no-index ./python: $(tail -n 3 "$tmp/log" | tr '\n' ' ')"
     failed=$((failed + 1))
