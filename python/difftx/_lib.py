@@ -25,8 +25,8 @@ def _find():
 PATH = _find()
 lib = ctypes.CDLL(PATH)
 
-c_int, c_int64, c_uint64, c_double, c_size_t = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_double, ctypes.c_size_t
-c_char_p, c_void_p, c_float, c_uint = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_uint
+c_int, c_int64, c_uint64, c_uint = ctypes.c_int, ctypes.c_int64, ctypes.c_uint64, ctypes.c_uint
+c_double, c_size_t, c_char_p, c_void_p, c_float = ctypes.c_double, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_float
 P = ctypes.POINTER
 
 

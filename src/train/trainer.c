@@ -312,7 +312,8 @@ dtx_status dtx_trainer_init(dtx_trainer **out, const dtx_train_options *o, const
     *out = NULL;
     dtx_status st;
     if (!model && (st = dtx_config_validate(c))) return st;
-    if ((st = dtx_optim_validate(oc)) || (st = public_open(out, o, tokens, val_tokens, model ? dtx_model_config(model) : c))) {
+    const dtx_config *mc = model ? dtx_model_config(model) : c;
+    if ((st = dtx_optim_validate(oc)) || (st = public_open(out, o, tokens, val_tokens, mc))) {
         dtx_model_free(model);
         return st;
     }

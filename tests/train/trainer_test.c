@@ -392,7 +392,8 @@ TEST(trainer_public_resume_is_exact) {
     REQUIRE(dtx_shard_write(other, ids, 400, V) == DTX_OK);
     CHECK(dtx_trainer_init_checkpoint(&r, &o, other, NULL, ck, NULL) == DTX_ERR_ARG &&
           strstr(dtx_last_error(), "data_tokens") && strstr(dtx_last_error(), "training tokens"));
-    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, test_path("trainer_none.safetensors"), NULL) == DTX_ERR_IO &&
+    const char *none = test_path("trainer_none.safetensors");
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, none, NULL) == DTX_ERR_IO &&
           !r);
     dtx_trainer_free(a);
 }
