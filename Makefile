@@ -177,7 +177,9 @@ demo:
 # runs/reproduce/claims/CLAIMS.md; STAGE=v2-lr, then v2-loss, then v2
 # (scripts/v2.sh: DIFF V2, V1, the Transformer and V2's ablations on plain
 # language modelling: their lrs; loss and outliers; stability at a high lr)
-# write runs/reproduce/v2/V2.md.
+# write runs/reproduce/v2/V2.md; STAGE=v2-needle (scripts/reproduce.sh --v2:
+# V2 trained under the main stage's retrieval recipe, about 55 minutes, then
+# its needles and attention on the answer) adds V2's retrieval to V2.md.
 # (QUICK times measured 2026-12-01 on an idle 2-core AMD EPYC, AVX2.)
 STAGE ?= main
 reproduce:
@@ -186,7 +188,8 @@ reproduce:
 	  scaling-lr) scripts/scaling.sh --lr-only ;; scaling) scripts/scaling.sh ;; \
 	  claims-train) scripts/claims.sh --train-only ;; claims) scripts/claims.sh ;; \
 	  v2-lr) scripts/v2.sh --lr-only ;; v2-loss) scripts/v2.sh --loss-only ;; v2) scripts/v2.sh ;; \
-	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss or v2" >&2; exit 2 ;; esac
+	  v2-needle) scripts/reproduce.sh --v2 ;; \
+	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss, v2 or v2-needle" >&2; exit 2 ;; esac
 
 # The PyTorch side (needs python3-torch: scripts/setup.sh --torch).
 fixtures:

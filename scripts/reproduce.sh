@@ -4,8 +4,18 @@
 # recipe, written up in REPORT.md with the other stages' results
 # (STAGE=induction: scripts/induction.sh; STAGE=scaling: scripts/scaling.sh).
 #
-# usage: scripts/reproduce.sh [--quick] [--train-only] [--dir DIR] [--no-setup] [--no-build]
+# usage: scripts/reproduce.sh [--quick] [--train-only | --v2] [--dir DIR] [--no-setup] [--no-build]
 #                             (make reproduce [QUICK=1])
+#
+# --v2 (make reproduce STAGE=v2-needle) trains DIFF V2 (arch diff2, the
+# Transformer's 2H heads as output heads, 4H query heads: V2's matched
+# comparison) under this recipe, seeds 1-3 at once (one thread each: about
+# 55 minutes on 2 cores), then its perplexity, needles, attention on the
+# answer and outliers, beside the DIFF and Transformer models of this stage;
+# tools/v2.py puts the retrieval comparison into v2/V2.md. V2's warm-up
+# runs at the Transformer's warm-up lr (V2 is the Transformer's attention
+# with twice the query heads, and the official V2 keeps the baseline's
+# settings), its main phase at the stage's lr like the other two.
 #
 # --train-only (make reproduce STAGE=main-train) trains every model and
 # stops before the evaluations: on 2 cores the training takes about 106
@@ -61,13 +71,14 @@ stage_name=reproduce
 # The body is one function, read whole before it runs (an edited script
 # must not change a running one, which takes hours).
 main() {
-quick=0 train_only=0; is_true "${QUICK:-}" && quick=1
+quick=0 train_only=0 v2_only=0; is_true "${QUICK:-}" && quick=1
 dir=${REPRO_DIR:-}
 while [ $# -gt 0 ]; do
     case $1 in
         -h|--help) usage; exit 0 ;;
         --quick) quick=1 ;;
         --train-only) train_only=1 ;;
+        --v2) v2_only=1 ;;
         --no-setup) NO_SETUP=1 ;;
         --no-build) NO_BUILD=1 ;;
         --dir) [ $# -ge 2 ] || { echo "reproduce: --dir needs a value" >&2; exit 2; }; dir=$2; shift ;;
@@ -98,7 +109,7 @@ else
 fi
 lr=3e-3 needle_frac=${NEEDLE_FRAC:-0.6} copy_frac=${COPY_FRAC:-0.2} seeds=(1 2 3)
 # each arch's warm-up lr: its best in the induction study, when that stage is done
-declare -A warm_lr=([diff]=$lr [transformer]=$lr)
+declare -A warm_lr=([diff]=$lr [transformer]=$lr [diff2]=$lr)
 warm_lr_from=default
 induction_logs=()  # the full study's committed logs (scripts/induction.sh), for a run in the default folder
 [ $quick = 0 ] && [ -z "$dir" ] && induction_logs=(--logs docs/reproduce/induction-logs)
@@ -106,6 +117,7 @@ if best=$(/usr/bin/python3 tools/induction.py "$run/induction" "${induction_logs
     while read -r a v; do warm_lr[$a]=$v; done <<<"$best"
     warm_lr_from=induction
 fi
+warm_lr[diff2]=${warm_lr[transformer]}
 warm_seq=128
 warm_batch=$((batch * seq / warm_seq))  # the warm-up: as many tokens per step as the main phase
 headline=${dims[-1]}
@@ -141,7 +153,7 @@ cmdline() { printf 'difftx'; printf ' %q' "$@"; echo; }  # a difftx command as i
 train_one() { # arch dim seed: the warm-up, then the main phase from its weights
     local a=$1 dim=$2 seed=$3 h=$(( $2 / (2 * head_width) )) out
     out=$(model_name "$a" "$dim" "$seed")
-    [ "$a" = transformer ] && h=$((2 * h))
+    [ "$a" = diff ] || h=$((2 * h))  # the Transformer's 2H heads; V2's 2H output heads
     local warm=(train --tokens "$run/train.bin" \
         --arch "$a" --dim "$dim" --layers "$layers" --heads "$h" --ffn $(( (dim * 8 / 3 + 7) / 8 * 8 )) \
         --vocab "$vocab" --max-seq "$seq" --seq "$warm_seq" --batch "$warm_batch" --steps "$warm_steps" \
@@ -277,7 +289,43 @@ evals_pair() { # seed: both archs' evaluations side by side, one thread each
     [ $rc = 0 ] || die "an evaluation failed (see above)"
 }
 
+v2_evals_of() { # seed: V2's evaluations (the retrieval side; its quantisation is not part of the comparison)
+    local s=$1 m n=diff2-s$1
+    m=$(model_name diff2 "$headline" "$s").safetensors
+    [ -n "${EV_LIST:-}" ] || echo "eval $n ($(date +%H:%M:%S))"
+    ev "ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$ppl_tokens"
+    ev "needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
+        --samples "$samples" --seed 1
+    ev "mass-$n" attn-mass --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --length "$eval_len" \
+        --samples "$mass_samples" --seed 1
+    ev "outliers-$n" outliers --model "$m" --tokens "$run/val.bin" --count "$outlier_tokens"
+}
+v2_seed() { # seed: train V2 (unless its evaluations are kept), then evaluate it
+    local out name
+    out=$(model_name diff2 "$headline" "$1")
+    for name in $(EV_LIST=1 v2_evals_of "$1"); do [ -s "$run/eval/$name.json" ] || break; done
+    [ -s "$run/eval/$name.json" ] && return 0
+    train_one diff2 "$headline" "$1" || { tail -n 3 "$out.warm.out" "$out.out" >&2 2>/dev/null; return 1; }
+    OMP_NUM_THREADS=1 v2_evals_of "$1"
+}
+
 mkdir -p "$run/models" "$run/eval"
+if [ $v2_only = 1 ]; then
+    section "DIFF V2, dim $headline, seeds ${seeds[*]} at once: $warm_steps warm-up + $steps steps, then its evaluations"
+    pids=() rc=0
+    for s in "${seeds[@]}"; do v2_seed "$s" > "$run/eval/diff2-s$s.log" 2>&1 & pids+=($!); done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    cat "$run/eval"/diff2-s*.log
+    keep_results
+    [ $rc = 0 ] || die "a V2 run failed (see above); run the same command again"
+    if [ -d "$run/v2" ]; then
+        /usr/bin/python3 tools/v2.py "$run/v2" --command "make reproduce STAGE=v2$( [ $quick = 1 ] && echo ' QUICK=1')"
+    else
+        echo "(no $run/v2: make reproduce STAGE=v2 writes V2.md, with this retrieval comparison)"
+    fi
+    echo "done in $(( ($(date +%s) - t_all) / 60 )) min"
+    exit 0
+fi
 section "dim $headline, seeds ${seeds[*]}: $warm_steps warm-up + $steps steps x $((batch * seq)) tokens, then the evaluations"
 for s in "${seeds[@]}"; do
     train_pair "$headline" "$s"

@@ -20,8 +20,13 @@ every verdict computed from the numbers here (tools/stats.py's rules).
 - Outliers: `difftx eval outliers` of each model at its own lr: the largest
   |attention logit| and |hidden value| (Table 5's Top-1), compared as log10
   ratios per seed.
+- Retrieval (make reproduce STAGE=v2-needle): V2 trained under the main
+  stage's retrieval recipe beside that stage's DIFF and Transformer models
+  (MAIN, default DIR's parent folder): multi-needle accuracy over the grid
+  per seed, how many seeds retrieve, and the attention on the answer. V2
+  claims nothing about retrieval, so these are reported without verdicts.
 
-usage: tools/v2.py DIR [--command CMD]
+usage: tools/v2.py DIR [--command CMD] [--main MAIN]
        tools/v2.py DIR --choose-lr | --sweep-next
        tools/v2.py DIR --unstable MULT   "yes" when the Transformer diverged in a
                                          seed at MULT x its lr, "no" when none of
@@ -36,8 +41,9 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runs import read_entries  # noqa: E402
+from runs import read_entries, read_settings  # noqa: E402
 from scaling import Run, choose_lr, lr_name, sweep_next, sweep_vals  # noqa: E402
+from report import mass_all, needle_table  # noqa: E402
 from stats import LEDGER, fmt_ci, mean_ci, paired_ci, verdict, write_verdicts  # noqa: E402
 
 ARCHS = ("transformer", "diff", "diff2", "diff2lin", "diff2none")
@@ -121,7 +127,53 @@ def outliers(r, key):
     return j["attention_logits"]["top1"], j["hidden_states"]["top1"]
 
 
-def write(r, command):
+def load_eval(main, name):
+    p = os.path.join(main, "eval", name + ".json")
+    return json.load(open(p)) if os.path.exists(p) else None
+
+
+def section_retrieval(main, w):
+    """V2 under the main stage's retrieval recipe (module docstring), from MAIN/eval."""
+    archs = ("transformer", "diff", "diff2")
+    seeds = (1, 2, 3)
+    w("\n## Retrieval under the main stage's recipe (`make reproduce STAGE=v2-needle`)\n")
+    tabs = {a: {s: needle_table(load_eval(main, f"needle-{a}-s{s}") or {}) for s in seeds} for a in archs}
+    if not any(tabs["diff2"].values()):
+        w("Not yet run: `make reproduce STAGE=v2-needle` trains V2 under the main stage's recipe (copy warm-up, "
+          "then 60% multi-needle rows) beside that stage's DIFF and Transformer models and evaluates its "
+          "needles and attention on the answer.")
+        return
+    keys = sorted({k for a in archs for t in tabs[a].values() for k in t})
+    grid = {a: {s: statistics.fmean(t[k][0] for k in keys if k in t) for s, t in tabs[a].items() if t} for a in archs}
+    one = {a: {s: t[(1, 1)][0] for s, t in tabs[a].items() if (1, 1) in t} for a in archs}
+    sp = os.path.join(main, "settings.txt")
+    ms = read_settings(sp) if os.path.exists(sp) else {}
+    size = f"dim {ms['dims'].split()[-1]}, context {ms['seq']}, {ms['layers']} layers; " if ms.get("dims") else ""
+    w(f"The main stage's models ({size}docs/reproduce.md \"The main stage\") and V2 "
+      "trained the same way (the same warm-up on copy documents, the same needle mixture, the same seeds: the "
+      "same batches), V2 with the Transformer's 2H heads as output heads. Needle accuracy per query averaged "
+      "over the Table 2 grid (N, R) and depths, per seed; a model retrieves when its N = 1 accuracy is at least "
+      "0.5. The paper makes no retrieval claim for V2, so the differences carry no verdict.\n")
+    w("| arch | seeds | accuracy over the grid, per seed | N = 1 accuracy, per seed | retrieve | answer share "
+      "(combined map) |")
+    w("|---|---:|---|---|---:|---|")
+    for a in archs:
+        ans = []
+        for s in seeds:
+            m = mass_all(load_eval(main, f"mass-{a}-s{s}") or {})
+            if m:
+                ans.append(m["answer"])
+        w(f"| {NAME[a]} | {len(grid[a])} | " + ", ".join(f"{grid[a][s]:.2f}" for s in sorted(grid[a])) + " | "
+          + ", ".join(f"{one[a][s]:.2f}" for s in sorted(one[a])) + f" | {sum(v >= 0.5 for v in one[a].values())} "
+          f"of {len(one[a])} | " + (fmt_ci(mean_ci(ans), "{:.3f}") if ans else "–") + " |")
+    w("\n| comparison (accuracy over the grid, per seed) | difference [95% CI] | verdict |")
+    w("|---|---|---|")
+    for a, b in (("diff2", "transformer"), ("diff2", "diff")):
+        ci = paired_ci(grid[b], grid[a])
+        w(f"| {NAME[a]} − {NAME[b]} | {fmt_ci(ci, '{:+.3f}')} | (no claim) |")
+
+
+def write(r, command, main=None):
     out = []
     w = out.append
     dim, steps = int(r.settings["sweep_dim"]), r.steps
@@ -244,6 +296,7 @@ def write(r, command):
             claim = f"V2's largest {what} are smaller than the {NAME[b]}'s (§8.3)" if b == "transformer" else None
             cells += [fmt_ci(ci, "{:+.3f}"), verdict(ci, -1, claim, "V2.md outliers") if claim else "(no claim)"]
         w(f"| {NAME[a]} / {NAME[b]} | " + " | ".join(cells) + " |")
+    section_retrieval(main or os.path.dirname(os.path.abspath(r.dir)), w)
     path = os.path.join(r.dir, "V2.md")
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(out) + "\n")
@@ -255,6 +308,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--command", default="make reproduce STAGE=v2")
+    ap.add_argument("--main", help="the main stage's folder (default: DIR's parent)")
     ap.add_argument("--choose-lr", action="store_true")
     ap.add_argument("--sweep-next", action="store_true")
     ap.add_argument("--unstable", type=int, metavar="MULT", choices=MULTS)
@@ -268,7 +322,7 @@ def main():
     elif a.sweep_next:
         sweep_next(r)
     else:
-        write(r, a.command)
+        write(r, a.command, a.main)
         print(f"wrote {os.path.join(a.dir, 'V2.md')}; verdicts: "
               + ", ".join(f"{v}" for _, v, _ in LEDGER))
 

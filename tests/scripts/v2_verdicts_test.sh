@@ -5,7 +5,8 @@
 # seeds), gradient-norm spikes counted against the median of the 50 steps
 # before (not during the warm-up; a diverged run counted), and the outliers'
 # verdict from log ratios; the stability phase's escalation from 4x to 8x
-# (and the multiple whose runs decide). Skipped, with the reason, where /usr/bin/python3
+# (and the multiple whose runs decide); V2's retrieval beside the main
+# stage's models, without verdicts. Skipped, with the reason, where /usr/bin/python3
 # is missing. Ends with the suite's summary line.
 set -u
 . "$(dirname "$0")/tools_test_lib.sh"
@@ -85,4 +86,24 @@ check diverged_compared "-0.33 [-1.77, +1.10] (3 seeds)" \
     "$(grep -F '| DIFF V2 − Transformer: diverged per run |' "$run/V2.md" | awk -F'|' '{gsub(/^ +| +$/, "", $3); print $3}')"
 check outliers_logits_held_hidden_not "held;did not hold" \
     "$(grep -F '| DIFF V2 / Transformer' "$run/V2.md" | awk -F'|' '{gsub(/^ +| +$/, "", $4); gsub(/^ +| +$/, "", $6); print $4 ";" $6}')"
+# retrieval under the main stage's recipe, read from DIR's parent's eval/: V2 0.2 above the Transformer per seed
+check retrieval_not_yet "1" "$(grep -c "^Not yet run: \`make reproduce STAGE=v2-needle\`" "$run/V2.md")"
+mkdir -p "$tmp/eval"
+needle() { # arch seed acc(N=1) acc(N=4)
+    printf '{"table2":[{"n":1,"r":1,"acc":%s,"lo":0,"hi":1},{"n":4,"r":1,"acc":%s,"lo":0,"hi":1}]}\n' "$3" "$4" \
+        > "$tmp/eval/needle-$1-s$2.json"
+}
+for s in 1 2 3; do
+    needle transformer $s 0.1 0.0$s
+    needle diff $s 0.9 0.7
+    needle diff2 $s 0.3 0.2$s
+    printf '{"all_depths":[{"prompts":10,"combined":{"layer_normalized":{"answer":0.%s,"context":0.5}}}]}\n' "$s" \
+        > "$tmp/eval/mass-diff2-s$s.json"
+done
+v2 > /dev/null
+check retrieval_row "| DIFF V2 | 3 | 0.26, 0.26, 0.27 | 0.30, 0.30, 0.30 | 0 of 3 | 0.200 [-0.048, 0.448] (3 seeds) |" \
+    "$(grep -F '| DIFF V2 | 3 | 0.26' "$run/V2.md")"
+check retrieval_v2_vs_transformer "| DIFF V2 − Transformer | +0.200 [+0.200, +0.200] (3 seeds) | (no claim) |" \
+    "$(grep -F '| DIFF V2 − Transformer | +0.200' "$run/V2.md")"
+check retrieval_v1_retrieves "3 of 3" "$(grep -F '| DIFF V1 | 3 | 0.80' "$run/V2.md" | awk -F'|' '{gsub(/^ +| +$/, "", $6); print $6}')"
 tools_test_end
