@@ -163,9 +163,10 @@ def section_retrieval(main, w):
             m = mass_all(load_eval(main, f"mass-{a}-s{s}") or {})
             if m:
                 ans.append(m["answer"])
-        w(f"| {NAME[a]} | {len(grid[a])} | " + ", ".join(f"{grid[a][s]:.2f}" for s in sorted(grid[a])) + " | "
-          + ", ".join(f"{one[a][s]:.2f}" for s in sorted(one[a])) + f" | {sum(v >= 0.5 for v in one[a].values())} "
-          f"of {len(one[a])} | " + (fmt_ci(mean_ci(ans), "{:.3f}") if ans else "–") + " |")
+        w(f"| {NAME[a]} | {len(grid[a])} | " + (", ".join(f"{grid[a][s]:.2f}" for s in sorted(grid[a])) or "–")
+          + " | " + (", ".join(f"{one[a][s]:.2f}" for s in sorted(one[a])) or "–") + " | "
+          + (f"{sum(v >= 0.5 for v in one[a].values())} of {len(one[a])}" if one[a] else "–") + " | "
+          + (fmt_ci(mean_ci(ans), "{:.3f}") if ans else "–") + " |")
     w("\n| comparison (accuracy over the grid, per seed) | difference [95% CI] | verdict |")
     w("|---|---|---|")
     for a, b in (("diff2", "transformer"), ("diff2", "diff")):
