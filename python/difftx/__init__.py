@@ -382,7 +382,10 @@ class _Generation:
             self.cache = None
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
 
 
 # ---------------------------------------------------------------- tokenizer
@@ -402,6 +405,8 @@ class Tokenizer:
     @classmethod
     def train(cls, texts=None, paths=None, vocab_size=4096):
         """Trains on texts (str or bytes each) or on files and folders."""
+        if (texts is None) == (paths is None):
+            raise ArgumentError("Tokenizer.train: give texts or paths (one of them)", 4)
         h = ctypes.c_void_p()
         if paths is not None:
             arr = (ctypes.c_char_p * len(paths))(*[_path(p) for p in paths])
@@ -422,7 +427,10 @@ class Tokenizer:
             self._h = None
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
 
     @property
     def vocab_size(self):

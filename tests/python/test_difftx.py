@@ -254,6 +254,11 @@ def tokenizer_is_the_command_tokenizer():
     assert tok.decode_bytes(tok.encode(raw)) == raw
     raises(difftx.ArgumentError, tok.decode, [tok.vocab_size + 5])
     raises(difftx.FileError, difftx.Tokenizer.load, os.path.join(TMP, "none.txt"))
+    raises(difftx.ArgumentError, difftx.Tokenizer.train)
+    p = os.path.join(TMP, "corpus.txt")
+    with open(p, "w") as f:
+        f.write(texts[0])
+    assert list(difftx.Tokenizer.train(paths=[p], vocab_size=320).encode(text)) == list(tok.encode(text))
 
 
 @test
