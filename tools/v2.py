@@ -154,19 +154,23 @@ def section_retrieval(main, w):
       "same batches), V2 with the Transformer's 2H heads as output heads. Needle accuracy per query averaged "
       "over the Table 2 grid (N, R) and depths, per seed; a model retrieves when its N = 1 accuracy is at least "
       "0.5. The paper makes no retrieval claim for V2, so the differences carry no verdict.\n")
-    w("| arch | seeds | accuracy over the grid, per seed | N = 1 accuracy, per seed | retrieve | answer share "
-      "(combined map) |")
-    w("|---|---:|---|---|---:|---|")
+    w("The answer's share of the last prompt position's attention (`difftx eval attn-mass`, all depths, the "
+      "main stage's statistic) is shown for the combined weights and for each differential map alone: a combined "
+      "weight A1 − λ·A2 can be negative, and a negative share on the answer means the head subtracts the "
+      "answer's value, a sign out_proj can carry either way.\n")
+    w("| arch | seeds | accuracy over the grid, per seed | N = 1 accuracy, per seed | retrieve | answer share: "
+      "combined | A1 | A2 |")
+    w("|---|---:|---|---|---:|---|---|---|")
     for a in archs:
-        ans = []
-        for s in seeds:
-            m = mass_all(load_eval(main, f"mass-{a}-s{s}") or {})
-            if m:
-                ans.append(m["answer"])
+        shares = {}
+        for mk in ("combined", "a1", "a2"):
+            xs = [m["answer"] for m in (mass_all(load_eval(main, f"mass-{a}-s{s}") or {}, None, mk) for s in seeds)
+                  if m]
+            shares[mk] = fmt_ci(mean_ci(xs), "{:.3f}") if xs else "–"
         w(f"| {NAME[a]} | {len(grid[a])} | " + (", ".join(f"{grid[a][s]:.2f}" for s in sorted(grid[a])) or "–")
           + " | " + (", ".join(f"{one[a][s]:.2f}" for s in sorted(one[a])) or "–") + " | "
           + (f"{sum(v >= 0.5 for v in one[a].values())} of {len(one[a])}" if one[a] else "–") + " | "
-          + (fmt_ci(mean_ci(ans), "{:.3f}") if ans else "–") + " |")
+          + " | ".join(shares[mk] for mk in ("combined", "a1", "a2")) + " |")
     w("\n| comparison (accuracy over the grid, per seed) | difference [95% CI] | verdict |")
     w("|---|---|---|")
     for a, b in (("diff2", "transformer"), ("diff2", "diff")):

@@ -101,7 +101,7 @@ for s in 1 2 3; do
         > "$tmp/eval/mass-diff2-s$s.json"
 done
 v2 > /dev/null
-check retrieval_row "| DIFF V2 | 3 | 0.26, 0.26, 0.27 | 0.30, 0.30, 0.30 | 0 of 3 | 0.200 [-0.048, 0.448] (3 seeds) |" \
+check retrieval_row "| DIFF V2 | 3 | 0.26, 0.26, 0.27 | 0.30, 0.30, 0.30 | 0 of 3 | 0.200 [-0.048, 0.448] (3 seeds) | – | – |" \
     "$(grep -F '| DIFF V2 | 3 | 0.26' "$run/V2.md")"
 check retrieval_v2_vs_transformer "| DIFF V2 − Transformer | +0.200 [+0.200, +0.200] (3 seeds) | (no claim) |" \
     "$(grep -F '| DIFF V2 − Transformer | +0.200' "$run/V2.md")"
