@@ -330,6 +330,13 @@ def train_checkpoints_resume_exactly():
     cli_train(out, 6, tp, extra=["--resume"])
     cont = difftx.Model.load(out).state_dict()
     assert all(np.array_equal(cont[k], full[k]) for k in full), "difftx train --resume differs"
+    # and the package continues the command's checkpoint
+    out2 = os.path.join(TMP, "cli-stopped.safetensors")
+    cli_train(out2, 6, tp, extra=["--ckpt-every", 3, "--stop-after", 3])
+    ck3 = os.path.join(out2 + ".ckpt", "ckpt_00000003.safetensors")
+    assert os.path.exists(ck3), os.listdir(out2 + ".ckpt")
+    cont2 = py_train(tp, 6, checkpoint=ck3).state_dict()
+    assert all(np.array_equal(cont2[k], full[k]) for k in full), "resuming difftx train's checkpoint differs"
     # another batch size is refused, naming it
     raises(difftx.ArgumentError, difftx.train, tp, 6, config=small_config(), batch=4, seq=12, seed=3, lr=3e-3,
            warmup_steps=2, checkpoint=ck, contains="batch")
