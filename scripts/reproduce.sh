@@ -210,9 +210,9 @@ quantize_for() { # TAG QM "EVAL..." ARGS...: evals_of's model $m quantised into 
     "$bin" "$@" > "$run/eval/$tag-quantize-$n.txt" 2>&1 ||
         { cat "$run/eval/$tag-quantize-$n.txt" >&2; die "difftx $* failed"; }
 }
-evals_of() { # arch seed: every evaluation of that model, in order
-    local a=$1 s=$2 m n b sc
-    m=$(model_name "$a" "$headline" "$s").safetensors n=$a-s$s
+retrieval_evals() { # arch seed: perplexity, needles, attention on the answer, outliers
+    local m n=$1-s$2
+    m=$(model_name "$1" "$headline" "$2").safetensors
     [ -n "${EV_LIST:-}" ] || echo "eval $n ($(date +%H:%M:%S))"
     ev "ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$ppl_tokens"
     ev "needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
@@ -220,6 +220,11 @@ evals_of() { # arch seed: every evaluation of that model, in order
     ev "mass-$n" attn-mass --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --length "$eval_len" \
         --samples "$mass_samples" --seed 1
     ev "outliers-$n" outliers --model "$m" --tokens "$run/val.bin" --count "$outlier_tokens"
+}
+evals_of() { # arch seed: every evaluation of that model, in order
+    local a=$1 s=$2 m n b sc
+    m=$(model_name "$a" "$headline" "$s").safetensors n=$a-s$s
+    retrieval_evals "$a" "$s"
     # low-bit attention: the unquantised baseline on the same tokens and prompts, then 8/6/4 bits in
     # both scopes (perplexity) and 4 bits in both (needles)
     ev "quant16-ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$quant_tokens"
@@ -290,15 +295,7 @@ evals_pair() { # seed: both archs' evaluations side by side, one thread each
 }
 
 v2_evals_of() { # seed: V2's evaluations (the retrieval side; its quantisation is not part of the comparison)
-    local s=$1 m n=diff2-s$1
-    m=$(model_name diff2 "$headline" "$s").safetensors
-    [ -n "${EV_LIST:-}" ] || echo "eval $n ($(date +%H:%M:%S))"
-    ev "ppl-$n" ppl --model "$m" --tokens "$run/val.bin" --max-tokens "$ppl_tokens"
-    ev "needle-$n" needle --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --lengths "$eval_len" \
-        --samples "$samples" --seed 1
-    ev "mass-$n" attn-mass --model "$m" --tokenizer "$tok" --haystack "$corpus/val" --length "$eval_len" \
-        --samples "$mass_samples" --seed 1
-    ev "outliers-$n" outliers --model "$m" --tokens "$run/val.bin" --count "$outlier_tokens"
+    retrieval_evals diff2 "$1"
 }
 v2_seed() { # seed: train V2 (unless its evaluations are kept), then evaluate it
     local out name
