@@ -37,6 +37,13 @@ def version():
     return L.dtx_version().decode()
 
 
+def _choice(what, value, table, error=None):
+    """table[value] (a C enum's value), or the error naming the choices."""
+    if value not in table:
+        raise (error or ArgumentError)("%s: %r is not one of %s" % (what, value, ", ".join(table)))
+    return table[value]
+
+
 def _path(p):
     return os.fsencode(os.fspath(p))
 
@@ -47,13 +54,13 @@ def _ids(ids, name="ids", ndim=(1,)):
     if a.size == 0:
         a = a.astype(np.int32)
     if a.dtype.kind not in "iu":
-        raise ArgumentError("%s: token ids must be integers, not %s" % (name, a.dtype), 4)
+        raise ArgumentError("%s: token ids must be integers, not %s" % (name, a.dtype))
     if a.ndim not in ndim:
         raise ArgumentError("%s: expected %s dimension%s, got shape %s" % (
-            name, " or ".join(map(str, ndim)), "" if ndim == (1,) else "s", a.shape), 4)
+            name, " or ".join(map(str, ndim)), "" if ndim == (1,) else "s", a.shape))
     if a.size and (a.min() < 0 or a.max() > 2**31 - 1):
         bad = a.min() if a.min() < 0 else a.max()
-        raise ArgumentError("%s: token id %d is not a non-negative 32-bit id" % (name, bad), 4)
+        raise ArgumentError("%s: token id %d is not a non-negative 32-bit id" % (name, bad))
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
@@ -97,9 +104,7 @@ class Config:
 
     def _to_c(self):
         c = L.dtx_config_default()
-        if self.arch not in _lib.ARCH:
-            raise ConfigError("arch: %r is not one of %s" % (self.arch, ", ".join(_lib.ARCH)), 3)
-        c.arch = _lib.ARCH[self.arch]
+        c.arch = _choice("arch", self.arch, _lib.ARCH, ConfigError)
         for k in ("dim", "n_layers", "n_heads", "vocab_size", "ffn_dim", "max_seq_len"):
             setattr(c, k, int(getattr(self, k)))
         c.n_kv_heads = int(self.n_heads if self.n_kv_heads is None else self.n_kv_heads)
@@ -137,13 +142,31 @@ class Config:
 
 # ---------------------------------------------------------------- model
 
-class Model:
-    """A model in libdifftx (dtx_model). Make one with Model.load,
-    Model.init or Model.from_state_dict; it is freed when the object goes
-    (or at close())."""
+class _Owned:
+    """An object that owns one library handle, freed by _free at close() or
+    when the object goes."""
+    _free = None  # the library's free function of the handle
 
     def __init__(self, handle):
         self._h = handle
+
+    def close(self):
+        if getattr(self, "_h", None):
+            type(self)._free(self._h)
+            self._h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 (at interpreter exit the module may be gone)
+            pass
+
+
+class Model(_Owned):
+    """A model in libdifftx (dtx_model). Make one with Model.load,
+    Model.init or Model.from_state_dict; it is freed when the object goes
+    (or at close())."""
+    _free = L.dtx_model_free
 
     # -- making and saving
     @classmethod
@@ -156,10 +179,9 @@ class Model:
     @classmethod
     def init(cls, config, seed=1, scheme="torch"):
         """Freshly initialised weights of config (seeded; scheme "torch" or "gpt2")."""
-        if scheme not in _lib.INIT:
-            raise ArgumentError("scheme: %r is not one of %s" % (scheme, ", ".join(_lib.INIT)), 4)
+        init = _choice("scheme", scheme, _lib.INIT)
         h = ctypes.c_void_p()
-        L.dtx_model_init_scheme(ctypes.byref(h), ctypes.byref(config._to_c()), int(seed), _lib.INIT[scheme])
+        L.dtx_model_init_scheme(ctypes.byref(h), ctypes.byref(config._to_c()), int(seed), init)
         return cls(h)
 
     @classmethod
@@ -174,17 +196,17 @@ class Model:
             name = info.name.decode()
             names.add(name)
             if name not in arrays:
-                raise ArgumentError("from_state_dict: tensor %s is missing" % name, 4)
+                raise ArgumentError("from_state_dict: tensor %s is missing" % name)
             a = np.asarray(arrays[name])
             shape = tuple(info.shape[:info.ndim])
             if a.shape != shape:
-                raise ArgumentError("from_state_dict: %s has shape %s; the config needs %s" % (name, a.shape, shape), 4)
+                raise ArgumentError("from_state_dict: %s has shape %s; the config needs %s" % (name, a.shape, shape))
             if a.dtype.kind != "f":
-                raise ArgumentError("from_state_dict: %s holds %s, not floating-point values" % (name, a.dtype), 4)
+                raise ArgumentError("from_state_dict: %s holds %s, not floating-point values" % (name, a.dtype))
             params[info.offset:info.offset + info.numel] = a.reshape(-1)
         extra = sorted(set(arrays) - names)
         if extra:
-            raise ArgumentError("from_state_dict: %s is not a tensor of this config" % extra[0], 4)
+            raise ArgumentError("from_state_dict: %s is not a tensor of this config" % extra[0])
         return m
 
     def save(self, path, bf16=False):
@@ -201,7 +223,7 @@ class Model:
 
     def _handle(self):
         if not self._h:
-            raise ArgumentError("the model was closed (or handed to a trainer)", 4)
+            raise ArgumentError("the model was closed (or handed to a trainer)")
         return self._h
 
     # -- what it is
@@ -222,7 +244,7 @@ class Model:
     @precision.setter
     def precision(self, p):
         if p not in _lib.PRECISION:
-            raise ArgumentError("precision: %r is not fp32 or bf16" % (p,), 4)
+            raise ArgumentError("precision: %r is not fp32 or bf16" % (p,))
         L.dtx_model_set_precision(self._handle(), _lib.PRECISION[p])
 
     @property
@@ -252,7 +274,7 @@ class Model:
         """{interop name: np.float32 array (a copy)}, in the model's order."""
         if self.quantization:
             raise ArgumentError("state_dict: the model's weights are quantised (%s) and hold no fp32 values; "
-                                "save() it instead" % self.quantization, 4)
+                                "save() it instead" % self.quantization)
         p = self._params()
         return {i.name.decode(): p[i.offset:i.offset + i.numel].reshape(tuple(i.shape[:i.ndim])).copy()
                 for i in self._infos()}
@@ -281,10 +303,10 @@ class Model:
         x = _ids(ids)
         n, maxlen = x.shape[0], self.config.max_seq_len
         if n < 2 or n > maxlen:
-            raise ArgumentError("score: %d tokens; a scored sequence has 2 to max_seq_len = %d tokens" % (n, maxlen), 4)
+            raise ArgumentError("score: %d tokens; a scored sequence has 2 to max_seq_len = %d tokens" % (n, maxlen))
         _, _, loss = self._forward(x[:-1], targets=np.ascontiguousarray(x[1:]), logits=False)
         if not np.isfinite(loss):
-            raise NumericError("score: the loss is not finite (%g)" % loss, 6)
+            raise NumericError("score: the loss is not finite (%g)" % loss)
         return loss
 
     def attention_map(self, ids, layer, head, which="combined"):
@@ -292,14 +314,13 @@ class Model:
         t over keys 0..t (zeros above the diagonal). which: "combined"
         (A1 − λ·A2 for DIFF and DIFF V2; the map for a Transformer), "first"
         or "second" (DIFF's two softmax maps)."""
-        if which not in _lib.MAPS:
-            raise ArgumentError("which: %r is not one of %s" % (which, ", ".join(_lib.MAPS)), 4)
+        kind = _choice("which", which, _lib.MAPS)
         x, _, _ = self._forward(ids, logits=False)
         if x.ndim != 1:
-            raise ArgumentError("attention_map: one sequence of ids, not a batch", 4)
+            raise ArgumentError("attention_map: one sequence of ids, not a batch")
         T = x.shape[0]
         out = np.empty((T, T), dtype=np.float64)
-        L.dtx_model_attention_map(self._h, 0, int(layer), int(head), _lib.MAPS[which],
+        L.dtx_model_attention_map(self._h, 0, int(layer), int(head), kind,
                                   out.ctypes.data_as(ctypes.POINTER(ctypes.c_double)))
         return out
 
@@ -317,13 +338,10 @@ class Model:
     def quantize(self, scheme, calib, act_method="absmax", percentile=99.99, clip_search=True, act_fp16=False):
         """Quantises the weights in place (docs/quantize.md) from calibration
         sequences calib [n_seq, len]; returns the summary as a dict."""
-        if scheme not in _lib.WQUANT:
-            raise ArgumentError("scheme: %r is not one of %s" % (scheme, ", ".join(_lib.WQUANT)), 4)
-        if act_method not in _lib.CALIB:
-            raise ArgumentError("act_method: %r is not one of %s" % (act_method, ", ".join(_lib.CALIB)), 4)
+        wq, method = _choice("scheme", scheme, _lib.WQUANT), _choice("act_method", act_method, _lib.CALIB)
         c = _ids(calib, "calib", ndim=(2,))
-        o = L.dtx_quant_options_default(_lib.WQUANT[scheme])
-        o.act_method, o.percentile = _lib.CALIB[act_method], float(percentile)
+        o = L.dtx_quant_options_default(wq)
+        o.act_method, o.percentile = method, float(percentile)
         o.clip_search, o.act_fp16 = int(bool(clip_search)), int(bool(act_fp16))
         s = _lib.QuantSummary()
         L.dtx_model_quantize(self._handle(), ctypes.byref(o), c.ctypes.data_as(_i32p), c.shape[0], c.shape[1],
@@ -339,9 +357,9 @@ class _Generation:
         c = model.config
         n = prompt.shape[0]
         if n < 1:
-            raise ArgumentError("generate: the prompt is empty", 4)
+            raise ArgumentError("generate: the prompt is empty")
         if n > c.max_seq_len:
-            raise ArgumentError("generate: the prompt's %d tokens exceed max_seq_len %d" % (n, c.max_seq_len), 4)
+            raise ArgumentError("generate: the prompt's %d tokens exceed max_seq_len %d" % (n, c.max_seq_len))
         if n == c.max_seq_len:  # prompt and continuation stay within max_seq_len
             self.left = 0
         self.V = c.vocab_size
@@ -390,11 +408,9 @@ class _Generation:
 
 # ---------------------------------------------------------------- tokenizer
 
-class Tokenizer:
+class Tokenizer(_Owned):
     """Byte-level BPE (dtx_tokenizer): difftx's own files or tiktoken rank files."""
-
-    def __init__(self, handle):
-        self._h = handle
+    _free = L.dtx_tokenizer_free
 
     @classmethod
     def load(cls, path):
@@ -406,7 +422,7 @@ class Tokenizer:
     def train(cls, texts=None, paths=None, vocab_size=4096):
         """Trains on texts (str or bytes each) or on files and folders."""
         if (texts is None) == (paths is None):
-            raise ArgumentError("Tokenizer.train: give texts or paths (one of them)", 4)
+            raise ArgumentError("Tokenizer.train: give texts or paths (one of them)")
         h = ctypes.c_void_p()
         if paths is not None:
             arr = (ctypes.c_char_p * len(paths))(*[_path(p) for p in paths])
@@ -420,17 +436,6 @@ class Tokenizer:
 
     def save(self, path):
         L.dtx_tokenizer_save(self._h, _path(path))
-
-    def close(self):
-        if getattr(self, "_h", None):
-            L.dtx_tokenizer_free(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
     @property
     def vocab_size(self):
@@ -522,14 +527,12 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
     callback(StepInfo) after every step; returning False stops early. The same
     arguments give the weights `difftx train` gives (same machine, threads)."""
     if model is not None and config is not None:
-        raise ArgumentError("train: give config (a new model) or model (weights to continue), not both", 4)
+        raise ArgumentError("train: give config (a new model) or model (weights to continue), not both")
     oc = L.dtx_optim_default()
     d = L.dtx_optim_default()
     for k, v in optim.items():
         if k == "schedule":
-            if v not in _lib.SCHEDULE:
-                raise ArgumentError("schedule: %r is not one of %s" % (v, ", ".join(_lib.SCHEDULE)), 4)
-            v = _lib.SCHEDULE[v]
+            v = _choice("schedule", v, _lib.SCHEDULE)
         elif k not in dict(_lib.OptimConfig._fields_) or k == "total_steps":
             raise TypeError("train: unknown optimizer setting %r" % k)
         setattr(oc, k, v)
@@ -537,15 +540,14 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
         oc.min_lr = oc.lr * (d.min_lr / d.lr)
     oc.total_steps = int(steps)
     L.dtx_optim_validate(ctypes.byref(oc))
-    if init_scheme not in _lib.INIT:
-        raise ArgumentError("init_scheme: %r is not one of %s" % (init_scheme, ", ".join(_lib.INIT)), 4)
+    scheme = _choice("init_scheme", init_scheme, _lib.INIT)
     cfg = model.config if model is not None else (config or Config())
     o = L.dtx_train_options_default()
     o.batch, o.accum, o.eval_batches, o.seed = int(batch), int(accum), int(eval_batches), int(seed)
     o.seq = int(seq) if seq is not None else cfg.max_seq_len
-    o.init_scheme = _lib.INIT[init_scheme]
+    o.init_scheme = scheme
     if eval_every and val_tokens is None:
-        raise ArgumentError("train: eval_every needs val_tokens", 4)
+        raise ArgumentError("train: eval_every needs val_tokens")
     t = ctypes.c_void_p()
     with tempfile.TemporaryDirectory(prefix="difftx-") as tmp:
         tp = _token_file(tokens, cfg.vocab_size, tmp, "tokens")
