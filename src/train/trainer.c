@@ -331,19 +331,18 @@ dtx_status dtx_trainer_init(dtx_trainer **out, const dtx_train_options *o, const
 /* The run settings a checkpoint of the public trainer holds, formatted as
  * difftx train formats them (keys[i], vals[i]); returns how many. */
 enum { PUBLIC_KEYS = 9, PUBLIC_COMPARED = 6 };
-static int public_meta(const dtx_trainer *t, const dtx_train_options *o, const char **keys,
-                       char (*vals)[DTX_CKPT_VALUE_MAX]) {
+static int public_meta(const dtx_trainer *t, const char **keys, char (*vals)[DTX_CKPT_VALUE_MAX]) {
     int n = 0;
 #define K(key, ...) (keys[n] = (key), snprintf(vals[n++], DTX_CKPT_VALUE_MAX, __VA_ARGS__))
     /* compared on resume */
-    K("batch", "%lld", (long long)o->batch);
-    K("seq", "%lld", (long long)o->seq);
-    K("accum", "%lld", (long long)o->accum);
-    K("seed", "%llu", (unsigned long long)o->seed);
+    K("batch", "%lld", (long long)t->o.batch);
+    K("seq", "%lld", (long long)t->o.seq);
+    K("accum", "%lld", (long long)t->o.accum);
+    K("seed", "%llu", (unsigned long long)t->o.seed);
     K("data_tokens", "%lld", (long long)t->data.count);
     K("data_hash", "%016" PRIx64, t->data_hash);
     /* written for difftx train --resume, which compares them too */
-    K("init_scheme", "%s", dtx_init_scheme_name(o->init_scheme));
+    K("init_scheme", "%s", dtx_init_scheme_name(t->init_scheme));
     K("precision", "%s", t->model ? dtx_precision_name(dtx_model_precision(t->model)) : "fp32");
     K("needles", "0/0/%d", PUBLIC_NEEDLE_MAX);
 #undef K
@@ -355,9 +354,7 @@ dtx_status dtx_trainer_save(dtx_trainer *t, const char *path) {
     const char *keys[PUBLIC_KEYS + 1];
     char vals[PUBLIC_KEYS + 1][DTX_CKPT_VALUE_MAX];
     const char *values[PUBLIC_KEYS + 1];
-    dtx_train_options o = {.batch = t->o.batch, .seq = t->o.seq, .accum = t->o.accum,
-                           .eval_batches = t->o.eval_batches, .seed = t->o.seed, .init_scheme = t->init_scheme};
-    int n = public_meta(t, &o, keys, vals);
+    int n = public_meta(t, keys, vals);
     keys[n] = "loss"; /* difftx train shows it on resume */
     snprintf(vals[n++], DTX_CKPT_VALUE_MAX, "%.17g", t->last_loss);
     for (int i = 0; i < n; i++) values[i] = vals[i];
@@ -372,9 +369,10 @@ dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_option
     if (st) return st;
     if ((st = public_open(out, o, tokens, val_tokens, dtx_model_config(ck.model)))) goto done;
     dtx_trainer *t = *out;
+    t->init_scheme = o->init_scheme;
     const char *keys[PUBLIC_KEYS];
     char vals[PUBLIC_KEYS][DTX_CKPT_VALUE_MAX];
-    public_meta(t, o, keys, vals);
+    public_meta(t, keys, vals);
     for (int i = 0; i < PUBLIC_COMPARED + 1; i++) { /* and init_scheme, which older checkpoints lack */
         const char *theirs = dtx_ckpt_meta(&ck, keys[i]);
         if (!theirs && strcmp(keys[i], "init_scheme") == 0) theirs = "torch";
@@ -416,7 +414,6 @@ dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_option
     if (prec && strcmp(prec, "bf16") == 0 && (st = dtx_model_set_precision(ck.model, DTX_PREC_BF16))) goto done;
     const char *loss = dtx_ckpt_meta(&ck, "loss");
     t->last_loss = loss ? strtod(loss, NULL) : NAN;
-    t->init_scheme = o->init_scheme;
     st = dtx_trainer_resume(t, ck.model, ck.opt, &ck.rng, ck.step);
     ck.model = NULL, ck.opt = NULL; /* taken */
 done:
