@@ -233,15 +233,22 @@ def write(r, command, main=None):
     if decide and transformer_unstable(r, decide):
         why = f" (here {decide}x, where the Transformer diverged)"
     elif decide:
-        why = (f" (here {decide}x, where the Transformer still did not diverge: the paper's premise, a learning rate "
-               "at which it is unstable, was not reached, so these comparisons say little)")
+        base = [v for v in loss["transformer"].values() if v is not None]
+        rh = open_high(r, decide)
+        hi = [rh.final_val(k) for k in runs_at(rh, "transformer", high_lr(r, decide)).values()]
+        hi = [v for v in hi if v is not None]
+        rise = (f"; its final validation loss there is {statistics.mean(hi):.2f} against {statistics.mean(base):.2f} "
+                "at its own lr" if hi and base else "")
+        why = (f" (here {decide}x, where the Transformer still did not diverge{rise}: the paper's premise, a "
+               "learning rate at which it diverges, was not reached, so these comparisons measure spikes in runs "
+               "that all finished)")
     else:
         why = ""
     w(f"Every arch at 4x the Transformer's own lr, then at 8x and 16x while the Transformer stays stable (none of "
       f"its {N_SEEDS} seeds diverged), {N_SEEDS} seeds each. A spike: a step after the warm-up ({steps // 20} "
       f"steps) whose pre-clip gradient norm exceeds {SPIKE:g}x the median of the {WINDOW} steps before it. "
       "Diverged: the loss became non-finite (the run stops there). The verdicts below come from one multiple: "
-      "the first at which the Transformer was unstable, else the highest that ran" + why + ".")
+      "the first at which a seed of the Transformer diverged, else the highest that ran" + why + ".")
     spk, div = {}, {}
     for mult in MULTS:
         rh = open_high(r, mult) if "transformer" in r.lr else None
