@@ -19,12 +19,13 @@
 enum { MAX_SEQ = 256 };
 
 static const char *icl_tok, *qa_tok, *hay, *icl_model, *icl_tf, *current_token, *short_model, *none_model, *qa_model;
+static const char *icl_v2, *qa_v2, *current_token_v2;
 static dtx_tokenizer *qa_t;
 
 static dtx_config tiny(dtx_arch arch, int64_t dim, int64_t vocab, int64_t max_seq) {
     dtx_config c = dtx_config_default();
     c.arch = arch, c.dim = dim, c.n_layers = 1, c.n_heads = 2;
-    c.n_kv_heads = arch == DTX_ARCH_DIFF ? 1 : 2;
+    c.n_kv_heads = arch == DTX_ARCH_DIFF ? 1 : 2; /* DIFF V2: 2 output heads (4 query heads) over 2 KV heads */
     c.vocab_size = vocab, c.ffn_dim = 64, c.max_seq_len = max_seq, c.tie_embeddings = 0;
     return c;
 }
@@ -112,7 +113,18 @@ static int setup(void) {
     short_model = save(d, "short.safetensors");
     qa_model = save(e, "qa_diff.safetensors");
     none_model = none_bigram();
-    return icl_model && icl_tf && current_token && short_model && qa_model && none_model ? 0 : -1;
+    /* DIFF V2 (attention its own kernel path: 2h query heads, λ per token) */
+    dtx_model *f = NULL, *g = NULL, *h = NULL;
+    dtx_config c2 = tiny(DTX_ARCH_DIFF2, 32, V, MAX_SEQ), cq2 = tiny(DTX_ARCH_DIFF2, 32, dtx_tokenizer_vocab_size(qa_t), MAX_SEQ);
+    if (dtx_model_init(&f, &c2, 6) || dtx_model_init(&g, &c2, 7) || dtx_model_init(&h, &cq2, 8)) return -1;
+    silence(g);
+    icl_v2 = save(f, "icl_v2.safetensors");
+    current_token_v2 = save(g, "current_token_v2.safetensors");
+    qa_v2 = save(h, "qa_v2.safetensors");
+    return icl_model && icl_tf && current_token && short_model && qa_model && none_model && icl_v2 &&
+                   current_token_v2 && qa_v2
+               ? 0
+               : -1;
 }
 
 static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
@@ -218,6 +230,29 @@ TEST(eval_icl_cli_current_token_model_is_at_chance_exactly) {
     cJSON_Delete(a);
 }
 
+/* DIFF V2: the same arithmetic, and a V2 whose attention and feed-forward are
+ * silenced answers from the current token alone, at chance exactly. */
+TEST(eval_icl_cli_diff2) {
+    REQUIRE(setup() == 0);
+    const char *js = test_path("icl_v2.json");
+    int rc = cli("eval icl --model %s --tokenizer %s --classes 4 --queries 8 --episodes 2 --orders 3 --shots 1,2 "
+                 "--json %s",
+                 icl_v2, icl_tok, js);
+    REQUIREF(rc == 0, "%s", cli_out);
+    cJSON *a = read_json(js);
+    REQUIRE(a);
+    check_icl_json(a, 4, 8, 2, 3);
+    cJSON_Delete(a);
+    rc = cli("eval icl --model %s --tokenizer %s --classes 5 --queries 20 --episodes 2 --orders 4 --shots 1,3 --json %s",
+             current_token_v2, icl_tok, js);
+    REQUIREF(rc == 0, "%s", cli_out);
+    REQUIRE((a = read_json(js)));
+    const cJSON *p;
+    cJSON_ArrayForEach(p, item(a, "curve")) CHECKF(json_num(p, "acc") == 0.2, "acc %g", json_num(p, "acc"));
+    CHECK(json_num(item(item(a, "order"), "random"), "margin_mean") == 0);
+    cJSON_Delete(a);
+}
+
 TEST(eval_icl_cli_refusals) {
     REQUIRE(setup() == 0);
     const char *P = "difftx eval icl: ";
@@ -256,11 +291,11 @@ TEST(eval_icl_cli_refusals) {
 
 /* ------------------------------------------------------------ halluc */
 
-TEST(eval_halluc_cli_json_arithmetic) {
-    REQUIRE(setup() == 0);
+/* The report's rates against their own counts, for one model. */
+static void check_halluc_arithmetic(const char *model) {
     const char *js = test_path("halluc.json");
     int rc = cli("eval halluc --model %s --tokenizer %s --haystack %s --samples 3 --list-needles 1,3 --json %s",
-                 qa_model, qa_tok, hay, js);
+                 model, qa_tok, hay, js);
     REQUIREF(rc == 0, "%s", cli_out);
     cJSON *a = read_json(js);
     REQUIRE(a);
@@ -284,6 +319,12 @@ TEST(eval_halluc_cli_json_arithmetic) {
     check_rate(item(item(a, "list_pooled"), "precision"), listed);
     check_rate(item(ab, "none_absent"), 3), check_rate(item(ab, "present_right"), 3), check_rate(item(ab, "none_present"), 3);
     cJSON_Delete(a);
+}
+
+TEST(eval_halluc_cli_json_arithmetic) {
+    REQUIRE(setup() == 0);
+    check_halluc_arithmetic(qa_model);
+    check_halluc_arithmetic(qa_v2); /* DIFF V2 */
 }
 
 TEST(eval_halluc_cli_a_model_that_always_says_none) {
