@@ -119,6 +119,31 @@ def spikes(base, warmup):
     return count, worst, norms[-1][0] if norms else 0, diverged
 
 
+STABILITY_CLAIMS = [
+    ("diff2", "transformer", -1, "spikes", "V2 has fewer gradient spikes than the Transformer at a large lr (§8.3)"),
+    ("diff2", "diff", -1, "spikes", "V2 has fewer gradient spikes than V1 at a large lr (§8.2)"),
+    ("diff2lin", "diff2", +1, "spikes", "λ without the sigmoid is less stable than V2 (§8.3)"),
+    ("diff2", "transformer", -1, "diverged", "V2 diverges less often than the Transformer at a large lr (§8.3)")]
+
+
+def stability_comparisons(w, mult, spk, div, loss, judge, decide=None):
+    """Writes (through W) the paired comparisons at one multiple: the paper's claims (verdicts only when JUDGE: the deciding
+    multiple, module docstring), then each arch's final loss there (no claim)."""
+    w(f"\n| comparison at {mult or '–'}x (per seed) | difference [95% CI] | paper | verdict |")
+    w("|---|---|---|---|")
+    for a, b, sign, what, claim in STABILITY_CLAIMS:
+        src = spk if what == "spikes" else div
+        ci = paired_ci(src.get(b, {}), src.get(a, {}))
+        v = verdict(ci, sign, claim, "V2.md stability") if judge else f"(verdicts at {decide}x)"
+        w(f"| {NAME[a]} − {NAME[b]}: {what} per run | {fmt_ci(ci, '{:+.2f}')} | {'fewer' if sign < 0 else 'more'} "
+          f"| {v} |")
+    # how well each arch still trains at that lr: measured, no claim of the paper's to judge
+    for a, b in [("diff2", "transformer"), ("diff2", "diff")]:
+        if loss:
+            ci = paired_ci(loss.get(b, {}), loss.get(a, {}))
+            w(f"| {NAME[a]} − {NAME[b]}: final validation loss | {fmt_ci(ci, '{:+.4f}')} | – | (no claim) |")
+
+
 def outliers(r, key):
     p = os.path.join(r.dir, "eval", "outliers-" + os.path.basename(r.runs[key]) + ".json")
     if not os.path.exists(p):
@@ -249,7 +274,7 @@ def write(r, command, main=None):
       f"steps) whose pre-clip gradient norm exceeds {SPIKE:g}x the median of the {WINDOW} steps before it. "
       "Diverged: the loss became non-finite (the run stops there). The verdicts below come from one multiple: "
       "the first at which a seed of the Transformer diverged, else the highest that ran" + why + ".")
-    spk, div = {}, {}
+    judged = False
     for mult in MULTS:
         rh = open_high(r, mult) if "transformer" in r.lr else None
         if mult != MULTS[0] and not rh:
@@ -258,35 +283,26 @@ def write(r, command, main=None):
         w(f"\n### {mult}x the Transformer's lr ({hi or 'not yet run'})\n")
         w("| arch | seeds | spikes per run | largest ratio | diverged | final validation loss |")
         w("|---|---:|---|---|---:|---|")
-        m_spk, m_div = {}, {}
+        m_spk, m_div, m_loss = {}, {}, {}
         for a in ARCHS:
             runs = runs_at(rh, a, hi) if hi and rh else {}
             res = {s: spikes(rh.runs[k], steps // 20) for s, k in runs.items()}
             m_spk[a] = {s: x[0] for s, x in res.items()}
             m_div[a] = {s: int(x[3]) for s, x in res.items()}
-            fin = [v for v in (rh.final_val(k) for k in runs.values()) if v is not None] if rh else []
+            m_loss[a] = {s: v for s, v in ((s, rh.final_val(k)) for s, k in runs.items()) if v is not None}
             worst = max((x[1] for x in res.values()), default=float("nan"))
             w(f"| {NAME[a]} | {len(res)} | " + (", ".join(str(m_spk[a][s]) for s in sorted(m_spk[a])) or "–")
               + " | " + ("–" if math.isnan(worst) else f"{worst:.1f}x") + f" | {sum(m_div[a].values())} | "
-              + (fmt_ci(mean_ci(fin), "{:.4f}") if fin else "–") + " |")
+              + (fmt_ci(mean_ci(list(m_loss[a].values())), "{:.4f}") if m_loss[a] else "–") + " |")
         if not any(m_spk.values()):
             w("\nNo run at this multiple has finished yet (`make reproduce STAGE=v2` runs it).")
-        if mult == decide:
-            spk, div = m_spk, m_div
-    w(f"\n| comparison at {decide or '–'}x (per seed) | difference [95% CI] | paper | verdict |")
-    w("|---|---|---|---|")
-    for a, b, sign, what, claim in [
-            ("diff2", "transformer", -1, "spikes", "V2 has fewer gradient spikes than the Transformer at a large lr "
-             "(§8.3)"),
-            ("diff2", "diff", -1, "spikes", "V2 has fewer gradient spikes than V1 at a large lr (§8.2)"),
-            ("diff2lin", "diff2", +1, "spikes", "λ without the sigmoid is less stable than V2 (§8.3)"),
-            ("diff2", "transformer", -1, "diverged", "V2 diverges less often than the Transformer at a large lr "
-             "(§8.3)")]:
-        src = spk if what == "spikes" else div
-        ci = paired_ci(src.get(b, {}), src.get(a, {}))
-        v = verdict(ci, sign, claim, "V2.md stability")
-        w(f"| {NAME[a]} − {NAME[b]}: {what} per run | {fmt_ci(ci, '{:+.2f}')} | {'fewer' if sign < 0 else 'more'} "
-          f"| {v} |")
+        elif mult == decide:
+            stability_comparisons(w, mult, m_spk, m_div, m_loss, True)
+            judged = True
+        else:  # shown as measured; the verdicts are the deciding multiple's
+            stability_comparisons(w, mult, m_spk, m_div, m_loss, False, decide)
+    if not judged:  # nothing to judge yet: every claim is "not measured"
+        stability_comparisons(w, decide, {}, {}, {}, True)
     # outliers
     w("\n## Activation outliers at each arch's learning rate (Table 5's Top-1)\n")
     w("| arch | seeds | top-1 attention logit | top-1 hidden value |")

@@ -82,8 +82,12 @@ check unstable_at_8x "yes;" "$(v2 --unstable 8)"
 v2 > /dev/null
 check decided_at_8x "1" "$(grep -c "here 8x, where the Transformer diverged" "$run/V2.md")"
 check both_multiples_shown "2" "$(grep -c "^### [48]x the Transformer's lr" "$run/V2.md")"
+# the deciding multiple's comparisons carry the verdicts; 4x's are shown as measured, pointing to 8x
 check diverged_compared "-0.33 [-1.77, +1.10] (3 seeds)" \
-    "$(grep -F '| DIFF V2 − Transformer: diverged per run |' "$run/V2.md" | awk -F'|' '{gsub(/^ +| +$/, "", $3); print $3}')"
+    "$(sed -n '/^| comparison at 8x/,/^$/p' "$run/V2.md" | grep -F '| DIFF V2 − Transformer: diverged per run |' |
+       awk -F'|' '{gsub(/^ +| +$/, "", $3); print $3}')"
+check four_stability_verdicts "4" "$(grep -c '"V2.md stability"' "$run/verdicts.json")"
+check other_multiple_unjudged "4" "$(sed -n '/^| comparison at 4x/,/^$/p' "$run/V2.md" | grep -c '(verdicts at 8x)')"
 check outliers_logits_held_hidden_not "held;did not hold" \
     "$(grep -F '| DIFF V2 / Transformer' "$run/V2.md" | awk -F'|' '{gsub(/^ +| +$/, "", $4); gsub(/^ +| +$/, "", $6); print $4 ";" $6}')"
 # retrieval under the main stage's recipe, read from DIR's parent's eval/: V2 0.2 above the Transformer per seed
