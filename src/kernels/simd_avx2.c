@@ -306,6 +306,12 @@ AVX2_INLINE __m256 maskload_w_bf16(const uint16_t *p, __m256i m, int64_t n) {
  * weight streamed from memory, one thread: about 8 -> 19 G weights/s). */
 #define NO_PREFETCH(kr, c) ((void)0)
 #define PREFETCH_NEXT_8_ROWS(kr, c) _mm_prefetch((const char *)(const void *)((kr) + 8 * ldk) + 8 * (c), _MM_HINT_T0)
+/* bf16 rows (half fp32's bytes per multiply-add) outrun the prefetcher too:
+ * two lines per 8 columns of the 8 rows (Zen 5, 512 x 65536 bf16 weight, 2
+ * threads: 26 -> 44 GB/s, as fast as fp32 rows stream without help). */
+#define PREFETCH_NEXT_8_ROWS_BF16(kr, c)                                                                  \
+    (_mm_prefetch((const char *)(const void *)((kr) + 8 * ldk) + 16 * (c), _MM_HINT_T0),                  \
+     _mm_prefetch((const char *)(const void *)((kr) + 8 * ldk) + 16 * (c) + 64, _MM_HINT_T0))
 
 /* s[t·lds] = scale · x·row_t for t < n, rows d wide with stride ldk: 8 rows
  * at a time (8 independent accumulators: enough loads in flight to stream
@@ -395,7 +401,7 @@ AVX2_FN void dtx_gemv_bf16_avx2(float *out, const float *x, const uint16_t *w, i
     float *s = out, scale = 1.0f;
     const uint16_t *k = w;
     int64_t lds = 1, ldk = K, n = N, d = K;
-    DOT_ROWS_BODY(uint16_t, load_w_bf16, maskload_w_bf16, NO_PREFETCH)
+    DOT_ROWS_BODY(uint16_t, load_w_bf16, maskload_w_bf16, PREFETCH_NEXT_8_ROWS_BF16)
 }
 
 /* ------------------------------------------- quantised one-row products */
