@@ -297,6 +297,8 @@ static dtx_status public_open(dtx_trainer **out, const dtx_train_options *o, con
                            .seed = o->seed, .mix = {.needle_max = PUBLIC_NEEDLE_MAX}};
     dtx_status st = dtx_trainer_open(t, &to, paths[0], paths[1], c->vocab_size);
     t->own_paths[0] = paths[0], t->own_paths[1] = paths[1]; /* after open, which clears the struct */
+    t->init_scheme = o->init_scheme;
+    t->last_loss = NAN;
     if (st) {
         dtx_trainer_close(t);
         free(t);
@@ -318,8 +320,6 @@ dtx_status dtx_trainer_init(dtx_trainer **out, const dtx_train_options *o, const
         return st;
     }
     dtx_trainer *t = *out;
-    t->init_scheme = o->init_scheme;
-    t->last_loss = NAN;
     if ((st = dtx_trainer_start(t, model, c, o->init_scheme, oc))) {
         if (model && t->model != model) dtx_model_free(model); /* not yet the trainer's */
         dtx_trainer_free(t);
@@ -369,7 +369,6 @@ dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_option
     if (st) return st;
     if ((st = public_open(out, o, tokens, val_tokens, dtx_model_config(ck.model)))) goto done;
     dtx_trainer *t = *out;
-    t->init_scheme = o->init_scheme;
     const char *keys[PUBLIC_KEYS];
     char vals[PUBLIC_KEYS][DTX_CKPT_VALUE_MAX];
     public_meta(t, keys, vals);
