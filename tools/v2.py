@@ -103,6 +103,11 @@ def runs_at(r, arch, lr):
     return {s: k for k in r.runs for (a, d, l, s) in [k] if (a, d, l) == (arch, dim, lr)}
 
 
+def final_losses(r, arch, lr):
+    """{seed: final validation loss} of ARCH's finished runs at LR in R."""
+    return {s: v for s, v in ((s, r.final_val(k)) for s, k in runs_at(r, arch, lr).items()) if v is not None}
+
+
 def spikes(base, warmup):
     """(count, largest ratio, last step, diverged) of one run's gradient norms (module docstring)."""
     norms = [(s, e["grad_norm"]) for s, e in read_entries(base + ".jsonl") if e.get("grad_norm") is not None]
@@ -126,22 +131,21 @@ STABILITY_CLAIMS = [
     ("diff2", "transformer", -1, "diverged", "V2 diverges less often than the Transformer at a large lr (§8.3)")]
 
 
-def stability_comparisons(w, mult, spk, div, loss, judge, decide=None):
-    """Writes (through W) the paired comparisons at one multiple: the paper's claims (verdicts only when JUDGE: the deciding
-    multiple, module docstring), then each arch's final loss there (no claim)."""
+def stability_comparisons(w, mult, decide, spk, div, loss):
+    """Writes (through W) the paired comparisons at multiple MULT: the paper's claims (verdicts only at DECIDE,
+    the deciding multiple: module docstring), then V2's final loss against the others' there (no claim)."""
     w(f"\n| comparison at {mult or '–'}x (per seed) | difference [95% CI] | paper | verdict |")
     w("|---|---|---|---|")
     for a, b, sign, what, claim in STABILITY_CLAIMS:
         src = spk if what == "spikes" else div
         ci = paired_ci(src.get(b, {}), src.get(a, {}))
-        v = verdict(ci, sign, claim, "V2.md stability") if judge else f"(verdicts at {decide}x)"
+        v = verdict(ci, sign, claim, "V2.md stability") if mult == decide else f"(verdicts at {decide}x)"
         w(f"| {NAME[a]} − {NAME[b]}: {what} per run | {fmt_ci(ci, '{:+.2f}')} | {'fewer' if sign < 0 else 'more'} "
           f"| {v} |")
     # how well each arch still trains at that lr: measured, no claim of the paper's to judge
-    for a, b in [("diff2", "transformer"), ("diff2", "diff")]:
-        if loss:
-            ci = paired_ci(loss.get(b, {}), loss.get(a, {}))
-            w(f"| {NAME[a]} − {NAME[b]}: final validation loss | {fmt_ci(ci, '{:+.4f}')} | – | (no claim) |")
+    for a, b in [("diff2", "transformer"), ("diff2", "diff")] if loss else []:
+        ci = paired_ci(loss.get(b, {}), loss.get(a, {}))
+        w(f"| {NAME[a]} − {NAME[b]}: final validation loss | {fmt_ci(ci, '{:+.4f}')} | – | (no claim) |")
 
 
 def outliers(r, key):
@@ -233,11 +237,11 @@ def write(r, command, main=None):
         w(f"| {NAME[a]} | " + " | ".join(cells) + f" | {r.lr.get(a, '–')} |")
     # loss
     w("\n## Validation loss at each arch's learning rate\n")
-    loss = {a: {s: r.final_val(k) for s, k in runs_at(r, a, r.lr.get(a, "")).items()} for a in ARCHS}
+    loss = {a: final_losses(r, a, r.lr.get(a, "")) for a in ARCHS}
     w("| arch | lr | seeds | final validation loss (mean [95% CI]) | per seed |")
     w("|---|---|---:|---|---|")
     for a in ARCHS:
-        vs = {s: v for s, v in loss[a].items() if v is not None}
+        vs = loss[a]
         w(f"| {NAME[a]} | {r.lr.get(a, '–')} | {len(vs)} | {fmt_ci(mean_ci(list(vs.values())), '{:.4f}')} | "
           + ", ".join(f"{v:.4f}" for _, v in sorted(vs.items())) + " |")
     w("\n| comparison (per seed) | difference [95% CI] | paper | verdict |")
@@ -247,8 +251,7 @@ def write(r, command, main=None):
              ("diff2lin", "diff2", +1, "λ without the sigmoid: higher loss than V2 (§8.3)"),
              ("diff2none", "diff2", +1, "no λ: higher loss than V2 (§8.3)")]
     for a, b, sign, claim in comps:
-        ci = paired_ci({s: v for s, v in loss[b].items() if v is not None},
-                       {s: v for s, v in loss[a].items() if v is not None})
+        ci = paired_ci(loss[b], loss[a])
         v = verdict(ci, sign, claim, "V2.md loss") if sign else "(no claim)"
         w(f"| {NAME[a]} − {NAME[b]} | {fmt_ci(ci, '{:+.4f}')} | {'lower' if sign < 0 else 'higher' if sign else '–'} "
           f"| {v} |")
@@ -258,10 +261,8 @@ def write(r, command, main=None):
     if decide and transformer_unstable(r, decide):
         why = f" (here {decide}x, where the Transformer diverged)"
     elif decide:
-        base = [v for v in loss["transformer"].values() if v is not None]
-        rh = open_high(r, decide)
-        hi = [rh.final_val(k) for k in runs_at(rh, "transformer", high_lr(r, decide)).values()]
-        hi = [v for v in hi if v is not None]
+        base = list(loss["transformer"].values())
+        hi = list(final_losses(open_high(r, decide), "transformer", high_lr(r, decide)).values())
         rise = (f"; its final validation loss there is {statistics.mean(hi):.2f} against {statistics.mean(base):.2f} "
                 "at its own lr" if hi and base else "")
         why = (f" (here {decide}x, where the Transformer still did not diverge{rise}: the paper's premise, a "
@@ -289,20 +290,18 @@ def write(r, command, main=None):
             res = {s: spikes(rh.runs[k], steps // 20) for s, k in runs.items()}
             m_spk[a] = {s: x[0] for s, x in res.items()}
             m_div[a] = {s: int(x[3]) for s, x in res.items()}
-            m_loss[a] = {s: v for s, v in ((s, rh.final_val(k)) for s, k in runs.items()) if v is not None}
+            m_loss[a] = final_losses(rh, a, hi) if runs else {}
             worst = max((x[1] for x in res.values()), default=float("nan"))
             w(f"| {NAME[a]} | {len(res)} | " + (", ".join(str(m_spk[a][s]) for s in sorted(m_spk[a])) or "–")
               + " | " + ("–" if math.isnan(worst) else f"{worst:.1f}x") + f" | {sum(m_div[a].values())} | "
               + (fmt_ci(mean_ci(list(m_loss[a].values())), "{:.4f}") if m_loss[a] else "–") + " |")
         if not any(m_spk.values()):
             w("\nNo run at this multiple has finished yet (`make reproduce STAGE=v2` runs it).")
-        elif mult == decide:
-            stability_comparisons(w, mult, m_spk, m_div, m_loss, True)
-            judged = True
-        else:  # shown as measured; the verdicts are the deciding multiple's
-            stability_comparisons(w, mult, m_spk, m_div, m_loss, False, decide)
+        else:  # verdicts at the deciding multiple; the others shown as measured
+            stability_comparisons(w, mult, decide, m_spk, m_div, m_loss)
+            judged |= mult == decide
     if not judged:  # nothing to judge yet: every claim is "not measured"
-        stability_comparisons(w, decide, {}, {}, {}, True)
+        stability_comparisons(w, decide, decide, {}, {}, {})
     # outliers
     w("\n## Activation outliers at each arch's learning rate (Table 5's Top-1)\n")
     w("| arch | seeds | top-1 attention logit | top-1 hidden value |")
