@@ -8,6 +8,7 @@
  * question "none" pins each faithfulness rate. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,25 @@ static int setup(void) {
 
 static const cJSON *item(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
+/* Runs `difftx eval ARGS --json <test_path(name)>` and reads its report; NULL
+ * (the failure recorded, with the command's output) when it fails. */
+__attribute__((format(printf, 2, 3))) static cJSON *eval_json(const char *name, const char *fmt, ...) {
+    char args[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    const char *js = test_path(name);
+    int rc = cli("eval %s --json %s", args, js);
+    if (rc != 0) {
+        test_fail_at(__FILE__, __LINE__, "eval %s: rc %d: %s", args, rc, cli_out);
+        return NULL;
+    }
+    cJSON *a = read_json(js);
+    if (!a) test_fail_at(__FILE__, __LINE__, "eval %s: no JSON report in %s", args, js);
+    return a;
+}
+
 /* rate = k / n inside the library's Wilson interval. */
 static void check_rate(const cJSON *r, double want_n) {
     double k = json_num(r, "k"), n = json_num(r, "n"), lo, hi;
@@ -179,20 +199,14 @@ static void check_icl_json(const cJSON *root, int C, int Q, int E, int K) {
 
 TEST(eval_icl_cli_json_and_independent_points) {
     REQUIRE(setup() == 0);
-    const char *js = test_path("icl.json"), *js2 = test_path("icl2.json");
-    int rc = cli("eval icl --model %s --tokenizer %s --classes 4 --queries 8 --episodes 2 --orders 3 --shots 1,2 "
-                 "--json %s",
-                 icl_model, icl_tok, js);
-    REQUIREF(rc == 0, "%s", cli_out);
-    CHECK(cli_has("Order study: 10 rounds (40 demonstrations)"));
-    cJSON *a = read_json(js);
+    cJSON *a = eval_json("icl.json", "icl --model %s --tokenizer %s --classes 4 --queries 8 --episodes 2 --orders 3 "
+                         "--shots 1,2", icl_model, icl_tok);
     REQUIRE(a);
+    CHECK(cli_has("Order study: 10 rounds (40 demonstrations)"));
     check_icl_json(a, 4, 8, 2, 3);
     /* rounds 2 asked alone: the same answers as with rounds 1 beside it, and the same order study */
-    rc = cli("eval icl --model %s --tokenizer %s --classes 4 --queries 8 --episodes 2 --orders 3 --shots 2 --json %s",
-             icl_model, icl_tok, js2);
-    REQUIREF(rc == 0, "%s", cli_out);
-    cJSON *b = read_json(js2);
+    cJSON *b = eval_json("icl2.json", "icl --model %s --tokenizer %s --classes 4 --queries 8 --episodes 2 --orders 3 "
+                         "--shots 2", icl_model, icl_tok);
     REQUIRE(b);
     char *pa = cJSON_PrintUnformatted(item(cJSON_GetArrayItem(item(a, "curve"), 1), "correct_per_episode"));
     char *pb = cJSON_PrintUnformatted(item(cJSON_GetArrayItem(item(b, "curve"), 0), "correct_per_episode"));
@@ -203,10 +217,8 @@ TEST(eval_icl_cli_json_and_independent_points) {
     cJSON_Delete(a);
     cJSON_Delete(b);
     /* the default curve: 1, 2, 4, 8 and the most that fit (10) */
-    rc = cli("eval icl --model %s --tokenizer %s --classes 4 --queries 4 --episodes 1 --orders 2 --json %s", icl_tf,
-             icl_tok, js);
-    REQUIREF(rc == 0, "%s", cli_out);
-    a = read_json(js);
+    a = eval_json("icl.json", "icl --model %s --tokenizer %s --classes 4 --queries 4 --episodes 1 --orders 2", icl_tf,
+                  icl_tok);
     REQUIRE(a && cJSON_GetArraySize(item(a, "curve")) == 5);
     CHECK(json_num(cJSON_GetArrayItem(item(a, "curve"), 4), "rounds") == 10);
     check_icl_json(a, 4, 4, 1, 2);
@@ -216,12 +228,8 @@ TEST(eval_icl_cli_json_and_independent_points) {
 /* A model whose attention and feed-forward are silenced answers from the
  * current token alone: at chance exactly, whatever the demonstrations' order. */
 static void check_at_chance(const char *model) {
-    const char *js = test_path("icl_ct.json");
-    int rc = cli("eval icl --model %s --tokenizer %s --classes 5 --queries 20 --episodes 2 --orders 4 --shots 1,3 "
-                 "--json %s",
-                 model, icl_tok, js);
-    REQUIREF(rc == 0, "%s", cli_out);
-    cJSON *a = read_json(js);
+    cJSON *a = eval_json("icl_ct.json", "icl --model %s --tokenizer %s --classes 5 --queries 20 --episodes 2 --orders 4 "
+                         "--shots 1,3", model, icl_tok);
     REQUIRE(a);
     const cJSON *p;
     cJSON_ArrayForEach(p, item(a, "curve")) CHECKF(json_num(p, "acc") == 0.2, "acc %g", json_num(p, "acc"));
@@ -240,12 +248,8 @@ TEST(eval_icl_cli_current_token_model_is_at_chance_exactly) {
 /* DIFF V2: the report's arithmetic. */
 TEST(eval_icl_cli_diff2) {
     REQUIRE(setup() == 0);
-    const char *js = test_path("icl_v2.json");
-    int rc = cli("eval icl --model %s --tokenizer %s --classes 4 --queries 8 --episodes 2 --orders 3 --shots 1,2 "
-                 "--json %s",
-                 icl_v2, icl_tok, js);
-    REQUIREF(rc == 0, "%s", cli_out);
-    cJSON *a = read_json(js);
+    cJSON *a = eval_json("icl_v2.json", "icl --model %s --tokenizer %s --classes 4 --queries 8 --episodes 2 --orders 3 "
+                         "--shots 1,2", icl_v2, icl_tok);
     REQUIRE(a);
     check_icl_json(a, 4, 8, 2, 3);
     cJSON_Delete(a);
@@ -291,11 +295,8 @@ TEST(eval_icl_cli_refusals) {
 
 /* The report's rates against their own counts, for one model. */
 static void check_halluc_arithmetic(const char *model) {
-    const char *js = test_path("halluc.json");
-    int rc = cli("eval halluc --model %s --tokenizer %s --haystack %s --samples 3 --list-needles 1,3 --json %s",
-                 model, qa_tok, hay, js);
-    REQUIREF(rc == 0, "%s", cli_out);
-    cJSON *a = read_json(js);
+    cJSON *a = eval_json("halluc.json", "halluc --model %s --tokenizer %s --haystack %s --samples 3 --list-needles 1,3",
+                         model, qa_tok, hay);
     REQUIRE(a);
     const cJSON *c = item(a, "contradict"), *ab = item(a, "absent"), *l;
     CHECK(json_num(a, "length") == MAX_SEQ - (6 * 3 + 2));
@@ -327,11 +328,8 @@ TEST(eval_halluc_cli_json_arithmetic) {
 
 TEST(eval_halluc_cli_a_model_that_always_says_none) {
     REQUIRE(setup() == 0);
-    const char *js = test_path("halluc_none.json");
-    int rc = cli("eval halluc --model %s --tokenizer %s --haystack %s --samples 4 --list-needles 1,2 --json %s",
-                 none_model, qa_tok, hay, js);
-    REQUIREF(rc == 0, "%s", cli_out);
-    cJSON *a = read_json(js);
+    cJSON *a = eval_json("halluc_none.json", "halluc --model %s --tokenizer %s --haystack %s --samples 4 "
+                         "--list-needles 1,2", none_model, qa_tok, hay);
     REQUIRE(a);
     const cJSON *c = item(a, "contradict"), *ab = item(a, "absent"), *l;
     /* "none" holds no number: never faithful, never the prior, does not know the fact */
