@@ -179,7 +179,10 @@ demo:
 # language modelling: their lrs; loss and outliers; stability at a high lr)
 # write runs/reproduce/v2/V2.md; STAGE=v2-needle (scripts/reproduce.sh --v2:
 # V2 trained under the main stage's retrieval recipe, about 55 minutes, then
-# its needles and attention on the answer) adds V2's retrieval to V2.md.
+# its needles and attention on the answer) adds V2's retrieval to V2.md;
+# STAGE=report (scripts/report.sh: no training, no build, seconds) writes
+# every stage's write-up and REPORT.md again from the results the repository
+# keeps in docs/reproduce/, every verdict computed anew (tools/stats.py).
 # (QUICK times measured 2026-12-01 on an idle 2-core AMD EPYC, AVX2.)
 STAGE ?= main
 reproduce:
@@ -188,8 +191,8 @@ reproduce:
 	  scaling-lr) scripts/scaling.sh --lr-only ;; scaling) scripts/scaling.sh ;; \
 	  claims-train) scripts/claims.sh --train-only ;; claims) scripts/claims.sh ;; \
 	  v2-lr) scripts/v2.sh --lr-only ;; v2-loss) scripts/v2.sh --loss-only ;; v2) scripts/v2.sh ;; \
-	  v2-needle) scripts/reproduce.sh --v2 ;; \
-	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss, v2 or v2-needle" >&2; exit 2 ;; esac
+	  v2-needle) scripts/reproduce.sh --v2 ;; report) scripts/report.sh ;; \
+	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss, v2, v2-needle or report" >&2; exit 2 ;; esac
 
 # The PyTorch side (needs python3-torch: scripts/setup.sh --torch).
 fixtures:

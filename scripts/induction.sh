@@ -163,6 +163,7 @@ rc=0
 # shellcheck disable=SC2016
 xargs -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs.txt" || rc=$?
 echo $(( $(cat "$run/seconds.txt" 2>/dev/null || echo 0) + $(date +%s) - t_all )) > "$run/seconds.txt"
+[ -n "$INDUCTION_LOGS" ] && cp "$run/seconds.txt" "$INDUCTION_LOGS/seconds.txt"
 [ $rc = 0 ] || die "a run failed (see above); run the same command again to retry it"
 /usr/bin/python3 tools/induction.py "$run" ${INDUCTION_LOGS:+--logs "$INDUCTION_LOGS"} \
     --command "make reproduce STAGE=induction$( [ $quick = 1 ] && echo ' QUICK=1')" --seconds "$(cat "$run/seconds.txt")"

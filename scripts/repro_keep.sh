@@ -6,7 +6,7 @@
 # usage: scripts/repro_keep.sh keep RUN KEEP     copy RUN's finished results into KEEP
 #        scripts/repro_keep.sh restore KEEP RUN  put KEEP's results back into RUN
 #
-# Kept: settings.txt and lr.txt as they are; gzipped (-n: the same bytes on
+# Kept: settings.txt, lr.txt and seconds.txt (the work's time) as they are; gzipped (-n: the same bytes on
 # every machine), each finished model's training logs, commands and
 # `difftx info --json` record (models/NAME.{jsonl,warm.jsonl,cmd,info.json}:
 # a model is finished once its info record exists) and every evaluation's
@@ -30,7 +30,7 @@ keep)
     [ -f "$run/settings.txt" ] || die "$run/settings.txt: no such file (not a run folder)"
     same_settings "$keep" "$run"
     mkdir -p "$keep/models" "$keep/eval"
-    for f in settings.txt lr.txt; do
+    for f in settings.txt lr.txt seconds.txt; do
         [ -f "$run/$f" ] && ! cmp -s "$run/$f" "$keep/$f" && cp "$run/$f" "$keep/$f"
     done
     for info in "$run"/models/*.info.json; do
@@ -52,7 +52,7 @@ restore)
     [ -f "$keep/settings.txt" ] || exit 0 # nothing kept yet
     same_settings "$keep" "$run"
     mkdir -p "$run/models" "$run/eval"
-    for f in settings.txt lr.txt; do
+    for f in settings.txt lr.txt seconds.txt; do
         [ -f "$keep/$f" ] && [ ! -f "$run/$f" ] && cp "$keep/$f" "$run/$f"
     done
     for src in "$keep"/models/*.gz "$keep"/eval/*.gz; do

@@ -51,7 +51,8 @@
 #             every seed; w8a8 with each activation-range method; on seed
 #             1 the calibration set's size and w8a8 with one kind of input
 #             at a time int8), attn-map
-#   report    tools/report.py -> DIR/REPORT.md and its figures
+#   report    scripts/report.sh: the stages' write-ups, then tools/report.py ->
+#             DIR/REPORT.md and its figures
 #
 # Seed by seed, both architectures of a pair train at the same time, one
 # thread each, then are evaluated the same way. Everything goes under
@@ -337,21 +338,11 @@ fi
 section "report"
 # the time of every invocation that did work adds up (a rerun that only reuses adds little)
 echo $(( $(cat "$run/seconds.txt" 2>/dev/null || echo 0) + $(date +%s) - t_all )) > "$run/seconds.txt"
-/usr/bin/python3 tools/report.py --run "$run" --command "make reproduce$( [ $quick = 1 ] && echo ' QUICK=1')" \
+keep_results
+# the stages' write-ups and REPORT.md, from one path (scripts/report.sh; the full run's also published at the top)
+if [ -n "$dir" ]; then where=(--dir "$run"); elif [ $quick = 1 ]; then where=(--quick); else where=(); fi
+scripts/report.sh --no-setup "${where[@]}" --command "make reproduce$( [ $quick = 1 ] && echo ' QUICK=1')" \
     --seconds "$(cat "$run/seconds.txt")"
-if [ $quick = 0 ] && [ -z "$dir" ]; then
-    # the full run's report also goes to the top, its figures to docs/reproduce/
-    mkdir -p docs/reproduce
-    cp "$run"/*.png docs/reproduce/ 2>/dev/null || true
-    for f in scaling/SCALING.md scaling/scaling.png induction/INDUCTION.md induction/induction.png \
-        claims/CLAIMS.md claims/claims.png v2/V2.md; do
-        [ -f "$run/$f" ] && cp "$run/$f" docs/reproduce/
-    done
-    sed -e 's|](\([a-z_]*\.png\))|](docs/reproduce/\1)|' -e 's|](induction/INDUCTION.md)|](docs/reproduce/INDUCTION.md)|' \
-        -e 's#](scaling/\(SCALING.md\|scaling.png\))#](docs/reproduce/\1)#g' \
-        -e 's#](claims/\(CLAIMS.md\|claims.png\))#](docs/reproduce/\1)#g' \
-        -e 's#](v2/V2.md)#](docs/reproduce/V2.md)#g' "$run/REPORT.md" > REPORT.md
-fi
 echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/REPORT.md"
 }
 main "$@"; exit  # one line: bash parses it whole before main runs, so an edit to this file cannot change what follows

@@ -275,7 +275,10 @@ def findings(study, h="##"):
     out.append(h + " Which component of DIFF makes it form sooner?\n")
     out.append("Each row changes one thing and measures the change in the final score and in the onset step "
                "(per-seed differences, 95% t interval; runs that never start count as onset = the run's length). "
-               f"A change is called only when its interval excludes 0 and rests on at least {MIN_SEEDS} seeds.\n")
+               f"A change is called only when its interval excludes 0 and rests on at least {MIN_SEEDS} seeds. These "
+               "are the study's own questions, not claims of the paper: each row is its own test at 0.05, "
+               "uncorrected for the two dozen in the table (exploratory, as the report's verdict table calls such "
+               "tests).\n")
     out.append("| change | final score | effect on induction | onset step | effect on the onset |")
     out.append("|---|---|---|---|---|")
     comps = [

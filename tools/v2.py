@@ -44,7 +44,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runs import read_entries, read_settings  # noqa: E402
 from scaling import Run, choose_lr, lr_name, sweep_next, sweep_vals  # noqa: E402
 from report import mass_all, needle_table  # noqa: E402
-from stats import LEDGER, fmt_ci, mean_ci, paired_ci, verdict, write_verdicts  # noqa: E402
+from runs import model_info  # noqa: E402
+from stats import (LEDGER, bounded_diff_ci, bounded_diff_p, bounded_mean_ci, fmt_ci, mean_ci, paired,  # noqa: E402
+                   paired_ci, record, say, t_p, write_verdicts)
 
 ARCHS = ("transformer", "diff", "diff2", "diff2lin", "diff2none")
 NAME = {"transformer": "Transformer", "diff": "DIFF V1", "diff2": "DIFF V2", "diff2lin": "V2, λ without sigmoid",
@@ -124,22 +126,52 @@ def spikes(base, warmup):
     return count, worst, norms[-1][0] if norms else 0, diverged
 
 
-STABILITY_CLAIMS = [
-    ("diff2", "transformer", -1, "spikes", "V2 has fewer gradient spikes than the Transformer at a large lr (§8.3)"),
-    ("diff2", "diff", -1, "spikes", "V2 has fewer gradient spikes than V1 at a large lr (§8.2)"),
-    ("diff2lin", "diff2", +1, "spikes", "λ without the sigmoid is less stable than V2 (§8.3)"),
-    ("diff2", "transformer", -1, "diverged", "V2 diverges less often than the Transformer at a large lr (§8.3)")]
+STABILITY_CLAIMS = [("diff2", "transformer", -1, "spikes", "v2-spikes-tr"), ("diff2", "diff", -1, "spikes", "v2-spikes-v1"),
+                    ("diff2lin", "diff2", +1, "spikes", "v2-lin-spikes"),
+                    ("diff2", "transformer", -1, "diverged", "v2-diverge")]
 
 
-def stability_comparisons(w, mult, decide, spk, div, loss):
+def params_of(r, arch):
+    """Non-embedding parameters of ARCH's runs (all sizes alike at the stage's one size), or None."""
+    for (a, d, lr, s), base in sorted(r.runs.items()):
+        if a == arch:
+            return model_info(base)["params_nonembed"]
+    return None
+
+
+def terms(r, a, b, lr=None):
+    """The terms of a comparison of A with B, beside its verdict: the learning rate of each (LR: the one both
+    ran at) and A's parameters against B's where they differ."""
+    pa, pb = params_of(r, a), params_of(r, b)
+    if lr:
+        t = f"both at lr {lr}"
+    elif r.lr.get(a) == r.lr.get(b):
+        t = f"both at lr {r.lr.get(a)}"
+    else:
+        t = (f"{NAME[a]} at lr {r.lr.get(a, '?')}, {NAME[b]} at {r.lr.get(b, '?')}: each at its own best of the "
+             "sweep, so the comparison is of each at its best")
+    if pa and pb and pa != pb:
+        t += f"; {NAME[a]} has {100 * (pa / pb - 1):+.1f}% non-embedding parameters ({pa:,} vs {pb:,})"
+    return t
+
+
+def stability_comparisons(r, w, mult, decide, spk, div, loss):
     """Writes (through W) the paired comparisons at multiple MULT: the paper's claims (verdicts only at DECIDE,
-    the deciding multiple: module docstring), then V2's final loss against the others' there (no claim)."""
+    the deciding multiple: module docstring), then V2's final loss against the others' there (no claim). A
+    divergence is a run's 0 or 1: a bounded quantity (tools/stats.py)."""
     w(f"\n| comparison at {mult or '–'}x (per seed) | difference [95% CI] | paper | verdict |")
     w("|---|---|---|---|")
-    for a, b, sign, what, claim in STABILITY_CLAIMS:
-        src = spk if what == "spikes" else div
-        ci = paired_ci(src.get(b, {}), src.get(a, {}))
-        v = verdict(ci, sign, claim, "V2.md stability") if mult == decide else f"(verdicts at {decide}x)"
+    lr = high_lr(r, mult) if mult and "transformer" in r.lr else None
+    for a, b, sign, what, key in STABILITY_CLAIMS:
+        x, y = div.get(b, {}), div.get(a, {})
+        if what == "spikes":
+            ci, p = paired_ci(spk.get(b, {}), spk.get(a, {})), t_p(paired(spk.get(b, {}), spk.get(a, {})))
+            per = paired(spk.get(b, {}), spk.get(a, {}))
+        else:
+            ones = {s: 1 for s in set(x) | set(y)}
+            ci, p, per = bounded_diff_ci(x, ones, y, ones), bounded_diff_p(x, ones, y, ones), paired(x, y)
+        v = (say(record(key, ci, p, per, sign, "V2.md stability", terms=terms(r, a, b, lr))) if mult == decide
+             else f"(verdicts at {decide}x)")
         w(f"| {NAME[a]} − {NAME[b]}: {what} per run | {fmt_ci(ci, '{:+.2f}')} | {'fewer' if sign < 0 else 'more'} "
           f"| {v} |")
     # how well each arch still trains at that lr: measured, no claim of the paper's to judge
@@ -174,6 +206,8 @@ def section_retrieval(main, w):
         return
     keys = sorted({k for a in archs for t in tabs[a].values() for k in t})
     grid = {a: {s: statistics.fmean(t[k][0] for k in keys if k in t) for s, t in tabs[a].items() if t} for a in archs}
+    queries = {a: {s: sum(e.get("queries") or 0 for e in (load_eval(main, f"needle-{a}-s{s}") or {}).get("table2", []))
+                   for s in grid[a]} for a in archs}
     one = {a: {s: t[(1, 1)][0] for s, t in tabs[a].items() if (1, 1) in t} for a in archs}
     sp = os.path.join(main, "settings.txt")
     ms = read_settings(sp) if os.path.exists(sp) else {}
@@ -192,10 +226,10 @@ def section_retrieval(main, w):
     w("|---|---:|---|---|---:|---|---|---|")
     for a in archs:
         shares = {}
-        for mk in ("combined", "a1", "a2"):
-            xs = [m["answer"] for m in (mass_all(load_eval(main, f"mass-{a}-s{s}") or {}, None, mk) for s in seeds)
-                  if m]
-            shares[mk] = fmt_ci(mean_ci(xs), "{:.3f}") if xs else "–"
+        for mk in ("combined", "a1", "a2"):  # a combined share lies in [-1, 1]: tools/stats.py's bounded interval
+            ms = [m for m in (mass_all(load_eval(main, f"mass-{a}-s{s}") or {}, None, mk) for s in seeds) if m]
+            shares[mk] = fmt_ci(bounded_mean_ci([m["answer"] for m in ms], [m["prompts"] for m in ms], -1.0, 1.0),
+                                "{:.3f}") if ms else "–"
         w(f"| {NAME[a]} | {len(grid[a])} | " + (", ".join(f"{grid[a][s]:.2f}" for s in sorted(grid[a])) or "–")
           + " | " + (", ".join(f"{one[a][s]:.2f}" for s in sorted(one[a])) or "–") + " | "
           + (f"{sum(v >= 0.5 for v in one[a].values())} of {len(one[a])}" if one[a] else "–") + " | "
@@ -203,7 +237,7 @@ def section_retrieval(main, w):
     w("\n| comparison (accuracy over the grid, per seed) | difference [95% CI] | verdict |")
     w("|---|---|---|")
     for a, b in (("diff2", "transformer"), ("diff2", "diff")):
-        ci = paired_ci(grid[b], grid[a])
+        ci = bounded_diff_ci(grid[b], queries[b], grid[a], queries[a])
         w(f"| {NAME[a]} − {NAME[b]} | {fmt_ci(ci, '{:+.3f}')} | (no claim) |")
 
 
@@ -217,8 +251,8 @@ def write(r, command, main=None):
       f"dim {dim}: {r.settings['layers']} layers, context {r.settings['seq']}, {r.settings['batch']} rows, "
       f"{steps} steps, each arch at its own learning rate (the lowest final validation loss of a sweep, seed 1). "
       "The Transformer has 2H heads of width d, DIFF V1 H heads (values 2d), V2 the Transformer's 2H heads as "
-      "output heads (4H query heads, λ per token: its matched comparison, spec §8.2, with more query and λ "
-      "weights). Per seed the same batches for every arch; differences are paired by seed, 95% t intervals; "
+      "output heads (4H query heads, λ per token: the matched comparison of the DIFF V2 write-up, with more "
+      "query and λ weights). Per seed the same batches for every arch; differences are paired by seed, 95% t intervals; "
       "a verdict is *held* only where the interval lies on the paper's side of zero.\n")
     # learning rates
     w("## Learning rates (seed 1, final validation loss)\n")
@@ -246,13 +280,12 @@ def write(r, command, main=None):
           + ", ".join(f"{v:.4f}" for _, v in sorted(vs.items())) + " |")
     w("\n| comparison (per seed) | difference [95% CI] | paper | verdict |")
     w("|---|---|---|---|")
-    comps = [("diff2", "transformer", -1, "V2's loss is lower than the Transformer's (§8.3: 0.02–0.03 at 1T tokens)"),
-             ("diff2", "diff", 0, "V2 against V1 (no number reported)"),
-             ("diff2lin", "diff2", +1, "λ without the sigmoid: higher loss than V2 (§8.3)"),
-             ("diff2none", "diff2", +1, "no λ: higher loss than V2 (§8.3)")]
-    for a, b, sign, claim in comps:
+    comps = [("diff2", "transformer", -1, "v2-loss"), ("diff2", "diff", 0, None), ("diff2lin", "diff2", +1, "v2-lin-loss"),
+             ("diff2none", "diff2", +1, "v2-none-loss")]
+    for a, b, sign, key in comps:
         ci = paired_ci(loss[b], loss[a])
-        v = verdict(ci, sign, claim, "V2.md loss") if sign else "(no claim)"
+        v = (say(record(key, ci, t_p(paired(loss[b], loss[a])), paired(loss[b], loss[a]), sign, "V2.md loss",
+                        terms=terms(r, a, b))) + f" ({terms(r, a, b)})" if key else "(no claim)")
         w(f"| {NAME[a]} − {NAME[b]} | {fmt_ci(ci, '{:+.4f}')} | {'lower' if sign < 0 else 'higher' if sign else '–'} "
           f"| {v} |")
     # stability
@@ -298,10 +331,10 @@ def write(r, command, main=None):
         if not any(m_spk.values()):
             w("\nNo run at this multiple has finished yet (`make reproduce STAGE=v2` runs it).")
         else:  # verdicts at the deciding multiple; the others shown as measured
-            stability_comparisons(w, mult, decide, m_spk, m_div, m_loss)
+            stability_comparisons(r, w, mult, decide, m_spk, m_div, m_loss)
             judged |= mult == decide
     if not judged:  # nothing to judge yet: every claim is "not measured"
-        stability_comparisons(w, decide, decide, {}, {}, {})
+        stability_comparisons(r, w, decide, decide, {}, {}, {})
     # outliers
     w("\n## Activation outliers at each arch's learning rate (Table 5's Top-1)\n")
     w("| arch | seeds | top-1 attention logit | top-1 hidden value |")
@@ -317,12 +350,13 @@ def write(r, command, main=None):
     w("|---|---|---|---|---|")
     for a, b in [("diff2", "transformer"), ("diff2", "diff")]:
         cells = []
-        for i, what in ((0, "attention logits"), (1, "hidden values")):
-            ci = paired_ci({s: math.log10(x[i]) for s, x in top[b].items()},
-                           {s: math.log10(x[i]) for s, x in top[a].items()})
-            claim = f"V2's largest {what} are smaller than the {NAME[b]}'s (§8.3)" if b == "transformer" else None
-            cells += [fmt_ci(ci, "{:+.3f}"), verdict(ci, -1, claim, "V2.md outliers") if claim else "(no claim)"]
+        for i, key in ((0, "v2-logits"), (1, "v2-hidden")):
+            lb, la = ({s: math.log10(x[i]) for s, x in top[c].items()} for c in (b, a))
+            ci = paired_ci(lb, la)
+            cells += [fmt_ci(ci, "{:+.3f}"), say(record(key, ci, t_p(paired(lb, la)), paired(lb, la), -1, "V2.md outliers",
+                                                       terms=terms(r, a, b))) if b == "transformer" else "(no claim)"]
         w(f"| {NAME[a]} / {NAME[b]} | " + " | ".join(cells) + " |")
+    w(f"\nTerms: {terms(r, 'diff2', 'transformer')}.")
     section_retrieval(main or os.path.dirname(os.path.abspath(r.dir)), w)
     path = os.path.join(r.dir, "V2.md")
     with open(path + ".tmp", "w") as f:
@@ -351,7 +385,7 @@ def main():
     else:
         write(r, a.command, a.main)
         print(f"wrote {os.path.join(a.dir, 'V2.md')}; verdicts: "
-              + ", ".join(f"{v}" for _, v, _ in LEDGER))
+              + ", ".join(r["verdict"] for r in LEDGER))
 
 
 if __name__ == "__main__":
