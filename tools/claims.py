@@ -245,14 +245,18 @@ def section_icl(run, ev, out):
     out.append("")
     # the curve, mean over seeds
     for task, k in (("icl6", 6), ("icl16", 16)):
-        cur = {a: per_seed(ev, task, a, lambda js: {p["rounds"]: p["acc"] for p in js["curve"]}) for a in ARCHS}
+        cur = {a: per_seed(ev, task, a, lambda js: {p["rounds"]: (p["acc"], p.get("n")) for p in js["curve"]})
+               for a in ARCHS}
         rounds = sorted({r for a in ARCHS for c in cur[a].values() for r in c})
         if not rounds:
             continue
-        out.append(f"Accuracy against demonstrations, {k} classes (mean over seeds; chance {1 / k:.3f}):\n")
+        out.append(f"Accuracy against demonstrations, {k} classes (mean over seeds, bounded 95% interval; chance "
+                   f"{1 / k:.3f}):\n")
         out.append("| rounds | demonstrations | Transformer | DIFF |\n|---|---|---|---|")
         for r in rounds:
-            cells = [pm([c[r] for c in cur[a].values() if r in c]) for a in ("transformer", "diff")]
+            cells = [fmt_ci(bounded_mean_ci([c[r][0] for c in cur[a].values() if r in c],
+                                            [c[r][1] for c in cur[a].values() if r in c]), "{:.3f}").replace(" seeds)", ")")
+                     for a in ("transformer", "diff")]
             out.append(f"| {r} | {r * k} | {cells[0]} | {cells[1]} |")
         out.append("")
 

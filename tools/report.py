@@ -23,9 +23,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runs import finished_models, model_info, read_log, read_settings  # noqa: E402
-import stats  # noqa: E402
 from stats import (EXPLORATORY, LEDGER, N_PRIMARY, OURS, PRIMARY, bounded_diff_ci, bounded_diff_p,  # noqa: E402
-                   bounded_mean_ci, direction, fmt_ci, fmt_p, gate, holds_every_seed, holm, mean_ci, paired,
+                   direction, fmt_ci, fmt_p, gate, holds_every_seed, holm, mean_ci, paired,
                    paired_ci, record, say, t_p)
 
 ARCHS = ("diff", "transformer")
@@ -764,10 +763,10 @@ def section_wquant_kinds(r, out):
     rows = {a: {k: (r.eval(f"a8only-{k}-ppl-{a}-s{s1}") or {}).get("ppl") for k, _ in A8_KINDS} for a in ARCHS}
     if not any(v for a in ARCHS for v in rows[a].values()):
         return
-    out.append(f"**Where w8a8 loses** (seed-1 models, absmax ranges; a diagnostic on one seed, not a verdict): "
-               f"perplexity growth over fp32 with one kind of input at a time on its int8 grid and every other kept "
-               f"bf16 (int8 weights throughout; `difftx quantize --a16-inputs`). The full w8a8 row puts them all on "
-               f"int8 at once.\n")
+    out.append("**Where w8a8 loses** (seed-1 models, absmax ranges; a diagnostic on one seed, not a verdict): "
+               "perplexity growth over fp32 with one kind of input at a time on its int8 grid and every other kept "
+               "bf16 (int8 weights throughout; `difftx quantize --a16-inputs`). The full w8a8 row puts them all on "
+               "int8 at once.\n")
     out.append("| int8 input | Transformer | DIFF |")
     out.append("|---|---|---|")
     for k, what in A8_KINDS:
@@ -1039,7 +1038,7 @@ def summary():
         out.append(f"### {title}: {tally(recs)}\n")
         out.append(f"{why[0].upper() + why[1:]}.\n")
         out.append("| claim | difference [95% CI] | p | " + ("Holm p | " if tier == PRIMARY else "")
-                   + "seeds on the paper's side | verdict | section |")
+                   + "seeds on the claim's side | verdict | section |")
         out.append("|---|---|---|" + ("---|" if tier == PRIMARY else "") + "---|---|---|")
         reasons = {}
         for rec in recs:

@@ -107,8 +107,3 @@ def fit_power(xs, ys):
     sxx = sum((x - mx) ** 2 for x in lx)
     b = sum((x - mx) * (y - my) for x, y in zip(lx, ly)) / sxx
     return math.exp(my - b * mx), b
-
-
-def invert(a, b, y):
-    """x with a·x^b = y."""
-    return (y / a) ** (1.0 / b)

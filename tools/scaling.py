@@ -35,7 +35,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runs import finished_models, fit_power, invert, model_info, read_log, read_settings  # noqa: E402
+from runs import finished_models, fit_power, model_info, read_log, read_settings  # noqa: E402
 from stats import fmt_ci, fmt_p, mean_ci, paired, record, say, t_p, write_verdicts  # noqa: E402
 
 ARCHS = ("diff", "transformer")

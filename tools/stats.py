@@ -359,14 +359,16 @@ def holm(recs):
 
 
 def holds_every_seed(rec):
-    """', every seed on the paper's side (3 of 3)' where a not-resolved claim's seeds all agree."""
+    """'; every seed on the paper's side (3 of 3)' where a not-resolved claim's seeds all agree (for a claim of
+    ours: the claim's side)."""
     pro, con, n = direction(rec)
     if n < 2 or not rec.get("final", rec["verdict"]).startswith("not resolved"):
         return ""
+    whose = "the claim" if rec["tier"] == OURS else "the paper"
     if pro == n:
-        return f"; every seed on the paper's side ({n} of {n})"
+        return f"; every seed on {whose}'s side ({n} of {n})"
     if con == n:
-        return f"; every seed against the paper ({n} of {n})"
+        return f"; every seed against {whose} ({n} of {n})"
     return ""
 
 

@@ -170,8 +170,8 @@ def stability_comparisons(r, w, mult, decide, spk, div, loss):
         else:
             ones = {s: 1 for s in set(x) | set(y)}
             ci, p, per = bounded_diff_ci(x, ones, y, ones), bounded_diff_p(x, ones, y, ones), paired(x, y)
-        v = (say(record(key, ci, p, per, sign, "V2.md stability", terms=terms(r, a, b, lr))) if mult == decide
-             else f"(verdicts at {decide}x)")
+        v = (say(record(key, ci, p, per, sign, "V2.md stability", terms=terms(r, a, b, lr))) + f" ({terms(r, a, b, lr)})"
+             if mult == decide else f"(verdicts at {decide}x)")
         w(f"| {NAME[a]} − {NAME[b]}: {what} per run | {fmt_ci(ci, '{:+.2f}')} | {'fewer' if sign < 0 else 'more'} "
           f"| {v} |")
     # how well each arch still trains at that lr: measured, no claim of the paper's to judge
