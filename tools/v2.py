@@ -252,8 +252,10 @@ def write(r, command, main=None):
       f"{steps} steps, each arch at its own learning rate (the lowest final validation loss of a sweep, seed 1). "
       "The Transformer has 2H heads of width d, DIFF V1 H heads (values 2d), V2 the Transformer's 2H heads as "
       "output heads (4H query heads, λ per token: the matched comparison of the DIFF V2 write-up, with more "
-      "query and λ weights). Per seed the same batches for every arch; differences are paired by seed, 95% t intervals; "
-      "a verdict is *held* only where the interval lies on the paper's side of zero.\n")
+      "query and λ weights). Per seed the same batches for every arch; differences are paired by seed, 95% t "
+      "intervals (bounded ones for rates and shares); a verdict is *held* only where the test rejects on the paper's "
+      "side (tools/stats.py). The V2 write-up's claims are exploratory here, each at 0.05 uncorrected, and each "
+      "verdict carries its terms: the two archs' learning rates and V2's extra parameters.\n")
     # learning rates
     w("## Learning rates (seed 1, final validation loss)\n")
     lrs = sorted({float(lr) for (a, d, lr, s) in r.runs if s == 1 and d == dim})
