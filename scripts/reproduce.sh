@@ -28,8 +28,8 @@
 #   data      the State of the Union corpus (make data): speeches in train/ and
 #             held-out speeches in val/; a BPE tokenizer trained on train/
 #   warm-up   WARM_STEPS steps on random-id copy documents alone (context 128):
-#             the induction that retrieval needs; without it neither arch
-#             learned retrieval in any run we made (docs/reproduce.md)
+#             the induction that retrieval needs; without it no model of the
+#             earlier recipe retrieved (docs/reproduce/earlier/REPORT-2026-11-29.md)
 #   mixture   then every training batch row is, with probability NEEDLE_FRAC,
 #             a synthetic multi-needle document (1-6 needles) whose haystack
 #             is train/ text; the evaluation's haystack is val/ text

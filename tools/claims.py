@@ -34,7 +34,12 @@ from stats import (LEDGER, bounded_diff_ci, bounded_diff_p, bounded_mean_ci, fmt
 
 ARCHS = ("diff", "transformer")
 NAME = {"diff": "DIFF", "transformer": "Transformer"}
-WHERE = "Claims"
+
+
+def where(key):
+    """The write-up's section of a claim, for REPORT.md's verdict tables."""
+    return "CLAIMS.md " + ("faithfulness" if key.startswith("halluc") else "loss by position" if key.startswith("pos")
+                           else "in-context learning")
 
 
 def load(run):
@@ -146,7 +151,7 @@ def row(label, ev, task, fn, sign, key=None, fmt="{:.3f}", dfmt="{:+.3f}", paper
     else:
         di = ti = None
         ci, p = mean_ci(paired(t, d)), t_p(paired(t, d))
-    v = say(record(key, ci, p, paired(t, d), sign, WHERE, CONFOUND["reason"])) if key else ""
+    v = say(record(key, ci, p, paired(t, d), sign, where(key), CONFOUND["reason"])) if key else ""
     return (f"| {label} | {paper} | {pm_seeds(t, fmt, ti)} | {pm_seeds(d, fmt, di)} | {fmt_ci(ci, dfmt)} | "
             f"{v} |")
 

@@ -331,7 +331,7 @@ def write(r, command):
         out.append("")
         gaps = params_gaps(r)
         rec = record("params", mean_ci(list(gaps.values())), t_p(list(gaps.values())), list(gaps.values()), -1,
-                     "Scaling")
+                     "SCALING.md")
         out.append("The test reads no fit: each DIFF model has its Transformer's parameters (to 0.1%), so, where "
                    "both losses fall with size, needing fewer parameters for the same loss is a lower loss at each "
                    "matched size. Per seed, DIFF − Transformer averaged over the sizes: "
@@ -365,7 +365,7 @@ def write(r, command):
         out.append("")
         gaps = tokens_gaps(per)
         rec = record("tokens", mean_ci(list(gaps.values())), t_p(list(gaps.values())), list(gaps.values()), -1,
-                     "Scaling")
+                     "SCALING.md")
         out.append("The test reads no fit: needing fewer tokens for the same loss is a lower loss at the same "
                    "tokens. Per seed, DIFF − Transformer averaged over the second half of the validation points "
                    f"(the curves' settled part): {', '.join(f'{g:+.4f}' for g in gaps.values())}; mean "
@@ -411,7 +411,7 @@ def write(r, command):
         name = {"ar_hit": "AR hits"}
         out.append("**Verdict** (the largest size, paired t): " + "; ".join(
             f"{name.get(sl, 'others')}: DIFF lower " +
-            say(record("ar-hits" if sl == "ar_hit" else "ar-others", ci, t_p(per_seed), per_seed, -1, "Scaling"))
+            say(record("ar-hits" if sl == "ar_hit" else "ar-others", ci, t_p(per_seed), per_seed, -1, "SCALING.md"))
             for sl, ci, per_seed in verdicts) + ".\n")
     if draw(r, pts if fits else None, fits, curves, d):
         out.append("![validation loss against parameters and tokens](scaling.png)\n")
