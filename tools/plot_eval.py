@@ -325,7 +325,8 @@ def main(argv=None):
     except InputError as e:
         fail(str(e), 1)
     except ImportError as e:
-        fail(f"{e} (install python3-matplotlib: scripts/setup.sh --plot)", 1)
+        fail(f"{e} in {sys.executable} (Debian's /usr/bin/python3 has it once scripts/setup.sh --plot installed "
+             "python3-matplotlib: run tools/plot_eval.py itself, or /usr/bin/python3 tools/plot_eval.py)", 1)
     return 0
 
 

@@ -169,7 +169,9 @@ def main(argv):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        fail("matplotlib is missing (Debian: scripts/setup.sh --plot, or apt-get install python3-matplotlib)")
+        fail(f"matplotlib is missing in {sys.executable} (Debian's /usr/bin/python3 has it once scripts/setup.sh "
+             "--plot installed python3-matplotlib: run tools/plot_loss.py itself, or /usr/bin/python3 "
+             "tools/plot_loss.py)")
 
     tps = opts["tokens_per_step"]
     scale = (lambda s: s * tps) if tps else (lambda s: s)

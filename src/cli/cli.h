@@ -3,11 +3,15 @@
 #ifndef DTX_CLI_H
 #define DTX_CLI_H
 
+#include <stdio.h>
+
 int cmd_train(int argc, char **argv);
 int cmd_score(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+/* The measurements of difftx eval, one line each after indent (src/cli/eval.c). */
+void cli_eval_list(FILE *out, const char *indent);
 int cmd_quantize(int argc, char **argv);
 
 #include "difftx.h"

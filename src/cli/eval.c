@@ -23,6 +23,11 @@ static const eval_command evals[] = {
 };
 enum { N_EVALS = sizeof evals / sizeof evals[0] };
 
+/* The measurements, one line each (difftx --help lists them too). */
+void cli_eval_list(FILE *out, const char *indent) {
+    for (int i = 0; i < N_EVALS; i++) fprintf(out, "%s%-10s %s\n", indent, evals[i].name, evals[i].summary);
+}
+
 static void usage(FILE *out) {
     fputs("usage: difftx eval <measurement> [flags]\n"
           "\n"
@@ -30,7 +35,7 @@ static void usage(FILE *out) {
           "difftx model file. Each prints a readable table and writes JSON with --json.\n"
           "\n",
           out);
-    for (int i = 0; i < N_EVALS; i++) fprintf(out, "  %-10s %s\n", evals[i].name, evals[i].summary);
+    cli_eval_list(out, "  ");
     fputs("\n'difftx eval <measurement> --help' describes its flags.\n", out);
 }
 

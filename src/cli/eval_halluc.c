@@ -57,6 +57,7 @@ enum { MAX_LIST = 16, TEXT_CAP = 4096 };
 typedef struct {
     const char *model, *tokenizer, *haystack, *list_s, *json;
     int64_t needles, samples, length, max_new;
+    int length_default; /* --length not given: what the model's context holds */
     uint64_t seed;
     int precision;
     int64_t list_n[MAX_LIST];
@@ -94,7 +95,12 @@ static uint64_t prompt_seed(const halluc_args *a, int kind, int n, int64_t sampl
 }
 
 static int make_error(const halluc_args *a, dtx_status st) {
-    if (st == DTX_ERR_ARG) return usage_error(CMD, "--length %lld: %s", (long long)a->length, dtx_last_error());
+    if (st == DTX_ERR_ARG)
+        return usage_error(CMD, "--length %lld: %s%s", (long long)a->length, dtx_last_error(),
+                           a->length_default ? " (the default --length is all the model's max_seq_len leaves: its "
+                                               "context is too short for these tasks; fewer --needles and "
+                                               "--list-needles shorten the prompts, a model trained at a longer "
+                                               "--seq fits them)" : "");
     return lib_error(CMD);
 }
 
@@ -274,7 +280,7 @@ static int open_runner(halluc_args *a, runner *r) {
     const dtx_config *c = dtx_model_config(r->m);
     int64_t most = a->max_new;
     for (int i = 0; i < a->n_list; i++) most = list_max_new(a->list_n[i]) > most ? list_max_new(a->list_n[i]) : most;
-    if (!a->length) a->length = c->max_seq_len - most;
+    if (!a->length) a->length = c->max_seq_len - most, a->length_default = 1;
     if (a->length < 1 || a->length + most > c->max_seq_len)
         return usage_error(CMD,
                            "--length %lld: with answers of up to %lld tokens the model's max_seq_len %lld holds "

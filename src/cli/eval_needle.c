@@ -69,6 +69,7 @@ typedef struct {
     int precision, attn_scope;
     int64_t lengths[MAX_LIST];
     int n_lengths;
+    int length_default; /* --lengths not given: what the model's context holds */
     nr_pair grid[MAX_LIST];
     int n_grid;
     double depths[MAX_LIST];
@@ -160,6 +161,7 @@ static int check_lengths(needle_args *a, const dtx_config *c) {
                                (long long)a->max_new, (long long)c->max_seq_len);
         a->lengths[0] = c->max_seq_len - a->max_new;
         a->n_lengths = 1;
+        a->length_default = 1;
     }
     for (int i = 0; i < a->n_lengths; i++)
         if (a->lengths[i] + a->max_new > c->max_seq_len)
@@ -207,7 +209,11 @@ static dtx_needle_spec cell_spec(const needle_args *a, int g, int l, int d, int6
 
 /* A prompt that cannot be made is the flags' fault (a length too short). */
 static int make_error(const needle_args *a, int l, dtx_status st) {
-    if (st == DTX_ERR_ARG) return usage_error(CMD, "--lengths %lld: %s", (long long)a->lengths[l], dtx_last_error());
+    if (st == DTX_ERR_ARG)
+        return usage_error(CMD, "--lengths %lld: %s%s", (long long)a->lengths[l], dtx_last_error(),
+                           a->length_default ? " (the default --lengths is all the model's max_seq_len leaves: its "
+                                               "context is too short for this task; a model trained at a longer "
+                                               "--seq fits it)" : "");
     return lib_error(CMD);
 }
 

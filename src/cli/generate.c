@@ -182,6 +182,8 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!a.model) return usage_error(CMD, "--model is required");
     if (!a.tokenizer) return usage_error(CMD, "--tokenizer is required");
+    if (!a.prompt && isatty(STDIN_FILENO)) /* it would wait for a prompt typed to the end (Ctrl-D) */
+        return usage_error(CMD, "no --prompt, and stdin is a terminal: give --prompt TEXT, or pipe the prompt in");
     dtx_tokenizer *t = NULL;
     dtx_model *m = NULL;
     int32_t *prompt = NULL;

@@ -24,7 +24,7 @@ static const command commands[] = {
     {"quantize", cmd_quantize, "a calibrated int8 or 4-bit copy of a model (w8a16, w8a8, w4a16)"},
     {"tokenizer", cmd_tokenizer, "train, apply or inspect a byte-level BPE tokenizer"},
     {"prepare", cmd_prepare, "encode text files into a token shard (docs/data.md)"},
-    {"eval", cmd_eval, "the paper's measurements: ppl, needle, attn-mass, outliers, attn-map"},
+    {"eval", cmd_eval, "the paper's measurements (below)"},
 };
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
 
@@ -36,10 +36,14 @@ static void usage(FILE *out) {
           "\n"
           "commands:\n",
           out);
-    for (int i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
-    fputs("  help     this text, or 'difftx help <command>'\n"
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fputs("  help      this text, or 'difftx help <command>'\n"
+          "  --version the version of difftx and of its library\n"
           "\n"
-          "'difftx <command> --help' describes a command's flags.\n"
+          "measurements (difftx eval <measurement>):\n",
+          out);
+    cli_eval_list(out, "  ");
+    fputs("\n'difftx <command> --help' describes a command's flags.\n"
           "Exit status: 0 success, 1 runtime failure (bad file, I/O), 2 usage error.\n",
           out);
 }
@@ -59,6 +63,11 @@ int main(int argc, char **argv) {
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || (strcmp(name, "help") == 0 && argc == 2)) {
         usage(stdout);
         return finish_stdout("help");
+    }
+    if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+        printf("difftx %s (the library libdifftx.so.%d, ISA %s)\n", dtx_version(), DTX_VERSION_MAJOR,
+               dtx_isa_name(dtx_isa_level()));
+        return finish_stdout("--version");
     }
     if (strcmp(name, "help") == 0) {
         /* "difftx help train" is "difftx train --help". */

@@ -45,6 +45,14 @@ int cli_load_model_and_tokenizer(const char *cmd, const char *model, const char 
     if (vt > vm)
         return runtime_error(cmd, "the tokenizer %s has %lld tokens, more than the vocab_size %lld of the model %s",
                              tokenizer, (long long)vt, (long long)vm, model);
+    /* A model's vocabulary may exceed its tokenizer's only by padding (rows no
+     * id reaches, rounding the embedding up for speed); any other difference
+     * means the two were not made together, and the model would read every id
+     * as another token and answer nonsense. */
+    if (vm != vt && vm != (vt + 63) / 64 * 64 && vm != (vt + 127) / 128 * 128)
+        return runtime_error(cmd, "the tokenizer %s has %lld tokens and the model %s a vocab_size of %lld: not made "
+                             "together (a model's vocabulary may exceed its tokenizer's only by padding to a "
+                             "multiple of 64 or 128)", tokenizer, (long long)vt, model, (long long)vm);
     return EXIT_OK;
 }
 

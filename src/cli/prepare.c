@@ -217,6 +217,9 @@ static int run(const char *tok_path, const strlist *inputs, const char *out, int
     if (!rc && dtx_shard_writer_open(&w, out, dtx_tokenizer_vocab_size(t), eos) != DTX_OK) rc = lib_error(CMD);
     totals tot = {0};
     if (!rc) rc = encode_all(t, &files, w, &tot);
+    if (!rc && tot.bytes == 0) /* an empty shard trains nothing and fails later, far from the cause */
+        rc = runtime_error(CMD, "%s%s: no text to encode (%zu file%s, all empty); nothing written", inputs->v[0],
+                           inputs->n > 1 ? " ..." : "", files.n, files.n == 1 ? "" : "s");
     if (w) {
         if (rc) dtx_shard_writer_abort(w);
         else if (dtx_shard_writer_commit(w) != DTX_OK) rc = lib_error(CMD);

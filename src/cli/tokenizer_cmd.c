@@ -93,9 +93,9 @@ static char *read_input(const char *cmd, const char *text, const char *path, siz
         return b;
     }
     if (!path) return read_stream(cmd, stdin, "stdin", len);
-    FILE *f = fopen(path, "rb");
+    FILE *f = dtx_fopen_read(path);
     if (!f) {
-        runtime_error(cmd, "%s: %s", path, strerror(errno));
+        runtime_error(cmd, "%s", dtx_last_error());
         return NULL;
     }
     char *b = read_stream(cmd, f, path, len);

@@ -257,8 +257,14 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
     return check_seq(a, fl, n_fl, &a->cfg);
 }
 
-/* Fail before training rather than after: the output's folder must be writable. */
+/* Fail before training rather than after: the output must name a file (not a
+ * folder) in a writable folder. */
 static int check_out_dir(const char *out) {
+    struct stat osb;
+    size_t len = strlen(out);
+    if ((stat(out, &osb) == 0 && S_ISDIR(osb.st_mode)) || (len && out[len - 1] == '/'))
+        return usage_error(CMD, "--out %s: a folder; name the model file to write (e.g. %s%smodel.safetensors)", out,
+                           out, len && out[len - 1] == '/' ? "" : "/");
     char dir[4096];
     const char *slash = strrchr(out, '/');
     if (!slash) snprintf(dir, sizeof dir, ".");

@@ -111,11 +111,26 @@ dtx_status dtx_read_stream(FILE *f, const char *name, char **buf, size_t *len) {
     return DTX_OK;
 }
 
+FILE *dtx_fopen_read(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        dtx_fail(DTX_ERR_IO, "%s: a folder, not a file", path);
+        return NULL;
+    }
+    return f;
+}
+
 dtx_status dtx_read_file(const char *path, char **buf, size_t *len) {
     *buf = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(errno));
+    FILE *f = dtx_fopen_read(path);
+    if (!f) return DTX_ERR_IO;
     dtx_status st = dtx_read_stream(f, path, buf, len);
     fclose(f);
     return st;

@@ -37,6 +37,10 @@ void dtx_release_zero(void *p, size_t bytes);
 dtx_status dtx_read_stream(FILE *f, const char *name, char **buf, size_t *len);
 /* Opens path and reads it whole, as above. */
 dtx_status dtx_read_file(const char *path, char **buf, size_t *len);
+/* fopen(path, "rb") for a reader: NULL after dtx_fail (DTX_ERR_IO) when it
+ * cannot be opened or names a folder ("a folder, not a file": a folder opens
+ * on Linux and fails only at the first read, with a message that says less). */
+FILE *dtx_fopen_read(const char *path);
 
 /* The one way the library writes a file: atomically. Bytes go to
  * PATH.tmp.PID in the same folder (so rename stays on one file system);

@@ -233,6 +233,17 @@ const char *dtx_model_meta(const dtx_model *m, const char *key) {
     return NULL;
 }
 
+/* A model with a NaN or an infinity in its weights (a diverged run saved
+ * anyway, a damaged file) would run and print nonsense: refused at load,
+ * naming the tensor and the element. */
+static dtx_status check_finite(const char *path, const dtx_tensor_info *t, const real *v) {
+    for (size_t k = 0; k < t->numel; k++)
+        if (!isfinite(v[k]))
+            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' holds %s at element %zu: not a usable model (a "
+                            "diverged run's weights?)", path, t->name, isnan(v[k]) ? "NaN" : "an infinity", k);
+    return DTX_OK;
+}
+
 static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *path) {
     dtx_status st;
     for (int i = 0; i < m->n_tensors; i++) {
@@ -246,6 +257,7 @@ static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *p
 #endif
         if ((st = find_tensor(f, path, t->name, m, t->shape[0], t->ndim == 2 ? t->shape[1] : 0, -1, &s))) return st;
         dtx_st_to_real(s, m->params + t->offset);
+        if ((st = check_finite(path, t, m->params + t->offset))) return st;
     }
 #ifndef DTX_DOUBLE
     for (int64_t l = 0; m->wquant == DTX_WQ_W8A8 && l < m->cfg.n_layers; l++) {

@@ -147,12 +147,24 @@ static dtx_status map_file(dtx_st_file *f, const char *path) {
     return DTX_OK;
 }
 
+/* Whether the 8 bytes that should hold the header length are text: a
+ * text file given where a model belongs (a tokenizer, a token list, a
+ * shell script) reads as an absurd length, which would say nothing. */
+static int starts_with_text(const uint8_t *m) {
+    for (int i = 0; i < 8; i++)
+        if (!((m[i] >= 0x20 && m[i] < 0x7f) || m[i] == '\n' || m[i] == '\r' || m[i] == '\t')) return 0;
+    return 1;
+}
+
 /* Copies the header out (cJSON wants a NUL-terminated string) and parses
  * it. On success *text holds the copy, which the caller frees. */
 static dtx_status parse_header(const dtx_st_file *f, const char *path, char **text, size_t *len,
                                cJSON **root) {
     const uint8_t *m = f->file.data;
     uint64_t n = le64(m);
+    if (n > f->file.size - 8 && starts_with_text(m))
+        return dtx_fail(DTX_ERR_FORMAT, "%s: not a safetensors file: it starts with text (\"%s\"), not an 8-byte "
+                        "header length", path, show_n((const char *)m, 8).s);
     if (n > f->file.size - 8)
         return dtx_fail(DTX_ERR_FORMAT, "%s: header length %" PRIu64 " past the end of the file (%zu bytes)",
                         path, n, f->file.size);

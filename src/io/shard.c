@@ -52,11 +52,8 @@ void dtx_shard_header_decode(const uint8_t in[DTX_SHARD_HEADER_SIZE], dtx_shard_
 }
 
 int dtx_shard_sniff(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *f = dtx_fopen_read(path);
+    if (!f) return -1;
     uint8_t b[8];
     size_t n = fread(b, 1, 8, f);
     int err = ferror(f);

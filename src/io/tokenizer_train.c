@@ -491,6 +491,8 @@ dtx_status dtx_tokenizer_train_texts(dtx_tokenizer **out, const char *const *tex
         if (!texts[i] && lens[i]) st = dtx_fail(DTX_ERR_ARG, "train: text %d is NULL", i);
         else st = count_text(&pc, sp, (const uint8_t *)texts[i], lens[i]);
     }
+    if (st == DTX_OK && pc.n == 0) /* a byte-level tokenizer learnt from nothing: surely not what was meant */
+        st = dtx_fail(DTX_ERR_ARG, "train: no text to learn from (%d text%s, all empty)", n_texts, n_texts == 1 ? "" : "s");
     if (st == DTX_OK) st = train_counted(out, &pc, vocab_size);
     dtx_split_free(sp);
     counter_free(&pc);
@@ -500,8 +502,8 @@ dtx_status dtx_tokenizer_train_texts(dtx_tokenizer **out, const char *const *tex
 /* ------------------------------------------------------------ files */
 
 static dtx_status count_file(piece_counter *pc, const dtx_split *sp, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dtx_fail(DTX_ERR_IO, "%s: %s", path, strerror(errno));
+    FILE *f = dtx_fopen_read(path);
+    if (!f) return DTX_ERR_IO;
     size_t cap = 1 << 20, n = 0;
     uint8_t *buf = malloc(cap);
     while (buf) {
@@ -535,6 +537,9 @@ dtx_status dtx_tokenizer_train(dtx_tokenizer **out, const char *const *paths, in
     dtx_paths files = {0};
     for (int i = 0; i < n_paths && st == DTX_OK; i++) st = dtx_paths_add(&files, paths[i]);
     for (size_t i = 0; i < files.n && st == DTX_OK; i++) st = count_file(&pc, sp, files.v[i]);
+    if (st == DTX_OK && pc.n == 0)
+        st = dtx_fail(DTX_ERR_FORMAT, "%s%s: no text to learn from (%zu file%s, all empty)", paths[0],
+                      n_paths > 1 ? " ..." : "", files.n, files.n == 1 ? "" : "s");
     dtx_paths_free(&files);
     if (st == DTX_OK) st = train_counted(out, &pc, vocab_size);
     dtx_split_free(sp);

@@ -258,8 +258,8 @@ TEST(cli_usage_missing_required) {
 }
 
 TEST(cli_help) {
-    const char *cmds[] = {"train", "score", "sample", "info"};
-    for (int i = 0; i < 4; i++) {
+    const char *cmds[] = {"train", "score", "sample", "generate", "info", "quantize", "tokenizer", "prepare", "eval"};
+    for (int i = 0; i < (int)(sizeof cmds / sizeof cmds[0]); i++) {
         char want[64];
         snprintf(want, sizeof want, "usage: difftx %s", cmds[i]);
         int rc = cli("%s --help", cmds[i]);
@@ -269,11 +269,22 @@ TEST(cli_help) {
     }
     /* --help wins over flags that are missing or come later. */
     CHECKF(cli("train --steps 5 --help --bogus") == 0 && cli_has("--accum"), "%s", cli_out);
+    /* the top-level help lists every command and every measurement of difftx eval */
     const char *top[] = {"--help", "help", "-h"};
+    const char *listed[] = {"  train ", "  score ", "  sample ", "  generate ", "  info ", "  quantize ", "  tokenizer ",
+                            "  prepare ", "  eval ", "  ppl ", "  needle ", "  attn-mass ", "  outliers ", "  attn-map ",
+                            "  icl ", "  halluc ", "--version"};
     for (int i = 0; i < 3; i++) {
         int rc = cli("%s", top[i]);
-        CHECKF(rc == 0 && cli_has("train") && cli_has("score") && cli_has("sample") && cli_has("info"), "%s: %d %s", top[i], rc, cli_out);
+        CHECKF(rc == 0, "%s: exit %d: %s", top[i], rc, cli_out);
+        for (int k = 0; k < (int)(sizeof listed / sizeof listed[0]); k++)
+            CHECKF(cli_has(listed[k]), "%s lacks '%s': %s", top[i], listed[k], cli_out);
     }
+    /* --version: one line naming difftx's version and the library's */
+    char want[64];
+    snprintf(want, sizeof want, "difftx %s (the library libdifftx.so.%d", dtx_version(), DTX_VERSION_MAJOR);
+    int rc = cli("--version");
+    CHECKF(rc == 0 && strncmp(cli_out, want, strlen(want)) == 0 && cli_one_line(), "exit %d: %s", rc, cli_out);
 }
 
 /* ------------------------------------------------------------ info */

@@ -153,12 +153,23 @@ TEST(prepare_cli_matches_encode) {
     check_shard(sp, want, n, V, -1, 3);
     free(want);
 
-    /* an empty file is a document of no tokens */
-    const char *e = test_path("empty.txt");
-    REQUIRE(write_file(e, "", 0) == 0);
+    /* an empty file among others is a document of no tokens (its EOS only); a corpus of nothing but empty
+     * files is refused, with nothing written (tests/cli/newcomer_cli_test.c) */
+    const char *e = test_path("empty.txt"), *x = test_path("x.txt");
+    REQUIRE(write_file(e, "", 0) == 0 && write_file(x, TEXTS[0], strlen(TEXTS[0])) == 0);
     sp = test_path("prep_empty.bin");
-    REQUIRE(cli("prepare --tokenizer '%s' --input '%s' --out '%s' --append-eos", tokp, e, sp) == 0);
-    check_shard(sp, &eos, 1, V, eos, 1);
+    REQUIRE(cli("prepare --tokenizer '%s' --input '%s' --input '%s' --out '%s' --append-eos", tokp, e, x, sp) == 0);
+    int32_t *ids;
+    int64_t k;
+    REQUIRE(dtx_tokenizer_encode(t, TEXTS[0], strlen(TEXTS[0]), DTX_ENCODE_ORDINARY, &ids, &k) == DTX_OK);
+    int32_t *both = malloc(sizeof *both * (size_t)(k + 2));
+    REQUIRE(both);
+    both[0] = eos;
+    memcpy(both + 1, ids, sizeof *ids * (size_t)k);
+    both[k + 1] = eos;
+    check_shard(sp, both, k + 2, V, eos, 2);
+    free(both);
+    free(ids);
 }
 
 TEST(prepare_cli_usage_errors) {

@@ -295,6 +295,14 @@ TEST(st_bad_truncated_short) {
     expect_fail_at(__LINE__, p, DTX_ERR_FORMAT, "truncated: 5 bytes", "shorter than the 8-byte header length");
 }
 
+/* A text file where a model belongs: said so, not read as an absurd header length. */
+TEST(st_text_file_is_not_safetensors) {
+    static const char text[] = "256\n<s> 0\nhello world, a tokenizer or a list of token ids\n";
+    const char *p = test_path("text.safetensors");
+    CHECK(write_file(p, text, sizeof text - 1) == 0);
+    expect_fail_at(__LINE__, p, DTX_ERR_FORMAT, "not a safetensors file: it starts with text (\"256?<s> \")", NULL);
+}
+
 TEST(st_bad_header_past_end) {
     expect_fail_at(__LINE__, make_raw("past.safetensors", 100, "{}", NULL, 0), DTX_ERR_FORMAT,
                    "header length 100 past the end of the file (10 bytes)", NULL);

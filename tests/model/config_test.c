@@ -1,5 +1,6 @@
 /* Configuration rules, parameter counts, λ_init, save/load round trip. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/common.h"
@@ -86,6 +87,39 @@ TEST(model_save_load_roundtrip) {
     dtx_model_free(m);
     dtx_model_free(m2);
     dtx_model_free(m3);
+}
+
+/* A weight that is not finite (a diverged run's, a damaged file's) is refused
+ * at load, the tensor and the element named; F32 and BF16 files alike. */
+TEST(model_load_refuses_non_finite_weights) {
+    dtx_config c = dtx_config_default();
+    c.dim = 32;
+    c.n_layers = 2;
+    c.vocab_size = 50;
+    c.ffn_dim = 48;
+    c.n_heads = 2;
+    c.n_kv_heads = 2;
+    dtx_model *m, *m2 = (dtx_model *)1;
+    REQUIRE(dtx_model_init(&m, &c, 3) == DTX_OK);
+    const dtx_tensor_info *t = dtx_model_find(m, "layers.1.feed_forward.w2.weight");
+    REQUIRE(t != NULL);
+    float *w = dtx_model_params(m);
+    static const struct { int bf16; float bad; const char *what; } cases[] = {
+        {0, NAN, "NaN"}, {1, NAN, "NaN"}, {0, INFINITY, "an infinity"}, {1, -INFINITY, "an infinity"}};
+    for (int i = 0; i < 4; i++) {
+        w[t->offset + 7] = cases[i].bad;
+        const char *p = test_path("nonfinite.safetensors");
+        REQUIRE(dtx_model_save(m, p, cases[i].bf16) == DTX_OK);
+        CHECK(dtx_model_load(&m2, p) == DTX_ERR_FORMAT && m2 == NULL);
+        char want[160];
+        snprintf(want, sizeof want, "tensor 'layers.1.feed_forward.w2.weight' holds %s at element 7", cases[i].what);
+        CHECKF(strstr(dtx_last_error(), want) && strstr(dtx_last_error(), p), "case %d: %s", i, dtx_last_error());
+    }
+    w[t->offset + 7] = 0.5f; /* finite again: loads */
+    REQUIRE(dtx_model_save(m, test_path("finite.safetensors"), 0) == DTX_OK);
+    CHECK(dtx_model_load(&m2, test_path("finite.safetensors")) == DTX_OK);
+    dtx_model_free(m2);
+    dtx_model_free(m);
 }
 
 /* Table 6's variants (interop.md "Variants"): parsing, validation, the
