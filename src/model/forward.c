@@ -1,5 +1,6 @@
-/* Forward and backward over the layers (llm.c style: each block's forward
- * and backward side by side, over the flat buffers of model.h).
+/* Forward and backward over the layers (llm.c style, over the flat buffers
+ * of model.h): the forward is block.c's one layer walker, each block's
+ * backward is here.
  *
  * Shapes: N = B·T rows, D = dim, KV = kv_dim, F = ffn_dim, V = vocab.
  *   x [N, D] --attention_norm--> xn1 --q/k/v proj--> q [N, D], k, v [N, KV]
@@ -195,46 +196,15 @@ static unsigned pre_for_forward(const dtx_model *m) {
     return 0;
 }
 static unsigned pre_rounded(const dtx_model *m) { return m->acts.pre; }
-/* x [n] rounded in place when pre says so. */
-static void round_if(unsigned pre, real *x, size_t n) {
-#ifndef DTX_DOUBLE
-    if (pre) dtx_bf16_round(x, x, n);
-#else
-    (void)pre, (void)x, (void)n;
-#endif
+
+/* The training forward's linear layers: every product through dtx_model_linear. */
+static void batch_linear(const dtx_model *m, void *ctx, real *out, const real *x, size_t off, int64_t M, int64_t K,
+                         int64_t N, unsigned px) {
+    (void)ctx;
+    dtx_model_linear(m, out, x, off, M, K, N, px);
 }
 
 /* ------------------------------------------------------------ attention block */
-
-/* x [N, D] -> la->x_mid = x + attention(attention_norm(x)) */
-static void attention_block_forward(dtx_model *m, int64_t l, const real *x, real *scratch) {
-    const dtx_config *c = &m->cfg;
-    const dtx_layer_offsets *o = &m->layers[l];
-    dtx_layer_acts *la = &m->acts.layers[l];
-    int64_t B = m->acts.B, T = m->acts.T, N = B * T, D = c->dim, KV = m->kv_dim, d = m->head_dim;
-    int64_t QD = dtx_config_q_dim(c);
-    int v2 = c->arch == DTX_ARCH_DIFF2;
-    unsigned pre = pre_rounded(m), px = pre & DTX_MM_PRE_X;
-    DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn1, la->rstd1, x, P(o->attn_norm), N, D, c->norm_eps));
-    DTX_PROF(DTX_PROF_NORM, 0, round_if(px, la->xn1, (size_t)(N * D)));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->q, la->xn1, o->wq, N, D, QD, px));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->k, la->xn1, o->wk, N, D, KV, px));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->v, la->xn1, o->wv, N, D, KV, px));
-    if (la->lam) DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->lam, la->xn1, o->wl, N, D, c->n_heads, px));
-    DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, 0, QD / d, d));
-    DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d));
-    dtx_model_round_qk(m, l, la->q, N * QD, la->k, N * KV);
-    la->lambda = dtx_model_lambda(m, l);
-    dtx_attn_dims ad = dtx_model_attn_dims(m, B, T, l, la->lambda);
-    DTX_PROF(DTX_PROF_ATTENTION, 0,
-             dtx_attention_forward(&ad, v2 ? la->attn_a : la->attn_y, &la->att, la->q, la->k, la->v,
-                                   dtx_model_subln(m, l)));
-    if (v2)
-        DTX_PROF(DTX_PROF_ATTENTION, 0,
-                 dtx_diff2_combine_forward(la->attn_y, la->attn_a, la->lam, N, c->n_heads, d, c->v2_lambda));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, scratch, la->attn_y, o->wo, N, D, D, 0));
-    DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(la->x_mid, x, scratch, N * D));
-}
 
 /* dx_mid [N, D] (gradient at x_mid) -> dx (+=): through the attention path;
  * the residual path is the caller's (dx and dx_mid are the same buffer). */
@@ -278,12 +248,12 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
     DTX_PROF(DTX_PROF_ROPE, 1, dtx_rope_backward(a->dq, m->rope_cos, m->rope_sin, B, T, 0, QD / d, d));
     DTX_PROF(DTX_PROF_ROPE, 1, dtx_rope_backward(a->dk, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d));
     unsigned pre = pre_rounded(m);
-    DTX_PROF(DTX_PROF_ATTENTION, 1, round_if(pre, a->dq, (size_t)(N * QD)));
-    DTX_PROF(DTX_PROF_ATTENTION, 1, round_if(pre, a->dk, (size_t)(N * KV)));
-    DTX_PROF(DTX_PROF_ATTENTION, 1, round_if(pre, a->dv, (size_t)(N * KV)));
+    DTX_PROF(DTX_PROF_ATTENTION, 1, dtx_bf16_round_if(pre, a->dq, (size_t)(N * QD)));
+    DTX_PROF(DTX_PROF_ATTENTION, 1, dtx_bf16_round_if(pre, a->dk, (size_t)(N * KV)));
+    DTX_PROF(DTX_PROF_ATTENTION, 1, dtx_bf16_round_if(pre, a->dv, (size_t)(N * KV)));
     memset(dxn, 0, (size_t)(N * D) * sizeof(real));
     if (la->lam) {
-        DTX_PROF(DTX_PROF_ATTENTION, 1, round_if(pre, a->dlam, (size_t)(N * c->n_heads)));
+        DTX_PROF(DTX_PROF_ATTENTION, 1, dtx_bf16_round_if(pre, a->dlam, (size_t)(N * c->n_heads)));
         DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wl), a->dlam, la->xn1, P(o->wl), N, D,
                                                              c->n_heads, m->precision, pre));
     }
@@ -294,22 +264,6 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
 }
 
 /* ------------------------------------------------------------ feed-forward block */
-
-/* la->x_mid -> out = x_mid + w2(silu(w1 xn2) ⊙ w3 xn2), xn2 = ffn_norm(x_mid) */
-static void ffn_block_forward(dtx_model *m, int64_t l, real *out, real *scratch) {
-    const dtx_config *c = &m->cfg;
-    const dtx_layer_offsets *o = &m->layers[l];
-    dtx_layer_acts *la = &m->acts.layers[l];
-    int64_t N = m->acts.B * m->acts.T, D = c->dim, F = c->ffn_dim;
-    unsigned px = pre_rounded(m) & DTX_MM_PRE_X;
-    DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps));
-    DTX_PROF(DTX_PROF_NORM, 0, round_if(px, la->xn2, (size_t)(N * D)));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->h1, la->xn2, o->w1, N, D, F, px));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, la->h3, la->xn2, o->w3, N, D, F, px));
-    DTX_PROF(DTX_PROF_SWIGLU, 0, dtx_swiglu_forward_r(la->g, la->h1, la->h3, N * F, px != 0));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, scratch, la->g, o->w2, N, F, D, px));
-    DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(out, la->x_mid, scratch, N * D));
-}
 
 /* dx [N, D]: gradient at the block output on entry, at x_mid on exit (+=). */
 static void ffn_block_backward(dtx_model *m, int64_t l, real *dx) {
@@ -362,16 +316,13 @@ dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t 
     if (targets) memcpy(a->targets, targets, (size_t)N * sizeof(int32_t));
 
     DTX_PROF(DTX_PROF_EMBEDDING, 0, dtx_model_embed(m, a->resid, tokens, N));
+    dtx_block_run run = {.B = B, .T = T, .px = pre_rounded(m) & DTX_MM_PRE_X, .mode = DTX_BLOCK_OWN_KEYS,
+                         .scratch = a->dx1, .linear = batch_linear};
     for (int64_t l = 0; l < L; l++) {
-        real *x = a->resid + (size_t)(l * N * D), *next = x + (size_t)(N * D);
-        attention_block_forward(m, l, x, a->dx1);
-        ffn_block_forward(m, l, next, a->dx1);
+        real *x = a->resid + (size_t)(l * N * D);
+        dtx_block_forward(m, l, &run, &a->layers[l], x, x + (size_t)(N * D));
     }
-    real *xL = a->resid + (size_t)(L * N * D);
-    unsigned px = pre_rounded(m) & DTX_MM_PRE_X;
-    DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(a->xnf, a->rstdf, xL, P(m->final_norm), N, D, c->norm_eps));
-    DTX_PROF(DTX_PROF_NORM, 0, round_if(px, a->xnf, (size_t)(N * D)));
-    DTX_PROF(DTX_PROF_MATMUL, 0, dtx_model_linear(m, a->probs, a->xnf, m->out_w, N, D, V, px));
+    dtx_block_head(m, &run, a->probs, a->xnf, a->rstdf, a->resid + (size_t)(L * N * D), N);
     if (logits) memcpy(logits, a->probs, (size_t)(N * V) * sizeof(real));
     if (targets) {
         double l = 0;
@@ -421,7 +372,7 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
     a->has_targets = 0;
     memset(a->dx1, 0, (size_t)(N * D) * sizeof(real));
     unsigned pre = pre_rounded(m);
-    DTX_PROF(DTX_PROF_LOSS, 1, round_if(pre, dlogits, (size_t)(N * V)));
+    DTX_PROF(DTX_PROF_LOSS, 1, dtx_bf16_round_if(pre, dlogits, (size_t)(N * V)));
     DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(a->dx1, G(m->out_w), dlogits, a->xnf, P(m->out_w), N, D, V, m->precision, pre));
     memset(a->dresid, 0, (size_t)(N * D) * sizeof(real));
     real *xL = a->resid + (size_t)(L * N * D);

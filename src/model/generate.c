@@ -1,5 +1,6 @@
-/* Cached decoding (issue 4): a KV cache, a batched prefill and one-token
- * decode steps, over the same kernels as the full forward (forward.c).
+/* Cached decoding: a KV cache, a batched prefill and one-token decode
+ * steps, each layer run by the training forward's own walker (block.c)
+ * over the cache's buffers; this file keeps the cache.
  *
  * The cache of layer l: K [max_len, KV] and V [max_len, KV] (KV = kv_dim),
  * row p holding the post-RoPE key and the value of the token at position p,
@@ -42,8 +43,6 @@
 #include "kernels/matmul_dnnl.h"
 #include "model/model.h"
 
-#define P(off) (m->params + (off))
-
 struct dtx_kvcache {
     /* the model shape it was made for (and V2's λ form, which decides its buffers) */
     dtx_arch arch;
@@ -70,15 +69,6 @@ struct dtx_kvcache {
     int wbf_valid;    /* wbf holds the current sequence's copy */
 };
 
-/* Generation's attention: flash for a prefill, the row kernel for decode
- * steps, fp32 whatever the model's precision (difftx.h). */
-static dtx_attn_dims dims(const dtx_model *m, int64_t T, int64_t layer, double lambda) {
-    dtx_attn_dims a = dtx_model_attn_dims(m, 1, T, layer, lambda);
-    a.run.impl = DTX_ATTN_FLASH;
-    a.run.precision = DTX_PREC_FP32;
-    return a;
-}
-
 /* Lays the row buffers for r rows out from base (or only counts when base is
  * NULL); every buffer on a 64-byte boundary. Returns the element count. The
  * flash workspace also fits the quantised forward when quant. */
@@ -86,7 +76,7 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
     size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, R = (size_t)r, off = 0;
     size_t QD = (size_t)dtx_config_q_dim(&m->cfg), NA = m->cfg.arch == DTX_ARCH_DIFF2 ? R * QD : 0;
     size_t NL = dtx_config_has_lambda_proj(&m->cfg) ? R * (size_t)m->cfg.n_heads : 0;
-    dtx_attn_dims ad = dims(m, r, 0, 0);
+    dtx_attn_dims ad = dtx_model_generation_attn_dims(m, r, 0, 0);
     ad.run.quant_bits = quant ? 16 : 0; /* any valid bits: the size depends only on quantisation being on */
     size_t n_o = flash ? dtx_attention_o_size(&ad) : 0, n_o2 = flash ? dtx_attention_o2_size(&ad) : 0;
     size_t n_rs = flash ? dtx_attention_rstd_size(&ad) : 0;
@@ -171,7 +161,7 @@ dtx_status dtx_kvcache_init(dtx_kvcache **out, const dtx_model *m, int64_t max_l
     c->vocab_size = cfg->vocab_size;
     c->max_len = max_len;
     size_t kv_n = (size_t)(c->n_layers * max_len * c->kv_dim);
-    dtx_attn_dims ad = dims(m, 1, 0, 0);
+    dtx_attn_dims ad = dtx_model_generation_attn_dims(m, 1, 0, 0);
     c->scores_n = dtx_attention_decode_scratch_size(&ad, max_len);
     c->k = dtx_alloc(kv_n, sizeof(real));
     c->v = c->k ? dtx_alloc(kv_n, sizeof(real)) : NULL;
@@ -241,9 +231,12 @@ static dtx_status ensure_bf16(const dtx_model *m, dtx_kvcache *c) {
 #endif
 
 /* out [M, N] = x [M, K] · (parameter at off) [N, K]ᵀ: several rows and single
- * rows through linear.c's two entry points. */
-static void linear(const dtx_model *m, dtx_kvcache *c, real *out, const real *x, size_t off, int64_t M, int64_t K,
-                   int64_t N) {
+ * rows through linear.c's two entry points (px is 0 here: generation never
+ * pre-rounds; the one-row path reads the bf16 copy instead). */
+static void cache_linear(const dtx_model *m, void *ctx, real *out, const real *x, size_t off, int64_t M, int64_t K,
+                         int64_t N, unsigned px) {
+    const dtx_kvcache *c = ctx;
+    (void)px;
     if (M > 1) dtx_model_linear(m, out, x, off, M, K, N, 0);
     else dtx_model_linear_row(m, out, x, off, K, N, c->wbf, c->xr);
 }
@@ -272,8 +265,8 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
         if (tokens[i] < 0 || tokens[i] >= cfg->vocab_size)
             return dtx_fail(DTX_ERR_ARG, "token id %lld at position %lld is out of range [0, %lld)",
                             (long long)tokens[i], (long long)(c->len + i), (long long)cfg->vocab_size);
-    const int64_t pos0 = c->len, D = cfg->dim, KV = m->kv_dim, F = cfg->ffn_dim, V = cfg->vocab_size;
-    const int64_t d = m->head_dim, L = cfg->n_layers, ML = c->max_len, QD = dtx_config_q_dim(cfg);
+    const int64_t pos0 = c->len, D = cfg->dim, KV = m->kv_dim, L = cfg->n_layers;
+    const int64_t ML = c->max_len;
     const int flash = pos0 == 0 && n > 1;
     if ((st = ensure_rows(m, c, n, flash))) return st;
     if (pos0 == 0) c->wbf_valid = 0; /* a new sequence: the weights may have changed */
@@ -283,50 +276,26 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
 #endif
 
     dtx_model_embed(m, c->x, tokens, n);
+    /* one layer is block.c's walker over the cache's row buffers: x_mid and the output in place in x, the
+     * gate in place in h, k and v straight into the cache's rows pos0 .. */
+    dtx_layer_acts la = {.x_mid = c->x, .xn1 = c->xn, .rstd1 = c->rstd, .q = c->q, .attn_y = c->att,
+                         .attn_a = c->att2, .lam = c->lam, .xn2 = c->xn, .rstd2 = c->rstd, .h1 = c->h, .h3 = c->h3,
+                         .g = c->h,
+                         .att = {.att = NULL, .lse = c->lse, .o1 = c->o1, .o2 = c->o2, .rstd = c->orstd,
+                                 .work = c->work}};
+    dtx_block_run run = {.B = 1, .T = n, .pos0 = pos0, .generation = 1,
+                         .mode = flash ? DTX_BLOCK_OWN_KEYS : DTX_BLOCK_CACHE, .scores = c->scores,
+                         .scratch = c->tmp, .linear = cache_linear, .ctx = c};
     for (int64_t l = 0; l < L; l++) {
-        const dtx_layer_offsets *o = &m->layers[l];
         real *kc = c->k + (size_t)(l * ML * KV), *vc = c->v + (size_t)(l * ML * KV);
-        real *kn = kc + (size_t)(pos0 * KV), *vn = vc + (size_t)(pos0 * KV);
-        const real *subln = dtx_model_subln(m, l);
-        /* attention block */
-        dtx_rmsnorm_forward(c->xn, c->rstd, c->x, P(o->attn_norm), n, D, cfg->norm_eps);
-        linear(m, c, c->q, c->xn, o->wq, n, D, QD);
-        linear(m, c, kn, c->xn, o->wk, n, D, KV);
-        linear(m, c, vn, c->xn, o->wv, n, D, KV);
-        if (c->lam) linear(m, c, c->lam, c->xn, o->wl, n, D, cfg->n_heads);
-        dtx_rope_forward(c->q, m->rope_cos, m->rope_sin, 1, n, pos0, QD / d, d);
-        dtx_rope_forward(kn, m->rope_cos, m->rope_sin, 1, n, pos0, KV / d, d);
-        dtx_model_round_qk(m, l, c->q, n * QD, kn, n * KV);
-        dtx_attn_dims ad = dims(m, n, l, dtx_model_lambda(m, l));
-        real *att = c->att2 ? c->att2 : c->att; /* DIFF2: the 2h heads, combined below */
-        if (flash) {
-            dtx_attn_saved s = {.att = NULL, .lse = c->lse, .o1 = c->o1, .o2 = c->o2, .rstd = c->orstd, .work = c->work};
-            dtx_attention_forward(&ad, att, &s, c->q, kc, vc, subln);
-        } else {
-            /* TENSOR scope: this step's n rows, over all heads, are the tensor */
-            double amax[2] = {0, 0};
-            for (int64_t i = 0; ad.run.quant_bits && ad.run.quant_tensor && i < n; i++)
-                dtx_attention_decode_absmax(&ad, amax, c->q + i * QD, kc, pos0 + i + 1);
-            for (int64_t i = 0; i < n; i++)
-                dtx_attention_decode_with_absmax(&ad, att + i * QD, c->q + i * QD, kc, vc, pos0 + i + 1, subln,
-                                                 c->scores, amax);
-        }
-        if (c->att2) dtx_diff2_combine_forward(c->att, c->att2, c->lam, n, cfg->n_heads, d, cfg->v2_lambda);
-        linear(m, c, c->tmp, c->att, o->wo, n, D, D);
-        dtx_residual_forward(c->x, c->x, c->tmp, n * D);
-        /* feed-forward block (the gate overwrites h1 in place) */
-        dtx_rmsnorm_forward(c->xn, c->rstd, c->x, P(o->ffn_norm), n, D, cfg->norm_eps);
-        linear(m, c, c->h, c->xn, o->w1, n, D, F);
-        linear(m, c, c->h3, c->xn, o->w3, n, D, F);
-        dtx_swiglu_forward(c->h, c->h, c->h3, n * F);
-        linear(m, c, c->tmp, c->h, o->w2, n, F, D);
-        dtx_residual_forward(c->x, c->x, c->tmp, n * D);
+        la.k = kc + (size_t)(pos0 * KV);
+        la.v = vc + (size_t)(pos0 * KV);
+        run.k_cache = kc;
+        run.v_cache = vc;
+        dtx_block_forward(m, l, &run, &la, c->x, c->x);
     }
     c->len += n;
-    if (logits) {
-        dtx_rmsnorm_forward(c->xn, c->rstd, c->x + (n - 1) * D, P(m->final_norm), 1, D, cfg->norm_eps);
-        linear(m, c, logits, c->xn, m->out_w, 1, D, V);
-    }
+    if (logits) dtx_block_head(m, &run, logits, c->xn, c->rstd, c->x + (n - 1) * D, 1);
     return DTX_OK;
 }
 

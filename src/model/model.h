@@ -181,6 +181,44 @@ int dtx_model_tensor_bits(const dtx_model *m, dtx_wquant scheme, int i);
  * back: a quantised model keeps only the codes and scales resident. */
 void dtx_model_release_quantised_fp32(dtx_model *m);
 
+/* ------------------------------------------------------------ one layer (block.c) */
+
+/* How a layer runs: where its keys come from, its rows and positions, its
+ * linear layers. One walker (dtx_block_forward) serves the training forward
+ * (forward.c), a prefill and a decode step (generate.c). */
+typedef enum {
+    DTX_BLOCK_OWN_KEYS, /* the attention reads the block's own k, v (a batch; a prefill from position 0) */
+    DTX_BLOCK_CACHE,    /* row i attends over the cache's rows 0 .. pos0 + i (decode steps) */
+} dtx_block_keys;
+/* out [M, N] = x [M, K] · (the weight at off) [N, K]ᵀ; px: the inputs are
+ * bf16-rounded already (forward.c's emulated bf16), for dtx_model_linear. */
+typedef void (*dtx_block_linear)(const dtx_model *m, void *ctx, real *out, const real *x, size_t off, int64_t M,
+                                 int64_t K, int64_t N, unsigned px);
+typedef struct {
+    int64_t B, T, pos0;        /* B·T rows at positions pos0 .. pos0 + T − 1 of each sequence */
+    unsigned px;               /* the products' inputs pre-rounded to bf16 (DTX_MM_PRE_X) or 0 */
+    int generation;            /* flash attention in fp32 whatever the model's precision (difftx.h) */
+    dtx_block_keys mode;
+    const real *k_cache, *v_cache; /* DTX_BLOCK_CACHE: the layer's cache, rows 0 .. pos0 + n − 1 filled */
+    real *scores;              /* DTX_BLOCK_CACHE: dtx_attention_decode scratch */
+    real *scratch;             /* [B·T, D] */
+    dtx_block_linear linear;
+    void *ctx;
+} dtx_block_run;
+/* Generation's attention (a prefill, decode steps: B = 1): flash, or the
+ * row kernel over the cache, in fp32 whatever the model's precision (difftx.h). */
+dtx_attn_dims dtx_model_generation_attn_dims(const dtx_model *m, int64_t T, int64_t layer, double lambda);
+/* x [n] rounded to bf16 in place when pre (DTX_MM_PRE_* flags) is set:
+ * emulated bf16 rounds each product's operands once, where they are made. */
+void dtx_bf16_round_if(unsigned pre, real *x, size_t n);
+/* x [B·T, D] -> out: one layer, its tensors in la (block.c's header says
+ * which may alias). */
+void dtx_block_forward(dtx_model *m, int64_t l, const dtx_block_run *r, dtx_layer_acts *la, const real *x,
+                       real *out);
+/* logits [rows, V] = output(norm(x [rows, D])), xn and rstd keeping the normed rows. */
+void dtx_block_head(dtx_model *m, const dtx_block_run *r, real *logits, real *xn, real *rstd, const real *x,
+                    int64_t rows);
+
 /* Bytes held by the activations of the last forward (0 before any). */
 size_t dtx_model_activation_bytes(const dtx_model *m);
 

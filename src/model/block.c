@@ -1,0 +1,104 @@
+/* One layer of the model, for every way it runs: the one description of the
+ * block (llm.c's gpt2_forward reads as this list of calls), shared by the
+ * training forward over a [B, T] batch (forward.c), a prefill and a
+ * one-token decode step into a KV cache (generate.c). Only where the
+ * tensors live and how the attention reads its keys differ, and a
+ * dtx_block_run says which:
+ *
+ *   xn1 = attention_norm(x)
+ *   q, k, v (, DIFF2's λ logits) = xn1 · w{q,k,v,l}ᵀ    RoPE(q, k) at pos0 ..
+ *   attention over the block's own k, v (a batch, a prefill from position 0)
+ *     or over the cache's rows 0 .. pos0 + i for each row i (decode steps)
+ *   DIFF2: the 2h heads combined in pairs with λ
+ *   x_mid = x + attn_y · woᵀ
+ *   xn2 = ffn_norm(x_mid);  h1, h3 = xn2 · w{1,3}ᵀ;  g = silu(h1) ⊙ h3
+ *   out = x_mid + g · w2ᵀ
+ *
+ * Decoding points x_mid and out at x (in place) and g at h1; training keeps
+ * every tensor for its backward (forward.c). After the last layer,
+ * dtx_block_head: the final norm and the output projection, over every row
+ * (training) or the last one (generation). */
+#include "common/profile.h"
+#include "kernels/matmul_dnnl.h"
+#include "model/model.h"
+
+#define P(off) (m->params + (off))
+
+void dtx_bf16_round_if(unsigned pre, real *x, size_t n) {
+#ifndef DTX_DOUBLE
+    if (pre) dtx_bf16_round(x, x, n);
+#else
+    (void)pre, (void)x, (void)n;
+#endif
+}
+
+/* la->attn_y (or DIFF2's la->attn_a) from q, k, v: over the block's own keys,
+ * or row by row over the cache (TENSOR scope: this call's rows, all heads,
+ * are the tensor, as a forward over T). */
+static void attention(const dtx_block_run *r, const dtx_attn_dims *ad, dtx_layer_acts *la, const real *subln,
+                      int64_t qd) {
+    real *out = la->attn_a ? la->attn_a : la->attn_y;
+    if (r->mode == DTX_BLOCK_OWN_KEYS) {
+        dtx_attention_forward(ad, out, &la->att, la->q, la->k, la->v, subln);
+        return;
+    }
+    int64_t n = r->B * r->T;
+    double amax[2] = {0, 0};
+    for (int64_t i = 0; ad->run.quant_bits && ad->run.quant_tensor && i < n; i++)
+        dtx_attention_decode_absmax(ad, amax, la->q + i * qd, r->k_cache, r->pos0 + i + 1);
+    for (int64_t i = 0; i < n; i++)
+        dtx_attention_decode_with_absmax(ad, out + i * qd, la->q + i * qd, r->k_cache, r->v_cache, r->pos0 + i + 1,
+                                         subln, r->scores, amax);
+}
+
+dtx_attn_dims dtx_model_generation_attn_dims(const dtx_model *m, int64_t T, int64_t layer, double lambda) {
+    dtx_attn_dims a = dtx_model_attn_dims(m, 1, T, layer, lambda);
+    a.run.impl = DTX_ATTN_FLASH;
+    a.run.precision = DTX_PREC_FP32;
+    return a;
+}
+
+void dtx_block_forward(dtx_model *m, int64_t l, const dtx_block_run *r, dtx_layer_acts *la, const real *x,
+                       real *out) {
+    const dtx_config *c = &m->cfg;
+    const dtx_layer_offsets *o = &m->layers[l];
+    const int64_t B = r->B, T = r->T, N = B * T, D = c->dim, KV = m->kv_dim, F = c->ffn_dim, d = m->head_dim;
+    const int64_t QD = dtx_config_q_dim(c);
+    const unsigned px = r->px;
+    const real *subln = dtx_model_subln(m, l);
+    /* attention */
+    DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn1, la->rstd1, x, P(o->attn_norm), N, D, c->norm_eps));
+    DTX_PROF(DTX_PROF_NORM, 0, dtx_bf16_round_if(px, la->xn1, (size_t)(N * D)));
+    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, la->q, la->xn1, o->wq, N, D, QD, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, la->k, la->xn1, o->wk, N, D, KV, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, la->v, la->xn1, o->wv, N, D, KV, px));
+    if (la->lam) DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, la->lam, la->xn1, o->wl, N, D, c->n_heads, px));
+    DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, r->pos0, QD / d, d));
+    DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, r->pos0, KV / d, d));
+    dtx_model_round_qk(m, l, la->q, N * QD, la->k, N * KV);
+    la->lambda = dtx_model_lambda(m, l);
+    dtx_attn_dims ad = r->generation ? dtx_model_generation_attn_dims(m, T, l, la->lambda)
+                                     : dtx_model_attn_dims(m, B, T, l, la->lambda);
+    DTX_PROF(DTX_PROF_ATTENTION, 0, attention(r, &ad, la, subln, QD));
+    if (la->attn_a)
+        DTX_PROF(DTX_PROF_ATTENTION, 0,
+                 dtx_diff2_combine_forward(la->attn_y, la->attn_a, la->lam, N, c->n_heads, d, c->v2_lambda));
+    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, r->scratch, la->attn_y, o->wo, N, D, D, 0));
+    DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(la->x_mid, x, r->scratch, N * D));
+    /* feed-forward */
+    DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps));
+    DTX_PROF(DTX_PROF_NORM, 0, dtx_bf16_round_if(px, la->xn2, (size_t)(N * D)));
+    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, la->h1, la->xn2, o->w1, N, D, F, px));
+    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, la->h3, la->xn2, o->w3, N, D, F, px));
+    DTX_PROF(DTX_PROF_SWIGLU, 0, dtx_swiglu_forward_r(la->g, la->h1, la->h3, N * F, px != 0));
+    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, r->scratch, la->g, o->w2, N, F, D, px));
+    DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(out, la->x_mid, r->scratch, N * D));
+}
+
+void dtx_block_head(dtx_model *m, const dtx_block_run *r, real *logits, real *xn, real *rstd, const real *x,
+                    int64_t rows) {
+    const dtx_config *c = &m->cfg;
+    DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(xn, rstd, x, P(m->final_norm), rows, c->dim, c->norm_eps));
+    DTX_PROF(DTX_PROF_NORM, 0, dtx_bf16_round_if(r->px, xn, (size_t)(rows * c->dim)));
+    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, logits, xn, m->out_w, rows, c->dim, c->vocab_size, r->px));
+}
