@@ -61,6 +61,10 @@ typedef enum {
 /* "1.0": the version of the library running (which may be a newer minor
  * one than the header a program was built with). */
 const char *dtx_version(void);
+/* The public structs' layout, for bindings that mirror them: one line each,
+ * "name sizeof offsets-of-its-fields-in-order" (python/difftx checks its
+ * mirrors against it at load). */
+const char *dtx_struct_layout(void);
 
 /* v in the shortest %g form that reads back (strtod) as the same double,
  * as files and messages write real settings ("0.8", not
@@ -389,6 +393,14 @@ typedef struct {
     double weight_decay;  /* decoupled (AdamW); never on norm weights or lambdas   */
     int decay_embeddings; /* apply weight decay to tok_embeddings / output         */
     double clip_norm;     /* global gradient-norm clip; <= 0 disables              */
+    /* A schedule extended past its first end (dtx_optimizer_extend) restarts
+     * at restart_step (0: never): from restart_lr, the rate there, it rises
+     * linearly back to lr over warmup_steps (at most a tenth of the new
+     * steps), then decays as schedule says to min_lr at the new last step.
+     * The steps before restart_step are the run's past: dtx_lr_at gives
+     * them for the extended length, not as they ran. */
+    int64_t restart_step;
+    double restart_lr;
 } dtx_optim_config;
 
 dtx_optim_config dtx_optim_default(void);
@@ -403,6 +415,11 @@ void dtx_optimizer_free(dtx_optimizer *opt);
  * advances the step. *grad_norm receives the pre-clip global norm. */
 dtx_status dtx_optimizer_step(dtx_optimizer *opt, double *grad_norm, double *lr_used);
 int64_t dtx_optimizer_steps_done(const dtx_optimizer *opt);
+/* Extends the schedule to total_steps (more than it had) from the step the
+ * optimizer is at: a warm restart there (dtx_optim_config's restart_step and
+ * restart_lr): a finished or running run continues with a new warmup and
+ * decay over the new steps, every other setting unchanged. */
+dtx_status dtx_optimizer_extend(dtx_optimizer *opt, int64_t total_steps);
 
 /* ---------------------------------------------------------------- training
  * The training loop of `difftx train` (docs/training.md), one optimizer step

@@ -533,7 +533,7 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
     for k, v in optim.items():
         if k == "schedule":
             v = _choice("schedule", v, _lib.SCHEDULE)
-        elif k not in dict(_lib.OptimConfig._fields_) or k == "total_steps":
+        elif k not in dict(_lib.OptimConfig._fields_) or k in ("total_steps", "restart_step", "restart_lr"):
             raise TypeError("train: unknown optimizer setting %r" % k)
         setattr(oc, k, v)
     if "lr" in optim and "min_lr" not in optim:

@@ -102,7 +102,8 @@ class TensorInfo(ctypes.Structure):
 class OptimConfig(ctypes.Structure):
     _fields_ = [("lr", c_double), ("min_lr", c_double), ("warmup_steps", c_int64), ("total_steps", c_int64),
                 ("schedule", c_int), ("beta1", c_double), ("beta2", c_double), ("eps", c_double),
-                ("weight_decay", c_double), ("decay_embeddings", c_int), ("clip_norm", c_double)]
+                ("weight_decay", c_double), ("decay_embeddings", c_int), ("clip_norm", c_double),
+                ("restart_step", c_int64), ("restart_lr", c_double)]
 
 
 class Rng(ctypes.Structure):
@@ -160,6 +161,30 @@ def _proto(name, restype, *argtypes):
 _proto("dtx_last_error", c_char_p)
 _proto("dtx_status_name", c_char_p, c_int)
 _proto("dtx_version", c_char_p)
+_proto("dtx_struct_layout", c_char_p)
+
+MIRRORS = {"dtx_config": Config, "dtx_tensor_info": TensorInfo, "dtx_optim_config": OptimConfig, "dtx_rng": Rng,
+           "dtx_sampler": Sampler, "dtx_quant_options": QuantOptions, "dtx_quant_summary": QuantSummary,
+           "dtx_train_options": TrainOptions, "dtx_train_stats": TrainStats}
+
+
+def check_layout(layout_text, mirrors):
+    """Refuses mirrors that disagree with the library's own layout (dtx_struct_layout: "name sizeof offsets"):
+    a struct read with another layout would give garbage, not an error. Returns the names checked."""
+    got = {}
+    for line in layout_text.splitlines():
+        name, *nums = line.split()
+        got[name] = [int(x) for x in nums]
+    for name, cls in mirrors.items():
+        want = [ctypes.sizeof(cls)] + [getattr(cls, f).offset for f, _ in cls._fields_]
+        if got.get(name) != want:
+            raise ImportError(f"difftx: {PATH}'s {name} is laid out as (sizeof, offsets) {got.get(name)}, this "
+                              f"package's mirror as {want}: the library and the package are of different versions "
+                              f"(pip install ./python again after make lib)")
+    return sorted(mirrors)
+
+
+check_layout(lib.dtx_struct_layout().decode(), MIRRORS)
 _proto("dtx_format_real", c_char_p, c_double, c_char_p, c_size_t)
 _proto("dtx_config_default", Config)
 _proto("dtx_config_baseline", Config, P(Config))

@@ -584,6 +584,8 @@ static int compare_with_ckpt(const dtx_ckpt *ck, const char *path, const train_s
         if (!theirs && strcmp(keys[i], "init_scheme") == 0) theirs = "torch"; /* written before the flag existed */
         if (!theirs) return runtime_error(CMD, "--resume: %s: missing metadata key '%s'", path, keys[i]);
         if (strcmp(theirs, values[i]) == 0) continue;
+        /* more --steps than the checkpoint's schedule: the run is extended (build_state), not refused */
+        if (strcmp(keys[i], "total_steps") == 0 && a->steps > strtoll(theirs, NULL, 10)) continue;
         char here[80], there[80];
         show_value(here, sizeof here, keys[i], values[i], theirs);
         show_value(there, sizeof there, keys[i], theirs, values[i]);
@@ -952,6 +954,14 @@ static int build_state(train_state *s, const train_args *a, const dtx_config *cf
         dtx_model_free(init_model);
         if (dtx_ckpt_load(&ck, path) != DTX_OK) return lib_error(CMD);
         rc = compare_with_ckpt(&ck, path, s, a, cfg);
+        int64_t was = dtx_optimizer_config(ck.opt)->total_steps;
+        if (rc == EXIT_OK && a->steps > was) { /* docs/training.md "Extending a run" */
+            if (dtx_optimizer_extend(ck.opt, a->steps) != DTX_OK) rc = lib_error(CMD);
+            else
+                say(s, "extending the run from %lld to %lld steps: the schedule restarts at step %lld (lr %g back up "
+                    "to %g, then down to %g at the last step)\n", (long long)was, (long long)a->steps,
+                    (long long)ck.step, dtx_optimizer_config(ck.opt)->restart_lr, a->opt.lr, a->opt.min_lr);
+        }
         if (rc == EXIT_OK) {
             if (dtx_trainer_resume(&s->tr, ck.model, ck.opt, &ck.rng, ck.step) != DTX_OK) rc = lib_error(CMD);
             ck.model = NULL;

@@ -65,7 +65,12 @@ dtx_status dtx_ckpt_save(const char *path, const dtx_model *m, const dtx_optimiz
     snprintf(rngs, sizeof rngs, "%016" PRIx64 " %016" PRIx64 " %016" PRIx64 " %016" PRIx64, rng->s[0], rng->s[1],
              rng->s[2], rng->s[3]);
 
-    int n_meta = nd + 3 + m->n_extra_meta + n_extra, nt = 3 * m->n_tensors;
+    const dtx_optim_config *oc = dtx_optimizer_config(opt);
+    char rstep[32], rlr[40]; /* an extended schedule's restart (absent: none; not compared on resume) */
+    snprintf(rstep, sizeof rstep, "%" PRId64, oc->restart_step);
+    snprintf(rlr, sizeof rlr, "%.17g", oc->restart_lr);
+    int restart = oc->restart_step > 0;
+    int n_meta = nd + 3 + 2 * restart + m->n_extra_meta + n_extra, nt = 3 * m->n_tensors;
     const char **keys = calloc((size_t)n_meta, sizeof *keys), **values = calloc((size_t)n_meta, sizeof *values);
     char **owned = calloc((size_t)m->n_extra_meta + 1, sizeof *owned);
     dtx_st_out *ts = calloc((size_t)nt, sizeof *ts);
@@ -80,6 +85,10 @@ dtx_status dtx_ckpt_save(const char *path, const dtx_model *m, const dtx_optimiz
     keys[k] = "checkpoint_version", values[k++] = version;
     keys[k] = "step", values[k++] = step;
     keys[k] = "rng", values[k++] = rngs;
+    if (restart) {
+        keys[k] = "restart_step", values[k++] = rstep;
+        keys[k] = "restart_lr", values[k++] = rlr;
+    }
     for (int i = 0; i < m->n_extra_meta; i++, k++) {
         size_t len = strlen(MODEL_META_PREFIX) + strlen(m->extra_meta_keys[i]) + 1;
         owned[i] = malloc(len);
@@ -211,6 +220,11 @@ static dtx_status parse_configs(const dtx_st_file *f, const char *path, dtx_conf
         (st = meta_f64(f, path, "eps", &o->eps)) || (st = meta_f64(f, path, "weight_decay", &o->weight_decay)) ||
         (st = meta_choice(f, path, "decay_embeddings", boolean, 2, &decay)) ||
         (st = meta_f64(f, path, "clip_norm", &o->clip_norm)))
+        return st;
+    o->restart_step = 0, o->restart_lr = 0; /* absent: the schedule was never extended */
+    if (dtx_st_meta(f, "restart_step") &&
+        ((st = meta_i64(f, path, "restart_step", 1, BIG, &o->restart_step)) ||
+         (st = meta_f64(f, path, "restart_lr", &o->restart_lr))))
         return st;
     c->arch = (dtx_arch)a;
     c->tie_embeddings = tie;

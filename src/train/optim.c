@@ -45,18 +45,53 @@ dtx_status dtx_optim_validate(const dtx_optim_config *o) {
     if (!(o->eps > 0)) return dtx_fail(DTX_ERR_CONFIG, "eps = %g must be positive", o->eps);
     if (!(o->weight_decay >= 0)) return dtx_fail(DTX_ERR_CONFIG, "weight_decay = %g must be >= 0", o->weight_decay);
     if (isnan(o->clip_norm)) return dtx_fail(DTX_ERR_CONFIG, "clip_norm is NaN");
+    if (o->restart_step < 0 || (o->restart_step > 0 && o->restart_step >= o->total_steps))
+        return dtx_fail(DTX_ERR_CONFIG, "restart_step = %lld must be 0 (none) or in [1, total_steps = %lld)",
+                        (long long)o->restart_step, (long long)o->total_steps);
+    if (o->restart_step > 0 && !(o->restart_lr >= 0 && o->restart_lr <= o->lr))
+        return dtx_fail(DTX_ERR_CONFIG, "restart_lr = %g must be in [0, lr = %g]", o->restart_lr, o->lr);
     return DTX_OK;
 }
 
-/* Linear warmup to the peak at step warmup-1, then decay so that the last
- * step (total-1) runs at exactly min_lr. */
-double dtx_lr_at(const dtx_optim_config *o, int64_t s) {
-    if (s < o->warmup_steps) return o->lr * (double)(s + 1) / (double)o->warmup_steps;
-    if (o->schedule == DTX_SCHED_CONSTANT || o->total_steps <= o->warmup_steps) return o->lr;
-    double r = (double)(s + 1 - o->warmup_steps) / (double)(o->total_steps - o->warmup_steps);
+/* The decay after a warmup of w steps, at step k of a schedule of len steps:
+ * from lr at k = w − 1 to exactly min_lr at the last step (len − 1). */
+static double decay(const dtx_optim_config *o, int64_t k, int64_t w, int64_t len) {
+    if (o->schedule == DTX_SCHED_CONSTANT || len <= w) return o->lr;
+    double r = (double)(k + 1 - w) / (double)(len - w);
     if (r > 1) r = 1;
     if (o->schedule == DTX_SCHED_LINEAR) return o->lr - (o->lr - o->min_lr) * r;
     return o->min_lr + 0.5 * (o->lr - o->min_lr) * (1.0 + cos(M_PI * r));
+}
+
+/* Linear warmup to the peak at step warmup-1, then decay so that the last
+ * step (total-1) runs at exactly min_lr; after a restart (an extended
+ * schedule: difftx.h) the same again over the new steps, warming up from
+ * restart_lr. */
+double dtx_lr_at(const dtx_optim_config *o, int64_t s) {
+    if (o->restart_step > 0 && s >= o->restart_step) {
+        int64_t k = s - o->restart_step, len = o->total_steps - o->restart_step;
+        int64_t w = o->warmup_steps < len / 10 ? o->warmup_steps : len / 10;
+        if (k < w) return o->restart_lr + (o->lr - o->restart_lr) * (double)(k + 1) / (double)w;
+        return decay(o, k, w, len);
+    }
+    if (s < o->warmup_steps) return o->lr * (double)(s + 1) / (double)o->warmup_steps;
+    return decay(o, s, o->warmup_steps, o->total_steps);
+}
+
+dtx_status dtx_optimizer_extend(dtx_optimizer *opt, int64_t total_steps) {
+    dtx_optim_config o = opt->cfg;
+    if (total_steps <= o.total_steps)
+        return dtx_fail(DTX_ERR_ARG, "extending a schedule of %lld steps to %lld: the new end must lie past the old",
+                        (long long)o.total_steps, (long long)total_steps);
+    if (opt->step < 1 || opt->step >= total_steps)
+        return dtx_fail(DTX_ERR_ARG, "extending a schedule at step %lld to %lld steps: nothing to restart",
+                        (long long)opt->step, (long long)total_steps);
+    o.restart_lr = dtx_lr_at(&opt->cfg, opt->step < opt->cfg.total_steps ? opt->step : opt->cfg.total_steps - 1);
+    o.restart_step = opt->step;
+    o.total_steps = total_steps;
+    dtx_status st = dtx_optim_validate(&o);
+    if (st == DTX_OK) opt->cfg = o;
+    return st;
 }
 
 dtx_status dtx_optimizer_init(dtx_optimizer **out, dtx_model *m, const dtx_optim_config *o) {

@@ -337,7 +337,8 @@ TEST(train_cli_resume_refuses_other_settings) {
     struct {
         const char *flags, *s1, *s2;
     } cases[] = {
-        {"--steps 11", "--steps differs from the checkpoint", "total_steps = 11 in this run, 10 in the checkpoint"},
+        /* fewer steps: a schedule can be extended (train_cli_resume_extends_the_schedule), not cut short */
+        {"--steps 9", "--steps differs from the checkpoint", "total_steps = 9 in this run, 10 in the checkpoint"},
         {"--steps 10 --lr 2e-3", "--lr differs", "lr = 0.002 in this run, 0.001 in the checkpoint"},
         {"--steps 10 --batch 3", "--batch differs", "batch = 3 in this run, 4"},
         {"--steps 10 --seed 2", "--seed differs", "seed = 2"},
@@ -372,6 +373,63 @@ TEST(train_cli_resume_refuses_other_settings) {
     REQUIRE(truncate(c6, 100) == 0);
     rc = cli("train %s --tokens '%s' --out '%s' --resume --steps 10", TINY, bin, o);
     CHECK_ONLY(rc, 1, c6, "past the end of the file");
+}
+
+/* --resume with more --steps than the checkpoint's schedule extends the run
+ * (docs/training.md "Extending a run"): a finished run and a running one
+ * alike continue with a warm restart of the schedule at the step resumed
+ * from; the extended run stopped and resumed again gives the same bytes as
+ * one extended in one go, and the log shows the restart's rates. */
+TEST(train_cli_resume_extends_the_schedule) {
+    const char *txt, *bin, *val;
+    data_files(&txt, &bin, &val);
+    REQUIRE(bin);
+    char common[2048], a[512], b[512], adir[600], log[600];
+    snprintf(common, sizeof common, "%s --tokens '%s' --lr 4e-3 --min-lr 4e-4 --warmup 4 --ckpt-every 4 --seed 3",
+             TINY, bin);
+    snprintf(a, sizeof a, "%s", test_path("X.safetensors"));
+    snprintf(b, sizeof b, "%s", test_path("Y.safetensors"));
+    snprintf(adir, sizeof adir, "%s.ckpt", a);
+    snprintf(log, sizeof log, "%s", test_path("X.jsonl"));
+    /* A: 12 steps, finished; then extended to 60 in one go */
+    REQUIRE(cli("train %s --steps 12 --out '%s' --log '%s'", common, a, log) == 0);
+    int rc = cli("train %s --steps 60 --out '%s' --resume --log '%s'", common, a, log);
+    CHECKF(rc == 0 && cli_has("extending the run from 12 to 60 steps: the schedule restarts at step 12") &&
+               cli_has("step 60/60"), "%d: %s", rc, cli_out);
+    /* B: the same, the extension stopped at step 24 and resumed */
+    REQUIRE(cli("train %s --steps 12 --out '%s'", common, b) == 0);
+    rc = cli("train %s --steps 60 --out '%s' --resume --stop-after 24", common, b);
+    CHECKF(rc == 0 && cli_has("extending the run"), "%d: %s", rc, cli_out);
+    rc = cli("train %s --steps 60 --out '%s' --resume", common, b);
+    CHECKF(rc == 0 && !cli_has("extending the run") && cli_has("at step 24"), "%d: %s", rc, cli_out);
+    CHECKF(same_bytes(a, b), "an extended run stopped and resumed differs from one extended at once");
+    /* the rates of A's log: the decay to 4e-4 at step 12, then back up over min(4, 48/10) = 4 steps to 4e-3 */
+    double lr[61] = {0};
+    FILE *f = fopen(log, "rb");
+    REQUIRE(f);
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        long long st;
+        double v;
+        const char *p = strstr(line, "\"lr\":");
+        if (sscanf(line, "{\"step\":%lld", &st) == 1 && p && sscanf(p + 5, "%lf", &v) == 1 && st >= 1 && st <= 60)
+            lr[st] = v;
+    }
+    fclose(f);
+    CHECKF(fabs(lr[12] - 4e-4) < 1e-9, "lr at step 12: %g", lr[12]);
+    CHECKF(fabs(lr[13] - (4e-4 + 3.6e-3 / 4)) < 1e-9 && fabs(lr[16] - 4e-3) < 1e-9, "%g %g", lr[13], lr[16]);
+    CHECKF(fabs(lr[60] - 4e-4) < 1e-9 && lr[40] < lr[20], "%g %g %g", lr[20], lr[40], lr[60]);
+    /* a running run extends too (from its rate at step 8), and a checkpoint records the restart */
+    const char *c = test_path("Z.safetensors");
+    REQUIRE(cli("train %s --steps 12 --out '%s' --stop-after 8", common, c) == 0);
+    rc = cli("train %s --steps 30 --out '%s' --resume", common, c);
+    CHECKF(rc == 0 && cli_has("from 12 to 30 steps: the schedule restarts at step 8"), "%d: %s", rc, cli_out);
+    dtx_ckpt ck;
+    REQUIRE(dtx_ckpt_load(&ck, ckpt(adir, 60)) == DTX_OK);
+    const dtx_optim_config *oc = dtx_optimizer_config(ck.opt);
+    CHECK(oc->restart_step == 12 && oc->total_steps == 60 && fabs(oc->restart_lr - 4e-4) < 1e-12);
+    CHECK(strcmp(dtx_ckpt_meta(&ck, "restart_step"), "12") == 0);
+    dtx_ckpt_free(&ck);
 }
 
 /* ------------------------------------------------------------ Ctrl-C */

@@ -5,6 +5,7 @@ errors, and memory over 1000 loads. pytest-free: run it as a script (make
 test runs it through tests/scripts/python_test.sh); it ends with
 "N passed, N failed". Needs DIFFTX_BIN (the difftx command) and finds the
 library as the package does (DIFFTX_LIB, or the checkout's build/)."""
+import ctypes
 import glob
 import json
 import os
@@ -161,6 +162,25 @@ def state_dict_round_trips():
     bad = dict(sd)
     bad["norm.weight"] = np.zeros(5, np.float32)
     raises(difftx.ArgumentError, difftx.Model.from_state_dict, cfg, bad, contains="shape")
+
+
+@test
+def struct_mirrors_match_the_library():
+    """Every ctypes mirror of a public struct has the library's sizeof and offsets (checked at import too); a
+    mirror that lost a field, or one the library does not have, is refused with both layouts named."""
+    from difftx import _lib
+    layout = _lib.lib.dtx_struct_layout().decode()
+    assert _lib.check_layout(layout, _lib.MIRRORS) == sorted(_lib.MIRRORS)
+    assert len(layout.splitlines()) == len(_lib.MIRRORS)
+
+    class Short(ctypes.Structure):  # dtx_optim_config without its last two fields: the layout before them
+        _fields_ = _lib.OptimConfig._fields_[:-2]
+    try:
+        _lib.check_layout(layout, {"dtx_optim_config": Short})
+    except ImportError as e:
+        assert "dtx_optim_config is laid out as" in str(e) and "different versions" in str(e), e
+    else:
+        raise AssertionError("a stale mirror was accepted")
 
 
 @test

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "train/checkpoint.h"
 #include "test.h"
 
 TEST(optim_schedule_shapes) {
@@ -27,6 +28,51 @@ TEST(optim_schedule_shapes) {
     CHECK(dtx_lr_at(&o, 10) == 1.0);
     o.warmup_steps = 0;
     CHECK(dtx_lr_at(&o, 0) == 1.0);
+}
+
+/* An extended schedule (dtx_optimizer_extend): from the step it restarts at
+ * (the steps before it are the run's past, which the optimizer never asks
+ * for again), a linear rise from the rate it had to the peak over
+ * the warmup (at most a tenth of the new steps), then the same decay to min_lr
+ * at the new last step. Extending past the end of a finished schedule, and
+ * twice, and refusals. */
+TEST(optim_schedule_extended) {
+    dtx_config c = dtx_config_default();
+    c.dim = 16, c.n_layers = 1, c.n_heads = 1, c.n_kv_heads = 1, c.vocab_size = 8, c.ffn_dim = 16;
+    dtx_model *m;
+    REQUIRE(dtx_model_init(&m, &c, 1) == DTX_OK);
+    dtx_optim_config o = dtx_optim_default();
+    o.lr = 1.0, o.min_lr = 0.1, o.warmup_steps = 4, o.total_steps = 14;
+    dtx_optimizer *opt;
+    REQUIRE(dtx_optimizer_init(&opt, m, &o) == DTX_OK);
+    dtx_optimizer_set_steps(opt, 14); /* a finished run */
+    CHECK(dtx_optimizer_extend(opt, 14) == DTX_ERR_ARG && strstr(dtx_last_error(), "past the old"));
+    REQUIRE(dtx_optimizer_extend(opt, 64) == DTX_OK);
+    const dtx_optim_config *e = dtx_optimizer_config(opt);
+    CHECK(e->total_steps == 64 && e->restart_step == 14 && fabs(e->restart_lr - 0.1) < 1e-12);
+    /* 50 new steps: warmup min(4, 5) = 4 from 0.1 to 1 */
+    for (int k = 0; k < 4; k++) CHECKF(fabs(dtx_lr_at(e, 14 + k) - (0.1 + 0.9 * (k + 1) / 4.0)) < 1e-12, "k %d", k);
+    /* then the cosine over the remaining 46: halfway at k + 1 − 4 = 23 */
+    CHECK(fabs(dtx_lr_at(e, 14 + 26) - 0.55) < 1e-12);
+    CHECK(fabs(dtx_lr_at(e, 63) - 0.1) < 1e-12);
+    for (int s = 18; s < 63; s++) CHECK(dtx_lr_at(e, s + 1) < dtx_lr_at(e, s));
+    /* extended again while running, at step 30: restarts from the rate step 30 had */
+    dtx_optimizer_set_steps(opt, 30);
+    double at30 = dtx_lr_at(e, 30);
+    REQUIRE(dtx_optimizer_extend(opt, 90) == DTX_OK);
+    e = dtx_optimizer_config(opt);
+    CHECK(e->restart_step == 30 && e->restart_lr == at30 && e->total_steps == 90);
+    CHECK(fabs(dtx_lr_at(e, 30) - (at30 + (1.0 - at30) / 4.0)) < 1e-12);
+    CHECK(fabs(dtx_lr_at(e, 89) - 0.1) < 1e-12);
+    /* a restart the schedule cannot hold is refused by validation */
+    dtx_optim_config bad = *e;
+    bad.restart_step = 90;
+    CHECK(dtx_optim_validate(&bad) == DTX_ERR_CONFIG && strstr(dtx_last_error(), "restart_step"));
+    bad = *e;
+    bad.restart_lr = 2.0;
+    CHECK(dtx_optim_validate(&bad) == DTX_ERR_CONFIG && strstr(dtx_last_error(), "restart_lr"));
+    dtx_optimizer_free(opt);
+    dtx_model_free(m);
 }
 
 TEST(optim_validate_messages) {
