@@ -471,212 +471,143 @@ TEST(cli_bad_file_bad_json) {
     CHECK_REFUSED(cli("info '%s'", p), "info", p, "bad JSON");
 }
 
-TEST(cli_bad_file_offsets_out_of_range) {
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+/* The header-level faults, one table (ggml's test-backend-ops style): each
+ * row takes a valid file of its arch apart, makes one change (a function
+ * for the tensor table, or up to two metadata keys set or removed), puts it
+ * back together and expects `difftx info` to refuse it: exit 1, one line
+ * naming the fault (s1, s2, and s3 when given). */
+static int edit_out_of_range(st_bytes *s) {
     int64_t b, e;
-    get_offsets(tensor(&s, "norm.weight"), &b, &e);
-    set_offsets(tensor(&s, "norm.weight"), (int64_t)s.data_len, (int64_t)s.data_len + (e - b));
-    const char *p = st_put_together("range.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "tensor 'norm.weight'", "out of range");
-    st_free(&s);
+    get_offsets(tensor(s, "norm.weight"), &b, &e);
+    set_offsets(tensor(s, "norm.weight"), (int64_t)s->data_len, (int64_t)s->data_len + (e - b));
+    return 0;
 }
-
-TEST(cli_bad_file_overlapping_offsets) {
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
-    /* Same size ([dim] F32): ffn_norm now reads attention_norm's bytes. */
+static int edit_overlap(st_bytes *s) { /* the same size ([dim] F32): ffn_norm reads attention_norm's bytes */
     int64_t b, e;
-    get_offsets(tensor(&s, "layers.0.attention_norm.weight"), &b, &e);
-    set_offsets(tensor(&s, "layers.0.ffn_norm.weight"), b, e);
-    const char *p = st_put_together("overlap.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "'layers.0.ffn_norm.weight'", "overlap");
-    CHECK(cli_has("'layers.0.attention_norm.weight'"));
-    st_free(&s);
+    get_offsets(tensor(s, "layers.0.attention_norm.weight"), &b, &e);
+    set_offsets(tensor(s, "layers.0.ffn_norm.weight"), b, e);
+    return 0;
 }
-
-TEST(cli_bad_file_shape_disagrees_with_byte_size) {
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+static int edit_size(st_bytes *s) {
     int64_t shape[1] = {33};
-    set_shape(tensor(&s, "norm.weight"), 1, shape);
-    const char *p = st_put_together("size.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "tensor 'norm.weight'", "needs 132 bytes");
-    st_free(&s);
+    set_shape(tensor(s, "norm.weight"), 1, shape);
+    return 0;
 }
-
-TEST(cli_bad_file_unknown_dtype) {
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
-    cJSON_ReplaceItemInObjectCaseSensitive(tensor(&s, "layers.1.attention.subln.weight"), "dtype",
+static int edit_dtype(st_bytes *s) {
+    cJSON_ReplaceItemInObjectCaseSensitive(tensor(s, "layers.1.attention.subln.weight"), "dtype",
                                            cJSON_CreateString("F64"));
-    const char *p = st_put_together("dtype.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "tensor 'layers.1.attention.subln.weight'", "unknown dtype 'F64'");
-    st_free(&s);
+    return 0;
 }
-
-TEST(cli_bad_file_missing_tensor) {
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
-    cJSON_DeleteItemFromObjectCaseSensitive(s.hdr, "layers.1.attention.lambda_k2");
-    REQUIRE(st_repack(&s) == 0);
-    const char *p = st_put_together("missing.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "missing tensor", "'layers.1.attention.lambda_k2'");
-    st_free(&s);
+static int edit_missing(st_bytes *s) {
+    cJSON_DeleteItemFromObjectCaseSensitive(s->hdr, "layers.1.attention.lambda_k2");
+    return st_repack(s);
 }
-
-TEST(cli_bad_file_extra_tensor) {
-    /* output.weight in a tied model: the realistic way to have one too many. */
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 1) == 0);
-    cJSON *copy = cJSON_Duplicate(tensor(&s, "tok_embeddings.weight"), 1);
-    REQUIRE(copy);
-    cJSON_AddItemToObject(s.hdr, "output.weight", copy);
-    REQUIRE(st_repack(&s) == 0);
-    const char *p = st_put_together("extra.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "unexpected tensor", "'output.weight'");
-    st_free(&s);
-    /* And a name no model has. */
-    REQUIRE(valid_parts(&s, DTX_ARCH_TRANSFORMER, 0) == 0);
-    cJSON_AddItemToObject(s.hdr, "layers.0.attention.lambda_q1", cJSON_Duplicate(tensor(&s, "norm.weight"), 1));
-    REQUIRE(st_repack(&s) == 0);
-    p = st_put_together("extra2.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "unexpected tensor", "'layers.0.attention.lambda_q1'");
-    st_free(&s);
+static int edit_tied_output(st_bytes *s) { /* output.weight in a tied model: the realistic one too many */
+    cJSON *copy = cJSON_Duplicate(tensor(s, "tok_embeddings.weight"), 1);
+    if (!copy) return -1;
+    cJSON_AddItemToObject(s->hdr, "output.weight", copy);
+    return st_repack(s);
 }
-
-TEST(cli_bad_file_wrong_shape) {
-    /* w1 stored transposed ([in, out] instead of nn.Linear's [out, in]):
-     * same byte size, so only the model loader can catch it. */
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
+static int edit_foreign_tensor(st_bytes *s) { /* a name no Transformer has */
+    cJSON_AddItemToObject(s->hdr, "layers.0.attention.lambda_q1", cJSON_Duplicate(tensor(s, "norm.weight"), 1));
+    return st_repack(s);
+}
+static int edit_transposed(st_bytes *s) { /* w1 as [in, out]: the same bytes, so only the model loader sees it */
     int64_t shape[2] = {32, 64};
-    set_shape(tensor(&s, "layers.0.feed_forward.w1.weight"), 2, shape);
-    const char *p = st_put_together("shape.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "tensor 'layers.0.feed_forward.w1.weight'", "[32, 64]");
-    CHECK(cli_has("[64, 32]"));
-    st_free(&s);
+    set_shape(tensor(s, "layers.0.feed_forward.w1.weight"), 2, shape);
+    return 0;
+}
+static int edit_numeric_meta(st_bytes *s) { /* safetensors wants every metadata value to be a string */
+    cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(s->hdr, "__metadata__"), "dim",
+                                           cJSON_CreateNumber(32));
+    return 0;
 }
 
-TEST(cli_bad_file_missing_metadata_key) {
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
-    set_meta(&s, "ffn_dim", NULL);
-    const char *p = st_put_together("nometa.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "missing metadata key", "'ffn_dim'");
-    st_free(&s);
-}
-
-TEST(cli_bad_file_heads_do_not_divide_dim) {
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
-    set_meta(&s, "n_heads", "3");
-    set_meta(&s, "n_kv_heads", "3");
-    const char *p = st_put_together("heads.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "n_heads = 3", "does not divide dim = 32");
-    st_free(&s);
-}
-
-TEST(cli_bad_file_kv_heads_do_not_divide_heads) {
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_TRANSFORMER, 0) == 0); /* n_heads 4 */
-    set_meta(&s, "n_kv_heads", "3");
-    const char *p = st_put_together("kv.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "n_kv_heads = 3", "does not divide n_heads = 4");
-    st_free(&s);
-}
-
-TEST(cli_bad_file_non_integer_metadata) {
-    const char *bad[] = {"32.5", "abc", "-32", "", "1e1"};
-    for (int i = 0; i < 5; i++) {
-        st_bytes s;
-        REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
-        set_meta(&s, "dim", bad[i]);
-        const char *p = st_put_together("dim.safetensors", &s);
-        REQUIRE(p);
-        char want[64];
-        snprintf(want, sizeof want, "'dim' = '%s'", bad[i]);
-        CHECK_REFUSED(cli("info '%s'", p), "info", want, "not a positive integer");
-        st_free(&s);
-    }
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
-    set_meta(&s, "rope_theta", "fast");
-    const char *p = st_put_together("theta.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "'rope_theta' = 'fast'", "not a number");
-    st_free(&s);
-}
-
-TEST(cli_bad_file_unknown_arch) {
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
-    set_meta(&s, "arch", "mamba");
-    const char *p = st_put_together("arch.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "'arch' = 'mamba'", "'diff', 'transformer' or 'diff2'");
-    st_free(&s);
-}
-
-TEST(cli_bad_file_metadata_values) {
-    st_bytes s;
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
-    set_meta(&s, "tie_embeddings", "yes");
-    const char *p = st_put_together("tie.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "'tie_embeddings' = 'yes'", "'true' or 'false'");
-    st_free(&s);
-    /* safetensors wants every metadata value to be a string */
-    REQUIRE(valid_parts(&s, DTX_ARCH_DIFF, 0) == 0);
-    cJSON *m = cJSON_GetObjectItemCaseSensitive(s.hdr, "__metadata__");
-    cJSON_ReplaceItemInObjectCaseSensitive(m, "dim", cJSON_CreateNumber(32));
-    p = st_put_together("num.safetensors", &s);
-    REQUIRE(p);
-    CHECK_REFUSED(cli("info '%s'", p), "info", "'dim'", "not a string");
-    st_free(&s);
-}
-
-/* Table 6's variant keys (interop.md "Variants"): a value difftx does not
- * implement is refused naming the key, never read as the default. */
-TEST(cli_bad_file_variant_values) {
+#define NO_META NULL, NULL, NULL, NULL
+TEST(cli_bad_file_refusals) {
     static const struct {
-        int arch;
-        const char *key, *value, *s1, *s2;
-    } cases[] = {
-        {DTX_ARCH_DIFF, "subln", "group", "'subln'", "'rms' or 'none'"},
-        {DTX_ARCH_TRANSFORMER, "subln", "", "'subln'", "'rms' or 'none'"},
-        {DTX_ARCH_DIFF, "lambda_init", "fast", "'lambda_init'", "'schedule' or a decimal number"},
-        {DTX_ARCH_DIFF, "lambda_init", "1.5", "'lambda_init'", "outside [0, 1)"},
-        {DTX_ARCH_DIFF, "lambda_init", "nan", "'lambda_init'", "'schedule' or a decimal number"},
-        {DTX_ARCH_TRANSFORMER, "lambda_init", "0.8", "lambda_init", "only arch diff"},
+        const char *name;
+        int arch, tie;
+        int (*edit)(st_bytes *);
+        const char *key1, *val1, *key2, *val2; /* metadata: value NULL removes the key */
+        const char *s1, *s2, *s3;
+    } rows[] = {
+        {"offsets out of range", DTX_ARCH_DIFF, 0, edit_out_of_range, NO_META, "tensor 'norm.weight'", "out of range",
+         NULL},
+        {"overlapping offsets", DTX_ARCH_DIFF, 0, edit_overlap, NO_META, "'layers.0.ffn_norm.weight'", "overlap",
+         "'layers.0.attention_norm.weight'"},
+        {"shape against byte size", DTX_ARCH_DIFF, 0, edit_size, NO_META, "tensor 'norm.weight'", "needs 132 bytes",
+         NULL},
+        {"unknown dtype", DTX_ARCH_DIFF, 0, edit_dtype, NO_META, "tensor 'layers.1.attention.subln.weight'",
+         "unknown dtype 'F64'", NULL},
+        {"missing tensor", DTX_ARCH_DIFF, 0, edit_missing, NO_META, "missing tensor",
+         "'layers.1.attention.lambda_k2'", NULL},
+        {"extra tensor", DTX_ARCH_DIFF, 1, edit_tied_output, NO_META, "unexpected tensor", "'output.weight'", NULL},
+        {"foreign tensor", DTX_ARCH_TRANSFORMER, 0, edit_foreign_tensor, NO_META, "unexpected tensor",
+         "'layers.0.attention.lambda_q1'", NULL},
+        {"transposed weight", DTX_ARCH_DIFF, 0, edit_transposed, NO_META,
+         "tensor 'layers.0.feed_forward.w1.weight'", "[32, 64]", "[64, 32]"},
+        {"metadata not a string", DTX_ARCH_DIFF, 0, edit_numeric_meta, NO_META, "'dim'", "not a string", NULL},
+        {"missing metadata key", DTX_ARCH_DIFF, 0, NULL, "ffn_dim", NULL, NULL, NULL, "missing metadata key",
+         "'ffn_dim'", NULL},
+        {"heads do not divide dim", DTX_ARCH_DIFF, 0, NULL, "n_heads", "3", "n_kv_heads", "3", "n_heads = 3",
+         "does not divide dim = 32", NULL},
+        {"kv heads do not divide heads", DTX_ARCH_TRANSFORMER, 0, NULL, "n_kv_heads", "3", NULL, NULL,
+         "n_kv_heads = 3", "does not divide n_heads = 4", NULL},
+        {"fractional dim", DTX_ARCH_DIFF, 0, NULL, "dim", "32.5", NULL, NULL, "'dim' = '32.5'",
+         "not a positive integer", NULL},
+        {"text dim", DTX_ARCH_DIFF, 0, NULL, "dim", "abc", NULL, NULL, "'dim' = 'abc'", "not a positive integer", NULL},
+        {"negative dim", DTX_ARCH_DIFF, 0, NULL, "dim", "-32", NULL, NULL, "'dim' = '-32'", "not a positive integer",
+         NULL},
+        {"empty dim", DTX_ARCH_DIFF, 0, NULL, "dim", "", NULL, NULL, "'dim' = ''", "not a positive integer", NULL},
+        {"exponent dim", DTX_ARCH_DIFF, 0, NULL, "dim", "1e1", NULL, NULL, "'dim' = '1e1'", "not a positive integer",
+         NULL},
+        {"rope_theta not a number", DTX_ARCH_DIFF, 0, NULL, "rope_theta", "fast", NULL, NULL,
+         "'rope_theta' = 'fast'", "not a number", NULL},
+        {"unknown arch", DTX_ARCH_DIFF, 0, NULL, "arch", "mamba", NULL, NULL, "'arch' = 'mamba'",
+         "'diff', 'transformer' or 'diff2'", NULL},
+        {"tie_embeddings not a boolean", DTX_ARCH_DIFF, 0, NULL, "tie_embeddings", "yes", NULL, NULL,
+         "'tie_embeddings' = 'yes'", "'true' or 'false'", NULL},
+        /* the variant keys: a value difftx does not implement is refused naming the key, never read as the
+         * default (docs/format.md "Variants") */
+        {"subln group", DTX_ARCH_DIFF, 0, NULL, "subln", "group", NULL, NULL, "'subln'", "'rms' or 'none'", NULL},
+        {"subln empty", DTX_ARCH_TRANSFORMER, 0, NULL, "subln", "", NULL, NULL, "'subln'", "'rms' or 'none'", NULL},
+        {"lambda_init text", DTX_ARCH_DIFF, 0, NULL, "lambda_init", "fast", NULL, NULL, "'lambda_init'",
+         "'schedule' or a decimal number", NULL},
+        {"lambda_init past 1", DTX_ARCH_DIFF, 0, NULL, "lambda_init", "1.5", NULL, NULL, "'lambda_init'",
+         "outside [0, 1)", NULL},
+        {"lambda_init nan", DTX_ARCH_DIFF, 0, NULL, "lambda_init", "nan", NULL, NULL, "'lambda_init'",
+         "'schedule' or a decimal number", NULL},
+        {"lambda_init on a Transformer", DTX_ARCH_TRANSFORMER, 0, NULL, "lambda_init", "0.8", NULL, NULL,
+         "lambda_init", "only arch diff", NULL},
         /* a valid variant whose tensors are the default's: the table is the variant's */
-        {DTX_ARCH_DIFF, "subln", "none", "unexpected tensor 'layers.0.attention.subln.weight'", "diff"},
-        {DTX_ARCH_TRANSFORMER, "subln", "rms", "missing tensor 'layers.0.attention.subln.weight'", "transformer"},
+        {"subln none with its weight", DTX_ARCH_DIFF, 0, NULL, "subln", "none", NULL, NULL,
+         "unexpected tensor 'layers.0.attention.subln.weight'", "diff", NULL},
+        {"subln rms without a weight", DTX_ARCH_TRANSFORMER, 0, NULL, "subln", "rms", NULL, NULL,
+         "missing tensor 'layers.0.attention.subln.weight'", "transformer", NULL},
         /* DIFF V2's λ: only on diff2, only the three forms */
-        {DTX_ARCH_DIFF, "v2_lambda", "linear", "v2_lambda", "only arch diff2"},
-        {DTX_ARCH_TRANSFORMER, "v2_lambda", "tanh", "'v2_lambda'", "'sigmoid', 'linear' or 'none'"},
+        {"v2_lambda on V1", DTX_ARCH_DIFF, 0, NULL, "v2_lambda", "linear", NULL, NULL, "v2_lambda",
+         "only arch diff2", NULL},
+        {"v2_lambda tanh", DTX_ARCH_TRANSFORMER, 0, NULL, "v2_lambda", "tanh", NULL, NULL, "'v2_lambda'",
+         "'sigmoid', 'linear' or 'none'", NULL},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         st_bytes s;
-        REQUIRE(valid_parts(&s, (dtx_arch)cases[i].arch, 0) == 0);
-        set_meta(&s, cases[i].key, cases[i].value);
-        const char *p = st_put_together("variant.safetensors", &s);
+        REQUIRE(valid_parts(&s, (dtx_arch)rows[i].arch, rows[i].tie) == 0);
+        if (rows[i].edit) REQUIREF(rows[i].edit(&s) == 0, "%s: the edit failed", rows[i].name);
+        if (rows[i].key1) set_meta(&s, rows[i].key1, rows[i].val1);
+        if (rows[i].key2) set_meta(&s, rows[i].key2, rows[i].val2);
+        const char *p = st_put_together("bad.safetensors", &s);
         REQUIRE(p);
-        CHECK_REFUSED(cli("info '%s'", p), "info", cases[i].s1, cases[i].s2);
+        int rc = cli("info '%s'", p);
+        CHECKF(rc == 1 && cli_one_line_from("difftx info: "), "%s: exit %d: %s", rows[i].name, rc, cli_out);
+        CHECKF(cli_has(p) && cli_has(rows[i].s1) && cli_has(rows[i].s2) && (!rows[i].s3 || cli_has(rows[i].s3)),
+               "%s: want '%s', '%s'%s%s in: %s", rows[i].name, rows[i].s1, rows[i].s2, rows[i].s3 ? ", " : "",
+               rows[i].s3 ? rows[i].s3 : "", cli_out);
         st_free(&s);
     }
 }
+#undef NO_META
 
 /* Every command that reads a model reports a bad file the same way. */
 TEST(cli_bad_file_refused_by_every_command) {
