@@ -465,7 +465,9 @@ dtx_status dtx_trainer_init(dtx_trainer **out, const dtx_train_options *o, const
  * that wrote it (batch, seq, accum, seed, init_scheme, the training tokens'
  * count and hash, every optimizer setting), or when that run mixed in
  * synthetic documents (difftx train --needle-frac and the like), which these
- * options cannot; DTX_ERR_IO / DTX_ERR_FORMAT for the file. */
+ * options cannot; DTX_ERR_IO / DTX_ERR_FORMAT for the file. An oc whose
+ * total_steps exceeds the checkpoint's extends the run (dtx_optimizer_extend:
+ * a warm restart at the checkpoint's step), as difftx train --resume does. */
 dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
                                        const char *val_tokens, const char *checkpoint, const dtx_optim_config *oc);
 void dtx_trainer_free(dtx_trainer *t);

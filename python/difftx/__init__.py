@@ -523,7 +523,9 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
     steps and at the end. checkpoint: a path; when it exists the run resumes
     from it (the same settings), and it is written every checkpoint_every
     steps, at the end, and when the loop stops by an exception (Ctrl-C);
-    resuming with other settings (optimizer and steps included) is refused.
+    resuming with other settings (optimizer included) is refused, except more
+    steps, which extend the run (a warm restart of the schedule at the
+    checkpoint's step: docs/training.md "Extending a run").
     callback(StepInfo) after every step; returning False stops early. The same
     arguments give the weights `difftx train` gives (same machine, threads)."""
     if model is not None and config is not None:

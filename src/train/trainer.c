@@ -392,6 +392,8 @@ dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_option
         int n = dtx_ckpt_describe(dtx_model_config(ck.model), oc, dkeys, dvals);
         for (int i = 0; i < n; i++) {
             const char *theirs = dtx_ckpt_meta(&ck, dkeys[i]);
+            /* more steps than the checkpoint's schedule: extended below, as difftx train --resume does */
+            if (theirs && strcmp(dkeys[i], "total_steps") == 0 && oc->total_steps > strtoll(theirs, NULL, 10)) continue;
             if (theirs && strcmp(theirs, dvals[i]) != 0) {
                 st = dtx_fail(DTX_ERR_ARG, "%s: %s is %s in the checkpoint and %s here; a resumed run uses the same "
                               "settings", checkpoint, dkeys[i], theirs, dvals[i]);
@@ -413,6 +415,9 @@ dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_option
     if (prec && strcmp(prec, "bf16") == 0 && (st = dtx_model_set_precision(ck.model, DTX_PREC_BF16))) goto done;
     const char *loss = dtx_ckpt_meta(&ck, "loss");
     t->last_loss = loss ? strtod(loss, NULL) : NAN;
+    if (oc && oc->total_steps > dtx_optimizer_config(ck.opt)->total_steps &&
+        (st = dtx_optimizer_extend(ck.opt, oc->total_steps)))
+        goto done;
     st = dtx_trainer_resume(t, ck.model, ck.opt, &ck.rng, ck.step);
     ck.model = NULL, ck.opt = NULL; /* taken */
 done:

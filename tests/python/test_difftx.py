@@ -360,7 +360,18 @@ def train_checkpoints_resume_exactly():
     # another batch size is refused, naming it
     raises(difftx.ArgumentError, difftx.train, tp, 6, config=small_config(), batch=4, seq=12, seed=3, lr=3e-3,
            warmup_steps=2, checkpoint=ck, contains="batch")
-    raises(difftx.ArgumentError, py_train, tp, 7, checkpoint=ck, contains="total_steps")
+    # fewer steps than the checkpoint's schedule are refused; more extend the finished run (a warm restart):
+    # the same weights as difftx train --resume --steps 10 gives from the same checkpoint
+    raises(difftx.ArgumentError, py_train, tp, 5, checkpoint=ck, contains="total_steps")
+    out3 = os.path.join(TMP, "cli-extended.safetensors")
+    os.makedirs(out3 + ".ckpt", exist_ok=True)
+    shutil.copy(ck, os.path.join(out3 + ".ckpt", "ckpt_00000006.safetensors"))  # the finished run's, at step 6
+    seen = []
+    ext = py_train(tp, 10, checkpoint=ck, callback=seen.append).state_dict()
+    assert [x.step for x in seen] == [7, 8, 9, 10] and seen[0].lr > seen[-1].lr, [(x.step, x.lr) for x in seen]
+    cli_train(out3, 10, tp, extra=["--resume"])
+    cli_ext = difftx.Model.load(out3).state_dict()
+    assert all(np.array_equal(cli_ext[k], ext[k]) for k in ext), "the package's extension differs from the command's"
 
 
 @test

@@ -380,11 +380,22 @@ TEST(trainer_public_resume_is_exact) {
     o = public_opts(), o.seed = 18;
     CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, NULL) == DTX_ERR_ARG &&
           strstr(dtx_last_error(), "seed"));
+    /* fewer steps than the checkpoint's schedule: refused; more: the run is extended (a warm restart at step 3),
+     * as difftx train --resume does */
     o = public_opts();
-    dtx_optim_config longer = oc;
-    longer.total_steps = 9;
-    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, &longer) == DTX_ERR_ARG && !r &&
-          strstr(dtx_last_error(), "total_steps is 8 in the checkpoint and 9 here"));
+    dtx_optim_config shorter = oc, longer = oc;
+    shorter.total_steps = 7;
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, &shorter) == DTX_ERR_ARG && !r &&
+          strstr(dtx_last_error(), "total_steps is 8 in the checkpoint and 7 here"));
+    longer.total_steps = 40;
+    REQUIRE(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, &longer) == DTX_OK);
+    dtx_train_stats st;
+    REQUIRE(dtx_trainer_update(r, &st) == DTX_OK);
+    dtx_optim_config restarted = longer; /* the rate of step 3 after the restart: up from the rate there */
+    restarted.restart_step = 3, restarted.restart_lr = dtx_lr_at(&oc, 3);
+    CHECKF(st.step == 4 && fabs(st.lr - dtx_lr_at(&restarted, 3)) < 1e-15 && st.lr > dtx_lr_at(&oc, 3),
+           "lr %g, want %g (rising from %g)", st.lr, dtx_lr_at(&restarted, 3), dtx_lr_at(&oc, 3));
+    dtx_trainer_free(r);
     o = public_opts();
     const char *other = test_path("trainer_other.bin");
     int32_t ids[400];
