@@ -92,13 +92,7 @@ TEST(model_save_load_roundtrip) {
 /* A weight that is not finite (a diverged run's, a damaged file's) is refused
  * at load, the tensor and the element named; F32 and BF16 files alike. */
 TEST(model_load_refuses_non_finite_weights) {
-    dtx_config c = dtx_config_default();
-    c.dim = 32;
-    c.n_layers = 2;
-    c.vocab_size = 50;
-    c.ffn_dim = 48;
-    c.n_heads = 2;
-    c.n_kv_heads = 2;
+    dtx_config c = test_config(DTX_ARCH_DIFF, 32, 2, 2, 2, 50, 48, 64, 1);
     dtx_model *m, *m2 = (dtx_model *)1;
     REQUIRE(dtx_model_init(&m, &c, 3) == DTX_OK);
     const dtx_tensor_info *t = dtx_model_find(m, "layers.1.feed_forward.w2.weight");

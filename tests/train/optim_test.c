@@ -37,8 +37,7 @@ TEST(optim_schedule_shapes) {
  * at the new last step. Extending past the end of a finished schedule, and
  * twice, and refusals. */
 TEST(optim_schedule_extended) {
-    dtx_config c = dtx_config_default();
-    c.dim = 16, c.n_layers = 1, c.n_heads = 1, c.n_kv_heads = 1, c.vocab_size = 8, c.ffn_dim = 16;
+    dtx_config c = test_config(DTX_ARCH_DIFF, 16, 1, 1, 1, 8, 16, 16, 1);
     dtx_model *m;
     REQUIRE(dtx_model_init(&m, &c, 1) == DTX_OK);
     dtx_optim_config o = dtx_optim_default();
