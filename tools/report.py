@@ -74,7 +74,7 @@ class Run:
         self.seeds = sorted({k[2] for k in self.models})
         self.headline = self.dims[-1] if self.dims else None
         self.induction = warm_induction(self)
-        ret = retrieving(self)
+        ret = self.retrieves = retrieving(self)  # {arch: [seeds]} that retrieve, read once
         abilities = {"retrieve": {NAME[a]: (len(ret[a]), len([s for s in self.seeds if self.eval(f"needle-{a}-s{s}")]))
                                    for a in ARCHS}}
         if self.induction:
@@ -361,7 +361,7 @@ def section_needle(r, out, figs):
         out.append(f"| N={k[0]}, R={k[1]} | {p[0] if p[0] is not None else '—'} / {p[1] if p[1] is not None else '—'} | "
                    + " | ".join(cells) + " |")
     out.append("")
-    retrieves = retrieving(r)
+    retrieves = r.retrieves
     out.append("Models that retrieve (N = 1 accuracy ≥ 0.5): " + "; ".join(
         f"{NAME[a]} {len(retrieves[a])} of {len(r.seeds)}" + (f" (seeds {', '.join(map(str, retrieves[a]))})"
                                                               if retrieves[a] else "") for a in ARCHS) + ".\n")
@@ -568,7 +568,7 @@ def section_quant(r, out, figs):
                "held-out speeches (the same tokens at every width) and needle accuracy (the Table 2 grid "
                "averaged; 8 and 6 bits: perplexity only), mean over seeds; the needle columns count only models "
                "that retrieve (N = 1 accuracy ≥ 0.5 unquantised). 16 = unquantised.\n")
-    needle_ok = retrieving(r)
+    needle_ok = r.retrieves
     out.append("| bits | scope | Transformer ppl | DIFF ppl | Transformer needle acc | DIFF needle acc | "
                "paper HellaSwag Tr. / DIFF |")
     out.append("|---|---|---|---|---|---|---|")
@@ -648,7 +648,7 @@ def section_wquant(r, out):
                "of the training tokens; weight clipping searched on them. Perplexity on the same held-out tokens as the unquantised baseline (fp32) and "
                "needle accuracy (the Table 2 grid averaged, on models that retrieve unquantised); mean ± sd over "
                "seeds, and the perplexity's growth over fp32 per seed.\n")
-    ret = retrieving(r)
+    ret = r.retrieves
     out.append("| weights | Transformer ppl | DIFF ppl | Transformer growth | DIFF growth | Transformer needle acc | "
                "DIFF needle acc |")
     out.append("|---|---|---|---|---|---|---|")

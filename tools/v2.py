@@ -170,8 +170,9 @@ def stability_comparisons(r, w, mult, decide, spk, div, loss):
         else:
             ones = {s: 1 for s in set(x) | set(y)}
             ci, p, per = bounded_diff_ci(x, ones, y, ones), bounded_diff_p(x, ones, y, ones), paired(x, y)
-        v = (say(record(key, ci, p, per, sign, "V2.md stability", terms=terms(r, a, b, lr))) + f" ({terms(r, a, b, lr)})"
-             if mult == decide else f"(verdicts at {decide}x)")
+        t = terms(r, a, b, lr)
+        v = (say(record(key, ci, p, per, sign, "V2.md stability", terms=t)) + f" ({t})" if mult == decide
+             else f"(verdicts at {decide}x)")
         w(f"| {NAME[a]} − {NAME[b]}: {what} per run | {fmt_ci(ci, '{:+.2f}')} | {'fewer' if sign < 0 else 'more'} "
           f"| {v} |")
     # how well each arch still trains at that lr: measured, no claim of the paper's to judge
@@ -285,9 +286,9 @@ def write(r, command, main=None):
     comps = [("diff2", "transformer", -1, "v2-loss"), ("diff2", "diff", 0, None), ("diff2lin", "diff2", +1, "v2-lin-loss"),
              ("diff2none", "diff2", +1, "v2-none-loss")]
     for a, b, sign, key in comps:
-        ci = paired_ci(loss[b], loss[a])
-        v = (say(record(key, ci, t_p(paired(loss[b], loss[a])), paired(loss[b], loss[a]), sign, "V2.md loss",
-                        terms=terms(r, a, b))) + f" ({terms(r, a, b)})" if key else "(no claim)")
+        per, t = paired(loss[b], loss[a]), terms(r, a, b)
+        ci = mean_ci(per)
+        v = say(record(key, ci, t_p(per), per, sign, "V2.md loss", terms=t)) + f" ({t})" if key else "(no claim)"
         w(f"| {NAME[a]} − {NAME[b]} | {fmt_ci(ci, '{:+.4f}')} | {'lower' if sign < 0 else 'higher' if sign else '–'} "
           f"| {v} |")
     # stability
