@@ -120,7 +120,6 @@ test-crash: $(BIN)
 # The committed inputs in tests/fuzz/regressions/ are replayed by `make test`
 # through the gcc build (tests/fuzz/replay.c).
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-FUZZ_EXTRA   := $(BUILD)/f32/src/cli/flags.o
 fuzz-build:
 	@scripts/setup.sh --fuzz
 	@$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang OPT="-O1 -Wno-pass-failed" SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" \
@@ -130,7 +129,7 @@ fuzz: fuzz-build $(BIN)
 # a target: libFuzzer's main (fuzz-build) or the replayer (make test)
 LINK_FUZZER ?=
 .SECONDARY: $(BUILD)/f32/tests/fuzz/replay.o
-$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_path.c tests/fuzz/fuzz.h $(FUZZ_EXTRA) $(LIB32) $(if $(LINK_FUZZER),,$(BUILD)/f32/tests/fuzz/replay.o)
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_path.c tests/fuzz/fuzz.h $(LIB32) $(if $(LINK_FUZZER),,$(BUILD)/f32/tests/fuzz/replay.o)
 	@mkdir -p $(dir $@)
 	@echo "LD      $@"
 	@$(CC) $(CFLAGS) $(LINK_FUZZER) $(filter %.c %.o %.a,$^) -o $@ $(LDLIBS)

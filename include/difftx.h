@@ -51,13 +51,15 @@ typedef enum {
     DTX_ERR_ARG,     /* a runtime argument is invalid (token id, length, ...) */
     DTX_ERR_NOMEM,   /* an allocation failed                                  */
     DTX_ERR_NUMERIC, /* a loss or gradient is not finite (training)           */
+    DTX_ERR_USAGE,   /* a flag or option given to a command or evaluation is
+                      * invalid (the difftx command exits 2 on it)            */
 } dtx_status;
 
 /* The library's version. The shared library libdifftx.so.DTX_VERSION_MAJOR
  * exports exactly the functions this header declares; the major number
  * changes whenever a declaration or a public struct changes incompatibly. */
 #define DTX_VERSION_MAJOR 1
-#define DTX_VERSION_MINOR 0
+#define DTX_VERSION_MINOR 1
 /* "1.0": the version of the library running (which may be a newer minor
  * one than the header a program was built with). */
 const char *dtx_version(void);
@@ -86,6 +88,63 @@ void dtx_rng_seed(dtx_rng *r, uint64_t seed);
 uint64_t dtx_rng_next(dtx_rng *r);
 double dtx_rng_uniform(dtx_rng *r); /* [0, 1), 53 bits */
 double dtx_rng_normal(dtx_rng *r);  /* N(0, 1), Box-Muller */
+
+/* ---------------------------------------------------------------- flags
+ * The table parser of the difftx command's flags and of dtx_eval_run's
+ * options (one parser, one set of messages). A caller declares an array of
+ * dtx_flag; dtx_flags_parse walks argv once, checks every value completely
+ * (no trailing text, no overflow, the range) and stores it. A bad flag is
+ * DTX_FLAGS_ERROR with status DTX_ERR_USAGE and the one-line message
+ * "--flag: expected ..., got 'value'" in dtx_last_error(). */
+typedef enum {
+    DTX_FL_BOOL,   /* no value; stores set_to into *(int *)dst               */
+    DTX_FL_I64,    /* int64_t in [imin, imax]                                 */
+    DTX_FL_U64,    /* uint64_t, any non-negative integer (seeds)              */
+    DTX_FL_F64,    /* finite double in [dmin, dmax] (open ends when *_open)   */
+    DTX_FL_STR,    /* const char * (non-empty), pointing into argv            */
+    DTX_FL_CHOICE, /* the index into the '|'-separated choices, as an int     */
+} dtx_flag_kind;
+
+typedef struct {
+    const char *name; /* "--steps" */
+    dtx_flag_kind kind;
+    void *dst;
+    int64_t imin, imax;
+    double dmin, dmax;
+    int dmin_open, dmax_open;
+    const char *choices;
+    int set_to;
+    int seen; /* set by dtx_flags_parse: the flag was given */
+} dtx_flag;
+
+#define DTX_FLAG_BOOL(n, p, v) {.name = (n), .kind = DTX_FL_BOOL, .dst = (p), .set_to = (v)}
+#define DTX_FLAG_INT(n, p, lo, hi) {.name = (n), .kind = DTX_FL_I64, .dst = (p), .imin = (lo), .imax = (hi)}
+#define DTX_FLAG_SEED(n, p) {.name = (n), .kind = DTX_FL_U64, .dst = (p)}
+/* open_lo: the lower bound itself is not allowed (e.g. lr > 0). */
+#define DTX_FLAG_REAL(n, p, lo, open_lo, hi, open_hi)                                                          \
+    {.name = (n), .kind = DTX_FL_F64, .dst = (p), .dmin = (lo), .dmin_open = (open_lo), .dmax = (hi),      \
+     .dmax_open = (open_hi)}
+#define DTX_FLAG_STR(n, p) {.name = (n), .kind = DTX_FL_STR, .dst = (p)}
+#define DTX_FLAG_CHOICE(n, p, ch) {.name = (n), .kind = DTX_FL_CHOICE, .dst = (p), .choices = (ch)}
+
+enum { DTX_FLAGS_OK = 0, DTX_FLAGS_HELP = 1, DTX_FLAGS_ERROR = 2 };
+
+/* Parses argv[1..argc) (argv[0] is the command's name; cmd, "train" or
+ * "eval needle", names it in messages). `--flag value` and `--flag=value`
+ * are accepted; `--help` or `-h` returns DTX_FLAGS_HELP at once. Arguments
+ * that do not start with '-' (or follow "--") go to pos, at most max_pos of
+ * them. */
+int dtx_flags_parse(const char *cmd, dtx_flag *fl, int n_fl, int argc, char **argv, const char **pos, int max_pos,
+                    int *n_pos);
+/* The entry named name (NULL when the table has none). */
+dtx_flag *dtx_flags_get(dtx_flag *fl, int n_fl, const char *name);
+/* Strict numbers: the whole string, no leading space, no overflow; 0 on success. */
+int dtx_parse_i64(const char *s, int64_t *out);
+int dtx_parse_f64(const char *s, double *out);
+/* A comma-separated list of distinct integers in [lo, hi], at most cap of
+ * them, into out: the count, or -1 with DTX_ERR_USAGE and the message that
+ * names the flag name. */
+int dtx_flags_int_list(const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out, int cap);
 
 /* ---------------------------------------------------------------- config */
 
@@ -221,6 +280,16 @@ dtx_status dtx_model_set_precision(dtx_model *m, dtx_precision p);
 dtx_precision dtx_model_precision(const dtx_model *m);
 const char *dtx_precision_name(dtx_precision p);
 dtx_real *dtx_model_grads(dtx_model *m);  /* allocated on first backward */
+
+/* dtx_model_load, or the model inside a training checkpoint (difftx train's
+ * --ckpt-dir files) when path is one (otherwise the model reader's message,
+ * which names what is wrong with the file), with its matrix products set to
+ * precision. *out is NULL on failure. */
+dtx_status dtx_model_open(dtx_model **out, const char *path, dtx_precision precision);
+/* The one-line note for precision bf16 where this CPU has no native bf16
+ * (what is rounded, and that sums stay fp32); NULL when there is nothing
+ * to say (fp32, or native bf16). */
+const char *dtx_precision_note(dtx_precision precision);
 
 /* Low-bit attention logits, for evaluation (spec §6.9, docs/eval_quant.md):
  * dynamic absmax quantisation of the pre-softmax logits z = q·k/√d inside
@@ -490,6 +559,32 @@ dtx_model *dtx_trainer_model(dtx_trainer *t);
  * afterwards (DTX_ERR_ARG). */
 dtx_model *dtx_trainer_take_model(dtx_trainer *t);
 
+/* ---------------------------------------------------------------- evaluations
+ * The paper's measurements on any model file (docs/evaluation.md): ppl,
+ * needle, attn-mass, outliers, attn-map, icl, halluc. Each takes exactly the
+ * flags of `difftx eval <name>` (the command is a thin client of this), so
+ * the command, Python (difftx.eval) and any other caller run the same code
+ * and get the same JSON. */
+
+/* Called as work proceeds: `done` of `total` units of what `what` says
+ * ("needle: N=2 R=2 length 504: prompts"); total == 0 makes `what` a
+ * one-line note to show (done is then 0). */
+typedef void (*dtx_progress_fn)(void *user, const char *what, int64_t done, int64_t total);
+
+/* The evaluations: dtx_eval_count() of them; the i-th one's name, and its
+ * one-line summary into *summary when not NULL (NULL when i is out of range). */
+int dtx_eval_count(void);
+const char *dtx_eval_name(int i, const char **summary);
+/* Runs evaluation `name` with the flags argv[0..argc) ("--model", "m.st",
+ * "--samples", "5", ...; `--flag=value` too). *text receives the readable
+ * report the command prints, *json the JSON document (what --json writes,
+ * which is also written there when the flags have --json); both malloc'd
+ * (free() them), NULL on failure. "--help" gives the usage in *text and
+ * NULL in *json. A bad flag or a value the model cannot take is
+ * DTX_ERR_USAGE, before any model time is spent; progress may be NULL. */
+dtx_status dtx_eval_run(const char *name, int argc, char **argv, dtx_progress_fn progress, void *user, char **text,
+                        char **json);
+
 /* ---------------------------------------------------------------- tokens */
 
 /* Reads a text file of whitespace-separated non-negative token ids, or a
@@ -553,6 +648,12 @@ dtx_status dtx_tokenizer_decode(const dtx_tokenizer *t, const int32_t *ids, int6
 
 /* Largest id + 1 (the model's vocab_size; tiktoken's n_vocab). */
 int64_t dtx_tokenizer_vocab_size(const dtx_tokenizer *t);
+/* That tok and m were made together: DTX_ERR_ARG naming both sizes (and
+ * the paths, for the message) when the tokenizer has more tokens than the
+ * model's vocabulary, or fewer by more than padding the vocabulary to a
+ * multiple of 64 or 128 (the model would read every id as another token). */
+dtx_status dtx_tokenizer_check_model(const dtx_tokenizer *tok, const dtx_model *m, const char *tok_path,
+                                     const char *model_path);
 /* Byte-string tokens (256 + merges). */
 int64_t dtx_tokenizer_num_ordinary(const dtx_tokenizer *t);
 int dtx_tokenizer_num_special(const dtx_tokenizer *t);

@@ -22,10 +22,12 @@ import numpy as np
 
 from . import _lib
 from ._lib import (ArgumentError, ConfigError, Error, FileError, FormatError, NumericError,  # noqa: F401
-                   OutOfMemoryError)
+                   OutOfMemoryError, UsageError)
 
 __all__ = ["Config", "Model", "Tokenizer", "train", "StepInfo", "version", "Error", "FileError", "FormatError",
-           "ConfigError", "ArgumentError", "OutOfMemoryError", "NumericError"]
+           "ConfigError", "ArgumentError", "OutOfMemoryError", "NumericError", "UsageError", "eval"]
+
+from . import eval  # noqa: E402,F401  (difftx.eval.needle(...), the paper's measurements)
 
 L = _lib.lib
 _i32p = ctypes.POINTER(ctypes.c_int32)

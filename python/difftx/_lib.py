@@ -74,7 +74,13 @@ class NumericError(Error, ArithmeticError):
     status = 6
 
 
-ERRORS = {c.status: c for c in (FileError, FormatError, ConfigError, ArgumentError, OutOfMemoryError, NumericError)}
+class UsageError(Error, ValueError):
+    """DTX_ERR_USAGE: an option given to an evaluation is invalid (the difftx command's exit 2)."""
+    status = 7
+
+
+ERRORS = {c.status: c for c in (FileError, FormatError, ConfigError, ArgumentError, OutOfMemoryError, NumericError,
+                                UsageError)}
 
 
 def _check(status, func, args):
@@ -253,6 +259,10 @@ _proto("dtx_trainer_save", _S, _H, c_char_p)
 _proto("dtx_trainer_steps_done", c_int64, _H)
 _proto("dtx_trainer_model", _H, _H)
 _proto("dtx_trainer_take_model", _H, _H)
+PROGRESS = ctypes.CFUNCTYPE(None, c_void_p, c_char_p, c_int64, c_int64)
+_proto("dtx_eval_count", c_int)
+_proto("dtx_eval_name", c_char_p, c_int, P(c_char_p))
+_proto("dtx_eval_run", _S, c_char_p, c_int, P(c_char_p), PROGRESS, c_void_p, P(c_void_p), P(c_void_p))
 _proto("dtx_isa_level", c_int)
 _proto("dtx_isa_name", c_char_p, c_int)
 

@@ -29,14 +29,7 @@ int cli_load_model_and_tokenizer(const char *cmd, const char *model, const char 
 /* For precision bf16 where the CPU has no native bf16: one line on stderr,
  * once per process, saying that bf16 is emulated and how. */
 void cli_note_precision(int precision);
-
-/* difftx eval subcommands (argv[0] = the measurement's name). */
-int cmd_eval_ppl(int argc, char **argv);       /* src/cli/eval_ppl.c */
-int cmd_eval_needle(int argc, char **argv);    /* src/cli/eval_needle.c */
-int cmd_eval_attn_mass(int argc, char **argv); /* src/cli/eval_attn_mass.c */
-int cmd_eval_outliers(int argc, char **argv);  /* src/cli/eval_outliers.c */
-int cmd_eval_attn_map(int argc, char **argv);  /* src/cli/eval_attn_map.c */
-int cmd_eval_icl(int argc, char **argv);       /* src/cli/eval_icl.c */
-int cmd_eval_halluc(int argc, char **argv);    /* src/cli/eval_halluc.c */
+/* "difftx: note: <note>" on stderr. */
+void cli_note(const char *note);
 
 #endif

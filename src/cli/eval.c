@@ -1,31 +1,22 @@
-/* difftx eval: the paper's measurements on any model file (spec §6). Each
- * subcommand lives in its own file (src/cli/eval_*.c); this one dispatches. */
+/* difftx eval: the paper's measurements on any model file. The
+ * measurements live in the library (dtx_eval_run, src/eval/eval_*.c); this
+ * command passes the flags on, shows progress on a terminal, prints the
+ * report and turns a failure into the one-line message and exit code. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/flags.h"
 
-typedef struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} eval_command;
-
-static const eval_command evals[] = {
-    {"ppl", cmd_eval_ppl, "perplexity of a token file or text, sliding window past the context"},
-    {"needle", cmd_eval_needle, "multi-needle retrieval grid (N needles, R queries, depth x length)"},
-    {"attn-mass", cmd_eval_attn_mass, "attention on BOS / answer needle / other context / query"},
-    {"outliers", cmd_eval_outliers, "top-k and median of |attention logits| and |hidden states|"},
-    {"attn-map", cmd_eval_attn_map, "one prompt's attention maps for a layer and head, as JSON"},
-    {"icl", cmd_eval_icl, "many-shot in-context classification: accuracy by shots, order robustness"},
-    {"halluc", cmd_eval_halluc, "contextual faithfulness: contradicted facts, list every number, absent"},
-};
-enum { N_EVALS = sizeof evals / sizeof evals[0] };
-
 /* The measurements, one line each (difftx --help lists them too). */
 void cli_eval_list(FILE *out, const char *indent) {
-    for (int i = 0; i < N_EVALS; i++) fprintf(out, "%s%-10s %s\n", indent, evals[i].name, evals[i].summary);
+    const char *summary;
+    for (int i = 0; i < dtx_eval_count(); i++) {
+        const char *name = dtx_eval_name(i, &summary);
+        fprintf(out, "%s%-10s %s\n", indent, name, summary);
+    }
 }
 
 static void usage(FILE *out) {
@@ -39,6 +30,18 @@ static void usage(FILE *out) {
     fputs("\n'difftx eval <measurement> --help' describes its flags.\n", out);
 }
 
+/* Progress as one line rewritten in place, on a terminal only; notes always. */
+static void progress(void *user, const char *what, int64_t done, int64_t total) {
+    int tty = *(const int *)user;
+    if (total == 0) {
+        cli_note(what);
+        return;
+    }
+    if (!tty) return;
+    fprintf(stderr, "\r%s %lld/%lld", what, (long long)done, (long long)total);
+    if (done == total) fputc('\n', stderr);
+}
+
 int cmd_eval(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -48,7 +51,18 @@ int cmd_eval(int argc, char **argv) {
         usage(stdout);
         return finish_stdout("eval");
     }
-    for (int i = 0; i < N_EVALS; i++)
-        if (strcmp(evals[i].name, argv[1]) == 0) return evals[i].run(argc - 1, argv + 1);
-    return usage_error("eval", "unknown measurement '%s' (see 'difftx eval --help')", argv[1]);
+    int known = 0;
+    for (int i = 0; i < dtx_eval_count(); i++) known |= strcmp(dtx_eval_name(i, NULL), argv[1]) == 0;
+    if (!known) return usage_error("eval", "unknown measurement '%s' (see 'difftx eval --help')", argv[1]);
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "eval %s", argv[1]);
+    int tty = isatty(STDERR_FILENO);
+    char *text = NULL, *json = NULL;
+    dtx_status st = dtx_eval_run(argv[1], argc - 2, argv + 2, progress, &tty, &text, &json);
+    free(json);
+    if (st == DTX_ERR_USAGE) return usage_error(cmd, "%s", dtx_last_error());
+    if (st) return lib_error(cmd);
+    fputs(text, stdout);
+    free(text);
+    return finish_stdout(cmd);
 }

@@ -50,7 +50,7 @@ static int parse_prompt(const char *s, int32_t **out, int64_t *n_out) {
         if (len < sizeof word) {
             memcpy(word, p, len);
             word[len] = '\0';
-            if (parse_i64(word, &v) != 0) v = -1;
+            if (dtx_parse_i64(word, &v) != 0) v = -1;
         }
         if (v < 0 || v > INT32_MAX) {
             free(ids);

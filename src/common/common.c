@@ -50,6 +50,7 @@ const char *dtx_status_name(dtx_status st) {
     case DTX_ERR_ARG: return "invalid argument";
     case DTX_ERR_NOMEM: return "out of memory";
     case DTX_ERR_NUMERIC: return "numeric error";
+    case DTX_ERR_USAGE: return "usage error";
     }
     return "unknown status";
 }

@@ -297,8 +297,10 @@ TEST(eval_probe_cli_attn_map_errors) {
     ERR("--json %s --head -1", 2);
     ERR("--json %s --prompt-file x", 2);
     ERR("--json %s --precision fp64", 2);
-    ERR("", 2); /* no --json */
 #undef ERR
+    /* no --json: the summary alone (a library caller gets the maps as the result) */
+    CHECK(cli("eval attn-map --model %s --tokenizer %s --text cat", diff_path, tok_path) == 0 &&
+          strstr(cli_out, "most attended key") && !strstr(cli_out, "wrote"));
     CHECK(cli("eval attn-map --model %s --tokenizer %s --json %s", diff_path, tok_path, json) == 2 && cli_one_line_from(P));
     CHECK(cli("eval attn-map --tokenizer %s --text a --json %s", tok_path, json) == 2 && cli_one_line_from(P));
     CHECK(cli("eval attn-map --model %s --text a --json %s", diff_path, json) == 2 && cli_one_line_from(P));

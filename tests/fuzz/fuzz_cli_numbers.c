@@ -1,4 +1,4 @@
-/* The command line's number and list parsers (src/cli/flags.c): the whole
+/* The command line's number and list parsers (src/common/flags.c): the whole
  * string or nothing; a number parsed prints back to one that parses to the
  * same value; a list has only distinct values in range. The input (up to
  * its first NUL) is tried as each. */
@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/flags.h"
+#include "difftx.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -15,23 +15,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(s, data, n);
     s[n] = '\0';
     int64_t i;
-    if (parse_i64(s, &i) == 0) {
+    if (dtx_parse_i64(s, &i) == 0) {
         char back[32];
         snprintf(back, sizeof back, "%lld", (long long)i);
         int64_t j;
-        fuzz_check(parse_i64(back, &j) == 0 && i == j, "'%s' -> %lld does not read back", s, (long long)i);
+        fuzz_check(dtx_parse_i64(back, &j) == 0 && i == j, "'%s' -> %lld does not read back", s, (long long)i);
     }
     double d;
-    if (parse_f64(s, &d) == 0) {
+    if (dtx_parse_f64(s, &d) == 0) {
         fuzz_check(isfinite(d), "'%s' parsed to a non-finite %g", s, d);
         char back[40];
         snprintf(back, sizeof back, "%.17g", d);
         double e;
-        fuzz_check(parse_f64(back, &e) == 0 && e == d, "'%s' -> %.17g does not read back", s, d);
+        fuzz_check(dtx_parse_f64(back, &e) == 0 && e == d, "'%s' -> %.17g does not read back", s, d);
     }
     int64_t out[16];
-    cli_hold_messages(1); /* the list parser's one-line usage errors are kept, not printed */
-    int k = flags_int_list("fuzz", "--list", s, -5, 1000, out, 16);
+    int k = dtx_flags_int_list("--list", s, -5, 1000, out, 16);
     fuzz_check(k >= -1 && k <= 16, "list count %d", k);
     for (int a = 0; a < k; a++) {
         fuzz_check(out[a] >= -5 && out[a] <= 1000, "list value %lld out of range", (long long)out[a]);

@@ -256,6 +256,73 @@ def attention_map_is_the_command_attn_map():
         raises(difftx.ArgumentError, m.attention_map, ids, 0, 0, "both")
 
 
+def _haystack():
+    w = ["The farmer", "A river", "The old town", "Our committee", "The winter"]
+    o = ["the harvest", "the road", "a letter", "the bridge", "the market", "the bells"]
+    return "".join("%s saw %s.%s" % (w[i % 5], o[(i * 7) % 6], "\n" if i % 11 == 10 else " ") for i in range(300))
+
+
+def _words():
+    return "".join(" %c%c%c%s" % (97 + i % 26, 97 + (i // 26 + 3) % 26, 97 + (i // 676 + 5) % 26,
+                                  ":\n" if i % 9 == 8 else "") for i in range(800)) * 5
+
+
+@test
+def evaluations_are_the_command_evaluations():
+    """Every evaluation through difftx.eval gives the JSON `difftx eval --json` writes (timings aside) and
+    the report it prints; bad options raise UsageError with the command's message."""
+    hay = os.path.join(TMP, "hay.txt")
+    with open(hay, "w") as f:
+        f.write(_haystack())
+    qa = ("There is a special magic number inside a lot of irrelevant text. What is the special magic Paris number? "
+          "The special magic Paris number is: 12345. List every special magic number. The special magic numbers "
+          "are none")
+    tok = difftx.Tokenizer.train([_haystack(), qa], vocab_size=400)
+    wtok = difftx.Tokenizer.train([_words()], vocab_size=1500)
+    tp, wtp = os.path.join(TMP, "qa.tok"), os.path.join(TMP, "words.tok")
+    tok.save(tp)
+    wtok.save(wtp)
+    mp, wmp = os.path.join(TMP, "qa.safetensors"), os.path.join(TMP, "words.safetensors")
+    difftx.Model.init(small_config("diff", vocab_size=tok.vocab_size, max_seq_len=256), seed=3).save(mp)
+    difftx.Model.init(small_config("diff", vocab_size=wtok.vocab_size, max_seq_len=256), seed=4).save(wmp)
+    common = dict(model=mp, tokenizer=tp)
+    cases = [
+        ("ppl", dict(model=mp, text=hay, tokenizer=tp, by_position=True)),
+        ("needle", dict(common, haystack=hay, lengths=[200], grid=["1x1", "2x2"], depths=[0, 50], samples=2)),
+        ("attn-mass", dict(common, haystack=hay, length=200, depths=[50], samples=2)),
+        ("outliers", dict(model=mp, text=hay, tokenizer=tp, count=512)),
+        ("attn-map", dict(common, text="The farmer saw the road.", layer=1, head=1)),
+        ("icl", dict(model=wmp, tokenizer=wtp, queries=2, episodes=1, shots=[1, 2], orders=2)),
+        ("halluc", dict(common, haystack=hay, samples=2, needles=2, list_needles=[2, 3])),
+    ]
+    seen = []
+    for name, opts in cases:
+        jp = os.path.join(TMP, name + ".json")
+        flags = difftx.eval._argv(dict(opts, json=jp))
+        printed = run("eval", name, *flags).stdout
+        with open(jp) as f:
+            want = json.load(f)
+        calls = []
+        got = difftx.eval.run(name, progress=lambda w, d, t: calls.append((w, d, t)), **opts)
+        for j in (want, got):
+            j.pop("seconds", None)
+        assert dict(got) == want, (name, sorted(k for k in want if want.get(k) != got.get(k)))
+        printed, text = printed.replace("wrote " + jp + "\n", "").rstrip("\n"), got.text.rstrip("\n")
+        if name == "outliers":  # its report names the seconds taken
+            printed, text = [[ln for ln in t.splitlines() if " s\n" not in ln + "\n"] for t in (printed, text)]
+        assert printed == text, (name, printed, text)
+        if name in ("needle", "attn-mass", "icl", "halluc"):
+            assert calls and calls[-1][1] == calls[-1][2] and all(0 < d <= t for _, d, t in calls), (name, calls)
+        seen.append(name)
+    assert seen == list(difftx.eval.names()), (seen, list(difftx.eval.names()))
+    assert "usage: difftx eval needle" in difftx.eval.usage("needle")
+    raises(difftx.UsageError, difftx.eval.needle, contains="--model is required", tokenizer=tp, haystack=hay)
+    raises(difftx.UsageError, difftx.eval.needle, contains="--lengths: 250 + --max-new 8", lengths=[250],
+           haystack=hay, **common)
+    raises(difftx.UsageError, difftx.eval.run, "nonesuch", contains="unknown measurement")
+    raises(difftx.FileError, difftx.eval.ppl, model=mp, tokens=os.path.join(TMP, "missing.txt"))
+
+
 @test
 def tokenizer_is_the_command_tokenizer():
     tp = os.path.join(TMP, "tok2.txt")

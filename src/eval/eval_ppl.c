@@ -29,13 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
-#include "cli/flags.h"
-#include "cli/json_out.h"
+#include "eval/eval_run.h"
 #include "common/common.h"
 #include "difftx.h"
 
-static const char *CMD = "eval ppl";
 
 static const char USAGE[] =
     "usage: difftx eval ppl --model MODEL (--tokens FILE | --text FILE --tokenizer TOK) [flags]\n"
@@ -99,16 +96,16 @@ static int read_text(const ppl_args *a, const dtx_config *c, int64_t max, corpus
     dtx_tokenizer *t = NULL;
     char *buf = NULL;
     size_t len = 0;
-    if (dtx_tokenizer_load(&t, a->tokenizer) != DTX_OK) return lib_error(CMD);
-    int rc = EXIT_OK;
+    if (dtx_tokenizer_load(&t, a->tokenizer) != DTX_OK) return eval_lib_error();
+    int rc = EVAL_OK;
     if (dtx_read_file(a->text, &buf, &len) != DTX_OK ||
         dtx_tokenizer_encode(t, buf, len, DTX_ENCODE_ORDINARY, &out->ids, &out->n_read) != DTX_OK)
-        rc = lib_error(CMD);
+        rc = eval_lib_error();
     out->n = out->n_read < max ? out->n_read : max;
-    for (int64_t i = 0; rc == EXIT_OK && i < out->n; i++) {
+    for (int64_t i = 0; rc == EVAL_OK && i < out->n; i++) {
         size_t nb = 0;
         if (out->ids[i] >= c->vocab_size) {
-            rc = runtime_error(CMD, "%s: token %lld has id %d, outside the model's vocab_size %lld (tokenizer %s)",
+            rc = eval_runtime_error("%s: token %lld has id %d, outside the model's vocab_size %lld (tokenizer %s)",
                                a->text, (long long)i, out->ids[i], (long long)c->vocab_size, a->tokenizer);
         } else {
             dtx_tokenizer_token_bytes(t, out->ids[i], &nb);
@@ -129,11 +126,11 @@ static int read_corpus(const ppl_args *a, const dtx_config *c, corpus *out) {
         rc = read_text(a, c, max, out);
     } else {
         out->bytes = -1;
-        rc = dtx_tokens_read(a->tokens, c->vocab_size, &out->ids, &out->n_read) != DTX_OK ? lib_error(CMD) : EXIT_OK;
+        rc = dtx_tokens_read(a->tokens, c->vocab_size, &out->ids, &out->n_read) != DTX_OK ? eval_lib_error() : EVAL_OK;
         out->n = out->n_read < max ? out->n_read : max;
     }
-    if (rc == EXIT_OK && out->n < 2)
-        rc = runtime_error(CMD, "%s: %lld token%s to score; at least 2 are needed (the first is context only)", path,
+    if (rc == EVAL_OK && out->n < 2)
+        rc = eval_runtime_error("%s: %lld token%s to score; at least 2 are needed (the first is context only)", path,
                            (long long)out->n, out->n == 1 ? "" : "s");
     return rc;
 }
@@ -155,17 +152,10 @@ typedef struct {
     int64_t cap;
 } bigram_set;
 
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return x;
-}
-
 /* 1 when present; with insert, adds it when absent. */
 static int bigram_seen(bigram_set *b, int32_t x, int32_t y, int insert) {
     uint64_t k = ((uint64_t)(uint32_t)x << 32 | (uint32_t)y) + 1;
-    for (int64_t i = (int64_t)(mix64(k) & (uint64_t)(b->cap - 1));; i = (i + 1) & (b->cap - 1)) {
+    for (int64_t i = (int64_t)(dtx_mix64(k) & (uint64_t)(b->cap - 1));; i = (i + 1) & (b->cap - 1)) {
         if (b->key[i] == k) return 1;
         if (b->key[i] == 0) {
             if (insert) b->key[i] = k;
@@ -187,16 +177,16 @@ static int score_windows(dtx_model *m, const corpus *cp, int64_t W, int64_t S, i
     if (!logits || !bs.key || (by_position && (!r->pos_nll || !r->pos_n))) {
         free(logits), free(bs.key), free(r->pos_nll), free(r->pos_n);
         r->pos_nll = NULL, r->pos_n = NULL;
-        return runtime_error(CMD, "out of memory for the logits of a %lld-token window", (long long)W);
+        return eval_runtime_error("out of memory for the logits of a %lld-token window", (long long)W);
     }
     r->W = W, r->S = S;
-    int rc = EXIT_OK;
-    for (int64_t done = 0; done < n - 1 && rc == EXIT_OK;) { /* done: last target scored so far */
+    int rc = EVAL_OK;
+    for (int64_t done = 0; done < n - 1 && rc == EVAL_OK;) { /* done: last target scored so far */
         int64_t e = done == 0 ? W : done + S;
         if (e > n - 1) e = n - 1;
         int64_t b = by_position ? done : e - W > 0 ? e - W : 0, T = e - b; /* end to end: the last one too */
         if (dtx_model_forward(m, cp->ids + b, NULL, 1, T, logits, NULL) != DTX_OK) {
-            rc = lib_error(CMD);
+            rc = eval_lib_error();
             break;
         }
         /* position i predicts x[b + i + 1]; the new targets are done + 1 .. e. The
@@ -217,7 +207,7 @@ static int score_windows(dtx_model *m, const corpus *cp, int64_t W, int64_t S, i
     }
     free(logits);
     free(bs.key);
-    if (rc == EXIT_OK && !isfinite(r->nll)) rc = runtime_error(CMD, "the NLL is not finite (%g)", r->nll);
+    if (rc == EVAL_OK && !isfinite(r->nll)) rc = eval_runtime_error("the NLL is not finite (%g)", r->nll);
     return rc;
 }
 
@@ -230,33 +220,33 @@ static double bits_per_byte(const corpus *cp, const ppl_result *r) {
 static void print_result(const ppl_args *a, const dtx_model *m, const corpus *cp, const ppl_result *r) {
     const dtx_config *c = dtx_model_config(m);
     double mean = r->nll / (double)r->scored;
-    printf("model        %s (%s, %zu params)\n", a->model, dtx_arch_name(c->arch), dtx_model_num_params(m));
-    printf("input        %s: %lld tokens", a->text ? a->text : a->tokens, (long long)cp->n);
-    if (cp->n < cp->n_read) printf(" (first %lld of %lld)", (long long)cp->n, (long long)cp->n_read);
-    if (cp->bytes >= 0) printf(", %lld bytes", (long long)cp->bytes);
-    printf("\nwindows      %lld of up to %lld tokens, stride %lld\n", (long long)r->windows, (long long)r->W,
+    eval_printf("model        %s (%s, %zu params)\n", a->model, dtx_arch_name(c->arch), dtx_model_num_params(m));
+    eval_printf("input        %s: %lld tokens", a->text ? a->text : a->tokens, (long long)cp->n);
+    if (cp->n < cp->n_read) eval_printf(" (first %lld of %lld)", (long long)cp->n, (long long)cp->n_read);
+    if (cp->bytes >= 0) eval_printf(", %lld bytes", (long long)cp->bytes);
+    eval_printf("\nwindows      %lld of up to %lld tokens, stride %lld\n", (long long)r->windows, (long long)r->W,
            (long long)r->S);
     if (a->attn_bits)
-        printf("attention    logits quantised to %lld bits, one step per %s\n", (long long)a->attn_bits,
+        eval_printf("attention    logits quantised to %lld bits, one step per %s\n", (long long)a->attn_bits,
                a->attn_scope ? "layer and map of each window" : "query row and head");
-    else printf("attention    logits unquantised\n");
-    printf("tokens       %lld scored\n", (long long)r->scored);
-    printf("mean NLL     %.6f nats\n", mean);
-    printf("perplexity   %.4f\n", exp(mean));
+    else eval_printf("attention    logits unquantised\n");
+    eval_printf("tokens       %lld scored\n", (long long)r->scored);
+    eval_printf("mean NLL     %.6f nats\n", mean);
+    eval_printf("perplexity   %.4f\n", exp(mean));
     int64_t others = r->scored - r->hits;
-    printf("AR hits      %lld tokens, mean NLL %.6f nats\n", (long long)r->hits, r->hits ? r->nll_hit / (double)r->hits : NAN);
-    printf("others       %lld tokens, mean NLL %.6f nats\n", (long long)others,
+    eval_printf("AR hits      %lld tokens, mean NLL %.6f nats\n", (long long)r->hits, r->hits ? r->nll_hit / (double)r->hits : NAN);
+    eval_printf("others       %lld tokens, mean NLL %.6f nats\n", (long long)others,
            others ? (r->nll - r->nll_hit) / (double)others : NAN);
-    if (cp->bytes > 0) printf("bits/byte    %.6f\n", bits_per_byte(cp, r));
+    if (cp->bytes > 0) eval_printf("bits/byte    %.6f\n", bits_per_byte(cp, r));
     if (!r->pos_nll) return;
-    printf("by position  (context tokens: mean NLL there, cumulative mean up to it)\n");
+    eval_printf("by position  (context tokens: mean NLL there, cumulative mean up to it)\n");
     double sum = 0;
     int64_t cnt = 0;
     for (int64_t i = 0; i < r->W; i++) {
         sum += r->pos_nll[i], cnt += r->pos_n[i];
         int64_t p = i + 1;
         if (((p & (p - 1)) == 0 || p == r->W) && r->pos_n[i])
-            printf("  %8lld   %.6f   %.6f  (%lld windows)\n", (long long)p, r->pos_nll[i] / (double)r->pos_n[i],
+            eval_printf("  %8lld   %.6f   %.6f  (%lld windows)\n", (long long)p, r->pos_nll[i] / (double)r->pos_n[i],
                    sum / (double)cnt, (long long)r->pos_n[i]);
     }
 }
@@ -302,48 +292,48 @@ static int write_json(const ppl_args *a, const dtx_model *m, const corpus *cp, c
                  cJSON_AddItemToArray(cum, cJSON_CreateNumber(sum / (double)total));
         }
     }
-    return json_write_report(CMD, a->json, root, ok, 0);
+    return eval_json(a->json, root, ok, 0);
 }
 
 /* ------------------------------------------------------------ setup */
 
 static int parse_args(ppl_args *a, int argc, char **argv) {
-    flag fl[] = {
-        FLAG_STR("--model", &a->model),         FLAG_STR("--tokens", &a->tokens),
-        FLAG_STR("--text", &a->text),           FLAG_STR("--tokenizer", &a->tokenizer),
-        FLAG_INT("--window", &a->window, 1, INT64_MAX), FLAG_INT("--stride", &a->stride, 1, INT64_MAX),
-        FLAG_INT("--max-tokens", &a->max_tokens, 1, INT64_MAX),
-        FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
-        FLAG_INT("--attn-bits", &a->attn_bits, 0, 16), FLAG_CHOICE("--attn-scope", &a->attn_scope, "row|tensor"),
-        FLAG_BOOL("--by-position", &a->by_position, 1), FLAG_STR("--json", &a->json),
+    dtx_flag fl[] = {
+        DTX_FLAG_STR("--model", &a->model),         DTX_FLAG_STR("--tokens", &a->tokens),
+        DTX_FLAG_STR("--text", &a->text),           DTX_FLAG_STR("--tokenizer", &a->tokenizer),
+        DTX_FLAG_INT("--window", &a->window, 1, INT64_MAX), DTX_FLAG_INT("--stride", &a->stride, 1, INT64_MAX),
+        DTX_FLAG_INT("--max-tokens", &a->max_tokens, 1, INT64_MAX),
+        DTX_FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
+        DTX_FLAG_INT("--attn-bits", &a->attn_bits, 0, 16), DTX_FLAG_CHOICE("--attn-scope", &a->attn_scope, "row|tensor"),
+        DTX_FLAG_BOOL("--by-position", &a->by_position, 1), DTX_FLAG_STR("--json", &a->json),
     };
-    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
-    case FLAGS_HELP: return FLAGS_HELP;
-    case FLAGS_ERROR: return EXIT_USAGE;
+    switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
+    case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
+    case DTX_FLAGS_ERROR: return EVAL_USAGE;
     }
-    if (!a->model) return usage_error(CMD, "--model is required");
-    if (!a->tokens == !a->text) return usage_error(CMD, "give exactly one of --tokens FILE and --text FILE");
-    if (a->text && !a->tokenizer) return usage_error(CMD, "--text needs --tokenizer");
-    if (a->tokens && a->tokenizer) return usage_error(CMD, "--tokenizer goes with --text, not with --tokens");
-    if (a->attn_bits == 1) return usage_error(CMD, "--attn-bits: expected 0 (off) or 2 to 16, got '1'");
+    if (!a->model) return eval_usage_error("--model is required");
+    if (!a->tokens == !a->text) return eval_usage_error("give exactly one of --tokens FILE and --text FILE");
+    if (a->text && !a->tokenizer) return eval_usage_error("--text needs --tokenizer");
+    if (a->tokens && a->tokenizer) return eval_usage_error("--tokenizer goes with --text, not with --tokens");
+    if (a->attn_bits == 1) return eval_usage_error("--attn-bits: expected 0 (off) or 2 to 16, got '1'");
     if (a->by_position && a->stride)
-        return usage_error(CMD, "--by-position lays the windows end to end (stride = window): --stride does not apply");
+        return eval_usage_error("--by-position lays the windows end to end (stride = window): --stride does not apply");
     if (a->window && a->stride > a->window)
-        return usage_error(CMD, "--stride %lld exceeds --window %lld", (long long)a->stride, (long long)a->window);
-    return EXIT_OK;
+        return eval_usage_error("--stride %lld exceeds --window %lld", (long long)a->stride, (long long)a->window);
+    return EVAL_OK;
 }
 
 /* The window and stride for this model (defaults: max_seq_len, W/2). */
 static int resolve_window(ppl_args *a, const dtx_config *c) {
     if (a->window > c->max_seq_len)
-        return runtime_error(CMD, "--window %lld exceeds the model's max_seq_len %lld", (long long)a->window,
+        return eval_runtime_error("--window %lld exceeds the model's max_seq_len %lld", (long long)a->window,
                              (long long)c->max_seq_len);
     if (!a->window) a->window = c->max_seq_len;
     if (a->stride > a->window)
-        return runtime_error(CMD, "--stride %lld exceeds the window, the model's max_seq_len %lld",
+        return eval_runtime_error("--stride %lld exceeds the window, the model's max_seq_len %lld",
                              (long long)a->stride, (long long)a->window);
     if (!a->stride) a->stride = a->by_position ? a->window : a->window / 2 > 0 ? a->window / 2 : 1;
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 static int run(ppl_args *a, dtx_model *m) {
@@ -351,29 +341,29 @@ static int run(ppl_args *a, dtx_model *m) {
     int rc = resolve_window(a, c);
     if (rc) return rc;
     if (dtx_model_set_attention_quant(m, (int)a->attn_bits, (dtx_quant_scope)a->attn_scope) != DTX_OK)
-        return lib_error(CMD);
+        return eval_lib_error();
     corpus cp;
     ppl_result r;
     memset(&r, 0, sizeof r);
     rc = read_corpus(a, c, &cp);
-    if (rc == EXIT_OK) rc = score_windows(m, &cp, a->window, a->stride, a->by_position, &r);
+    if (rc == EVAL_OK) rc = score_windows(m, &cp, a->window, a->stride, a->by_position, &r);
     /* the JSON first: a failure to write it is then the only line printed */
-    if (rc == EXIT_OK && a->json) rc = write_json(a, m, &cp, &r);
-    if (rc == EXIT_OK) print_result(a, m, &cp, &r);
+    if (rc == EVAL_OK) rc = write_json(a, m, &cp, &r);
+    if (rc == EVAL_OK) print_result(a, m, &cp, &r);
     free(r.pos_nll), free(r.pos_n);
     free(cp.ids);
     return rc;
 }
 
-int cmd_eval_ppl(int argc, char **argv) {
+int dtx_eval_ppl_main(int argc, char **argv) {
     ppl_args a;
     memset(&a, 0, sizeof a);
     int rc = parse_args(&a, argc, argv);
-    if (rc == FLAGS_HELP) return finish_stdout(CMD);
+    if (rc == DTX_FLAGS_HELP) return EVAL_OK;
     if (rc) return rc;
     dtx_model *m = NULL;
-    if (cli_model_load(&m, a.model, a.precision) != DTX_OK) return lib_error(CMD);
+    if (eval_model_load(&m, a.model, a.precision) != DTX_OK) return eval_lib_error();
     rc = run(&a, m);
     dtx_model_free(m);
-    return rc == EXIT_OK ? finish_stdout(CMD) : rc;
+    return rc == EVAL_OK ? EVAL_OK : rc;
 }

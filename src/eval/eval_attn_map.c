@@ -7,18 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
-#include "cli/flags.h"
-#include "cli/json_out.h"
+#include "eval/eval_run.h"
 #include "common/common.h"
 #include "difftx.h"
 #include "eval/probe.h"
 
-static const char *CMD = "eval attn-map";
 
 static const char USAGE[] =
     "usage: difftx eval attn-map --model MODEL.safetensors --tokenizer TOK\n"
-    "                            (--text \"STRING\" | --prompt-file FILE) --json OUT\n"
+    "                            (--text \"STRING\" | --prompt-file FILE) [--json OUT]\n"
     "                            [--layer L] [--head H] [--precision fp32|bf16]\n"
     "\n"
     "Runs one prompt (<|bos|> when the tokenizer has it, then the encoded text, cut to\n"
@@ -34,7 +31,8 @@ static const char USAGE[] =
     "  --prompt-file FILE  the prompt, read from a file (bytes as they are)\n"
     "  --layer L           layer, 0-based (default 0)\n"
     "  --head H            head, 0-based (default 0): a DIFF head, or a Transformer head\n"
-    "  --json OUT          where to write the maps (atomically)            [required]\n"
+    "  --json OUT          where to write the maps (atomically); without it only the\n"
+    "                      summary is printed (a library caller gets the JSON)\n"
     "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
     "                      operands and fp32 accumulation\n";
 
@@ -55,27 +53,27 @@ typedef struct {
 static int encode_prompt(const map_args *a, const dtx_tokenizer *t, int64_t max_len, prompt *p) {
     char *file = NULL;
     size_t len = 0;
-    if (a->prompt_file && dtx_read_file(a->prompt_file, &file, &len) != DTX_OK) return lib_error(CMD);
+    if (a->prompt_file && dtx_read_file(a->prompt_file, &file, &len) != DTX_OK) return eval_lib_error();
     const char *text = file ? file : a->text;
     if (!file) len = strlen(text);
     int32_t *enc = NULL;
     int64_t n = 0;
     dtx_status st = dtx_tokenizer_encode(t, text, len, DTX_ENCODE_ORDINARY, &enc, &n);
     free(file);
-    if (st) return lib_error(CMD);
+    if (st) return eval_lib_error();
     int32_t bos = dtx_tokenizer_token_id(t, "<|bos|>");
     p->full = n + (bos >= 0);
     p->T = p->full < max_len ? p->full : max_len;
     p->ids = malloc((size_t)(p->T ? p->T : 1) * sizeof *p->ids);
     if (!p->ids) {
         free(enc);
-        return runtime_error(CMD, "out of memory");
+        return eval_runtime_error("out of memory");
     }
     if (bos >= 0) p->ids[0] = bos;
     if (p->T > (bos >= 0)) memcpy(p->ids + (bos >= 0), enc, (size_t)(p->T - (bos >= 0)) * sizeof *enc);
     free(enc);
-    if (p->T == 0) return usage_error(CMD, "the prompt is empty and the tokenizer has no <|bos|>");
-    return EXIT_OK;
+    if (p->T == 0) return eval_usage_error("the prompt is empty and the tokenizer has no <|bos|>");
+    return EVAL_OK;
 }
 
 /* ------------------------------------------------------------ JSON */
@@ -162,30 +160,30 @@ static int write_json(const map_args *a, const dtx_model *m, const dtx_tokenizer
         }
     }
     cJSON *maps = ok ? jadd(root, "maps", cJSON_CreateObject(), &ok) : NULL;
-    int rc = EXIT_OK;
+    int rc = EVAL_OK;
     static const dtx_attn_map which[3] = {DTX_MAP_FIRST, DTX_MAP_SECOND, DTX_MAP_COMBINED};
     static const char *const names[3] = {"a1", "a2", "diff"};
-    for (int k = 0; maps && ok && rc == EXIT_OK && k < (diff ? 3 : 1); k++) {
+    for (int k = 0; maps && ok && rc == EVAL_OK && k < (diff ? 3 : 1); k++) {
         cJSON *mj = json_map(m, a, which[k], p->T, row, &ok);
-        if (!mj && ok) rc = lib_error(CMD);
+        if (!mj && ok) rc = eval_lib_error();
         else jadd(maps, names[k], mj, &ok);
     }
     free(row);
-    if (rc != EXIT_OK) {
+    if (rc != EVAL_OK) {
         cJSON_Delete(root);
         return rc;
     }
-    return json_write_report(CMD, a->json, root, ok, 0);
+    return eval_json(a->json, root, ok, 0);
 }
 
 /* ------------------------------------------------------------ summary */
 
-/* A token as a short quoted label on stdout. */
+/* A token as a short quoted label in the report. */
 static void print_token(const dtx_tokenizer *t, int32_t id) {
     char *l = token_label(t, id);
     cJSON *j = l ? cJSON_CreateString(l) : NULL;
     char *q = j ? cJSON_PrintUnformatted(j) : NULL;
-    fputs(q ? q : "?", stdout);
+    eval_puts(q ? q : "?");
     free(q);
     cJSON_Delete(j);
     free(l);
@@ -195,86 +193,86 @@ static int summarise(const dtx_model *m, const dtx_tokenizer *tok, const map_arg
     int diff = dtx_model_config(m)->arch != DTX_ARCH_TRANSFORMER; /* two maps a head */
     int64_t T = p->T, best = 0;
     double *row = malloc((size_t)T * sizeof *row);
-    if (!row) return runtime_error(CMD, "out of memory");
+    if (!row) return eval_runtime_error("out of memory");
     if (dtx_probe_attention_row(m, 0, a->layer, a->head, DTX_MAP_COMBINED, T - 1, row) != DTX_OK) {
         free(row);
-        return lib_error(CMD);
+        return eval_lib_error();
     }
     for (int64_t s = 1; s < T; s++) best = row[s] > row[best] ? s : best;
-    printf("%s, layer %lld, head %lld: T = %lld tokens", dtx_arch_name(dtx_model_config(m)->arch),
+    eval_printf("%s, layer %lld, head %lld: T = %lld tokens", dtx_arch_name(dtx_model_config(m)->arch),
            (long long)a->layer, (long long)a->head, (long long)T);
-    if (p->full > T) printf(" (the prompt's %lld cut to max_seq_len)", (long long)p->full);
-    if (diff) printf(", lambda = %.6g", dtx_probe_lambda(m, a->layer));
-    printf("\nlast row (query %lld ", (long long)(T - 1));
+    if (p->full > T) eval_printf(" (the prompt's %lld cut to max_seq_len)", (long long)p->full);
+    if (diff) eval_printf(", lambda = %.6g", dtx_probe_lambda(m, a->layer));
+    eval_printf("\nlast row (query %lld ", (long long)(T - 1));
     print_token(tok, p->ids[T - 1]);
-    printf("): most attended key %lld ", (long long)best);
+    eval_printf("): most attended key %lld ", (long long)best);
     print_token(tok, p->ids[best]);
-    printf(" with weight %.4f%s\nwrote %s\n", row[best], diff ? " (A1 - lambda*A2)" : "", a->json);
+    eval_printf(" with weight %.4f%s\n", row[best], diff ? " (A1 - lambda*A2)" : "");
+    if (a->json) eval_printf("wrote %s\n", a->json);
     free(row);
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 /* ------------------------------------------------------------ command */
 
 static int check_args(const map_args *a) {
-    if (!a->model) return usage_error(CMD, "--model is required");
-    if (!a->tokenizer) return usage_error(CMD, "--tokenizer is required");
-    if (!a->json) return usage_error(CMD, "--json is required");
-    if (!a->text && !a->prompt_file) return usage_error(CMD, "give the prompt: --text STRING or --prompt-file FILE");
-    if (a->text && a->prompt_file) return usage_error(CMD, "--text and --prompt-file exclude each other");
-    return EXIT_OK;
+    if (!a->model) return eval_usage_error("--model is required");
+    if (!a->tokenizer) return eval_usage_error("--tokenizer is required");
+    if (!a->text && !a->prompt_file) return eval_usage_error("give the prompt: --text STRING or --prompt-file FILE");
+    if (a->text && a->prompt_file) return eval_usage_error("--text and --prompt-file exclude each other");
+    return EVAL_OK;
 }
 
 static int check_against_model(const map_args *a, const dtx_config *c, const dtx_tokenizer *t) {
     if (a->layer >= c->n_layers)
-        return usage_error(CMD, "--layer %lld: the model has %lld layers (0..%lld)", (long long)a->layer,
+        return eval_usage_error("--layer %lld: the model has %lld layers (0..%lld)", (long long)a->layer,
                            (long long)c->n_layers, (long long)(c->n_layers - 1));
     if (a->head >= c->n_heads)
-        return usage_error(CMD, "--head %lld: the model has %lld %sheads (0..%lld)", (long long)a->head,
+        return eval_usage_error("--head %lld: the model has %lld %sheads (0..%lld)", (long long)a->head,
                            (long long)c->n_heads, c->arch != DTX_ARCH_TRANSFORMER ? "differential " : "",
                            (long long)(c->n_heads - 1));
     if (dtx_tokenizer_vocab_size(t) > c->vocab_size)
-        return runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the model's vocab_size %lld",
+        return eval_runtime_error("the tokenizer %s has %lld tokens, more than the model's vocab_size %lld",
                              a->tokenizer, (long long)dtx_tokenizer_vocab_size(t), (long long)c->vocab_size);
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 static int run(dtx_model *m, const dtx_tokenizer *t, const map_args *a) {
     const dtx_config *c = dtx_model_config(m);
     prompt p = {0};
     int rc = check_against_model(a, c, t);
-    if (rc == EXIT_OK) rc = encode_prompt(a, t, c->max_seq_len, &p);
-    if (rc == EXIT_OK && dtx_model_forward(m, p.ids, NULL, 1, p.T, NULL, NULL) != DTX_OK) rc = lib_error(CMD);
-    if (rc == EXIT_OK) rc = write_json(a, m, t, &p);
-    if (rc == EXIT_OK) rc = summarise(m, t, a, &p);
+    if (rc == EVAL_OK) rc = encode_prompt(a, t, c->max_seq_len, &p);
+    if (rc == EVAL_OK && dtx_model_forward(m, p.ids, NULL, 1, p.T, NULL, NULL) != DTX_OK) rc = eval_lib_error();
+    if (rc == EVAL_OK) rc = write_json(a, m, t, &p);
+    if (rc == EVAL_OK) rc = summarise(m, t, a, &p);
     free(p.ids);
     return rc;
 }
 
-int cmd_eval_attn_map(int argc, char **argv) {
+int dtx_eval_attn_map_main(int argc, char **argv) {
     map_args a = {0};
-    flag fl[] = {
-        FLAG_STR("--model", &a.model),
-        FLAG_STR("--tokenizer", &a.tokenizer),
-        FLAG_STR("--text", &a.text),
-        FLAG_STR("--prompt-file", &a.prompt_file),
-        FLAG_INT("--layer", &a.layer, 0, INT32_MAX),
-        FLAG_INT("--head", &a.head, 0, INT32_MAX),
-        FLAG_STR("--json", &a.json),
-        FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
+    dtx_flag fl[] = {
+        DTX_FLAG_STR("--model", &a.model),
+        DTX_FLAG_STR("--tokenizer", &a.tokenizer),
+        DTX_FLAG_STR("--text", &a.text),
+        DTX_FLAG_STR("--prompt-file", &a.prompt_file),
+        DTX_FLAG_INT("--layer", &a.layer, 0, INT32_MAX),
+        DTX_FLAG_INT("--head", &a.head, 0, INT32_MAX),
+        DTX_FLAG_STR("--json", &a.json),
+        DTX_FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
     };
-    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
-    case FLAGS_HELP: return finish_stdout(CMD);
-    case FLAGS_ERROR: return EXIT_USAGE;
+    switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
+    case DTX_FLAGS_HELP: return EVAL_OK;
+    case DTX_FLAGS_ERROR: return EVAL_USAGE;
     }
     int rc = check_args(&a);
-    if (rc != EXIT_OK) return rc;
+    if (rc != EVAL_OK) return rc;
     dtx_tokenizer *t = NULL;
     dtx_model *m = NULL;
-    if (dtx_tokenizer_load(&t, a.tokenizer) != DTX_OK) return lib_error(CMD);
-    if (cli_model_load(&m, a.model, a.precision) != DTX_OK) rc = lib_error(CMD);
-    if (rc == EXIT_OK) rc = run(m, t, &a);
+    if (dtx_tokenizer_load(&t, a.tokenizer) != DTX_OK) return eval_lib_error();
+    if (eval_model_load(&m, a.model, a.precision) != DTX_OK) rc = eval_lib_error();
+    if (rc == EVAL_OK) rc = run(m, t, &a);
     dtx_model_free(m);
     dtx_tokenizer_free(t);
-    return rc == EXIT_OK ? finish_stdout(CMD) : rc;
+    return rc == EVAL_OK ? EVAL_OK : rc;
 }

@@ -7,18 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "cli/cli.h"
-#include "cli/flags.h"
-#include "cli/json_out.h"
+#include "eval/eval_run.h"
 #include "common/common.h"
 #include "difftx.h"
 #include "eval/halluc.h"
 #include "eval/needle.h"
 #include "eval/needle_answer.h"
 
-static const char *CMD = "eval halluc";
 
 static const char USAGE[] =
     "usage: difftx eval halluc --model MODEL --tokenizer TOK --haystack PATH[,PATH...]\n"
@@ -96,18 +92,18 @@ static uint64_t prompt_seed(const halluc_args *a, int kind, int n, int64_t sampl
 
 static int make_error(const halluc_args *a, dtx_status st) {
     if (st == DTX_ERR_ARG)
-        return usage_error(CMD, "--length %lld: %s%s", (long long)a->length, dtx_last_error(),
+        return eval_usage_error("--length %lld: %s%s", (long long)a->length, dtx_last_error(),
                            a->length_default ? " (the default --length is all the model's max_seq_len leaves: its "
                                                "context is too short for these tasks; fewer --needles and "
                                                "--list-needles shorten the prompts, a model trained at a longer "
                                                "--seq fits them)" : "");
-    return lib_error(CMD);
+    return eval_lib_error();
 }
 
 /* ------------------------------------------------------------ tasks */
 
 /* Sample s of a task: its prompt (n needles) and the greedy answers to its
- * questions in r->text. EXIT_OK with *p to free, or the exit code (*p freed). */
+ * questions in r->text. EVAL_OK with *p to free, or the exit code (*p freed). */
 static int ask(const halluc_args *a, runner *r, dtx_halluc_kind kind, int n, int64_t s, int64_t max_new,
                dtx_halluc_prompt *p) {
     dtx_status st = dtx_halluc_make(r->src, r->tok, kind, a->length, n, prompt_seed(a, (int)kind, n, s), p);
@@ -115,9 +111,9 @@ static int ask(const halluc_args *a, runner *r, dtx_halluc_kind kind, int n, int
     if (dtx_needle_answer_texts(r->ans, p->tokens, p->context_end, p->question, p->question_n, p->n_questions,
                                 max_new, r->text, TEXT_CAP) != DTX_OK) {
         dtx_halluc_prompt_free(p);
-        return lib_error(CMD);
+        return eval_lib_error();
     }
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 static int run_contradict(const halluc_args *a, runner *r, contradict_tally *t) {
@@ -125,13 +121,13 @@ static int run_contradict(const halluc_args *a, runner *r, contradict_tally *t) 
     for (int64_t s = 0; s < a->samples; s++) {
         dtx_halluc_prompt p;
         int rc = ask(a, r, DTX_HALLUC_CONTRADICT, (int)a->needles, s, a->max_new, &p);
-        if (rc != EXIT_OK) return rc;
+        if (rc != EVAL_OK) return rc;
         /* the same question without the context: does the model know the fact? */
         dtx_status st = dtx_needle_answer_texts(r->ans, &bos, 1, p.question, p.question_n, 1, a->max_new, r->text + 1,
                                                 TEXT_CAP);
         if (st) {
             dtx_halluc_prompt_free(&p);
-            return lib_error(CMD);
+            return eval_lib_error();
         }
         dtx_halluc_outcome o = dtx_halluc_classify(r->text[0], strlen(r->text[0]), p.answer[0], p.prior);
         int knows = dtx_needle_answer_correct(r->text[1], strlen(r->text[1]), p.prior);
@@ -141,14 +137,14 @@ static int run_contradict(const halluc_args *a, runner *r, contradict_tally *t) 
         t->faithful_knows += knows && o == DTX_FAITHFUL, t->prior_knows += knows && o == DTX_PRIOR;
         dtx_halluc_prompt_free(&p);
     }
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 static int run_list(const halluc_args *a, runner *r, int n, list_tally *t) {
     for (int64_t s = 0; s < a->samples; s++) {
         dtx_halluc_prompt p;
         int rc = ask(a, r, DTX_HALLUC_LIST, n, s, list_max_new(n), &p);
-        if (rc != EXIT_OK) return rc;
+        if (rc != EVAL_OK) return rc;
         int64_t listed, right;
         dtx_halluc_list_score(r->text[0], strlen(r->text[0]), (const char(*)[8])p.number, p.n_needles, &listed, &right);
         t->prompts++;
@@ -156,21 +152,21 @@ static int run_list(const halluc_args *a, runner *r, int n, list_tally *t) {
         t->exact += listed == p.n_needles && right == p.n_needles;
         dtx_halluc_prompt_free(&p);
     }
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 static int run_absent(const halluc_args *a, runner *r, absent_tally *t) {
     for (int64_t s = 0; s < a->samples; s++) {
         dtx_halluc_prompt p;
         int rc = ask(a, r, DTX_HALLUC_ABSENT, (int)a->needles, s, a->max_new, &p);
-        if (rc != EXIT_OK) return rc;
+        if (rc != EVAL_OK) return rc;
         t->n++;
         t->none_absent += dtx_halluc_is_none(r->text[0], strlen(r->text[0]));
         t->present_right += dtx_needle_answer_correct(r->text[1], strlen(r->text[1]), p.answer[1]);
         t->none_present += dtx_halluc_is_none(r->text[1], strlen(r->text[1]));
         dtx_halluc_prompt_free(&p);
     }
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 /* ------------------------------------------------------------ reporting */
@@ -180,33 +176,33 @@ static double ratio(int64_t k, int64_t n) { return n > 0 ? (double)k / (double)n
 static void print_rate(const char *name, int64_t k, int64_t n) {
     double lo, hi;
     dtx_wilson95(k, n, &lo, &hi);
-    printf("  %-38s %6.3f  [%.3f, %.3f]  (%lld of %lld)\n", name, ratio(k, n), lo, hi, (long long)k, (long long)n);
+    eval_printf("  %-38s %6.3f  [%.3f, %.3f]  (%lld of %lld)\n", name, ratio(k, n), lo, hi, (long long)k, (long long)n);
 }
 
 static void print_report(const halluc_args *a, const runner *r, const tallies *t) {
     const dtx_config *c = dtx_model_config(r->m);
-    printf("contextual faithfulness: %s (%s, %zu parameters), %lld samples per task, length %lld, seed %llu, greedy\n",
+    eval_printf("contextual faithfulness: %s (%s, %zu parameters), %lld samples per task, length %lld, seed %llu, greedy\n",
            a->model, dtx_arch_name(c->arch), dtx_model_num_params(r->m), (long long)a->samples, (long long)a->length,
            (unsigned long long)a->seed);
-    printf("\ncontradict (%lld needles; a fact city's number changed in the context), Wilson 95%% intervals:\n",
+    eval_printf("\ncontradict (%lld needles; a fact city's number changed in the context), Wilson 95%% intervals:\n",
            (long long)a->needles);
     print_rate("faithful (the context's number)", t->c.faithful, t->c.n);
     print_rate("prior (the taught fact)", t->c.prior, t->c.n);
     print_rate("fabricated (neither)", t->c.fabricated, t->c.n);
     print_rate("knows the fact without the context", t->c.knows, t->c.n);
     print_rate("faithful, where it knows the fact", t->c.faithful_knows, t->c.knows);
-    printf("\nlist every special magic number:\n");
-    printf("  needles  precision  interval          recall  interval          exact\n");
+    eval_printf("\nlist every special magic number:\n");
+    eval_printf("  needles  precision  interval          recall  interval          exact\n");
     for (int i = 0; i < a->n_list; i++) {
         const list_tally *l = &t->l[i];
         double plo, phi, rlo, rhi;
         dtx_wilson95(l->right, l->listed, &plo, &phi);
         dtx_wilson95(l->right, l->expected, &rlo, &rhi);
-        printf("  %7lld  %9.3f  [%.3f, %.3f]  %6.3f  [%.3f, %.3f]  %5.3f\n", (long long)a->list_n[i],
+        eval_printf("  %7lld  %9.3f  [%.3f, %.3f]  %6.3f  [%.3f, %.3f]  %5.3f\n", (long long)a->list_n[i],
                ratio(l->right, l->listed),
                plo, phi, ratio(l->right, l->expected), rlo, rhi, ratio(l->exact, l->prompts));
     }
-    printf("\nabsent (%lld needles):\n", (long long)a->needles);
+    eval_printf("\nabsent (%lld needles):\n", (long long)a->needles);
     print_rate("'none' to an absent city (right)", t->a.none_absent, t->a.n);
     print_rate("number of a present city (right)", t->a.present_right, t->a.n);
     print_rate("'none' to a present city (wrong)", t->a.none_present, t->a.n);
@@ -264,38 +260,38 @@ static int write_json(const halluc_args *a, const runner *r, const tallies *t) {
     json_rate(ab, "none_absent", t->a.none_absent, t->a.n, &ok);
     json_rate(ab, "present_right", t->a.present_right, t->a.n, &ok);
     json_rate(ab, "none_present", t->a.none_present, t->a.n, &ok);
-    return json_write_report(CMD, a->json, root, ok, 1);
+    return eval_json(a->json, root, ok, 1);
 }
 
 /* ------------------------------------------------------------ setup */
 
 static int parse_list(halluc_args *a) {
-    a->n_list = flags_int_list(CMD, "--list-needles", a->list_s, 1, DTX_NEEDLE_MAX, a->list_n, MAX_LIST);
-    return a->n_list < 0 ? EXIT_USAGE : EXIT_OK;
+    a->n_list = dtx_flags_int_list("--list-needles", a->list_s, 1, DTX_NEEDLE_MAX, a->list_n, MAX_LIST);
+    return a->n_list < 0 ? EVAL_USAGE : EVAL_OK;
 }
 
 static int open_runner(halluc_args *a, runner *r) {
-    int rc = cli_load_model_and_tokenizer(CMD, a->model, a->tokenizer, a->precision, &r->m, &r->tok);
-    if (rc != EXIT_OK) return rc;
+    int rc = eval_load_model_and_tokenizer(a->model, a->tokenizer, a->precision, &r->m, &r->tok);
+    if (rc != EVAL_OK) return rc;
     const dtx_config *c = dtx_model_config(r->m);
     int64_t most = a->max_new;
     for (int i = 0; i < a->n_list; i++) most = list_max_new(a->list_n[i]) > most ? list_max_new(a->list_n[i]) : most;
     if (!a->length) a->length = c->max_seq_len - most, a->length_default = 1;
     if (a->length < 1 || a->length + most > c->max_seq_len)
-        return usage_error(CMD,
+        return eval_usage_error(
                            "--length %lld: with answers of up to %lld tokens the model's max_seq_len %lld holds "
                            "prompts of at most %lld",
                            (long long)a->length, (long long)most, (long long)c->max_seq_len,
                            (long long)(c->max_seq_len - most));
     /* a haystack that cannot be read is the machine's trouble (exit 1); one that holds no text, the flag's */
     dtx_status st = dtx_needle_source_open_list(&r->src, r->tok, a->haystack);
-    if (st == DTX_ERR_IO || st == DTX_ERR_NOMEM) return lib_error(CMD);
-    if (st) return usage_error(CMD, "%s", dtx_last_error());
-    if (dtx_needle_answerer_init(&r->ans, r->m, r->tok, a->length, most) != DTX_OK) return lib_error(CMD);
+    if (st == DTX_ERR_IO || st == DTX_ERR_NOMEM) return eval_lib_error();
+    if (st) return eval_usage_error("%s", dtx_last_error());
+    if (dtx_needle_answerer_init(&r->ans, r->m, r->tok, a->length, most) != DTX_OK) return eval_lib_error();
     r->text[0] = malloc(TEXT_CAP);
     r->text[1] = malloc(TEXT_CAP);
-    if (!r->text[0] || !r->text[1]) return runtime_error(CMD, "out of memory");
-    return EXIT_OK;
+    if (!r->text[0] || !r->text[1]) return eval_runtime_error("out of memory");
+    return EVAL_OK;
 }
 
 static void close_runner(runner *r) {
@@ -308,47 +304,46 @@ static void close_runner(runner *r) {
 }
 
 static int parse_args(halluc_args *a, int argc, char **argv) {
-    flag fl[] = {
-        FLAG_STR("--model", &a->model),
-        FLAG_STR("--tokenizer", &a->tokenizer),
-        FLAG_STR("--haystack", &a->haystack),
-        FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX),
-        FLAG_STR("--list-needles", &a->list_s),
-        FLAG_INT("--samples", &a->samples, 1, 1000000),
-        FLAG_INT("--length", &a->length, 1, INT32_MAX),
-        FLAG_INT("--max-new", &a->max_new, 1, 1024),
-        FLAG_SEED("--seed", &a->seed),
-        FLAG_STR("--json", &a->json),
-        FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
+    dtx_flag fl[] = {
+        DTX_FLAG_STR("--model", &a->model),
+        DTX_FLAG_STR("--tokenizer", &a->tokenizer),
+        DTX_FLAG_STR("--haystack", &a->haystack),
+        DTX_FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX),
+        DTX_FLAG_STR("--list-needles", &a->list_s),
+        DTX_FLAG_INT("--samples", &a->samples, 1, 1000000),
+        DTX_FLAG_INT("--length", &a->length, 1, INT32_MAX),
+        DTX_FLAG_INT("--max-new", &a->max_new, 1, 1024),
+        DTX_FLAG_SEED("--seed", &a->seed),
+        DTX_FLAG_STR("--json", &a->json),
+        DTX_FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
     };
-    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
-    case FLAGS_HELP: return FLAGS_HELP;
-    case FLAGS_ERROR: return EXIT_USAGE;
+    switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
+    case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
+    case DTX_FLAGS_ERROR: return EVAL_USAGE;
     }
-    if (!a->model) return usage_error(CMD, "--model is required");
-    if (!a->tokenizer) return usage_error(CMD, "--tokenizer is required");
-    if (!a->haystack) return usage_error(CMD, "--haystack is required");
+    if (!a->model) return eval_usage_error("--model is required");
+    if (!a->tokenizer) return eval_usage_error("--tokenizer is required");
+    if (!a->haystack) return eval_usage_error("--haystack is required");
     return parse_list(a);
 }
 
-int cmd_eval_halluc(int argc, char **argv) {
+int dtx_eval_halluc_main(int argc, char **argv) {
     halluc_args a = {.needles = 3, .samples = 100, .max_new = 8, .seed = 1, .list_s = "2,4,6"};
     int rc = parse_args(&a, argc, argv);
-    if (rc == FLAGS_HELP) return finish_stdout(CMD);
-    if (rc != EXIT_OK) return rc;
+    if (rc == DTX_FLAGS_HELP) return EVAL_OK;
+    if (rc != EVAL_OK) return rc;
     runner r = {0};
     tallies t;
     memset(&t, 0, sizeof t);
     rc = open_runner(&a, &r);
-    int tty = isatty(STDERR_FILENO);
-    if (rc == EXIT_OK) rc = run_contradict(&a, &r, &t.c);
-    if (rc == EXIT_OK && tty) fprintf(stderr, "halluc: contradict done\n");
-    for (int i = 0; i < a.n_list && rc == EXIT_OK; i++) rc = run_list(&a, &r, (int)a.list_n[i], &t.l[i]);
-    if (rc == EXIT_OK && tty) fprintf(stderr, "halluc: list done\n");
-    if (rc == EXIT_OK) rc = run_absent(&a, &r, &t.a);
-    if (rc == EXIT_OK) print_report(&a, &r, &t);
-    if (rc == EXIT_OK && a.json) rc = write_json(&a, &r, &t);
-    if (rc == EXIT_OK) rc = finish_stdout(CMD);
+    if (rc == EVAL_OK) rc = run_contradict(&a, &r, &t.c);
+    if (rc == EVAL_OK) eval_progress("halluc: tasks", 1, 3);
+    for (int i = 0; i < a.n_list && rc == EVAL_OK; i++) rc = run_list(&a, &r, (int)a.list_n[i], &t.l[i]);
+    if (rc == EVAL_OK) eval_progress("halluc: tasks", 2, 3);
+    if (rc == EVAL_OK) rc = run_absent(&a, &r, &t.a);
+    if (rc == EVAL_OK) eval_progress("halluc: tasks", 3, 3);
+    if (rc == EVAL_OK) print_report(&a, &r, &t);
+    if (rc == EVAL_OK) rc = write_json(&a, &r, &t);
     close_runner(&r);
     return rc;
 }

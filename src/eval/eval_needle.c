@@ -7,17 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "cli/cli.h"
-#include "cli/flags.h"
-#include "cli/json_out.h"
+#include "eval/eval_run.h"
 #include "common/common.h"
 #include "difftx.h"
 #include "eval/needle.h"
 #include "eval/needle_answer.h"
 
-static const char *CMD = "eval needle";
 
 static const char USAGE[] =
     "usage: difftx eval needle --model MODEL --tokenizer TOK --haystack PATH[,PATH...]\n"
@@ -100,21 +96,21 @@ static int has_duplicate_f(const double *v, int n) {
 }
 
 static int parse_lengths(needle_args *a) {
-    a->n_lengths = flags_int_list(CMD, "--lengths", a->lengths_s, 1, INT32_MAX, a->lengths, MAX_LIST);
-    return a->n_lengths < 0 ? EXIT_USAGE : EXIT_OK;
+    a->n_lengths = dtx_flags_int_list("--lengths", a->lengths_s, 1, INT32_MAX, a->lengths, MAX_LIST);
+    return a->n_lengths < 0 ? EVAL_USAGE : EVAL_OK;
 }
 
 static int parse_depths(needle_args *a) {
     int n = dtx_eval_parse_list(a->depths_s, a->depths, MAX_LIST);
     if (n < 0)
-        return usage_error(CMD, "--depths: expected comma-separated percentages (at most %d), got '%s'", MAX_LIST,
+        return eval_usage_error("--depths: expected comma-separated percentages (at most %d), got '%s'", MAX_LIST,
                            a->depths_s);
     for (int i = 0; i < n; i++)
         if (a->depths[i] < 0 || a->depths[i] > 100)
-            return usage_error(CMD, "--depths: expected percentages in [0, 100], got '%s'", a->depths_s);
-    if (has_duplicate_f(a->depths, n)) return usage_error(CMD, "--depths: '%s' repeats a depth", a->depths_s);
+            return eval_usage_error("--depths: expected percentages in [0, 100], got '%s'", a->depths_s);
+    if (has_duplicate_f(a->depths, n)) return eval_usage_error("--depths: '%s' repeats a depth", a->depths_s);
     a->n_depths = n;
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 /* "NxR" with 1 <= R <= N <= DTX_NEEDLE_MAX. */
@@ -127,7 +123,7 @@ static int parse_pair(const char *s, size_t len, nr_pair *out) {
     if (!x) return -1;
     *x = '\0';
     int64_t n, r;
-    if (parse_i64(item, &n) || parse_i64(x + 1, &r)) return -1;
+    if (dtx_parse_i64(item, &n) || dtx_parse_i64(x + 1, &r)) return -1;
     if (n < 1 || n > DTX_NEEDLE_MAX || r < 1 || r > n) return -1;
     out->n = (int)n;
     out->r = (int)r;
@@ -140,24 +136,24 @@ static int parse_grid(needle_args *a) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         if (n == MAX_LIST || parse_pair(p, len, &a->grid[n]) != 0)
-            return usage_error(CMD, "--grid: expected NxR pairs with 1 <= R <= N <= %d, comma-separated, got '%s'",
+            return eval_usage_error("--grid: expected NxR pairs with 1 <= R <= N <= %d, comma-separated, got '%s'",
                                DTX_NEEDLE_MAX, a->grid_s);
         for (int j = 0; j < n; j++)
             if (a->grid[j].n == a->grid[n].n && a->grid[j].r == a->grid[n].r)
-                return usage_error(CMD, "--grid: '%s' repeats a pair", a->grid_s);
+                return eval_usage_error("--grid: '%s' repeats a pair", a->grid_s);
         n++;
         if (!comma) break;
         p = comma + 1;
     }
     a->n_grid = n;
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 /* --lengths against the model; the default fills the context. */
 static int check_lengths(needle_args *a, const dtx_config *c) {
     if (!a->lengths_s) {
         if (c->max_seq_len - a->max_new < 1)
-            return usage_error(CMD, "--max-new %lld leaves no room for a prompt in max_seq_len %lld",
+            return eval_usage_error("--max-new %lld leaves no room for a prompt in max_seq_len %lld",
                                (long long)a->max_new, (long long)c->max_seq_len);
         a->lengths[0] = c->max_seq_len - a->max_new;
         a->n_lengths = 1;
@@ -165,12 +161,12 @@ static int check_lengths(needle_args *a, const dtx_config *c) {
     }
     for (int i = 0; i < a->n_lengths; i++)
         if (a->lengths[i] + a->max_new > c->max_seq_len)
-            return usage_error(CMD,
+            return eval_usage_error(
                                "--lengths: %lld + --max-new %lld is more than the model's max_seq_len %lld (the "
                                "longest prompt is %lld tokens)",
                                (long long)a->lengths[i], (long long)a->max_new, (long long)c->max_seq_len,
                                (long long)(c->max_seq_len - a->max_new));
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 /* ------------------------------------------------------------ scoring */
@@ -210,11 +206,11 @@ static dtx_needle_spec cell_spec(const needle_args *a, int g, int l, int d, int6
 /* A prompt that cannot be made is the flags' fault (a length too short). */
 static int make_error(const needle_args *a, int l, dtx_status st) {
     if (st == DTX_ERR_ARG)
-        return usage_error(CMD, "--lengths %lld: %s%s", (long long)a->lengths[l], dtx_last_error(),
+        return eval_usage_error("--lengths %lld: %s%s", (long long)a->lengths[l], dtx_last_error(),
                            a->length_default ? " (the default --lengths is all the model's max_seq_len leaves: its "
                                                "context is too short for this task; a model trained at a longer "
                                                "--seq fits it)" : "");
-    return lib_error(CMD);
+    return eval_lib_error();
 }
 
 /* Every length and pair must hold a prompt: checked on each cell's first
@@ -229,17 +225,16 @@ static int precheck(const needle_args *a, const dtx_needle_source *src) {
                 if (st) return make_error(a, l, st);
                 dtx_needle_prompt_free(&p);
             }
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 static void progress(int64_t done, int64_t total, const nr_pair *g, int64_t length) {
-    fprintf(stderr, "\rneedle: N=%d R=%d length %lld: %lld/%lld prompts", g->n, g->r, (long long)length,
-            (long long)done, (long long)total);
-    if (done == total) fputc('\n', stderr);
+    char what[96];
+    snprintf(what, sizeof what, "needle: N=%d R=%d length %lld: prompts", g->n, g->r, (long long)length);
+    eval_progress(what, done, total);
 }
 
 static int run_grid(const needle_args *a, runner *r, tally *cells) {
-    int tty = isatty(STDERR_FILENO);
     int64_t total = (int64_t)a->n_grid * a->n_lengths * a->n_depths * a->samples, done = 0;
     for (int g = 0; g < a->n_grid; g++)
         for (int l = 0; l < a->n_lengths; l++)
@@ -252,11 +247,11 @@ static int run_grid(const needle_args *a, runner *r, tally *cells) {
                     if (st) return make_error(a, l, st);
                     st = score_prompt(r, &p, t);
                     dtx_needle_prompt_free(&p);
-                    if (st) return lib_error(CMD);
-                    if (tty) progress(++done, total, &a->grid[g], a->lengths[l]);
+                    if (st) return eval_lib_error();
+                    progress(++done, total, &a->grid[g], a->lengths[l]);
                 }
             }
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 /* ------------------------------------------------------------ reporting */
@@ -277,15 +272,15 @@ static tally pooled(const needle_args *a, const tally *cells, int g, int l) {
 static double ratio(int64_t k, int64_t n) { return n > 0 ? (double)k / (double)n : 0; }
 
 static void print_table2(const needle_args *a, const tally *cells) {
-    printf("\nAccuracy averaged over the answer depths (the paper's Table 2), Wilson 95%% intervals:\n");
-    printf("  N  R  length  per-query  interval          all-correct  interval\n");
+    eval_printf("\nAccuracy averaged over the answer depths (the paper's Table 2), Wilson 95%% intervals:\n");
+    eval_printf("  N  R  length  per-query  interval          all-correct  interval\n");
     for (int g = 0; g < a->n_grid; g++)
         for (int l = 0; l < a->n_lengths; l++) {
             tally s = pooled(a, cells, g, l);
             double lo, hi, alo, ahi;
             dtx_wilson95(s.correct, s.queries, &lo, &hi);
             dtx_wilson95(s.all_correct, s.samples, &alo, &ahi);
-            printf(" %2d %2d %7lld  %9.3f  [%.3f, %.3f]  %11.3f  [%.3f, %.3f]\n", a->grid[g].n, a->grid[g].r,
+            eval_printf(" %2d %2d %7lld  %9.3f  [%.3f, %.3f]  %11.3f  [%.3f, %.3f]\n", a->grid[g].n, a->grid[g].r,
                    (long long)a->lengths[l], ratio(s.correct, s.queries), lo, hi, ratio(s.all_correct, s.samples),
                    alo, ahi);
         }
@@ -293,28 +288,28 @@ static void print_table2(const needle_args *a, const tally *cells) {
 
 /* One (N, R)'s depth × length grid of per-query (all = 0) or all-correct rates. */
 static void print_heatmap(const needle_args *a, const tally *cells, int g, int all) {
-    printf("\nN=%d, R=%d: %s by answer depth (rows) and length (columns):\n  depth", a->grid[g].n, a->grid[g].r,
+    eval_printf("\nN=%d, R=%d: %s by answer depth (rows) and length (columns):\n  depth", a->grid[g].n, a->grid[g].r,
            all ? "all-correct rate" : "per-query accuracy");
-    for (int l = 0; l < a->n_lengths; l++) printf(" %8lld", (long long)a->lengths[l]);
+    for (int l = 0; l < a->n_lengths; l++) eval_printf(" %8lld", (long long)a->lengths[l]);
     for (int d = 0; d <= a->n_depths; d++) {
-        if (d < a->n_depths) printf("\n %5g%%", a->depths[d]);
-        else printf("\n    avg");
+        if (d < a->n_depths) eval_printf("\n %5g%%", a->depths[d]);
+        else eval_printf("\n    avg");
         for (int l = 0; l < a->n_lengths; l++) {
             tally t = d < a->n_depths ? cells[((int64_t)g * a->n_lengths + l) * a->n_depths + d] : pooled(a, cells, g, l);
-            printf(" %8.3f", all ? ratio(t.all_correct, t.samples) : ratio(t.correct, t.queries));
+            eval_printf(" %8.3f", all ? ratio(t.all_correct, t.samples) : ratio(t.correct, t.queries));
         }
     }
-    putchar('\n');
+    eval_puts("\n");
 }
 
 static void print_report(const needle_args *a, const dtx_model *m, const tally *cells) {
     const dtx_config *c = dtx_model_config(m);
-    printf("needle retrieval: %s (%s, %zu parameters), %lld samples per cell, seed %llu, greedy, at most %lld new "
+    eval_printf("needle retrieval: %s (%s, %zu parameters), %lld samples per cell, seed %llu, greedy, at most %lld new "
            "tokens\n",
            a->model, dtx_arch_name(c->arch), dtx_model_num_params(m), (long long)a->samples,
            (unsigned long long)a->seed, (long long)a->max_new);
     if (a->attn_bits)
-        printf("attention logits quantised to %lld bits, one step per %s\n", (long long)a->attn_bits,
+        eval_printf("attention logits quantised to %lld bits, one step per %s\n", (long long)a->attn_bits,
                a->attn_scope ? "layer and map per call" : "query row and head");
     print_table2(a, cells);
     for (int g = 0; g < a->n_grid; g++) {
@@ -433,25 +428,25 @@ static cJSON *json_report(const needle_args *a, const dtx_model *m, const dtx_ne
 static int write_json(const needle_args *a, const dtx_model *m, const dtx_needle_source *src, const tally *cells) {
     int ok = 1;
     cJSON *root = json_report(a, m, src, cells, &ok);
-    return json_write_report(CMD, a->json, root, ok, 1);
+    return eval_json(a->json, root, ok, 1);
 }
 
 /* ------------------------------------------------------------ setup */
 
 static int open_runner(const needle_args *a, runner *r) {
-    int rc = cli_load_model_and_tokenizer(CMD, a->model, a->tokenizer, a->precision, &r->m, &r->tok);
-    if (rc != EXIT_OK) return rc;
+    int rc = eval_load_model_and_tokenizer(a->model, a->tokenizer, a->precision, &r->m, &r->tok);
+    if (rc != EVAL_OK) return rc;
     if (dtx_model_set_attention_quant(r->m, (int)a->attn_bits, (dtx_quant_scope)a->attn_scope) != DTX_OK)
-        return lib_error(CMD);
-    if (dtx_needle_source_open_list(&r->src, r->tok, a->haystack) != DTX_OK) return lib_error(CMD);
-    return EXIT_OK;
+        return eval_lib_error();
+    if (dtx_needle_source_open_list(&r->src, r->tok, a->haystack) != DTX_OK) return eval_lib_error();
+    return EVAL_OK;
 }
 
 static int open_cache(const needle_args *a, runner *r) {
     int64_t longest = 0;
     for (int l = 0; l < a->n_lengths; l++) longest = a->lengths[l] > longest ? a->lengths[l] : longest;
-    if (dtx_needle_answerer_init(&r->ans, r->m, r->tok, longest, a->max_new) != DTX_OK) return lib_error(CMD);
-    return EXIT_OK;
+    if (dtx_needle_answerer_init(&r->ans, r->m, r->tok, longest, a->max_new) != DTX_OK) return eval_lib_error();
+    return EVAL_OK;
 }
 
 static void close_runner(runner *r) {
@@ -462,49 +457,48 @@ static void close_runner(runner *r) {
 }
 
 static int parse_args(needle_args *a, int argc, char **argv) {
-    flag fl[] = {
-        FLAG_STR("--model", &a->model),         FLAG_STR("--tokenizer", &a->tokenizer),
-        FLAG_STR("--haystack", &a->haystack),   FLAG_STR("--lengths", &a->lengths_s),
-        FLAG_STR("--grid", &a->grid_s),         FLAG_STR("--depths", &a->depths_s),
-        FLAG_INT("--samples", &a->samples, 1, 1000000), FLAG_SEED("--seed", &a->seed),
-        FLAG_INT("--max-new", &a->max_new, 1, 1024),     FLAG_STR("--json", &a->json),
-        FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
-        FLAG_INT("--attn-bits", &a->attn_bits, 0, 16),   FLAG_CHOICE("--attn-scope", &a->attn_scope, "row|tensor"),
+    dtx_flag fl[] = {
+        DTX_FLAG_STR("--model", &a->model),         DTX_FLAG_STR("--tokenizer", &a->tokenizer),
+        DTX_FLAG_STR("--haystack", &a->haystack),   DTX_FLAG_STR("--lengths", &a->lengths_s),
+        DTX_FLAG_STR("--grid", &a->grid_s),         DTX_FLAG_STR("--depths", &a->depths_s),
+        DTX_FLAG_INT("--samples", &a->samples, 1, 1000000), DTX_FLAG_SEED("--seed", &a->seed),
+        DTX_FLAG_INT("--max-new", &a->max_new, 1, 1024),     DTX_FLAG_STR("--json", &a->json),
+        DTX_FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
+        DTX_FLAG_INT("--attn-bits", &a->attn_bits, 0, 16),   DTX_FLAG_CHOICE("--attn-scope", &a->attn_scope, "row|tensor"),
     };
     int n_fl = (int)(sizeof fl / sizeof fl[0]);
-    switch (flags_parse(CMD, USAGE, fl, n_fl, argc, argv, NULL, 0, NULL)) {
-    case FLAGS_HELP: return FLAGS_HELP;
-    case FLAGS_ERROR: return EXIT_USAGE;
+    switch (eval_flags(USAGE, fl, n_fl, argc, argv)) {
+    case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
+    case DTX_FLAGS_ERROR: return EVAL_USAGE;
     }
-    if (!a->model) return usage_error(CMD, "--model is required");
-    if (!a->tokenizer) return usage_error(CMD, "--tokenizer is required");
-    if (!a->haystack) return usage_error(CMD, "--haystack is required");
-    if (a->attn_bits == 1) return usage_error(CMD, "--attn-bits: expected 0 (off) or 2 to 16, got '1'");
-    int rc = EXIT_OK;
+    if (!a->model) return eval_usage_error("--model is required");
+    if (!a->tokenizer) return eval_usage_error("--tokenizer is required");
+    if (!a->haystack) return eval_usage_error("--haystack is required");
+    if (a->attn_bits == 1) return eval_usage_error("--attn-bits: expected 0 (off) or 2 to 16, got '1'");
+    int rc = EVAL_OK;
     if (a->lengths_s) rc = parse_lengths(a);
-    if (rc == EXIT_OK) rc = parse_grid(a);
-    if (rc == EXIT_OK) rc = parse_depths(a);
+    if (rc == EVAL_OK) rc = parse_grid(a);
+    if (rc == EVAL_OK) rc = parse_depths(a);
     return rc;
 }
 
-int cmd_eval_needle(int argc, char **argv) {
+int dtx_eval_needle_main(int argc, char **argv) {
     needle_args a = {.samples = 50, .seed = 1, .max_new = 8, .grid_s = "1x1,2x2,4x2,6x2",
                      .depths_s = "0,25,50,75,100"};
     int rc = parse_args(&a, argc, argv);
-    if (rc == FLAGS_HELP) return finish_stdout(CMD);
-    if (rc != EXIT_OK) return rc;
+    if (rc == DTX_FLAGS_HELP) return EVAL_OK;
+    if (rc != EVAL_OK) return rc;
     runner r = {0};
     tally *cells = NULL;
     rc = open_runner(&a, &r);
-    if (rc == EXIT_OK) rc = check_lengths(&a, dtx_model_config(r.m));
-    if (rc == EXIT_OK) rc = precheck(&a, r.src);
-    if (rc == EXIT_OK) rc = open_cache(&a, &r);
-    if (rc == EXIT_OK && !(cells = calloc((size_t)a.n_grid * (size_t)a.n_lengths * (size_t)a.n_depths, sizeof *cells)))
-        rc = runtime_error(CMD, "out of memory");
-    if (rc == EXIT_OK) rc = run_grid(&a, &r, cells);
-    if (rc == EXIT_OK) print_report(&a, r.m, cells);
-    if (rc == EXIT_OK && a.json) rc = write_json(&a, r.m, r.src, cells);
-    if (rc == EXIT_OK) rc = finish_stdout(CMD);
+    if (rc == EVAL_OK) rc = check_lengths(&a, dtx_model_config(r.m));
+    if (rc == EVAL_OK) rc = precheck(&a, r.src);
+    if (rc == EVAL_OK) rc = open_cache(&a, &r);
+    if (rc == EVAL_OK && !(cells = calloc((size_t)a.n_grid * (size_t)a.n_lengths * (size_t)a.n_depths, sizeof *cells)))
+        rc = eval_runtime_error("out of memory");
+    if (rc == EVAL_OK) rc = run_grid(&a, &r, cells);
+    if (rc == EVAL_OK) print_report(&a, r.m, cells);
+    if (rc == EVAL_OK) rc = write_json(&a, r.m, r.src, cells);
     free(cells);
     close_runner(&r);
     return rc;

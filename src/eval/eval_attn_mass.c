@@ -7,18 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "cli/cli.h"
-#include "cli/flags.h"
-#include "cli/json_out.h"
+#include "eval/eval_run.h"
 #include "common/common.h"
 #include "difftx.h"
 #include "eval/needle.h"
 #include "eval/needle_answer.h"
 #include "eval/probe.h"
 
-static const char *CMD = "eval attn-mass";
 
 static const char USAGE[] =
     "usage: difftx eval attn-mass --model MODEL --tokenizer TOK --haystack PATH[,PATH...]\n"
@@ -163,23 +159,23 @@ static int run_depths(const mass_args *a, dtx_model *m, const dtx_tokenizer *tok
     dtx_needle_answerer *ans = NULL;
     if (!row || !tmp) {
         free(row), free(tmp);
-        return runtime_error(CMD, "out of memory");
+        return eval_runtime_error("out of memory");
     }
-    int tty = isatty(STDERR_FILENO), rc = EXIT_OK;
-    if (dtx_needle_answerer_init(&ans, m, tok, a->length, a->max_new) != DTX_OK) rc = lib_error(CMD);
+    int rc = EVAL_OK;
+    if (dtx_needle_answerer_init(&ans, m, tok, a->length, a->max_new) != DTX_OK) rc = eval_lib_error();
     int64_t total = a->n_depths * a->samples, done = 0;
-    for (int d = 0; d < a->n_depths && rc == EXIT_OK; d++)
-        for (int64_t s = 0; s < a->samples && rc == EXIT_OK; s++) {
+    for (int d = 0; d < a->n_depths && rc == EVAL_OK; d++)
+        for (int64_t s = 0; s < a->samples && rc == EVAL_OK; s++) {
             dtx_needle_spec spec = mass_spec(a, d, s);
             dtx_needle_prompt p;
             int right = 0;
             dtx_status st = dtx_needle_make(src, &spec, &p);
-            if (st == DTX_ERR_ARG) rc = usage_error(CMD, "--length %lld: %s", (long long)a->length, dtx_last_error());
-            else if (st) rc = lib_error(CMD);
+            if (st == DTX_ERR_ARG) rc = eval_usage_error("--length %lld: %s", (long long)a->length, dtx_last_error());
+            else if (st) rc = eval_lib_error();
             else if (prompt_masses(m, &p, row, tmp) != DTX_OK ||
                      dtx_needle_answer_prompt(ans, &p, &right, NULL, 0) != DTX_OK)
-                rc = lib_error(CMD);
-            if (rc == EXIT_OK) {
+                rc = eval_lib_error();
+            if (rc == EVAL_OK) {
                 int g = right ? GROUP_RETRIEVED : GROUP_MISSED;
                 mass_add(acc_at(acc, d, GROUP_ALL), tmp, c, p.n);
                 mass_add(acc_at(acc, d, g), tmp, c, p.n);
@@ -188,9 +184,7 @@ static int run_depths(const mass_args *a, dtx_model *m, const dtx_tokenizer *tok
             }
             if (!st) dtx_needle_prompt_free(&p);
             done++;
-            if (tty && rc == EXIT_OK)
-                fprintf(stderr, "\rattn-mass: %lld/%lld prompts%s", (long long)done, (long long)total,
-                        done == total ? "\n" : "");
+            if (rc == EVAL_OK) eval_progress("attn-mass: prompts", done, total);
         }
     dtx_needle_answerer_free(ans);
     free(row), free(tmp);
@@ -229,18 +223,18 @@ static void total_sums(const mass *x, int mp, double out[N_SEG]) {
 static void print_row(const char *label, const mass *x, int mp) {
     double v[N_SEG], sum[N_SEG], tot = 0;
     if (!x->prompts) {
-        printf(" %-16s  (no prompts)\n", label);
+        eval_printf(" %-16s  (no prompts)\n", label);
         return;
     }
     layer_shares(x, mp, v);
     total_sums(x, mp, sum);
     for (int s = 0; s < N_SEG; s++) tot += sum[s];
-    printf(" %-16s  %6.3f  %14.3f  %6.3f  %6.3f  %13.3f  %7lld\n", label, v[SEG_ANSWER], v[SEG_CONTEXT], v[SEG_BOS],
+    eval_printf(" %-16s  %6.3f  %14.3f  %6.3f  %6.3f  %13.3f  %7lld\n", label, v[SEG_ANSWER], v[SEG_CONTEXT], v[SEG_BOS],
            v[SEG_QUERY], x->rows ? tot / (double)x->rows : 0, (long long)x->prompts);
 }
 
 static void print_map(const mass_args *a, const mass *acc, int mp, const char *title) {
-    printf("%s\n  depth             answer  noise(context)     BOS   query  mean row mass  prompts\n", title);
+    eval_printf("%s\n  depth             answer  noise(context)     BOS   query  mean row mass  prompts\n", title);
     char label[48];
     for (int d = 0; d < a->n_depths; d++) {
         snprintf(label, sizeof label, "%g%%", a->depths[d]);
@@ -255,18 +249,18 @@ static void print_report(const mass_args *a, const dtx_model *m, const mass *acc
     const dtx_config *c = dtx_model_config(m);
     int diff = c->arch != DTX_ARCH_TRANSFORMER; /* two maps a head (DIFF, DIFF2) */
     const mass *all = acc_at((mass *)acc, a->n_depths, GROUP_ALL);
-    printf("attention allocation: %s (%s, %zu parameters), length %lld, %lld needle%s, %lld samples per depth, "
+    eval_printf("attention allocation: %s (%s, %zu parameters), length %lld, %lld needle%s, %lld samples per depth, "
            "seed %llu; retrieved %lld of %lld prompts\n",
            a->model, dtx_arch_name(c->arch), dtx_model_num_params(m), (long long)a->length, (long long)a->needles,
            a->needles == 1 ? "" : "s", (long long)a->samples, (unsigned long long)a->seed,
            (long long)acc_at((mass *)acc, a->n_depths, GROUP_RETRIEVED)->prompts, (long long)all->prompts);
-    printf("Attention of the last prompt position; each row's four segment sums over its total absolute weight,\n"
+    eval_printf("Attention of the last prompt position; each row's four segment sums over its total absolute weight,\n"
            "averaged over %lld heads and the prompts per layer, then over the %lld layers (the paper's Table 3;\n"
            "noise = all other context).\n\n",
            (long long)c->n_heads, (long long)c->n_layers);
     print_map(a, acc, DTX_MAP_COMBINED, diff ? "Map: A1 - lambda*A2 (combined)" : "Map: softmax");
     if (diff) {
-        printf("\n");
+        eval_printf("\n");
         print_map(a, acc, DTX_MAP_FIRST, "Map: A1 alone (the first softmax)");
     }
 }
@@ -335,59 +329,59 @@ static int write_json(const mass_args *a, const dtx_model *m, const mass *acc) {
     for (int d = 0; d < a->n_depths; d++) json_depth(arr, c, a->depths[d], acc_at((mass *)acc, d, 0), &ok);
     cJSON *allo = jadd(root, "all_depths", cJSON_CreateArray(), &ok);
     json_depth(allo, c, -1, acc_at((mass *)acc, a->n_depths, 0), &ok);
-    return json_write_report(CMD, a->json, root, ok, 1);
+    return eval_json(a->json, root, ok, 1);
 }
 
 /* ------------------------------------------------------------ setup */
 
 static int parse_args(mass_args *a, int argc, char **argv) {
-    flag fl[] = {
-        FLAG_STR("--model", &a->model),       FLAG_STR("--tokenizer", &a->tokenizer),
-        FLAG_STR("--haystack", &a->haystack), FLAG_INT("--length", &a->length, 1, INT32_MAX),
-        FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX), FLAG_STR("--depths", &a->depths_s),
-        FLAG_INT("--samples", &a->samples, 1, 1000000),         FLAG_SEED("--seed", &a->seed),
-        FLAG_STR("--json", &a->json),         FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
-        FLAG_INT("--max-new", &a->max_new, 1, 1024),
+    dtx_flag fl[] = {
+        DTX_FLAG_STR("--model", &a->model),       DTX_FLAG_STR("--tokenizer", &a->tokenizer),
+        DTX_FLAG_STR("--haystack", &a->haystack), DTX_FLAG_INT("--length", &a->length, 1, INT32_MAX),
+        DTX_FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX), DTX_FLAG_STR("--depths", &a->depths_s),
+        DTX_FLAG_INT("--samples", &a->samples, 1, 1000000),         DTX_FLAG_SEED("--seed", &a->seed),
+        DTX_FLAG_STR("--json", &a->json),         DTX_FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
+        DTX_FLAG_INT("--max-new", &a->max_new, 1, 1024),
     };
-    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
-    case FLAGS_HELP: return FLAGS_HELP;
-    case FLAGS_ERROR: return EXIT_USAGE;
+    switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
+    case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
+    case DTX_FLAGS_ERROR: return EVAL_USAGE;
     }
-    if (!a->model) return usage_error(CMD, "--model is required");
-    if (!a->tokenizer) return usage_error(CMD, "--tokenizer is required");
-    if (!a->haystack) return usage_error(CMD, "--haystack is required");
+    if (!a->model) return eval_usage_error("--model is required");
+    if (!a->tokenizer) return eval_usage_error("--tokenizer is required");
+    if (!a->haystack) return eval_usage_error("--haystack is required");
     int n = dtx_eval_parse_list(a->depths_s, a->depths, MAX_DEPTHS);
     if (n < 0)
-        return usage_error(CMD, "--depths: expected comma-separated percentages (at most %d), got '%s'", MAX_DEPTHS,
+        return eval_usage_error("--depths: expected comma-separated percentages (at most %d), got '%s'", MAX_DEPTHS,
                            a->depths_s);
     for (int i = 0; i < n; i++) {
         if (a->depths[i] < 0 || a->depths[i] > 100)
-            return usage_error(CMD, "--depths: expected percentages in [0, 100], got '%s'", a->depths_s);
+            return eval_usage_error("--depths: expected percentages in [0, 100], got '%s'", a->depths_s);
         for (int j = 0; j < i; j++)
-            if (a->depths[j] == a->depths[i]) return usage_error(CMD, "--depths: '%s' repeats a depth", a->depths_s);
+            if (a->depths[j] == a->depths[i]) return eval_usage_error("--depths: '%s' repeats a depth", a->depths_s);
     }
     a->n_depths = n;
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
-/* Loads everything and settles --length; EXIT_OK or the exit code. */
+/* Loads everything and settles --length; EVAL_OK or the exit code. */
 static int open_all(mass_args *a, dtx_tokenizer **tok, dtx_model **m, dtx_needle_source **src) {
-    int rc = cli_load_model_and_tokenizer(CMD, a->model, a->tokenizer, a->precision, m, tok);
-    if (rc != EXIT_OK) return rc;
+    int rc = eval_load_model_and_tokenizer(a->model, a->tokenizer, a->precision, m, tok);
+    if (rc != EVAL_OK) return rc;
     const dtx_config *c = dtx_model_config(*m);
     if (a->length == 0) a->length = c->max_seq_len > 8 ? c->max_seq_len - 8 : c->max_seq_len;
     if (a->length > c->max_seq_len)
-        return usage_error(CMD, "--length %lld is more than the model's max_seq_len %lld", (long long)a->length,
+        return eval_usage_error("--length %lld is more than the model's max_seq_len %lld", (long long)a->length,
                            (long long)c->max_seq_len);
-    if (dtx_needle_source_open_list(src, *tok, a->haystack) != DTX_OK) return lib_error(CMD);
-    return EXIT_OK;
+    if (dtx_needle_source_open_list(src, *tok, a->haystack) != DTX_OK) return eval_lib_error();
+    return EVAL_OK;
 }
 
-int cmd_eval_attn_mass(int argc, char **argv) {
+int dtx_eval_attn_mass_main(int argc, char **argv) {
     mass_args a = {.needles = 1, .samples = 20, .seed = 1, .max_new = 8, .depths_s = "0,25,50,75,100"};
     int rc = parse_args(&a, argc, argv);
-    if (rc == FLAGS_HELP) return finish_stdout(CMD);
-    if (rc != EXIT_OK) return rc;
+    if (rc == DTX_FLAGS_HELP) return EVAL_OK;
+    if (rc != EVAL_OK) return rc;
     dtx_tokenizer *tok = NULL;
     dtx_model *m = NULL;
     dtx_needle_source *src = NULL;
@@ -395,18 +389,17 @@ int cmd_eval_attn_mass(int argc, char **argv) {
     memset(acc, 0, sizeof acc);
     rc = open_all(&a, &tok, &m, &src);
     int n_acc = (a.n_depths + 1) * N_GROUPS;
-    for (int i = 0; i < n_acc && rc == EXIT_OK; i++) {
+    for (int i = 0; i < n_acc && rc == EVAL_OK; i++) {
         acc[i].n_layers = dtx_model_config(m)->n_layers;
         if (!(acc[i].layer = calloc((size_t)mass_len(acc[i].n_layers), sizeof(double))))
-            rc = runtime_error(CMD, "out of memory");
+            rc = eval_runtime_error("out of memory");
     }
-    if (rc == EXIT_OK && a.length + a.max_new - 1 > dtx_model_config(m)->max_seq_len)
-        rc = usage_error(CMD, "--length %lld + --max-new %lld is more than the model's max_seq_len %lld + 1",
+    if (rc == EVAL_OK && a.length + a.max_new - 1 > dtx_model_config(m)->max_seq_len)
+        rc = eval_usage_error("--length %lld + --max-new %lld is more than the model's max_seq_len %lld + 1",
                          (long long)a.length, (long long)a.max_new, (long long)dtx_model_config(m)->max_seq_len);
-    if (rc == EXIT_OK) rc = run_depths(&a, m, tok, src, acc);
-    if (rc == EXIT_OK) print_report(&a, m, acc);
-    if (rc == EXIT_OK && a.json) rc = write_json(&a, m, acc);
-    if (rc == EXIT_OK) rc = finish_stdout(CMD);
+    if (rc == EVAL_OK) rc = run_depths(&a, m, tok, src, acc);
+    if (rc == EVAL_OK) print_report(&a, m, acc);
+    if (rc == EVAL_OK) rc = write_json(&a, m, acc);
     for (int i = 0; i < n_acc; i++) free(acc[i].layer);
     dtx_needle_source_free(src);
     dtx_model_free(m);

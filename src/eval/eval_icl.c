@@ -8,17 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "cli/cli.h"
-#include "cli/flags.h"
-#include "cli/json_out.h"
+#include "eval/eval_run.h"
 #include "common/common.h"
 #include "difftx.h"
 #include "eval/icl.h"
 #include "eval/needle.h"
 
-static const char *CMD = "eval icl";
 
 static const char USAGE[] =
     "usage: difftx eval icl --model MODEL --tokenizer TOK [--classes 6] [--shots LIST]\n"
@@ -187,30 +183,29 @@ static void order_stats(const icl_args *a, const int64_t *acc, int64_t e, double
 }
 
 static int run_all(const icl_args *a, runner *r, results *res) {
-    int C = (int)a->classes, tty = isatty(STDERR_FILENO);
+    int C = (int)a->classes;
     int64_t *order = malloc((size_t)(r->max_rounds * C) * sizeof *order);
-    if (!order) return runtime_error(CMD, "out of memory");
+    if (!order) return eval_runtime_error("out of memory");
     int64_t total = a->episodes * (a->n_shots + 2 * a->orders), done = 0;
-    int rc = EXIT_OK;
-    for (int64_t e = 0; e < a->episodes && rc == EXIT_OK; e++) {
+    int rc = EVAL_OK;
+    for (int64_t e = 0; e < a->episodes && rc == EVAL_OK; e++) {
         episode ep = {0};
-        if (episode_make(a, r, e, &ep) != DTX_OK) rc = lib_error(CMD);
-        for (int s = 0; s < a->n_shots && rc == EXIT_OK; s++) {
+        if (episode_make(a, r, e, &ep) != DTX_OK) rc = eval_lib_error();
+        for (int s = 0; s < a->n_shots && rc == EVAL_OK; s++) {
             arrange(a->shots[s], C, 0, sub_seed(a, e, 3, a->shots[s]), order);
             if (score_order(r, a, &ep, order, a->shots[s] * C, &res->curve[s * a->episodes + e]) != DTX_OK)
-                rc = lib_error(CMD);
-            if (tty) fprintf(stderr, "\ricl: %lld/%lld prompts", (long long)++done, (long long)total);
+                rc = eval_lib_error();
+            eval_progress("icl: prompts", ++done, total);
         }
-        for (int g = 0; g < 2 && rc == EXIT_OK; g++)
-            for (int64_t k = 0; k < a->orders && rc == EXIT_OK; k++) {
+        for (int g = 0; g < 2 && rc == EVAL_OK; g++)
+            for (int64_t k = 0; k < a->orders && rc == EVAL_OK; k++) {
                 arrange(a->order_shots, C, g, sub_seed(a, e, 4 + (uint64_t)g, k), order);
                 if (score_order(r, a, &ep, order, a->order_shots * C, &res->by_order[g][e * a->orders + k]) != DTX_OK)
-                    rc = lib_error(CMD);
-                if (tty) fprintf(stderr, "\ricl: %lld/%lld prompts", (long long)++done, (long long)total);
+                    rc = eval_lib_error();
+                eval_progress("icl: prompts", ++done, total);
             }
         episode_free(&ep);
     }
-    if (tty) fputc('\n', stderr);
     free(order);
     return rc;
 }
@@ -218,33 +213,33 @@ static int run_all(const icl_args *a, runner *r, results *res) {
 static void print_report(const icl_args *a, const runner *r, const results *res) {
     const dtx_config *c = dtx_model_config(r->m);
     int C = (int)a->classes;
-    printf("in-context classification: %s (%s, %zu parameters), %d classes, %lld episodes x %lld queries, seed "
+    eval_printf("in-context classification: %s (%s, %zu parameters), %d classes, %lld episodes x %lld queries, seed "
            "%llu\n",
            a->model, dtx_arch_name(c->arch), dtx_model_num_params(r->m), C, (long long)a->episodes,
            (long long)a->queries, (unsigned long long)a->seed);
-    printf("\nAccuracy against demonstrations (random order), Wilson 95%% intervals (chance %.3f):\n", 1.0 / C);
-    printf("  rounds  demos  prompt tokens  accuracy  interval\n");
+    eval_printf("\nAccuracy against demonstrations (random order), Wilson 95%% intervals (chance %.3f):\n", 1.0 / C);
+    eval_printf("  rounds  demos  prompt tokens  accuracy  interval\n");
     for (int s = 0; s < a->n_shots; s++) {
         int64_t k = 0, n = a->episodes * a->queries;
         for (int64_t e = 0; e < a->episodes; e++) k += res->curve[s * a->episodes + e];
         double lo, hi;
         dtx_wilson95(k, n, &lo, &hi);
-        printf("  %6lld %6lld %14lld  %8.3f  [%.3f, %.3f]\n", (long long)a->shots[s], (long long)(a->shots[s] * C),
+        eval_printf("  %6lld %6lld %14lld  %8.3f  [%.3f, %.3f]\n", (long long)a->shots[s], (long long)(a->shots[s] * C),
                (long long)(1 + a->shots[s] * C * DTX_ICL_DEMO + DTX_ICL_QUERY), ratio(k, n), lo, hi);
     }
-    printf("\nOrder study: %lld rounds (%lld demonstrations), %lld orders of each kind, %lld queries each:\n",
+    eval_printf("\nOrder study: %lld rounds (%lld demonstrations), %lld orders of each kind, %lld queries each:\n",
            (long long)a->order_shots, (long long)(a->order_shots * C), (long long)a->orders, (long long)a->queries);
-    printf("  episode  kind     mean acc  best   worst  margin  sd\n");
+    eval_printf("  episode  kind     mean acc  best   worst  margin  sd\n");
     for (int g = 0; g < 2; g++) {
         double margin_sum = 0;
         for (int64_t e = 0; e < a->episodes; e++) {
             double best, worst, mean, sd;
             order_stats(a, res->by_order[g], e, &best, &worst, &mean, &sd);
             margin_sum += best - worst;
-            printf("  %7lld  %-7s  %8.3f  %5.3f  %5.3f  %6.3f  %.3f\n", (long long)e, g ? "grouped" : "random", mean,
+            eval_printf("  %7lld  %-7s  %8.3f  %5.3f  %5.3f  %6.3f  %.3f\n", (long long)e, g ? "grouped" : "random", mean,
                    best, worst, best - worst, sd);
         }
-        printf("  mean margin, %s orders: %.3f\n", g ? "grouped" : "random", margin_sum / (double)a->episodes);
+        eval_printf("  mean margin, %s orders: %.3f\n", g ? "grouped" : "random", margin_sum / (double)a->episodes);
     }
 }
 
@@ -323,14 +318,14 @@ static int write_json(const icl_args *a, const runner *r, const results *res) {
     jnum(ord, "demos", (double)(a->order_shots * C), &ok);
     json_orders(jadd(ord, "random", cJSON_CreateObject(), &ok), a, res->by_order[0], &ok);
     json_orders(jadd(ord, "grouped", cJSON_CreateObject(), &ok), a, res->by_order[1], &ok);
-    return json_write_report(CMD, a->json, root, ok, 1);
+    return eval_json(a->json, root, ok, 1);
 }
 
 /* ------------------------------------------------------------ setup */
 
 static int parse_shots(icl_args *a) {
-    a->n_shots = flags_int_list(CMD, "--shots", a->shots_s, 1, 1000000, a->shots, MAX_SHOTS);
-    return a->n_shots < 0 ? EXIT_USAGE : EXIT_OK;
+    a->n_shots = dtx_flags_int_list("--shots", a->shots_s, 1, 1000000, a->shots, MAX_SHOTS);
+    return a->n_shots < 0 ? EVAL_USAGE : EVAL_OK;
 }
 
 /* The flags against the model's context and the tokenizer's pools. */
@@ -338,12 +333,12 @@ static int check_fit(icl_args *a, runner *r) {
     const dtx_config *c = dtx_model_config(r->m);
     int hi = dtx_icl_max_classes(&r->voc, 1);
     if (a->classes > hi)
-        return usage_error(CMD, "--classes %lld: the tokenizer's word pools hold at most %d classes",
+        return eval_usage_error("--classes %lld: the tokenizer's word pools hold at most %d classes",
                            (long long)a->classes, hi);
     r->max_rounds = dtx_icl_max_rounds((int)a->classes, c->max_seq_len);
     int64_t round = a->classes * DTX_ICL_DEMO;
     if (r->max_rounds < 1)
-        return usage_error(CMD,
+        return eval_usage_error(
                            "--classes %lld: one round of demonstrations and a query take %lld tokens, more than the "
                            "model's max_seq_len %lld",
                            (long long)a->classes, (long long)(1 + round + DTX_ICL_QUERY), (long long)c->max_seq_len);
@@ -355,7 +350,7 @@ static int check_fit(icl_args *a, runner *r) {
     }
     for (int i = 0; i < a->n_shots; i++)
         if (a->shots[i] > r->max_rounds)
-            return usage_error(CMD,
+            return eval_usage_error(
                                "--shots %lld: %lld rounds of %lld classes take %lld tokens; the model's max_seq_len "
                                "%lld holds %lld rounds",
                                (long long)a->shots[i], (long long)a->shots[i], (long long)a->classes,
@@ -363,25 +358,25 @@ static int check_fit(icl_args *a, runner *r) {
                                (long long)r->max_rounds);
     if (!a->order_shots) a->order_shots = r->max_rounds;
     if (a->order_shots > r->max_rounds)
-        return usage_error(CMD, "--order-shots %lld: the model's max_seq_len %lld holds %lld rounds of %lld classes",
+        return eval_usage_error("--order-shots %lld: the model's max_seq_len %lld holds %lld rounds of %lld classes",
                            (long long)a->order_shots, (long long)c->max_seq_len, (long long)r->max_rounds,
                            (long long)a->classes);
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 static int open_runner(icl_args *a, runner *r) {
-    int rc = cli_load_model_and_tokenizer(CMD, a->model, a->tokenizer, a->precision, &r->m, &r->tok);
-    if (rc != EXIT_OK) return rc;
+    int rc = eval_load_model_and_tokenizer(a->model, a->tokenizer, a->precision, &r->m, &r->tok);
+    if (rc != EVAL_OK) return rc;
     const dtx_config *c = dtx_model_config(r->m);
     if (dtx_icl_vocab_init(&r->voc, r->tok) != DTX_OK)
-        return usage_error(CMD, "%s: %s", a->tokenizer, dtx_last_error());
-    if ((rc = check_fit(a, r)) != EXIT_OK) return rc;
+        return eval_usage_error("%s: %s", a->tokenizer, dtx_last_error());
+    if ((rc = check_fit(a, r)) != EVAL_OK) return rc;
     int64_t longest = 1 + r->max_rounds * a->classes * DTX_ICL_DEMO + DTX_ICL_QUERY;
-    if (dtx_kvcache_init(&r->cache, r->m, longest) != DTX_OK) return lib_error(CMD);
+    if (dtx_kvcache_init(&r->cache, r->m, longest) != DTX_OK) return eval_lib_error();
     r->logits = malloc((size_t)c->vocab_size * sizeof *r->logits);
     r->prompt = malloc((size_t)longest * sizeof *r->prompt);
-    if (!r->logits || !r->prompt) return runtime_error(CMD, "out of memory");
-    return EXIT_OK;
+    if (!r->logits || !r->prompt) return eval_runtime_error("out of memory");
+    return EVAL_OK;
 }
 
 static void close_runner(runner *r) {
@@ -394,45 +389,44 @@ static void close_runner(runner *r) {
 }
 
 static int parse_args(icl_args *a, int argc, char **argv) {
-    flag fl[] = {
-        FLAG_STR("--model", &a->model),
-        FLAG_STR("--tokenizer", &a->tokenizer),
-        FLAG_INT("--classes", &a->classes, 2, DTX_ICL_MAX_CLASSES),
-        FLAG_STR("--shots", &a->shots_s),
-        FLAG_INT("--queries", &a->queries, 1, 1000000),
-        FLAG_INT("--episodes", &a->episodes, 1, 10000),
-        FLAG_INT("--orders", &a->orders, 2, 1000),
-        FLAG_INT("--order-shots", &a->order_shots, 1, 1000000),
-        FLAG_SEED("--seed", &a->seed),
-        FLAG_STR("--json", &a->json),
-        FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
+    dtx_flag fl[] = {
+        DTX_FLAG_STR("--model", &a->model),
+        DTX_FLAG_STR("--tokenizer", &a->tokenizer),
+        DTX_FLAG_INT("--classes", &a->classes, 2, DTX_ICL_MAX_CLASSES),
+        DTX_FLAG_STR("--shots", &a->shots_s),
+        DTX_FLAG_INT("--queries", &a->queries, 1, 1000000),
+        DTX_FLAG_INT("--episodes", &a->episodes, 1, 10000),
+        DTX_FLAG_INT("--orders", &a->orders, 2, 1000),
+        DTX_FLAG_INT("--order-shots", &a->order_shots, 1, 1000000),
+        DTX_FLAG_SEED("--seed", &a->seed),
+        DTX_FLAG_STR("--json", &a->json),
+        DTX_FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
     };
-    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
-    case FLAGS_HELP: return FLAGS_HELP;
-    case FLAGS_ERROR: return EXIT_USAGE;
+    switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
+    case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
+    case DTX_FLAGS_ERROR: return EVAL_USAGE;
     }
-    if (!a->model) return usage_error(CMD, "--model is required");
-    if (!a->tokenizer) return usage_error(CMD, "--tokenizer is required");
-    return a->shots_s ? parse_shots(a) : EXIT_OK;
+    if (!a->model) return eval_usage_error("--model is required");
+    if (!a->tokenizer) return eval_usage_error("--tokenizer is required");
+    return a->shots_s ? parse_shots(a) : EVAL_OK;
 }
 
-int cmd_eval_icl(int argc, char **argv) {
+int dtx_eval_icl_main(int argc, char **argv) {
     icl_args a = {.classes = 6, .queries = 200, .episodes = 3, .orders = 10, .seed = 1};
     int rc = parse_args(&a, argc, argv);
-    if (rc == FLAGS_HELP) return finish_stdout(CMD);
-    if (rc != EXIT_OK) return rc;
+    if (rc == DTX_FLAGS_HELP) return EVAL_OK;
+    if (rc != EVAL_OK) return rc;
     runner r = {0};
     results res = {0};
     rc = open_runner(&a, &r);
-    if (rc == EXIT_OK) {
+    if (rc == EVAL_OK) {
         res.curve = calloc((size_t)(a.n_shots * a.episodes), sizeof *res.curve);
         for (int g = 0; g < 2; g++) res.by_order[g] = calloc((size_t)(a.episodes * a.orders), sizeof(int64_t));
-        if (!res.curve || !res.by_order[0] || !res.by_order[1]) rc = runtime_error(CMD, "out of memory");
+        if (!res.curve || !res.by_order[0] || !res.by_order[1]) rc = eval_runtime_error("out of memory");
     }
-    if (rc == EXIT_OK) rc = run_all(&a, &r, &res);
-    if (rc == EXIT_OK) print_report(&a, &r, &res);
-    if (rc == EXIT_OK && a.json) rc = write_json(&a, &r, &res);
-    if (rc == EXIT_OK) rc = finish_stdout(CMD);
+    if (rc == EVAL_OK) rc = run_all(&a, &r, &res);
+    if (rc == EVAL_OK) print_report(&a, &r, &res);
+    if (rc == EVAL_OK) rc = write_json(&a, &r, &res);
     free(res.curve);
     free(res.by_order[0]);
     free(res.by_order[1]);

@@ -8,14 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/cli.h"
-#include "cli/flags.h"
-#include "cli/json_out.h"
+#include "eval/eval_run.h"
 #include "common/common.h"
 #include "difftx.h"
 #include "eval/probe.h"
 
-static const char *CMD = "eval outliers";
 
 static const char USAGE[] =
     "usage: difftx eval outliers --model MODEL.safetensors (--tokens FILE | --text FILE --tokenizer TOK)\n"
@@ -61,21 +58,21 @@ static int read_text_tokens(const outl_args *a, const dtx_config *c, int32_t **i
     dtx_tokenizer *t = NULL;
     char *buf = NULL;
     size_t len = 0;
-    int rc = EXIT_OK;
-    if (dtx_tokenizer_load(&t, a->tokenizer) != DTX_OK) return lib_error(CMD);
+    int rc = EVAL_OK;
+    if (dtx_tokenizer_load(&t, a->tokenizer) != DTX_OK) return eval_lib_error();
     if (dtx_tokenizer_vocab_size(t) > c->vocab_size)
-        rc = runtime_error(CMD, "the tokenizer %s has %lld tokens, more than the model's vocab_size %lld",
+        rc = eval_runtime_error("the tokenizer %s has %lld tokens, more than the model's vocab_size %lld",
                            a->tokenizer, (long long)dtx_tokenizer_vocab_size(t), (long long)c->vocab_size);
-    if (rc == EXIT_OK && dtx_read_file(a->text, &buf, &len) != DTX_OK) rc = lib_error(CMD);
-    if (rc == EXIT_OK && dtx_tokenizer_encode(t, buf, len, DTX_ENCODE_ORDINARY, ids, n) != DTX_OK)
-        rc = lib_error(CMD);
+    if (rc == EVAL_OK && dtx_read_file(a->text, &buf, &len) != DTX_OK) rc = eval_lib_error();
+    if (rc == EVAL_OK && dtx_tokenizer_encode(t, buf, len, DTX_ENCODE_ORDINARY, ids, n) != DTX_OK)
+        rc = eval_lib_error();
     free(buf);
     dtx_tokenizer_free(t);
     return rc;
 }
 
 static int read_input(const outl_args *a, const dtx_config *c, int32_t **ids, int64_t *n) {
-    if (a->tokens) return dtx_tokens_read(a->tokens, c->vocab_size, ids, n) == DTX_OK ? EXIT_OK : lib_error(CMD);
+    if (a->tokens) return dtx_tokens_read(a->tokens, c->vocab_size, ids, n) == DTX_OK ? EVAL_OK : eval_lib_error();
     return read_text_tokens(a, c, ids, n);
 }
 
@@ -87,39 +84,39 @@ static int measure(dtx_model *m, const int32_t *ids, outl_result *r) {
     for (int64_t w = 0; w < r->windows; w++) {
         if (dtx_model_forward(m, ids + w * r->window, NULL, 1, r->window, NULL, NULL) != DTX_OK ||
             dtx_probe_add_logits(m, &r->logits) != DTX_OK || dtx_probe_add_hidden(m, &r->hidden) != DTX_OK)
-            return lib_error(CMD);
+            return eval_lib_error();
     }
     r->seconds = dtx_now_s() - t0;
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 /* ------------------------------------------------------------ output */
 
 static void print_row(const char *name, const dtx_abs_stats *s) {
-    printf("%-18s", name);
+    eval_printf("%-18s", name);
     for (int i = 0; i < N_TOPS; i++) {
         double v = dtx_abs_stats_top(s, TOPS[i]);
-        if (isnan(v)) printf(" %10s", "-");
-        else printf(" %10.5g", v);
+        if (isnan(v)) eval_printf(" %10s", "-");
+        else eval_printf(" %10.5g", v);
     }
-    printf(" %10.5g\n", dtx_abs_stats_median(s));
+    eval_printf(" %10.5g\n", dtx_abs_stats_median(s));
 }
 
 static void print_report(const dtx_model *m, const outl_args *a, const outl_result *r) {
     const dtx_config *c = dtx_model_config(m);
     int diff = c->arch != DTX_ARCH_TRANSFORMER; /* two maps a head (DIFF, DIFF2) */
-    printf("model %s: %s, %lld layers, %lld heads (%lld KV), %s products\n", a->model, dtx_arch_name(c->arch),
+    eval_printf("model %s: %s, %lld layers, %lld heads (%lld KV), %s products\n", a->model, dtx_arch_name(c->arch),
            (long long)c->n_layers, (long long)c->n_heads, (long long)c->n_kv_heads,
            dtx_precision_name((dtx_precision)a->precision));
-    printf("tokens %lld in %lld windows of %lld (input %lld tokens, --count %lld), %.2f s\n", (long long)r->used,
+    eval_printf("tokens %lld in %lld windows of %lld (input %lld tokens, --count %lld), %.2f s\n", (long long)r->used,
            (long long)r->windows, (long long)r->window, (long long)r->n_input, (long long)a->count, r->seconds);
-    printf("attention logits counted %lld (%s, causal entries), hidden values counted %lld\n",
+    eval_printf("attention logits counted %lld (%s, causal entries), hidden values counted %lld\n",
            (long long)r->logits.count, diff ? "both maps of every head and layer" : "every head and layer",
            (long long)r->hidden.count);
     if (r->logits.n_nan || r->hidden.n_nan)
-        printf("NaN values skipped: %lld logits, %lld hidden\n", (long long)r->logits.n_nan,
+        eval_printf("NaN values skipped: %lld logits, %lld hidden\n", (long long)r->logits.n_nan,
                (long long)r->hidden.n_nan);
-    printf("\n%-18s %10s %10s %10s %10s %10s %10s\n", "activation", "Top-1", "Top-2", "Top-3", "Top-10", "Top-100",
+    eval_printf("\n%-18s %10s %10s %10s %10s %10s %10s\n", "activation", "Top-1", "Top-2", "Top-3", "Top-10", "Top-100",
            "Median");
     print_row("attention logits", &r->logits);
     print_row("hidden states", &r->hidden);
@@ -158,37 +155,37 @@ static int write_json(const char *path, const dtx_model *m, const outl_args *a, 
         json_stats(root, "attention_logits", &r->logits, &ok);
         json_stats(root, "hidden_states", &r->hidden, &ok);
     }
-    return json_write_report(CMD, path, root, ok, 1);
+    return eval_json(path, root, ok, 1);
 }
 
 /* ------------------------------------------------------------ command */
 
 static int check_args(const outl_args *a) {
-    if (!a->model) return usage_error(CMD, "--model is required");
-    if (!a->tokens && !a->text) return usage_error(CMD, "give the input: --tokens FILE or --text FILE");
-    if (a->tokens && a->text) return usage_error(CMD, "--tokens and --text exclude each other");
-    if (a->text && !a->tokenizer) return usage_error(CMD, "--text needs --tokenizer");
-    if (a->tokens && a->tokenizer) return usage_error(CMD, "--tokenizer goes with --text, not --tokens");
-    return EXIT_OK;
+    if (!a->model) return eval_usage_error("--model is required");
+    if (!a->tokens && !a->text) return eval_usage_error("give the input: --tokens FILE or --text FILE");
+    if (a->tokens && a->text) return eval_usage_error("--tokens and --text exclude each other");
+    if (a->text && !a->tokenizer) return eval_usage_error("--text needs --tokenizer");
+    if (a->tokens && a->tokenizer) return eval_usage_error("--tokenizer goes with --text, not --tokens");
+    return EVAL_OK;
 }
 
 /* Windows of the input: whole windows only, at most --count tokens. */
 static int plan(const outl_args *a, const dtx_config *c, int64_t n, outl_result *r) {
     r->window = a->window ? a->window : c->max_seq_len;
     if (r->window > c->max_seq_len)
-        return usage_error(CMD, "--window %lld exceeds the model's max_seq_len %lld", (long long)r->window,
+        return eval_usage_error("--window %lld exceeds the model's max_seq_len %lld", (long long)r->window,
                            (long long)c->max_seq_len);
     const char *in = a->tokens ? a->tokens : a->text;
     if (n < r->window)
-        return runtime_error(CMD, "%s holds %lld tokens, fewer than one window of %lld", in, (long long)n,
+        return eval_runtime_error("%s holds %lld tokens, fewer than one window of %lld", in, (long long)n,
                              (long long)r->window);
     if (a->count < r->window)
-        return usage_error(CMD, "--count %lld is less than one window of %lld tokens", (long long)a->count,
+        return eval_usage_error("--count %lld is less than one window of %lld tokens", (long long)a->count,
                            (long long)r->window);
     r->n_input = n;
     r->windows = (n < a->count ? n : a->count) / r->window;
     r->used = r->windows * r->window;
-    return EXIT_OK;
+    return EVAL_OK;
 }
 
 static int run(dtx_model *m, const outl_args *a) {
@@ -198,40 +195,40 @@ static int run(dtx_model *m, const outl_args *a) {
     outl_result r;
     memset(&r, 0, sizeof r);
     int rc = read_input(a, c, &ids, &n);
-    if (rc == EXIT_OK) rc = plan(a, c, n, &r);
-    if (rc == EXIT_OK && (dtx_abs_stats_init(&r.logits) != DTX_OK || dtx_abs_stats_init(&r.hidden) != DTX_OK))
-        rc = lib_error(CMD);
-    if (rc == EXIT_OK) rc = measure(m, ids, &r);
-    if (rc == EXIT_OK) print_report(m, a, &r);
-    if (rc == EXIT_OK && a->json) rc = write_json(a->json, m, a, &r);
-    if (rc == EXIT_OK && a->json) printf("\nwrote %s\n", a->json);
+    if (rc == EVAL_OK) rc = plan(a, c, n, &r);
+    if (rc == EVAL_OK && (dtx_abs_stats_init(&r.logits) != DTX_OK || dtx_abs_stats_init(&r.hidden) != DTX_OK))
+        rc = eval_lib_error();
+    if (rc == EVAL_OK) rc = measure(m, ids, &r);
+    if (rc == EVAL_OK) print_report(m, a, &r);
+    if (rc == EVAL_OK) rc = write_json(a->json, m, a, &r);
+    if (rc == EVAL_OK && a->json) eval_printf("\nwrote %s\n", a->json);
     dtx_abs_stats_free(&r.logits);
     dtx_abs_stats_free(&r.hidden);
     free(ids);
     return rc;
 }
 
-int cmd_eval_outliers(int argc, char **argv) {
+int dtx_eval_outliers_main(int argc, char **argv) {
     outl_args a = {.count = 65536};
-    flag fl[] = {
-        FLAG_STR("--model", &a.model),
-        FLAG_STR("--tokens", &a.tokens),
-        FLAG_STR("--text", &a.text),
-        FLAG_STR("--tokenizer", &a.tokenizer),
-        FLAG_INT("--count", &a.count, 1, (int64_t)1 << 40),
-        FLAG_INT("--window", &a.window, 1, (int64_t)1 << 30),
-        FLAG_STR("--json", &a.json),
-        FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
+    dtx_flag fl[] = {
+        DTX_FLAG_STR("--model", &a.model),
+        DTX_FLAG_STR("--tokens", &a.tokens),
+        DTX_FLAG_STR("--text", &a.text),
+        DTX_FLAG_STR("--tokenizer", &a.tokenizer),
+        DTX_FLAG_INT("--count", &a.count, 1, (int64_t)1 << 40),
+        DTX_FLAG_INT("--window", &a.window, 1, (int64_t)1 << 30),
+        DTX_FLAG_STR("--json", &a.json),
+        DTX_FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
     };
-    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
-    case FLAGS_HELP: return finish_stdout(CMD);
-    case FLAGS_ERROR: return EXIT_USAGE;
+    switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
+    case DTX_FLAGS_HELP: return EVAL_OK;
+    case DTX_FLAGS_ERROR: return EVAL_USAGE;
     }
     int rc = check_args(&a);
-    if (rc != EXIT_OK) return rc;
+    if (rc != EVAL_OK) return rc;
     dtx_model *m = NULL;
-    if (cli_model_load(&m, a.model, a.precision) != DTX_OK) return lib_error(CMD);
+    if (eval_model_load(&m, a.model, a.precision) != DTX_OK) return eval_lib_error();
     rc = run(m, &a);
     dtx_model_free(m);
-    return rc == EXIT_OK ? finish_stdout(CMD) : rc;
+    return rc == EVAL_OK ? EVAL_OK : rc;
 }
