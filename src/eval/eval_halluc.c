@@ -66,6 +66,7 @@ typedef struct {
     dtx_needle_source *src;
     dtx_needle_answerer *ans;
     char *text[2];
+    int64_t asked, prompts; /* progress: prompts answered of all the tasks' */
 } runner;
 
 typedef struct {
@@ -113,6 +114,7 @@ static int ask(const halluc_args *a, runner *r, dtx_halluc_kind kind, int n, int
         dtx_halluc_prompt_free(p);
         return eval_lib_error();
     }
+    eval_progress("halluc: prompts", ++r->asked, r->prompts);
     return EVAL_OK;
 }
 
@@ -336,12 +338,10 @@ int dtx_eval_halluc_main(int argc, char **argv) {
     tallies t;
     memset(&t, 0, sizeof t);
     rc = open_runner(&a, &r);
+    r.prompts = a.samples * (2 + a.n_list); /* contradicted, each list size, absent */
     if (rc == EVAL_OK) rc = run_contradict(&a, &r, &t.c);
-    if (rc == EVAL_OK) eval_progress("halluc: tasks", 1, 3);
     for (int i = 0; i < a.n_list && rc == EVAL_OK; i++) rc = run_list(&a, &r, (int)a.list_n[i], &t.l[i]);
-    if (rc == EVAL_OK) eval_progress("halluc: tasks", 2, 3);
     if (rc == EVAL_OK) rc = run_absent(&a, &r, &t.a);
-    if (rc == EVAL_OK) eval_progress("halluc: tasks", 3, 3);
     if (rc == EVAL_OK) print_report(&a, &r, &t);
     if (rc == EVAL_OK) rc = write_json(&a, &r, &t);
     close_runner(&r);

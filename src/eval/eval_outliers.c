@@ -85,6 +85,7 @@ static int measure(dtx_model *m, const int32_t *ids, outl_result *r) {
         if (dtx_model_forward(m, ids + w * r->window, NULL, 1, r->window, NULL, NULL) != DTX_OK ||
             dtx_probe_add_logits(m, &r->logits) != DTX_OK || dtx_probe_add_hidden(m, &r->hidden) != DTX_OK)
             return eval_lib_error();
+        eval_progress("outliers: windows", w + 1, r->windows);
     }
     r->seconds = dtx_now_s() - t0;
     return EVAL_OK;

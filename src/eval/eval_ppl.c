@@ -204,6 +204,7 @@ static int score_windows(dtx_model *m, const corpus *cp, int64_t W, int64_t S, i
         r->scored += e - done;
         r->windows++;
         done = e;
+        eval_progress("ppl: targets scored", done, n - 1);
     }
     free(logits);
     free(bs.key);
