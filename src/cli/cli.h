@@ -10,7 +10,7 @@ int cmd_score(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
-/* The measurements of difftx eval, one line each after indent (src/cli/eval.c). */
+/* The measurements of difftx eval, one line each after indent (the library's dtx_eval_name). */
 void cli_eval_list(FILE *out, const char *indent);
 int cmd_quantize(int argc, char **argv);
 

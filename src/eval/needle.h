@@ -1,7 +1,7 @@
 /* Multi-needle retrieval prompts (spec §6.4), for evaluation and for the
  * synthetic training documents of the reproduction recipe. Internal to the
- * library (src/eval/needle.c); used by src/cli/eval_needle.c,
- * src/cli/eval_attn_mass.c and src/cli/train.c.
+ * library (src/eval/needle.c); used by src/eval/eval_needle.c,
+ * src/eval/eval_attn_mass.c, eval_halluc.c, eval_icl.c and src/cli/train.c.
  *
  * A prompt, in tokens:
  *   <|bos|> FRAMING HAYSTACK-with-N-needles QUESTION
