@@ -559,6 +559,58 @@ dtx_model *dtx_trainer_model(dtx_trainer *t);
  * afterwards (DTX_ERR_ARG). */
 dtx_model *dtx_trainer_take_model(dtx_trainer *t);
 
+/* ---------------------------------------------------------------- run folders
+ * What a training run writes beside its model, the same whoever drives the
+ * trainer (difftx train, Python's difftx.train(out=...)), so that either
+ * continues the other's run (docs/training.md "The run folder"):
+ *   OUT                                  the model, written at the end
+ *   OUT.lock                             held while the run lives: a second
+ *                                        run on OUT is refused
+ *   CKPT_DIR/ckpt_<step, 8 digits>.safetensors   checkpoints (dtx_trainer_save's
+ *                                        format), the newest `keep` of them
+ *   LOG                                  JSON lines, each {"step": N, ...}:
+ *                                        the step's loss, lr, grad_norm,
+ *                                        tokens_per_s, elapsed_s; val_loss;
+ *                                        checkpoint; resumed_from; error */
+typedef struct dtx_run dtx_run;
+typedef struct {
+    const char *out;      /* the model file (not a folder, in a writable folder)   */
+    const char *ckpt_dir; /* NULL: OUT.ckpt                                         */
+    int64_t keep;         /* the newest checkpoints kept; 0: all                    */
+    const char *log;      /* the JSON-lines log; NULL: none                         */
+    int resume;           /* continue from CKPT_DIR's newest checkpoint (none: fresh);
+                           * without it a folder that holds checkpoints is refused  */
+    int read_only;        /* checks and lists only: no lock, no writes (the ranks
+                           * other than 0 of a data-parallel run)                    */
+} dtx_run_options;
+/* Checks OUT and CKPT_DIR (DTX_ERR_USAGE for a folder given as OUT), takes
+ * OUT.lock, removes what killed checkpoint writes left, and finds the
+ * checkpoint to resume from; all before any training. */
+dtx_status dtx_run_open(dtx_run **out, const dtx_run_options *o);
+/* The newest checkpoint when resuming (NULL: a fresh run), and its step. */
+const char *dtx_run_resume_path(const dtx_run *r);
+int64_t dtx_run_resume_step(const dtx_run *r);
+const char *dtx_run_ckpt_dir(const dtx_run *r);
+/* Opens the log (a resumed run's is appended to, with a resumed_from line
+ * at t's step); nothing without one. */
+dtx_status dtx_run_start_log(dtx_run *r, const dtx_trainer *t);
+/* The log's line for t's last step, with its speed and the run's time. */
+dtx_status dtx_run_log_step(dtx_run *r, const dtx_trainer *t, double tokens_per_s, double elapsed_s);
+dtx_status dtx_run_log_eval(dtx_run *r, int64_t step, double val_loss, double elapsed_s);
+/* A step that stopped the run: its loss and why ("the loss is not finite"). */
+dtx_status dtx_run_log_error(dtx_run *r, int64_t step, double loss, const char *why);
+/* Writes the checkpoint of t's state (unless that step's is already
+ * written), removes all but the newest `keep`, and logs it. A read_only run
+ * (a rank other than 0) takes part in gathering the state and writes nothing. */
+dtx_status dtx_run_checkpoint(dtx_run *r, dtx_trainer *t);
+/* The newest checkpoint written or resumed from (NULL: none), its step
+ * (-1: none) and the seconds its write took. */
+const char *dtx_run_last_checkpoint(const dtx_run *r, int64_t *step, double *seconds);
+/* Saves t's model to OUT (bf16 != 0: BF16 tensors), atomically. */
+dtx_status dtx_run_save_model(dtx_run *r, dtx_trainer *t, int bf16);
+/* Closes the log and releases OUT.lock. */
+void dtx_run_close(dtx_run *r);
+
 /* ---------------------------------------------------------------- evaluations
  * The paper's measurements on any model file (docs/evaluation.md): ppl,
  * needle, attn-mass, outliers, attn-map, icl, halluc. Each takes exactly the

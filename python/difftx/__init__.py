@@ -510,7 +510,7 @@ def _token_file(tokens, vocab, tmp, name):
 
 def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=None, accum=1, seed=1,
           init_scheme="torch", eval_every=0, eval_batches=10, checkpoint=None, checkpoint_every=0, callback=None,
-          **optim):
+          out=None, ckpt_dir=None, keep=3, log=None, resume=False, bf16=False, **optim):
     """Trains a model with libdifftx's trainer (the loop of `difftx train`)
     and returns it.
 
@@ -529,9 +529,21 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
     steps, which extend the run (a warm restart of the schedule at the
     checkpoint's step: docs/training.md "Extending a run").
     callback(StepInfo) after every step; returning False stops early. The same
-    arguments give the weights `difftx train` gives (same machine, threads)."""
+    arguments give the weights `difftx train` gives (same machine, threads).
+
+    out: the run folder of `difftx train --out OUT` instead of checkpoint=:
+    the model saved to OUT at the end, OUT.lock held meanwhile, checkpoints
+    OUT.ckpt/ckpt_<step>.safetensors (ckpt_dir=) every checkpoint_every steps
+    and at the end (and when an exception stops the loop), the newest `keep`
+    kept, the JSON-lines log `log`; resume=True continues the folder's newest
+    checkpoint (`difftx train --resume` continues this one's, and this one
+    the command's)."""
     if model is not None and config is not None:
         raise ArgumentError("train: give config (a new model) or model (weights to continue), not both")
+    if out is not None and checkpoint is not None:
+        raise ArgumentError("train: give out (a run folder) or checkpoint (one file), not both")
+    if out is None and (ckpt_dir is not None or log is not None or resume or bf16):
+        raise ArgumentError("train: ckpt_dir, log, resume and bf16 belong to a run folder: give out")
     oc = L.dtx_optim_default()
     d = L.dtx_optim_default()
     for k, v in optim.items():
@@ -552,7 +564,22 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
     o.init_scheme = scheme
     if eval_every and val_tokens is None:
         raise ArgumentError("train: eval_every needs val_tokens")
-    t = ctypes.c_void_p()
+    t, run = ctypes.c_void_p(), ctypes.c_void_p()
+    if out is not None:
+        ro = _lib.RunOptions(out=_path(out), ckpt_dir=_path(ckpt_dir) if ckpt_dir is not None else None,
+                             keep=int(keep), log=_path(log) if log is not None else None, resume=int(bool(resume)))
+        L.dtx_run_open(ctypes.byref(run), ctypes.byref(ro))
+        resume_path = L.dtx_run_resume_path(run)
+        checkpoint = resume_path.decode() if resume_path else None
+    try:
+        return _train(t, run, o, oc, cfg, model, tokens, val_tokens, int(steps), eval_every, checkpoint,
+                      int(checkpoint_every), callback, bool(bf16))
+    finally:
+        L.dtx_run_close(run)
+
+
+def _train(t, run, o, oc, cfg, model, tokens, val_tokens, steps, eval_every, checkpoint, checkpoint_every,
+           callback, bf16):
     with tempfile.TemporaryDirectory(prefix="difftx-") as tmp:
         tp = _token_file(tokens, cfg.vocab_size, tmp, "tokens")
         vp = _token_file(val_tokens, cfg.vocab_size, tmp, "val_tokens")
@@ -569,10 +596,58 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
             L.dtx_trainer_init(ctypes.byref(t), ctypes.byref(o), _path(tp), vb, ctypes.byref(cfg._to_c()), mh,
                                ctypes.byref(oc))
         try:
-            return _loop(t, int(steps), val_tokens is not None and eval_every, int(eval_every), checkpoint,
-                         int(checkpoint_every), callback)
+            evaluate = val_tokens is not None and eval_every
+            if run:
+                return _run_loop(t, run, steps, o.batch * o.seq * o.accum, evaluate, int(eval_every),
+                                 checkpoint_every, callback, bf16)
+            return _loop(t, steps, evaluate, int(eval_every), checkpoint, checkpoint_every, callback)
         finally:
             L.dtx_trainer_free(t)
+
+
+def _step(t, st, val, steps, evaluate, eval_every):
+    """One update and, when due, the validation loss: (step, val_loss or None)."""
+    L.dtx_trainer_update(t, ctypes.byref(st))
+    s = st.step
+    v = None
+    if evaluate and (s % eval_every == 0 or s == steps):
+        L.dtx_trainer_eval(t, ctypes.byref(val))
+        v = val.value
+    return s, v
+
+
+def _info(st, steps, v, t0):
+    return StepInfo(step=st.step, steps=steps, loss=st.loss, grad_norm=st.grad_norm, lr=st.lr, val_loss=v,
+                    seconds=time.monotonic() - t0)
+
+
+def _run_loop(t, run, steps, tokens_per_step, evaluate, eval_every, checkpoint_every, callback, bf16):
+    """difftx train's loop over a run folder: the same log lines, checkpoints and model file."""
+    st, val = _lib.TrainStats(), ctypes.c_double()
+    t0 = time.monotonic()
+    L.dtx_run_start_log(run, t)
+    try:
+        while L.dtx_trainer_steps_done(t) < steps:
+            ts = time.monotonic()
+            s, v = _step(t, st, val, steps, False, eval_every)
+            now = time.monotonic()
+            L.dtx_run_log_step(run, t, tokens_per_step / max(now - ts, 1e-9), now - t0)
+            if evaluate and (s % eval_every == 0 or s == steps):
+                L.dtx_trainer_eval(t, ctypes.byref(val))
+                v = val.value
+                L.dtx_run_log_eval(run, s, v, time.monotonic() - t0)
+            if checkpoint_every > 0 and (s % checkpoint_every == 0 or s == steps):
+                L.dtx_run_checkpoint(run, t)
+            if callback is not None and callback(_info(st, steps, v, t0)) is False:
+                break
+    except BaseException:
+        L.dtx_run_checkpoint(run, t)  # nothing lost: `resume=True` (or difftx train --resume) continues here
+        raise
+    if L.dtx_trainer_steps_done(t) < steps:  # stopped early by the callback
+        L.dtx_run_checkpoint(run, t)
+    else:
+        L.dtx_run_save_model(run, t, int(bf16))
+    return Model(L.dtx_trainer_take_model(t))
 
 
 def _loop(t, steps, evaluate, eval_every, checkpoint, checkpoint_every, callback):
@@ -582,20 +657,12 @@ def _loop(t, steps, evaluate, eval_every, checkpoint, checkpoint_every, callback
     saved = L.dtx_trainer_steps_done(t)
     try:
         while L.dtx_trainer_steps_done(t) < steps:
-            L.dtx_trainer_update(t, ctypes.byref(st))
-            s = st.step
-            v = None
-            if evaluate and (s % eval_every == 0 or s == steps):
-                L.dtx_trainer_eval(t, ctypes.byref(val))
-                v = val.value
+            s, v = _step(t, st, val, steps, evaluate, eval_every)
             if checkpoint and checkpoint_every > 0 and s % checkpoint_every == 0:
                 L.dtx_trainer_save(t, _path(checkpoint))
                 saved = s
-            if callback is not None:
-                info = StepInfo(step=s, steps=steps, loss=st.loss, grad_norm=st.grad_norm, lr=st.lr, val_loss=v,
-                                seconds=time.monotonic() - t0)
-                if callback(info) is False:
-                    break
+            if callback is not None and callback(_info(st, steps, v, t0)) is False:
+                break
     except BaseException:
         if checkpoint and L.dtx_trainer_steps_done(t) > saved:
             L.dtx_trainer_save(t, _path(checkpoint))

@@ -138,6 +138,11 @@ class TrainStats(ctypes.Structure):
     _fields_ = [("step", c_int64), ("loss", c_double), ("grad_norm", c_double), ("lr", c_double)]
 
 
+class RunOptions(ctypes.Structure):
+    _fields_ = [("out", c_char_p), ("ckpt_dir", c_char_p), ("keep", c_int64), ("log", c_char_p), ("resume", c_int),
+                ("read_only", c_int)]
+
+
 # ---------------------------------------------------------------- prototypes
 
 ARCH = {"diff": 0, "transformer": 1, "diff2": 2}
@@ -171,7 +176,7 @@ _proto("dtx_struct_layout", c_char_p)
 
 MIRRORS = {"dtx_config": Config, "dtx_tensor_info": TensorInfo, "dtx_optim_config": OptimConfig, "dtx_rng": Rng,
            "dtx_sampler": Sampler, "dtx_quant_options": QuantOptions, "dtx_quant_summary": QuantSummary,
-           "dtx_train_options": TrainOptions, "dtx_train_stats": TrainStats}
+           "dtx_train_options": TrainOptions, "dtx_train_stats": TrainStats, "dtx_run_options": RunOptions}
 
 
 def check_layout(layout_text, mirrors):
@@ -263,6 +268,17 @@ PROGRESS = ctypes.CFUNCTYPE(None, c_void_p, c_char_p, c_int64, c_int64)
 _proto("dtx_eval_count", c_int)
 _proto("dtx_eval_name", c_char_p, c_int, P(c_char_p))
 _proto("dtx_eval_run", _S, c_char_p, c_int, P(c_char_p), PROGRESS, c_void_p, P(c_void_p), P(c_void_p))
+_proto("dtx_run_open", _S, P(_H), P(RunOptions))
+_proto("dtx_run_resume_path", c_char_p, _H)
+_proto("dtx_run_resume_step", c_int64, _H)
+_proto("dtx_run_ckpt_dir", c_char_p, _H)
+_proto("dtx_run_start_log", _S, _H, _H)
+_proto("dtx_run_log_step", _S, _H, _H, c_double, c_double)
+_proto("dtx_run_log_eval", _S, _H, c_int64, c_double, c_double)
+_proto("dtx_run_checkpoint", _S, _H, _H)
+_proto("dtx_run_last_checkpoint", c_char_p, _H, P(c_int64), P(c_double))
+_proto("dtx_run_save_model", _S, _H, _H, c_int)
+_proto("dtx_run_close", None, _H)
 _proto("dtx_isa_level", c_int)
 _proto("dtx_isa_name", c_char_p, c_int)
 

@@ -2,12 +2,11 @@
  * existing one (--init) on a token shard or a text file of ids, with a
  * progress display, validation, a JSONL log, and checkpoints that resume
  * bit-identically (docs/training.md). The final model is saved at the end.
- * The state and the step are the library's (src/train/trainer.h); this file
- * keeps the flags, the progress display, the logs, the signals and the
- * checkpoint files. */
-#include <dirent.h>
+ * The state and the step are the library's (src/train/trainer.h), and so is
+ * the run folder (difftx.h "run folders": the lock, the checkpoint files, the
+ * JSONL log); this file keeps the flags, the progress display, the signals,
+ * the ranks under mpirun and the loop's cadence. */
 #include <errno.h>
-#include <inttypes.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -23,7 +22,6 @@
 #include "cli/cli.h"
 #include "common/common.h"
 #include "cli/flags.h"
-#include "cli/json_out.h"
 #include "difftx.h"
 #include "train/checkpoint.h"
 
@@ -257,74 +255,6 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
     return check_seq(a, fl, n_fl, &a->cfg);
 }
 
-/* Fail before training rather than after: the output must name a file (not a
- * folder) in a writable folder. */
-static int check_out_dir(const char *out) {
-    struct stat osb;
-    size_t len = strlen(out);
-    if ((stat(out, &osb) == 0 && S_ISDIR(osb.st_mode)) || (len && out[len - 1] == '/'))
-        return usage_error(CMD, "--out %s: a folder; name the model file to write (e.g. %s%smodel.safetensors)", out,
-                           out, len && out[len - 1] == '/' ? "" : "/");
-    char dir[4096];
-    const char *slash = strrchr(out, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == out) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - out), out);
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || access(dir, W_OK) != 0)
-        return runtime_error(CMD, "--out %s: cannot write to folder '%s': %s", out, dir, strerror(errno));
-    if (!S_ISDIR(sb.st_mode)) return runtime_error(CMD, "--out %s: cannot write to '%s': not a folder", out, dir);
-    return EXIT_OK;
-}
-
-/* The checkpoint folder either exists (a writable folder) or can be made:
- * its nearest existing ancestor is a writable folder. */
-static int check_ckpt_dir(const char *dir) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s", dir);
-    for (;;) {
-        struct stat sb;
-        if (stat(p, &sb) == 0) {
-            if (!S_ISDIR(sb.st_mode))
-                return runtime_error(CMD, "--ckpt-dir %s: cannot create it: '%s' is not a folder", dir, p);
-            if (access(p, W_OK) != 0)
-                return runtime_error(CMD, "--ckpt-dir %s: cannot write to folder '%s': %s", dir, p, strerror(errno));
-            return EXIT_OK;
-        }
-        /* ENOTDIR: a component is a file, reported when the walk reaches it */
-        if (errno != ENOENT && errno != ENOTDIR)
-            return runtime_error(CMD, "--ckpt-dir %s: %s: %s", dir, p, strerror(errno));
-        char *slash = strrchr(p, '/');
-        while (slash && slash > p && slash[1] == '\0') { /* trailing slashes */
-            *slash = '\0';
-            slash = strrchr(p, '/');
-        }
-        if (!slash) snprintf(p, sizeof p, ".");
-        else if (slash == p) snprintf(p, sizeof p, "/");
-        else *slash = '\0';
-    }
-}
-
-/* mkdir -p. Returns 0, or an errno value with the folder that failed in bad. */
-static int make_dirs(const char *dir, char *bad, size_t cap) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s", dir);
-    for (char *q = p + 1;; q++) {
-        if (*q != '/' && *q != '\0') continue;
-        char c = *q;
-        *q = '\0';
-        struct stat sb;
-        if (mkdir(p, 0777) != 0 && (errno != EEXIST || stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
-            int e = errno == EEXIST ? ENOTDIR : errno;
-            snprintf(bad, cap, "%s", p);
-            return e;
-        }
-        *q = c;
-        if (c == '\0') break;
-    }
-    return 0;
-}
-
 
 /* ---------------------------------------------------------------- signals */
 
@@ -357,90 +287,13 @@ static void install_signals(struct sigaction *old_int, struct sigaction *old_ter
     sigaction(SIGTERM, &sa, old_term);
 }
 
-/* ---------------------------------------------------------------- checkpoint files */
-
-/* "ckpt_<digits>.safetensors" -> its step; -1 for any other name. */
-static int64_t ckpt_step_of(const char *name) {
-    static const char pre[] = "ckpt_", suf[] = ".safetensors";
-    size_t n = strlen(name), lp = sizeof pre - 1, ls = sizeof suf - 1;
-    if (n <= lp + ls || strncmp(name, pre, lp) != 0 || strcmp(name + n - ls, suf) != 0) return -1;
-    int64_t v = 0;
-    for (size_t i = lp; i < n - ls; i++) {
-        if (name[i] < '0' || name[i] > '9' || v > (INT64_MAX - 9) / 10) return -1;
-        v = v * 10 + (name[i] - '0');
-    }
-    return v;
-}
-
-static void ckpt_path(char *buf, size_t cap, const char *dir, int64_t step) {
-    snprintf(buf, cap, "%s/ckpt_%08lld.safetensors", dir, (long long)step);
-}
-
-static int cmp_desc(const void *x, const void *y) {
-    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-    return a < b ? 1 : a > b ? -1 : 0;
-}
-
-/* The steps of the checkpoints in dir, newest first (malloc'd; *n may be 0).
- * Also removes the temporary files of checkpoint writes that were killed
- * (ckpt_*.safetensors.tmp.PID of a process that is gone). A folder that does
- * not exist holds none. Returns EXIT_OK or an exit code. */
-static int list_ckpts(const char *dir, int64_t **steps, int *n, int clean) {
-    *steps = NULL;
-    *n = 0;
-    DIR *d = opendir(dir);
-    if (!d) {
-        if (errno == ENOENT) return EXIT_OK;
-        return runtime_error(CMD, "--ckpt-dir %s: %s", dir, strerror(errno));
-    }
-    int cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int64_t s = ckpt_step_of(e->d_name);
-        if (s < 0) {
-            const char *tmp = strstr(e->d_name, ".safetensors.tmp.");
-            if (clean && tmp && strncmp(e->d_name, "ckpt_", 5) == 0) {
-                long pid = strtol(tmp + strlen(".safetensors.tmp."), NULL, 10);
-                if (pid > 0 && pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH) {
-                    char p[4400];
-                    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-                    unlink(p);
-                }
-            }
-            continue;
-        }
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 16;
-            int64_t *ns = realloc(*steps, (size_t)cap * sizeof **steps);
-            if (!ns) {
-                closedir(d);
-                free(*steps);
-                *steps = NULL;
-                return runtime_error(CMD, "out of memory listing %s", dir);
-            }
-            *steps = ns;
-        }
-        (*steps)[(*n)++] = s;
-    }
-    closedir(d);
-    if (*n) qsort(*steps, (size_t)*n, sizeof **steps, cmp_desc);
-    return EXIT_OK;
-}
-
 /* ---------------------------------------------------------------- state */
 
 typedef struct {
     dtx_trainer tr;               /* the model, optimizer, data, sampler and step (src/train/trainer.h) */
+    dtx_run *run;                 /* the run folder: lock, checkpoints, log (difftx.h "run folders") */
     int64_t start_step;           /* steps done when this process began training */
-    double last_loss, last_lr;
-    char resumed_from[4400];      /* the checkpoint loaded, "" for a fresh run */
-    int64_t last_ckpt_step;       /* -1: none written or loaded */
-    double last_ckpt_s;           /* seconds the last write took */
-    char last_ckpt[4400];
-    FILE *log;
     int quiet;                    /* a rank other than 0: no output, log, checkpoint or model */
-    char lock_path[4200];         /* OUT.lock, held while this run writes (rank 0) */
-    int lock_fd;                  /* -1: not held */
     /* progress display */
     int bar, lines, bar_shown;
     double t0, t_line, t_bar;
@@ -449,62 +302,13 @@ typedef struct {
 
 static void state_free(train_state *s) {
     dtx_trainer_close(&s->tr);
-    if (s->log) fclose(s->log);
-    dtx_lock_release(s->lock_path, s->lock_fd);
-    s->lock_fd = -1;
+    dtx_run_close(s->run);
+    s->run = NULL;
 }
 
-/* Two runs writing one model, its checkpoints and its log would each undo the
- * other: the first to start holds OUT.lock until it ends (a killed run's lock
- * goes with it), and a second is refused. Not for an --out that is not a
- * regular file (/dev/null). */
-static int lock_outputs(train_state *s, const train_args *a) {
-    struct stat sb;
-    if (stat(a->out, &sb) == 0 && !S_ISREG(sb.st_mode)) return EXIT_OK;
-    snprintf(s->lock_path, sizeof s->lock_path, "%s.lock", a->out);
-    long holder;
-    if (dtx_lock_acquire(s->lock_path, &s->lock_fd, &holder) == DTX_OK) return EXIT_OK;
-    if (holder)
-        return runtime_error(CMD, "--out %s: another difftx train is writing it (%s)", a->out, dtx_last_error());
-    return lib_error(CMD);
-}
-
-/* The run's own metadata: what a checkpoint records beyond the model and the
- * optimizer. The first N_COMPARED must match on --resume. */
-enum { N_RUN_META = 12, N_COMPARED = 9, RUN_VAL = 4400 };
-typedef struct {
-    const char *keys[N_RUN_META];
-    char vals[N_RUN_META][RUN_VAL];
-    const char *values[N_RUN_META];
-} run_meta;
-
-static void build_run_meta(run_meta *r, const train_state *s, const train_args *a) {
-    int n = 0;
-#define R(key, ...)                                             \
-    do {                                                        \
-        r->keys[n] = (key);                                     \
-        snprintf(r->vals[n], RUN_VAL, __VA_ARGS__);             \
-        r->values[n] = r->vals[n];                              \
-        n++;                                                    \
-    } while (0)
-    R("batch", "%lld", (long long)a->batch);
-    R("seq", "%lld", (long long)a->seq);
-    R("accum", "%lld", (long long)a->accum);
-    R("seed", "%llu", (unsigned long long)a->seed);
-    R("precision", "%s", dtx_precision_name((dtx_precision)a->precision));
-    R("data_tokens", "%lld", (long long)s->tr.data.count);
-    R("data_hash", "%016" PRIx64, s->tr.data_hash);
-    if (a->mix.icl_frac > 0 || a->mix.halluc_frac > 0 || a->mix.fact_frac > 0) /* older checkpoints: the first three */
-        R("needles", "%.17g/%.17g/%lld/%.17g/%.17g/%.17g", a->mix.needle_frac, a->mix.copy_frac,
-          (long long)a->mix.needle_max, a->mix.icl_frac, a->mix.halluc_frac, a->mix.fact_frac);
-    else
-        R("needles", "%.17g/%.17g/%lld", a->mix.needle_frac, a->mix.copy_frac, (long long)a->mix.needle_max);
-    R("init_scheme", "%s", dtx_init_scheme_name((dtx_init_scheme)a->init_scheme));
-    /* informational: not compared */
-    R("data_path", "%s", a->tokens);
-    R("loss", "%.17g", s->last_loss);
-    R("threads", "%d", omp_get_max_threads());
-#undef R
+/* The newest checkpoint written or resumed from (NULL: none) and its step. */
+static const char *last_ckpt(const train_state *s, int64_t *step) {
+    return dtx_run_last_checkpoint(s->run, step, NULL);
 }
 
 static const struct {
@@ -571,14 +375,18 @@ static void show_value(char *buf, size_t cap, const char *key, const char *v, co
  * result would not be the one an uninterrupted run gives. */
 static int compare_with_ckpt(const dtx_ckpt *ck, const char *path, const train_state *s, const train_args *a,
                              const dtx_config *cfg) {
-    const char *keys[DTX_CKPT_N_DESCRIBE + N_COMPARED];
+    const char *keys[DTX_CKPT_N_DESCRIBE + DTX_RUN_META_COMPARED];
     char dvals[DTX_CKPT_N_DESCRIBE][DTX_CKPT_VALUE_MAX];
-    const char *values[DTX_CKPT_N_DESCRIBE + N_COMPARED];
+    const char *values[DTX_CKPT_N_DESCRIBE + DTX_RUN_META_COMPARED];
     int n = dtx_ckpt_describe(cfg, &a->opt, keys, dvals);
     for (int i = 0; i < n; i++) values[i] = dvals[i];
-    static run_meta r; /* large: not on the stack */
-    build_run_meta(&r, s, a);
-    for (int i = 0; i < N_COMPARED; i++, n++) keys[n] = r.keys[i], values[n] = r.values[i];
+    static dtx_run_meta r; /* large: not on the stack */
+    dtx_trainer_run_meta(&s->tr, &r);
+    for (int i = 0; i < DTX_RUN_META_COMPARED; i++, n++) {
+        keys[n] = r.keys[i], values[n] = r.values[i];
+        /* no model yet: this run's precision is the flag's */
+        if (strcmp(keys[n], "precision") == 0) values[n] = dtx_precision_name((dtx_precision)a->precision);
+    }
     for (int i = 0; i < n; i++) {
         const char *theirs = dtx_ckpt_meta(ck, keys[i]);
         if (!theirs && strcmp(keys[i], "init_scheme") == 0) theirs = "torch"; /* written before the flag existed */
@@ -628,34 +436,11 @@ static void bar_break(train_state *s) {
     s->bar_shown = 0;
 }
 
-/* The training log: one JSON object per line (the step first), flushed,
- * so a killed run keeps its log. log_begin makes a line's object (NULL when
- * there is no log); log_end writes it and deletes it. Returns EXIT_OK or an
- * exit code. */
-static cJSON *log_begin(const train_state *s, int64_t step, int *ok) {
-    if (!s->log) return NULL;
-    cJSON *o = cJSON_CreateObject();
-    *ok = o != NULL;
-    if (o) jint(o, "step", step, ok);
-    return o;
-}
-
-static int log_end(train_state *s, const train_args *a, cJSON *o, int ok) {
-    if (!s->log) return EXIT_OK;
-    char *text = json_text(o, ok, 0);
-    if (!text) {
-        bar_break(s);
-        return runtime_error(CMD, "--log %s: out of memory building a line", a->log_path);
-    }
-    errno = 0;
-    int bad = fputs(text, s->log) == EOF || fflush(s->log) != 0;
-    free(text);
-    if (bad) {
-        int e = errno ? errno : EIO;
-        bar_break(s);
-        return runtime_error(CMD, "--log %s: cannot write: %s", a->log_path, strerror(e));
-    }
-    return EXIT_OK;
+/* A library call's failure as the command's exit code (the bar's line kept). */
+static int lib_fail(train_state *s, dtx_status st) {
+    if (st == DTX_OK) return EXIT_OK;
+    bar_break(s);
+    return st == DTX_ERR_USAGE ? usage_error(CMD, "%s", dtx_last_error()) : lib_error(CMD);
 }
 
 static void fmt_eta(char *buf, size_t cap, double sec) {
@@ -726,82 +511,36 @@ static void report(train_state *s, const train_args *a, int64_t step, double los
 
 /* ---------------------------------------------------------------- steps */
 
-/* Removes all but the newest `keep` checkpoints. */
-static void prune(train_state *s, const train_args *a) {
-    if (a->keep <= 0) return;
-    int64_t *steps;
-    int n;
-    if (list_ckpts(a->ckpt_dir, &steps, &n, 0) != EXIT_OK) return;
-    for (int i = (int)a->keep; i < n; i++) {
-        char p[4400];
-        ckpt_path(p, sizeof p, a->ckpt_dir, steps[i]);
-        if (unlink(p) != 0) say(s, "note: could not remove old checkpoint %s: %s\n", p, strerror(errno));
-    }
-    free(steps);
-}
-
-/* Writes the checkpoint of the state after `step` steps (unless that one is
- * already on disk). A second Ctrl-C during the write lets it finish, then
- * quits. Returns EXIT_OK or an exit code. */
-static int write_ckpt(train_state *s, const train_args *a, int64_t step) {
-    if (s->last_ckpt_step == step) return EXIT_OK;
-    if (s->quiet) { /* rank 0 writes; the others take part in gathering a sharded optimizer */
-        s->last_ckpt_step = step;
-        ckpt_path(s->last_ckpt, sizeof s->last_ckpt, a->ckpt_dir, step);
-        return dtx_trainer_checkpoint(&s->tr, NULL, NULL, NULL, 0) == DTX_OK ? EXIT_OK : lib_error(CMD);
-    }
-    char path[4400];
-    int e = make_dirs(a->ckpt_dir, path, sizeof path);
-    if (e) {
-        bar_break(s);
-        return runtime_error(CMD, "--ckpt-dir %s: cannot create '%s': %s", a->ckpt_dir, path, strerror(e));
-    }
-    ckpt_path(path, sizeof path, a->ckpt_dir, step);
-    static run_meta r;
-    build_run_meta(&r, s, a);
-    double t = dtx_now_s();
+/* Writes the checkpoint of the state (unless that one is already on disk).
+ * A second Ctrl-C during the write lets it finish, then quits. Returns
+ * EXIT_OK or an exit code. */
+static int write_ckpt(train_state *s) {
     g_writing = 1;
-    dtx_status st = dtx_trainer_checkpoint(&s->tr, path, r.keys, r.values, N_RUN_META);
+    dtx_status st = dtx_run_checkpoint(s->run, &s->tr);
     g_writing = 0;
-    s->last_ckpt_s = dtx_now_s() - t;
-    if (st != DTX_OK) {
-        char why[1024];
-        snprintf(why, sizeof why, "%s", dtx_last_error());
-        bar_break(s);
-        return runtime_error(CMD, "writing the checkpoint of step %lld: %s", (long long)step, why);
-    }
-    s->last_ckpt_step = step;
-    snprintf(s->last_ckpt, sizeof s->last_ckpt, "%s", path);
-    prune(s, a);
-    int ok = 1;
-    cJSON *o = log_begin(s, step, &ok);
-    if (o) jstr(o, "checkpoint", path, &ok);
-    int rc = log_end(s, a, o, ok);
+    int rc = lib_fail(s, st);
     if (g_force) {
         bar_break(s);
-        fprintf(stderr, "difftx train: interrupted again; checkpoint written to %s\n", path);
+        if (rc == EXIT_OK)
+            fprintf(stderr, "difftx train: interrupted again; checkpoint written to %s\n", last_ckpt(s, NULL));
         exit(128 + g_force);
     }
     return rc;
 }
 
 /* Stops the run at a non-finite loss or gradient norm (v says which value). */
-static int stop_nonfinite(train_state *s, const train_args *a, int64_t step, const char *what, const char *v,
-                          double x) {
-    int ok = 1;
-    cJSON *o = log_begin(s, step, &ok);
-    if (o) {
-        char err[64];
-        snprintf(err, sizeof err, "%s is not finite", what);
-        jnum(o, "loss", x, &ok);
-        jstr(o, "error", err, &ok);
-    }
-    (void)log_end(s, a, o, ok); /* the run stops either way; a log that cannot be written is reported there */
+static int stop_nonfinite(train_state *s, int64_t step, const char *what, const char *v, double x) {
+    char err[64];
+    snprintf(err, sizeof err, "%s is not finite", what);
+    /* the run stops either way; a log that cannot be written is reported there */
+    if (dtx_run_log_error(s->run, step, x, err) != DTX_OK) lib_fail(s, DTX_ERR_IO);
     bar_break(s);
-    if (s->last_ckpt_step >= 0)
+    int64_t at;
+    const char *ck = last_ckpt(s, &at);
+    if (ck)
         return runtime_error(CMD, "%s is %s at step %lld: stopped without updating the weights; the last good "
                                   "checkpoint is %s (step %lld)",
-                             what, v, (long long)step, s->last_ckpt, (long long)s->last_ckpt_step);
+                             what, v, (long long)step, ck, (long long)at);
     return runtime_error(CMD, "%s is %s at step %lld: stopped without updating the weights; no checkpoint was "
                               "written (see --ckpt-every)",
                          what, v, (long long)step);
@@ -823,12 +562,12 @@ static int train_loop(train_state *s, const train_args *a) {
     }
     for (int64_t step = s->start_step + 1; step <= a->steps; step++) {
         if (dtx_trainer_should_stop(&s->tr)) { /* every rank at once */
-            int rc = write_ckpt(s, a, step - 1);
+            int rc = write_ckpt(s);
             bar_break(s);
             if (rc != EXIT_OK) return rc;
             if (!s->quiet)
                 fprintf(stderr, "difftx train: interrupted at step %lld; checkpoint written to %s; resume with --resume\n",
-                        (long long)(step - 1), s->last_ckpt);
+                        (long long)(step - 1), last_ckpt(s, NULL));
             return 128 + (g_signal ? g_signal : SIGINT);
         }
         double t_step = dtx_now_s();
@@ -839,36 +578,16 @@ static int train_loop(train_state *s, const train_args *a) {
             continue;
         }
         double loss = st.loss, gnorm = st.grad_norm, lr = st.lr;
-        copy_score cs = st.copy;
         if (sr == DTX_STEP_ERROR) {
             bar_break(s);
             return lib_error(CMD);
         }
         if (sr == DTX_STEP_LOSS_NONFINITE)
-            return stop_nonfinite(s, a, step, "the loss", isnan(loss) ? "NaN" : loss > 0 ? "inf" : "-inf", loss);
-        if (sr == DTX_STEP_GRAD_NONFINITE) return stop_nonfinite(s, a, step, "the gradient norm", "not finite", loss);
-        s->last_loss = loss;
-        s->last_lr = lr;
+            return stop_nonfinite(s, step, "the loss", isnan(loss) ? "NaN" : loss > 0 ? "inf" : "-inf", loss);
+        if (sr == DTX_STEP_GRAD_NONFINITE) return stop_nonfinite(s, step, "the gradient norm", "not finite", loss);
         double now = dtx_now_s();
-        int ok = 1;
-        cJSON *o = log_begin(s, step, &ok);
-        if (o) {
-            jnum(o, "loss", loss, &ok);
-            jnum(o, "lr", lr, &ok);
-            jnum(o, "grad_norm", gnorm, &ok);
-            jnum(o, "tokens_per_s", tokens_per_step / (now - t_step > 1e-9 ? now - t_step : 1e-9), &ok);
-            jnum(o, "elapsed_s", now - s->t0, &ok);
-            if (cs.n_first && cs.n_repeat) { /* the induction score's parts (docs/training.md) */
-                jint(o, "copy_rows", cs.rows, &ok);
-                jnum(o, "copy_first", cs.first / (double)cs.n_first, &ok);
-                jnum(o, "copy_repeat", cs.repeat / (double)cs.n_repeat, &ok);
-            }
-            if (dtx_comm_size(s->tr.comm) > 1) { /* the time in the sums over ranks: the cost of more of them */
-                jnum(o, "comm_s", st.comm_s, &ok);
-                jnum(o, "grad_sum_s", st.grad_sum_s, &ok);
-            }
-        }
-        int rc = log_end(s, a, o, ok);
+        double rate = tokens_per_step / (now - t_step > 1e-9 ? now - t_step : 1e-9);
+        int rc = lib_fail(s, dtx_run_log_step(s->run, &s->tr, rate, now - s->t0));
         if (rc != EXIT_OK) return rc;
         report(s, a, step, loss, lr, gnorm, now);
         if (s->tr.val.count && (step % a->eval_every == 0 || step == a->steps)) {
@@ -880,31 +599,27 @@ static int train_loop(train_state *s, const train_args *a) {
             }
             if (er == DTX_STEP_DONE) {
                 say(s, "eval step %lld  val_loss %.4f\n", (long long)step, val);
-                cJSON *vo = log_begin(s, step, &ok);
-                if (vo) {
-                    jnum(vo, "val_loss", val, &ok);
-                    jnum(vo, "elapsed_s", dtx_now_s() - s->t0, &ok);
-                }
-                rc = log_end(s, a, vo, ok);
+                rc = lib_fail(s, dtx_run_log_eval(s->run, step, val, dtx_now_s() - s->t0));
                 if (rc != EXIT_OK) return rc;
             }
         }
         if (a->ckpt_every > 0 && (step % a->ckpt_every == 0 || step == a->steps)) {
-            if ((rc = write_ckpt(s, a, step)) != EXIT_OK) return rc;
+            if ((rc = write_ckpt(s)) != EXIT_OK) return rc;
+            double took;
+            const char *ck = dtx_run_last_checkpoint(s->run, NULL, &took);
             struct stat sb;
-            double mb = stat(s->last_ckpt, &sb) == 0 ? (double)sb.st_size / 1e6 : NAN;
-            say(s, "checkpoint step %lld: %s (%.1f MB, %.2f s)\n", (long long)step, s->last_ckpt, mb,
-                s->last_ckpt_s);
+            double mb = stat(ck, &sb) == 0 ? (double)sb.st_size / 1e6 : NAN;
+            say(s, "checkpoint step %lld: %s (%.1f MB, %.2f s)\n", (long long)step, ck, mb, took);
         }
         if (step == a->stop_after && step < a->steps) {
-            if ((rc = write_ckpt(s, a, step)) != EXIT_OK) return rc;
+            if ((rc = write_ckpt(s)) != EXIT_OK) return rc;
             say(s, "stopped after step %lld (--stop-after); checkpoint written to %s; resume with --resume\n",
-                (long long)step, s->last_ckpt);
+                (long long)step, last_ckpt(s, NULL));
             return LOOP_STOPPED;
         }
     }
     /* leave the final state on the screen */
-    if (s->bar && a->steps > s->start_step) draw_bar(s, a, a->steps, s->last_loss, s->last_lr, dtx_now_s());
+    if (s->bar && a->steps > s->start_step) draw_bar(s, a, a->steps, s->tr.last_loss, s->tr.last.lr, dtx_now_s());
     bar_break(s);
     return LOOP_DONE;
 }
@@ -931,25 +646,10 @@ static int open_data(train_state *s, const train_args *a, const dtx_config *c) {
 /* The model and optimizer: from the newest checkpoint with --resume, else
  * fresh (or from --init). init_model is the --init model (taken or freed). */
 static int build_state(train_state *s, const train_args *a, const dtx_config *cfg, dtx_model *init_model) {
-    int64_t *steps = NULL;
-    int n = 0;
-    int rc = list_ckpts(a->ckpt_dir, &steps, &n, 1);
-    int64_t newest = n ? steps[0] : -1;
-    free(steps);
-    if (rc != EXIT_OK) {
-        dtx_model_free(init_model);
-        return rc;
-    }
-    if (n && !a->resume) {
-        dtx_model_free(init_model);
-        return runtime_error(CMD,
-                             "--ckpt-dir %s already holds checkpoints (the newest of step %lld): continue that run "
-                             "with --resume, or remove them or choose another --ckpt-dir",
-                             a->ckpt_dir, (long long)newest);
-    }
-    if (n) {
-        char path[4400];
-        ckpt_path(path, sizeof path, a->ckpt_dir, newest);
+    s->tr.init_scheme = (dtx_init_scheme)a->init_scheme; /* what the checkpoints record */
+    const char *path = dtx_run_resume_path(s->run);
+    int rc = EXIT_OK;
+    if (path) {
         dtx_ckpt ck;
         dtx_model_free(init_model);
         if (dtx_ckpt_load(&ck, path) != DTX_OK) return lib_error(CMD);
@@ -967,10 +667,7 @@ static int build_state(train_state *s, const train_args *a, const dtx_config *cf
             ck.model = NULL;
             ck.opt = NULL;
             s->start_step = ck.step;
-            s->last_loss = strtod(dtx_ckpt_meta(&ck, "loss"), NULL);
-            s->last_ckpt_step = ck.step;
-            snprintf(s->last_ckpt, sizeof s->last_ckpt, "%s", path);
-            snprintf(s->resumed_from, sizeof s->resumed_from, "%s", path);
+            s->tr.last_loss = strtod(dtx_ckpt_meta(&ck, "loss"), NULL);
         }
         dtx_ckpt_free(&ck);
         return rc;
@@ -1008,32 +705,16 @@ static void print_header(train_state *s, const train_args *a) {
     if (a->keep > 0) snprintf(keep, sizeof keep, "the newest %lld", (long long)a->keep);
     if (a->ckpt_every > 0)
         say(s, "checkpoints every %lld steps in %s, keeping %s\n", (long long)a->ckpt_every, a->ckpt_dir, keep);
-    if (s->resumed_from[0])
-        say(s, "resumed from %s at step %lld (loss %.4f)\n", s->resumed_from, (long long)s->start_step,
-            s->last_loss);
+    if (dtx_run_resume_path(s->run))
+        say(s, "resumed from %s at step %lld (loss %.4f)\n", dtx_run_resume_path(s->run), (long long)s->start_step,
+            s->tr.last_loss);
     else if (a->resume)
         say(s, "no checkpoint in %s: starting at step 0\n", a->ckpt_dir);
 }
 
-static int open_log(train_state *s, const train_args *a) {
-    if (!a->log_path || s->quiet) return EXIT_OK;
-    s->log = fopen(a->log_path, s->resumed_from[0] ? "a" : "w");
-    if (!s->log) return runtime_error(CMD, "--log %s: cannot open: %s", a->log_path, strerror(errno));
-    if (s->resumed_from[0]) {
-        int ok = 1;
-        cJSON *o = log_begin(s, s->start_step, &ok);
-        if (o) jstr(o, "resumed_from", s->resumed_from, &ok);
-        return log_end(s, a, o, ok);
-    }
-    return EXIT_OK;
-}
-
 static int run(train_args *a, flag *fl, int n_fl) {
-    static train_state s; /* large path buffers: not on the stack */
+    static train_state s;
     memset(&s, 0, sizeof s);
-    s.lock_fd = -1;
-    s.last_ckpt_step = -1;
-    s.last_loss = NAN;
     s.bar = isatty(STDERR_FILENO);
     s.lines = !s.bar || !isatty(STDOUT_FILENO);
     /* under mpirun: data-parallel ranks (rank 0 speaks and writes; docs/training.md) */
@@ -1046,9 +727,9 @@ static int run(train_args *a, flag *fl, int n_fl) {
     const int rank = dtx_comm_rank(comm), ranks = dtx_comm_size(comm);
     if (rank > 0) s.quiet = 1, s.bar = 0, s.lines = 0;
     cli_set_rank(rank, ranks);
-    int rc = check_out_dir(a->out);
-    if (rc == EXIT_OK) rc = check_ckpt_dir(a->ckpt_dir);
-    if (rc == EXIT_OK && rank == 0) rc = lock_outputs(&s, a);
+    dtx_run_options ro = {.out = a->out, .ckpt_dir = a->ckpt_dir, .keep = a->keep, .log = a->log_path,
+                          .resume = a->resume, .read_only = rank > 0};
+    int rc = lib_fail(&s, dtx_run_open(&s.run, &ro));
     dtx_model *init_model = NULL;
     dtx_config cfg = a->cfg;
     if (rc == EXIT_OK && a->init) {
@@ -1079,7 +760,7 @@ static int run(train_args *a, flag *fl, int n_fl) {
     dtx_model_free(init_model);
     if (rc == EXIT_OK && dtx_model_set_precision(s.tr.model, (dtx_precision)a->precision) != DTX_OK) rc = lib_error(CMD);
     if (rc == EXIT_OK) cli_note_precision(a->precision);
-    if (rc == EXIT_OK) rc = open_log(&s, a);
+    if (rc == EXIT_OK) rc = lib_fail(&s, dtx_run_start_log(s.run, &s.tr));
     /* every rank is here: agree whether all are ready; a failure rank 0 shares was said by rank 0, one
      * it does not share is said by the rank that has it; the others stop quietly */
     if (ranks > 1) {
@@ -1102,15 +783,10 @@ static int run(train_args *a, flag *fl, int n_fl) {
         if (rc == LOOP_DONE && s.quiet) rc = EXIT_OK; /* rank 0 saves the model */
         else if (rc == LOOP_DONE) {
             g_writing = 1;
-            dtx_status st = dtx_model_save(s.tr.model, a->out, a->bf16);
+            dtx_status st = dtx_run_save_model(s.run, &s.tr, a->bf16);
             g_writing = 0;
             if (st != DTX_OK) {
-                char why[1024];
-                snprintf(why, sizeof why, "%s", dtx_last_error());
-                if (s.last_ckpt_step >= 0)
-                    rc = runtime_error(CMD, "saving the model: %s (the checkpoint %s holds step %lld)", why,
-                                       s.last_ckpt, (long long)s.last_ckpt_step);
-                else rc = runtime_error(CMD, "saving the model: %s", why);
+                rc = lib_error(CMD);
             } else {
                 const needle_mix *x = &s.tr.needles;
                 if (x->o.needle_frac > 0 || x->o.copy_frac > 0)
@@ -1119,7 +795,7 @@ static int run(train_args *a, flag *fl, int n_fl) {
                 if (x->o.icl_frac > 0 || x->o.halluc_frac > 0 || x->o.fact_frac > 0)
                     say(&s, "mixture: %lld in-context episodes, %lld faithfulness documents and %lld fact rows\n",
                         (long long)x->icl_rows, (long long)x->halluc_rows, (long long)x->fact_rows);
-                say(&s, "final loss %.4f\nsaved %s\n", s.last_loss, a->out);
+                say(&s, "final loss %.4f\nsaved %s\n", s.tr.last_loss, a->out);
                 rc = finish_stdout(CMD);
             }
         } else if (rc == LOOP_STOPPED) rc = finish_stdout(CMD);

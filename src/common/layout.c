@@ -23,7 +23,8 @@ const char *dtx_struct_layout(void) {
              "dtx_quant_options %d %d %d %d %d %d %d\n"
              "dtx_quant_summary %d %d %d %d\n"
              "dtx_train_options %d %d %d %d %d %d %d\n"
-             "dtx_train_stats %d %d %d %d %d\n",
+             "dtx_train_stats %d %d %d %d %d\n"
+             "dtx_run_options %d %d %d %d %d %d %d\n",
              (int)sizeof(dtx_config), O(dtx_config, arch), O(dtx_config, dim), O(dtx_config, n_layers),
              O(dtx_config, n_heads), O(dtx_config, n_kv_heads), O(dtx_config, vocab_size), O(dtx_config, ffn_dim),
              O(dtx_config, max_seq_len), O(dtx_config, rope_theta), O(dtx_config, norm_eps),
@@ -49,6 +50,9 @@ const char *dtx_struct_layout(void) {
              O(dtx_train_options, accum), O(dtx_train_options, eval_batches), O(dtx_train_options, seed),
              O(dtx_train_options, init_scheme),
              (int)sizeof(dtx_train_stats), O(dtx_train_stats, step), O(dtx_train_stats, loss),
-             O(dtx_train_stats, grad_norm), O(dtx_train_stats, lr));
+             O(dtx_train_stats, grad_norm), O(dtx_train_stats, lr),
+             (int)sizeof(dtx_run_options), O(dtx_run_options, out), O(dtx_run_options, ckpt_dir),
+             O(dtx_run_options, keep), O(dtx_run_options, log), O(dtx_run_options, resume),
+             O(dtx_run_options, read_only));
     return buf;
 }

@@ -3,6 +3,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,7 @@ dtx_status dtx_trainer_start(dtx_trainer *t, dtx_model *init, const dtx_config *
     if (init) t->model = init;
     else if ((st = dtx_model_init_scheme(&t->model, cfg, t->o.seed, scheme))) return st;
     if ((st = make_optimizer(t, oc))) return st;
+    t->init_scheme = scheme;
     /* a different stream than the weight init, same seed */
     dtx_rng_seed(&t->rng, t->o.seed ^ 0x5eedba7c4e5ULL);
     t->step = 0;
@@ -238,6 +240,8 @@ dtx_step_result dtx_trainer_step(dtx_trainer *t, dtx_step_stats *s) {
         s->comm_s += dtx_now_s() - t0;
     }
     t->step = step;
+    t->last = *s;
+    t->last_loss = s->loss;
     return DTX_STEP_DONE;
 }
 
@@ -328,61 +332,69 @@ dtx_status dtx_trainer_init(dtx_trainer **out, const dtx_train_options *o, const
     return st;
 }
 
-/* The run settings a checkpoint of the public trainer holds, formatted as
- * difftx train formats them (keys[i], vals[i]); returns how many. */
-enum { PUBLIC_KEYS = 9, PUBLIC_COMPARED = 6 };
-static int public_meta(const dtx_trainer *t, const char **keys, char (*vals)[DTX_CKPT_VALUE_MAX]) {
+void dtx_trainer_run_meta(const dtx_trainer *t, dtx_run_meta *m) {
     int n = 0;
-#define K(key, ...) (keys[n] = (key), snprintf(vals[n++], DTX_CKPT_VALUE_MAX, __VA_ARGS__))
-    /* compared on resume */
+    const needle_mix_opts *x = &t->o.mix;
+#define K(key, ...) \
+    (m->keys[n] = (key), m->values[n] = m->vals[n], snprintf(m->vals[n++], DTX_RUN_META_VALUE_MAX, __VA_ARGS__))
     K("batch", "%lld", (long long)t->o.batch);
     K("seq", "%lld", (long long)t->o.seq);
     K("accum", "%lld", (long long)t->o.accum);
     K("seed", "%llu", (unsigned long long)t->o.seed);
+    K("precision", "%s", t->model ? dtx_precision_name(dtx_model_precision(t->model)) : "fp32");
     K("data_tokens", "%lld", (long long)t->data.count);
     K("data_hash", "%016" PRIx64, t->data_hash);
-    /* written for difftx train --resume, which compares them too */
+    if (x->icl_frac > 0 || x->halluc_frac > 0 || x->fact_frac > 0) /* older checkpoints: the first three */
+        K("needles", "%.17g/%.17g/%lld/%.17g/%.17g/%.17g", x->needle_frac, x->copy_frac, (long long)x->needle_max,
+          x->icl_frac, x->halluc_frac, x->fact_frac);
+    else
+        K("needles", "%.17g/%.17g/%lld", x->needle_frac, x->copy_frac, (long long)x->needle_max);
     K("init_scheme", "%s", dtx_init_scheme_name(t->init_scheme));
-    K("precision", "%s", t->model ? dtx_precision_name(dtx_model_precision(t->model)) : "fp32");
-    K("needles", "0/0/%d", PUBLIC_NEEDLE_MAX);
+    /* informational: not compared */
+    K("data_path", "%s", t->data.path ? t->data.path : "");
+    K("loss", "%.17g", t->last_loss);
+    K("threads", "%d", omp_get_max_threads());
 #undef K
-    return n;
 }
 
 dtx_status dtx_trainer_save(dtx_trainer *t, const char *path) {
     if (!t->model) return dtx_fail(DTX_ERR_ARG, "the trainer's model was taken: nothing to save");
-    const char *keys[PUBLIC_KEYS + 1];
-    char vals[PUBLIC_KEYS + 1][DTX_CKPT_VALUE_MAX];
-    const char *values[PUBLIC_KEYS + 1];
-    int n = public_meta(t, keys, vals);
-    keys[n] = "loss"; /* difftx train shows it on resume */
-    snprintf(vals[n++], DTX_CKPT_VALUE_MAX, "%.17g", t->last_loss);
-    for (int i = 0; i < n; i++) values[i] = vals[i];
-    return dtx_trainer_checkpoint(t, path, keys, values, n);
+    dtx_run_meta *m = malloc(sizeof *m);
+    if (!m) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    dtx_trainer_run_meta(t, m);
+    dtx_status st = dtx_trainer_checkpoint(t, path, m->keys, m->values, DTX_RUN_META_KEYS);
+    free(m);
+    return st;
 }
 
 dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
                                        const char *val_tokens, const char *checkpoint, const dtx_optim_config *oc) {
     *out = NULL;
     dtx_ckpt ck;
+    dtx_run_meta *m = NULL;
     dtx_status st = dtx_ckpt_load(&ck, checkpoint);
     if (st) return st;
     if ((st = public_open(out, o, tokens, val_tokens, dtx_model_config(ck.model)))) goto done;
     dtx_trainer *t = *out;
-    const char *keys[PUBLIC_KEYS];
-    char vals[PUBLIC_KEYS][DTX_CKPT_VALUE_MAX];
-    public_meta(t, keys, vals);
-    for (int i = 0; i < PUBLIC_COMPARED + 1; i++) { /* and init_scheme, which older checkpoints lack */
+    if (!(m = malloc(sizeof *m))) {
+        st = dtx_fail(DTX_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    dtx_trainer_run_meta(t, m);
+    const char *const *keys = m->keys, *const *vals = m->values;
+    for (int i = 0; i < DTX_RUN_META_COMPARED; i++) {
+        /* precision is the model's, set from the checkpoint below; needles are checked below */
+        if (strcmp(keys[i], "precision") == 0 || strcmp(keys[i], "needles") == 0) continue;
         const char *theirs = dtx_ckpt_meta(&ck, keys[i]);
-        if (!theirs && strcmp(keys[i], "init_scheme") == 0) theirs = "torch";
+        if (!theirs && strcmp(keys[i], "init_scheme") == 0) theirs = "torch"; /* older checkpoints lack it */
         if (!theirs) {
             st = dtx_fail(DTX_ERR_FORMAT, "%s: missing metadata key '%s'", checkpoint, keys[i]);
             goto done;
         }
         if (strcmp(theirs, vals[i]) != 0) {
+            int data = strcmp(keys[i], "data_tokens") == 0 || strcmp(keys[i], "data_hash") == 0;
             st = dtx_fail(DTX_ERR_ARG, "%s: %s is %s in the checkpoint and %s here; a resumed run uses the same %s",
-                          checkpoint, keys[i], theirs, vals[i],
-                          i < 4 || i == PUBLIC_COMPARED ? "settings" : "training tokens");
+                          checkpoint, keys[i], theirs, vals[i], data ? "training tokens" : "settings");
             goto done;
         }
     }
@@ -421,6 +433,7 @@ dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_option
     st = dtx_trainer_resume(t, ck.model, ck.opt, &ck.rng, ck.step);
     ck.model = NULL, ck.opt = NULL; /* taken */
 done:
+    free(m);
     dtx_ckpt_free(&ck);
     if (st && *out) {
         dtx_trainer_free(*out);

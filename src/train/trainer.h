@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "difftx.h"
+#include "train/checkpoint.h"
 #include "train/comm.h"
 #include "train/needle_mix.h"
 #include "train/token_source.h"
@@ -25,6 +26,15 @@ typedef struct {
     int64_t debug_nan_at; /* a test hook: the loss of this step reads as NaN (0: never) */
     int64_t debug_oom_at; /* a test hook: this step fails, out of memory, on the last rank alone (0: never) */
 } dtx_trainer_opts;
+
+typedef struct {
+    double loss;      /* the mean over the micro-batches */
+    double grad_norm; /* before clipping                 */
+    double lr;        /* the rate this step used         */
+    copy_score copy;  /* the copy rows' losses           */
+    double comm_s;    /* seconds the step waited for sums over ranks (gradient, losses, parameters), 0 on one rank */
+    double grad_sum_s; /* seconds the gradient's sums took, overlapped with the backward or not */
+} dtx_step_stats;
 
 /* difftx.h's opaque dtx_trainer */
 struct dtx_trainer {
@@ -56,8 +66,9 @@ struct dtx_trainer {
     /* the public API's (difftx.h): its copies of the token files' paths, the
      * options' init scheme and the last step's loss, which its checkpoints keep */
     char *own_paths[2];
-    dtx_init_scheme init_scheme;
-    double last_loss;
+    dtx_init_scheme init_scheme; /* a fresh run's, as its checkpoints record it */
+    double last_loss;            /* the last step's loss (a resumed run: the checkpoint's) */
+    dtx_step_stats last;         /* the last step's statistics (the run log's line) */
 };
 
 /* Opens the training tokens (and val_tokens, NULL for none), checks every id
@@ -88,6 +99,20 @@ dtx_status dtx_trainer_resume(dtx_trainer *t, dtx_model *model, dtx_optimizer *o
                               int64_t step);
 void dtx_trainer_close(dtx_trainer *t);
 
+/* The run's settings a checkpoint records beside the model and the
+ * optimizer (keys[i], values[i], DTX_RUN_META_KEYS of them): the first
+ * DTX_RUN_META_COMPARED must match on resume (batch, seq, accum, seed,
+ * precision, data_tokens, data_hash, needles, init_scheme), the rest are
+ * informational (data_path, loss, threads). */
+enum { DTX_RUN_META_KEYS = 12, DTX_RUN_META_COMPARED = 9, DTX_RUN_META_VALUE_MAX = 4200 /* a path */ };
+typedef struct {
+    const char *keys[DTX_RUN_META_KEYS];
+    const char *values[DTX_RUN_META_KEYS];
+    char vals[DTX_RUN_META_KEYS][DTX_RUN_META_VALUE_MAX];
+} dtx_run_meta;
+/* Fills *m (large: not for the stack) from t. */
+void dtx_trainer_run_meta(const dtx_trainer *t, dtx_run_meta *m);
+
 typedef enum {
     DTX_STEP_DONE = 0,        /* the weights updated; step advanced           */
     DTX_STEP_INTERRUPTED,     /* *stop: nothing changed (the sampler rewound) */
@@ -96,14 +121,6 @@ typedef enum {
     DTX_STEP_ERROR            /* dtx_last_error() says what                   */
 } dtx_step_result;
 
-typedef struct {
-    double loss;      /* the mean over the micro-batches */
-    double grad_norm; /* before clipping                 */
-    double lr;        /* the rate this step used         */
-    copy_score copy;  /* the copy rows' losses           */
-    double comm_s;    /* seconds the step waited for sums over ranks (gradient, losses, parameters), 0 on one rank */
-    double grad_sum_s; /* seconds the gradient's sums took, overlapped with the backward or not */
-} dtx_step_stats;
 
 /* One optimizer step: accum micro-batches of batch rows sampled, the needle
  * mixture applied, forward and backward (gradients averaged), then AdamW. */

@@ -441,6 +441,68 @@ def train_checkpoints_resume_exactly():
     assert all(np.array_equal(cli_ext[k], ext[k]) for k in ext), "the package's extension differs from the command's"
 
 
+def _log_lines(path, timing=("tokens_per_s", "elapsed_s")):
+    with open(path) as f:
+        lines = [json.loads(x) for x in f]
+    return [{k: v for k, v in x.items() if k not in timing} for x in lines]
+
+
+@test
+def train_writes_the_command_run_folder():
+    """train(out=...) writes difftx train's run folder: the same model file, checkpoint files (byte for byte) and
+    log lines (timings aside); each resumes the other's folder, and a held folder is refused."""
+    tp, _ = token_file("train.txt")
+    a, b = os.path.join(TMP, "fa"), os.path.join(TMP, "fb")
+    os.makedirs(a), os.makedirs(b)
+    vp, _ = token_file("val.txt", n=400)
+    cli_train(os.path.join(a, "m.safetensors"), 6, tp, extra=["--ckpt-every", 2, "--keep", 2, "--log",
+                                                              os.path.join(a, "log.jsonl"), "--val-tokens", vp,
+                                                              "--eval-every", 3, "--eval-batches", 2])
+    py_train(tp, 6, out=os.path.join(b, "m.safetensors"), checkpoint_every=2, keep=2, log=os.path.join(b, "log.jsonl"),
+             val_tokens=vp, eval_every=3, eval_batches=2)
+    for f in ("m.safetensors", "m.safetensors.ckpt/ckpt_00000004.safetensors",
+              "m.safetensors.ckpt/ckpt_00000006.safetensors"):
+        with open(os.path.join(a, f), "rb") as x, open(os.path.join(b, f), "rb") as y:
+            assert x.read() == y.read(), f
+    assert sorted(os.listdir(os.path.join(b, "m.safetensors.ckpt"))) == sorted(
+        os.listdir(os.path.join(a, "m.safetensors.ckpt"))) and not os.path.exists(os.path.join(b, "m.safetensors.lock"))
+    la, lb = _log_lines(os.path.join(a, "log.jsonl")), _log_lines(os.path.join(b, "log.jsonl"))
+    assert [x.get("checkpoint", "").replace(a, b) for x in la] == [x.get("checkpoint", "") for x in lb]
+    strip = [{k: v for k, v in x.items() if k != "checkpoint"} for x in la]
+    assert strip == [{k: v for k, v in x.items() if k != "checkpoint"} for x in lb], (la, lb)
+    assert sum("val_loss" in x for x in lb) == 2 and lb[0] == {k: la[0][k] for k in la[0]}
+    full = difftx.Model.load(os.path.join(a, "m.safetensors")).state_dict()
+    # the package stops (its callback) at step 3: difftx train --resume ends it
+    c = os.path.join(TMP, "fc", "m.safetensors")
+    os.makedirs(os.path.dirname(c))
+    py_train(tp, 6, out=c, checkpoint_every=2, log=c + ".log", callback=lambda s: s.step < 3)
+    assert sorted(os.listdir(c + ".ckpt")) == ["ckpt_00000002.safetensors", "ckpt_00000003.safetensors"]
+    assert not os.path.exists(c)
+    cli_train(c, 6, tp, extra=["--resume", "--ckpt-every", 2, "--log", c + ".log"])
+    got = difftx.Model.load(c).state_dict()
+    assert all(np.array_equal(got[k], full[k]) for k in full), "difftx train --resume of the package's folder differs"
+    lc = _log_lines(c + ".log")
+    assert [x["step"] for x in lc if "loss" in x] == [1, 2, 3, 4, 5, 6] and lc[5] == {
+        "step": 3, "resumed_from": c + ".ckpt/ckpt_00000003.safetensors"}, lc
+    # the command stops at step 4 (--stop-after): the package resumes it
+    d = os.path.join(TMP, "fd", "m.safetensors")
+    os.makedirs(os.path.dirname(d))
+    cli_train(d, 6, tp, extra=["--ckpt-every", 2, "--stop-after", 4])
+    raises(difftx.FileError, py_train, tp, 6, out=d, contains="already holds checkpoints")
+    got = py_train(tp, 6, out=d, resume=True).state_dict()
+    assert all(np.array_equal(got[k], full[k]) for k in full), "the package's resume of the command's folder differs"
+    assert np.array_equal(difftx.Model.load(d).state_dict()["norm.weight"], full["norm.weight"])
+    # a run holds OUT.lock: the command is refused on a folder the package is writing
+    held, lib = ctypes.c_void_p(), difftx._lib
+    lib.lib.dtx_run_open(ctypes.byref(held), ctypes.byref(lib.RunOptions(out=d.encode(), resume=1)))
+    r = run("train", "--tokens", tp, "--out", d, "--resume", "--steps", 8, check=False)
+    lib.lib.dtx_run_close(held)
+    assert r.returncode == 1 and "another difftx train is writing it" in r.stderr, (r.returncode, r.stderr)
+    # a folder given as out, and checkpoint= with out=, are refused before any work
+    raises(difftx.UsageError, py_train, tp, 6, out=TMP, contains="a folder")
+    raises(difftx.ArgumentError, py_train, tp, 6, out=d, checkpoint=c, contains="not both")
+
+
 @test
 def train_validates_and_refuses():
     tp, ids = token_file("train.txt")

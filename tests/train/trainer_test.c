@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "test.h"
 #include "train/checkpoint.h"
@@ -452,4 +454,62 @@ TEST(trainer_public_nonfinite_and_refusals) {
     CHECK(same_params(dtx_trainer_model(a), dtx_trainer_model(b)));
     dtx_trainer_free(a), dtx_trainer_free(b);
     dtx_trainer_free(NULL);
+}
+
+/* The run folder (difftx.h "run folders"): checkpoints named by step and
+ * pruned to `keep`, the lock held while open (a second writer refused, a
+ * read_only reader not), a folder with checkpoints refused without resume
+ * and resumed from its newest with it, a killed write's remains removed, a
+ * folder as OUT refused as a usage error, the log's lines. */
+TEST(trainer_run_folder) {
+    char out[600], dir[700], log[700], stale[800];
+    snprintf(out, sizeof out, "%s", test_path("run/model.safetensors"));
+    snprintf(dir, sizeof dir, "%s.ckpt", out);
+    snprintf(log, sizeof log, "%s.log", out);
+    REQUIRE(mkdir(test_path("run"), 0777) == 0);
+    dtx_run_options ro = {.out = out, .keep = 2, .log = log};
+    dtx_run *r = NULL, *other = NULL;
+    REQUIREF(dtx_run_open(&r, &ro) == DTX_OK, "%s", dtx_last_error());
+    CHECK(dtx_run_resume_path(r) == NULL && dtx_run_resume_step(r) == -1 && strcmp(dtx_run_ckpt_dir(r), dir) == 0);
+    CHECK(dtx_run_open(&other, &ro) == DTX_ERR_IO && !other && strstr(dtx_last_error(), "another difftx train"));
+    dtx_run_options reader = ro;
+    reader.read_only = 1;
+    CHECK(dtx_run_open(&other, &reader) == DTX_OK);
+    dtx_run_close(other);
+    dtx_train_options o = public_opts();
+    dtx_config c = cfg();
+    dtx_optim_config oc = public_optim();
+    dtx_trainer *t = NULL;
+    REQUIRE(dtx_trainer_init(&t, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_OK);
+    REQUIRE(dtx_run_start_log(r, t) == DTX_OK);
+    for (int s = 1; s <= 3; s++) {
+        REQUIRE(public_steps(t, 1));
+        CHECK(dtx_run_log_step(r, t, 100.0, s) == DTX_OK && dtx_run_checkpoint(r, t) == DTX_OK);
+    }
+    int64_t step = 0;
+    const char *last = dtx_run_last_checkpoint(r, &step, NULL);
+    CHECK(last && step == 3 && strstr(last, "/ckpt_00000003.safetensors"));
+    char p[800];
+    snprintf(p, sizeof p, "%s/ckpt_00000001.safetensors", dir);
+    CHECK(access(p, F_OK) != 0); /* keep 2 */
+    snprintf(p, sizeof p, "%s/ckpt_00000002.safetensors", dir);
+    CHECK(access(p, F_OK) == 0);
+    CHECK(dtx_run_save_model(r, t, 0) == DTX_OK && access(out, F_OK) == 0);
+    dtx_trainer_free(t);
+    dtx_run_close(r);
+    size_t n = 0;
+    char *text = test_slurp(log, &n);
+    CHECK(text && strncmp(text, "{\"step\":1,\"loss\":", 17) == 0 && strstr(text, "\"tokens_per_s\":100,\"elapsed_s\":1}") &&
+          strstr(text, "{\"step\":3,\"checkpoint\":"));
+    free(text);
+    /* checkpoints there: refused without resume, the newest resumed with it; a dead writer's file removed */
+    CHECK(dtx_run_open(&r, &ro) == DTX_ERR_IO && strstr(dtx_last_error(), "already holds checkpoints (the newest of step 3)"));
+    snprintf(stale, sizeof stale, "%s/ckpt_00000004.safetensors.tmp.999999999", dir);
+    REQUIRE(write_file(stale, "partial", 7) == 0);
+    ro.resume = 1;
+    REQUIRE(dtx_run_open(&r, &ro) == DTX_OK);
+    CHECK(dtx_run_resume_step(r) == 3 && strstr(dtx_run_resume_path(r), "ckpt_00000003") && access(stale, F_OK) != 0);
+    dtx_run_close(r);
+    dtx_run_options folder = {.out = test_tmpdir()};
+    CHECK(dtx_run_open(&r, &folder) == DTX_ERR_USAGE && strstr(dtx_last_error(), "a folder"));
 }
