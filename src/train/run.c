@@ -199,8 +199,10 @@ static dtx_status lock_out(dtx_run *r) {
     snprintf(r->lock_path, sizeof r->lock_path, "%s.lock", r->out);
     long holder;
     if (dtx_lock_acquire(r->lock_path, &r->lock_fd, &holder) == DTX_OK) return DTX_OK;
-    if (holder) return dtx_fail(DTX_ERR_IO, "--out %s: another difftx train is writing it (%s)", r->out, dtx_last_error());
-    return dtx_last_status();
+    if (!holder) return dtx_last_status();
+    char why[1024]; /* dtx_fail writes the message dtx_last_error reads */
+    snprintf(why, sizeof why, "%s", dtx_last_error());
+    return dtx_fail(DTX_ERR_IO, "--out %s: another difftx train is writing it (%s)", r->out, why);
 }
 
 static dtx_status find_resume(dtx_run *r) {

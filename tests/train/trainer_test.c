@@ -471,7 +471,9 @@ TEST(trainer_run_folder) {
     dtx_run *r = NULL, *other = NULL;
     REQUIREF(dtx_run_open(&r, &ro) == DTX_OK, "%s", dtx_last_error());
     CHECK(dtx_run_resume_path(r) == NULL && dtx_run_resume_step(r) == -1 && strcmp(dtx_run_ckpt_dir(r), dir) == 0);
-    CHECK(dtx_run_open(&other, &ro) == DTX_ERR_IO && !other && strstr(dtx_last_error(), "another difftx train"));
+    CHECK(dtx_run_open(&other, &ro) == DTX_ERR_IO && !other &&
+          strstr(dtx_last_error(), "another difftx train is writing it (") &&
+          strstr(dtx_last_error(), ".lock: held by process "));
     dtx_run_options reader = ro;
     reader.read_only = 1;
     CHECK(dtx_run_open(&other, &reader) == DTX_OK);
