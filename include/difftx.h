@@ -106,7 +106,7 @@ typedef enum {
 } dtx_flag_kind;
 
 typedef struct {
-    const char *name; /* "--steps" */
+    const char *name; /* "--steps"; NULL: a line of text in the usage (a heading, a note) */
     dtx_flag_kind kind;
     void *dst;
     int64_t imin, imax;
@@ -114,18 +114,43 @@ typedef struct {
     int dmin_open, dmax_open;
     const char *choices;
     int set_to;
-    int seen; /* set by dtx_flags_parse: the flag was given */
+    const char *metavar; /* the value's name in the usage ("N", "PATH"); a choice's default: its choices */
+    const char *help;    /* the usage's words for it; NULL: not listed (test hooks) */
+    int seen;            /* set by dtx_flags_parse: the flag was given */
 } dtx_flag;
 
-#define DTX_FLAG_BOOL(n, p, v) {.name = (n), .kind = DTX_FL_BOOL, .dst = (p), .set_to = (v)}
-#define DTX_FLAG_INT(n, p, lo, hi) {.name = (n), .kind = DTX_FL_I64, .dst = (p), .imin = (lo), .imax = (hi)}
-#define DTX_FLAG_SEED(n, p) {.name = (n), .kind = DTX_FL_U64, .dst = (p)}
+/* The table's entries; the trailing arguments are more designated
+ * initializers: DTX_FLAG_INT("--steps", &steps, 1, INT64_MAX, .metavar = "N",
+ * .help = "optimizer steps"). */
+#define DTX_FLAG_BOOL(n, p, v, ...) {.name = (n), .kind = DTX_FL_BOOL, .dst = (p), .set_to = (v), __VA_ARGS__}
+#define DTX_FLAG_INT(n, p, lo, hi, ...) \
+    {.name = (n), .kind = DTX_FL_I64, .dst = (p), .imin = (lo), .imax = (hi), __VA_ARGS__}
+#define DTX_FLAG_SEED(n, p, ...) {.name = (n), .kind = DTX_FL_U64, .dst = (p), __VA_ARGS__}
 /* open_lo: the lower bound itself is not allowed (e.g. lr > 0). */
-#define DTX_FLAG_REAL(n, p, lo, open_lo, hi, open_hi)                                                          \
+#define DTX_FLAG_REAL(n, p, lo, open_lo, hi, open_hi, ...)                                                      \
     {.name = (n), .kind = DTX_FL_F64, .dst = (p), .dmin = (lo), .dmin_open = (open_lo), .dmax = (hi),      \
-     .dmax_open = (open_hi)}
-#define DTX_FLAG_STR(n, p) {.name = (n), .kind = DTX_FL_STR, .dst = (p)}
-#define DTX_FLAG_CHOICE(n, p, ch) {.name = (n), .kind = DTX_FL_CHOICE, .dst = (p), .choices = (ch)}
+     .dmax_open = (open_hi), __VA_ARGS__}
+#define DTX_FLAG_STR(n, p, ...) {.name = (n), .kind = DTX_FL_STR, .dst = (p), __VA_ARGS__}
+#define DTX_FLAG_CHOICE(n, p, ch, ...) {.name = (n), .kind = DTX_FL_CHOICE, .dst = (p), .choices = (ch), __VA_ARGS__}
+/* A line of the usage between flags: a section's heading, a note. */
+#define DTX_FLAG_TEXT(t) {.help = (t)}
+
+/* The flags more than one command takes, declared once (their words too). */
+#define DTX_FLAG_MODEL(p) \
+    DTX_FLAG_STR("--model", p, .metavar = "PATH", .help = "model file, or a training checkpoint [required]")
+#define DTX_FLAG_TOKENIZER(p) \
+    DTX_FLAG_STR("--tokenizer", p, .metavar = "PATH", .help = "tokenizer file (difftx tokenizer train, or tiktoken)")
+#define DTX_FLAG_PRECISION(p)                                                                               \
+    DTX_FLAG_CHOICE("--precision", p, "fp32|bf16",                                                           \
+                    .help = "matrix products in fp32 (default), or with bf16 operands and fp32 accumulation")
+#define DTX_FLAG_ATTN_BITS(p)                                                                               \
+    DTX_FLAG_INT("--attn-bits", p, 0, 16, .metavar = "B",                                                  \
+                 .help = "quantise the attention logits to B bits, 2..16 (dynamic absmax); 0 = off (default)")
+#define DTX_FLAG_ATTN_SCOPE(p)                                                                              \
+    DTX_FLAG_CHOICE("--attn-scope", p, "row|tensor",                                                         \
+                    .help = "one absmax step per query row and head (default), or per layer and map over each " \
+                            "model call")
+#define DTX_FLAG_SEED_OF(p, what) DTX_FLAG_SEED("--seed", p, .metavar = "S", .help = (what))
 
 enum { DTX_FLAGS_OK = 0, DTX_FLAGS_HELP = 1, DTX_FLAGS_ERROR = 2 };
 
@@ -136,6 +161,12 @@ enum { DTX_FLAGS_OK = 0, DTX_FLAGS_HELP = 1, DTX_FLAGS_ERROR = 2 };
  * them. */
 int dtx_flags_parse(const char *cmd, dtx_flag *fl, int n_fl, int argc, char **argv, const char **pos, int max_pos,
                     int *n_pos);
+/* The usage text: head (the synopsis and what the command does, as
+ * written), then each flag of the table with its value's name and its words
+ * wrapped at 80 columns, with " (default V)" from the value the flag holds
+ * now when the words neither say it nor "[required]" (and it is not 0,
+ * negative or none), and the text entries as written. malloc'd (free() it); NULL when out of memory. */
+char *dtx_flags_usage(const char *head, const dtx_flag *fl, int n_fl);
 /* The entry named name (NULL when the table has none). */
 dtx_flag *dtx_flags_get(dtx_flag *fl, int n_fl, const char *name);
 /* Strict numbers: the whole string, no leading space, no overflow; 0 on success. */

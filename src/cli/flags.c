@@ -67,10 +67,12 @@ int finish_stdout(const char *cmd) {
     return EXIT_OK;
 }
 
-int flags_parse(const char *cmd, const char *usage, flag *fl, int n_fl, int argc, char **argv, const char **pos,
+int flags_parse(const char *cmd, const char *head, flag *fl, int n_fl, int argc, char **argv, const char **pos,
                 int max_pos, int *n_pos) {
+    char *usage = dtx_flags_usage(head, fl, n_fl); /* before parsing: the defaults as they are */
     int r = dtx_flags_parse(cmd, fl, n_fl, argc, argv, pos, max_pos, n_pos);
-    if (r == DTX_FLAGS_HELP) fputs(usage, stdout);
+    if (r == DTX_FLAGS_HELP) fputs(usage ? usage : head, stdout);
+    free(usage);
     if (r == DTX_FLAGS_ERROR) usage_error(cmd, "%s", dtx_last_error());
     return r;
 }

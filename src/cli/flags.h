@@ -22,15 +22,22 @@ typedef dtx_flag flag;
 #define FLAG_REAL DTX_FLAG_REAL
 #define FLAG_STR DTX_FLAG_STR
 #define FLAG_CHOICE DTX_FLAG_CHOICE
+#define FLAG_TEXT DTX_FLAG_TEXT
+/* The flags of the tokenizer commands and prepare, declared once. --input
+ * repeats, so it is taken out of argv before the table parses the rest
+ * (its line in the usage is text). */
+#define FLAG_TOKENIZER_FILE(p) \
+    FLAG_STR("--tokenizer", p, .metavar = "FILE", .help = "our tokenizer file or a tiktoken rank file [required]")
+#define FLAG_INPUTS_TEXT FLAG_TEXT("  --input PATH          a text file or a folder; repeat for more [required]\n")
 
 enum { FLAGS_OK = DTX_FLAGS_OK, FLAGS_HELP = DTX_FLAGS_HELP, FLAGS_ERROR = DTX_FLAGS_ERROR };
 
 /* Parses argv[1..argc) (argv[0] is the command name). `--flag value` and
- * `--flag=value` are accepted; `--help`/`-h` prints usage to stdout and
- * returns FLAGS_HELP. Arguments that do not start with '-' go to pos (at
+ * `--flag=value` are accepted; `--help`/`-h` prints the usage (head, then
+ * the table's flags: dtx_flags_usage) to stdout and returns FLAGS_HELP. Arguments that do not start with '-' go to pos (at
  * most max_pos of them; more is a usage error). Returns FLAGS_ERROR after
  * printing the one-line message. */
-int flags_parse(const char *cmd, const char *usage, flag *fl, int n_fl, int argc, char **argv,
+int flags_parse(const char *cmd, const char *head, flag *fl, int n_fl, int argc, char **argv,
                 const char **pos, int max_pos, int *n_pos);
 
 /* The entry named name (asserts that it exists). */

@@ -28,21 +28,7 @@ static const char USAGE[] =
     "Generation stops after N tokens, at <|eos|> (not printed; <|endoftext|> for a\n"
     "tiktoken file), or when the sequence reaches the model's max_seq_len. At the end\n"
     "one line on stderr gives the prefill and decode speeds.\n"
-    "\n"
-    "  --model PATH        model file                                      [required]\n"
-    "  --tokenizer PATH    tokenizer file (difftx tokenizer train, or tiktoken) [required]\n"
-    "  --prompt TEXT       the prompt (default: read stdin to the end)\n"
-    "  --max-tokens N      most tokens to generate (default 200)\n"
-    "  --temperature T     0 = greedy, else softmax(logits / T) (default 0.8)\n"
-    "  --top-k K           sample among the K most probable tokens (default 0 = off)\n"
-    "  --top-p P           then among the fewest whose probability reaches P\n"
-    "                      (nucleus; default 1 = off)\n"
-    "  --seed S            sampler seed (default 1)\n"
-    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
-    "                      operands and fp32 accumulation\n"
-    "  --no-bos            do not start the prompt with <|bos|>\n"
-    "  --special           special-token text in the prompt (\"<|eos|>\") becomes its\n"
-    "                      id; without it, it is encoded as plain text\n";
+    "\n";
 
 typedef struct {
     const char *model, *tokenizer, *prompt;
@@ -164,17 +150,24 @@ static int generate(dtx_model *m, const dtx_tokenizer *t, const gen_args *a, con
 int cmd_generate(int argc, char **argv) {
     gen_args a = {.max_tokens = 200, .temperature = 0.8, .top_p = 1.0, .seed = 1};
     flag fl[] = {
-        FLAG_STR("--model", &a.model),
-        FLAG_STR("--tokenizer", &a.tokenizer),
-        FLAG_STR("--prompt", &a.prompt),
-        FLAG_INT("--max-tokens", &a.max_tokens, 1, 1 << 24),
-        FLAG_REAL("--temperature", &a.temperature, 0, 0, 1e6, 0),
-        FLAG_INT("--top-k", &a.top_k, 0, INT32_MAX),
-        FLAG_REAL("--top-p", &a.top_p, 0, 1, 1, 0),
-        FLAG_SEED("--seed", &a.seed),
-        FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
-        FLAG_BOOL("--no-bos", &a.no_bos, 1),
-        FLAG_BOOL("--special", &a.special, 1),
+        DTX_FLAG_MODEL(&a.model),
+        FLAG_STR("--tokenizer", &a.tokenizer, .metavar = "PATH",
+                 .help = "tokenizer file (difftx tokenizer train, or tiktoken) [required]"),
+        FLAG_STR("--prompt", &a.prompt, .metavar = "TEXT", .help = "the prompt (default: read stdin to the end)"),
+        FLAG_INT("--max-tokens", &a.max_tokens, 1, 1 << 24, .metavar = "N",
+                 .help = "most tokens to generate (default 200)"),
+        FLAG_REAL("--temperature", &a.temperature, 0, 0, 1e6, 0, .metavar = "T",
+                  .help = "0 = greedy, else softmax(logits / T) (default 0.8)"),
+        FLAG_INT("--top-k", &a.top_k, 0, INT32_MAX, .metavar = "K",
+                 .help = "sample among the K most probable tokens (default 0 = off)"),
+        FLAG_REAL("--top-p", &a.top_p, 0, 1, 1, 0, .metavar = "P",
+                  .help = "then among the fewest whose probability reaches P (nucleus; default 1 = off)"),
+        FLAG_SEED("--seed", &a.seed, .metavar = "S", .help = "sampler seed (default 1)"),
+        DTX_FLAG_PRECISION(&a.precision),
+        FLAG_BOOL("--no-bos", &a.no_bos, 1, .help = "do not start the prompt with <|bos|>"),
+        FLAG_BOOL("--special", &a.special, 1,
+                  .help = "special-token text in the prompt (\"<|eos|>\") becomes its id; without it, it is encoded as "
+                          "plain text"),
     };
     switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
     case FLAGS_HELP: return finish_stdout(CMD);

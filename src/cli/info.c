@@ -26,12 +26,7 @@ static const char USAGE[] =
     "\n"
     "A training checkpoint (difftx train's ckpt_*.safetensors) is read and checked\n"
     "whole, model and AdamW moments; its step is printed before the model's report.\n"
-    "\n"
-    "  --json      one JSON object instead of text\n"
-    "  --tensors   also list every tensor with its shape\n"
-    "  --system    instead of a model: the CPU's instruction-set level, the level the\n"
-    "              kernels use (DTX_ISA=portable|avx2|avx512|avx512bf16 caps it), oneDNN's\n"
-    "              ISA, and whether bf16 products are native or emulated\n";
+    "\n";
 
 typedef struct {
     int64_t total, nonembed;
@@ -330,10 +325,17 @@ static int is_checkpoint(const char *path) {
 
 int cmd_info(int argc, char **argv) {
     int json = 0, tensors = 0, sys = 0;
-    flag fl[] = {FLAG_BOOL("--json", &json, 1), FLAG_BOOL("--tensors", &tensors, 1), FLAG_BOOL("--system", &sys, 1)};
+    flag fl[] = {
+        FLAG_BOOL("--json", &json, 1, .help = "one JSON object instead of text"),
+        FLAG_BOOL("--tensors", &tensors, 1, .help = "also list every tensor with its shape"),
+        FLAG_BOOL("--system", &sys, 1,
+                  .help = "instead of a model: the CPU's instruction-set level, the level the kernels use "
+                          "(DTX_ISA=portable|avx2|avx512|avx512bf16 caps it), oneDNN's ISA, and whether bf16 "
+                          "products are native or emulated"),
+    };
     const char *pos[1];
     int n_pos = 0;
-    switch (flags_parse(CMD, USAGE, fl, 3, argc, argv, pos, 1, &n_pos)) {
+    switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, pos, 1, &n_pos)) {
     case FLAGS_HELP: return finish_stdout(CMD);
     case FLAGS_ERROR: return EXIT_USAGE;
     }

@@ -35,12 +35,7 @@ static const char USAGE[] =
     "is plain text. A folder stands for every regular file under it, in byte\n"
     "order of names, skipping names that begin with '.'. The shard is written\n"
     "atomically; 'difftx score --tokens' and the training loader read it.\n"
-    "\n"
-    "  --tokenizer FILE  our tokenizer file or a tiktoken rank file         [required]\n"
-    "  --input PATH      a text file or a folder; repeat for more           [required]\n"
-    "  --out FILE        the shard to write                                 [required]\n"
-    "  --append-eos      end every document with <|eos|> (<|endoftext|> for\n"
-    "                    cl100k_base); without it documents are concatenated\n";
+    "\n";
 
 
 /* ------------------------------------------------------------ inputs */
@@ -258,7 +253,14 @@ int cmd_prepare(int argc, char **argv) {
     int rc = take_inputs(argc, argv, &inputs, rest, &n_rest);
     const char *tok = NULL, *out = NULL;
     int append_eos = 0;
-    flag fl[] = {FLAG_STR("--tokenizer", &tok), FLAG_STR("--out", &out), FLAG_BOOL("--append-eos", &append_eos, 1)};
+    flag fl[] = {
+        FLAG_TOKENIZER_FILE(&tok),
+        FLAG_INPUTS_TEXT,
+        FLAG_STR("--out", &out, .metavar = "FILE", .help = "the shard to write [required]"),
+        FLAG_BOOL("--append-eos", &append_eos, 1,
+                  .help = "end every document with <|eos|> (<|endoftext|> for cl100k_base); without it documents "
+                          "are concatenated"),
+    };
     if (rc < 0) {
         switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), n_rest, rest, NULL, 0, NULL)) {
         case FLAGS_HELP: rc = finish_stdout(CMD); break;

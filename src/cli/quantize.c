@@ -23,34 +23,7 @@ static const char USAGE[] =
     "w1, w3, w2, the embedding, an untied output) in 8 or 4 bits, calibrated on\n"
     "--calib-samples sequences of --calib-len tokens cut from the calibration\n"
     "tokens at evenly spaced places. Every command that reads a model reads it.\n"
-    "\n"
-    "  --model PATH        the fp32 (or bf16) model                     [required]\n"
-    "  --calib FILE|DIR    calibration tokens: a token shard or whitespace-separated\n"
-    "                      ids; a folder: every regular file in it, in name order;\n"
-    "                      with --tokenizer, text encoded with it        [required]\n"
-    "  --tokenizer TOK     read --calib as text\n"
-    "  --scheme w8a16|w8a8|w4a16                                        [required]\n"
-    "                      w8a16: int8 weights, one scale per output channel, bf16\n"
-    "                      activations; w8a8: the same weights, int8 activations\n"
-    "                      (every linear input, and the attention's q and k) with\n"
-    "                      static calibrated scales; w4a16: the layers' weights\n"
-    "                      4-bit in groups of 32 (embedding and output int8), bf16\n"
-    "                      activations\n"
-    "  --out PATH          the quantised model                          [required]\n"
-    "  --calib-samples N   calibration sequences (default 300, the recommended\n"
-    "                      minimum: fewer works, with a warning)\n"
-    "  --calib-len L       tokens per sequence (default max_seq_len, at most 512)\n"
-    "  --a16-inputs LIST   w8a8: these kinds of input stay bf16 (comma-separated:\n"
-    "                      attn_in, attn_out, ffn_in, ffn_hidden, qk, output)\n"
-    "  --act16 bf16|fp16   w8a16 and w4a16's activations (default bf16; fp16:\n"
-    "                      IEEE half, past 65504 infinite as in fp16 hardware)\n"
-    "  --act-method absmax|percentile|mse  w8a8's activation ranges: the absolute\n"
-    "                      maximum (default), a percentile of |x|, or the range with\n"
-    "                      the least squared error\n"
-    "  --percentile P      for percentile, in (50, 100] (default 99.99)\n"
-    "  --no-clip-search    weight scales from each row's (group's) absolute maximum,\n"
-    "                      instead of the clipping with the least output error on\n"
-    "                      the calibration inputs\n";
+    "\n";
 
 /* One calibration file: tokens, or text encoded with tok (ordinary tokens; ids checked against vocab). */
 static int read_one(const char *path, const dtx_tokenizer *tok, int64_t vocab, dtx_idbuf *b) {
@@ -103,18 +76,35 @@ int cmd_quantize(int argc, char **argv) {
     int64_t samples = RECOMMENDED_SAMPLES, len = 0;
     double percentile = 99.99;
     flag fl[] = {
-        FLAG_STR("--model", &model_path),
-        FLAG_STR("--calib", &calib),
-        FLAG_STR("--tokenizer", &tokenizer),
-        FLAG_CHOICE("--scheme", &scheme, "w8a16|w8a8|w4a16"),
-        FLAG_STR("--out", &out),
-        FLAG_INT("--calib-samples", &samples, 1, 1000000),
-        FLAG_INT("--calib-len", &len, 1, INT64_MAX),
-        FLAG_CHOICE("--act-method", &method, "absmax|percentile|mse"),
-        FLAG_CHOICE("--act16", &act16, "bf16|fp16"),
-        FLAG_STR("--a16-inputs", &a16_list),
-        FLAG_REAL("--percentile", &percentile, 50, 1, 100, 0),
-        FLAG_BOOL("--no-clip-search", &no_search, 1),
+        DTX_FLAG_MODEL(&model_path),
+        FLAG_STR("--calib", &calib, .metavar = "FILE|DIR",
+                 .help = "calibration tokens: a token shard or whitespace-separated ids; a folder: every regular file "
+                         "in it, in name order; with --tokenizer, text encoded with it [required]"),
+        FLAG_STR("--tokenizer", &tokenizer, .metavar = "TOK", .help = "read --calib as text"),
+        FLAG_CHOICE("--scheme", &scheme, "w8a16|w8a8|w4a16",
+                    .help = "[required] w8a16: int8 weights, one scale per output channel, bf16 activations; w8a8: the "
+                            "same weights, int8 activations (every linear input, and the attention's q and k) with "
+                            "static calibrated scales; w4a16: the layers' weights 4-bit in groups of 32 (embedding and "
+                            "output int8), bf16 activations"),
+        FLAG_STR("--out", &out, .metavar = "PATH", .help = "the quantised model [required]"),
+        FLAG_INT("--calib-samples", &samples, 1, 1000000, .metavar = "N",
+                 .help = "calibration sequences (default 300, the recommended minimum: fewer works, with a warning)"),
+        FLAG_INT("--calib-len", &len, 1, INT64_MAX, .metavar = "L",
+                 .help = "tokens per sequence (default max_seq_len, at most 512)"),
+        FLAG_CHOICE("--act-method", &method, "absmax|percentile|mse",
+                    .help = "w8a8's activation ranges: the absolute maximum (default), a percentile of |x|, or the range "
+                            "with the least squared error"),
+        FLAG_CHOICE("--act16", &act16, "bf16|fp16",
+                    .help = "w8a16 and w4a16's activations (default bf16; fp16: IEEE half, past 65504 infinite as in "
+                            "fp16 hardware)"),
+        FLAG_STR("--a16-inputs", &a16_list, .metavar = "LIST",
+                 .help = "w8a8: these kinds of input stay bf16 (comma-separated: attn_in, attn_out, ffn_in, "
+                         "ffn_hidden, qk, output)"),
+        FLAG_REAL("--percentile", &percentile, 50, 1, 100, 0, .metavar = "P",
+                  .help = "for percentile, in (50, 100] (default 99.99)"),
+        FLAG_BOOL("--no-clip-search", &no_search, 1,
+                  .help = "weight scales from each row's (group's) absolute maximum, instead of the clipping with the "
+                          "least output error on the calibration inputs"),
     };
     int n_fl = (int)(sizeof fl / sizeof fl[0]);
     switch (flags_parse(CMD, USAGE, fl, n_fl, argc, argv, NULL, 0, NULL)) {

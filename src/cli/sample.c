@@ -16,15 +16,7 @@ static const char USAGE[] =
     "\n"
     "Appends N token ids to the prompt and prints prompt and continuation on one\n"
     "line, space-separated. Prompt plus N must fit in the model's max_seq_len.\n"
-    "\n"
-    "  --model PATH       model file                                  [required]\n"
-    "  --prompt \"IDS\"     whitespace-separated token ids\n"
-    "  --prompt-file FILE token ids from a file (text or token shard)\n"
-    "  --max-tokens N     how many ids to generate                    [required]\n"
-    "  --temperature T    0 = greedy (default), else softmax(logits / T) sampling\n"
-    "  --seed S           sampler seed (default 1)\n"
-    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
-    "                     operands and fp32 accumulation\n";
+    "\n";
 
 typedef struct {
     const char *model, *prompt, *prompt_file;
@@ -101,13 +93,16 @@ static int generate(dtx_model *m, const sample_args *a, const int32_t *prompt, i
 int cmd_sample(int argc, char **argv) {
     sample_args a = {.max_tokens = -1, .seed = 1};
     flag fl[] = {
-        FLAG_STR("--model", &a.model),
-        FLAG_STR("--prompt", &a.prompt),
-        FLAG_STR("--prompt-file", &a.prompt_file),
-        FLAG_INT("--max-tokens", &a.max_tokens, 0, 1 << 24),
-        FLAG_REAL("--temperature", &a.temperature, 0, 0, 1e6, 0),
-        FLAG_SEED("--seed", &a.seed),
-        FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
+        DTX_FLAG_MODEL(&a.model),
+        FLAG_STR("--prompt", &a.prompt, .metavar = "IDS", .help = "whitespace-separated token ids"),
+        FLAG_STR("--prompt-file", &a.prompt_file, .metavar = "FILE",
+                 .help = "token ids from a file (text or token shard)"),
+        FLAG_INT("--max-tokens", &a.max_tokens, 0, 1 << 24, .metavar = "N",
+                 .help = "how many ids to generate [required]"),
+        FLAG_REAL("--temperature", &a.temperature, 0, 0, 1e6, 0, .metavar = "T",
+                  .help = "0 = greedy (default), else softmax(logits / T) sampling"),
+        FLAG_SEED("--seed", &a.seed, .metavar = "S", .help = "sampler seed (default 1)"),
+        DTX_FLAG_PRECISION(&a.precision),
     };
     switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
     case FLAGS_HELP: return finish_stdout(CMD);

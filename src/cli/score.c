@@ -17,11 +17,7 @@ static const char USAGE[] =
     "of n tokens, 2 <= n <= max_seq_len; the first token is context only. Prints\n"
     "  {\"loss\": <mean next-token cross-entropy in nats>, \"tokens\": <n - 1>}\n"
     "on stdout.\n"
-    "\n"
-    "  --model PATH   model file                                      [required]\n"
-    "  --tokens FILE  the sequence                                    [required]\n"
-    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
-    "                 operands and fp32 accumulation\n";
+    "\n";
 
 static int score(dtx_model *m, const char *path) {
     const dtx_config *c = dtx_model_config(m);
@@ -46,8 +42,11 @@ static int score(dtx_model *m, const char *path) {
 int cmd_score(int argc, char **argv) {
     const char *model_path = NULL, *tokens_path = NULL;
     int precision = DTX_PREC_FP32;
-    flag fl[] = {FLAG_STR("--model", &model_path), FLAG_STR("--tokens", &tokens_path),
-                 FLAG_CHOICE("--precision", &precision, "fp32|bf16")};
+    flag fl[] = {
+        DTX_FLAG_MODEL(&model_path),
+        FLAG_STR("--tokens", &tokens_path, .metavar = "FILE", .help = "the sequence [required]"),
+        DTX_FLAG_PRECISION(&precision),
+    };
     switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
     case FLAGS_HELP: return finish_stdout(CMD);
     case FLAGS_ERROR: return EXIT_USAGE;

@@ -36,41 +36,28 @@ static const char USAGE_TRAIN[] =
     "byte tokens (ids 0-255), then one token per merge, then <|bos|>, <|eos|> and\n"
     "<|pad|>; it is smaller than asked when no pair of tokens occurs twice any more.\n"
     "The same inputs always give the same file.\n"
-    "\n"
-    "  --input PATH      a text file or a folder; repeat for more          [required]\n"
-    "  --vocab-size N    tokens in all, specials included (default 4096, at least 259)\n"
-    "  --out FILE        where to write the tokenizer                     [required]\n";
+    "\n";
 
 static const char USAGE_ENCODE[] =
     "usage: difftx tokenizer encode --tokenizer FILE [--text S | --input FILE] [--special] [--stats]\n"
     "\n"
     "Encodes the text (the bytes of S, of FILE, or of stdin) and prints the token ids\n"
     "on one line, separated by spaces: a token file for 'difftx train --tokens'.\n"
-    "\n"
-    "  --tokenizer FILE  our tokenizer file or a tiktoken rank file          [required]\n"
-    "  --text S          the text itself\n"
-    "  --input FILE      read the text from FILE (default: stdin)\n"
-    "  --special         special-token text (\"<|eos|>\") becomes its id; without it,\n"
-    "                    it is encoded as plain text\n"
-    "  --stats           also print bytes, tokens and speed on stderr\n";
+    "\n";
 
 static const char USAGE_DECODE[] =
     "usage: difftx tokenizer decode --tokenizer FILE [--ids \"1 2 3\" | --input FILE]\n"
     "\n"
     "Writes the bytes of the tokens (whitespace-separated ids from --ids, FILE or\n"
     "stdin) to stdout, exactly: decode(encode(x)) is x for any bytes x.\n"
-    "\n"
-    "  --tokenizer FILE  our tokenizer file or a tiktoken rank file          [required]\n"
-    "  --ids \"I J ...\"   the ids\n"
-    "  --input FILE      read the ids from FILE (default: stdin)\n";
+    "\n";
 
 static const char USAGE_INFO[] =
     "usage: difftx tokenizer info [--json] FILE\n"
     "\n"
     "Describes a tokenizer file: where it comes from (difftx or tiktoken), the\n"
     "vocabulary size, the ordinary tokens, the special tokens and their ids.\n"
-    "\n"
-    "  --json   one JSON object instead of text\n";
+    "\n";
 
 
 /* The whole of f (binary); NULL with a message on failure. */
@@ -154,9 +141,14 @@ static int sub_train(int argc, char **argv) {
     int rc = take_flag(cmd, "--input", 0, argc, argv, inputs, &n_in, rest, &n_rest);
     int64_t vocab = DTX_TOKENIZER_DEFAULT_VOCAB;
     const char *out = NULL;
-    flag fl[] = {FLAG_INT("--vocab-size", &vocab, 259, 1 << 24), FLAG_STR("--out", &out)};
+    flag fl[] = {
+        FLAG_INPUTS_TEXT,
+        FLAG_INT("--vocab-size", &vocab, 259, 1 << 24, .metavar = "N",
+                 .help = "tokens in all, specials included (at least 259)"),
+        FLAG_STR("--out", &out, .metavar = "FILE", .help = "where to write the tokenizer [required]"),
+    };
     if (rc < 0) {
-        switch (flags_parse(cmd, USAGE_TRAIN, fl, 2, n_rest, rest, NULL, 0, NULL)) {
+        switch (flags_parse(cmd, USAGE_TRAIN, fl, (int)(sizeof fl / sizeof fl[0]), n_rest, rest, NULL, 0, NULL)) {
         case FLAGS_HELP: rc = finish_stdout(cmd); break;
         case FLAGS_ERROR: rc = EXIT_USAGE; break;
         }
@@ -213,8 +205,14 @@ static int sub_encode(int argc, char **argv) {
     const char *cmd = "tokenizer encode";
     const char *tok = NULL, *text = NULL, *input = NULL;
     int special = 0, stats = 0;
-    flag fl[] = {FLAG_STR("--tokenizer", &tok), FLAG_STR("--input", &input), FLAG_BOOL("--special", &special, 1),
-                 FLAG_BOOL("--stats", &stats, 1)};
+    flag fl[] = {
+        FLAG_TOKENIZER_FILE(&tok),
+        FLAG_TEXT("  --text S              the text itself\n"),
+        FLAG_STR("--input", &input, .metavar = "FILE", .help = "read the text from FILE (default: stdin)"),
+        FLAG_BOOL("--special", &special, 1,
+                  .help = "special-token text (\"<|eos|>\") becomes its id; without it, it is encoded as plain text"),
+        FLAG_BOOL("--stats", &stats, 1, .help = "also print bytes, tokens and speed on stderr"),
+    };
     /* --text may be empty, which flags_parse refuses: take it out first. */
     const char **texts = calloc((size_t)argc + 1, sizeof *texts);
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
@@ -226,7 +224,7 @@ static int sub_encode(int argc, char **argv) {
     int n_text = 0, n_rest = 0;
     int pr = take_flag(cmd, "--text", 1, argc, argv, texts, &n_text, rest, &n_rest);
     if (pr < 0) {
-        switch (flags_parse(cmd, USAGE_ENCODE, fl, 4, n_rest, rest, NULL, 0, NULL)) {
+        switch (flags_parse(cmd, USAGE_ENCODE, fl, (int)(sizeof fl / sizeof fl[0]), n_rest, rest, NULL, 0, NULL)) {
         case FLAGS_HELP: pr = finish_stdout(cmd); break;
         case FLAGS_ERROR: pr = EXIT_USAGE; break;
         }
@@ -304,8 +302,12 @@ static int parse_ids(const char *cmd, const char *src, const char *s, size_t len
 static int sub_decode(int argc, char **argv) {
     const char *cmd = "tokenizer decode";
     const char *tok = NULL, *ids_s = NULL, *input = NULL;
-    flag fl[] = {FLAG_STR("--tokenizer", &tok), FLAG_STR("--ids", &ids_s), FLAG_STR("--input", &input)};
-    switch (flags_parse(cmd, USAGE_DECODE, fl, 3, argc, argv, NULL, 0, NULL)) {
+    flag fl[] = {
+        FLAG_TOKENIZER_FILE(&tok),
+        FLAG_STR("--ids", &ids_s, .metavar = "\"I J ...\"", .help = "the ids"),
+        FLAG_STR("--input", &input, .metavar = "FILE", .help = "read the ids from FILE (default: stdin)"),
+    };
+    switch (flags_parse(cmd, USAGE_DECODE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
     case FLAGS_HELP: return finish_stdout(cmd);
     case FLAGS_ERROR: return EXIT_USAGE;
     }
@@ -352,10 +354,10 @@ static int sub_decode(int argc, char **argv) {
 static int sub_info(int argc, char **argv) {
     const char *cmd = "tokenizer info";
     int json = 0;
-    flag fl[] = {FLAG_BOOL("--json", &json, 1)};
+    flag fl[] = {FLAG_BOOL("--json", &json, 1, .help = "one JSON object instead of text")};
     const char *pos[1];
     int n_pos = 0;
-    switch (flags_parse(cmd, USAGE_INFO, fl, 1, argc, argv, pos, 1, &n_pos)) {
+    switch (flags_parse(cmd, USAGE_INFO, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, pos, 1, &n_pos)) {
     case FLAGS_HELP: return finish_stdout(cmd);
     case FLAGS_ERROR: return EXIT_USAGE;
     }

@@ -28,111 +28,12 @@
 static const char *CMD = "train";
 
 /* The usage text shows the library's defaults, so it is built at run time. */
-static const char *usage_text(char *buf, size_t cap) {
-    dtx_config c = dtx_config_default();
-    dtx_optim_config o = dtx_optim_default();
-    static const char *const sched[] = {"cosine", "linear", "constant"};
-    snprintf(buf, cap,
-             "usage: difftx train --tokens FILE --out MODEL.safetensors [flags]\n"
-             "\n"
-             "Trains a model with AdamW on random windows of a token stream and saves it.\n"
-             "See docs/training.md for checkpoints, resuming and the log format.\n"
-             "\n"
-             "data and output:\n"
-             "  --tokens FILE        token ids (a token shard, or whitespace-separated text)  [required]\n"
-             "  --out PATH           where to save the final model (safetensors)              [required]\n"
-             "  --bf16               save BF16 tensors (default F32)\n"
-             "  --init MODEL         continue from the weights of MODEL (fresh optimizer state);\n"
-             "                       the model flags below are then refused, but for --max-seq\n"
-             "                       and --rope-theta (extending the context)\n"
-             "  --needle-frac P      replace each batch row, with probability P, by a synthetic\n"
-             "                       multi-needle retrieval document of --seq + 1 tokens (0: off;\n"
-             "                       docs/eval_needle.md); needs the two flags below\n"
-             "  --needle-text PATH   the documents' haystack: training text (a file or a folder\n"
-             "                       of *.txt), never the text needle evaluation uses\n"
-             "  --needle-tokenizer F the tokenizer the token file was made with\n"
-             "  --needle-max N       needles per document, 1 to N uniformly (6)\n"
-             "  --copy-frac P        make each remaining row, with probability P, a copy document:\n"
-             "                       L random ids (16 <= L <= seq/4) repeated to fill it\n"
-             "  --icl-frac P         a further share of rows: in-context classification episodes\n"
-             "                       (docs/eval_icl.md); needs --needle-tokenizer\n"
-             "  --halluc-frac P      a further share: faithfulness documents (list every number,\n"
-             "                       absent cities answered 'none'; docs/eval_halluc.md)\n"
-             "  --fact-frac P        a further share: closed-book fact rows; needle documents then\n"
-             "                       leave out the fact cities\n"
-             "\n"
-             "model (new models only; defaults in parentheses):\n"
-             "  --arch diff|transformer|diff2 (%s)  diff2: DIFF V2 (2h query heads, per-token\n"
-             "                       sigmoid lambda, no per-head norm; README \"Model\")\n"
-             "  --dim N (%lld)  --layers N (%lld)  --heads N (%lld)  --kv-heads N (= --heads)\n"
-             "  --vocab N (%lld)  --ffn N (%lld)  --max-seq N (= --seq, else %lld)\n"
-             "  --rope-theta X (%g)  --norm-eps X (%g)\n"
-             "  --tie | --no-tie     share the output projection with the token embedding (%s)\n"
-             "  --subln rms|none     per-head RMSNorm of the attention output (diff: rms,\n"
-             "                       transformer: none; Table 6's -/+ GroupNorm)\n"
-             "  --lambda-init schedule|X  diff: lambda_init 0.8 - 0.6 exp(-0.3 l) per layer\n"
-             "                       (schedule, the default) or X in [0, 1) in every layer\n"
-             "  --v2-lambda sigmoid|linear|none  diff2: lambda = sigmoid(x W) (the default), x W\n"
-             "                       without the sigmoid, or 1 with no lambda_proj (spec 8.3's ablations)\n"
-             "  --init-scheme torch|gpt2  initial weights: PyTorch nn.Linear's U(+-1/sqrt(in)) and\n"
-             "                       N(0, 1/dim) embeddings (torch), or N(0, 0.02^2) with the residual\n"
-             "                       projections /sqrt(2 layers) (gpt2); README \"Model\"\n"
-             "  (the Transformer with half the heads at twice the width: --arch transformer\n"
-             "   --heads H with H the diff model's heads; docs/training.md \"Variants\")\n"
-             "\n"
-             "batches:\n"
-             "  --steps N            optimizer steps (1000); also the schedule length\n"
-             "  --batch N            windows per micro-batch (8)\n"
-             "  --seq N              tokens per window (the model's max_seq_len)\n"
-             "  --accum N            micro-batches accumulated per step (1)\n"
-             "  --seed N             seeds the initial weights and the batch sampler (1)\n"
-             "\n"
-             "optimizer:\n"
-             "  --lr X (%g)  --min-lr X (%g x lr)  --warmup N (%lld)\n"
-             "  --schedule cosine|linear|constant (%s)\n"
-             "  --wd X (%g)  --decay-embeddings (%s)  --beta1 X (%g)  --beta2 X (%g)  --adam-eps X (%g)\n"
-             "  --clip X (%g)         global gradient-norm clip; 0 disables\n"
-             "  --precision fp32|bf16 matrix products in fp32 (default), or with bf16 operands and\n"
-             "                       fp32 accumulation; weights, gradients and AdamW state stay fp32\n"
-             "\n"
-             "validation and logging:\n"
-             "  --val-tokens FILE    validation tokens (shard or text); the validation loss is the\n"
-             "                       mean over --eval-batches batches read in order from its start\n"
-             "  --eval-every N       validate every N steps and after the last (100)\n"
-             "  --eval-batches N     batches of --batch x --seq tokens per validation (10)\n"
-             "  --log FILE.jsonl     one JSON object per step (and per validation, checkpoint)\n"
-             "  --log-every N        print a progress line every N steps (10); with stderr on a\n"
-             "                       terminal a progress bar is redrawn there (and the lines go\n"
-             "                       only to a stdout that is not a terminal)\n"
-             "\n"
-             "checkpoints (model, optimizer state, sampler state; resume is bit-identical):\n"
-             "  --ckpt-dir DIR       where checkpoints go (the --out path + .ckpt)\n"
-             "  --ckpt-every N       write a checkpoint every N steps and after the last; 0 (the\n"
-             "                       default) writes one only on Ctrl-C or --stop-after\n"
-             "  --keep K             keep the newest K checkpoints (3); 0 keeps all\n"
-             "  --resume             continue from the newest checkpoint in --ckpt-dir (start\n"
-             "                       from step 0 if there is none); the settings that decide\n"
-             "                       the result (model, optimizer, --steps, batches, seed,\n"
-             "                       precision, data) must match the checkpoint\n"
-             "  --stop-after N       end the run cleanly after step N, writing a checkpoint, as if\n"
-             "                       interrupted (for tests and job schedulers)\n"
-             "  --zero1              under mpirun: each rank keeps the AdamW moments of its own\n"
-             "                       share of the parameters (ZeRO-1); the same results\n"
-             "  --grad-bucket-mb M   under mpirun: sum the gradient over ranks in buckets of M MiB,\n"
-             "                       each started while the backward pass still runs; 0 sums it\n"
-             "                       at once after the backward (the default: 4 where ranks run\n"
-             "                       on more than one machine, else 0)\n"
-             "\n"
-             "Ctrl-C (or SIGTERM) finishes the current step, writes a checkpoint and exits with\n"
-             "status 130 (143); a second one quits at once (an unfinished checkpoint write\n"
-             "completes first). A NaN or infinite loss stops the run with status 1.\n",
-             dtx_arch_name(c.arch), (long long)c.dim, (long long)c.n_layers, (long long)c.n_heads,
-             (long long)c.vocab_size, (long long)c.ffn_dim, (long long)c.max_seq_len, c.rope_theta, c.norm_eps,
-             c.tie_embeddings ? "tied" : "untied", o.lr, o.min_lr / o.lr, (long long)o.warmup_steps,
-             (unsigned)o.schedule < 3 ? sched[o.schedule] : "?", o.weight_decay, o.decay_embeddings ? "on" : "off",
-             o.beta1, o.beta2, o.eps, o.clip_norm);
-    return buf;
-}
+static const char USAGE[] =
+    "usage: difftx train --tokens FILE --out MODEL.safetensors [flags]\n"
+    "\n"
+    "Trains a model with AdamW on random windows of a token stream and saves it.\n"
+    "See docs/training.md for checkpoints, resuming and the log format.\n"
+    "\n";
 
 typedef struct {
     dtx_config cfg;
@@ -819,70 +720,134 @@ int cmd_train(int argc, char **argv) {
     set_defaults(&a);
     const int64_t BIG = INT64_MAX, SIZE = 1 << 20, BATCH = 1 << 16;
     flag fl[] = {
-        FLAG_STR("--tokens", &a.tokens),
-        FLAG_STR("--out", &a.out),
-        FLAG_BOOL("--bf16", &a.bf16, 1),
-        FLAG_STR("--init", &a.init),
-        FLAG_CHOICE("--arch", &a.arch, "diff|transformer|diff2"),
-        FLAG_INT("--vocab", &a.cfg.vocab_size, 1, INT32_MAX),
-        FLAG_INT("--dim", &a.cfg.dim, 1, SIZE),
-        FLAG_INT("--layers", &a.cfg.n_layers, 1, SIZE),
-        FLAG_INT("--heads", &a.cfg.n_heads, 1, SIZE),
-        FLAG_INT("--kv-heads", &a.cfg.n_kv_heads, 1, SIZE),
-        FLAG_INT("--ffn", &a.cfg.ffn_dim, 1, SIZE),
-        FLAG_INT("--max-seq", &a.cfg.max_seq_len, 1, SIZE),
-        FLAG_REAL("--rope-theta", &a.cfg.rope_theta, 0, 1, INFINITY, 0),
-        FLAG_REAL("--norm-eps", &a.cfg.norm_eps, 0, 1, 1, 1),
-        FLAG_BOOL("--tie", &a.cfg.tie_embeddings, 1),
-        FLAG_BOOL("--no-tie", &a.cfg.tie_embeddings, 0),
-        FLAG_CHOICE("--subln", &a.subln, "rms|none"),
-        FLAG_STR("--lambda-init", &a.lambda_init),
-        FLAG_CHOICE("--v2-lambda", &a.v2_lambda, "sigmoid|linear|none"),
-        FLAG_CHOICE("--init-scheme", &a.init_scheme, "torch|gpt2"),
-        FLAG_INT("--steps", &a.steps, 1, BIG),
-        FLAG_INT("--batch", &a.batch, 1, BATCH),
-        FLAG_INT("--seq", &a.seq, 1, SIZE),
-        FLAG_INT("--accum", &a.accum, 1, BATCH),
-        FLAG_SEED("--seed", &a.seed),
-        FLAG_REAL("--lr", &a.opt.lr, 0, 1, INFINITY, 0),
-        FLAG_REAL("--min-lr", &a.opt.min_lr, 0, 0, INFINITY, 0),
-        FLAG_INT("--warmup", &a.opt.warmup_steps, 0, BIG),
-        FLAG_CHOICE("--schedule", &a.schedule, "cosine|linear|constant"),
-        FLAG_REAL("--wd", &a.opt.weight_decay, 0, 0, INFINITY, 0),
-        FLAG_BOOL("--decay-embeddings", &a.opt.decay_embeddings, 1),
-        FLAG_REAL("--beta1", &a.opt.beta1, 0, 0, 1, 1),
-        FLAG_REAL("--beta2", &a.opt.beta2, 0, 0, 1, 1),
-        FLAG_REAL("--adam-eps", &a.opt.eps, 0, 1, INFINITY, 0),
-        FLAG_REAL("--clip", &a.opt.clip_norm, 0, 0, INFINITY, 0),
-        FLAG_INT("--log-every", &a.log_every, 1, BIG),
-        FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
-        FLAG_STR("--val-tokens", &a.val_tokens),
-        FLAG_INT("--eval-every", &a.eval_every, 1, BIG),
-        FLAG_INT("--eval-batches", &a.eval_batches, 1, SIZE),
-        FLAG_STR("--log", &a.log_path),
-        FLAG_STR("--ckpt-dir", &a.ckpt_dir_flag),
-        FLAG_INT("--ckpt-every", &a.ckpt_every, 0, BIG),
-        FLAG_INT("--keep", &a.keep, 0, BIG),
-        FLAG_BOOL("--resume", &a.resume, 1),
-        FLAG_BOOL("--zero1", &a.zero1, 1),
-        FLAG_REAL("--grad-bucket-mb", &a.bucket_mb, 0, 0, 1 << 20, 0),
-        FLAG_REAL("--needle-frac", &a.mix.needle_frac, 0, 0, 1, 0),
-        FLAG_REAL("--copy-frac", &a.mix.copy_frac, 0, 0, 1, 0),
-        FLAG_REAL("--icl-frac", &a.mix.icl_frac, 0, 0, 1, 0),
-        FLAG_REAL("--halluc-frac", &a.mix.halluc_frac, 0, 0, 1, 0),
-        FLAG_REAL("--fact-frac", &a.mix.fact_frac, 0, 0, 1, 0),
-        FLAG_INT("--needle-max", &a.mix.needle_max, 1, DTX_NEEDLE_MAX),
-        FLAG_STR("--needle-text", &a.mix.text),
-        FLAG_STR("--needle-tokenizer", &a.mix.tokenizer),
-        FLAG_INT("--stop-after", &a.stop_after, 1, BIG),
-        /* a test hook (docs/training.md): the loss of this step reads as NaN */
+        FLAG_TEXT("data and output:\n"),
+        FLAG_STR("--tokens", &a.tokens, .metavar = "FILE",
+                 .help = "token ids (a token shard, or whitespace-separated text) [required]"),
+        FLAG_STR("--out", &a.out, .metavar = "PATH",
+                 .help = "where to save the final model (safetensors) [required]"),
+        FLAG_BOOL("--bf16", &a.bf16, 1, .help = "save BF16 tensors (default F32)"),
+        FLAG_STR("--init", &a.init, .metavar = "MODEL",
+                 .help = "continue from the weights of MODEL (fresh optimizer state); the model flags below are "
+                         "then refused, but for --max-seq and --rope-theta (extending the context)"),
+        FLAG_REAL("--needle-frac", &a.mix.needle_frac, 0, 0, 1, 0, .metavar = "P",
+                  .help = "replace each batch row, with probability P, by a synthetic multi-needle retrieval "
+                          "document of --seq + 1 tokens (0: off; docs/eval_needle.md); needs --needle-text and "
+                          "--needle-tokenizer"),
+        FLAG_STR("--needle-text", &a.mix.text, .metavar = "PATH",
+                 .help = "the documents' haystack: training text (a file or a folder of *.txt), never the text "
+                         "needle evaluation uses"),
+        FLAG_STR("--needle-tokenizer", &a.mix.tokenizer, .metavar = "F",
+                 .help = "the tokenizer the token file was made with"),
+        FLAG_INT("--needle-max", &a.mix.needle_max, 1, DTX_NEEDLE_MAX, .metavar = "N",
+                 .help = "needles per document, 1 to N uniformly"),
+        FLAG_REAL("--copy-frac", &a.mix.copy_frac, 0, 0, 1, 0, .metavar = "P",
+                  .help = "make each remaining row, with probability P, a copy document: L random ids "
+                          "(16 <= L <= seq/4) repeated to fill it"),
+        FLAG_REAL("--icl-frac", &a.mix.icl_frac, 0, 0, 1, 0, .metavar = "P",
+                  .help = "a further share of rows: in-context classification episodes (docs/eval_icl.md); needs "
+                          "--needle-tokenizer"),
+        FLAG_REAL("--halluc-frac", &a.mix.halluc_frac, 0, 0, 1, 0, .metavar = "P",
+                  .help = "a further share: faithfulness documents (list every number, absent cities answered "
+                          "'none'; docs/eval_halluc.md)"),
+        FLAG_REAL("--fact-frac", &a.mix.fact_frac, 0, 0, 1, 0, .metavar = "P",
+                  .help = "a further share: closed-book fact rows; needle documents then leave out the fact "
+                          "cities"),
+        FLAG_TEXT("\nmodel (new models only):\n"),
+        FLAG_CHOICE("--arch", &a.arch, "diff|transformer|diff2",
+                    .help = "diff2: DIFF V2 (2h query heads, per-token sigmoid lambda, no per-head norm; README "
+                            "\"Model\")"),
+        FLAG_INT("--dim", &a.cfg.dim, 1, SIZE, .metavar = "N", .help = "model width"),
+        FLAG_INT("--layers", &a.cfg.n_layers, 1, SIZE, .metavar = "N", .help = "blocks"),
+        FLAG_INT("--heads", &a.cfg.n_heads, 1, SIZE, .metavar = "N", .help = "attention heads"),
+        FLAG_INT("--kv-heads", &a.cfg.n_kv_heads, 1, SIZE, .metavar = "N", .help = "key/value heads (default: --heads)"),
+        FLAG_INT("--vocab", &a.cfg.vocab_size, 1, INT32_MAX, .metavar = "N", .help = "vocabulary size"),
+        FLAG_INT("--ffn", &a.cfg.ffn_dim, 1, SIZE, .metavar = "N", .help = "SwiGLU hidden width"),
+        FLAG_INT("--max-seq", &a.cfg.max_seq_len, 1, SIZE, .metavar = "N",
+                 .help = "the model's context (default: --seq when given, else 256)"),
+        FLAG_REAL("--rope-theta", &a.cfg.rope_theta, 0, 1, INFINITY, 0, .metavar = "X", .help = "RoPE's base"),
+        FLAG_REAL("--norm-eps", &a.cfg.norm_eps, 0, 1, 1, 1, .metavar = "X", .help = "every RMSNorm's epsilon"),
+        FLAG_BOOL("--tie", &a.cfg.tie_embeddings, 1,
+                  .help = "share the output projection with the token embedding (the default)"),
+        FLAG_BOOL("--no-tie", &a.cfg.tie_embeddings, 0, .help = "a separate output projection"),
+        FLAG_CHOICE("--subln", &a.subln, "rms|none",
+                    .help = "per-head RMSNorm of the attention output (default diff: rms, transformer: none; Table "
+                            "6's -/+ GroupNorm)"),
+        FLAG_STR("--lambda-init", &a.lambda_init, .metavar = "schedule|X",
+                 .help = "diff: lambda_init 0.8 - 0.6 exp(-0.3 l) per layer (schedule, the default) or X in [0, 1) "
+                         "in every layer"),
+        FLAG_CHOICE("--v2-lambda", &a.v2_lambda, "sigmoid|linear|none",
+                    .help = "diff2: lambda = sigmoid(x W) (the default), x W without the sigmoid, or 1 with no "
+                            "lambda_proj (the V2 ablations)"),
+        FLAG_CHOICE("--init-scheme", &a.init_scheme, "torch|gpt2",
+                    .help = "initial weights: PyTorch nn.Linear's U(+-1/sqrt(in)) and N(0, 1/dim) embeddings "
+                            "(torch, the default), or N(0, 0.02^2) with the residual projections /sqrt(2 layers) "
+                            "(gpt2); README \"Model\""),
+        FLAG_TEXT("  (the Transformer with half the heads at twice the width: --arch transformer\n"
+                  "   --heads H with H the diff model's heads; docs/training.md \"Variants\")\n"),
+        FLAG_TEXT("\nbatches:\n"),
+        FLAG_INT("--steps", &a.steps, 1, BIG, .metavar = "N", .help = "optimizer steps; also the schedule length"),
+        FLAG_INT("--batch", &a.batch, 1, BATCH, .metavar = "N", .help = "windows per micro-batch"),
+        FLAG_INT("--seq", &a.seq, 1, SIZE, .metavar = "N", .help = "tokens per window (default: the model's max_seq_len)"),
+        FLAG_INT("--accum", &a.accum, 1, BATCH, .metavar = "N", .help = "micro-batches accumulated per step"),
+        DTX_FLAG_SEED_OF(&a.seed, "seeds the initial weights and the batch sampler"),
+        FLAG_TEXT("\noptimizer:\n"),
+        FLAG_REAL("--lr", &a.opt.lr, 0, 1, INFINITY, 0, .metavar = "X", .help = "the peak learning rate"),
+        FLAG_REAL("--min-lr", &a.opt.min_lr, 0, 0, INFINITY, 0, .metavar = "X",
+                  .help = "the rate at the last step (default: --lr / 10)"),
+        FLAG_INT("--warmup", &a.opt.warmup_steps, 0, BIG, .metavar = "N", .help = "linear warmup steps"),
+        FLAG_CHOICE("--schedule", &a.schedule, "cosine|linear|constant", .help = "the decay after the warmup"),
+        FLAG_REAL("--wd", &a.opt.weight_decay, 0, 0, INFINITY, 0, .metavar = "X",
+                  .help = "decoupled weight decay (never on norms, subln or lambda vectors)"),
+        FLAG_BOOL("--decay-embeddings", &a.opt.decay_embeddings, 1, .help = "weight decay on the embeddings too"),
+        FLAG_REAL("--beta1", &a.opt.beta1, 0, 0, 1, 1, .metavar = "X", .help = "AdamW's first-moment decay"),
+        FLAG_REAL("--beta2", &a.opt.beta2, 0, 0, 1, 1, .metavar = "X", .help = "AdamW's second-moment decay"),
+        FLAG_REAL("--adam-eps", &a.opt.eps, 0, 1, INFINITY, 0, .metavar = "X", .help = "AdamW's epsilon"),
+        FLAG_REAL("--clip", &a.opt.clip_norm, 0, 0, INFINITY, 0, .metavar = "X",
+                  .help = "global gradient-norm clip; 0 disables"),
+        DTX_FLAG_PRECISION(&a.precision),
+        FLAG_TEXT("\nvalidation and logging:\n"),
+        FLAG_STR("--val-tokens", &a.val_tokens, .metavar = "FILE",
+                 .help = "validation tokens (shard or text); the validation loss is the mean over --eval-batches "
+                         "batches read in order from its start"),
+        FLAG_INT("--eval-every", &a.eval_every, 1, BIG, .metavar = "N", .help = "validate every N steps and after the last"),
+        FLAG_INT("--eval-batches", &a.eval_batches, 1, SIZE, .metavar = "N",
+                 .help = "batches of --batch x --seq tokens per validation"),
+        FLAG_STR("--log", &a.log_path, .metavar = "FILE.jsonl",
+                 .help = "one JSON object per step (and per validation, checkpoint)"),
+        FLAG_INT("--log-every", &a.log_every, 1, BIG, .metavar = "N",
+                 .help = "print a progress line every N steps; with stderr on a terminal a progress bar is redrawn "
+                         "there (and the lines go only to a stdout that is not a terminal)"),
+        FLAG_TEXT("\ncheckpoints (model, optimizer state, sampler state; resume is bit-identical):\n"),
+        FLAG_STR("--ckpt-dir", &a.ckpt_dir_flag, .metavar = "DIR",
+                 .help = "where checkpoints go (default: the --out path + .ckpt)"),
+        FLAG_INT("--ckpt-every", &a.ckpt_every, 0, BIG, .metavar = "N",
+                 .help = "write a checkpoint every N steps and after the last; 0 (the default) writes one only on "
+                         "Ctrl-C or --stop-after"),
+        FLAG_INT("--keep", &a.keep, 0, BIG, .metavar = "K", .help = "keep the newest K checkpoints; 0 keeps all"),
+        FLAG_BOOL("--resume", &a.resume, 1,
+                  .help = "continue from the newest checkpoint in --ckpt-dir (start from step 0 if there is none); "
+                          "the settings that decide the result (model, optimizer, batches, seed, precision, data) "
+                          "must match the checkpoint; a larger --steps extends the run (docs/training.md)"),
+        FLAG_INT("--stop-after", &a.stop_after, 1, BIG, .metavar = "N",
+                 .help = "end the run cleanly after step N, writing a checkpoint, as if interrupted (for tests and "
+                         "job schedulers)"),
+        FLAG_BOOL("--zero1", &a.zero1, 1,
+                  .help = "under mpirun: each rank keeps the AdamW moments of its own share of the parameters "
+                          "(ZeRO-1); the same results"),
+        FLAG_REAL("--grad-bucket-mb", &a.bucket_mb, 0, 0, 1 << 20, 0, .metavar = "M",
+                  .help = "under mpirun: sum the gradient over ranks in buckets of M MiB, each started while the "
+                          "backward pass still runs; 0 sums it at once after the backward (the default: 4 where "
+                          "ranks run on more than one machine, else 0)"),
+        /* test hooks (docs/training.md "Test hooks"), not listed: the loss of this step reads as NaN; */
         FLAG_INT("--debug-nan-at", &a.debug_nan_at, 1, BIG),
         /* and: this step fails as out of memory on the last rank alone (the others wait in a sum) */
         FLAG_INT("--debug-oom-at", &a.debug_oom_at, 1, BIG),
+        FLAG_TEXT("\nCtrl-C (or SIGTERM) finishes the current step, writes a checkpoint and exits with\n"
+                  "status 130 (143); a second one quits at once (an unfinished checkpoint write\n"
+                  "completes first). A NaN or infinite loss stops the run with status 1.\n"),
     };
     int n_fl = (int)(sizeof fl / sizeof fl[0]);
-    char usage[8192];
-    switch (flags_parse(CMD, usage_text(usage, sizeof usage), fl, n_fl, argc, argv, NULL, 0, NULL)) {
+    switch (flags_parse(CMD, USAGE, fl, n_fl, argc, argv, NULL, 0, NULL)) {
     case FLAGS_HELP: return finish_stdout(CMD);
     case FLAGS_ERROR: return EXIT_USAGE;
     }

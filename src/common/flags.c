@@ -152,7 +152,7 @@ static int store(flag *f, const char *val) {
 
 static flag *lookup(flag *fl, int n_fl, const char *name, size_t len) {
     for (int i = 0; i < n_fl; i++)
-        if (strlen(fl[i].name) == len && strncmp(fl[i].name, name, len) == 0) return &fl[i];
+        if (fl[i].name && strlen(fl[i].name) == len && strncmp(fl[i].name, name, len) == 0) return &fl[i];
     return NULL;
 }
 
@@ -204,4 +204,94 @@ int dtx_flags_parse(const char *cmd, flag *fl, int n_fl, int argc, char **argv, 
     }
     if (n_pos) *n_pos = np;
     return DTX_FLAGS_OK;
+}
+
+/* ------------------------------------------------------------ usage */
+
+enum { USAGE_WIDTH = 80, HELP_COL = 24 };
+
+/* The value a flag holds before parsing, when worth saying: "" otherwise
+ * (zero, negative and NULL mean "off", "from the model" or "not given",
+ * which the words say; a required flag has none). */
+static void default_of(const flag *f, char *buf, size_t cap) {
+    buf[0] = '\0';
+    if (!f->dst || (f->help && (strstr(f->help, "default") || strstr(f->help, "[required]")))) return;
+    switch (f->kind) {
+    case DTX_FL_I64: /* a negative value is a "not given" mark */
+        if (*(const int64_t *)f->dst > 0) snprintf(buf, cap, "%lld", (long long)*(const int64_t *)f->dst);
+        break;
+    case DTX_FL_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)f->dst); break;
+    case DTX_FL_F64:
+        if (*(const double *)f->dst != 0) dtx_format_real(*(const double *)f->dst, buf, cap);
+        break;
+    case DTX_FL_STR:
+        if (*(const char *const *)f->dst) snprintf(buf, cap, "%s", *(const char *const *)f->dst);
+        break;
+    case DTX_FL_CHOICE: {
+        int k = *(const int *)f->dst;
+        const char *p = f->choices;
+        for (; k > 0 && p; k--) p = strchr(p, '|') ? strchr(p, '|') + 1 : NULL;
+        if (p) snprintf(buf, cap, "%.*s", (int)(strchr(p, '|') ? (size_t)(strchr(p, '|') - p) : strlen(p)), p);
+        break;
+    }
+    case DTX_FL_BOOL: break;
+    }
+}
+
+/* text from column col on, wrapped at USAGE_WIDTH, every further line
+ * indented to HELP_COL. */
+static void put_wrapped(FILE *f, const char *text, int col) {
+    int first = 1; /* the first word of a line goes where the line stands */
+    for (const char *p = text; *p;) {
+        while (*p == ' ') p++;
+        const char *w = p;
+        while (*p && *p != ' ') p++;
+        int len = (int)(p - w);
+        if (!len) break;
+        if (!first && col + 1 + len > USAGE_WIDTH) {
+            fprintf(f, "\n%*s", HELP_COL, "");
+            col = HELP_COL;
+            first = 1;
+        }
+        if (!first) fputc(' ', f), col++;
+        fprintf(f, "%.*s", len, w);
+        col += len;
+        first = 0;
+    }
+    fputc('\n', f);
+}
+
+char *dtx_flags_usage(const char *head, const dtx_flag *fl, int n_fl) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    fputs(head, f);
+    for (int i = 0; i < n_fl; i++) {
+        const flag *e = &fl[i];
+        if (!e->name) { /* a heading or a note, as written */
+            fputs(e->help ? e->help : "", f);
+            continue;
+        }
+        if (!e->help) continue; /* a test hook */
+        const char *meta = e->metavar ? e->metavar : e->kind == DTX_FL_CHOICE ? e->choices : NULL;
+        int col = fprintf(f, "  %s%s%s", e->name, meta && e->kind != DTX_FL_BOOL ? " " : "",
+                          meta && e->kind != DTX_FL_BOOL ? meta : "");
+        if (col <= HELP_COL - 2) col += fprintf(f, "%*s", HELP_COL - col, "");
+        else col += fprintf(f, "  ");
+        char def[96], text[1024];
+        default_of(e, def, sizeof def);
+        snprintf(text, sizeof text, "%s%s%s%s", e->help, def[0] ? " (default " : "", def, def[0] ? ")" : "");
+        /* a long name and value: the words start on the next line */
+        if (col > USAGE_WIDTH - 20) {
+            fprintf(f, "\n%*s", HELP_COL, "");
+            col = HELP_COL;
+        }
+        put_wrapped(f, text, col);
+    }
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }

@@ -24,17 +24,7 @@ static const char USAGE[] =
     "head uses, A1 - lambda*A2; for the Transformer its one map. Every map is the full\n"
     "T x T matrix (query rows, key columns; zeros above the diagonal). Draw it with\n"
     "  tools/plot_eval.py attn-map OUT.json [BASELINE.json] --out PNG\n"
-    "\n"
-    "  --model PATH        model file                                      [required]\n"
-    "  --tokenizer PATH    tokenizer file                                  [required]\n"
-    "  --text STRING       the prompt\n"
-    "  --prompt-file FILE  the prompt, read from a file (bytes as they are)\n"
-    "  --layer L           layer, 0-based (default 0)\n"
-    "  --head H            head, 0-based (default 0): a DIFF head, or a Transformer head\n"
-    "  --json OUT          where to write the maps (atomically); without it only the\n"
-    "                      summary is printed (a library caller gets the JSON)\n"
-    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
-    "                      operands and fp32 accumulation\n";
+    "\n";
 
 typedef struct {
     const char *model, *tokenizer, *text, *prompt_file, *json;
@@ -252,14 +242,18 @@ static int run(dtx_model *m, const dtx_tokenizer *t, const map_args *a) {
 int dtx_eval_attn_map_main(int argc, char **argv) {
     map_args a = {0};
     dtx_flag fl[] = {
-        DTX_FLAG_STR("--model", &a.model),
-        DTX_FLAG_STR("--tokenizer", &a.tokenizer),
-        DTX_FLAG_STR("--text", &a.text),
-        DTX_FLAG_STR("--prompt-file", &a.prompt_file),
-        DTX_FLAG_INT("--layer", &a.layer, 0, INT32_MAX),
-        DTX_FLAG_INT("--head", &a.head, 0, INT32_MAX),
-        DTX_FLAG_STR("--json", &a.json),
-        DTX_FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
+        DTX_FLAG_MODEL(&a.model),
+        DTX_FLAG_STR("--tokenizer", &a.tokenizer, .metavar = "PATH", .help = "tokenizer file [required]"),
+        DTX_FLAG_STR("--text", &a.text, .metavar = "STRING", .help = "the prompt"),
+        DTX_FLAG_STR("--prompt-file", &a.prompt_file, .metavar = "FILE",
+                     .help = "the prompt, read from a file (bytes as they are)"),
+        DTX_FLAG_INT("--layer", &a.layer, 0, INT32_MAX, .metavar = "L", .help = "layer, 0-based (default 0)"),
+        DTX_FLAG_INT("--head", &a.head, 0, INT32_MAX, .metavar = "H",
+                     .help = "head, 0-based (default 0): a DIFF head, or a Transformer head"),
+        DTX_FLAG_STR("--json", &a.json, .metavar = "OUT",
+                     .help = "where to write the maps (atomically); without it only the summary is printed (a library "
+                             "caller gets the JSON)"),
+        DTX_FLAG_PRECISION(&a.precision),
     };
     switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
     case DTX_FLAGS_HELP: return EVAL_OK;

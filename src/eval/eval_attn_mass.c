@@ -33,20 +33,7 @@ static const char USAGE[] =
     "A1 - lambda*A2 and, beside it, A1 alone (a distribution); A2 is in the JSON.\n"
     "Each prompt is also answered greedily (as 'difftx eval needle' does), and the\n"
     "shares are given again over the prompts the model retrieves and those it misses.\n"
-    "\n"
-    "  --model PATH       model file                                       [required]\n"
-    "  --tokenizer PATH   tokenizer file; it must have <|bos|>             [required]\n"
-    "  --haystack LIST    held-out text: files or folders (every file in them),\n"
-    "                     comma-separated                                  [required]\n"
-    "  --length L         prompt length in tokens (default max_seq_len - 8)\n"
-    "  --needles N        needles per prompt, 1..16 (default 1)\n"
-    "  --depths LIST      answer depths in percent, 0..100 (default 0,25,50,75,100)\n"
-    "  --samples S        prompts per depth (default 20)\n"
-    "  --seed S           seed of every prompt, hashed with its depth (default 1)\n"
-    "  --max-new M        tokens generated per answer (default 8)\n"
-    "  --json OUT         also write every depth's masses as JSON\n"
-    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
-    "                     operands and fp32 accumulation\n";
+    "\n";
 
 enum { MAX_DEPTHS = 64, N_SEG = 4, N_MAPS = 3 };
 enum { SEG_BOS, SEG_ANSWER, SEG_CONTEXT, SEG_QUERY };
@@ -336,12 +323,24 @@ static int write_json(const mass_args *a, const dtx_model *m, const mass *acc) {
 
 static int parse_args(mass_args *a, int argc, char **argv) {
     dtx_flag fl[] = {
-        DTX_FLAG_STR("--model", &a->model),       DTX_FLAG_STR("--tokenizer", &a->tokenizer),
-        DTX_FLAG_STR("--haystack", &a->haystack), DTX_FLAG_INT("--length", &a->length, 1, INT32_MAX),
-        DTX_FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX), DTX_FLAG_STR("--depths", &a->depths_s),
-        DTX_FLAG_INT("--samples", &a->samples, 1, 1000000),         DTX_FLAG_SEED("--seed", &a->seed),
-        DTX_FLAG_STR("--json", &a->json),         DTX_FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
-        DTX_FLAG_INT("--max-new", &a->max_new, 1, 1024),
+        DTX_FLAG_MODEL(&a->model),
+        DTX_FLAG_STR("--tokenizer", &a->tokenizer, .metavar = "PATH",
+                     .help = "tokenizer file; it must have <|bos|> [required]"),
+        DTX_FLAG_STR("--haystack", &a->haystack, .metavar = "LIST",
+                     .help = "held-out text: files or folders (every file in them), comma-separated [required]"),
+        DTX_FLAG_INT("--length", &a->length, 1, INT32_MAX, .metavar = "L",
+                     .help = "prompt length in tokens (default max_seq_len - 8)"),
+        DTX_FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX, .metavar = "N",
+                     .help = "needles per prompt, 1..16 (default 1)"),
+        DTX_FLAG_STR("--depths", &a->depths_s, .metavar = "LIST",
+                     .help = "answer depths in percent, 0..100 (default 0,25,50,75,100)"),
+        DTX_FLAG_INT("--samples", &a->samples, 1, 1000000, .metavar = "S", .help = "prompts per depth (default 20)"),
+        DTX_FLAG_SEED("--seed", &a->seed, .metavar = "S",
+                      .help = "seed of every prompt, hashed with its depth (default 1)"),
+        DTX_FLAG_STR("--json", &a->json, .metavar = "OUT", .help = "also write every depth's masses as JSON"),
+        DTX_FLAG_PRECISION(&a->precision),
+        DTX_FLAG_INT("--max-new", &a->max_new, 1, 1024, .metavar = "M",
+                     .help = "tokens generated per answer (default 8)"),
     };
     switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
     case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;

@@ -33,20 +33,7 @@ static const char USAGE[] =
     "  absent      a question about a city the context does not hold (right: 'none'),\n"
     "              and one about a city it holds (right: its number)\n"
     "Wilson 95% intervals on every rate.\n"
-    "\n"
-    "  --model PATH       model file                                       [required]\n"
-    "  --tokenizer PATH   tokenizer file; it must have <|bos|>             [required]\n"
-    "  --haystack LIST    held-out text: files or folders (every file in them),\n"
-    "                     comma-separated                                  [required]\n"
-    "  --needles N        needles in contradict and absent contexts, 1..16 (default 3)\n"
-    "  --list-needles L   needle counts of the list task, each 1..16 (default 2,4,6)\n"
-    "  --samples S        prompts per task and needle count (default 100)\n"
-    "  --length L         prompt length in tokens (default: what the model's context\n"
-    "                     leaves after the longest list answer, 6 tokens a number)\n"
-    "  --max-new M        most tokens of a question's answer (default 8)\n"
-    "  --seed S           seed of every prompt (default 1)\n"
-    "  --json OUT         also write every count and rate as JSON\n"
-    "  --precision fp32|bf16  matrix products in fp32 (default), or bf16 operands\n";
+    "\n";
 
 enum { MAX_LIST = 16, TEXT_CAP = 4096 };
 
@@ -307,17 +294,25 @@ static void close_runner(runner *r) {
 
 static int parse_args(halluc_args *a, int argc, char **argv) {
     dtx_flag fl[] = {
-        DTX_FLAG_STR("--model", &a->model),
-        DTX_FLAG_STR("--tokenizer", &a->tokenizer),
-        DTX_FLAG_STR("--haystack", &a->haystack),
-        DTX_FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX),
-        DTX_FLAG_STR("--list-needles", &a->list_s),
-        DTX_FLAG_INT("--samples", &a->samples, 1, 1000000),
-        DTX_FLAG_INT("--length", &a->length, 1, INT32_MAX),
-        DTX_FLAG_INT("--max-new", &a->max_new, 1, 1024),
-        DTX_FLAG_SEED("--seed", &a->seed),
-        DTX_FLAG_STR("--json", &a->json),
-        DTX_FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
+        DTX_FLAG_MODEL(&a->model),
+        DTX_FLAG_STR("--tokenizer", &a->tokenizer, .metavar = "PATH",
+                     .help = "tokenizer file; it must have <|bos|> [required]"),
+        DTX_FLAG_STR("--haystack", &a->haystack, .metavar = "LIST",
+                     .help = "held-out text: files or folders (every file in them), comma-separated [required]"),
+        DTX_FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX, .metavar = "N",
+                     .help = "needles in contradict and absent contexts, 1..16 (default 3)"),
+        DTX_FLAG_STR("--list-needles", &a->list_s, .metavar = "L",
+                     .help = "needle counts of the list task, each 1..16 (default 2,4,6)"),
+        DTX_FLAG_INT("--samples", &a->samples, 1, 1000000, .metavar = "S",
+                     .help = "prompts per task and needle count (default 100)"),
+        DTX_FLAG_INT("--length", &a->length, 1, INT32_MAX, .metavar = "L",
+                     .help = "prompt length in tokens (default: what the model's context leaves after the longest list "
+                             "answer, 6 tokens a number)"),
+        DTX_FLAG_INT("--max-new", &a->max_new, 1, 1024, .metavar = "M",
+                     .help = "most tokens of a question's answer (default 8)"),
+        DTX_FLAG_SEED("--seed", &a->seed, .metavar = "S", .help = "seed of every prompt (default 1)"),
+        DTX_FLAG_STR("--json", &a->json, .metavar = "OUT", .help = "also write every count and rate as JSON"),
+        DTX_FLAG_PRECISION(&a->precision),
     };
     switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
     case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;

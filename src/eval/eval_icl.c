@@ -31,20 +31,7 @@ static const char USAGE[] =
     "demonstrations in --orders random orders and in --orders orders grouped by class,\n"
     "each over the same queries, with the margin (best - worst accuracy) per episode.\n"
     "Wilson 95% intervals.\n"
-    "\n"
-    "  --model PATH      model file                                        [required]\n"
-    "  --tokenizer PATH  the tokenizer the model was trained with; it needs <|bos|>,\n"
-    "                    ':' and a newline as single tokens, and word tokens [required]\n"
-    "  --classes C       classes per episode, 2..64 (default 6, as TREC)\n"
-    "  --shots LIST      rounds of demonstrations, comma-separated (default 1, 2, 4, ...\n"
-    "                    doubling, and the most that fit the model's context)\n"
-    "  --queries Q       queries per episode (default 200), the same at every point\n"
-    "  --episodes E      episodes, each its own classes and labels (default 3)\n"
-    "  --orders K        orders of each kind in the order study, 2..1000 (default 10)\n"
-    "  --order-shots R   rounds in the order study (default: the most that fit)\n"
-    "  --seed S          seed of every episode (default 1)\n"
-    "  --json OUT        also write every number as JSON\n"
-    "  --precision fp32|bf16  matrix products in fp32 (default), or bf16 operands\n";
+    "\n";
 
 enum { MAX_SHOTS = 32 };
 
@@ -390,17 +377,26 @@ static void close_runner(runner *r) {
 
 static int parse_args(icl_args *a, int argc, char **argv) {
     dtx_flag fl[] = {
-        DTX_FLAG_STR("--model", &a->model),
-        DTX_FLAG_STR("--tokenizer", &a->tokenizer),
-        DTX_FLAG_INT("--classes", &a->classes, 2, DTX_ICL_MAX_CLASSES),
-        DTX_FLAG_STR("--shots", &a->shots_s),
-        DTX_FLAG_INT("--queries", &a->queries, 1, 1000000),
-        DTX_FLAG_INT("--episodes", &a->episodes, 1, 10000),
-        DTX_FLAG_INT("--orders", &a->orders, 2, 1000),
-        DTX_FLAG_INT("--order-shots", &a->order_shots, 1, 1000000),
-        DTX_FLAG_SEED("--seed", &a->seed),
-        DTX_FLAG_STR("--json", &a->json),
-        DTX_FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
+        DTX_FLAG_MODEL(&a->model),
+        DTX_FLAG_STR("--tokenizer", &a->tokenizer, .metavar = "PATH",
+                     .help = "the tokenizer the model was trained with; it needs <|bos|>, ':' and a newline as single "
+                             "tokens, and word tokens [required]"),
+        DTX_FLAG_INT("--classes", &a->classes, 2, DTX_ICL_MAX_CLASSES, .metavar = "C",
+                     .help = "classes per episode, 2..64 (default 6, as TREC)"),
+        DTX_FLAG_STR("--shots", &a->shots_s, .metavar = "LIST",
+                     .help = "rounds of demonstrations, comma-separated (default 1, 2, 4, ... doubling, and the most that "
+                             "fit the model's context)"),
+        DTX_FLAG_INT("--queries", &a->queries, 1, 1000000, .metavar = "Q",
+                     .help = "queries per episode (default 200), the same at every point"),
+        DTX_FLAG_INT("--episodes", &a->episodes, 1, 10000, .metavar = "E",
+                     .help = "episodes, each its own classes and labels (default 3)"),
+        DTX_FLAG_INT("--orders", &a->orders, 2, 1000, .metavar = "K",
+                     .help = "orders of each kind in the order study, 2..1000 (default 10)"),
+        DTX_FLAG_INT("--order-shots", &a->order_shots, 1, 1000000, .metavar = "R",
+                     .help = "rounds in the order study (default: the most that fit)"),
+        DTX_FLAG_SEED("--seed", &a->seed, .metavar = "S", .help = "seed of every episode (default 1)"),
+        DTX_FLAG_STR("--json", &a->json, .metavar = "OUT", .help = "also write every number as JSON"),
+        DTX_FLAG_PRECISION(&a->precision),
     };
     switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
     case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;

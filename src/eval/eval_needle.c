@@ -31,26 +31,7 @@ static const char USAGE[] =
     "number occurs in the generated text (up to its first newline). Prints per-query\n"
     "accuracy and all-correct rate (all R right) with Wilson 95% intervals, per\n"
     "(N, R, length) averaged over depths, and per depth and length.\n"
-    "\n"
-    "  --model PATH       model file                                       [required]\n"
-    "  --tokenizer PATH   tokenizer file; it must have <|bos|>             [required]\n"
-    "  --haystack LIST    held-out text: files or folders (every file in them),\n"
-    "                     comma-separated                                  [required]\n"
-    "  --lengths LIST     prompt lengths in tokens (default: max_seq_len - max-new);\n"
-    "                     each plus --max-new must fit in max_seq_len\n"
-    "  --grid LIST        NxR pairs, 1 <= R <= N <= 16 (default 1x1,2x2,4x2,6x2)\n"
-    "  --depths LIST      answer depths in percent, 0..100 (default 0,25,50,75,100)\n"
-    "  --samples S        prompts per (N, R, length, depth) cell (default 50)\n"
-    "  --seed S           seed of every prompt, hashed with its cell (default 1)\n"
-    "  --max-new M        most tokens generated per query (default 8)\n"
-    "  --json OUT         also write every cell and the Table 2 rows as JSON\n"
-    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
-    "                     operands and fp32 accumulation\n"
-    "  --attn-bits B      quantise the attention logits to B bits, 2..16 (dynamic\n"
-    "                     absmax, spec 6.9); 0 = off (default)\n"
-    "  --attn-scope row|tensor  one absmax step per query row and head (default),\n"
-    "                     or per layer and map over each model call (the context's\n"
-    "                     prefill, the question's, each decode step)\n";
+    "\n";
 
 enum { MAX_LIST = 64 };
 
@@ -458,13 +439,29 @@ static void close_runner(runner *r) {
 
 static int parse_args(needle_args *a, int argc, char **argv) {
     dtx_flag fl[] = {
-        DTX_FLAG_STR("--model", &a->model),         DTX_FLAG_STR("--tokenizer", &a->tokenizer),
-        DTX_FLAG_STR("--haystack", &a->haystack),   DTX_FLAG_STR("--lengths", &a->lengths_s),
-        DTX_FLAG_STR("--grid", &a->grid_s),         DTX_FLAG_STR("--depths", &a->depths_s),
-        DTX_FLAG_INT("--samples", &a->samples, 1, 1000000), DTX_FLAG_SEED("--seed", &a->seed),
-        DTX_FLAG_INT("--max-new", &a->max_new, 1, 1024),     DTX_FLAG_STR("--json", &a->json),
-        DTX_FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
-        DTX_FLAG_INT("--attn-bits", &a->attn_bits, 0, 16),   DTX_FLAG_CHOICE("--attn-scope", &a->attn_scope, "row|tensor"),
+        DTX_FLAG_MODEL(&a->model),
+        DTX_FLAG_STR("--tokenizer", &a->tokenizer, .metavar = "PATH",
+                     .help = "tokenizer file; it must have <|bos|> [required]"),
+        DTX_FLAG_STR("--haystack", &a->haystack, .metavar = "LIST",
+                     .help = "held-out text: files or folders (every file in them), comma-separated [required]"),
+        DTX_FLAG_STR("--lengths", &a->lengths_s, .metavar = "LIST",
+                     .help = "prompt lengths in tokens (default: max_seq_len - max-new); each plus --max-new must fit in "
+                             "max_seq_len"),
+        DTX_FLAG_STR("--grid", &a->grid_s, .metavar = "LIST",
+                     .help = "NxR pairs, 1 <= R <= N <= 16 (default 1x1,2x2,4x2,6x2)"),
+        DTX_FLAG_STR("--depths", &a->depths_s, .metavar = "LIST",
+                     .help = "answer depths in percent, 0..100 (default 0,25,50,75,100)"),
+        DTX_FLAG_INT("--samples", &a->samples, 1, 1000000, .metavar = "S",
+                     .help = "prompts per (N, R, length, depth) cell (default 50)"),
+        DTX_FLAG_SEED("--seed", &a->seed, .metavar = "S",
+                      .help = "seed of every prompt, hashed with its cell (default 1)"),
+        DTX_FLAG_INT("--max-new", &a->max_new, 1, 1024, .metavar = "M",
+                     .help = "most tokens generated per query (default 8)"),
+        DTX_FLAG_STR("--json", &a->json, .metavar = "OUT",
+                     .help = "also write every cell and the Table 2 rows as JSON"),
+        DTX_FLAG_PRECISION(&a->precision),
+        DTX_FLAG_ATTN_BITS(&a->attn_bits),
+        DTX_FLAG_ATTN_SCOPE(&a->attn_scope),
     };
     int n_fl = (int)(sizeof fl / sizeof fl[0]);
     switch (eval_flags(USAGE, fl, n_fl, argc, argv)) {

@@ -26,16 +26,7 @@ static const char USAGE[] =
     "tokens, each run alone (batch 1); the first floor(N / W) whole windows are used.\n"
     "Prints Top-1, Top-2, Top-3, Top-10, Top-100 (exact) and the median (to a\n"
     "relative 2^-11) of both.\n"
-    "\n"
-    "  --model PATH      model file                                      [required]\n"
-    "  --tokens FILE     token ids (whitespace-separated) or a token shard\n"
-    "  --text FILE       a text file, encoded with --tokenizer (no <|bos|> added)\n"
-    "  --tokenizer PATH  tokenizer file for --text\n"
-    "  --count N         tokens to use (default 65536; fewer if the input is shorter)\n"
-    "  --window W        tokens per forward pass (default: the model's max_seq_len)\n"
-    "  --json OUT        also write the numbers as JSON (atomically)\n"
-    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
-    "                    operands and fp32 accumulation\n";
+    "\n";
 
 typedef struct {
     const char *model, *tokens, *text, *tokenizer, *json;
@@ -212,14 +203,18 @@ static int run(dtx_model *m, const outl_args *a) {
 int dtx_eval_outliers_main(int argc, char **argv) {
     outl_args a = {.count = 65536};
     dtx_flag fl[] = {
-        DTX_FLAG_STR("--model", &a.model),
-        DTX_FLAG_STR("--tokens", &a.tokens),
-        DTX_FLAG_STR("--text", &a.text),
-        DTX_FLAG_STR("--tokenizer", &a.tokenizer),
-        DTX_FLAG_INT("--count", &a.count, 1, (int64_t)1 << 40),
-        DTX_FLAG_INT("--window", &a.window, 1, (int64_t)1 << 30),
-        DTX_FLAG_STR("--json", &a.json),
-        DTX_FLAG_CHOICE("--precision", &a.precision, "fp32|bf16"),
+        DTX_FLAG_MODEL(&a.model),
+        DTX_FLAG_STR("--tokens", &a.tokens, .metavar = "FILE",
+                     .help = "token ids (whitespace-separated) or a token shard"),
+        DTX_FLAG_STR("--text", &a.text, .metavar = "FILE",
+                     .help = "a text file, encoded with --tokenizer (no <|bos|> added)"),
+        DTX_FLAG_STR("--tokenizer", &a.tokenizer, .metavar = "PATH", .help = "tokenizer file for --text"),
+        DTX_FLAG_INT("--count", &a.count, 1, (int64_t)1 << 40, .metavar = "N",
+                     .help = "tokens to use (default 65536; fewer if the input is shorter)"),
+        DTX_FLAG_INT("--window", &a.window, 1, (int64_t)1 << 30, .metavar = "W",
+                     .help = "tokens per forward pass (default: the model's max_seq_len)"),
+        DTX_FLAG_STR("--json", &a.json, .metavar = "OUT", .help = "also write the numbers as JSON (atomically)"),
+        DTX_FLAG_PRECISION(&a.precision),
     };
     switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
     case DTX_FLAGS_HELP: return EVAL_OK;

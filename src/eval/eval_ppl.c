@@ -45,27 +45,7 @@ static const char USAGE[] =
     "and the mean NLL on the AR hits (targets whose bigram with the token before\n"
     "already occurred in the window: associative recall, the paper's Table 6) and\n"
     "on the others.\n"
-    "\n"
-    "  --model PATH       model file                                    [required]\n"
-    "  --tokens FILE      whitespace-separated token ids, or a token shard\n"
-    "  --text FILE        a text, encoded with --tokenizer (ordinary tokens only:\n"
-    "                     special-token text stays text)\n"
-    "  --tokenizer TOK    tokenizer file for --text\n"
-    "  --window W         tokens per forward pass (default max_seq_len)\n"
-    "  --stride S         targets scored per window after the first (1..W;\n"
-    "                     default W/2)\n"
-    "  --max-tokens N     use only the first N tokens (default all)\n"
-    "  --precision fp32|bf16  matrix products in fp32 (default), or with bf16\n"
-    "                     operands and fp32 accumulation\n"
-    "  --attn-bits B      quantise the attention logits to B bits, 2..16 (dynamic\n"
-    "                     absmax, spec 6.9); 0 = off (default)\n"
-    "  --attn-scope row|tensor  one absmax step per query row and head (default),\n"
-    "                     or per layer and map over each window's forward pass\n"
-    "  --by-position      the loss against the context length (the paper's Fig. 4):\n"
-    "                     windows laid end to end (no --stride), the mean NLL of the\n"
-    "                     targets at each position and the cumulative mean up to it\n"
-    "                     (printed at positions 1, 2, 4, ..., W; every one in the JSON)\n"
-    "  --json OUT         also write the result as JSON (atomically)\n";
+    "\n";
 
 typedef struct {
     const char *model, *tokens, *text, *tokenizer, *json;
@@ -300,13 +280,26 @@ static int write_json(const ppl_args *a, const dtx_model *m, const corpus *cp, c
 
 static int parse_args(ppl_args *a, int argc, char **argv) {
     dtx_flag fl[] = {
-        DTX_FLAG_STR("--model", &a->model),         DTX_FLAG_STR("--tokens", &a->tokens),
-        DTX_FLAG_STR("--text", &a->text),           DTX_FLAG_STR("--tokenizer", &a->tokenizer),
-        DTX_FLAG_INT("--window", &a->window, 1, INT64_MAX), DTX_FLAG_INT("--stride", &a->stride, 1, INT64_MAX),
-        DTX_FLAG_INT("--max-tokens", &a->max_tokens, 1, INT64_MAX),
-        DTX_FLAG_CHOICE("--precision", &a->precision, "fp32|bf16"),
-        DTX_FLAG_INT("--attn-bits", &a->attn_bits, 0, 16), DTX_FLAG_CHOICE("--attn-scope", &a->attn_scope, "row|tensor"),
-        DTX_FLAG_BOOL("--by-position", &a->by_position, 1), DTX_FLAG_STR("--json", &a->json),
+        DTX_FLAG_MODEL(&a->model),
+        DTX_FLAG_STR("--tokens", &a->tokens, .metavar = "FILE",
+                     .help = "whitespace-separated token ids, or a token shard"),
+        DTX_FLAG_STR("--text", &a->text, .metavar = "FILE",
+                     .help = "a text, encoded with --tokenizer (ordinary tokens only: special-token text stays text)"),
+        DTX_FLAG_STR("--tokenizer", &a->tokenizer, .metavar = "TOK", .help = "tokenizer file for --text"),
+        DTX_FLAG_INT("--window", &a->window, 1, INT64_MAX, .metavar = "W",
+                     .help = "tokens per forward pass (default max_seq_len)"),
+        DTX_FLAG_INT("--stride", &a->stride, 1, INT64_MAX, .metavar = "S",
+                     .help = "targets scored per window after the first (1..W; default W/2)"),
+        DTX_FLAG_INT("--max-tokens", &a->max_tokens, 1, INT64_MAX, .metavar = "N",
+                     .help = "use only the first N tokens (default all)"),
+        DTX_FLAG_PRECISION(&a->precision),
+        DTX_FLAG_ATTN_BITS(&a->attn_bits),
+        DTX_FLAG_ATTN_SCOPE(&a->attn_scope),
+        DTX_FLAG_BOOL("--by-position", &a->by_position, 1,
+                      .help = "the loss against the context length (the paper's Fig. 4): windows laid end to end (no "
+                              "--stride), the mean NLL of the targets at each position and the cumulative mean up to it "
+                              "(printed at positions 1, 2, 4, ..., W; every one in the JSON)"),
+        DTX_FLAG_STR("--json", &a->json, .metavar = "OUT", .help = "also write the result as JSON (atomically)"),
     };
     switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
     case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;

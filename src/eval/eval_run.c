@@ -92,11 +92,13 @@ int eval_lib_error(void) {
     return dtx_last_status() == DTX_ERR_USAGE ? EVAL_USAGE : EVAL_RUNTIME;
 }
 
-int eval_flags(const char *usage, dtx_flag *fl, int n_fl, int argc, char **argv) {
+int eval_flags(const char *head, dtx_flag *fl, int n_fl, int argc, char **argv) {
     char cmd[64];
     snprintf(cmd, sizeof cmd, "eval %s", argv[0]);
+    char *usage = dtx_flags_usage(head, fl, n_fl); /* before parsing: the defaults as they are */
     int r = dtx_flags_parse(cmd, fl, n_fl, argc, argv, NULL, 0, NULL);
-    if (r == DTX_FLAGS_HELP) eval_puts(usage);
+    if (r == DTX_FLAGS_HELP) eval_puts(usage ? usage : head);
+    free(usage);
     return r;
 }
 

@@ -31,8 +31,9 @@ int eval_runtime_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 /* A library call failed: its message stands. */
 int eval_lib_error(void);
 
-/* dtx_flags_parse on the evaluation's flags; --help puts usage in the report. */
-int eval_flags(const char *usage, dtx_flag *fl, int n_fl, int argc, char **argv);
+/* dtx_flags_parse on the evaluation's flags; --help puts the usage (head,
+ * then the table's flags: dtx_flags_usage) in the report. */
+int eval_flags(const char *head, dtx_flag *fl, int n_fl, int argc, char **argv);
 
 /* The model (a file or a checkpoint's) at precision, with the bf16 note. */
 int eval_model_load(dtx_model **m, const char *path, int precision);
