@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,6 +89,46 @@ void dtx_rng_seed(dtx_rng *r, uint64_t seed);
 uint64_t dtx_rng_next(dtx_rng *r);
 double dtx_rng_uniform(dtx_rng *r); /* [0, 1), 53 bits */
 double dtx_rng_normal(dtx_rng *r);  /* N(0, 1), Box-Muller */
+
+/* ---------------------------------------------------------------- files and time
+ * The helpers every part of difftx reads, writes and times with (its
+ * commands use them as any client can). */
+/* Seconds on a monotonic clock (for intervals): the one clock of the library,
+ * the tool, the tests and the benchmarks. */
+double dtx_now_s(void);
+/* Reads all of f (binary) into a malloc'd, NUL-terminated buffer; name is
+ * used in the failure message (DTX_ERR_IO or DTX_ERR_NOMEM). */
+dtx_status dtx_read_stream(FILE *f, const char *name, char **buf, size_t *len);
+/* Opens path and reads it whole, as above. */
+dtx_status dtx_read_file(const char *path, char **buf, size_t *len);
+/* fopen(path, "rb") for a reader: NULL, with the message in dtx_last_error(), when it
+ * cannot be opened or names a folder ("a folder, not a file": a folder opens
+ * on Linux and fails only at the first read, with a message that says less). */
+FILE *dtx_fopen_read(const char *path);
+/* data[0, len) as the file path, atomically: written to PATH.tmp.PID in
+ * the same folder, flushed, fsynced and renamed over PATH (and the folder
+ * fsynced), so a reader, or a run resumed after a crash at any moment, sees
+ * the old file or the whole new one, never a part; any failure leaves the
+ * old file in place. Every file the library writes goes this way. */
+dtx_status dtx_write_file_atomic(const char *path, const void *data, size_t len);
+/* The files a path names: the one meaning of "a folder" for every command
+ * that reads text (prepare, tokenizer train, eval needle's haystack,
+ * quantize --calib). A regular file is itself. A folder is every regular
+ * file below it, at any depth, walked depth-first with each folder's entries
+ * in byte order of their names; names that begin with '.' (hidden files and
+ * folders) and entries that are neither file nor folder (sockets, FIFOs) are
+ * skipped; links are followed, to at most 32 levels (a link loop is
+ * refused). dtx_paths_add appends them to out (which starts zeroed).
+ * Messages: "PATH: ERR" (cannot stat or open), "PATH: neither a file nor a
+ * folder" (for PATH itself), "PATH: folders nested deeper than 32 (a link
+ * loop?)"; DTX_ERR_NOMEM. An empty folder adds nothing: the caller says
+ * whether that is an error. */
+typedef struct {
+    char **v;
+    size_t n, cap;
+} dtx_paths;
+dtx_status dtx_paths_add(dtx_paths *out, const char *path);
+void dtx_paths_free(dtx_paths *p);
 
 /* ---------------------------------------------------------------- flags
  * The table parser of the difftx command's flags and of dtx_eval_run's
@@ -317,6 +358,12 @@ dtx_real *dtx_model_grads(dtx_model *m);  /* allocated on first backward */
  * which names what is wrong with the file), with its matrix products set to
  * precision. *out is NULL on failure. */
 dtx_status dtx_model_open(dtx_model **out, const char *path, dtx_precision precision);
+/* Whether path is a training checkpoint (its metadata names a checkpoint
+ * version; a file that cannot be read is not one). */
+int dtx_is_checkpoint(const char *path);
+/* The model of a training checkpoint, read and checked whole (the optimizer
+ * state too, then dropped), and the step it was written after. */
+dtx_status dtx_checkpoint_open(dtx_model **out, int64_t *step, const char *path);
 /* The one-line note for precision bf16 where this CPU has no native bf16
  * (what is rounded, and that sums stay fp32); NULL when there is nothing
  * to say (fp32, or native bf16). */
@@ -674,6 +721,14 @@ dtx_status dtx_eval_run(const char *name, int argc, char **argv, dtx_progress_fn
  * token shard (issue 4). Every id is checked against vocab_size when
  * vocab_size > 0. *out is malloc'd; free() it. */
 dtx_status dtx_tokens_read(const char *path, int64_t vocab_size, int32_t **out, int64_t *n);
+/* The tokens of path, a file or a folder's files (dtx_paths_add), in order
+ * and concatenated: each a token file (dtx_tokens_read), or with tok a text
+ * encoded with it (ordinary tokens), every id checked against vocab_size.
+ * *n_files: the files read. An empty folder is DTX_ERR_IO ("PATH: the
+ * folder holds no files"). *out is malloc'd; free() it. */
+struct dtx_tokenizer;
+dtx_status dtx_tokens_gather(const char *path, const struct dtx_tokenizer *tok, int64_t vocab_size, int32_t **out,
+                             int64_t *n, int *n_files);
 
 /* ---------------------------------------------------------------- sampling */
 

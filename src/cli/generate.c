@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/common.h"
 #include "cli/cli.h"
 #include "cli/flags.h"
 #include "difftx.h"

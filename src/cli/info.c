@@ -8,8 +8,6 @@
 #include "cli/flags.h"
 #include "cli/json_out.h"
 #include "difftx.h"
-#include "io/safetensors.h"
-#include "train/checkpoint.h"
 
 static const char *CMD = "info";
 
@@ -313,16 +311,6 @@ static int print_system(int json) {
     return finish_stdout(CMD);
 }
 
-/* Whether path is a training checkpoint (its metadata names a checkpoint
- * version); a file that does not open is not, and the model loader says why. */
-static int is_checkpoint(const char *path) {
-    dtx_st_file f;
-    if (dtx_st_open(&f, path) != DTX_OK) return 0;
-    int yes = dtx_st_meta(&f, "checkpoint_version") != NULL;
-    dtx_st_close(&f);
-    return yes;
-}
-
 int cmd_info(int argc, char **argv) {
     int json = 0, tensors = 0, sys = 0;
     flag fl[] = {
@@ -345,20 +333,14 @@ int cmd_info(int argc, char **argv) {
     }
     if (n_pos == 0) return usage_error(CMD, "expected a model file (see 'difftx info --help')");
     dtx_model *m = NULL;
-    dtx_ckpt ck = {0};
-    if (is_checkpoint(pos[0])) {
-        if (dtx_ckpt_load(&ck, pos[0]) != DTX_OK) return lib_error(CMD);
-        m = ck.model;
-        ck.model = NULL;
-    } else if (dtx_model_load(&m, pos[0]) != DTX_OK) {
+    int64_t step = -1;
+    if (dtx_is_checkpoint(pos[0]) ? dtx_checkpoint_open(&m, &step, pos[0]) : dtx_model_load(&m, pos[0]))
         return lib_error(CMD);
-    }
     report r = make_report(pos[0], m);
-    if (ck.opt) r.ckpt_step = ck.step;
+    r.ckpt_step = step;
     int rc = EXIT_OK;
     if (json) rc = print_json(&r, tensors);
     else print_text(&r, tensors), rc = finish_stdout(CMD);
-    dtx_ckpt_free(&ck); /* before the model its optimizer is bound to */
     dtx_model_free(m);
     return rc;
 }

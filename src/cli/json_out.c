@@ -5,7 +5,6 @@
 
 #include "cli/flags.h"
 #include "cli/json_out.h"
-#include "common/common.h"
 
 int json_write_report(const char *cmd, const char *path, cJSON *root, int ok, int pretty) {
     char *text = json_text(root, ok, pretty);

@@ -17,7 +17,6 @@
 #include <omp.h>
 #endif
 
-#include "common/common.h"
 #include "cli/flags.h"
 #include "difftx.h"
 

@@ -9,9 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/flags.h"
-#include "common/common.h"
 #include "difftx.h"
-#include "io/tokenizer.h"
 
 static const char *CMD = "quantize";
 enum { RECOMMENDED_SAMPLES = 300 };
@@ -25,47 +23,14 @@ static const char USAGE[] =
     "tokens at evenly spaced places. Every command that reads a model reads it.\n"
     "\n";
 
-/* One calibration file: tokens, or text encoded with tok (ordinary tokens; ids checked against vocab). */
-static int read_one(const char *path, const dtx_tokenizer *tok, int64_t vocab, dtx_idbuf *b) {
-    int32_t *ids = NULL;
-    int64_t n = 0;
-    int rc = EXIT_OK;
-    if (tok) {
-        char *buf = NULL;
-        size_t len = 0;
-        if (dtx_read_file(path, &buf, &len) != DTX_OK ||
-            dtx_tokenizer_encode(tok, buf, len, DTX_ENCODE_ORDINARY, &ids, &n) != DTX_OK)
-            rc = lib_error(CMD);
-        for (int64_t i = 0; rc == EXIT_OK && i < n; i++)
-            if (ids[i] >= vocab)
-                rc = runtime_error(CMD, "%s: token %lld has id %d, outside the model's vocab_size %lld", path,
-                                   (long long)i, ids[i], (long long)vocab);
-        free(buf);
-    } else if (dtx_tokens_read(path, vocab, &ids, &n) != DTX_OK) {
-        rc = lib_error(CMD);
-    }
-    if (rc == EXIT_OK && dtx_idbuf_append(b, ids, n) != DTX_OK)
-        rc = runtime_error(CMD, "out of memory for %lld calibration tokens", (long long)(b->n + n));
-    free(ids);
-    return rc;
-}
-
-/* --calib: a file, or a folder's files (dtx_paths_add: what "a folder" means). */
-static int read_calib(const char *path, const char *tokenizer, int64_t vocab, dtx_idbuf *b, int *n_files) {
+/* --calib: a file, or a folder's files (dtx_tokens_gather). */
+static int read_calib(const char *path, const char *tokenizer, int64_t vocab, int32_t **ids, int64_t *n,
+                      int *n_files) {
     dtx_tokenizer *tok = NULL;
     if (tokenizer && dtx_tokenizer_load(&tok, tokenizer) != DTX_OK) return lib_error(CMD);
-    dtx_paths files = {0};
     int rc = EXIT_OK;
-    if (dtx_paths_add(&files, path) != DTX_OK) {
-        char why[1024];
-        snprintf(why, sizeof why, "%s", dtx_last_error());
-        rc = runtime_error(CMD, "--calib %s", why);
-    } else if (files.n == 0) {
-        rc = runtime_error(CMD, "--calib %s: the folder holds no files", path);
-    }
-    for (size_t i = 0; rc == EXIT_OK && i < files.n; i++) rc = read_one(files.v[i], tok, vocab, b);
-    *n_files = (int)files.n;
-    dtx_paths_free(&files);
+    if (dtx_tokens_gather(path, tok, vocab, ids, n, n_files) != DTX_OK)
+        rc = runtime_error(CMD, "--calib %s", dtx_last_error());
     dtx_tokenizer_free(tok);
     return rc;
 }
@@ -147,12 +112,13 @@ int cmd_quantize(int argc, char **argv) {
     if (rc == EXIT_OK && len > c->max_seq_len)
         rc = usage_error(CMD, "--calib-len %lld exceeds the model's max_seq_len %lld", (long long)len,
                          (long long)c->max_seq_len);
-    dtx_idbuf b = {0};
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
     int n_files = 0;
-    if (rc == EXIT_OK) rc = read_calib(calib, tokenizer, c->vocab_size, &b, &n_files);
-    if (rc == EXIT_OK && b.n < len)
+    if (rc == EXIT_OK) rc = read_calib(calib, tokenizer, c->vocab_size, &ids, &n_ids, &n_files);
+    if (rc == EXIT_OK && n_ids < len)
         rc = runtime_error(CMD, "--calib %s: %lld tokens, fewer than one sequence of --calib-len %lld", calib,
-                           (long long)b.n, (long long)len);
+                           (long long)n_ids, (long long)len);
     int32_t *seqs = NULL;
     if (rc == EXIT_OK && !(seqs = malloc(sizeof(int32_t) * (size_t)(samples * len))))
         rc = runtime_error(CMD, "out of memory for %lld calibration sequences", (long long)samples);
@@ -162,8 +128,8 @@ int cmd_quantize(int argc, char **argv) {
                     (long long)samples, RECOMMENDED_SAMPLES);
         /* evenly spaced windows over the whole stream (overlapping when it is short) */
         for (int64_t i = 0; i < samples; i++) {
-            int64_t start = samples > 1 ? (b.n - len) * i / (samples - 1) : 0;
-            memcpy(seqs + i * len, b.ids + start, sizeof(int32_t) * (size_t)len);
+            int64_t start = samples > 1 ? (n_ids - len) * i / (samples - 1) : 0;
+            memcpy(seqs + i * len, ids + start, sizeof(int32_t) * (size_t)len);
         }
         dtx_quant_options o = dtx_quant_options_default((dtx_wquant)(scheme + 1));
         o.act_method = (dtx_calib_method)method;
@@ -185,7 +151,7 @@ int cmd_quantize(int argc, char **argv) {
             snprintf(act + k, sizeof act - k, " (bf16: %.100s)", a16_list);
         }
         snprintf(desc, sizeof desc, "%s (%d file%s, %lld tokens); %lld samples x %lld tokens; activations %s; "
-                 "weight clipping %s", calib, n_files, n_files == 1 ? "" : "s", (long long)b.n, (long long)samples,
+                 "weight clipping %s", calib, n_files, n_files == 1 ? "" : "s", (long long)n_ids, (long long)samples,
                  (long long)len, act, o.clip_search ? "searched" : "absmax");
         if (rc == EXIT_OK && (dtx_model_set_meta(m, "quant_calib", desc) != DTX_OK ||
                               dtx_model_save(m, out, 0) != DTX_OK))
@@ -201,7 +167,7 @@ int cmd_quantize(int argc, char **argv) {
         }
     }
     free(seqs);
-    dtx_idbuf_free(&b);
+    free(ids);
     dtx_model_free(m);
     return rc == EXIT_OK ? finish_stdout(CMD) : rc;
 }

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/common.h"
 #include "cli/flags.h"
 #include "cli/json_out.h"
 #include "difftx.h"

@@ -12,9 +12,6 @@
 
 typedef dtx_real real;
 
-/* Seconds on a monotonic clock (for intervals): the one clock of the library,
- * the tool, the tests and the benchmarks. */
-double dtx_now_s(void);
 /* CPU seconds this process has used (all threads). */
 double dtx_cpu_s(void);
 
@@ -32,15 +29,6 @@ void *dtx_calloc(size_t count, size_t elem_size);
  * (they read as zero when touched again): memory a model no longer reads. */
 void dtx_release_zero(void *p, size_t bytes);
 
-/* Reads all of f (binary) into a malloc'd, NUL-terminated buffer; name is
- * used in the failure message (DTX_ERR_IO or DTX_ERR_NOMEM). */
-dtx_status dtx_read_stream(FILE *f, const char *name, char **buf, size_t *len);
-/* Opens path and reads it whole, as above. */
-dtx_status dtx_read_file(const char *path, char **buf, size_t *len);
-/* fopen(path, "rb") for a reader: NULL after dtx_fail (DTX_ERR_IO) when it
- * cannot be opened or names a folder ("a folder, not a file": a folder opens
- * on Linux and fails only at the first read, with a message that says less). */
-FILE *dtx_fopen_read(const char *path);
 
 /* The one way the library writes a file: atomically. Bytes go to
  * PATH.tmp.PID in the same folder (so rename stays on one file system);
@@ -81,27 +69,7 @@ void dtx_sync_dir(const char *path);
  * removes the file and lets go. */
 dtx_status dtx_lock_acquire(const char *lock_path, int *fd, long *holder);
 void dtx_lock_release(const char *lock_path, int fd);
-/* data[0, len) as one file, through the above. */
-dtx_status dtx_write_file_atomic(const char *path, const void *data, size_t len);
 
-/* The files a path names: the one meaning of "a folder" for every command
- * that reads text (prepare, tokenizer train, eval needle's haystack,
- * quantize --calib). A regular file is itself. A folder is every regular
- * file below it, at any depth, walked depth-first with each folder's entries
- * in byte order of their names; names that begin with '.' (hidden files and
- * folders) and entries that are neither file nor folder (sockets, FIFOs) are
- * skipped; links are followed, to at most 32 levels (a link loop is
- * refused). dtx_paths_add appends them to out (which starts zeroed).
- * Messages: "PATH: ERR" (cannot stat or open), "PATH: neither a file nor a
- * folder" (for PATH itself), "PATH: folders nested deeper than 32 (a link
- * loop?)"; DTX_ERR_NOMEM. An empty folder adds nothing: the caller says
- * whether that is an error. */
-typedef struct {
-    char **v;
-    size_t n, cap;
-} dtx_paths;
-dtx_status dtx_paths_add(dtx_paths *out, const char *path);
-void dtx_paths_free(dtx_paths *p);
 
 /* A whole file, read-only: mapped (MAP_PRIVATE), or for a file under
  * DTX_MAP_READ_BELOW bytes read into memory, since there a mapping and its

@@ -8,6 +8,7 @@
 
 #include "common/common.h"
 #include "io/shard.h"
+#include "io/tokenizer.h"
 
 
 /* A shard, checked by dtx_shard_open (its vocab_size must equal vocab_size
@@ -85,4 +86,50 @@ dtx_status dtx_tokens_read(const char *path, int64_t vocab_size, int32_t **out, 
     *out = toks;
     *n_out = n;
     return DTX_OK;
+}
+
+/* One file of dtx_tokens_gather: tokens, or text encoded with tok. */
+static dtx_status gather_one(const char *path, const dtx_tokenizer *tok, int64_t vocab, dtx_idbuf *b) {
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    dtx_status st;
+    if (tok) {
+        char *buf = NULL;
+        size_t len = 0;
+        st = dtx_read_file(path, &buf, &len);
+        if (!st) st = dtx_tokenizer_encode(tok, buf, len, DTX_ENCODE_ORDINARY, &ids, &n);
+        for (int64_t i = 0; !st && i < n; i++)
+            if (ids[i] >= vocab)
+                st = dtx_fail(DTX_ERR_ARG, "%s: token %lld has id %d, outside the model's vocab_size %lld", path,
+                              (long long)i, ids[i], (long long)vocab);
+        free(buf);
+    } else {
+        st = dtx_tokens_read(path, vocab, &ids, &n);
+    }
+    if (!st && dtx_idbuf_append(b, ids, n) != DTX_OK)
+        st = dtx_fail(DTX_ERR_NOMEM, "out of memory for %lld tokens", (long long)(b->n + n));
+    free(ids);
+    return st;
+}
+
+dtx_status dtx_tokens_gather(const char *path, const dtx_tokenizer *tok, int64_t vocab_size, int32_t **out,
+                             int64_t *n, int *n_files) {
+    *out = NULL;
+    *n = 0;
+    *n_files = 0;
+    dtx_paths files = {0};
+    dtx_idbuf b = {0};
+    dtx_status st = dtx_paths_add(&files, path);
+    if (!st && files.n == 0) st = dtx_fail(DTX_ERR_IO, "%s: the folder holds no files", path);
+    for (size_t i = 0; !st && i < files.n; i++) st = gather_one(files.v[i], tok, vocab_size, &b);
+    *n_files = (int)files.n;
+    dtx_paths_free(&files);
+    if (!st) {
+        *out = b.ids ? b.ids : malloc(sizeof(int32_t));
+        *n = b.n;
+        b.ids = NULL;
+        if (!*out) st = dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    }
+    dtx_idbuf_free(&b);
+    return st;
 }

@@ -4,7 +4,31 @@
 
 #include "common/common.h"
 #include "difftx.h"
+#include "io/safetensors.h"
 #include "train/checkpoint.h"
+
+int dtx_is_checkpoint(const char *path) {
+    dtx_st_file f;
+    if (dtx_st_open(&f, path) != DTX_OK) {
+        dtx_clear_error();
+        return 0;
+    }
+    int yes = dtx_st_meta(&f, "checkpoint_version") != NULL;
+    dtx_st_close(&f);
+    return yes;
+}
+
+dtx_status dtx_checkpoint_open(dtx_model **out, int64_t *step, const char *path) {
+    *out = NULL;
+    dtx_ckpt ck;
+    dtx_status st = dtx_ckpt_load(&ck, path);
+    if (st) return st;
+    *out = ck.model;
+    if (step) *step = ck.step;
+    ck.model = NULL;
+    dtx_ckpt_free(&ck);
+    return DTX_OK;
+}
 
 static dtx_status load(dtx_model **m, const char *path) {
     dtx_status st = dtx_model_load(m, path);
@@ -14,13 +38,7 @@ static dtx_status load(dtx_model **m, const char *path) {
      * model reader's message, which names what is wrong with the file. */
     char why[1024];
     snprintf(why, sizeof why, "%s", dtx_last_error());
-    dtx_ckpt ck;
-    if (dtx_ckpt_load(&ck, path) == DTX_OK) {
-        *m = ck.model;
-        ck.model = NULL;
-        dtx_ckpt_free(&ck);
-        return DTX_OK;
-    }
+    if (dtx_checkpoint_open(m, NULL, path) == DTX_OK) return DTX_OK;
     return dtx_fail(st, "%s", why);
 }
 
