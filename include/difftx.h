@@ -327,6 +327,16 @@ dtx_status dtx_model_init_scheme(dtx_model **out, const dtx_config *c, uint64_t 
 const char *dtx_init_scheme_name(dtx_init_scheme s);
 /* Load a safetensors model file (interop.md). */
 dtx_status dtx_model_load(dtx_model **out, const char *path);
+/* difftx info's report on m (read from path; ckpt_step >= 0: a training
+ * checkpoint's model, written after that step): the architecture, every
+ * config value, λ per layer, the parameter counts, the parameter-matched
+ * baseline of the other architecture and the difference, with tensors
+ * every tensor's shape; as text, or as one JSON line when json. malloc'd
+ * (free() it); NULL when out of memory. */
+char *dtx_model_describe(const dtx_model *m, const char *path, int64_t ckpt_step, int tensors, int json);
+/* What runs the numbers here (difftx info --system): the ISA level and the
+ * CPU's, DTX_ISA, the kernels and oneDNN's ISA, whether bf16 is native. */
+char *dtx_system_describe(int json);
 /* Save as safetensors; bf16 != 0 writes BF16 tensors, otherwise F32. */
 dtx_status dtx_model_save(const dtx_model *m, const char *path, int bf16);
 void dtx_model_free(dtx_model *m);
@@ -784,6 +794,10 @@ dtx_status dtx_tokenizer_encode(const dtx_tokenizer *t, const char *text, size_t
  * names no token is DTX_ERR_ARG. */
 dtx_status dtx_tokenizer_decode(const dtx_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len);
 
+/* difftx tokenizer info's report on t (read from path): its source, the
+ * vocabulary, the ordinary and special tokens; text, or one JSON line when
+ * json. malloc'd (free() it); NULL when out of memory. */
+char *dtx_tokenizer_describe(const dtx_tokenizer *t, const char *path, int json);
 /* Largest id + 1 (the model's vocab_size; tiktoken's n_vocab). */
 int64_t dtx_tokenizer_vocab_size(const dtx_tokenizer *t);
 /* That tok and m were made together: DTX_ERR_ARG naming both sizes (and

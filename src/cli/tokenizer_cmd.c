@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "cli/flags.h"
-#include "cli/json_out.h"
 #include "difftx.h"
 
 int cmd_tokenizer(int argc, char **argv);
@@ -363,43 +362,11 @@ static int sub_info(int argc, char **argv) {
     if (n_pos == 0) return usage_error(cmd, "expected a tokenizer file (see 'difftx tokenizer info --help')");
     dtx_tokenizer *t = load(cmd, pos[0]);
     if (!t) return EXIT_RUNTIME;
-    int64_t v = dtx_tokenizer_vocab_size(t), ord = dtx_tokenizer_num_ordinary(t);
-    int ns = dtx_tokenizer_num_special(t);
-    if (json) {
-        int ok = 1;
-        cJSON *root = cJSON_CreateObject(), *sp = NULL;
-        if (!root) ok = 0;
-        else {
-            jstr(root, "file", pos[0], &ok);
-            jstr(root, "source", dtx_tokenizer_source(t), &ok);
-            jstr(root, "pattern", "cl100k_base", &ok);
-            jint(root, "vocab_size", v, &ok);
-            jint(root, "ordinary", ord, &ok);
-            jint(root, "merges", ord - 256, &ok);
-            sp = jadd(root, "special", cJSON_CreateObject(), &ok);
-        }
-        for (int i = 0; sp && i < ns; i++) {
-            int32_t id;
-            const char *name = dtx_tokenizer_special(t, i, &id);
-            jint(sp, name, id, &ok);
-        }
-        if (root) jint(root, "unused_ids", v - ord - ns, &ok);
-        dtx_tokenizer_free(t);
-        return json_print(cmd, root, ok);
-    } else {
-        printf("file        %s\n", pos[0]);
-        printf("source      %s\n", dtx_tokenizer_source(t));
-        printf("pattern     cl100k_base\n");
-        printf("vocab_size  %lld%s\n", (long long)v, v - ord - ns ? "  (some ids below it name no token)" : "");
-        printf("ordinary    %lld  (256 bytes + %lld merges)\n", (long long)ord, (long long)(ord - 256));
-        printf("special     %d\n", ns);
-        for (int i = 0; i < ns; i++) {
-            int32_t id;
-            const char *name = dtx_tokenizer_special(t, i, &id);
-            printf("  %-16s %ld\n", name, (long)id);
-        }
-    }
+    char *text = dtx_tokenizer_describe(t, pos[0], json);
     dtx_tokenizer_free(t);
+    if (!text) return runtime_error(cmd, "out of memory building the report");
+    fputs(text, stdout);
+    free(text);
     return finish_stdout(cmd);
 }
 
