@@ -1,8 +1,7 @@
-/* Quantised weights and activations (quant_linear.c) and their one-row products
- * (dtx_gemv_q8, dtx_gemv_q4, dtx_gemv_q8a8) at every ISA level the CPU has,
- * against dequantise-then-multiply in double: widths around the 32-value
- * groups and the 8/32-lane vectors, row counts around the 4- and 8-row
- * blocks, the threaded split (the same bits whatever the thread count). */
+/* Quantised weights and activations (quant_linear.c): the round trips, the
+ * layout, the rounding, and the threaded split of the one-row products (the
+ * same bits whatever the thread count). The products themselves at every
+ * ISA level: tests/kernels/simd_ops_test.c. */
 #include "../test.h"
 #include "io/safetensors.h"
 #include "kernels/kernels.h"
@@ -19,9 +18,7 @@ static float *randf(dtx_rng *r, size_t n, double sd) {
 }
 
 static const int64_t KS[] = {1, 7, 16, 31, 32, 33, 64, 100, 344};
-static const int64_t NS[] = {1, 3, 4, 5, 8, 9, 17};
 #define NK ((int)(sizeof KS / sizeof KS[0]))
-#define NN ((int)(sizeof NS / sizeof NS[0]))
 
 TEST(kernel_quant_linear_q8_round_trip) {
     dtx_rng r;
@@ -161,81 +158,6 @@ TEST(kernel_quant_linear_a8_rounds_to_even_and_saturates) {
     CHECK(q[5] == 0);
 }
 
-/* out against Σ in double of the dequantised weights; worst error relative to Σ|terms| */
-static double worst_rel(const float *out, const double *want, const double *mag, int64_t N) {
-    double worst = 0;
-    for (int64_t n = 0; n < N; n++) worst = fmax(worst, fabs(out[n] - want[n]) / (mag[n] + 1e-30));
-    return worst;
-}
-
-/* want [N] = Σ x·w in double over the dequantised w [N, K], mag [N] = Σ |x·w| */
-static void reference(double *want, double *mag, const float *x, const float *w, int64_t K, int64_t N) {
-    for (int64_t n = 0; n < N; n++) {
-        want[n] = mag[n] = 0;
-        for (int64_t k = 0; k < K; k++) want[n] += (double)x[k] * w[n * K + k], mag[n] += fabs((double)x[k] * w[n * K + k]);
-    }
-}
-
-TEST(kernel_quant_linear_gemv_q8_and_q4_match_dequantised) {
-    dtx_rng r;
-    dtx_rng_seed(&r, 1303);
-    FOR_EACH_ISA(lvl) {
-        double w8 = 0, w4 = 0;
-        for (int ik = 0; ik < NK; ik++)
-            for (int in = 0; in < NN; in++) {
-                int64_t K = KS[ik], N = NS[in], ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K);
-                float *w = randf(&r, (size_t)(N * K), 0.5), *x = randf(&r, (size_t)K, 1.0);
-                int8_t *q8 = malloc((size_t)(N * K));
-                uint8_t *q4 = malloc((size_t)(N * rb));
-                float *s8 = malloc(sizeof(float) * (size_t)N), *s4 = malloc(sizeof(float) * (size_t)(N * ng));
-                float *deq = malloc(sizeof(float) * (size_t)(N * K)), *out = malloc(sizeof(float) * (size_t)N);
-                double *want = malloc(sizeof(double) * (size_t)N), *mag = malloc(sizeof(double) * (size_t)N);
-                for (int64_t n = 0; n < N; n++) {
-                    s8[n] = dtx_q8_quantize_row(q8 + n * K, w + n * K, K, 0);
-                    dtx_q4_quantize_row(q4 + n * rb, s4 + n * ng, w + n * K, K, 1.0f);
-                }
-                dtx_q8_dequantize(deq, q8, s8, N, K);
-                reference(want, mag, x, deq, K, N);
-                dtx_gemv_q8(out, x, q8, s8, K, N);
-                w8 = fmax(w8, worst_rel(out, want, mag, N));
-                dtx_q4_dequantize(deq, q4, s4, N, K);
-                reference(want, mag, x, deq, K, N);
-                dtx_gemv_q4(out, x, q4, s4, K, N);
-                w4 = fmax(w4, worst_rel(out, want, mag, N));
-                free(w), free(x), free(q8), free(q4), free(s8), free(s4), free(deq), free(out), free(want), free(mag);
-            }
-        CHECKF(w8 < 1e-6 && w4 < 1e-6, "gemv q8 / q4 (%s): relative errors %.3g / %.3g", dtx_isa_name(lvl), w8, w4);
-    }
-}
-
-TEST(kernel_quant_linear_gemv_q8a8_is_exact) {
-    dtx_rng r;
-    dtx_rng_seed(&r, 1304);
-    FOR_EACH_ISA(lvl) {
-        int bad = 0;
-        for (int ik = 0; ik < NK; ik++)
-            for (int in = 0; in < NN; in++) {
-                int64_t K = KS[ik], N = NS[in];
-                int8_t *q = malloc((size_t)(N * K)), *xq = malloc((size_t)K);
-                float *s = malloc(sizeof(float) * (size_t)N), *out = malloc(sizeof(float) * (size_t)N);
-                /* the extremes too: ±127 everywhere in the first row pair */
-                for (int64_t i = 0; i < N * K; i++)
-                    q[i] = (int8_t)(i < 2 * K ? (i % 2 ? 127 : -127) : (int)(dtx_rng_next(&r) % 255) - 127);
-                for (int64_t k = 0; k < K; k++) xq[k] = (int8_t)(k % 3 == 0 ? -127 : (int)(dtx_rng_next(&r) % 255) - 127);
-                for (int64_t n = 0; n < N; n++) s[n] = (float)(0.01 + 0.001 * n);
-                dtx_gemv_q8a8(out, xq, 0.05f, q, s, K, N);
-                for (int64_t n = 0; n < N; n++) {
-                    int64_t acc = 0;
-                    for (int64_t k = 0; k < K; k++) acc += (int64_t)xq[k] * q[n * K + k];
-                    bad += out[n] != 0.05f * s[n] * (float)acc;
-                }
-                free(q), free(xq), free(s), free(out);
-            }
-        CHECKF(bad == 0, "gemv q8a8 (%s%s): %d outputs differ from the exact integer sum", dtx_isa_name(lvl),
-               lvl >= DTX_ISA_AVX512 && dtx_isa_cpu_has_vnni() ? ", vnni" : "", bad);
-    }
-}
-
 TEST(kernel_quant_linear_gemv_threads_do_not_change_bits) {
     dtx_rng r;
     dtx_rng_seed(&r, 1305);
@@ -266,22 +188,3 @@ TEST(kernel_quant_linear_gemv_threads_do_not_change_bits) {
     free(w), free(x), free(q8), free(xq), free(q4), free(s8), free(s4);
 }
 
-/* Rows wider than the AVX2 kernel's laid-out copy of x (16384) take its group-at-a-time path. */
-TEST(kernel_quant_linear_gemv_q4_wide_rows) {
-    dtx_rng r;
-    dtx_rng_seed(&r, 1306);
-    int64_t K = 16384 + 40, N = 5, ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K);
-    float *w = randf(&r, (size_t)(N * K), 0.5), *x = randf(&r, (size_t)K, 1.0), *deq = malloc(sizeof(float) * (size_t)(N * K));
-    uint8_t *q4 = malloc((size_t)(N * rb));
-    float *s4 = malloc(sizeof(float) * (size_t)(N * ng)), out[5];
-    double want[5], mag[5];
-    for (int64_t n = 0; n < N; n++) dtx_q4_quantize_row(q4 + n * rb, s4 + n * ng, w + n * K, K, 1.0f);
-    dtx_q4_dequantize(deq, q4, s4, N, K);
-    reference(want, mag, x, deq, K, N);
-    FOR_EACH_ISA(lvl) {
-        dtx_gemv_q4(out, x, q4, s4, K, N);
-        double e = worst_rel(out, want, mag, N);
-        CHECKF(e < 1e-6, "gemv q4, K %lld (%s): relative error %.3g", (long long)K, dtx_isa_name(lvl), e);
-    }
-    free(w), free(x), free(deq), free(q4), free(s4);
-}

@@ -1,0 +1,392 @@
+/* Every per-ISA kernel (simd.h's dtx_simd_ops) against one plain double
+ * reference, at every ISA level the CPU has, as one table (the way ggml's
+ * test-backend-ops compares every op on every backend): an entry builds its
+ * cases (shapes around the kernels' blocks and vector widths, strides,
+ * ragged edges) with their reference, runs one level's table entry, and
+ * says how close it must come (exact for the integer product, the
+ * transpose, and every output a kernel must leave untouched). A new kernel
+ * in the table is a new row here. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../test.h"
+#include "kernels/kernels.h"
+#include "kernels/simd.h"
+
+enum { MAX_IN = 8 };
+#define UNTOUCHED 12345.0f /* what a kernel must not write over */
+
+typedef struct {
+    void *in[MAX_IN];   /* the case's inputs (malloc'd)                               */
+    int64_t d[8];       /* its sizes and settings                                    */
+    float scale;
+    int64_t n_out;
+    float *init;        /* [n_out] the output buffer before the call (accumulators, gaps) */
+    double *want, *mag; /* [n_out] the reference; mag < 0: unspecified (not compared)    */
+    char what[96];      /* the case, for messages */
+} op_case;
+
+typedef struct {
+    const char *name;
+    int n_cases;
+    void (*make)(op_case *c, int i, dtx_rng *r);
+    void (*run)(const dtx_simd_ops *ops, const op_case *c, float *out);
+    double tol; /* |got − want| <= tol · (mag + 1); 0: bit-exact */
+} op_entry;
+
+static float *randf(dtx_rng *r, int64_t n, double sd) {
+    float *x = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(sd * dtx_rng_normal(r));
+    return x;
+}
+
+static void outputs(op_case *c, int64_t n) {
+    c->n_out = n;
+    c->init = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    c->want = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    c->mag = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++) c->init[i] = UNTOUCHED, c->want[i] = UNTOUCHED, c->mag[i] = 0;
+}
+
+/* ------------------------------------------------------------ one-row products */
+
+static const int64_t ROWS_N[] = {1, 7, 8, 9, 16, 37}, ROWS_D[] = {1, 5, 8, 13, 64, 130};
+
+/* s[t·lds] = scale · Σ_c x[c]·k[t·ldk + c]; the gaps of lds = 2 untouched */
+static void make_dot_rows(op_case *c, int i, dtx_rng *r) {
+    int64_t n = ROWS_N[i % 6], d = ROWS_D[i / 6 % 6], lds = 1 + i / 36, ldk = d + 3;
+    float *x = randf(r, d, 1), *k = randf(r, n * ldk, 1);
+    c->in[0] = x, c->in[1] = k, c->d[0] = n, c->d[1] = d, c->d[2] = lds, c->d[3] = ldk, c->scale = 0.125f;
+    outputs(c, n * lds);
+    for (int64_t t = 0; t < n; t++) {
+        double s = 0, m = 0;
+        for (int64_t j = 0; j < d; j++) s += (double)x[j] * k[t * ldk + j], m += fabs((double)x[j] * k[t * ldk + j]);
+        c->want[t * lds] = 0.125 * s, c->mag[t * lds] = 0.125 * m;
+    }
+    snprintf(c->what, sizeof c->what, "n %lld d %lld lds %lld", (long long)n, (long long)d, (long long)lds);
+}
+static void run_dot_rows(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->dot_rows(out, c->d[2], c->in[0], c->in[1], c->d[3], c->d[0], c->d[1], c->scale);
+}
+
+static const int64_t AXPY_N[] = {1, 5, 16}, AXPY_W[] = {1, 7, 32, 64, 100, 128};
+
+/* y[c] += Σ_t p[t]·v[t·ldv + c] for c < w; the 3 values past w untouched */
+static void make_axpy_rows(op_case *c, int i, dtx_rng *r) {
+    int64_t n = AXPY_N[i % 3], w = AXPY_W[i / 3], ldv = w + 5;
+    float *p = randf(r, n, 1), *v = randf(r, n * ldv, 1);
+    c->in[0] = p, c->in[1] = v, c->d[0] = n, c->d[1] = w, c->d[2] = ldv;
+    outputs(c, w + 3);
+    for (int64_t j = 0; j < w; j++) {
+        c->init[j] = (float)dtx_rng_normal(r);
+        double s = c->init[j], m = fabs(s);
+        for (int64_t t = 0; t < n; t++) s += (double)p[t] * v[t * ldv + j], m += fabs((double)p[t] * v[t * ldv + j]);
+        c->want[j] = s, c->mag[j] = m;
+    }
+    snprintf(c->what, sizeof c->what, "n %lld w %lld", (long long)n, (long long)w);
+}
+static void run_axpy_rows(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->axpy_rows(out, c->d[1], c->in[0], c->in[1], c->d[2], c->d[0]);
+}
+
+static const int64_t GEMV_KN[][2] = {{512, 512}, {13, 3}, {1408, 77}, {64, 8200}, {9, 1}, {1, 17}, {33, 9}};
+
+/* w as fp32 (bf16 = 0), or as bf16 bits with x rounded to bf16 */
+static void make_gemv_any(op_case *c, int i, dtx_rng *r, int bf16) {
+    int64_t K = GEMV_KN[i][0], N = GEMV_KN[i][1];
+    float *x = randf(r, K, 1), *w = randf(r, N * K, 1);
+    uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * K));
+    for (int64_t j = 0; j < N * K; j++) {
+        wb[j] = dtx_f32_to_bf16(w[j]);
+        if (bf16) w[j] = dtx_bf16_to_f32(wb[j]);
+    }
+    if (bf16)
+        for (int64_t k = 0; k < K; k++) x[k] = dtx_bf16_round_f32(x[k]);
+    c->in[0] = x, c->in[1] = w, c->in[2] = wb, c->d[0] = K, c->d[1] = N;
+    outputs(c, N);
+    for (int64_t n = 0; n < N; n++) {
+        double s = 0, m = 0;
+        for (int64_t k = 0; k < K; k++) s += (double)x[k] * w[n * K + k], m += fabs((double)x[k] * w[n * K + k]);
+        c->want[n] = s, c->mag[n] = m;
+    }
+    snprintf(c->what, sizeof c->what, "K %lld N %lld", (long long)K, (long long)N);
+}
+static void make_gemv(op_case *c, int i, dtx_rng *r) { make_gemv_any(c, i, r, 0); }
+static void make_gemv_bf16(op_case *c, int i, dtx_rng *r) { make_gemv_any(c, i, r, 1); }
+static void run_gemv(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->gemv(out, c->in[0], c->in[1], c->d[0], c->d[1]);
+}
+static void run_gemv_bf16(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->gemv_bf16(out, c->in[0], c->in[2], c->d[0], c->d[1]);
+}
+
+/* Widths around the 32-value groups and the 8/32-lane vectors, row counts
+ * around the 4- and 8-row blocks, and rows wider than the AVX2 q4 kernel's
+ * laid-out copy of x (16384). */
+static const int64_t Q_K[] = {1, 7, 16, 31, 32, 33, 64, 100, 344, 16424}, Q_N[] = {1, 3, 4, 5, 8, 9, 17};
+enum { Q_CASES = 9 * 7 + 1 };
+static void q_shape(int i, int64_t *K, int64_t *N) {
+    if (i == Q_CASES - 1) *K = Q_K[9], *N = 5;
+    else *K = Q_K[i / 7], *N = Q_N[i % 7];
+}
+
+/* q8 and q4 weights against their dequantised values in double */
+static void make_gemv_q(op_case *c, int i, dtx_rng *r, int bits) {
+    int64_t K, N;
+    q_shape(i, &K, &N);
+    float *w = randf(r, N * K, 0.5), *x = randf(r, K, 1), *deq = malloc(sizeof(float) * (size_t)(N * K));
+    int64_t ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K);
+    void *q = malloc(bits == 8 ? (size_t)(N * K) : (size_t)(N * rb));
+    float *s = malloc(sizeof(float) * (size_t)(bits == 8 ? N : N * ng));
+    for (int64_t n = 0; n < N; n++) {
+        if (bits == 8) s[n] = dtx_q8_quantize_row((int8_t *)q + n * K, w + n * K, K, 0);
+        else dtx_q4_quantize_row((uint8_t *)q + n * rb, s + n * ng, w + n * K, K, 1.0f);
+    }
+    if (bits == 8) dtx_q8_dequantize(deq, q, s, N, K);
+    else dtx_q4_dequantize(deq, q, s, N, K);
+    c->in[0] = x, c->in[1] = q, c->in[2] = s, c->in[3] = deq, c->in[4] = w, c->d[0] = K, c->d[1] = N;
+    outputs(c, N);
+    for (int64_t n = 0; n < N; n++) {
+        double sum = 0, m = 0;
+        for (int64_t k = 0; k < K; k++) sum += (double)x[k] * deq[n * K + k], m += fabs((double)x[k] * deq[n * K + k]);
+        c->want[n] = sum, c->mag[n] = m;
+    }
+    snprintf(c->what, sizeof c->what, "K %lld N %lld", (long long)K, (long long)N);
+}
+static void make_gemv_q8(op_case *c, int i, dtx_rng *r) { make_gemv_q(c, i, r, 8); }
+static void make_gemv_q4(op_case *c, int i, dtx_rng *r) { make_gemv_q(c, i, r, 4); }
+static void run_gemv_q8(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->gemv_q8(out, c->in[0], c->in[1], c->in[2], c->d[0], c->d[1]);
+}
+static void run_gemv_q4(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->gemv_q4(out, c->in[0], c->in[1], c->in[2], c->d[0], c->d[1]);
+}
+
+/* int8 × int8: the exact integer sum, scaled (the extremes ±127 in the first rows) */
+static void make_gemv_q8a8(op_case *c, int i, dtx_rng *r) {
+    int64_t K, N;
+    q_shape(i, &K, &N);
+    int8_t *q = malloc((size_t)(N * K)), *xq = malloc((size_t)K);
+    float *s = malloc(sizeof(float) * (size_t)N);
+    for (int64_t j = 0; j < N * K; j++)
+        q[j] = (int8_t)(j < 2 * K ? (j % 2 ? 127 : -127) : (int)(dtx_rng_next(r) % 255) - 127);
+    for (int64_t k = 0; k < K; k++) xq[k] = (int8_t)(k % 3 == 0 ? -127 : (int)(dtx_rng_next(r) % 255) - 127);
+    for (int64_t n = 0; n < N; n++) s[n] = (float)(0.01 + 0.001 * (double)n);
+    c->in[0] = xq, c->in[1] = q, c->in[2] = s, c->d[0] = K, c->d[1] = N, c->scale = 0.05f;
+    outputs(c, N);
+    for (int64_t n = 0; n < N; n++) {
+        int64_t acc = 0;
+        for (int64_t k = 0; k < K; k++) acc += (int64_t)xq[k] * q[n * K + k];
+        c->want[n] = 0.05f * s[n] * (float)acc; /* the kernels' own rounding of the scaling */
+    }
+    snprintf(c->what, sizeof c->what, "K %lld N %lld", (long long)K, (long long)N);
+}
+static void run_gemv_q8a8(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->gemv_q8a8(out, c->in[0], c->scale, c->in[1], c->in[2], c->d[0], c->d[1]);
+}
+
+/* ------------------------------------------------------------ the flash attention's tiles */
+
+/* C (=|+=) A·B with strided and transposed A, ragged M and N (every tile
+ * shape), then the causal shortcuts (N_HI, K_HI, K_LO) at diagonals above,
+ * on and below the tile; columns past N untouched. */
+static const int64_t GEMM_MNK[][3] = {{64, 64, 64}, {13, 77, 9}, {1, 1, 1}, {6, 16, 130}, {65, 129, 33}, {5, 3, 0}};
+static const int64_t DIAGS[] = {-70, -20, -3, 0, 5, 40, 200};
+enum { GEMM_PLAIN = 6 * 4, GEMM_CASES = GEMM_PLAIN + 3 * 7 };
+
+static void make_gemm(op_case *c, int i, dtx_rng *r) {
+    int64_t M, N, K, tri = DTX_TRI_NONE, diag = 0, trans = 0, acc;
+    if (i < GEMM_PLAIN) {
+        M = GEMM_MNK[i / 4][0], N = GEMM_MNK[i / 4][1], K = GEMM_MNK[i / 4][2], trans = i % 2, acc = i / 2 % 2;
+    } else {
+        int j = i - GEMM_PLAIN;
+        M = 45, N = 70, K = 67, tri = DTX_TRI_N_HI + j / 7, diag = DIAGS[j % 7], acc = j % 2;
+    }
+    int64_t lda = (trans ? M : K) + 3, ldb = N + 5, ldc = N + 2;
+    float *A = randf(r, (trans ? K : M) * lda + 1, 1), *B = randf(r, K * ldb + 1, 1);
+    for (int64_t a = 0; a < M; a++) /* the zeros the causal forms promise */
+        for (int64_t kk = 0; kk < K; kk++)
+            if ((tri == DTX_TRI_K_HI && kk > diag + a) || (tri == DTX_TRI_K_LO && kk < a - diag)) A[a * lda + kk] = 0;
+    c->in[0] = A, c->in[1] = B;
+    c->d[0] = M, c->d[1] = N, c->d[2] = K, c->d[3] = lda, c->d[4] = ldb, c->d[5] = ldc, c->d[6] = trans | acc << 1;
+    c->d[7] = tri << 16 | (diag + 1000);
+    outputs(c, M * ldc);
+    for (int64_t a = 0; a < M; a++)
+        for (int64_t j = 0; j < ldc; j++) {
+            int64_t o = a * ldc + j;
+            c->init[o] = (float)dtx_rng_normal(r);
+            double s = (acc || j >= N) ? c->init[o] : 0, m = fabs(s);
+            for (int64_t kk = 0; j < N && kk < K; kk++) {
+                double p = (double)(trans ? A[kk * lda + a] : A[a * lda + kk]) * B[kk * ldb + j];
+                s += p, m += fabs(p);
+            }
+            c->want[o] = s, c->mag[o] = j < N ? m : 0;
+            if (tri == DTX_TRI_N_HI && j < N && j > diag + a) c->mag[o] = -1; /* unspecified */
+        }
+    snprintf(c->what, sizeof c->what, "%lldx%lldx%lld trans %lld acc %lld tri %lld diag %lld", (long long)M,
+             (long long)N, (long long)K, (long long)trans, (long long)acc, (long long)tri, (long long)diag);
+}
+static void run_gemm(const dtx_simd_ops *o, const op_case *c, float *out) {
+    int64_t trans = c->d[6] & 1, lda = c->d[3];
+    o->gemm_tri(c->d[0], c->d[1], c->d[2], c->in[0], trans ? 1 : lda, trans ? lda : 1, c->in[1], c->d[4], out,
+                c->d[5], (int)(c->d[6] >> 1), (dtx_tri)(c->d[7] >> 16), (c->d[7] & 0xffff) - 1000);
+}
+
+static const int64_t TR_RC[][2] = {{16, 16}, {1, 1}, {37, 5}, {100, 64}, {3, 50}};
+
+/* dst[c·ldd + r] = src[r·lds + c]; the rest of dst untouched */
+static void make_transpose(op_case *c, int i, dtx_rng *r) {
+    int64_t R = TR_RC[i][0], C = TR_RC[i][1], lds = C + 7, ldd = R + 9;
+    float *src = randf(r, R * lds, 1);
+    c->in[0] = src, c->d[0] = R, c->d[1] = C, c->d[2] = lds, c->d[3] = ldd;
+    outputs(c, C * ldd);
+    for (int64_t j = 0; j < C; j++)
+        for (int64_t a = 0; a < R; a++) c->want[j * ldd + a] = src[a * lds + j];
+    snprintf(c->what, sizeof c->what, "%lldx%lld", (long long)R, (long long)C);
+}
+static void run_transpose(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->transpose(out, c->d[3], c->in[0], c->d[2], c->d[0], c->d[1]);
+}
+
+/* exp over [-88, 0] (relative 3e-7), below FLT_MIN (absolute FLT_MIN), the
+ * specials (-inf, -1000, NaN, 0) and ragged tails */
+static void make_exp(op_case *c, int i, dtx_rng *r) {
+    int64_t n = i == 0 ? 1 << 18 : i == 1 ? 5 : 37;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    for (int64_t j = 0; j < n; j++) x[j] = (float)(-88.0 * (double)j / (double)(n - 1));
+    if (i == 0) x[0] = 0, x[1] = -1e-8f, x[2] = -FLT_MIN;
+    if (i == 1) x[0] = -INFINITY, x[1] = -1000, x[2] = -90, x[3] = 0, x[4] = -1;
+    if (i == 2)
+        for (int64_t j = 0; j < n; j++) x[j] = (float)(-5 * fabs(dtx_rng_normal(r)));
+    c->in[0] = x, c->d[0] = n;
+    outputs(c, n);
+    for (int64_t j = 0; j < n; j++) {
+        double e = exp((double)x[j]);
+        c->want[j] = e < FLT_MIN ? 0 : e; /* flushed */
+        c->mag[j] = e < FLT_MIN ? FLT_MIN / 3e-7 : e; /* tol 3e-7 relative; FLT_MIN absolute below it */
+    }
+    snprintf(c->what, sizeof c->what, "n %lld", (long long)n);
+}
+static void run_exp(const dtx_simd_ops *o, const op_case *c, float *out) { o->exp(out, c->in[0], c->d[0]); }
+
+/* The flash forward's row step (tile_gemm.h): S, m, l, alpha after the
+ * update, for tiles above, on and below the diagonal and a fully masked row. */
+static const int64_t SM_MN[][2] = {{16, 16}, {7, 33}, {64, 64}, {1, 5}, {40, 9}};
+static void make_softmax_update(op_case *c, int i, dtx_rng *r) {
+    int64_t M = SM_MN[i % 5][0], N = SM_MN[i % 5][1], ld = N + 3, diag = DIAGS[i / 5 % 7] / 4;
+    float scale = 0.3f;
+    float *S = randf(r, M * ld, 3), *m0 = malloc(sizeof(float) * (size_t)M), *l0 = malloc(sizeof(float) * (size_t)M);
+    for (int64_t a = 0; a < M; a++)
+        m0[a] = a % 3 == 0 ? -INFINITY : (float)dtx_rng_normal(r), l0[a] = a % 3 == 0 ? 0 : (float)(1 + fabs(dtx_rng_normal(r)));
+    c->in[0] = S, c->in[1] = m0, c->in[2] = l0, c->d[0] = M, c->d[1] = N, c->d[2] = ld, c->d[3] = diag + 1000;
+    c->scale = scale;
+    outputs(c, M * ld + 3 * M); /* S, then m, l, alpha */
+    for (int64_t j = 0; j < M * ld; j++) c->init[j] = S[j];
+    for (int64_t a = 0; a < M; a++) c->init[M * ld + a] = m0[a], c->init[M * ld + M + a] = l0[a];
+    for (int64_t a = 0; a < M; a++) {
+        int64_t valid = tile_valid_cols(diag, a, N);
+        double mx = m0[a];
+        for (int64_t j = 0; j < valid; j++) mx = fmax(mx, (double)scale * S[a * ld + j]);
+        double alpha = valid ? exp((double)m0[a] - mx) : 1, l = valid ? (double)l0[a] * alpha : l0[a];
+        if (m0[a] == -INFINITY && valid) alpha = 0, l = 0;
+        for (int64_t j = 0; j < ld; j++) {
+            double e = j < N ? (j < valid ? exp((double)scale * S[a * ld + j] - mx) : 0) : S[a * ld + j];
+            if (j < valid) l += e;
+            c->want[a * ld + j] = e, c->mag[a * ld + j] = j < N ? 1 : 0;
+        }
+        c->want[M * ld + a] = valid ? mx : m0[a], c->mag[M * ld + a] = 1 + fabs(valid ? mx : 0);
+        c->want[M * ld + M + a] = l, c->mag[M * ld + M + a] = 1 + l;
+        c->want[M * ld + 2 * M + a] = alpha, c->mag[M * ld + 2 * M + a] = 1;
+    }
+    snprintf(c->what, sizeof c->what, "%lldx%lld diag %lld", (long long)M, (long long)N, (long long)diag);
+}
+static void run_softmax_update(const dtx_simd_ops *o, const op_case *c, float *out) {
+    int64_t M = c->d[0], ld = c->d[2];
+    o->softmax_update(out, ld, M, c->d[1], c->d[3] - 1000, c->scale, out + M * ld, out + M * ld + M,
+                      out + M * ld + 2 * M);
+}
+
+/* The flash backward's recompute P = exp(scale·S − lse), 0 where masked. */
+static void make_exp_rows(op_case *c, int i, dtx_rng *r) {
+    int64_t M = SM_MN[i % 5][0], N = SM_MN[i % 5][1], ld = N + 3, diag = DIAGS[i / 5 % 7] / 4;
+    float scale = 0.3f, *S = randf(r, M * ld, 3), *lse = randf(r, M, 1);
+    for (int64_t a = 0; a < M; a++) lse[a] = 4 + fabsf(lse[a]);
+    c->in[0] = S, c->in[1] = lse, c->d[0] = M, c->d[1] = N, c->d[2] = ld, c->d[3] = diag + 1000, c->scale = scale;
+    outputs(c, M * ld);
+    for (int64_t a = 0; a < M; a++)
+        for (int64_t j = 0; j < ld; j++) {
+            int64_t valid = tile_valid_cols(diag, a, N);
+            c->init[a * ld + j] = UNTOUCHED;
+            c->want[a * ld + j] = j < N ? (j < valid ? exp((double)scale * S[a * ld + j] - lse[a]) : 0) : UNTOUCHED;
+            c->mag[a * ld + j] = j < N ? 1 : 0;
+        }
+    snprintf(c->what, sizeof c->what, "%lldx%lld diag %lld", (long long)M, (long long)N, (long long)diag);
+}
+static void run_exp_rows(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->exp_rows(out, c->in[0], c->d[2], c->d[0], c->d[1], c->d[3] - 1000, c->scale, c->in[1]);
+}
+
+/* ------------------------------------------------------------ the table and its one loop */
+
+static const op_entry OPS[] = {
+    {"dot_rows", 72, make_dot_rows, run_dot_rows, 1e-6},
+    {"axpy_rows", 18, make_axpy_rows, run_axpy_rows, 1e-6},
+    {"gemv", 7, make_gemv, run_gemv, 1e-6},
+    {"gemv_bf16", 7, make_gemv_bf16, run_gemv_bf16, 1e-6},
+    {"gemv_q8", Q_CASES, make_gemv_q8, run_gemv_q8, 1e-6},
+    {"gemv_q4", Q_CASES, make_gemv_q4, run_gemv_q4, 1e-6},
+    {"gemv_q8a8", Q_CASES, make_gemv_q8a8, run_gemv_q8a8, 0},
+    {"gemm_tri", GEMM_CASES, make_gemm, run_gemm, 1e-5},
+    {"transpose", 5, make_transpose, run_transpose, 0},
+    {"exp", 3, make_exp, run_exp, 3e-7},
+    {"softmax_update", 35, make_softmax_update, run_softmax_update, 2e-6},
+    {"exp_rows", 35, make_exp_rows, run_exp_rows, 2e-6},
+};
+
+static void case_free(op_case *c) {
+    for (int k = 0; k < MAX_IN; k++) free(c->in[k]);
+    free(c->init), free(c->want), free(c->mag);
+    memset(c, 0, sizeof *c);
+}
+
+/* The worst error of out against the case's reference (inf for a wrong
+ * untouched, exact or special value). */
+static double case_error(const op_case *c, const float *out, double tol) {
+    double worst = 0;
+    for (int64_t j = 0; j < c->n_out; j++) {
+        double want = c->want[j], got = out[j], mag = c->mag[j];
+        if (mag < 0 || (isnan(want) && isnan(got)) || got == want) continue;
+        if (mag == 0 || tol == 0 || isnan(got) || isinf(want)) return INFINITY;
+        worst = fmax(worst, fabs(got - want) / (mag + (mag < 1 ? 1 : 0)) / tol);
+    }
+    return worst; /* <= 1: within the tolerance */
+}
+
+TEST(simd_ops_every_level_against_the_reference) {
+    int levels = 0;
+    for (size_t e = 0; e < sizeof OPS / sizeof OPS[0]; e++) {
+        const op_entry *op = &OPS[e];
+        dtx_rng r;
+        dtx_rng_seed(&r, 4000 + e);
+        for (int i = 0; i < op->n_cases; i++) {
+            op_case c = {0};
+            op->make(&c, i, &r);
+            float *out = malloc(sizeof(float) * (size_t)(c.n_out > 0 ? c.n_out : 1));
+            FOR_EACH_ISA(lvl) {
+                /* a level without kernels of its own runs the one below's: once is enough */
+                if (lvl > DTX_ISA_PORTABLE && dtx_simd_for(lvl) == dtx_simd_for((dtx_isa)(lvl - 1))) continue;
+                levels += e == 0 && i == 0;
+                memcpy(out, c.init, sizeof(float) * (size_t)c.n_out);
+                op->run(dtx_simd_for(lvl), &c, out);
+                double err = case_error(&c, out, op->tol);
+                CHECKF(err <= 1, "%s (%s) %s: error %.3g of the tolerance %.3g", op->name, dtx_simd_for(lvl)->name,
+                       c.what, err, op->tol);
+            }
+            free(out);
+            case_free(&c);
+        }
+    }
+    CHECK(levels >= 1);
+}
