@@ -13,14 +13,14 @@ static const dtx_simd_ops portable = {"portable",
                                       dtx_gemv_bf16_portable,
                                       dtx_gemv_q8_portable,
                                       dtx_gemv_q4_portable,
-                                      dtx_gemv_q8a8_portable};
+                                      dtx_gemv_q8a8_portable,
+                                      DTX_BF16_PORTABLE};
 
-/* Index: dtx_isa. A level without SIMD kernels of its own takes the next
- * lower one's (AVX-512 BF16 runs the AVX-512 fp32 kernels; its bf16 tiles
- * are tile_bf16.c's); the double build has only the portable kernels. */
+/* Index: dtx_isa. AVX-512 BF16 is the AVX-512 table with the native bf16
+ * tiles; the double build has only the portable kernels. */
 static const dtx_simd_ops *const table[DTX_ISA_AVX512_BF16 + 1] = {
 #if DTX_SIMD_X86
-    &portable, &dtx_simd_avx2, &dtx_simd_avx512, &dtx_simd_avx512,
+    &portable, &dtx_simd_avx2, &dtx_simd_avx512, &dtx_simd_avx512_bf16,
 #else
     &portable, &portable, &portable, &portable,
 #endif

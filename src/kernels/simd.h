@@ -7,7 +7,12 @@
  *   - the one-row products of decoding: dot_rows and axpy_rows (cached
  *     decode attention's scores and weighted values) and gemv / gemv_bf16 /
  *     gemv_q8 / gemv_q4 / gemv_q8a8 (the linear layers of a single token,
- *     fp32, bf16 and quantised weights).
+ *     fp32, bf16 and quantised weights);
+ *   - the bf16 tiles of the flash attention's bf16 mode behind tile_bf16.h
+ *     (packers and the pair-dot product), native at AVX-512 BF16 only.
+ * A kernel has one implementation per level that has its own (the others
+ * point at the one below), so a new kernel is a new field and one entry in
+ * each table; tests/kernels/simd_ops_test.c checks every entry.
  * The SIMD tables exist in the float build on x86-64 only (DTX_SIMD_X86);
  * their code is compiled with target attributes, so it builds with any
  * -march and runs only when the level allows it. Internal header. */
@@ -47,11 +52,28 @@ typedef struct {
     void (*gemv_q4)(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N);
     void (*gemv_q8a8)(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale, int64_t K,
                       int64_t N);
+    /* tile_bf16.h's entry points, same contracts */
+    void (*bf16_pack_a)(uint16_t *dst, int64_t ldd, const float *src, int64_t sr, int64_t sc, int64_t rows,
+                        int64_t cols);
+    void (*bf16_pack_b)(uint16_t *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows, int64_t cols);
+    void (*bf16_pack_bt)(uint16_t *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows, int64_t cols);
+    void (*bf16_gemm_tri)(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
+                          int64_t ldp, float *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag);
 } dtx_simd_ops;
 
 #if DTX_SIMD_X86
-extern const dtx_simd_ops dtx_simd_avx2;   /* simd_avx2.c   */
-extern const dtx_simd_ops dtx_simd_avx512; /* simd_avx512.c */
+extern const dtx_simd_ops dtx_simd_avx2;        /* simd_avx2.c   */
+extern const dtx_simd_ops dtx_simd_avx512;      /* simd_avx512.c */
+extern const dtx_simd_ops dtx_simd_avx512_bf16; /* simd_avx512.c: the same with tile_bf16.c's native tiles */
+/* The AVX-512 BF16 tiles (tile_bf16.c). */
+void dtx_bf16_pack_a_avx512bf16(uint16_t *dst, int64_t ldd, const float *src, int64_t sr, int64_t sc, int64_t rows,
+                                int64_t cols);
+void dtx_bf16_pack_b_avx512bf16(uint16_t *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows,
+                                int64_t cols);
+void dtx_bf16_pack_bt_avx512bf16(uint16_t *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows,
+                                 int64_t cols);
+void dtx_bf16_gemm_tri_avx512bf16(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
+                                  int64_t ldp, float *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag);
 /* The AVX2 one-row products, shared by both tables (AVX2 + FMA only). */
 void dtx_dot_rows_avx2(float *s, int64_t lds, const float *x, const float *k, int64_t ldk, int64_t n, int64_t d,
                        float scale);
@@ -84,6 +106,16 @@ void dtx_gemv_q8_portable(float *out, const float *x, const int8_t *q, const flo
 void dtx_gemv_q4_portable(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N);
 void dtx_gemv_q8a8_portable(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale,
                             int64_t K, int64_t N);
+void dtx_bf16_pack_a_portable(uint16_t *dst, int64_t ldd, const float *src, int64_t sr, int64_t sc, int64_t rows,
+                              int64_t cols);
+void dtx_bf16_pack_b_portable(uint16_t *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows, int64_t cols);
+void dtx_bf16_pack_bt_portable(uint16_t *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows,
+                               int64_t cols);
+void dtx_bf16_gemm_tri_portable(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
+                                int64_t ldp, float *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag);
+/* The portable bf16 tiles, for the tables' initialisers (all four at once). */
+#define DTX_BF16_PORTABLE \
+    dtx_bf16_pack_a_portable, dtx_bf16_pack_b_portable, dtx_bf16_pack_bt_portable, dtx_bf16_gemm_tri_portable
 
 /* The implementation a level runs (tests compare them directly). */
 const dtx_simd_ops *dtx_simd_for(dtx_isa lvl);

@@ -7,11 +7,14 @@
  * FMA step. Packers convert 16 or 32 floats at a time (vcvtne2ps2bf16) and
  * interleave or transpose 32-bit words in registers.
  *
- * Portable path: plain loops over the rounded values in fp32. */
+ * Portable path: plain loops over the rounded values in fp32. Which runs is
+ * the level's table (simd.h): the AVX-512 BF16 table has these kernels, the
+ * others the portable ones. */
 #include "kernels/tile_bf16.h"
 
 #include <string.h>
 
+#include "kernels/simd.h"
 #include "kernels/tile_avx512.h"
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -20,17 +23,11 @@ static inline int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo
 /* A 32-bit word that may alias the bf16 arrays (two packed values). */
 typedef uint32_t word_t __attribute__((may_alias));
 
-int dtx_tile_bf16_simd(void) {
-#if TILE_AVX512
-    return dtx_isa_level() >= DTX_ISA_AVX512_BF16;
-#else
-    return 0;
-#endif
-}
+int dtx_tile_bf16_simd(void) { return dtx_simd()->bf16_gemm_tri != dtx_bf16_gemm_tri_portable; }
 
 /* ---------------------------------------------------------- portable path */
 
-static void pack_a_portable(dtx_bf16 *dst, int64_t ldd, const float *src, int64_t sr, int64_t sc, int64_t rows,
+void dtx_bf16_pack_a_portable(dtx_bf16 *dst, int64_t ldd, const float *src, int64_t sr, int64_t sc, int64_t rows,
                             int64_t cols) {
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t c = 0; c < cols; c++) dst[r * ldd + c] = dtx_f32_to_bf16(src[r * sr + c * sc]);
@@ -38,13 +35,13 @@ static void pack_a_portable(dtx_bf16 *dst, int64_t ldd, const float *src, int64_
     }
 }
 
-static void pack_b_portable(dtx_bf16 *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows, int64_t cols) {
+void dtx_bf16_pack_b_portable(dtx_bf16 *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows, int64_t cols) {
     for (int64_t kk = 0; kk < rows + (rows & 1); kk++)
         for (int64_t n = 0; n < cols; n++)
             dst[(kk / 2) * 2 * ldp + 2 * n + (kk & 1)] = kk < rows ? dtx_f32_to_bf16(src[kk * lds + n]) : 0;
 }
 
-static void pack_bt_portable(dtx_bf16 *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows,
+void dtx_bf16_pack_bt_portable(dtx_bf16 *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows,
                              int64_t cols) {
     for (int64_t kk = 0; kk < cols + (cols & 1); kk++)
         for (int64_t n = 0; n < rows; n++)
@@ -52,8 +49,9 @@ static void pack_bt_portable(dtx_bf16 *dst, int64_t ldp, const float *src, int64
 }
 
 /* Contraction limits of row r (pairs widened), as in tile_gemm.c's gemm_portable. */
-static void gemm_portable(int64_t M, int64_t N, int64_t K, const dtx_bf16 *A, int64_t lda, const dtx_bf16 *B,
-                          int64_t ldp, float *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag) {
+void dtx_bf16_gemm_tri_portable(int64_t M, int64_t N, int64_t K, const dtx_bf16 *A, int64_t lda, const dtx_bf16 *B,
+                                int64_t ldp, float *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag) {
+    if (M <= 0 || N <= 0) return;
     int64_t K2 = K + (K & 1);
     for (int64_t r = 0; r < M; r++) {
         float *c = C + r * ldc;
@@ -231,48 +229,49 @@ BF16_FN static void gemm_avx(int64_t M, int64_t N, int64_t K, const dtx_bf16 *A,
 
 #endif /* TILE_AVX512 */
 
-/* ------------------------------------------------------------ entry points */
+/* ------------------------------------------------------------ the AVX-512 BF16 table's entries */
+#if TILE_AVX512
+
+void dtx_bf16_pack_a_avx512bf16(dtx_bf16 *dst, int64_t ldd, const float *src, int64_t sr, int64_t sc, int64_t rows,
+                                int64_t cols) {
+    if (sc == 1) pack_a_rows(dst, ldd, src, sr, rows, cols);
+    else if (sr == 1) pack_a_trans(dst, ldd, src, sc, rows, cols);
+    else dtx_bf16_pack_a_portable(dst, ldd, src, sr, sc, rows, cols);
+}
+
+void dtx_bf16_pack_b_avx512bf16(dtx_bf16 *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows,
+                                int64_t cols) {
+    pack_b_avx(dst, ldp, src, lds, rows, cols);
+}
+
+void dtx_bf16_pack_bt_avx512bf16(dtx_bf16 *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows,
+                                 int64_t cols) {
+    pack_bt_avx(dst, ldp, src, lds, rows, cols);
+}
+
+void dtx_bf16_gemm_tri_avx512bf16(int64_t M, int64_t N, int64_t K, const dtx_bf16 *A, int64_t lda, const dtx_bf16 *B,
+                                  int64_t ldp, float *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag) {
+    if (M > 0 && N > 0) gemm_avx(M, N, K, A, lda, B, ldp, C, ldc, acc, tri, diag);
+}
+
+#endif /* TILE_AVX512 */
+
+/* ------------------------------------------------------------ entry points: the level's table (simd.h) */
 
 void dtx_bf16_pack_a(dtx_bf16 *dst, int64_t ldd, const float *src, int64_t sr, int64_t sc, int64_t rows,
                      int64_t cols) {
-#if TILE_AVX512
-    if (dtx_tile_bf16_simd() && (sc == 1 || sr == 1)) {
-        if (sc == 1) pack_a_rows(dst, ldd, src, sr, rows, cols);
-        else pack_a_trans(dst, ldd, src, sc, rows, cols);
-        return;
-    }
-#endif
-    pack_a_portable(dst, ldd, src, sr, sc, rows, cols);
+    dtx_simd()->bf16_pack_a(dst, ldd, src, sr, sc, rows, cols);
 }
 
 void dtx_bf16_pack_b(dtx_bf16 *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows, int64_t cols) {
-#if TILE_AVX512
-    if (dtx_tile_bf16_simd()) {
-        pack_b_avx(dst, ldp, src, lds, rows, cols);
-        return;
-    }
-#endif
-    pack_b_portable(dst, ldp, src, lds, rows, cols);
+    dtx_simd()->bf16_pack_b(dst, ldp, src, lds, rows, cols);
 }
 
 void dtx_bf16_pack_bt(dtx_bf16 *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows, int64_t cols) {
-#if TILE_AVX512
-    if (dtx_tile_bf16_simd()) {
-        pack_bt_avx(dst, ldp, src, lds, rows, cols);
-        return;
-    }
-#endif
-    pack_bt_portable(dst, ldp, src, lds, rows, cols);
+    dtx_simd()->bf16_pack_bt(dst, ldp, src, lds, rows, cols);
 }
 
 void dtx_bf16_gemm_tri(int64_t M, int64_t N, int64_t K, const dtx_bf16 *A, int64_t lda, const dtx_bf16 *B,
                        int64_t ldp, float *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag) {
-    if (M <= 0 || N <= 0) return;
-#if TILE_AVX512
-    if (dtx_tile_bf16_simd()) {
-        gemm_avx(M, N, K, A, lda, B, ldp, C, ldc, acc, tri, diag);
-        return;
-    }
-#endif
-    gemm_portable(M, N, K, A, lda, B, ldp, C, ldc, acc, tri, diag);
+    dtx_simd()->bf16_gemm_tri(M, N, K, A, lda, B, ldp, C, ldc, acc, tri, diag);
 }

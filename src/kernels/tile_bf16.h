@@ -26,8 +26,8 @@
 
 typedef uint16_t dtx_bf16;
 
-/* 1 when the AVX-512 BF16 kernels are in use (float build, ISA level
- * DTX_ISA_AVX512_BF16). */
+/* 1 when the level's table (simd.h) has native bf16 tiles (the float
+ * build at ISA level DTX_ISA_AVX512_BF16). */
 int dtx_tile_bf16_simd(void);
 
 /* A operand: dst[r·ldd + c] = bf16(src[r·sr + c·sc]) for r < rows, c < cols,

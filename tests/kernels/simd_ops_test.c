@@ -328,6 +328,113 @@ static void run_exp_rows(const dtx_simd_ops *o, const op_case *c, float *out) {
     o->exp_rows(out, c->in[0], c->d[2], c->d[0], c->d[1], c->d[3] - 1000, c->scale, c->in[1]);
 }
 
+/* ------------------------------------------------------------ the flash attention's bf16 tiles */
+
+/* bf16 outputs compared as their bit patterns (exact), through the float
+ * buffer: a 16-bit value is a float exactly. */
+static uint16_t *bits_in(const float *out, int64_t n) {
+    uint16_t *b = malloc(sizeof(uint16_t) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++) b[i] = (uint16_t)out[i];
+    return b;
+}
+static void bits_out(float *out, uint16_t *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = b[i];
+    free(b);
+}
+
+static const int64_t PA_RC[][2] = {{1, 1}, {5, 7}, {16, 16}, {33, 70}, {100, 31}};
+
+/* A operand: dst[r·ldd + c] = bf16(src[r·sr + c·sc]), a zero pad column for
+ * an odd width; rows of src, its transpose, and other strides */
+static void make_bf16_pack_a(op_case *c, int i, dtx_rng *r) {
+    int64_t R = PA_RC[i / 3][0], C = PA_RC[i / 3][1], mode = i % 3, ld = 2 * R + 2 * C + 6;
+    int64_t sr = mode == 0 ? ld : mode == 1 ? 1 : 2, sc = mode == 0 ? 1 : ld, ldd = C + (C & 1) + 4;
+    float *src = randf(r, ld * ld, 1);
+    c->in[0] = src, c->d[0] = R, c->d[1] = C, c->d[2] = sr, c->d[3] = sc, c->d[4] = ldd;
+    outputs(c, R * ldd);
+    for (int64_t a = 0; a < R; a++)
+        for (int64_t j = 0; j < ldd; j++)
+            c->want[a * ldd + j] = j < C ? dtx_f32_to_bf16(src[a * sr + j * sc]) : j == C && (C & 1) ? 0 : UNTOUCHED;
+    snprintf(c->what, sizeof c->what, "%lldx%lld mode %lld", (long long)R, (long long)C, (long long)mode);
+}
+static void run_bf16_pack_a(const dtx_simd_ops *o, const op_case *c, float *out) {
+    uint16_t *b = bits_in(out, c->n_out);
+    o->bf16_pack_a(b, c->d[4], c->in[0], c->d[2], c->d[3], c->d[0], c->d[1]);
+    bits_out(out, b, c->n_out);
+}
+
+static const int64_t PB_KN[][2] = {{1, 1}, {2, 16}, {7, 5}, {64, 64}, {33, 70}, {100, 17}};
+
+/* B operand, pair-packed: B(kk, n) at [(kk/2)·2·ldp + 2n + kk%2], a zero pad
+ * row for an odd K, the words past N untouched; of src [K × N] (pack_b) or
+ * of srcᵀ with src [N × K] (pack_bt) */
+static void make_bf16_pack(op_case *c, int i, dtx_rng *r, int trans) {
+    int64_t K = PB_KN[i][0], N = PB_KN[i][1], lds = (trans ? K : N) + 3, ldp = N + 5;
+    float *src = randf(r, (trans ? N : K) * lds, 1);
+    int64_t sk = trans ? 1 : lds, sn = trans ? lds : 1;
+    c->in[0] = src, c->d[0] = K, c->d[1] = N, c->d[2] = lds, c->d[3] = ldp;
+    outputs(c, ((K + 1) / 2) * 2 * ldp);
+    for (int64_t kk = 0; kk < K + (K & 1); kk++)
+        for (int64_t n = 0; n < N; n++)
+            c->want[(kk / 2) * 2 * ldp + 2 * n + (kk & 1)] = kk < K ? dtx_f32_to_bf16(src[kk * sk + n * sn]) : 0;
+    snprintf(c->what, sizeof c->what, "K %lld N %lld", (long long)K, (long long)N);
+}
+static void make_bf16_pack_b(op_case *c, int i, dtx_rng *r) { make_bf16_pack(c, i, r, 0); }
+static void make_bf16_pack_bt(op_case *c, int i, dtx_rng *r) { make_bf16_pack(c, i, r, 1); }
+static void run_bf16_pack_b(const dtx_simd_ops *o, const op_case *c, float *out) {
+    uint16_t *b = bits_in(out, c->n_out);
+    o->bf16_pack_b(b, c->d[3], c->in[0], c->d[2], c->d[0], c->d[1]);
+    bits_out(out, b, c->n_out);
+}
+static void run_bf16_pack_bt(const dtx_simd_ops *o, const op_case *c, float *out) {
+    uint16_t *b = bits_in(out, c->n_out);
+    o->bf16_pack_bt(b, c->d[3], c->in[0], c->d[2], c->d[1], c->d[0]);
+    bits_out(out, b, c->n_out);
+}
+
+/* The pair-dot product (every tri mode, odd K, ragged M and N, acc) against
+ * double loops over the bf16-rounded operands: only fp32 accumulation error
+ * is left. The operands are packed by the portable packers. */
+static const int64_t BG_MNK[][3] = {{64, 64, 64}, {13, 77, 9}, {1, 1, 1}, {6, 16, 130}, {45, 70, 67}, {5, 3, 0}};
+static const int64_t BG_DIAGS[] = {-20, -3, 0, 5, 40};
+enum { BG_PER_SHAPE = 1 + 3 * 5 };
+static void make_bf16_gemm(op_case *c, int i, dtx_rng *r) {
+    int si = i / BG_PER_SHAPE, j = i % BG_PER_SHAPE;
+    int64_t M = BG_MNK[si][0], N = BG_MNK[si][1], K = BG_MNK[si][2];
+    int64_t tri = j == 0 ? DTX_TRI_NONE : DTX_TRI_N_HI + (j - 1) / 5, diag = j == 0 ? 0 : BG_DIAGS[(j - 1) % 5];
+    int64_t K2 = K + (K & 1), lda = K2 + 2, ldp = N + 3, ldc = N + 2, acc = (si + j) % 2;
+    float *Af = randf(r, M * K + 1, 1), *Bf = randf(r, K * N + 1, 1);
+    for (int64_t a = 0; a < M; a++) /* the zeros the caller promises */
+        for (int64_t kk = 0; kk < K; kk++)
+            if ((tri == DTX_TRI_K_HI && kk > diag + a) || (tri == DTX_TRI_K_LO && kk < a - diag)) Af[a * K + kk] = 0;
+    uint16_t *A = malloc(sizeof(uint16_t) * (size_t)(M * lda + 1));
+    uint16_t *B = malloc(sizeof(uint16_t) * (size_t)((K2 / 2) * 2 * ldp + 1));
+    dtx_bf16_pack_a_portable(A, lda, Af, K, 1, M, K);
+    dtx_bf16_pack_b_portable(B, ldp, Bf, N, K, N);
+    c->in[0] = A, c->in[1] = B, c->in[2] = Af, c->in[3] = Bf;
+    c->d[0] = M, c->d[1] = N, c->d[2] = K, c->d[3] = lda, c->d[4] = ldp, c->d[5] = ldc, c->d[6] = acc;
+    c->d[7] = tri << 16 | (diag + 1000);
+    outputs(c, M * ldc);
+    for (int64_t a = 0; a < M; a++)
+        for (int64_t col = 0; col < ldc; col++) {
+            int64_t o = a * ldc + col;
+            c->init[o] = (float)dtx_rng_normal(r);
+            double s = (acc || col >= N) ? c->init[o] : 0, m = fabs(s);
+            for (int64_t kk = 0; col < N && kk < K; kk++) {
+                double p = (double)dtx_bf16_round_f32(Af[a * K + kk]) * dtx_bf16_round_f32(Bf[kk * N + col]);
+                s += p, m += fabs(p);
+            }
+            c->want[o] = s, c->mag[o] = col < N ? m : 0;
+            if (tri == DTX_TRI_N_HI && col < N && col > diag + a) c->mag[o] = -1; /* unspecified */
+        }
+    snprintf(c->what, sizeof c->what, "%lldx%lldx%lld tri %lld diag %lld acc %lld", (long long)M, (long long)N,
+             (long long)K, (long long)tri, (long long)diag, (long long)acc);
+}
+static void run_bf16_gemm(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->bf16_gemm_tri(c->d[0], c->d[1], c->d[2], c->in[0], c->d[3], c->in[1], c->d[4], out, c->d[5], (int)c->d[6],
+                     (dtx_tri)(c->d[7] >> 16), (c->d[7] & 0xffff) - 1000);
+}
+
 /* ------------------------------------------------------------ the table and its one loop */
 
 static const op_entry OPS[] = {
@@ -343,6 +450,10 @@ static const op_entry OPS[] = {
     {"exp", 3, make_exp, run_exp, 3e-7},
     {"softmax_update", 35, make_softmax_update, run_softmax_update, 2e-6},
     {"exp_rows", 35, make_exp_rows, run_exp_rows, 2e-6},
+    {"bf16_pack_a", 15, make_bf16_pack_a, run_bf16_pack_a, 0},
+    {"bf16_pack_b", 6, make_bf16_pack_b, run_bf16_pack_b, 0},
+    {"bf16_pack_bt", 6, make_bf16_pack_bt, run_bf16_pack_bt, 0},
+    {"bf16_gemm_tri", 6 * BG_PER_SHAPE, make_bf16_gemm, run_bf16_gemm, 1e-5},
 };
 
 static void case_free(op_case *c) {
