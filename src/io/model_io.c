@@ -160,14 +160,14 @@ static dtx_status load_quantised(dtx_model *m, const dtx_st_file *f, const char 
     char name[sizeof t->name + 16];
     const dtx_st_tensor *s = NULL;
     dtx_status st;
-    int64_t rb = w->bits == 8 ? w->K : dtx_q4_row_bytes(w->K), ns = w->bits == 8 ? 0 : dtx_q4_groups(w->K);
-    if ((st = find_tensor(f, path, t->name, m, w->N, rb, w->bits == 8 ? DTX_ST_I8 : DTX_ST_U8, &s))) return st;
+    const dtx_qformat *qf = dtx_qformat_of(w->bits);
+    int64_t rb = qf->row_bytes(w->K), ns = qf->scales_2d ? qf->row_scales(w->K) : 0;
+    if ((st = find_tensor(f, path, t->name, m, w->N, rb, qf->signed_codes ? DTX_ST_I8 : DTX_ST_U8, &s))) return st;
     memcpy(w->q, s->data, s->nbytes);
-    if (w->bits == 4) /* nibbles hold q + 8 with q in [-7, 7]: 0 is not a value */
-        for (size_t j = 0; j < s->nbytes; j++)
-            if ((s->data[j] & 15) == 0 || (s->data[j] >> 4) == 0)
-                return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' byte %zu holds the 4-bit code 0 (codes are 1 to 15)",
-                                path, t->name, j);
+    int64_t bad = qf->bad_code ? qf->bad_code(s->data, s->nbytes) : -1;
+    if (bad >= 0)
+        return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' byte %lld %s", path, t->name, (long long)bad,
+                        qf->bad_code_words);
     snprintf(name, sizeof name, "%s.scale", t->name);
     if ((st = find_tensor(f, path, name, m, w->N, ns, DTX_ST_F32, &s)) || (st = load_scales(s, path, w->scale, 0)))
         return st;
@@ -401,12 +401,12 @@ dtx_status dtx_model_save(const dtx_model *m, const char *path, int bf16) {
         o->shape[1] = t->shape[1];
         o->data = m->params + t->offset;
         if (!w) continue;
-        int64_t rb = w->bits == 8 ? w->K : dtx_q4_row_bytes(w->K);
-        o->shape[1] = rb, o->raw = w->q, o->raw_dtype = w->bits == 8 ? DTX_ST_I8 : DTX_ST_U8;
+        const dtx_qformat *qf = dtx_qformat_of(w->bits);
+        o->shape[1] = qf->row_bytes(w->K), o->raw = w->q, o->raw_dtype = qf->signed_codes ? DTX_ST_I8 : DTX_ST_U8;
         o = &ts[nt];
         snprintf(names[nt++], sizeof names[0], "%s.scale", t->name);
         o->name = names[nt - 1], o->raw = w->scale, o->raw_dtype = DTX_ST_F32;
-        o->ndim = w->bits == 8 ? 1 : 2, o->shape[0] = w->N, o->shape[1] = w->bits == 8 ? 0 : dtx_q4_groups(w->K);
+        o->ndim = qf->scales_2d ? 2 : 1, o->shape[0] = w->N, o->shape[1] = qf->scales_2d ? qf->row_scales(w->K) : 0;
         if (m->wquant == DTX_WQ_W8A8 && (t->offset != m->tok_emb || m->cfg.tie_embeddings)) {
             o = &ts[nt];
             snprintf(names[nt++], sizeof names[0], "%s.input_scale", t->name);

@@ -94,6 +94,34 @@ void dtx_q8_dequantize(float *w, const int8_t *q, const float *scale, int64_t N,
  * scale = its absolute maximum · clip / 7 (clip in (0, 1]; 1 = absmax).  */
 void dtx_q4_quantize_row(uint8_t *q, float *scale, const float *w, int64_t K, float clip);
 void dtx_q4_dequantize(float *w, const uint8_t *q, const float *scale, int64_t N, int64_t K);
+/* The quantised weight formats, one row each (as ggml's type_traits;
+ * qformat.c): what a row of K weights occupies, quantising a row and
+ * dequantising rows, the codes' validity, and the one-row product (which
+ * runs the ISA level's kernel, simd.h). The model's storage, files and
+ * products read a format only through its row: a new format is a new row,
+ * its kernels (here, and per ISA in simd.h's table), and nothing else but
+ * a calibration search if it has one (calibrate.c). */
+typedef struct {
+    int bits;          /* 8, 4: what a dtx_qweight's bits names               */
+    const char *name;  /* "q8", "q4"                                          */
+    int signed_codes;  /* the codes' file dtype: int8 (1) or uint8 (0)        */
+    int scales_2d;     /* the scales' file shape: [N] (0) or [N, row_scales] (1) */
+    int64_t (*row_bytes)(int64_t K);
+    int64_t (*row_scales)(int64_t K);
+    /* one row: codes q [row_bytes], scale [row_scales] from w [K], with a clip
+     * factor per scale in (0, 1] (NULL: 1, the absolute maximum) */
+    void (*quantize_row)(void *q, float *scale, const float *w, int64_t K, const float *clip);
+    void (*dequantize)(float *w, const void *q, const float *scale, int64_t N, int64_t K);
+    /* the index of the first byte of n that holds no valid code, -1 when all
+     * do (NULL: every byte is valid), and what is wrong with it */
+    int64_t (*bad_code)(const uint8_t *q, size_t n);
+    const char *bad_code_words;
+    /* out [N] = Σ_k x[k]·w[n,k] over the dequantised rows (rows over threads) */
+    void (*gemv)(float *out, const float *x, const void *q, const float *scale, int64_t K, int64_t N);
+} dtx_qformat;
+/* The format of bits (NULL when none has them). */
+const dtx_qformat *dtx_qformat_of(int bits);
+
 /* f rounded to the nearest IEEE half (fp16) value, ties to even, as a
  * float: subnormals kept, past the largest half (65504) infinite, as
  * hardware converting to fp16 does; NaN stays NaN. */

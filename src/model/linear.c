@@ -37,12 +37,9 @@ const dtx_qweight *dtx_model_qweight(const dtx_model *m, size_t off) {
 #ifndef DTX_DOUBLE
 /* Rows [n0, n0 + nb) of w, dequantised into out [nb, K]. */
 static void dequant_rows(const dtx_qweight *w, float *out, int64_t n0, int64_t nb) {
-    int64_t K = w->K;
-    if (w->bits == 8)
-        dtx_q8_dequantize(out, (const int8_t *)w->q + n0 * K, w->scale + n0, nb, K);
-    else
-        dtx_q4_dequantize(out, (const uint8_t *)w->q + n0 * dtx_q4_row_bytes(K), w->scale + n0 * dtx_q4_groups(K), nb,
-                          K);
+    const dtx_qformat *f = dtx_qformat_of(w->bits);
+    f->dequantize(out, (const uint8_t *)w->q + n0 * f->row_bytes(w->K), w->scale + n0 * f->row_scales(w->K), nb,
+                  w->K);
 }
 
 void dtx_model_round_inputs(dtx_wquant scheme, int fp16, float scale, float *out, const float *x, int64_t n) {
@@ -100,8 +97,7 @@ static void linear_row_quant(const dtx_model *m, float *out, const float *x, con
         return;
     }
     dtx_model_round_inputs(m->wquant, m->act_fp16, 0, xrow, x, K);
-    if (w->bits == 8) dtx_gemv_q8(out, xrow, (const int8_t *)w->q, w->scale, K, N);
-    else dtx_gemv_q4(out, xrow, (const uint8_t *)w->q, w->scale, K, N);
+    dtx_qformat_of(w->bits)->gemv(out, xrow, w->q, w->scale, K, N);
 }
 #endif
 
@@ -176,8 +172,8 @@ size_t dtx_model_qweight_layout(dtx_model *m, dtx_wquant scheme, unsigned char *
         if (t->ndim != 2) continue;
         int64_t N = t->shape[0], K = t->shape[1];
         int bits = dtx_model_tensor_bits(m, scheme, i);
-        size_t qb = bits == 8 ? (size_t)(N * K) : (size_t)(N * dtx_q4_row_bytes(K));
-        size_t sb = sizeof(float) * (size_t)(bits == 8 ? N : N * dtx_q4_groups(K));
+        const dtx_qformat *f = dtx_qformat_of(bits);
+        size_t qb = (size_t)(N * f->row_bytes(K)), sb = sizeof(float) * (size_t)(N * f->row_scales(K));
         if (base) {
             w->bits = bits, w->N = N, w->K = K;
             w->q = base + off;
@@ -215,24 +211,12 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
         const dtx_tensor_info *t = &m->tensors[i];
         dtx_qweight *w = &m->qw[i];
         if (!w->bits) continue;
-        float *p = m->params + t->offset;
-        for (int64_t n = 0; n < w->N; n++) {
-            const float *row = p + n * w->K;
-            if (w->bits == 8) {
-                float c = clip && clip[i] ? clip[i][n] : 1.0f;
-                float amax = 0;
-                for (int64_t k = 0; k < w->K; k++) amax = fmaxf(amax, fabsf(row[k]));
-                w->scale[n] = dtx_q8_quantize_row((int8_t *)w->q + n * w->K, row, w->K, amax * c);
-            } else { /* a factor per group */
-                int64_t ng = dtx_q4_groups(w->K);
-                uint8_t *qr = (uint8_t *)w->q + n * dtx_q4_row_bytes(w->K);
-                for (int64_t g = 0; g < ng; g++) {
-                    int64_t k0 = g * DTX_Q4_GROUP, kg = w->K - k0 < DTX_Q4_GROUP ? w->K - k0 : DTX_Q4_GROUP;
-                    dtx_q4_quantize_row(qr + g * (DTX_Q4_GROUP / 2), w->scale + n * ng + g, row + k0, kg,
-                                        clip && clip[i] ? clip[i][n * ng + g] : 1.0f);
-                }
-            }
-        }
+        const float *p = m->params + t->offset;
+        const dtx_qformat *f = dtx_qformat_of(w->bits);
+        int64_t rb = f->row_bytes(w->K), rs = f->row_scales(w->K);
+        for (int64_t n = 0; n < w->N; n++) /* a clip factor per scale */
+            f->quantize_row((uint8_t *)w->q + n * rb, w->scale + n * rs, p + n * w->K, w->K,
+                            clip && clip[i] ? clip[i] + n * rs : NULL);
         int reads_input = t->offset != m->tok_emb || m->cfg.tie_embeddings; /* an untied embedding is a lookup */
         w->in_scale = scheme == DTX_WQ_W8A8 && reads_input ? in_scales[i] : 0;
     }

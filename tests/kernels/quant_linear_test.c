@@ -188,3 +188,55 @@ TEST(kernel_quant_linear_gemv_threads_do_not_change_bits) {
     free(w), free(x), free(q8), free(xq), free(q4), free(s8), free(s4);
 }
 
+
+/* Every weight format's row (dtx_qformat): a row quantised and dequantised
+ * lands within half a step of each weight (the step its scale gives), a
+ * clip factor below 1 saturates the largest weights, the product is the one
+ * of the dequantised rows, and the sizes are the layout's. A new format is
+ * a new entry of the list below. */
+TEST(kernel_quant_linear_formats_round_trip_and_multiply) {
+    static const int bits[] = {8, 4};
+    dtx_rng r;
+    dtx_rng_seed(&r, 1310);
+    for (size_t b = 0; b < sizeof bits / sizeof bits[0]; b++) {
+        const dtx_qformat *f = dtx_qformat_of(bits[b]);
+        REQUIRE(f && f->bits == bits[b]);
+        for (int64_t K = 1; K <= 100; K += 33) {
+            int64_t N = 5, rb = f->row_bytes(K), rs = f->row_scales(K);
+            float *w = randf(&r, (size_t)(N * K), 1.0), *x = randf(&r, (size_t)K, 1.0);
+            float *deq = malloc(sizeof(float) * (size_t)(N * K)), *s = malloc(sizeof(float) * (size_t)(N * rs));
+            float *clip = malloc(sizeof(float) * (size_t)rs), out[5];
+            uint8_t *q = malloc((size_t)(N * rb));
+            for (int64_t g = 0; g < rs; g++) clip[g] = 0.5f;
+            f->quantize_row(q, s, w, K, NULL);
+            for (int64_t n = 1; n < N; n++) f->quantize_row(q + n * rb, s + n * rs, w + n * K, K, n == 4 ? clip : NULL);
+            f->dequantize(deq, q, s, N, K);
+            int far = 0;
+            for (int64_t n = 0; n < 4; n++) { /* the row's largest step: the format's scales cover the row somehow */
+                float step = 0;
+                for (int64_t g = 0; g < rs; g++) step = fmaxf(step, s[n * rs + g]);
+                for (int64_t k = 0; k < K; k++) far += fabsf(deq[n * K + k] - w[n * K + k]) > 0.5001f * step;
+            }
+            CHECKF(far == 0, "%s K %lld: %d weights farther than half a step", f->name, (long long)K, far);
+            float row_max = 0, deq_max = 0; /* clip 0.5: the largest weight saturates at half the absmax or so */
+            for (int64_t k = 0; k < K; k++)
+                row_max = fmaxf(row_max, fabsf(w[4 * K + k])), deq_max = fmaxf(deq_max, fabsf(deq[4 * K + k]));
+            CHECKF(K < 2 || deq_max < 0.75f * row_max, "%s K %lld: clip 0.5 kept %g of %g", f->name, (long long)K,
+                   deq_max, row_max);
+            f->gemv(out, x, q, s, K, N);
+            double want[5], mag[5];
+            for (int64_t n = 0; n < N; n++) {
+                want[n] = mag[n] = 0;
+                for (int64_t k = 0; k < K; k++)
+                    want[n] += (double)x[k] * deq[n * K + k], mag[n] += fabs((double)x[k] * deq[n * K + k]);
+                CHECKF(fabs(out[n] - want[n]) <= 1e-6 * (mag[n] + 1e-30), "%s K %lld row %lld: product %g, want %g",
+                       f->name, (long long)K, (long long)n, out[n], want[n]);
+            }
+            CHECK(!f->bad_code || f->bad_code(q, (size_t)(N * rb)) == -1); /* what it writes is valid */
+            free(w), free(x), free(deq), free(s), free(clip), free(q);
+        }
+    }
+    uint8_t bad[3] = {0x11, 0x80, 0x11};
+    CHECK(dtx_qformat_of(4)->bad_code(bad, 3) == 1 && dtx_qformat_of(8)->bad_code == NULL);
+    CHECK(dtx_qformat_of(0) == NULL && dtx_qformat_of(16) == NULL);
+}

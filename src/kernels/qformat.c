@@ -1,0 +1,51 @@
+/* The quantised weight formats, one row each (kernels.h "dtx_qformat"). */
+#include <math.h>
+
+#include "kernels/kernels.h"
+
+/* Q8: one scale per row, amax · clip / 127. */
+static int64_t q8_row_bytes(int64_t K) { return K; }
+static int64_t q8_row_scales(int64_t K) { return (void)K, 1; }
+static void q8_quantize_row(void *q, float *scale, const float *w, int64_t K, const float *clip) {
+    float amax = 0;
+    for (int64_t k = 0; k < K; k++) amax = fmaxf(amax, fabsf(w[k]));
+    scale[0] = dtx_q8_quantize_row(q, w, K, amax * (clip ? clip[0] : 1.0f));
+}
+static void q8_dequantize(float *w, const void *q, const float *scale, int64_t N, int64_t K) {
+    dtx_q8_dequantize(w, q, scale, N, K);
+}
+static void q8_gemv(float *out, const float *x, const void *q, const float *scale, int64_t K, int64_t N) {
+    dtx_gemv_q8(out, x, q, scale, K, N);
+}
+
+/* Q4: a scale per group of DTX_Q4_GROUP, each with its own clip factor. */
+static void q4_quantize_row(void *q, float *scale, const float *w, int64_t K, const float *clip) {
+    for (int64_t g = 0; g < dtx_q4_groups(K); g++) {
+        int64_t k0 = g * DTX_Q4_GROUP, kg = K - k0 < DTX_Q4_GROUP ? K - k0 : DTX_Q4_GROUP;
+        dtx_q4_quantize_row((uint8_t *)q + g * (DTX_Q4_GROUP / 2), scale + g, w + k0, kg, clip ? clip[g] : 1.0f);
+    }
+}
+static void q4_dequantize(float *w, const void *q, const float *scale, int64_t N, int64_t K) {
+    dtx_q4_dequantize(w, q, scale, N, K);
+}
+/* nibbles hold q + 8 with q in [-7, 7]: 0 is not a code */
+static int64_t q4_bad_code(const uint8_t *q, size_t n) {
+    for (size_t j = 0; j < n; j++)
+        if ((q[j] & 15) == 0 || (q[j] >> 4) == 0) return (int64_t)j;
+    return -1;
+}
+static void q4_gemv(float *out, const float *x, const void *q, const float *scale, int64_t K, int64_t N) {
+    dtx_gemv_q4(out, x, q, scale, K, N);
+}
+
+static const dtx_qformat FORMATS[] = {
+    {8, "q8", 1, 0, q8_row_bytes, q8_row_scales, q8_quantize_row, q8_dequantize, NULL, NULL, q8_gemv},
+    {4, "q4", 0, 1, dtx_q4_row_bytes, dtx_q4_groups, q4_quantize_row, q4_dequantize, q4_bad_code,
+     "holds the 4-bit code 0 (codes are 1 to 15)", q4_gemv},
+};
+
+const dtx_qformat *dtx_qformat_of(int bits) {
+    for (size_t i = 0; i < sizeof FORMATS / sizeof FORMATS[0]; i++)
+        if (FORMATS[i].bits == bits) return &FORMATS[i];
+    return NULL;
+}
