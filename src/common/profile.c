@@ -9,7 +9,7 @@ static double totals[DTX_PROF_N][2];
 static long calls[DTX_PROF_N][2];
 
 static const char *const names[DTX_PROF_N] = {"matmul", "attention", "rmsnorm", "rope", "swiglu",
-                                              "residual", "embedding", "loss", "optimizer"};
+                                              "residual", "embedding", "loss", "optimizer", "bf16 rounding"};
 
 void dtx_prof_add(dtx_prof_op op, int backward, double seconds) {
     totals[op][backward != 0] += seconds;

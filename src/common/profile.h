@@ -1,6 +1,12 @@
 /* A small wall-clock profiler for the training step: set DTX_PROFILE=1 and
  * the time spent in each kind of operation, forward and backward, is printed
- * to stderr when the process exits. Off (one branch per call) otherwise. */
+ * to stderr when the process exits. Off (one branch per call) otherwise.
+ * The kernels' entry points time themselves (rmsnorm, rope, swiglu,
+ * residual, attention, the backward products, the loss, the embedding's
+ * gradient), and the model's own steps (its linear layers, bf16 rounding,
+ * the embedding lookup): the layer walker reads as a plain list of calls.
+ * An entry point never calls another that times itself (no time counted
+ * twice), and none runs inside an OpenMP region of its caller. */
 #ifndef DTX_PROFILE_H
 #define DTX_PROFILE_H
 
@@ -16,6 +22,7 @@ typedef enum {
     DTX_PROF_EMBEDDING,
     DTX_PROF_LOSS,
     DTX_PROF_OPTIMIZER,
+    DTX_PROF_ROUND,
     DTX_PROF_N
 } dtx_prof_op;
 

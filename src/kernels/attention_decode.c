@@ -34,6 +34,7 @@
  * takes a contiguous block of heads (a contiguous slice of every row). Every
  * head is computed the same way whichever thread runs it, so the result does
  * not depend on the thread count. Nothing is allocated. */
+#include "common/profile.h"
 #include "kernels/kernels.h"
 #include "kernels/vexp.h"
 
@@ -164,8 +165,8 @@ static void check_dims(const dtx_attn_dims *a) {
     assert(a->run.quant_bits == 0 || (a->run.quant_bits >= 2 && a->run.quant_bits <= 16));
 }
 
-void dtx_attention_decode_absmax(const dtx_attn_dims *a, double *absmax, const real *q, const real *kcache,
-                                 int64_t len) {
+static void attention_decode_absmax_run(const dtx_attn_dims *a, double *absmax, const real *q, const real *kcache,
+                                        int64_t len) {
     assert(a && absmax && q && kcache && len >= 1);
     check_dims(a);
     const int64_t H = a->geom.n_heads, n_rep = H / a->geom.n_kv_heads, d = a->geom.head_dim, sub = a->arch.diff ? 2 : 1;
@@ -187,16 +188,21 @@ void dtx_attention_decode_absmax(const dtx_attn_dims *a, double *absmax, const r
     if (a->arch.diff) absmax[1] = m1;
 }
 
-void dtx_attention_decode_with_absmax(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,
-                                      const real *vcache, int64_t len, const real *subln_w, real *scratch,
-                                      const double *absmax) {
+void dtx_attention_decode_absmax(const dtx_attn_dims *a, double *absmax, const real *q, const real *kcache,
+                                 int64_t len) {
+    DTX_PROF(DTX_PROF_ATTENTION, 0, attention_decode_absmax_run(a, absmax, q, kcache, len));
+}
+
+static void attention_decode_with_absmax_run(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,
+                                             const real *vcache, int64_t len, const real *subln_w, real *scratch,
+                                             const double *absmax) {
     assert(a && out && q && kcache && vcache && scratch && len >= 1);
     check_dims(a);
     assert(!a->arch.subln || subln_w);
     double own[2] = {0, 0};
     if (!a->run.quant_bits || !a->run.quant_tensor) absmax = NULL;
     else if (!absmax) { /* this row alone is the tensor */
-        dtx_attention_decode_absmax(a, own, q, kcache, len);
+        attention_decode_absmax_run(a, own, q, kcache, len); /* counted in this call's profile */
         absmax = own;
     }
     const int64_t H = a->geom.n_heads, sub = a->arch.diff ? 2 : 1, work = len * 2 * H * a->geom.head_dim;
@@ -212,6 +218,12 @@ void dtx_attention_decode_with_absmax(const dtx_attn_dims *a, real *out, const r
         int64_t h0 = H * id / nt, h1 = H * (id + 1) / nt;
         if (h0 < h1) decode_heads(a, out, q, kcache, vcache, len, subln_w, scratch + sub * h0 * len, h0, h1, absmax);
     }
+}
+
+void dtx_attention_decode_with_absmax(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,
+                                      const real *vcache, int64_t len, const real *subln_w, real *scratch,
+                                      const double *absmax) {
+    DTX_PROF(DTX_PROF_ATTENTION, 0, attention_decode_with_absmax_run(a, out, q, kcache, vcache, len, subln_w, scratch, absmax));
 }
 
 void dtx_attention_decode(const dtx_attn_dims *a, real *out, const real *q, const real *kcache, const real *vcache,
@@ -243,7 +255,7 @@ static void quant_row_maxima(const dtx_attn_dims *a, double *rowmax, const real 
         for (int64_t t = 0; t < T; t++) {
             double *m = rowmax + (b * T + t) * 2;
             m[0] = m[1] = 0;
-            dtx_attention_decode_absmax(a, m, q + (b * T + t) * qs, k + b * T * ks, t + 1);
+            attention_decode_absmax_run(a, m, q + (b * T + t) * qs, k + b * T * ks, t + 1);
         }
 }
 

@@ -6,6 +6,7 @@
  * error ≤ 8.5e-8) in the float build and libm exp in the double build; the denominators and
  * the loss are summed in double, which keeps the loss within ~1e-10 relative
  * of a double evaluation. */
+#include "common/profile.h"
 #include "kernels/kernels.h"
 #include "kernels/vexp.h"
 
@@ -63,8 +64,8 @@ static double crossentropy_row(real *probs, const real *logits, int32_t target, 
 }
 
 /* probs [N, V], logits [N, V], targets [N]; returns the mean loss. */
-double dtx_crossentropy_forward(real *probs, const real *logits, const int32_t *targets, int64_t N,
-                                int64_t V) {
+static double crossentropy_forward_run(real *probs, const real *logits, const int32_t *targets, int64_t N,
+                                       int64_t V) {
     assert(probs && logits && targets && N > 0 && V > 0);
     double part[LOSS_CHUNKS] = {0};
     int64_t per = (N + LOSS_CHUNKS - 1) / LOSS_CHUNKS;
@@ -79,6 +80,13 @@ double dtx_crossentropy_forward(real *probs, const real *logits, const int32_t *
     double loss = 0;
     for (int64_t ch = 0; ch < LOSS_CHUNKS; ch++) loss += part[ch];
     return loss / (double)N;
+}
+
+double dtx_crossentropy_forward(real *probs, const real *logits, const int32_t *targets, int64_t N,
+                                int64_t V) {
+    double r_ = 0;
+    DTX_PROF(DTX_PROF_LOSS, 0, r_ = crossentropy_forward_run(probs, logits, targets, N, V));
+    return r_;
 }
 
 /* d [V] += p · scale, rounded once from double (as the reference did). */
@@ -105,8 +113,8 @@ void dtx_crossentropy_backward(real *dlogits, const real *probs, const int32_t *
 
 /* probs [N, V] -> dlogits = (probs − onehot(target)) · scale, in place: the
  * same values as zeroing a buffer and calling dtx_crossentropy_backward. */
-void dtx_crossentropy_backward_inplace(real *probs, const int32_t *targets, int64_t N, int64_t V,
-                                       double scale) {
+static void crossentropy_backward_inplace_run(real *probs, const int32_t *targets, int64_t N, int64_t V,
+                                              double scale) {
     assert(probs && targets && N >= 0 && V > 0);
 #pragma omp parallel for schedule(static) if (N * V >= PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
@@ -118,4 +126,9 @@ void dtx_crossentropy_backward_inplace(real *probs, const int32_t *targets, int6
         for (int64_t j = 0; j < V; j++) p[j] = (real)((double)p[j] * scale);
         p[t] = (real)((pt - 1.0) * scale);
     }
+}
+
+void dtx_crossentropy_backward_inplace(real *probs, const int32_t *targets, int64_t N, int64_t V,
+                                       double scale) {
+    DTX_PROF(DTX_PROF_LOSS, 1, crossentropy_backward_inplace_run(probs, targets, N, V, scale));
 }

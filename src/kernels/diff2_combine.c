@@ -4,6 +4,7 @@
  * kernel, outside the attention kernels, so that every attention path
  * (plain, flash, cached decode, bf16, quantised logits) serves V2 unchanged.
  * Rows are independent; the threads split them when there are enough. */
+#include "common/profile.h"
 #include "kernels/kernels.h"
 
 #include <assert.h>
@@ -28,8 +29,8 @@ static inline double lambda_of(dtx_v2_lambda mode, const real *l, int64_t i, dou
     return s;
 }
 
-void dtx_diff2_combine_forward(real *out, const real *A, const real *l, int64_t N, int64_t h, int64_t d,
-                               dtx_v2_lambda mode) {
+static void diff2_combine_forward_run(real *out, const real *A, const real *l, int64_t N, int64_t h, int64_t d,
+                                      dtx_v2_lambda mode) {
     assert(out && A && (l || mode == DTX_V2_LAMBDA_NONE) && N >= 0 && h > 0 && d > 0);
 #pragma omp parallel for schedule(static) if (N >= PAR_MIN_ROWS)
     for (int64_t t = 0; t < N; t++)
@@ -42,8 +43,13 @@ void dtx_diff2_combine_forward(real *out, const real *A, const real *l, int64_t 
         }
 }
 
-void dtx_diff2_combine_backward(real *dA, real *dl, const real *dout, const real *A, const real *l, int64_t N,
-                                int64_t h, int64_t d, dtx_v2_lambda mode) {
+void dtx_diff2_combine_forward(real *out, const real *A, const real *l, int64_t N, int64_t h, int64_t d,
+                               dtx_v2_lambda mode) {
+    DTX_PROF(DTX_PROF_ATTENTION, 0, diff2_combine_forward_run(out, A, l, N, h, d, mode));
+}
+
+static void diff2_combine_backward_run(real *dA, real *dl, const real *dout, const real *A, const real *l, int64_t N,
+                                       int64_t h, int64_t d, dtx_v2_lambda mode) {
     int has_l = mode != DTX_V2_LAMBDA_NONE;
     assert(dA && dout && A && (!has_l || (dl && l)) && N >= 0 && h > 0 && d > 0);
 #pragma omp parallel for schedule(static) if (N >= PAR_MIN_ROWS)
@@ -59,4 +65,9 @@ void dtx_diff2_combine_backward(real *dA, real *dl, const real *dout, const real
             }
             if (has_l) dl[t * h + i] = (real)(-slope * dot);
         }
+}
+
+void dtx_diff2_combine_backward(real *dA, real *dl, const real *dout, const real *A, const real *l, int64_t N,
+                                int64_t h, int64_t d, dtx_v2_lambda mode) {
+    DTX_PROF(DTX_PROF_ATTENTION, 1, diff2_combine_backward_run(dA, dl, dout, A, l, N, h, d, mode));
 }

@@ -1,4 +1,5 @@
 /* Token embedding lookup and its scatter-add backward. */
+#include "common/profile.h"
 #include "kernels/kernels.h"
 
 #include <assert.h>
@@ -36,7 +37,7 @@ static void embedding_backward_cols(real *dtable, const real *dout, const int32_
  * row, so each thread owns one contiguous column range and walks the tokens
  * in order: race-free, and every element's sum has the token order whatever
  * the number of threads (the bits do not depend on the split). */
-void dtx_embedding_backward(real *dtable, const real *dout, const int32_t *tok, int64_t n, int64_t C) {
+static void embedding_backward_run(real *dtable, const real *dout, const int32_t *tok, int64_t n, int64_t C) {
     assert(dtable && dout && tok && n >= 0 && C > 0);
 #pragma omp parallel if (n * C >= PAR_MIN)
     {
@@ -46,4 +47,8 @@ void dtx_embedding_backward(real *dtable, const real *dout, const int32_t *tok, 
         c1 = c1 < C ? c1 : C;
         if (c0 < c1) embedding_backward_cols(dtable, dout, tok, n, C, c0, c1);
     }
+}
+
+void dtx_embedding_backward(real *dtable, const real *dout, const int32_t *tok, int64_t n, int64_t C) {
+    DTX_PROF(DTX_PROF_EMBEDDING, 1, embedding_backward_run(dtable, dout, tok, n, C));
 }

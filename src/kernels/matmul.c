@@ -7,6 +7,7 @@
  * The reference: plain blocked loops; every output element is owned by one
  * thread and summed in a fixed order, so results do not depend on the thread
  * count. Tiles keep a few rows of each operand in L2. */
+#include "common/profile.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_dnnl.h"
 
@@ -108,8 +109,8 @@ void dtx_matmul_forward_pre(real *out, const real *x, const real *w, int64_t M, 
     dtx_matmul_ref_forward(out, x, w, M, K, N);
 }
 
-void dtx_matmul_backward_pre(real *dx, real *dw, const real *dout, const real *x, const real *w, int64_t M, int64_t K,
-                             int64_t N, dtx_precision p, unsigned pre) {
+static void matmul_backward_pre_run(real *dx, real *dw, const real *dout, const real *x, const real *w, int64_t M, int64_t K,
+                                    int64_t N, dtx_precision p, unsigned pre) {
     assert(dout && M >= 0 && K >= 0 && N >= 0);
     assert(!dx || w);
     assert(!dw || x);
@@ -122,6 +123,11 @@ void dtx_matmul_backward_pre(real *dx, real *dw, const real *dout, const real *x
     (void)p, (void)pre;
 #endif
     if (dx || dw) dtx_matmul_ref_backward(dx, dw, dout, x, w, M, K, N);
+}
+
+void dtx_matmul_backward_pre(real *dx, real *dw, const real *dout, const real *x, const real *w, int64_t M, int64_t K,
+                             int64_t N, dtx_precision p, unsigned pre) {
+    DTX_PROF(DTX_PROF_MATMUL, 1, matmul_backward_pre_run(dx, dw, dout, x, w, M, K, N, p, pre));
 }
 
 void dtx_matmul_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N, dtx_precision p) {

@@ -7,6 +7,7 @@
  * backward's dx must not overlap dout or x (asserted): dx accumulates, so an
  * alias would be a wrong result, and the dw pass of another thread reads
  * dout and x rows while dx rows are written (no barrier between the passes). */
+#include "common/profile.h"
 #include "kernels/kernels.h"
 
 #include <assert.h>
@@ -37,8 +38,8 @@ static void row_scale(real *out, const real *x, const real *w, real r, int64_t C
 }
 
 /* out [M, C], rstd [M], x [M, C], w [C] */
-void dtx_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int64_t M, int64_t C,
-                         double eps) {
+static void rmsnorm_forward_run(real *out, real *rstd, const real *x, const real *w, int64_t M, int64_t C,
+                                double eps) {
     assert(out && rstd && x && w && M >= 0 && C > 0);
 #pragma omp parallel for schedule(static) if (M * C >= PAR_MIN)
     for (int64_t i = 0; i < M; i++) {
@@ -46,6 +47,11 @@ void dtx_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, in
         rstd[i] = (real)r;
         row_scale(out + i * C, x + i * C, w, (real)r, C);
     }
+}
+
+void dtx_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int64_t M, int64_t C,
+                         double eps) {
+    DTX_PROF(DTX_PROF_NORM, 0, rmsnorm_forward_run(out, rstd, x, w, M, C, eps));
 }
 
 /* Σ g ⊙ w ⊙ x over one row, in double. */
@@ -88,8 +94,8 @@ static void rmsnorm_backward_dw_block(real *dw, const real *dout, const real *x,
  * thread the same column blocks in every row block (OpenMP guarantees it for
  * loops of equal trip count in one parallel region), so dw's updates never
  * race and each column is summed in row order. */
-void dtx_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
-                          const real *rstd, int64_t M, int64_t C) {
+static void rmsnorm_backward_run(real *dx, real *dw, const real *dout, const real *x, const real *w,
+                                 const real *rstd, int64_t M, int64_t C) {
     assert(dx && dout && x && w && rstd && M >= 0 && C > 0);
     assert(!dtx_overlaps(dx, dout, (size_t)(M * C) * sizeof(real)) && !dtx_overlaps(dx, x, (size_t)(M * C) * sizeof(real)));
     if (!dw) {
@@ -112,4 +118,9 @@ void dtx_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, c
             rmsnorm_backward_dw_block(dw, dout, x, rstd, C, c0, n, i0, i1);
         }
     }
+}
+
+void dtx_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
+                          const real *rstd, int64_t M, int64_t C) {
+    DTX_PROF(DTX_PROF_NORM, 1, rmsnorm_backward_run(dx, dw, dout, x, w, rstd, M, C));
 }

@@ -4,6 +4,7 @@
  * vectorises the pair loop itself (even/odd lanes split and merged with
  * permutes), and the kernel is memory-bound, so duplicated [max_pos, d]
  * tables would only add table traffic. */
+#include "common/profile.h"
 #include "kernels/kernels.h"
 
 #include <assert.h>
@@ -54,13 +55,23 @@ static void rope_apply(real *x, const real *cos_t, const real *sin_t, int64_t B,
 }
 
 /* In place: x = R(p) x.   x [B, T, n_sub·d] */
-void dtx_rope_forward(real *x, const real *cos_t, const real *sin_t, int64_t B, int64_t T,
-                      int64_t pos0, int64_t n_sub, int64_t d) {
+static void rope_forward_run(real *x, const real *cos_t, const real *sin_t, int64_t B, int64_t T,
+                             int64_t pos0, int64_t n_sub, int64_t d) {
     rope_apply(x, cos_t, sin_t, B, T, pos0, n_sub, d, (real)1);
 }
 
+void dtx_rope_forward(real *x, const real *cos_t, const real *sin_t, int64_t B, int64_t T,
+                      int64_t pos0, int64_t n_sub, int64_t d) {
+    DTX_PROF(DTX_PROF_ROPE, 0, rope_forward_run(x, cos_t, sin_t, B, T, pos0, n_sub, d));
+}
+
 /* In place on a gradient: dx = R(p)ᵀ dx.   dx [B, T, n_sub·d] */
+static void rope_backward_run(real *dx, const real *cos_t, const real *sin_t, int64_t B, int64_t T,
+                              int64_t pos0, int64_t n_sub, int64_t d) {
+    rope_apply(dx, cos_t, sin_t, B, T, pos0, n_sub, d, (real)-1);
+}
+
 void dtx_rope_backward(real *dx, const real *cos_t, const real *sin_t, int64_t B, int64_t T,
                        int64_t pos0, int64_t n_sub, int64_t d) {
-    rope_apply(dx, cos_t, sin_t, B, T, pos0, n_sub, d, (real)-1);
+    DTX_PROF(DTX_PROF_ROPE, 1, rope_backward_run(dx, cos_t, sin_t, B, T, pos0, n_sub, d));
 }

@@ -5,6 +5,7 @@
  * large enough to pay for waking them. Every element is computed the same way
  * whichever thread or lane handles it, so results do not depend on the
  * thread count. */
+#include "common/profile.h"
 #include "kernels/kernels.h"
 #include "kernels/vexp.h"
 
@@ -45,13 +46,17 @@ static void swiglu_fwd_chunk(real *out, const real *a, const real *b, int64_t n,
     for (int64_t i = 0; i < n; i++) out[i] = a[i] * sigmoid_r(a[i]) * b[i];
 }
 
-void dtx_swiglu_forward_r(real *out, const real *a, const real *b, int64_t n, int round_bf16) {
+static void swiglu_forward_r_run(real *out, const real *a, const real *b, int64_t n, int round_bf16) {
     assert(out && a && b && n >= 0);
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
         swiglu_fwd_chunk(out + i0, a + i0, b + i0, m, round_bf16);
     }
+}
+
+void dtx_swiglu_forward_r(real *out, const real *a, const real *b, int64_t n, int round_bf16) {
+    DTX_PROF(DTX_PROF_SWIGLU, 0, swiglu_forward_r_run(out, a, b, n, round_bf16));
 }
 
 /* out [n] = silu(a) ⊙ b, silu(a) = a·σ(a).   a, b [n] */
@@ -75,8 +80,8 @@ static void swiglu_bwd_chunk(real *da, real *db, const real *dout, const real *a
 
 /* da [n] += dout ⊙ b ⊙ silu'(a), silu'(a) = σ(a)·(1 + a·(1 − σ(a)));
  * db [n] += dout ⊙ silu(a). */
-void dtx_swiglu_backward_r(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n,
-                           int round_bf16) {
+static void swiglu_backward_r_run(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n,
+                                  int round_bf16) {
     assert(da && db && dout && a && b && n >= 0);
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
@@ -85,13 +90,18 @@ void dtx_swiglu_backward_r(real *da, real *db, const real *dout, const real *a, 
     }
 }
 
+void dtx_swiglu_backward_r(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n,
+                           int round_bf16) {
+    DTX_PROF(DTX_PROF_SWIGLU, 1, swiglu_backward_r_run(da, db, dout, a, b, n, round_bf16));
+}
+
 void dtx_swiglu_backward(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n) {
     dtx_swiglu_backward_r(da, db, dout, a, b, n, 0);
 }
 
 /* out [n] = a + b (out may alias a or b: each element is read before it is
  * written, and a vector iteration reads all its lanes before storing). */
-void dtx_residual_forward(real *out, const real *a, const real *b, int64_t n) {
+static void residual_forward_run(real *out, const real *a, const real *b, int64_t n) {
     assert(out && a && b && n >= 0);
 #pragma omp parallel for schedule(static) if (n >= PAR_MIN)
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
@@ -101,4 +111,8 @@ void dtx_residual_forward(real *out, const real *a, const real *b, int64_t n) {
 #pragma omp simd
         for (int64_t i = 0; i < m; i++) o[i] = x[i] + y[i];
     }
+}
+
+void dtx_residual_forward(real *out, const real *a, const real *b, int64_t n) {
+    DTX_PROF(DTX_PROF_RESIDUAL, 0, residual_forward_run(out, a, b, n));
 }

@@ -26,10 +26,16 @@
 
 void dtx_bf16_round_if(unsigned pre, real *x, size_t n) {
 #ifndef DTX_DOUBLE
-    if (pre) dtx_bf16_round(x, x, n);
+    if (pre) DTX_PROF(DTX_PROF_ROUND, 0, dtx_bf16_round(x, x, n));
 #else
     (void)pre, (void)x, (void)n;
 #endif
+}
+
+/* out [M, N] = x [M, K] times the weight at off, the run's way (timed). */
+static void linear(const dtx_model *m, const dtx_block_run *r, real *out, const real *x, size_t off, int64_t M,
+                   int64_t K, int64_t N, unsigned pre) {
+    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, out, x, off, M, K, N, pre));
 }
 
 /* la->attn_y (or DIFF2's la->attn_a) from q, k, v: over the block's own keys,
@@ -67,38 +73,37 @@ void dtx_block_forward(dtx_model *m, int64_t l, const dtx_block_run *r, dtx_laye
     const unsigned px = r->px;
     const real *subln = dtx_model_subln(m, l);
     /* attention */
-    DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn1, la->rstd1, x, P(o->attn_norm), N, D, c->norm_eps));
-    DTX_PROF(DTX_PROF_NORM, 0, dtx_bf16_round_if(px, la->xn1, (size_t)(N * D)));
-    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, la->q, la->xn1, o->wq, N, D, QD, px));
-    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, la->k, la->xn1, o->wk, N, D, KV, px));
-    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, la->v, la->xn1, o->wv, N, D, KV, px));
-    if (la->lam) DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, la->lam, la->xn1, o->wl, N, D, c->n_heads, px));
-    DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, r->pos0, QD / d, d));
-    DTX_PROF(DTX_PROF_ROPE, 0, dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, r->pos0, KV / d, d));
+    dtx_rmsnorm_forward(la->xn1, la->rstd1, x, P(o->attn_norm), N, D, c->norm_eps);
+    dtx_bf16_round_if(px, la->xn1, (size_t)(N * D));
+    linear(m, r, la->q, la->xn1, o->wq, N, D, QD, px);
+    linear(m, r, la->k, la->xn1, o->wk, N, D, KV, px);
+    linear(m, r, la->v, la->xn1, o->wv, N, D, KV, px);
+    if (la->lam) linear(m, r, la->lam, la->xn1, o->wl, N, D, c->n_heads, px);
+    dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, r->pos0, QD / d, d);
+    dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, r->pos0, KV / d, d);
     dtx_model_round_qk(m, l, la->q, N * QD, la->k, N * KV);
     la->lambda = dtx_model_lambda(m, l);
     dtx_attn_dims ad = r->generation ? dtx_model_generation_attn_dims(m, T, l, la->lambda)
                                      : dtx_model_attn_dims(m, B, T, l, la->lambda);
-    DTX_PROF(DTX_PROF_ATTENTION, 0, attention(r, &ad, la, subln, QD));
+    attention(r, &ad, la, subln, QD);
     if (la->attn_a)
-        DTX_PROF(DTX_PROF_ATTENTION, 0,
-                 dtx_diff2_combine_forward(la->attn_y, la->attn_a, la->lam, N, c->n_heads, d, c->v2_lambda));
-    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, r->scratch, la->attn_y, o->wo, N, D, D, 0));
-    DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(la->x_mid, x, r->scratch, N * D));
+        dtx_diff2_combine_forward(la->attn_y, la->attn_a, la->lam, N, c->n_heads, d, c->v2_lambda);
+    linear(m, r, r->scratch, la->attn_y, o->wo, N, D, D, 0);
+    dtx_residual_forward(la->x_mid, x, r->scratch, N * D);
     /* feed-forward */
-    DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps));
-    DTX_PROF(DTX_PROF_NORM, 0, dtx_bf16_round_if(px, la->xn2, (size_t)(N * D)));
-    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, la->h1, la->xn2, o->w1, N, D, F, px));
-    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, la->h3, la->xn2, o->w3, N, D, F, px));
-    DTX_PROF(DTX_PROF_SWIGLU, 0, dtx_swiglu_forward_r(la->g, la->h1, la->h3, N * F, px != 0));
-    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, r->scratch, la->g, o->w2, N, F, D, px));
-    DTX_PROF(DTX_PROF_RESIDUAL, 0, dtx_residual_forward(out, la->x_mid, r->scratch, N * D));
+    dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps);
+    dtx_bf16_round_if(px, la->xn2, (size_t)(N * D));
+    linear(m, r, la->h1, la->xn2, o->w1, N, D, F, px);
+    linear(m, r, la->h3, la->xn2, o->w3, N, D, F, px);
+    dtx_swiglu_forward_r(la->g, la->h1, la->h3, N * F, px != 0);
+    linear(m, r, r->scratch, la->g, o->w2, N, F, D, px);
+    dtx_residual_forward(out, la->x_mid, r->scratch, N * D);
 }
 
 void dtx_block_head(dtx_model *m, const dtx_block_run *r, real *logits, real *xn, real *rstd, const real *x,
                     int64_t rows) {
     const dtx_config *c = &m->cfg;
-    DTX_PROF(DTX_PROF_NORM, 0, dtx_rmsnorm_forward(xn, rstd, x, P(m->final_norm), rows, c->dim, c->norm_eps));
-    DTX_PROF(DTX_PROF_NORM, 0, dtx_bf16_round_if(r->px, xn, (size_t)(rows * c->dim)));
-    DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, logits, xn, m->out_w, rows, c->dim, c->vocab_size, r->px));
+    dtx_rmsnorm_forward(xn, rstd, x, P(m->final_norm), rows, c->dim, c->norm_eps);
+    dtx_bf16_round_if(r->px, xn, (size_t)(rows * c->dim));
+    linear(m, r, logits, xn, m->out_w, rows, c->dim, c->vocab_size, r->px);
 }

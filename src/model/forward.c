@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/profile.h"
 #include "kernels/matmul_dnnl.h"
 #include "model/model.h"
 
@@ -218,11 +217,9 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
     int diff = c->arch == DTX_ARCH_DIFF, v2 = c->arch == DTX_ARCH_DIFF2;
     real *dattn = a->dx1, *dxn = a->dx2;
     memset(dattn, 0, (size_t)(N * D) * sizeof(real));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward(dattn, G(o->wo), dx, la->attn_y, P(o->wo), N, D, D, m->precision));
+    dtx_matmul_backward(dattn, G(o->wo), dx, la->attn_y, P(o->wo), N, D, D, m->precision);
     if (v2) { /* the pairs' backward: dattn over the 2h heads, and the λ logits' gradient */
-        DTX_PROF(DTX_PROF_ATTENTION, 1,
-                 dtx_diff2_combine_backward(a->dA, a->dlam, dattn, la->attn_a, la->lam, N, c->n_heads, d,
-                                            c->v2_lambda));
+        dtx_diff2_combine_backward(a->dA, a->dlam, dattn, la->attn_a, la->lam, N, c->n_heads, d, c->v2_lambda);
         dattn = a->dA;
     }
     memset(a->dq, 0, (size_t)(N * QD) * sizeof(real));
@@ -231,9 +228,7 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
     double dlambda = 0;
     dtx_attn_dims ad = dtx_model_attn_dims(m, B, T, l, la->lambda);
     const real *gamma = dtx_model_subln(m, l);
-    DTX_PROF(DTX_PROF_ATTENTION, 1,
-             dtx_attention_backward(&ad, a->dq, a->dk, a->dv, gamma ? G(o->subln) : NULL, &dlambda, dattn,
-                                    v2 ? la->attn_a : la->attn_y, &la->att, la->q, la->k, la->v, gamma));
+    dtx_attention_backward(&ad, a->dq, a->dk, a->dv, gamma ? G(o->subln) : NULL, &dlambda, dattn, v2 ? la->attn_a : la->attn_y, &la->att, la->q, la->k, la->v, gamma);
     if (diff) {
         /* λ = exp(q1·k1) − exp(q2·k2) + λ_init */
         double e1, e2;
@@ -245,22 +240,21 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
             G(o->lk2)[i] -= (real)(dlambda * e2 * P(o->lq2)[i]);
         }
     }
-    DTX_PROF(DTX_PROF_ROPE, 1, dtx_rope_backward(a->dq, m->rope_cos, m->rope_sin, B, T, 0, QD / d, d));
-    DTX_PROF(DTX_PROF_ROPE, 1, dtx_rope_backward(a->dk, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d));
+    dtx_rope_backward(a->dq, m->rope_cos, m->rope_sin, B, T, 0, QD / d, d);
+    dtx_rope_backward(a->dk, m->rope_cos, m->rope_sin, B, T, 0, KV / d, d);
     unsigned pre = pre_rounded(m);
-    DTX_PROF(DTX_PROF_ATTENTION, 1, dtx_bf16_round_if(pre, a->dq, (size_t)(N * QD)));
-    DTX_PROF(DTX_PROF_ATTENTION, 1, dtx_bf16_round_if(pre, a->dk, (size_t)(N * KV)));
-    DTX_PROF(DTX_PROF_ATTENTION, 1, dtx_bf16_round_if(pre, a->dv, (size_t)(N * KV)));
+    dtx_bf16_round_if(pre, a->dq, (size_t)(N * QD));
+    dtx_bf16_round_if(pre, a->dk, (size_t)(N * KV));
+    dtx_bf16_round_if(pre, a->dv, (size_t)(N * KV));
     memset(dxn, 0, (size_t)(N * D) * sizeof(real));
     if (la->lam) {
-        DTX_PROF(DTX_PROF_ATTENTION, 1, dtx_bf16_round_if(pre, a->dlam, (size_t)(N * c->n_heads)));
-        DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wl), a->dlam, la->xn1, P(o->wl), N, D,
-                                                             c->n_heads, m->precision, pre));
+        dtx_bf16_round_if(pre, a->dlam, (size_t)(N * c->n_heads));
+        dtx_matmul_backward_pre(dxn, G(o->wl), a->dlam, la->xn1, P(o->wl), N, D, c->n_heads, m->precision, pre);
     }
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wq), a->dq, la->xn1, P(o->wq), N, D, QD, m->precision, pre));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wk), a->dk, la->xn1, P(o->wk), N, D, KV, m->precision, pre));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(dxn, G(o->wv), a->dv, la->xn1, P(o->wv), N, D, KV, m->precision, pre));
-    DTX_PROF(DTX_PROF_NORM, 1, dtx_rmsnorm_backward(dx, G(o->attn_norm), dxn, x, P(o->attn_norm), la->rstd1, N, D));
+    dtx_matmul_backward_pre(dxn, G(o->wq), a->dq, la->xn1, P(o->wq), N, D, QD, m->precision, pre);
+    dtx_matmul_backward_pre(dxn, G(o->wk), a->dk, la->xn1, P(o->wk), N, D, KV, m->precision, pre);
+    dtx_matmul_backward_pre(dxn, G(o->wv), a->dv, la->xn1, P(o->wv), N, D, KV, m->precision, pre);
+    dtx_rmsnorm_backward(dx, G(o->attn_norm), dxn, x, P(o->attn_norm), la->rstd1, N, D);
 }
 
 /* ------------------------------------------------------------ feed-forward block */
@@ -275,15 +269,14 @@ static void ffn_block_backward(dtx_model *m, int64_t l, real *dx) {
     size_t nf = (size_t)(N * F) * sizeof(real);
     memset(a->dg, 0, nf);
     unsigned pre = pre_rounded(m);
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(a->dg, G(o->w2), dx, la->g, P(o->w2), N, F, D, m->precision,
-                                                         pre & DTX_MM_PRE_X));
+    dtx_matmul_backward_pre(a->dg, G(o->w2), dx, la->g, P(o->w2), N, F, D, m->precision, pre & DTX_MM_PRE_X);
     memset(a->dh1, 0, nf);
     memset(a->dh3, 0, nf);
-    DTX_PROF(DTX_PROF_SWIGLU, 1, dtx_swiglu_backward_r(a->dh1, a->dh3, a->dg, la->h1, la->h3, N * F, pre != 0));
+    dtx_swiglu_backward_r(a->dh1, a->dh3, a->dg, la->h1, la->h3, N * F, pre != 0);
     memset(a->dx2, 0, (size_t)(N * D) * sizeof(real));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(a->dx2, G(o->w1), a->dh1, la->xn2, P(o->w1), N, D, F, m->precision, pre));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(a->dx2, G(o->w3), a->dh3, la->xn2, P(o->w3), N, D, F, m->precision, pre));
-    DTX_PROF(DTX_PROF_NORM, 1, dtx_rmsnorm_backward(dx, G(o->ffn_norm), a->dx2, la->x_mid, P(o->ffn_norm), la->rstd2, N, D));
+    dtx_matmul_backward_pre(a->dx2, G(o->w1), a->dh1, la->xn2, P(o->w1), N, D, F, m->precision, pre);
+    dtx_matmul_backward_pre(a->dx2, G(o->w3), a->dh3, la->xn2, P(o->w3), N, D, F, m->precision, pre);
+    dtx_rmsnorm_backward(dx, G(o->ffn_norm), a->dx2, la->x_mid, P(o->ffn_norm), la->rstd2, N, D);
 }
 
 /* ------------------------------------------------------------ whole model */
@@ -315,7 +308,7 @@ dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t 
     a->pre = pre_for_forward(m);
     if (targets) memcpy(a->targets, targets, (size_t)N * sizeof(int32_t));
 
-    DTX_PROF(DTX_PROF_EMBEDDING, 0, dtx_model_embed(m, a->resid, tokens, N));
+    dtx_model_embed(m, a->resid, tokens, N);
     dtx_block_run run = {.B = B, .T = T, .px = pre_rounded(m) & DTX_MM_PRE_X, .mode = DTX_BLOCK_OWN_KEYS,
                          .scratch = a->dx1, .linear = batch_linear};
     for (int64_t l = 0; l < L; l++) {
@@ -325,8 +318,7 @@ dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t 
     dtx_block_head(m, &run, a->probs, a->xnf, a->rstdf, a->resid + (size_t)(L * N * D), N);
     if (logits) memcpy(logits, a->probs, (size_t)(N * V) * sizeof(real));
     if (targets) {
-        double l = 0;
-        DTX_PROF(DTX_PROF_LOSS, 0, l = dtx_crossentropy_forward(a->probs, a->probs, a->targets, N, V));
+        double l = dtx_crossentropy_forward(a->probs, a->probs, a->targets, N, V);
         if (loss) *loss = l;
     }
     return DTX_OK;
@@ -368,15 +360,15 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
      * dlogits in place, so the N×V logits exist once. The forward's
      * activations stay valid, but another backward needs another forward. */
     real *dlogits = a->probs;
-    DTX_PROF(DTX_PROF_LOSS, 1, dtx_crossentropy_backward_inplace(dlogits, a->targets, N, V, loss_scale / (double)N));
+    dtx_crossentropy_backward_inplace(dlogits, a->targets, N, V, loss_scale / (double)N);
     a->has_targets = 0;
     memset(a->dx1, 0, (size_t)(N * D) * sizeof(real));
     unsigned pre = pre_rounded(m);
-    DTX_PROF(DTX_PROF_LOSS, 1, dtx_bf16_round_if(pre, dlogits, (size_t)(N * V)));
-    DTX_PROF(DTX_PROF_MATMUL, 1, dtx_matmul_backward_pre(a->dx1, G(m->out_w), dlogits, a->xnf, P(m->out_w), N, D, V, m->precision, pre));
+    dtx_bf16_round_if(pre, dlogits, (size_t)(N * V));
+    dtx_matmul_backward_pre(a->dx1, G(m->out_w), dlogits, a->xnf, P(m->out_w), N, D, V, m->precision, pre);
     memset(a->dresid, 0, (size_t)(N * D) * sizeof(real));
     real *xL = a->resid + (size_t)(L * N * D);
-    DTX_PROF(DTX_PROF_NORM, 1, dtx_rmsnorm_backward(a->dresid, G(m->final_norm), a->dx1, xL, P(m->final_norm), a->rstdf, N, D));
+    dtx_rmsnorm_backward(a->dresid, G(m->final_norm), a->dx1, xL, P(m->final_norm), a->rstdf, N, D);
     /* the table's order (params.c): embedding, layers 0..L-1, final norm, output; each range below is
      * final once the blocks that write it are done (a tied output's gradient is the embedding's) */
     grads_ready(m, m->final_norm, m->n_params);
@@ -387,7 +379,7 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
         attention_block_backward(m, l, a->resid + (size_t)(l * N * D), a->dresid);
         grads_ready(m, m->layers[l].attn_norm, l + 1 < L ? m->layers[l + 1].attn_norm : m->final_norm);
     }
-    DTX_PROF(DTX_PROF_EMBEDDING, 1, dtx_embedding_backward(G(m->tok_emb), a->dresid, a->tokens, N, D));
+    dtx_embedding_backward(G(m->tok_emb), a->dresid, a->tokens, N, D);
     grads_ready(m, 0, m->layers[0].attn_norm);
     return DTX_OK;
 }

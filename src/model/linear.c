@@ -10,6 +10,7 @@
  * for a16, the int8 grid for W8A8), so a prefill and a decode step compute
  * the same products to rounding. One row (a decode step): the memory-bound
  * one-row kernels of kernels.h, on the codes, a bf16 copy or fp32. */
+#include "common/profile.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,7 +133,7 @@ void dtx_model_linear_row(const dtx_model *m, real *out, const real *x, size_t o
     dtx_gemv(out, x, m->params + off, K, N);
 }
 
-void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64_t n) {
+static void model_embed_run(const dtx_model *m, real *out, const int32_t *tokens, int64_t n) {
     int64_t D = m->cfg.dim;
 #ifndef DTX_DOUBLE
     const dtx_qweight *w = dtx_model_qweight(m, m->tok_emb);
@@ -142,6 +143,10 @@ void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64
     }
 #endif
     dtx_embedding_forward(out, tokens, m->params + m->tok_emb, n, D);
+}
+
+void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64_t n) {
+    DTX_PROF(DTX_PROF_EMBEDDING, 0, model_embed_run(m, out, tokens, n));
 }
 
 void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real *k, int64_t nk) {
