@@ -157,6 +157,7 @@ typedef struct {
     int set_to;
     const char *metavar; /* the value's name in the usage ("N", "PATH"); a choice's default: its choices */
     const char *help;    /* the usage's words for it; NULL: not listed (test hooks) */
+    int required;        /* dtx_flags_parse refuses a command line without it */
     int seen;            /* set by dtx_flags_parse: the flag was given */
 } dtx_flag;
 
@@ -178,7 +179,7 @@ typedef struct {
 
 /* The flags more than one command takes, declared once (their words too). */
 #define DTX_FLAG_MODEL(p) \
-    DTX_FLAG_STR("--model", p, .metavar = "PATH", .help = "model file, or a training checkpoint [required]")
+    DTX_FLAG_STR("--model", p, .metavar = "PATH", .help = "model file, or a training checkpoint", .required = 1)
 #define DTX_FLAG_TOKENIZER(p) \
     DTX_FLAG_STR("--tokenizer", p, .metavar = "PATH", .help = "tokenizer file (difftx tokenizer train, or tiktoken)")
 #define DTX_FLAG_PRECISION(p)                                                                               \
@@ -199,14 +200,16 @@ enum { DTX_FLAGS_OK = 0, DTX_FLAGS_HELP = 1, DTX_FLAGS_ERROR = 2 };
  * "eval needle", names it in messages). `--flag value` and `--flag=value`
  * are accepted; `--help` or `-h` returns DTX_FLAGS_HELP at once. Arguments
  * that do not start with '-' (or follow "--") go to pos, at most max_pos of
- * them. */
+ * them. A required flag that is not given is "--flag is required" (the
+ * first of the table's). */
 int dtx_flags_parse(const char *cmd, dtx_flag *fl, int n_fl, int argc, char **argv, const char **pos, int max_pos,
                     int *n_pos);
 /* The usage text: head (the synopsis and what the command does, as
  * written), then each flag of the table with its value's name and its words
- * wrapped at 80 columns, with " (default V)" from the value the flag holds
- * now when the words neither say it nor "[required]" (and it is not 0,
- * negative or none), and the text entries as written. malloc'd (free() it); NULL when out of memory. */
+ * wrapped at 80 columns, then " [required]" for a required flag, or
+ * " (default V)" from the value the flag holds now when the words do not
+ * say it (and it is not 0, negative or none), and the text entries as
+ * written. malloc'd (free() it); NULL when out of memory. */
 char *dtx_flags_usage(const char *head, const dtx_flag *fl, int n_fl);
 /* The entry named name (NULL when the table has none). */
 dtx_flag *dtx_flags_get(dtx_flag *fl, int n_fl, const char *name);

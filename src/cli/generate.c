@@ -151,7 +151,7 @@ int cmd_generate(int argc, char **argv) {
     flag fl[] = {
         DTX_FLAG_MODEL(&a.model),
         FLAG_STR("--tokenizer", &a.tokenizer, .metavar = "PATH",
-                 .help = "tokenizer file (difftx tokenizer train, or tiktoken) [required]"),
+                 .help = "tokenizer file (difftx tokenizer train, or tiktoken)", .required = 1),
         FLAG_STR("--prompt", &a.prompt, .metavar = "TEXT", .help = "the prompt (default: read stdin to the end)"),
         FLAG_INT("--max-tokens", &a.max_tokens, 1, 1 << 24, .metavar = "N",
                  .help = "most tokens to generate (default 200)"),
@@ -172,8 +172,6 @@ int cmd_generate(int argc, char **argv) {
     case FLAGS_HELP: return finish_stdout(CMD);
     case FLAGS_ERROR: return EXIT_USAGE;
     }
-    if (!a.model) return usage_error(CMD, "--model is required");
-    if (!a.tokenizer) return usage_error(CMD, "--tokenizer is required");
     if (!a.prompt && isatty(STDIN_FILENO)) /* it would wait for a prompt typed to the end (Ctrl-D) */
         return usage_error(CMD, "no --prompt, and stdin is a terminal: give --prompt TEXT, or pipe the prompt in");
     dtx_tokenizer *t = NULL;

@@ -51,7 +51,7 @@ int cmd_quantize(int argc, char **argv) {
                             "same weights, int8 activations (every linear input, and the attention's q and k) with "
                             "static calibrated scales; w4a16: the layers' weights 4-bit in groups of 32 (embedding and "
                             "output int8), bf16 activations"),
-        FLAG_STR("--out", &out, .metavar = "PATH", .help = "the quantised model [required]"),
+        FLAG_STR("--out", &out, .metavar = "PATH", .help = "the quantised model", .required = 1),
         FLAG_INT("--calib-samples", &samples, 1, 1000000, .metavar = "N",
                  .help = "calibration sequences (default 300, the recommended minimum: fewer works, with a warning)"),
         FLAG_INT("--calib-len", &len, 1, INT64_MAX, .metavar = "L",
@@ -76,10 +76,8 @@ int cmd_quantize(int argc, char **argv) {
     case FLAGS_HELP: return finish_stdout(CMD);
     case FLAGS_ERROR: return EXIT_USAGE;
     }
-    if (!model_path) return usage_error(CMD, "--model is required");
     if (!calib) return usage_error(CMD, "--calib is required (calibration tokens, or text with --tokenizer)");
     if (scheme < 0) return usage_error(CMD, "--scheme is required (w8a16, w8a8 or w4a16)");
-    if (!out) return usage_error(CMD, "--out is required");
     if ((flags_get(fl, n_fl, "--act-method")->seen || flags_get(fl, n_fl, "--percentile")->seen) && scheme != 1)
         return usage_error(CMD, "--act-method and --percentile set w8a8's activation ranges; --scheme is %s",
                            scheme == 0 ? "w8a16" : "w4a16");

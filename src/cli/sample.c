@@ -98,7 +98,7 @@ int cmd_sample(int argc, char **argv) {
         FLAG_STR("--prompt-file", &a.prompt_file, .metavar = "FILE",
                  .help = "token ids from a file (text or token shard)"),
         FLAG_INT("--max-tokens", &a.max_tokens, 0, 1 << 24, .metavar = "N",
-                 .help = "how many ids to generate [required]"),
+                 .help = "how many ids to generate", .required = 1),
         FLAG_REAL("--temperature", &a.temperature, 0, 0, 1e6, 0, .metavar = "T",
                   .help = "0 = greedy (default), else softmax(logits / T) sampling"),
         FLAG_SEED("--seed", &a.seed, .metavar = "S", .help = "sampler seed (default 1)"),
@@ -108,9 +108,7 @@ int cmd_sample(int argc, char **argv) {
     case FLAGS_HELP: return finish_stdout(CMD);
     case FLAGS_ERROR: return EXIT_USAGE;
     }
-    if (!a.model) return usage_error(CMD, "--model is required");
     if (!a.prompt == !a.prompt_file) return usage_error(CMD, "give exactly one of --prompt and --prompt-file");
-    if (a.max_tokens < 0) return usage_error(CMD, "--max-tokens is required");
     int32_t *prompt = NULL;
     int64_t n = 0;
     /* A malformed --prompt is a usage error even before the model is read. */

@@ -44,15 +44,13 @@ int cmd_score(int argc, char **argv) {
     int precision = DTX_PREC_FP32;
     flag fl[] = {
         DTX_FLAG_MODEL(&model_path),
-        FLAG_STR("--tokens", &tokens_path, .metavar = "FILE", .help = "the sequence [required]"),
+        FLAG_STR("--tokens", &tokens_path, .metavar = "FILE", .help = "the sequence", .required = 1),
         DTX_FLAG_PRECISION(&precision),
     };
     switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv, NULL, 0, NULL)) {
     case FLAGS_HELP: return finish_stdout(CMD);
     case FLAGS_ERROR: return EXIT_USAGE;
     }
-    if (!model_path) return usage_error(CMD, "--model is required");
-    if (!tokens_path) return usage_error(CMD, "--tokens is required");
     dtx_model *m = NULL;
     if (cli_model_load(&m, model_path, precision) != DTX_OK) return lib_error(CMD);
     int rc = score(m, tokens_path);

@@ -231,7 +231,6 @@ static int sub_encode(int argc, char **argv) {
     free(texts);
     free(rest);
     if (pr >= 0) return pr;
-    if (!tok) return usage_error(cmd, "--tokenizer is required");
     if (text && input) return usage_error(cmd, "--text and --input: give one of them");
     dtx_tokenizer *t = load(cmd, tok);
     if (!t) return EXIT_RUNTIME;
@@ -309,7 +308,6 @@ static int sub_decode(int argc, char **argv) {
     case FLAGS_HELP: return finish_stdout(cmd);
     case FLAGS_ERROR: return EXIT_USAGE;
     }
-    if (!tok) return usage_error(cmd, "--tokenizer is required");
     if (ids_s && input) return usage_error(cmd, "--ids and --input: give one of them");
     int32_t *ids = NULL;
     int64_t n = 0;

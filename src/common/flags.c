@@ -203,6 +203,9 @@ int dtx_flags_parse(const char *cmd, flag *fl, int n_fl, int argc, char **argv, 
         pos[np++] = a;
     }
     if (n_pos) *n_pos = np;
+    for (int i = 0; i < n_fl; i++)
+        if (fl[i].name && fl[i].required && !fl[i].seen)
+            return dtx_fail(DTX_ERR_USAGE, "%s is required", fl[i].name), DTX_FLAGS_ERROR;
     return DTX_FLAGS_OK;
 }
 
@@ -281,7 +284,8 @@ char *dtx_flags_usage(const char *head, const dtx_flag *fl, int n_fl) {
         else col += fprintf(f, "  ");
         char def[96], text[1024];
         default_of(e, def, sizeof def);
-        snprintf(text, sizeof text, "%s%s%s%s", e->help, def[0] ? " (default " : "", def, def[0] ? ")" : "");
+        if (e->required) snprintf(text, sizeof text, "%s [required]", e->help);
+        else snprintf(text, sizeof text, "%s%s%s%s", e->help, def[0] ? " (default " : "", def, def[0] ? ")" : "");
         /* a long name and value: the words start on the next line */
         if (col > USAGE_WIDTH - 20) {
             fprintf(f, "\n%*s", HELP_COL, "");

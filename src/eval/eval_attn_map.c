@@ -206,8 +206,6 @@ static int summarise(const dtx_model *m, const dtx_tokenizer *tok, const map_arg
 /* ------------------------------------------------------------ command */
 
 static int check_args(const map_args *a) {
-    if (!a->model) return eval_usage_error("--model is required");
-    if (!a->tokenizer) return eval_usage_error("--tokenizer is required");
     if (!a->text && !a->prompt_file) return eval_usage_error("give the prompt: --text STRING or --prompt-file FILE");
     if (a->text && a->prompt_file) return eval_usage_error("--text and --prompt-file exclude each other");
     return EVAL_OK;
@@ -243,7 +241,7 @@ int dtx_eval_attn_map_main(int argc, char **argv) {
     map_args a = {0};
     dtx_flag fl[] = {
         DTX_FLAG_MODEL(&a.model),
-        DTX_FLAG_STR("--tokenizer", &a.tokenizer, .metavar = "PATH", .help = "tokenizer file [required]"),
+        DTX_FLAG_STR("--tokenizer", &a.tokenizer, .metavar = "PATH", .help = "tokenizer file", .required = 1),
         DTX_FLAG_STR("--text", &a.text, .metavar = "STRING", .help = "the prompt"),
         DTX_FLAG_STR("--prompt-file", &a.prompt_file, .metavar = "FILE",
                      .help = "the prompt, read from a file (bytes as they are)"),

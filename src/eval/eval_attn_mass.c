@@ -325,9 +325,9 @@ static int parse_args(mass_args *a, int argc, char **argv) {
     dtx_flag fl[] = {
         DTX_FLAG_MODEL(&a->model),
         DTX_FLAG_STR("--tokenizer", &a->tokenizer, .metavar = "PATH",
-                     .help = "tokenizer file; it must have <|bos|> [required]"),
+                     .help = "tokenizer file; it must have <|bos|>", .required = 1),
         DTX_FLAG_STR("--haystack", &a->haystack, .metavar = "LIST",
-                     .help = "held-out text: files or folders (every file in them), comma-separated [required]"),
+                     .help = "held-out text: files or folders (every file in them), comma-separated", .required = 1),
         DTX_FLAG_INT("--length", &a->length, 1, INT32_MAX, .metavar = "L",
                      .help = "prompt length in tokens (default max_seq_len - 8)"),
         DTX_FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX, .metavar = "N",
@@ -346,9 +346,6 @@ static int parse_args(mass_args *a, int argc, char **argv) {
     case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
     case DTX_FLAGS_ERROR: return EVAL_USAGE;
     }
-    if (!a->model) return eval_usage_error("--model is required");
-    if (!a->tokenizer) return eval_usage_error("--tokenizer is required");
-    if (!a->haystack) return eval_usage_error("--haystack is required");
     int n = dtx_eval_parse_list(a->depths_s, a->depths, MAX_DEPTHS);
     if (n < 0)
         return eval_usage_error("--depths: expected comma-separated percentages (at most %d), got '%s'", MAX_DEPTHS,

@@ -296,9 +296,9 @@ static int parse_args(halluc_args *a, int argc, char **argv) {
     dtx_flag fl[] = {
         DTX_FLAG_MODEL(&a->model),
         DTX_FLAG_STR("--tokenizer", &a->tokenizer, .metavar = "PATH",
-                     .help = "tokenizer file; it must have <|bos|> [required]"),
+                     .help = "tokenizer file; it must have <|bos|>", .required = 1),
         DTX_FLAG_STR("--haystack", &a->haystack, .metavar = "LIST",
-                     .help = "held-out text: files or folders (every file in them), comma-separated [required]"),
+                     .help = "held-out text: files or folders (every file in them), comma-separated", .required = 1),
         DTX_FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX, .metavar = "N",
                      .help = "needles in contradict and absent contexts, 1..16 (default 3)"),
         DTX_FLAG_STR("--list-needles", &a->list_s, .metavar = "L",
@@ -318,9 +318,6 @@ static int parse_args(halluc_args *a, int argc, char **argv) {
     case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
     case DTX_FLAGS_ERROR: return EVAL_USAGE;
     }
-    if (!a->model) return eval_usage_error("--model is required");
-    if (!a->tokenizer) return eval_usage_error("--tokenizer is required");
-    if (!a->haystack) return eval_usage_error("--haystack is required");
     return parse_list(a);
 }
 

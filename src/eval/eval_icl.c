@@ -380,7 +380,7 @@ static int parse_args(icl_args *a, int argc, char **argv) {
         DTX_FLAG_MODEL(&a->model),
         DTX_FLAG_STR("--tokenizer", &a->tokenizer, .metavar = "PATH",
                      .help = "the tokenizer the model was trained with; it needs <|bos|>, ':' and a newline as single "
-                             "tokens, and word tokens [required]"),
+                             "tokens, and word tokens", .required = 1),
         DTX_FLAG_INT("--classes", &a->classes, 2, DTX_ICL_MAX_CLASSES, .metavar = "C",
                      .help = "classes per episode, 2..64 (default 6, as TREC)"),
         DTX_FLAG_STR("--shots", &a->shots_s, .metavar = "LIST",
@@ -402,8 +402,6 @@ static int parse_args(icl_args *a, int argc, char **argv) {
     case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
     case DTX_FLAGS_ERROR: return EVAL_USAGE;
     }
-    if (!a->model) return eval_usage_error("--model is required");
-    if (!a->tokenizer) return eval_usage_error("--tokenizer is required");
     return a->shots_s ? parse_shots(a) : EVAL_OK;
 }
 

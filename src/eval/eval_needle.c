@@ -441,9 +441,9 @@ static int parse_args(needle_args *a, int argc, char **argv) {
     dtx_flag fl[] = {
         DTX_FLAG_MODEL(&a->model),
         DTX_FLAG_STR("--tokenizer", &a->tokenizer, .metavar = "PATH",
-                     .help = "tokenizer file; it must have <|bos|> [required]"),
+                     .help = "tokenizer file; it must have <|bos|>", .required = 1),
         DTX_FLAG_STR("--haystack", &a->haystack, .metavar = "LIST",
-                     .help = "held-out text: files or folders (every file in them), comma-separated [required]"),
+                     .help = "held-out text: files or folders (every file in them), comma-separated", .required = 1),
         DTX_FLAG_STR("--lengths", &a->lengths_s, .metavar = "LIST",
                      .help = "prompt lengths in tokens (default: max_seq_len - max-new); each plus --max-new must fit in "
                              "max_seq_len"),
@@ -468,9 +468,6 @@ static int parse_args(needle_args *a, int argc, char **argv) {
     case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
     case DTX_FLAGS_ERROR: return EVAL_USAGE;
     }
-    if (!a->model) return eval_usage_error("--model is required");
-    if (!a->tokenizer) return eval_usage_error("--tokenizer is required");
-    if (!a->haystack) return eval_usage_error("--haystack is required");
     if (a->attn_bits == 1) return eval_usage_error("--attn-bits: expected 0 (off) or 2 to 16, got '1'");
     int rc = EVAL_OK;
     if (a->lengths_s) rc = parse_lengths(a);

@@ -153,7 +153,6 @@ static int write_json(const char *path, const dtx_model *m, const outl_args *a, 
 /* ------------------------------------------------------------ command */
 
 static int check_args(const outl_args *a) {
-    if (!a->model) return eval_usage_error("--model is required");
     if (!a->tokens && !a->text) return eval_usage_error("give the input: --tokens FILE or --text FILE");
     if (a->tokens && a->text) return eval_usage_error("--tokens and --text exclude each other");
     if (a->text && !a->tokenizer) return eval_usage_error("--text needs --tokenizer");

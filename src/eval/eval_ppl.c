@@ -305,7 +305,6 @@ static int parse_args(ppl_args *a, int argc, char **argv) {
     case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
     case DTX_FLAGS_ERROR: return EVAL_USAGE;
     }
-    if (!a->model) return eval_usage_error("--model is required");
     if (!a->tokens == !a->text) return eval_usage_error("give exactly one of --tokens FILE and --text FILE");
     if (a->text && !a->tokenizer) return eval_usage_error("--text needs --tokenizer");
     if (a->tokens && a->tokenizer) return eval_usage_error("--tokenizer goes with --text, not with --tokens");

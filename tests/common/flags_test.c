@@ -3,7 +3,7 @@
  * head as written, every listed flag with its value's name and words
  * wrapped at 80 columns, defaults read from the values the table points
  * at (none for zero, negative, none or a required flag), test hooks left
- * out, text entries as written. */
+ * out, text entries as written; a required flag missing is refused. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +24,7 @@ typedef struct {
         DTX_FLAG_TEXT("section:\n"),                                                                            \
         DTX_FLAG_INT("--steps", &(o).steps, 1, 1000000, .metavar = "N", .help = "optimizer steps"),             \
         DTX_FLAG_INT("--window", &(o).window, 0, 100, .metavar = "W", .help = "tokens per pass; 0: the model's"), \
-        DTX_FLAG_INT("--required", &(o).required, 1, 9, .metavar = "R", .help = "a value [required]"),          \
+        DTX_FLAG_INT("--required", &(o).required, 1, 9, .metavar = "R", .help = "a value", .required = 1),      \
         DTX_FLAG_REAL("--lr", &(o).lr, 0, 1, 1, 0, .metavar = "X", .help = "the rate"),                         \
         DTX_FLAG_STR("--out", &(o).out, .metavar = "PATH",                                                     \
                      .help = "where the words run on long enough that they must wrap onto a second line and "   \
@@ -69,10 +69,13 @@ TEST(flags_parse_stores_and_refuses) {
     opts o = {.steps = 8, .required = -1, .lr = 0.001, .arch = 0};
     dtx_flag fl[] = TABLE(o);
     int n = (int)(sizeof fl / sizeof fl[0]);
-    char *ok[] = {"cmd", "--steps", "12", "--lr=0.5", "--arch", "diff2", "--quiet", "--hook", "3", "pos"};
+    char *ok[] = {"cmd", "--steps", "12", "--lr=0.5", "--arch", "diff2", "--quiet", "--hook", "3", "pos",
+                  "--required", "2"};
     const char *pos[1];
     int n_pos = 0;
-    CHECK(dtx_flags_parse("cmd", fl, n, 10, ok, pos, 1, &n_pos) == DTX_FLAGS_OK);
+    CHECK(dtx_flags_parse("cmd", fl, n, 10, ok, pos, 1, &n_pos) == DTX_FLAGS_ERROR &&
+          strcmp(dtx_last_error(), "--required is required") == 0);
+    CHECK(dtx_flags_parse("cmd", fl, n, 12, ok, pos, 1, &n_pos) == DTX_FLAGS_OK && o.required == 2);
     CHECK(o.steps == 12 && o.lr == 0.5 && o.arch == 2 && o.quiet == 1 && o.hook == 3 && n_pos == 1);
     CHECK(dtx_flags_get(fl, n, "--steps")->seen && !dtx_flags_get(fl, n, "--window")->seen);
     CHECK(dtx_flags_get(fl, n, "--nope") == NULL);
