@@ -276,32 +276,18 @@ static void show_value(char *buf, size_t cap, const char *key, const char *v, co
  * result would not be the one an uninterrupted run gives. */
 static int compare_with_ckpt(const dtx_ckpt *ck, const char *path, const train_state *s, const train_args *a,
                              const dtx_config *cfg) {
-    const char *keys[DTX_CKPT_N_DESCRIBE + DTX_RUN_META_COMPARED];
-    char dvals[DTX_CKPT_N_DESCRIBE][DTX_CKPT_VALUE_MAX];
-    const char *values[DTX_CKPT_N_DESCRIBE + DTX_RUN_META_COMPARED];
-    int n = dtx_ckpt_describe(cfg, &a->opt, keys, dvals);
-    for (int i = 0; i < n; i++) values[i] = dvals[i];
-    static dtx_run_meta r; /* large: not on the stack */
-    dtx_trainer_run_meta(&s->tr, &r);
-    for (int i = 0; i < DTX_RUN_META_COMPARED; i++, n++) {
-        keys[n] = r.keys[i], values[n] = r.values[i];
-        /* no model yet: this run's precision is the flag's */
-        if (strcmp(keys[n], "precision") == 0) values[n] = dtx_precision_name((dtx_precision)a->precision);
-    }
-    for (int i = 0; i < n; i++) {
-        const char *theirs = dtx_ckpt_meta(ck, keys[i]);
-        if (!theirs && strcmp(keys[i], "init_scheme") == 0) theirs = "torch"; /* written before the flag existed */
-        if (!theirs) return runtime_error(CMD, "--resume: %s: missing metadata key '%s'", path, keys[i]);
-        if (strcmp(theirs, values[i]) == 0) continue;
-        /* more --steps than the checkpoint's schedule: the run is extended (build_state), not refused */
-        if (strcmp(keys[i], "total_steps") == 0 && a->steps > strtoll(theirs, NULL, 10)) continue;
+    const char *key, *here_v, *there_v;
+    dtx_status st = dtx_trainer_compare(&s->tr, ck, cfg, &a->opt, (dtx_precision)a->precision, &key, &here_v,
+                                        &there_v);
+    if (st == DTX_ERR_FORMAT) return runtime_error(CMD, "--resume: %s: missing metadata key '%s'", path, key);
+    if (st) {
         char here[80], there[80];
-        show_value(here, sizeof here, keys[i], values[i], theirs);
-        show_value(there, sizeof there, keys[i], theirs, values[i]);
+        show_value(here, sizeof here, key, here_v, there_v);
+        show_value(there, sizeof there, key, there_v, here_v);
         return usage_error(CMD,
                            "--resume: %s differs from the checkpoint %s (%s = %s in this run, %s in the checkpoint); "
                            "a resumed run must use the same settings",
-                           flag_of(keys[i], a), path, keys[i], here, there);
+                           flag_of(key, a), path, key, here, there);
     }
     const char *threads = dtx_ckpt_meta(ck, "threads");
     if (threads && atoi(threads) != omp_get_max_threads())

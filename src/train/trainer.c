@@ -357,6 +357,32 @@ void dtx_trainer_run_meta(const dtx_trainer *t, dtx_run_meta *m) {
 #undef K
 }
 
+dtx_status dtx_trainer_compare(const dtx_trainer *t, const dtx_ckpt *ck, const dtx_config *cfg,
+                               const dtx_optim_config *oc, dtx_precision prec, const char **key, const char **here,
+                               const char **there) {
+    static _Thread_local dtx_run_meta run;          /* large: not for the stack */
+    static _Thread_local char dvals[DTX_CKPT_N_DESCRIBE][DTX_CKPT_VALUE_MAX];
+    const char *keys[DTX_CKPT_N_DESCRIBE + DTX_RUN_META_COMPARED], *values[DTX_CKPT_N_DESCRIBE + DTX_RUN_META_COMPARED];
+    int n = dtx_ckpt_describe(cfg, oc, keys, dvals);
+    for (int i = 0; i < n; i++) values[i] = dvals[i];
+    dtx_trainer_run_meta(t, &run);
+    for (int i = 0; i < DTX_RUN_META_COMPARED; i++, n++) {
+        keys[n] = run.keys[i], values[n] = run.values[i];
+        if (strcmp(keys[n], "precision") == 0) values[n] = dtx_precision_name(prec); /* there may be no model yet */
+    }
+    for (int i = 0; i < n; i++) {
+        const char *theirs = dtx_ckpt_meta(ck, keys[i]);
+        if (!theirs && strcmp(keys[i], "init_scheme") == 0) theirs = "torch"; /* written before the option existed */
+        *key = keys[i], *here = values[i], *there = theirs;
+        if (!theirs) return dtx_fail(DTX_ERR_FORMAT, "missing metadata key '%s'", keys[i]);
+        if (strcmp(theirs, values[i]) == 0) continue;
+        if (strcmp(keys[i], "total_steps") == 0 && oc->total_steps > strtoll(theirs, NULL, 10)) continue;
+        return dtx_fail(DTX_ERR_ARG, "%s is %s in the checkpoint and %s here", keys[i], theirs, values[i]);
+    }
+    *key = *here = *there = NULL;
+    return DTX_OK;
+}
+
 dtx_status dtx_trainer_save(dtx_trainer *t, const char *path) {
     if (!t->model) return dtx_fail(DTX_ERR_ARG, "the trainer's model was taken: nothing to save");
     dtx_run_meta *m = malloc(sizeof *m);
@@ -371,48 +397,11 @@ dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_option
                                        const char *val_tokens, const char *checkpoint, const dtx_optim_config *oc) {
     *out = NULL;
     dtx_ckpt ck;
-    dtx_run_meta *m = NULL;
     dtx_status st = dtx_ckpt_load(&ck, checkpoint);
     if (st) return st;
     if ((st = public_open(out, o, tokens, val_tokens, dtx_model_config(ck.model)))) goto done;
     dtx_trainer *t = *out;
-    if (!(m = malloc(sizeof *m))) {
-        st = dtx_fail(DTX_ERR_NOMEM, "out of memory");
-        goto done;
-    }
-    dtx_trainer_run_meta(t, m);
-    const char *const *keys = m->keys, *const *vals = m->values;
-    for (int i = 0; i < DTX_RUN_META_COMPARED; i++) {
-        /* precision is the model's, set from the checkpoint below; needles are checked below */
-        if (strcmp(keys[i], "precision") == 0 || strcmp(keys[i], "needles") == 0) continue;
-        const char *theirs = dtx_ckpt_meta(&ck, keys[i]);
-        if (!theirs && strcmp(keys[i], "init_scheme") == 0) theirs = "torch"; /* older checkpoints lack it */
-        if (!theirs) {
-            st = dtx_fail(DTX_ERR_FORMAT, "%s: missing metadata key '%s'", checkpoint, keys[i]);
-            goto done;
-        }
-        if (strcmp(theirs, vals[i]) != 0) {
-            int data = strcmp(keys[i], "data_tokens") == 0 || strcmp(keys[i], "data_hash") == 0;
-            st = dtx_fail(DTX_ERR_ARG, "%s: %s is %s in the checkpoint and %s here; a resumed run uses the same %s",
-                          checkpoint, keys[i], theirs, vals[i], data ? "training tokens" : "settings");
-            goto done;
-        }
-    }
-    if (oc) { /* every optimizer setting, as the checkpoint writes them */
-        const char *dkeys[DTX_CKPT_N_DESCRIBE];
-        char dvals[DTX_CKPT_N_DESCRIBE][DTX_CKPT_VALUE_MAX];
-        int n = dtx_ckpt_describe(dtx_model_config(ck.model), oc, dkeys, dvals);
-        for (int i = 0; i < n; i++) {
-            const char *theirs = dtx_ckpt_meta(&ck, dkeys[i]);
-            /* more steps than the checkpoint's schedule: extended below, as difftx train --resume does */
-            if (theirs && strcmp(dkeys[i], "total_steps") == 0 && oc->total_steps > strtoll(theirs, NULL, 10)) continue;
-            if (theirs && strcmp(theirs, dvals[i]) != 0) {
-                st = dtx_fail(DTX_ERR_ARG, "%s: %s is %s in the checkpoint and %s here; a resumed run uses the same "
-                              "settings", checkpoint, dkeys[i], theirs, dvals[i]);
-                goto done;
-            }
-        }
-    }
+    /* a mixture of synthetic documents: not the public trainer's to continue */
     const char *needles = dtx_ckpt_meta(&ck, "needles");
     double frac[6] = {0};
     long long needle_max = 0;
@@ -423,7 +412,24 @@ dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_option
                       "with difftx train", checkpoint, needles);
         goto done;
     }
+    if (needles) t->o.mix.needle_max = needle_max; /* no mixture: its size of one changes nothing */
     const char *prec = dtx_ckpt_meta(&ck, "precision");
+    {
+        const char *key, *here, *there;
+        dtx_optim_config mine = oc ? *oc : *dtx_optimizer_config(ck.opt); /* NULL: whatever the checkpoint holds */
+        dtx_precision p = prec && strcmp(prec, "bf16") == 0 ? DTX_PREC_BF16 : DTX_PREC_FP32;
+        st = dtx_trainer_compare(t, &ck, dtx_model_config(ck.model), &mine, p, &key, &here, &there);
+        if (st == DTX_ERR_FORMAT) {
+            st = dtx_fail(DTX_ERR_FORMAT, "%s: missing metadata key '%s'", checkpoint, key);
+            goto done;
+        }
+        if (st) {
+            int data = strcmp(key, "data_tokens") == 0 || strcmp(key, "data_hash") == 0;
+            st = dtx_fail(DTX_ERR_ARG, "%s: %s is %s in the checkpoint and %s here; a resumed run uses the same %s",
+                          checkpoint, key, there, here, data ? "training tokens" : "settings");
+            goto done;
+        }
+    }
     if (prec && strcmp(prec, "bf16") == 0 && (st = dtx_model_set_precision(ck.model, DTX_PREC_BF16))) goto done;
     const char *loss = dtx_ckpt_meta(&ck, "loss");
     t->last_loss = loss ? strtod(loss, NULL) : NAN;
@@ -433,7 +439,6 @@ dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_option
     st = dtx_trainer_resume(t, ck.model, ck.opt, &ck.rng, ck.step);
     ck.model = NULL, ck.opt = NULL; /* taken */
 done:
-    free(m);
     dtx_ckpt_free(&ck);
     if (st && *out) {
         dtx_trainer_free(*out);

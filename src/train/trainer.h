@@ -112,6 +112,16 @@ typedef struct {
 } dtx_run_meta;
 /* Fills *m (large: not for the stack) from t. */
 void dtx_trainer_run_meta(const dtx_trainer *t, dtx_run_meta *m);
+/* The one check of a resume: the first setting in which this run (t's
+ * options and data, the config cfg, the optimizer oc, the precision prec)
+ * differs from the checkpoint ck's, in the checkpoint's key order (model,
+ * optimizer, run): DTX_OK when none; DTX_ERR_ARG with *key and the two
+ * values (this run's in here, the checkpoint's in there); DTX_ERR_FORMAT
+ * with *key when ck lacks the key. A larger total_steps is no difference
+ * (the run is extended); a checkpoint older than init_scheme was torch's. */
+dtx_status dtx_trainer_compare(const dtx_trainer *t, const dtx_ckpt *ck, const dtx_config *cfg,
+                               const dtx_optim_config *oc, dtx_precision prec, const char **key, const char **here,
+                               const char **there);
 
 typedef enum {
     DTX_STEP_DONE = 0,        /* the weights updated; step advanced           */
