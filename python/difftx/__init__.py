@@ -14,6 +14,7 @@ comes from the C library that difftx's tests check (README "Python").
 Errors raise a subclass of difftx.Error, one per dtx_status, carrying the
 library's one-line message."""
 import ctypes
+import json
 import os
 import tempfile
 import time
@@ -24,7 +25,7 @@ from . import _lib
 from ._lib import (ArgumentError, ConfigError, Error, FileError, FormatError, NumericError,  # noqa: F401
                    OutOfMemoryError, UsageError)
 
-__all__ = ["Config", "Model", "Tokenizer", "train", "StepInfo", "version", "Error", "FileError", "FormatError",
+__all__ = ["Config", "Model", "Tokenizer", "train", "StepInfo", "version", "system", "Error", "FileError", "FormatError",
            "ConfigError", "ArgumentError", "OutOfMemoryError", "NumericError", "UsageError", "eval"]
 
 from . import eval  # noqa: E402,F401  (difftx.eval.needle(...), the paper's measurements)
@@ -37,6 +38,22 @@ _fp = ctypes.POINTER(_lib.F)
 def version():
     """The version of the libdifftx that runs ("1.0")."""
     return L.dtx_version().decode()
+
+
+def _report(ptr, as_json):
+    """A report the library wrote (malloc'd text): a dict from its JSON, or the text."""
+    if not ptr:
+        raise OutOfMemoryError("out of memory building the report")
+    try:
+        text = ctypes.string_at(ptr).decode("utf-8", "replace")
+    finally:
+        _lib.libc.free(ptr)
+    return json.loads(text) if as_json else text
+
+
+def system(as_json=False):
+    """What runs the numbers here (`difftx info --system`): ISA levels, DTX_ISA, oneDNN, bf16 native or not."""
+    return _report(L.dtx_system_describe(1 if as_json else 0), as_json)
 
 
 def _choice(what, value, table, error=None):
@@ -260,6 +277,12 @@ class Model(_Owned):
         v = L.dtx_model_meta(self._handle(), key.encode())
         return v.decode() if v is not None else None
 
+    def describe(self, as_json=False, tensors=False, path=""):
+        """`difftx info`'s report: config, λ per layer, parameter counts, the matched baseline and the
+        difference (a dict with as_json, else the text); path names the file in it."""
+        return _report(L.dtx_model_describe(self._handle(), os.fsencode(path), -1, int(bool(tensors)),
+                                            int(bool(as_json))), as_json)
+
     def lambda_(self, layer):
         """λ of a DIFF layer (from its four vectors)."""
         return float(L.dtx_model_lambda(self._handle(), int(layer)))
@@ -438,6 +461,10 @@ class Tokenizer(_Owned):
 
     def save(self, path):
         L.dtx_tokenizer_save(self._h, _path(path))
+
+    def describe(self, as_json=False, path=""):
+        """`difftx tokenizer info`'s report (a dict with as_json, else the text)."""
+        return _report(L.dtx_tokenizer_describe(self._h, os.fsencode(path), int(bool(as_json))), as_json)
 
     @property
     def vocab_size(self):

@@ -324,6 +324,20 @@ def evaluations_are_the_command_evaluations():
 
 
 @test
+def describe_is_the_command_info():
+    """Model.describe / Tokenizer.describe / difftx.system are `difftx info`'s reports (JSON and text)."""
+    mp = os.path.join(ROOT, "tests", "fixtures", "diff_gqa_untied.model.safetensors")
+    m = difftx.Model.load(mp)
+    assert m.describe(as_json=True, tensors=True, path=mp) == json.loads(run("info", "--json", "--tensors", mp).stdout)
+    assert m.describe(path=mp) == run("info", mp).stdout
+    assert difftx.system(as_json=True) == json.loads(run("info", "--system", "--json").stdout)
+    tok = difftx.Tokenizer.train(["describe me " * 30], vocab_size=270)
+    tp = os.path.join(TMP, "describe.tok")
+    tok.save(tp)
+    assert tok.describe(as_json=True, path=tp) == json.loads(run("tokenizer", "info", "--json", tp).stdout)
+
+
+@test
 def tokenizer_is_the_command_tokenizer():
     tp = os.path.join(TMP, "tok2.txt")
     texts = ["Ünïcödé, 日本語 and <|bos|> in plain text.\n\tTabs and 1234567 numbers. " * 10]
