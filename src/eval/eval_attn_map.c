@@ -253,10 +253,8 @@ int dtx_eval_attn_map_main(int argc, char **argv) {
                              "caller gets the JSON)"),
         DTX_FLAG_PRECISION(&a.precision),
     };
-    switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
-    case DTX_FLAGS_HELP: return EVAL_OK;
-    case DTX_FLAGS_ERROR: return EVAL_USAGE;
-    }
+    int flags_rc = eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv);
+    if (flags_rc != EVAL_OK) return flags_rc; /* a bad flag, or --help */
     int rc = check_args(&a);
     if (rc != EVAL_OK) return rc;
     dtx_tokenizer *t = NULL;

@@ -342,10 +342,8 @@ static int parse_args(mass_args *a, int argc, char **argv) {
         DTX_FLAG_INT("--max-new", &a->max_new, 1, 1024, .metavar = "M",
                      .help = "tokens generated per answer (default 8)"),
     };
-    switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
-    case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
-    case DTX_FLAGS_ERROR: return EVAL_USAGE;
-    }
+    int flags_rc = eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv);
+    if (flags_rc != EVAL_OK) return flags_rc; /* a bad flag, or --help */
     int n = dtx_eval_parse_list(a->depths_s, a->depths, MAX_DEPTHS);
     if (n < 0)
         return eval_usage_error("--depths: expected comma-separated percentages (at most %d), got '%s'", MAX_DEPTHS,
@@ -376,7 +374,6 @@ static int open_all(mass_args *a, dtx_tokenizer **tok, dtx_model **m, dtx_needle
 int dtx_eval_attn_mass_main(int argc, char **argv) {
     mass_args a = {.needles = 1, .samples = 20, .seed = 1, .max_new = 8, .depths_s = "0,25,50,75,100"};
     int rc = parse_args(&a, argc, argv);
-    if (rc == DTX_FLAGS_HELP) return EVAL_OK;
     if (rc != EVAL_OK) return rc;
     dtx_tokenizer *tok = NULL;
     dtx_model *m = NULL;

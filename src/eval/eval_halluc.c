@@ -314,17 +314,14 @@ static int parse_args(halluc_args *a, int argc, char **argv) {
         DTX_FLAG_STR("--json", &a->json, .metavar = "OUT", .help = "also write every count and rate as JSON"),
         DTX_FLAG_PRECISION(&a->precision),
     };
-    switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
-    case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
-    case DTX_FLAGS_ERROR: return EVAL_USAGE;
-    }
+    int flags_rc = eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv);
+    if (flags_rc != EVAL_OK) return flags_rc; /* a bad flag, or --help */
     return parse_list(a);
 }
 
 int dtx_eval_halluc_main(int argc, char **argv) {
     halluc_args a = {.needles = 3, .samples = 100, .max_new = 8, .seed = 1, .list_s = "2,4,6"};
     int rc = parse_args(&a, argc, argv);
-    if (rc == DTX_FLAGS_HELP) return EVAL_OK;
     if (rc != EVAL_OK) return rc;
     runner r = {0};
     tallies t;

@@ -398,17 +398,14 @@ static int parse_args(icl_args *a, int argc, char **argv) {
         DTX_FLAG_STR("--json", &a->json, .metavar = "OUT", .help = "also write every number as JSON"),
         DTX_FLAG_PRECISION(&a->precision),
     };
-    switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
-    case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
-    case DTX_FLAGS_ERROR: return EVAL_USAGE;
-    }
+    int flags_rc = eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv);
+    if (flags_rc != EVAL_OK) return flags_rc; /* a bad flag, or --help */
     return a->shots_s ? parse_shots(a) : EVAL_OK;
 }
 
 int dtx_eval_icl_main(int argc, char **argv) {
     icl_args a = {.classes = 6, .queries = 200, .episodes = 3, .orders = 10, .seed = 1};
     int rc = parse_args(&a, argc, argv);
-    if (rc == DTX_FLAGS_HELP) return EVAL_OK;
     if (rc != EVAL_OK) return rc;
     runner r = {0};
     results res = {0};

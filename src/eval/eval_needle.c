@@ -464,10 +464,8 @@ static int parse_args(needle_args *a, int argc, char **argv) {
         DTX_FLAG_ATTN_SCOPE(&a->attn_scope),
     };
     int n_fl = (int)(sizeof fl / sizeof fl[0]);
-    switch (eval_flags(USAGE, fl, n_fl, argc, argv)) {
-    case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
-    case DTX_FLAGS_ERROR: return EVAL_USAGE;
-    }
+    int flags_rc = eval_flags(USAGE, fl, n_fl, argc, argv);
+    if (flags_rc != EVAL_OK) return flags_rc; /* a bad flag, or --help */
     if (a->attn_bits == 1) return eval_usage_error("--attn-bits: expected 0 (off) or 2 to 16, got '1'");
     int rc = EVAL_OK;
     if (a->lengths_s) rc = parse_lengths(a);
@@ -480,7 +478,6 @@ int dtx_eval_needle_main(int argc, char **argv) {
     needle_args a = {.samples = 50, .seed = 1, .max_new = 8, .grid_s = "1x1,2x2,4x2,6x2",
                      .depths_s = "0,25,50,75,100"};
     int rc = parse_args(&a, argc, argv);
-    if (rc == DTX_FLAGS_HELP) return EVAL_OK;
     if (rc != EVAL_OK) return rc;
     runner r = {0};
     tally *cells = NULL;

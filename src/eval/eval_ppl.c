@@ -301,10 +301,8 @@ static int parse_args(ppl_args *a, int argc, char **argv) {
                               "(printed at positions 1, 2, 4, ..., W; every one in the JSON)"),
         DTX_FLAG_STR("--json", &a->json, .metavar = "OUT", .help = "also write the result as JSON (atomically)"),
     };
-    switch (eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv)) {
-    case DTX_FLAGS_HELP: return DTX_FLAGS_HELP;
-    case DTX_FLAGS_ERROR: return EVAL_USAGE;
-    }
+    int flags_rc = eval_flags(USAGE, fl, (int)(sizeof fl / sizeof fl[0]), argc, argv);
+    if (flags_rc != EVAL_OK) return flags_rc; /* a bad flag, or --help */
     if (!a->tokens == !a->text) return eval_usage_error("give exactly one of --tokens FILE and --text FILE");
     if (a->text && !a->tokenizer) return eval_usage_error("--text needs --tokenizer");
     if (a->tokens && a->tokenizer) return eval_usage_error("--tokenizer goes with --text, not with --tokens");
@@ -352,7 +350,6 @@ int dtx_eval_ppl_main(int argc, char **argv) {
     ppl_args a;
     memset(&a, 0, sizeof a);
     int rc = parse_args(&a, argc, argv);
-    if (rc == DTX_FLAGS_HELP) return EVAL_OK;
     if (rc) return rc;
     dtx_model *m = NULL;
     if (eval_model_load(&m, a.model, a.precision) != DTX_OK) return eval_lib_error();

@@ -99,7 +99,7 @@ int eval_flags(const char *head, dtx_flag *fl, int n_fl, int argc, char **argv) 
     int r = dtx_flags_parse(cmd, fl, n_fl, argc, argv, NULL, 0, NULL);
     if (r == DTX_FLAGS_HELP) eval_puts(usage ? usage : head);
     free(usage);
-    return r;
+    return r == DTX_FLAGS_HELP ? EVAL_HELP : r == DTX_FLAGS_ERROR ? EVAL_USAGE : EVAL_OK;
 }
 
 int eval_model_load(dtx_model **m, const char *path, int precision) {
@@ -161,6 +161,7 @@ dtx_status dtx_eval_run(const char *name, int argc, char **argv, dtx_progress_fn
     g_run = &st;
     dtx_clear_error();
     int rc = e->run(argc + 1, args);
+    if (rc == EVAL_HELP) rc = EVAL_OK; /* the usage is the report */
     g_run = outer;
     free(args);
     int closed = fclose(st.report);

@@ -12,7 +12,8 @@
 #include "common/json.h"
 #include "difftx.h"
 
-enum { EVAL_OK = 0, EVAL_RUNTIME = 1, EVAL_USAGE = 2 };
+/* EVAL_HELP: --help was given and its usage is the report (a success). */
+enum { EVAL_OK = 0, EVAL_RUNTIME = 1, EVAL_USAGE = 2, EVAL_HELP = 3 };
 
 /* One evaluation: argv[0] is its name, the flags follow. */
 typedef int (*eval_fn)(int argc, char **argv);
@@ -31,8 +32,9 @@ int eval_runtime_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 /* A library call failed: its message stands. */
 int eval_lib_error(void);
 
-/* dtx_flags_parse on the evaluation's flags; --help puts the usage (head,
- * then the table's flags: dtx_flags_usage) in the report. */
+/* dtx_flags_parse on the evaluation's flags: EVAL_OK to go on, EVAL_USAGE
+ * for a bad flag, EVAL_HELP after putting the usage (head, then the table's
+ * flags: dtx_flags_usage) in the report; the evaluation returns either. */
 int eval_flags(const char *head, dtx_flag *fl, int n_fl, int argc, char **argv);
 
 /* The model (a file or a checkpoint's) at precision, with the bf16 note. */
