@@ -211,6 +211,10 @@ int dtx_flags_parse(const char *cmd, dtx_flag *fl, int n_fl, int argc, char **ar
  * say it (and it is not 0, negative or none), and the text entries as
  * written. malloc'd (free() it); NULL when out of memory. */
 char *dtx_flags_usage(const char *head, const dtx_flag *fl, int n_fl);
+/* 1 when argv[1..argc) asks for the usage (--help or -h before any "--"):
+ * what dtx_flags_parse would answer DTX_FLAGS_HELP to, asked before it
+ * stores anything, so that the usage shows the defaults. */
+int dtx_flags_want_help(int argc, char **argv);
 /* The entry named name (NULL when the table has none). */
 dtx_flag *dtx_flags_get(dtx_flag *fl, int n_fl, const char *name);
 /* Strict numbers: the whole string, no leading space, no overflow; 0 on success. */
@@ -809,6 +813,11 @@ int64_t dtx_tokenizer_vocab_size(const dtx_tokenizer *t);
  * multiple of 64 or 128 (the model would read every id as another token). */
 dtx_status dtx_tokenizer_check_model(const dtx_tokenizer *tok, const dtx_model *m, const char *tok_path,
                                      const char *model_path);
+/* A model (dtx_model_open) and the tokenizer it was made with
+ * (dtx_tokenizer_load, then dtx_tokenizer_check_model). *m and *tok are
+ * what was loaded (NULL otherwise); the caller frees both either way. */
+dtx_status dtx_model_open_with_tokenizer(dtx_model **m, dtx_tokenizer **tok, const char *model_path,
+                                         const char *tokenizer_path, dtx_precision precision);
 /* Byte-string tokens (256 + merges). */
 int64_t dtx_tokenizer_num_ordinary(const dtx_tokenizer *t);
 int dtx_tokenizer_num_special(const dtx_tokenizer *t);

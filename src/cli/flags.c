@@ -69,10 +69,13 @@ int finish_stdout(const char *cmd) {
 
 int flags_parse(const char *cmd, const char *head, flag *fl, int n_fl, int argc, char **argv, const char **pos,
                 int max_pos, int *n_pos) {
-    char *usage = dtx_flags_usage(head, fl, n_fl); /* before parsing: the defaults as they are */
+    if (dtx_flags_want_help(argc, argv)) { /* before parsing: the usage shows the defaults */
+        char *usage = dtx_flags_usage(head, fl, n_fl);
+        fputs(usage ? usage : head, stdout);
+        free(usage);
+        return FLAGS_HELP;
+    }
     int r = dtx_flags_parse(cmd, fl, n_fl, argc, argv, pos, max_pos, n_pos);
-    if (r == DTX_FLAGS_HELP) fputs(usage ? usage : head, stdout);
-    free(usage);
     if (r == DTX_FLAGS_ERROR) usage_error(cmd, "%s", dtx_last_error());
     return r;
 }

@@ -13,11 +13,9 @@ dtx_status cli_model_load(dtx_model **m, const char *path, int precision) {
 
 int cli_load_model_and_tokenizer(const char *cmd, const char *model, const char *tokenizer, int precision,
                                  dtx_model **m, dtx_tokenizer **tok) {
-    *m = NULL;
-    *tok = NULL;
-    if (dtx_tokenizer_load(tok, tokenizer) != DTX_OK) return lib_error(cmd);
-    if (cli_model_load(m, model, precision) != DTX_OK) return lib_error(cmd);
-    if (dtx_tokenizer_check_model(*tok, *m, tokenizer, model) != DTX_OK) return lib_error(cmd);
+    if (dtx_model_open_with_tokenizer(m, tok, model, tokenizer, (dtx_precision)precision) != DTX_OK)
+        return lib_error(cmd);
+    cli_note_precision(precision);
     return EXIT_OK;
 }
 

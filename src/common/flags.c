@@ -185,6 +185,12 @@ static int parse_one(const char *cmd, flag *fl, int n_fl, int argc, char **argv,
     return store(f, argv[*i]);
 }
 
+int dtx_flags_want_help(int argc, char **argv) {
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+    return 0;
+}
+
 int dtx_flags_parse(const char *cmd, flag *fl, int n_fl, int argc, char **argv, const char **pos, int max_pos,
                     int *n_pos) {
     int np = 0, only_pos = 0;

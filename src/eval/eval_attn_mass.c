@@ -297,11 +297,7 @@ static void json_depth(cJSON *arr, const dtx_config *c, double depth, const mass
 static int write_json(const mass_args *a, const dtx_model *m, const mass *acc) {
     const dtx_config *c = dtx_model_config(m);
     int ok = 1;
-    cJSON *root = cJSON_CreateObject();
-    if (!root) ok = 0;
-    jstr(root, "model", a->model, &ok);
-    jstr(root, "arch", dtx_arch_name(c->arch), &ok);
-    jnum(root, "params", (double)dtx_model_num_params(m), &ok);
+    cJSON *root = eval_json_begin(a->model, m, &ok);
     jstr(root, "haystack", a->haystack, &ok);
     jnum(root, "length", (double)a->length, &ok);
     jnum(root, "needles", (double)a->needles, &ok);
@@ -324,10 +320,8 @@ static int write_json(const mass_args *a, const dtx_model *m, const mass *acc) {
 static int parse_args(mass_args *a, int argc, char **argv) {
     dtx_flag fl[] = {
         DTX_FLAG_MODEL(&a->model),
-        DTX_FLAG_STR("--tokenizer", &a->tokenizer, .metavar = "PATH",
-                     .help = "tokenizer file; it must have <|bos|>", .required = 1),
-        DTX_FLAG_STR("--haystack", &a->haystack, .metavar = "LIST",
-                     .help = "held-out text: files or folders (every file in them), comma-separated", .required = 1),
+        EVAL_FLAG_BOS_TOKENIZER(&a->tokenizer),
+        EVAL_FLAG_HAYSTACK(&a->haystack),
         DTX_FLAG_INT("--length", &a->length, 1, INT32_MAX, .metavar = "L",
                      .help = "prompt length in tokens (default max_seq_len - 8)"),
         DTX_FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX, .metavar = "N",

@@ -210,12 +210,7 @@ static void json_rate(cJSON *o, const char *key, int64_t k, int64_t n, int *ok) 
 
 static int write_json(const halluc_args *a, const runner *r, const tallies *t) {
     int ok = 1;
-    const dtx_config *c = dtx_model_config(r->m);
-    cJSON *root = cJSON_CreateObject();
-    if (!root) ok = 0;
-    jstr(root, "model", a->model, &ok);
-    jstr(root, "arch", dtx_arch_name(c->arch), &ok);
-    jnum(root, "params", (double)dtx_model_num_params(r->m), &ok);
+    cJSON *root = eval_json_begin(a->model, r->m, &ok);
     jstr(root, "tokenizer", a->tokenizer, &ok);
     jstr(root, "haystack", a->haystack, &ok);
     jnum(root, "samples", (double)a->samples, &ok);
@@ -295,10 +290,8 @@ static void close_runner(runner *r) {
 static int parse_args(halluc_args *a, int argc, char **argv) {
     dtx_flag fl[] = {
         DTX_FLAG_MODEL(&a->model),
-        DTX_FLAG_STR("--tokenizer", &a->tokenizer, .metavar = "PATH",
-                     .help = "tokenizer file; it must have <|bos|>", .required = 1),
-        DTX_FLAG_STR("--haystack", &a->haystack, .metavar = "LIST",
-                     .help = "held-out text: files or folders (every file in them), comma-separated", .required = 1),
+        EVAL_FLAG_BOS_TOKENIZER(&a->tokenizer),
+        EVAL_FLAG_HAYSTACK(&a->haystack),
         DTX_FLAG_INT("--needles", &a->needles, 1, DTX_NEEDLE_MAX, .metavar = "N",
                      .help = "needles in contradict and absent contexts, 1..16 (default 3)"),
         DTX_FLAG_STR("--list-needles", &a->list_s, .metavar = "L",

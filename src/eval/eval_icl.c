@@ -263,12 +263,7 @@ static void json_orders(cJSON *o, const icl_args *a, const int64_t *acc, int *ok
 
 static int write_json(const icl_args *a, const runner *r, const results *res) {
     int ok = 1, C = (int)a->classes;
-    const dtx_config *c = dtx_model_config(r->m);
-    cJSON *root = cJSON_CreateObject();
-    if (!root) ok = 0;
-    jstr(root, "model", a->model, &ok);
-    jstr(root, "arch", dtx_arch_name(c->arch), &ok);
-    jnum(root, "params", (double)dtx_model_num_params(r->m), &ok);
+    cJSON *root = eval_json_begin(a->model, r->m, &ok);
     jstr(root, "tokenizer", a->tokenizer, &ok);
     jnum(root, "classes", C, &ok);
     jnum(root, "queries", (double)a->queries, &ok);

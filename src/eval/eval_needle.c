@@ -377,12 +377,7 @@ static void json_cells(cJSON *root, const needle_args *a, const tally *cells, in
 
 static cJSON *json_report(const needle_args *a, const dtx_model *m, const dtx_needle_source *src, const tally *cells,
                           int *ok) {
-    const dtx_config *c = dtx_model_config(m);
-    cJSON *root = cJSON_CreateObject();
-    if (!root) *ok = 0;
-    jstr(root, "model", a->model, ok);
-    jstr(root, "arch", dtx_arch_name(c->arch), ok);
-    jnum(root, "params", (double)dtx_model_num_params(m), ok);
+    cJSON *root = eval_json_begin(a->model, m, ok);
     jstr(root, "tokenizer", a->tokenizer, ok);
     jstr(root, "haystack", a->haystack, ok);
     jnum(root, "haystack_tokens", (double)dtx_needle_source_tokens(src), ok);
@@ -440,10 +435,8 @@ static void close_runner(runner *r) {
 static int parse_args(needle_args *a, int argc, char **argv) {
     dtx_flag fl[] = {
         DTX_FLAG_MODEL(&a->model),
-        DTX_FLAG_STR("--tokenizer", &a->tokenizer, .metavar = "PATH",
-                     .help = "tokenizer file; it must have <|bos|>", .required = 1),
-        DTX_FLAG_STR("--haystack", &a->haystack, .metavar = "LIST",
-                     .help = "held-out text: files or folders (every file in them), comma-separated", .required = 1),
+        EVAL_FLAG_BOS_TOKENIZER(&a->tokenizer),
+        EVAL_FLAG_HAYSTACK(&a->haystack),
         DTX_FLAG_STR("--lengths", &a->lengths_s, .metavar = "LIST",
                      .help = "prompt lengths in tokens (default: max_seq_len - max-new); each plus --max-new must fit in "
                              "max_seq_len"),

@@ -233,14 +233,9 @@ static void print_result(const ppl_args *a, const dtx_model *m, const corpus *cp
 }
 
 static int write_json(const ppl_args *a, const dtx_model *m, const corpus *cp, const ppl_result *r) {
-    const dtx_config *c = dtx_model_config(m);
     double mean = r->nll / (double)r->scored;
     int ok = 1;
-    cJSON *root = cJSON_CreateObject();
-    if (!root) ok = 0;
-    jstr(root, "model", a->model, &ok);
-    jstr(root, "arch", dtx_arch_name(c->arch), &ok);
-    jnum(root, "params", (double)dtx_model_num_params(m), &ok);
+    cJSON *root = eval_json_begin(a->model, m, &ok);
     jnum(root, "tokens", (double)r->scored, &ok);
     jnum(root, "windows", (double)r->windows, &ok);
     jnum(root, "window", (double)r->W, &ok);

@@ -95,28 +95,42 @@ int eval_lib_error(void) {
 int eval_flags(const char *head, dtx_flag *fl, int n_fl, int argc, char **argv) {
     char cmd[64];
     snprintf(cmd, sizeof cmd, "eval %s", argv[0]);
-    char *usage = dtx_flags_usage(head, fl, n_fl); /* before parsing: the defaults as they are */
-    int r = dtx_flags_parse(cmd, fl, n_fl, argc, argv, NULL, 0, NULL);
-    if (r == DTX_FLAGS_HELP) eval_puts(usage ? usage : head);
-    free(usage);
-    return r == DTX_FLAGS_HELP ? EVAL_HELP : r == DTX_FLAGS_ERROR ? EVAL_USAGE : EVAL_OK;
+    if (dtx_flags_want_help(argc, argv)) { /* before parsing: the usage shows the defaults */
+        char *usage = dtx_flags_usage(head, fl, n_fl);
+        eval_puts(usage ? usage : head);
+        free(usage);
+        return EVAL_HELP;
+    }
+    return dtx_flags_parse(cmd, fl, n_fl, argc, argv, NULL, 0, NULL) == DTX_FLAGS_OK ? EVAL_OK : EVAL_USAGE;
+}
+
+/* The note on emulated bf16, for the caller to show. */
+static void note_precision(int precision) {
+    const char *note = dtx_precision_note((dtx_precision)precision);
+    if (note) eval_note(note);
 }
 
 int eval_model_load(dtx_model **m, const char *path, int precision) {
     if (dtx_model_open(m, path, (dtx_precision)precision) != DTX_OK) return eval_lib_error();
-    const char *note = dtx_precision_note((dtx_precision)precision);
-    if (note) eval_note(note);
+    note_precision(precision);
     return EVAL_OK;
 }
 
 int eval_load_model_and_tokenizer(const char *model, const char *tokenizer, int precision, dtx_model **m,
                                   dtx_tokenizer **tok) {
-    *m = NULL;
-    *tok = NULL;
-    if (dtx_tokenizer_load(tok, tokenizer) != DTX_OK) return eval_lib_error();
-    int rc = eval_model_load(m, model, precision);
-    if (rc == EVAL_OK && dtx_tokenizer_check_model(*tok, *m, tokenizer, model) != DTX_OK) rc = eval_lib_error();
-    return rc;
+    if (dtx_model_open_with_tokenizer(m, tok, model, tokenizer, (dtx_precision)precision) != DTX_OK)
+        return eval_lib_error();
+    note_precision(precision);
+    return EVAL_OK;
+}
+
+cJSON *eval_json_begin(const char *model_path, const dtx_model *m, int *ok) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) *ok = 0;
+    jstr(root, "model", model_path, ok);
+    jstr(root, "arch", dtx_arch_name(dtx_model_config(m)->arch), ok);
+    jnum(root, "params", (double)dtx_model_num_params(m), ok);
+    return root;
 }
 
 int eval_json(const char *path, cJSON *root, int ok, int pretty) {
@@ -170,7 +184,7 @@ dtx_status dtx_eval_run(const char *name, int argc, char **argv, dtx_progress_fn
         free(st.text);
         free(st.json);
         if (!dtx_last_error()[0]) dtx_fail(DTX_ERR_ARG, "eval %s failed", e->name);
-        return rc == EVAL_USAGE ? DTX_ERR_USAGE : dtx_last_status() == DTX_ERR_USAGE ? DTX_ERR_ARG : dtx_last_status();
+        return rc == EVAL_USAGE ? DTX_ERR_USAGE : dtx_last_status();
     }
     *text = st.text;
     *json = st.json;

@@ -44,10 +44,21 @@ int eval_model_load(dtx_model **m, const char *path, int precision);
 int eval_load_model_and_tokenizer(const char *model, const char *tokenizer, int precision, dtx_model **m,
                                   dtx_tokenizer **tok);
 
+/* A JSON document that begins as every evaluation's does: the model file,
+ * its architecture and parameter count. */
+cJSON *eval_json_begin(const char *model_path, const dtx_model *m, int *ok);
 /* The run's JSON document: root's text (indented when pretty) becomes the
  * result, and is also written to path (atomically) when path is not NULL.
  * Deletes root. */
 int eval_json(const char *path, cJSON *root, int ok, int pretty);
+
+/* The flags of the evaluations made of needle prompts (needle, attn-mass,
+ * halluc), declared once. */
+#define EVAL_FLAG_BOS_TOKENIZER(p) \
+    DTX_FLAG_STR("--tokenizer", p, .metavar = "PATH", .help = "tokenizer file; it must have <|bos|>", .required = 1)
+#define EVAL_FLAG_HAYSTACK(p)                                                                                     \
+    DTX_FLAG_STR("--haystack", p, .metavar = "LIST",                                                               \
+                 .help = "held-out text: files or folders (every file in them), comma-separated", .required = 1)
 
 /* The evaluations. */
 int dtx_eval_ppl_main(int argc, char **argv);

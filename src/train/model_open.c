@@ -52,6 +52,16 @@ dtx_status dtx_model_open(dtx_model **m, const char *path, dtx_precision precisi
     return st;
 }
 
+dtx_status dtx_model_open_with_tokenizer(dtx_model **m, dtx_tokenizer **tok, const char *model_path,
+                                         const char *tokenizer_path, dtx_precision precision) {
+    *m = NULL;
+    *tok = NULL;
+    dtx_status st = dtx_tokenizer_load(tok, tokenizer_path);
+    if (!st) st = dtx_model_open(m, model_path, precision);
+    if (!st) st = dtx_tokenizer_check_model(*tok, *m, tokenizer_path, model_path);
+    return st;
+}
+
 const char *dtx_precision_note(dtx_precision precision) {
     static _Thread_local char note[320];
     if (precision != DTX_PREC_BF16) return NULL;
