@@ -28,6 +28,7 @@
 #ifndef DIFFTX_H
 #define DIFFTX_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,15 +53,16 @@ typedef enum {
     DTX_ERR_ARG,     /* a runtime argument is invalid (token id, length, ...) */
     DTX_ERR_NOMEM,   /* an allocation failed                                  */
     DTX_ERR_NUMERIC, /* a loss or gradient is not finite (training)           */
-    DTX_ERR_USAGE,   /* a flag or option given to a command or evaluation is
-                      * invalid (the difftx command exits 2 on it)            */
+    DTX_ERR_USAGE,   /* a flag or option given to a command, evaluation or
+                      * trainer is invalid (the difftx command exits 2 on it) */
+    DTX_ERR_STOPPED, /* a stop flag was raised: the step did not happen       */
 } dtx_status;
 
 /* The library's version. The shared library libdifftx.so.DTX_VERSION_MAJOR
  * exports exactly the functions this header declares; the major number
  * changes whenever a declaration or a public struct changes incompatibly. */
 #define DTX_VERSION_MAJOR 1
-#define DTX_VERSION_MINOR 1
+#define DTX_VERSION_MINOR 2
 /* "1.0": the version of the library running (which may be a newer minor
  * one than the header a program was built with). */
 const char *dtx_version(void);
@@ -596,16 +598,76 @@ dtx_status dtx_optimizer_extend(dtx_optimizer *opt, int64_t total_steps);
  * thread count, and a run resumed from a checkpoint continues bit-identically
  * to an uninterrupted one. */
 typedef struct dtx_trainer dtx_trainer;
+
+/* The ranks of a data-parallel run (docs/training.md "More than one process (MPI)"):
+ * a process started by mpirun (or srun) joins the others through MPI; each
+ * rank's trainer takes batch / ranks rows of every batch, the gradient is
+ * summed over ranks in rank order, so every rank takes the same step. A
+ * NULL communicator is one rank. Every rank makes the same calls in the
+ * same order (each of these but rank and size waits for all). */
+typedef struct dtx_comm dtx_comm;
+/* Whether an MPI launcher (mpirun, srun) started this process. */
+int dtx_comm_launched_by_mpi(void);
+/* MPI's ranks, through the plugin libdifftx_mpi.so (found beside the
+ * running executable, or at $DTX_MPI_PLUGIN); one line naming what is
+ * missing when it cannot be loaded or MPI does not start. */
+dtx_status dtx_comm_mpi_open(dtx_comm **out);
+int dtx_comm_rank(const dtx_comm *c); /* 0 for NULL */
+int dtx_comm_size(const dtx_comm *c); /* 1 for NULL */
+/* buf [n] := the sum of every rank's buf [n], in rank order. */
+dtx_status dtx_comm_allreduce_f64(dtx_comm *c, double *buf, size_t n);
+/* Every rank stops at once with exit status code (MPI_Abort): for a rank
+ * that cannot go on while the others wait in a sum. */
+void dtx_comm_abort(dtx_comm *c, int code);
+/* MPI_Finalize, and frees c (NULL is fine). */
+void dtx_comm_mpi_close(dtx_comm *c);
+
+/* Rows of the batches replaced by synthetic documents (docs/eval_needle.md,
+ * docs/eval_icl.md, docs/eval_halluc.md): each row independently, with these
+ * probabilities, becomes a multi-needle retrieval document (needle_frac,
+ * 1..needle_max needles over the haystack `text`), a copy document
+ * (copy_frac: L random ids repeated), an in-context classification episode
+ * (icl_frac), a faithfulness document (halluc_frac) or a closed-book fact
+ * row (fact_frac); the shares add up to at most 1. Every share but copy's
+ * needs `tokenizer` (the one the tokens were made with); needle and
+ * faithfulness documents need `text` too. The rows depend on (seed, step,
+ * micro-batch, row) alone, so a resumed run makes the same ones. */
+#define DTX_NEEDLE_MAX 16 /* the most needles in one document or prompt */
 typedef struct {
-    int64_t batch;        /* rows per micro-batch                                   */
+    double needle_frac, copy_frac, icl_frac, halluc_frac, fact_frac;
+    int64_t needle_max;    /* needles per document, 1..needle_max uniformly */
+    const char *tokenizer; /* borrowed: read when the trainer opens          */
+    const char *text;      /* a file or a folder of *.txt (borrowed)          */
+} dtx_train_mix;
+
+typedef struct {
+    int64_t batch;        /* rows per micro-batch (divisible by the ranks)          */
     int64_t seq;          /* tokens per row (<= the model's max_seq_len)           */
     int64_t accum;        /* micro-batches per optimizer step                      */
     int64_t eval_batches; /* batches dtx_trainer_eval reads                        */
-    uint64_t seed;        /* the batch sampler's, and a new model's weights'       */
+    uint64_t seed;        /* the batch sampler's, the mixture's, and a new model's
+                           * weights'                                              */
     dtx_init_scheme init_scheme; /* a new model's initialisation               */
+    dtx_precision precision;     /* the arithmetic of the forward and backward  */
+    dtx_train_mix mix;           /* synthetic rows (all shares 0: none)         */
+    dtx_comm *comm;       /* the ranks (NULL: this process alone; borrowed)         */
+    int zero1;            /* ZeRO-1: each rank keeps the AdamW moments of its own
+                           * share of the parameters (the same results)            */
+    double grad_bucket_mb; /* with ranks: sum the gradient in buckets of this many
+                            * MiB, each started while the backward still runs; 0:
+                            * one sum after the backward; < 0: 4 where ranks run on
+                            * more than one machine, else 0                         */
+    /* Polled between micro-batches (a signal handler may set it): nonzero
+     * abandons the step, which then returns DTX_ERR_STOPPED with nothing
+     * changed; with ranks, any rank's stop stops all. NULL: never. */
+    volatile sig_atomic_t *stop;
+    /* test hooks: this step's loss reads as NaN; this step fails, out of
+     * memory, on the last rank alone (0: never) */
+    int64_t debug_nan_at, debug_oom_at;
 } dtx_train_options;
-/* batch 8, seq 128, accum 1, eval_batches 10, seed 1, DTX_INIT_TORCH
- * (difftx train's defaults, but seq, which the command takes from the model). */
+/* batch 8, seq 128, accum 1, eval_batches 10, seed 1, DTX_INIT_TORCH, fp32,
+ * no mixture (needle_max 6), one rank, grad_bucket_mb -1 (difftx train's
+ * defaults, but seq, which the command takes from the model). */
 dtx_train_options dtx_train_options_default(void);
 typedef struct {
     int64_t step;     /* steps done after this one (1 after the first) */
@@ -618,34 +680,65 @@ typedef struct {
  * with every id below the vocab. model: the weights to start from (taken:
  * the trainer owns it from the call on, failure included), or NULL for a new
  * model of config c (c is ignored when model is given) from o->seed.
- * DTX_ERR_ARG / DTX_ERR_CONFIG naming what is wrong, DTX_ERR_IO. */
+ * DTX_ERR_USAGE for options that do not fit (seq longer than the model's
+ * context, a batch that does not divide over the ranks, a mixture over 1 or
+ * without its files), DTX_ERR_ARG / DTX_ERR_CONFIG naming what is wrong,
+ * DTX_ERR_IO. */
 dtx_status dtx_trainer_init(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
                             const char *val_tokens, const dtx_config *c, dtx_model *model,
                             const dtx_optim_config *oc);
 /* A run resumed from a checkpoint (dtx_trainer_save's, or difftx train's):
  * the weights, the optimizer (its config, moments and step) and the
- * sampler's state come from it. DTX_ERR_ARG naming the setting when o, oc
- * (NULL: whatever the checkpoint holds) or the tokens differ from the run
- * that wrote it (batch, seq, accum, seed, init_scheme, the training tokens'
- * count and hash, every optimizer setting), or when that run mixed in
- * synthetic documents (difftx train --needle-frac and the like), which these
- * options cannot; DTX_ERR_IO / DTX_ERR_FORMAT for the file. An oc whose
+ * sampler's state come from it. DTX_ERR_USAGE naming the setting when c
+ * (NULL: the checkpoint's model), oc (NULL: whatever the checkpoint holds),
+ * o or the tokens differ from the run that wrote it (the model's config,
+ * every optimizer setting, batch, seq, accum, seed, init_scheme, precision,
+ * the mixture, the training tokens' count and hash: dtx_trainer_mismatch
+ * then names it); DTX_ERR_IO / DTX_ERR_FORMAT for the file. An oc whose
  * total_steps exceeds the checkpoint's extends the run (dtx_optimizer_extend:
  * a warm restart at the checkpoint's step), as difftx train --resume does. */
 dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
-                                       const char *val_tokens, const char *checkpoint, const dtx_optim_config *oc);
+                                       const char *val_tokens, const char *checkpoint, const dtx_config *c,
+                                       const dtx_optim_config *oc);
+/* After dtx_trainer_init_checkpoint refused a setting: its key (the
+ * checkpoint's metadata key, docs/format.md: "batch", "lr", "data_hash", ...)
+ * and its value in this run and in the checkpoint, as the checkpoint writes
+ * them; NULLs after any other outcome. Valid until this thread's next call
+ * of dtx_trainer_init_checkpoint. */
+void dtx_trainer_mismatch(const char **key, const char **here, const char **there);
 void dtx_trainer_free(dtx_trainer *t);
 /* One optimizer step. DTX_ERR_NUMERIC when the loss or the gradient is not
- * finite: nothing is updated then (the step is not counted, the sampler has
- * moved on). *s may be NULL. */
+ * finite (s->loss tells which): nothing is updated then (the step is not
+ * counted, the sampler has moved on). DTX_ERR_STOPPED when the stop flag was
+ * raised: nothing changed (the sampler too), the step can be taken again.
+ * *s may be NULL. */
 dtx_status dtx_trainer_update(dtx_trainer *t, dtx_train_stats *s);
 /* The validation loss: the mean over eval_batches batches read in order from
  * the start of val_tokens (the same batches every time). Touches neither the
- * weights nor the sampler. DTX_ERR_ARG without val_tokens. */
+ * weights nor the sampler. DTX_ERR_ARG without val_tokens; DTX_ERR_STOPPED. */
 dtx_status dtx_trainer_eval(dtx_trainer *t, double *val_loss);
+/* Whether any rank's stop flag is raised: the same answer on every rank (a
+ * collective with ranks: every rank asks). */
+int dtx_trainer_should_stop(dtx_trainer *t);
 /* Writes a checkpoint (docs/training.md: model, moments, step, sampler, and
- * these options), atomically. */
+ * these options), atomically. With ranks, a collective: every rank calls it,
+ * rank 0 writes. */
 dtx_status dtx_trainer_save(dtx_trainer *t, const char *path);
+/* What a run is doing, for its reports. */
+typedef struct {
+    int64_t data_tokens, val_tokens; /* the streams' lengths (0: no validation) */
+    int64_t start_step;   /* the checkpoint's step when resumed, else 0              */
+    double start_loss;    /* the checkpoint's last loss (NaN: a fresh run)           */
+    int ckpt_threads;     /* the checkpoint writer's OpenMP threads (0: unknown)     */
+    int64_t extended_from; /* the checkpoint's total_steps when oc extended it, else 0 */
+    double restart_lr;    /* the rate the extended schedule restarts from            */
+    int rank, ranks;      /* this process's rank and how many there are              */
+    int64_t grad_bucket;  /* values per bucket of the gradient's sums (0: one sum)   */
+    double last_loss;     /* the last step's loss                                    */
+    /* synthetic rows made by this process so far (dtx_train_mix) */
+    int64_t needle_docs, copy_docs, icl_rows, halluc_rows, fact_rows;
+} dtx_train_info;
+void dtx_trainer_info(const dtx_trainer *t, dtx_train_info *i);
 int64_t dtx_trainer_steps_done(const dtx_trainer *t);
 /* The model being trained (owned by the trainer; its weights change with
  * each update). */

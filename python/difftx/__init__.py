@@ -23,10 +23,10 @@ import numpy as np
 
 from . import _lib
 from ._lib import (ArgumentError, ConfigError, Error, FileError, FormatError, NumericError,  # noqa: F401
-                   OutOfMemoryError, UsageError)
+                   OutOfMemoryError, StoppedError, UsageError)
 
 __all__ = ["Config", "Model", "Tokenizer", "train", "StepInfo", "version", "system", "Error", "FileError", "FormatError",
-           "ConfigError", "ArgumentError", "OutOfMemoryError", "NumericError", "UsageError", "eval"]
+           "ConfigError", "ArgumentError", "OutOfMemoryError", "NumericError", "UsageError", "StoppedError", "eval"]
 
 from . import eval  # noqa: E402,F401  (difftx.eval.needle(...), the paper's measurements)
 
@@ -537,7 +537,7 @@ def _token_file(tokens, vocab, tmp, name):
 
 def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=None, accum=1, seed=1,
           init_scheme="torch", eval_every=0, eval_batches=10, checkpoint=None, checkpoint_every=0, callback=None,
-          out=None, ckpt_dir=None, keep=3, log=None, resume=False, bf16=False, **optim):
+          out=None, ckpt_dir=None, keep=3, log=None, resume=False, bf16=False, precision="fp32", mix=None, **optim):
     """Trains a model with libdifftx's trainer (the loop of `difftx train`)
     and returns it.
 
@@ -557,6 +557,10 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
     checkpoint's step: docs/training.md "Extending a run").
     callback(StepInfo) after every step; returning False stops early. The same
     arguments give the weights `difftx train` gives (same machine, threads).
+    precision: "fp32" or "bf16" (difftx train --precision). mix: synthetic
+    rows mixed into the batches (difftx train --needle-frac and the like), a
+    dict of needle_frac, copy_frac, icl_frac, halluc_frac, fact_frac,
+    needle_max, tokenizer (a path) and text (a path: the haystack).
 
     out: the run folder of `difftx train --out OUT` instead of checkpoint=:
     the model saved to OUT at the end, OUT.lock held meanwhile, checkpoints
@@ -589,6 +593,15 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
     o.batch, o.accum, o.eval_batches, o.seed = int(batch), int(accum), int(eval_batches), int(seed)
     o.seq = int(seq) if seq is not None else cfg.max_seq_len
     o.init_scheme = scheme
+    o.precision = _choice("precision", precision, _lib.PRECISION)
+    keep_alive = []  # the mixture's path bytes, borrowed by the options until the trainer has read them
+    for k, v in (mix or {}).items():
+        if k in ("tokenizer", "text"):
+            keep_alive.append(_path(v))
+            v = keep_alive[-1]
+        elif k not in dict(_lib.TrainMix._fields_):
+            raise TypeError("train: unknown mixture setting %r" % k)
+        setattr(o.mix, k, v)
     if eval_every and val_tokens is None:
         raise ArgumentError("train: eval_every needs val_tokens")
     t, run = ctypes.c_void_p(), ctypes.c_void_p()
@@ -599,13 +612,13 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
         resume_path = L.dtx_run_resume_path(run)
         checkpoint = resume_path.decode() if resume_path else None
     try:
-        return _train(t, run, o, oc, cfg, model, tokens, val_tokens, int(steps), eval_every, checkpoint,
-                      int(checkpoint_every), callback, bool(bf16))
+        return _train(t, run, o, oc, cfg, config is not None, model, tokens, val_tokens, int(steps), eval_every,
+                      checkpoint, int(checkpoint_every), callback, bool(bf16))
     finally:
         L.dtx_run_close(run)
 
 
-def _train(t, run, o, oc, cfg, model, tokens, val_tokens, steps, eval_every, checkpoint, checkpoint_every,
+def _train(t, run, o, oc, cfg, cfg_given, model, tokens, val_tokens, steps, eval_every, checkpoint, checkpoint_every,
            callback, bf16):
     with tempfile.TemporaryDirectory(prefix="difftx-") as tmp:
         tp = _token_file(tokens, cfg.vocab_size, tmp, "tokens")
@@ -614,7 +627,8 @@ def _train(t, run, o, oc, cfg, model, tokens, val_tokens, steps, eval_every, che
         if checkpoint is not None and os.path.exists(checkpoint):
             if model is not None:
                 model.close()
-            L.dtx_trainer_init_checkpoint(ctypes.byref(t), ctypes.byref(o), _path(tp), vb, _path(checkpoint),
+            c = ctypes.byref(cfg._to_c()) if cfg_given else None  # None: the checkpoint's model
+            L.dtx_trainer_init_checkpoint(ctypes.byref(t), ctypes.byref(o), _path(tp), vb, _path(checkpoint), c,
                                           ctypes.byref(oc))
         else:
             mh = model._handle() if model is not None else None

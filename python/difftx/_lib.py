@@ -75,12 +75,17 @@ class NumericError(Error, ArithmeticError):
 
 
 class UsageError(Error, ValueError):
-    """DTX_ERR_USAGE: an option given to an evaluation is invalid (the difftx command's exit 2)."""
+    """DTX_ERR_USAGE: an option given to an evaluation or the trainer is invalid (the difftx command's exit 2)."""
     status = 7
 
 
+class StoppedError(Error):
+    """DTX_ERR_STOPPED: a stop flag was raised: the step did not happen."""
+    status = 8
+
+
 ERRORS = {c.status: c for c in (FileError, FormatError, ConfigError, ArgumentError, OutOfMemoryError, NumericError,
-                                UsageError)}
+                                UsageError, StoppedError)}
 
 
 def _check(status, func, args):
@@ -129,9 +134,23 @@ class QuantSummary(ctypes.Structure):
     _fields_ = [("rows", c_int64), ("mean_clip", c_double), ("act_clip", c_double)]
 
 
+class TrainMix(ctypes.Structure):
+    _fields_ = [("needle_frac", c_double), ("copy_frac", c_double), ("icl_frac", c_double), ("halluc_frac", c_double),
+                ("fact_frac", c_double), ("needle_max", c_int64), ("tokenizer", c_char_p), ("text", c_char_p)]
+
+
 class TrainOptions(ctypes.Structure):
     _fields_ = [("batch", c_int64), ("seq", c_int64), ("accum", c_int64), ("eval_batches", c_int64),
-                ("seed", c_uint64), ("init_scheme", c_int)]
+                ("seed", c_uint64), ("init_scheme", c_int), ("precision", c_int), ("mix", TrainMix),
+                ("comm", c_void_p), ("zero1", c_int), ("grad_bucket_mb", c_double), ("stop", c_void_p),
+                ("debug_nan_at", c_int64), ("debug_oom_at", c_int64)]
+
+
+class TrainInfo(ctypes.Structure):
+    _fields_ = [("data_tokens", c_int64), ("val_tokens", c_int64), ("start_step", c_int64), ("start_loss", c_double),
+                ("ckpt_threads", c_int), ("extended_from", c_int64), ("restart_lr", c_double), ("rank", c_int),
+                ("ranks", c_int), ("grad_bucket", c_int64), ("last_loss", c_double), ("needle_docs", c_int64),
+                ("copy_docs", c_int64), ("icl_rows", c_int64), ("halluc_rows", c_int64), ("fact_rows", c_int64)]
 
 
 class TrainStats(ctypes.Structure):
@@ -176,7 +195,8 @@ _proto("dtx_struct_layout", c_char_p)
 
 MIRRORS = {"dtx_config": Config, "dtx_tensor_info": TensorInfo, "dtx_optim_config": OptimConfig, "dtx_rng": Rng,
            "dtx_sampler": Sampler, "dtx_quant_options": QuantOptions, "dtx_quant_summary": QuantSummary,
-           "dtx_train_options": TrainOptions, "dtx_train_stats": TrainStats, "dtx_run_options": RunOptions}
+           "dtx_train_mix": TrainMix, "dtx_train_options": TrainOptions, "dtx_train_info": TrainInfo,
+           "dtx_train_stats": TrainStats, "dtx_run_options": RunOptions}
 
 
 def check_layout(layout_text, mirrors):
@@ -256,7 +276,9 @@ _proto("dtx_tokens_read", _S, c_char_p, c_int64, P(P(ctypes.c_int32)), P(c_int64
 _proto("dtx_shard_write", _S, c_char_p, P(ctypes.c_int32), c_int64, c_int64)
 _proto("dtx_train_options_default", TrainOptions)
 _proto("dtx_trainer_init", _S, P(_H), P(TrainOptions), c_char_p, c_char_p, P(Config), _H, P(OptimConfig))
-_proto("dtx_trainer_init_checkpoint", _S, P(_H), P(TrainOptions), c_char_p, c_char_p, c_char_p, P(OptimConfig))
+_proto("dtx_trainer_init_checkpoint", _S, P(_H), P(TrainOptions), c_char_p, c_char_p, c_char_p, P(Config),
+       P(OptimConfig))
+_proto("dtx_trainer_info", None, _H, P(TrainInfo))
 _proto("dtx_trainer_free", None, _H)
 _proto("dtx_trainer_update", _S, _H, P(TrainStats))
 _proto("dtx_trainer_eval", _S, _H, P(c_double))

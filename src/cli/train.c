@@ -2,10 +2,11 @@
  * existing one (--init) on a token shard or a text file of ids, with a
  * progress display, validation, a JSONL log, and checkpoints that resume
  * bit-identically (docs/training.md). The final model is saved at the end.
- * The state and the step are the library's (src/train/trainer.h), and so is
- * the run folder (difftx.h "run folders": the lock, the checkpoint files, the
- * JSONL log); this file keeps the flags, the progress display, the signals,
- * the ranks under mpirun and the loop's cadence. */
+ * A client of the public trainer (difftx.h "training": the state, the step,
+ * the mixture, the ranks' sums, the resume check) and run folder (the lock,
+ * the checkpoint files, the JSONL log), as Python's train() is; this file
+ * keeps the flags, the progress display, the signals, the MPI launch and the
+ * loop's cadence. */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -18,12 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train/trainer.h"
-#include "cli/cli.h"
-#include "common/common.h"
-#include "cli/flags.h"
 #include "difftx.h"
-#include "train/checkpoint.h"
+#include "cli/cli.h"
+#include "cli/flags.h"
 
 static const char *CMD = "train";
 
@@ -38,16 +36,14 @@ static const char USAGE[] =
 typedef struct {
     dtx_config cfg;
     dtx_optim_config opt;
+    dtx_train_options to; /* batches, seed, mixture, ranks, test hooks (precision and scheme: check_flags) */
     int arch, schedule, precision, subln, init_scheme, v2_lambda;
     const char *lambda_init;
     const char *init, *tokens, *out, *val_tokens, *log_path, *ckpt_dir_flag;
-    int64_t steps, batch, seq, accum, log_every;
-    int64_t eval_every, eval_batches, ckpt_every, keep, stop_after, debug_nan_at, debug_oom_at;
-    uint64_t seed;
-    int bf16, resume, zero1;
-    double bucket_mb;
+    int64_t steps, log_every;
+    int64_t eval_every, ckpt_every, keep, stop_after;
+    int bf16, resume;
     char ckpt_dir[4096];
-    needle_mix_opts mix; /* --needle-frac ... --needle-tokenizer */
 } train_args;
 
 /* The flags that describe a new model's shape: refused with --init, but for
@@ -63,18 +59,14 @@ static void set_defaults(train_args *a) {
     memset(a, 0, sizeof *a);
     a->cfg = dtx_config_default();
     a->opt = dtx_optim_default();
+    a->to = dtx_train_options_default();
     a->arch = (int)a->cfg.arch;
     a->schedule = (int)a->opt.schedule;
+    a->init_scheme = (int)a->to.init_scheme;
     a->steps = 1000;
-    a->batch = 8;
-    a->accum = 1;
     a->log_every = 10;
-    a->seed = 1;
     a->eval_every = 100;
-    a->eval_batches = 10;
-    a->bucket_mb = -1; /* by where the ranks are (run) */
     a->keep = 3;
-    a->mix.needle_max = 6;
 }
 
 /* --max-seq / --rope-theta with --init: the same weights in a model of the
@@ -103,9 +95,9 @@ static int extend_context(const train_args *a, flag *fl, int n_fl, dtx_model **m
 
 /* --seq against the model (known only after --init is read). */
 static int check_seq(train_args *a, flag *fl, int n_fl, const dtx_config *c) {
-    if (!flags_get(fl, n_fl, "--seq")->seen) a->seq = c->max_seq_len;
-    if (a->seq > c->max_seq_len)
-        return usage_error(CMD, "--seq: %lld is longer than the model's max_seq_len %lld", (long long)a->seq,
+    if (!flags_get(fl, n_fl, "--seq")->seen) a->to.seq = c->max_seq_len;
+    if (a->to.seq > c->max_seq_len)
+        return usage_error(CMD, "--seq: %lld is longer than the model's max_seq_len %lld", (long long)a->to.seq,
                            (long long)c->max_seq_len);
     return EXIT_OK;
 }
@@ -118,14 +110,17 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
         if (flags_get(fl, n_fl, "--eval-every")->seen) return usage_error(CMD, "--eval-every needs --val-tokens");
         if (flags_get(fl, n_fl, "--eval-batches")->seen) return usage_error(CMD, "--eval-batches needs --val-tokens");
     }
-    if (a->mix.needle_frac + a->mix.copy_frac + a->mix.icl_frac + a->mix.halluc_frac + a->mix.fact_frac > 1)
+    const dtx_train_mix *x = &a->to.mix;
+    if (x->needle_frac + x->copy_frac + x->icl_frac + x->halluc_frac + x->fact_frac > 1)
         return usage_error(CMD, "--needle-frac + --copy-frac + --icl-frac + --halluc-frac + --fact-frac exceed 1");
-    if (a->mix.needle_frac > 0 && (!a->mix.text || !a->mix.tokenizer))
+    if (x->needle_frac > 0 && (!x->text || !x->tokenizer))
         return usage_error(CMD, "--needle-frac needs --needle-text and --needle-tokenizer");
-    if (a->mix.halluc_frac > 0 && (!a->mix.text || !a->mix.tokenizer))
+    if (x->halluc_frac > 0 && (!x->text || !x->tokenizer))
         return usage_error(CMD, "--halluc-frac needs --needle-text and --needle-tokenizer");
-    if ((a->mix.icl_frac > 0 || a->mix.fact_frac > 0) && !a->mix.tokenizer)
-        return usage_error(CMD, "--%s-frac needs --needle-tokenizer", a->mix.icl_frac > 0 ? "icl" : "fact");
+    if ((x->icl_frac > 0 || x->fact_frac > 0) && !x->tokenizer)
+        return usage_error(CMD, "--%s-frac needs --needle-tokenizer", x->icl_frac > 0 ? "icl" : "fact");
+    a->to.precision = (dtx_precision)a->precision;
+    a->to.init_scheme = (dtx_init_scheme)a->init_scheme;
     if (a->ckpt_dir_flag) snprintf(a->ckpt_dir, sizeof a->ckpt_dir, "%s", a->ckpt_dir_flag);
     else snprintf(a->ckpt_dir, sizeof a->ckpt_dir, "%s.ckpt", a->out);
     a->opt.schedule = (dtx_schedule)a->schedule;
@@ -151,7 +146,7 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
         return usage_error(CMD, "--lambda-init: expected 'schedule' or a number in [0, 1), got '%s'", a->lambda_init);
     a->cfg.v2_lambda = (dtx_v2_lambda)a->v2_lambda;
     if (!flags_get(fl, n_fl, "--kv-heads")->seen) a->cfg.n_kv_heads = a->cfg.n_heads;
-    if (!flags_get(fl, n_fl, "--max-seq")->seen && flags_get(fl, n_fl, "--seq")->seen) a->cfg.max_seq_len = a->seq;
+    if (!flags_get(fl, n_fl, "--max-seq")->seen && flags_get(fl, n_fl, "--seq")->seen) a->cfg.max_seq_len = a->to.seq;
     if (dtx_config_validate(&a->cfg) != DTX_OK) return usage_error(CMD, "%s", dtx_last_error());
     return check_seq(a, fl, n_fl, &a->cfg);
 }
@@ -191,9 +186,11 @@ static void install_signals(struct sigaction *old_int, struct sigaction *old_ter
 /* ---------------------------------------------------------------- state */
 
 typedef struct {
-    dtx_trainer tr;               /* the model, optimizer, data, sampler and step (src/train/trainer.h) */
+    dtx_trainer *tr;              /* the model, optimizer, data, sampler and step (difftx.h "training") */
+    dtx_train_info info;          /* how it began: the streams, the step resumed from, the ranks */
     dtx_run *run;                 /* the run folder: lock, checkpoints, log (difftx.h "run folders") */
     int64_t start_step;           /* steps done when this process began training */
+    double last_lr;               /* the last step's rate (the final progress bar) */
     int quiet;                    /* a rank other than 0: no output, log, checkpoint or model */
     /* progress display */
     int bar, lines, bar_shown;
@@ -202,7 +199,8 @@ typedef struct {
 } train_state;
 
 static void state_free(train_state *s) {
-    dtx_trainer_close(&s->tr);
+    dtx_trainer_free(s->tr);
+    s->tr = NULL;
     dtx_run_close(s->run);
     s->run = NULL;
 }
@@ -272,30 +270,20 @@ static void show_value(char *buf, size_t cap, const char *key, const char *v, co
     snprintf(buf, cap, "%s", v);
 }
 
-/* Refuses a checkpoint made with other settings than this run's: the
- * result would not be the one an uninterrupted run gives. */
-static int compare_with_ckpt(const dtx_ckpt *ck, const char *path, const train_state *s, const train_args *a,
-                             const dtx_config *cfg) {
+/* The library's refusal of a checkpoint made with other settings than this
+ * run's (the result would not be the one an uninterrupted run gives), in
+ * the command's words: the flag that decides the setting. */
+static int resume_refused(const char *path, const train_args *a) {
     const char *key, *here_v, *there_v;
-    dtx_status st = dtx_trainer_compare(&s->tr, ck, cfg, &a->opt, (dtx_precision)a->precision, &key, &here_v,
-                                        &there_v);
-    if (st == DTX_ERR_FORMAT) return runtime_error(CMD, "--resume: %s: missing metadata key '%s'", path, key);
-    if (st) {
-        char here[80], there[80];
-        show_value(here, sizeof here, key, here_v, there_v);
-        show_value(there, sizeof there, key, there_v, here_v);
-        return usage_error(CMD,
-                           "--resume: %s differs from the checkpoint %s (%s = %s in this run, %s in the checkpoint); "
-                           "a resumed run must use the same settings",
-                           flag_of(key, a), path, key, here, there);
-    }
-    const char *threads = dtx_ckpt_meta(ck, "threads");
-    if (threads && atoi(threads) != omp_get_max_threads())
-        printf("note: %s was written by a run with %s threads, this one has %d: the result may differ in the last "
-               "bits from an uninterrupted run\n",
-               path, threads, omp_get_max_threads());
-    const char *loss = dtx_ckpt_meta(ck, "loss");
-    return loss ? EXIT_OK : runtime_error(CMD, "--resume: %s: missing metadata key 'loss'", path);
+    dtx_trainer_mismatch(&key, &here_v, &there_v);
+    if (!key) return usage_error(CMD, "--resume: %s", dtx_last_error());
+    char here[80], there[80];
+    show_value(here, sizeof here, key, here_v, there_v);
+    show_value(there, sizeof there, key, there_v, here_v);
+    return usage_error(CMD,
+                       "--resume: %s differs from the checkpoint %s (%s = %s in this run, %s in the checkpoint); "
+                       "a resumed run must use the same settings",
+                       flag_of(key, a), path, key, here, there);
 }
 
 /* ---------------------------------------------------------------- output */
@@ -353,7 +341,7 @@ static int term_width(void) {
 static void draw_bar(train_state *s, const train_args *a, int64_t step, double loss, double lr, double now) {
     double el = now - s->t0, done = (double)(step - s->start_step);
     double per_step = done > 0 ? el / done : NAN;
-    double rate = el > 0 ? done * (double)(a->batch * a->seq * a->accum) / el : 0;
+    double rate = el > 0 ? done * (double)(a->to.batch * a->to.seq * a->to.accum) / el : 0;
     char eta[32], r[32], head[64], tail[256], bar[64] = "", line[512];
     fmt_eta(eta, sizeof eta, per_step * (double)(a->steps - step));
     fmt_rate(r, sizeof r, rate);
@@ -386,7 +374,7 @@ static void report(train_state *s, const train_args *a, int64_t step, double los
         draw_bar(s, a, step, loss, lr, now);
     if (s->lines && (step % a->log_every == 0 || step == a->steps)) {
         double dt = now - s->t_line, el = now - s->t0;
-        double toks = (double)(step - s->line_step) * (double)(a->batch * a->seq * a->accum);
+        double toks = (double)(step - s->line_step) * (double)(a->to.batch * a->to.seq * a->to.accum);
         char eta[32];
         fmt_eta(eta, sizeof eta, el / (double)(step - s->start_step) * (double)(a->steps - step));
         say(s, "step %lld/%lld  loss %.4f  lr %.2e  gnorm %.3f  %.0f tok/s  eta %s\n", (long long)step,
@@ -403,7 +391,7 @@ static void report(train_state *s, const train_args *a, int64_t step, double los
  * EXIT_OK or an exit code. */
 static int write_ckpt(train_state *s) {
     g_writing = 1;
-    dtx_status st = dtx_run_checkpoint(s->run, &s->tr);
+    dtx_status st = dtx_run_checkpoint(s->run, s->tr);
     g_writing = 0;
     int rc = lib_fail(s, st);
     if (g_force) {
@@ -439,7 +427,7 @@ enum { LOOP_DONE = 0, LOOP_STOPPED = -2 };
  * (--stop-after: checkpoint written), or an exit code (130/143 for a signal,
  * checkpoint written). */
 static int train_loop(train_state *s, const train_args *a) {
-    const double tokens_per_step = (double)(a->batch * a->seq * a->accum);
+    const double tokens_per_step = (double)(a->to.batch * a->to.seq * a->to.accum);
     s->t0 = s->t_line = dtx_now_s();
     s->line_step = s->start_step;
     if (a->stop_after > 0 && a->stop_after <= s->start_step) {
@@ -448,7 +436,7 @@ static int train_loop(train_state *s, const train_args *a) {
         return LOOP_STOPPED;
     }
     for (int64_t step = s->start_step + 1; step <= a->steps; step++) {
-        if (dtx_trainer_should_stop(&s->tr)) { /* every rank at once */
+        if (dtx_trainer_should_stop(s->tr)) { /* every rank at once */
             int rc = write_ckpt(s);
             bar_break(s);
             if (rc != EXIT_OK) return rc;
@@ -458,33 +446,34 @@ static int train_loop(train_state *s, const train_args *a) {
             return 128 + (g_signal ? g_signal : SIGINT);
         }
         double t_step = dtx_now_s();
-        dtx_step_stats st;
-        dtx_step_result sr = dtx_trainer_step(&s->tr, &st);
-        if (sr == DTX_STEP_INTERRUPTED) {
+        dtx_train_stats st;
+        dtx_status sr = dtx_trainer_update(s->tr, &st);
+        if (sr == DTX_ERR_STOPPED) {
             step--; /* the step did not happen: the top of the loop writes the checkpoint */
             continue;
         }
         double loss = st.loss, gnorm = st.grad_norm, lr = st.lr;
-        if (sr == DTX_STEP_ERROR) {
+        if (sr == DTX_ERR_NUMERIC && !isfinite(loss))
+            return stop_nonfinite(s, step, "the loss", isnan(loss) ? "NaN" : loss > 0 ? "inf" : "-inf", loss);
+        if (sr == DTX_ERR_NUMERIC) return stop_nonfinite(s, step, "the gradient norm", "not finite", loss);
+        if (sr != DTX_OK) {
             bar_break(s);
             return lib_error(CMD);
         }
-        if (sr == DTX_STEP_LOSS_NONFINITE)
-            return stop_nonfinite(s, step, "the loss", isnan(loss) ? "NaN" : loss > 0 ? "inf" : "-inf", loss);
-        if (sr == DTX_STEP_GRAD_NONFINITE) return stop_nonfinite(s, step, "the gradient norm", "not finite", loss);
+        s->last_lr = lr;
         double now = dtx_now_s();
         double rate = tokens_per_step / (now - t_step > 1e-9 ? now - t_step : 1e-9);
-        int rc = lib_fail(s, dtx_run_log_step(s->run, &s->tr, rate, now - s->t0));
+        int rc = lib_fail(s, dtx_run_log_step(s->run, s->tr, rate, now - s->t0));
         if (rc != EXIT_OK) return rc;
         report(s, a, step, loss, lr, gnorm, now);
-        if (s->tr.val.count && (step % a->eval_every == 0 || step == a->steps)) {
+        if (s->info.val_tokens && (step % a->eval_every == 0 || step == a->steps)) {
             double val = NAN;
-            dtx_step_result er = dtx_trainer_evaluate(&s->tr, &val);
-            if (er == DTX_STEP_ERROR) {
+            dtx_status er = dtx_trainer_eval(s->tr, &val);
+            if (er != DTX_OK && er != DTX_ERR_STOPPED) { /* stopped: the top of the loop writes the checkpoint */
                 bar_break(s);
                 return lib_error(CMD);
             }
-            if (er == DTX_STEP_DONE) {
+            if (er == DTX_OK) {
                 say(s, "eval step %lld  val_loss %.4f\n", (long long)step, val);
                 rc = lib_fail(s, dtx_run_log_eval(s->run, step, val, dtx_now_s() - s->t0));
                 if (rc != EXIT_OK) return rc;
@@ -506,66 +495,44 @@ static int train_loop(train_state *s, const train_args *a) {
         }
     }
     /* leave the final state on the screen */
-    if (s->bar && a->steps > s->start_step) draw_bar(s, a, a->steps, s->tr.last_loss, s->tr.last.lr, dtx_now_s());
+    if (s->bar && a->steps > s->start_step) {
+        dtx_trainer_info(s->tr, &s->info);
+        draw_bar(s, a, a->steps, s->info.last_loss, s->last_lr, dtx_now_s());
+    }
     bar_break(s);
     return LOOP_DONE;
 }
 
 /* ---------------------------------------------------------------- setup */
 
-static int open_data(train_state *s, const train_args *a, const dtx_config *c) {
-    dtx_trainer_opts o = {.batch = a->batch, .seq = a->seq, .accum = a->accum, .eval_batches = a->eval_batches,
-                          .seed = a->seed, .mix = a->mix,
-                          .debug_nan_at = a->debug_nan_at, .debug_oom_at = a->debug_oom_at};
-    if (dtx_trainer_open(&s->tr, &o, a->tokens, a->val_tokens, c->vocab_size) == DTX_OK) {
-        s->tr.stop = &g_signal;
-        return EXIT_OK;
-    }
-    if (s->tr.short_stream == 1)
-        return runtime_error(CMD, "%s holds %lld tokens; --seq %lld needs at least %lld", a->tokens,
-                             (long long)s->tr.data.count, (long long)a->seq, (long long)a->seq + 1);
-    if (s->tr.short_stream == 2)
-        return runtime_error(CMD, "--val-tokens %s holds %lld tokens; --seq %lld needs at least %lld", a->val_tokens,
-                             (long long)s->tr.val.count, (long long)a->seq, (long long)a->seq + 1);
-    return lib_error(CMD);
-}
-
-/* The model and optimizer: from the newest checkpoint with --resume, else
- * fresh (or from --init). init_model is the --init model (taken or freed). */
-static int build_state(train_state *s, const train_args *a, const dtx_config *cfg, dtx_model *init_model) {
-    s->tr.init_scheme = (dtx_init_scheme)a->init_scheme; /* what the checkpoints record */
+/* The trainer: from the newest checkpoint with --resume, else fresh (or
+ * from --init). init_model is the --init model (taken or freed). */
+static int start_trainer(train_state *s, train_args *a, const dtx_config *cfg, dtx_model *init_model) {
     const char *path = dtx_run_resume_path(s->run);
-    int rc = EXIT_OK;
+    dtx_status st;
+    a->to.stop = &g_signal;
     if (path) {
-        dtx_ckpt ck;
         dtx_model_free(init_model);
-        if (dtx_ckpt_load(&ck, path) != DTX_OK) return lib_error(CMD);
-        rc = compare_with_ckpt(&ck, path, s, a, cfg);
-        int64_t was = dtx_optimizer_config(ck.opt)->total_steps;
-        if (rc == EXIT_OK && a->steps > was) { /* docs/training.md "Extending a run" */
-            if (dtx_optimizer_extend(ck.opt, a->steps) != DTX_OK) rc = lib_error(CMD);
-            else
-                say(s, "extending the run from %lld to %lld steps: the schedule restarts at step %lld (lr %g back up "
-                    "to %g, then down to %g at the last step)\n", (long long)was, (long long)a->steps,
-                    (long long)ck.step, dtx_optimizer_config(ck.opt)->restart_lr, a->opt.lr, a->opt.min_lr);
-        }
-        if (rc == EXIT_OK) {
-            if (dtx_trainer_resume(&s->tr, ck.model, ck.opt, &ck.rng, ck.step) != DTX_OK) rc = lib_error(CMD);
-            ck.model = NULL;
-            ck.opt = NULL;
-            s->start_step = ck.step;
-            s->tr.last_loss = strtod(dtx_ckpt_meta(&ck, "loss"), NULL);
-        }
-        dtx_ckpt_free(&ck);
-        return rc;
+        st = dtx_trainer_init_checkpoint(&s->tr, &a->to, a->tokens, a->val_tokens, path, cfg, &a->opt);
+        if (st == DTX_ERR_USAGE) return resume_refused(path, a);
+    } else {
+        st = dtx_trainer_init(&s->tr, &a->to, a->tokens, a->val_tokens, cfg, init_model, &a->opt);
     }
-    if (dtx_trainer_start(&s->tr, init_model, cfg, (dtx_init_scheme)a->init_scheme, &a->opt) != DTX_OK)
-        return lib_error(CMD);
+    if (st) return lib_fail(s, st);
+    dtx_trainer_info(s->tr, &s->info);
+    s->start_step = s->info.start_step;
+    if (s->info.ckpt_threads && s->info.ckpt_threads != omp_get_max_threads())
+        say(s, "note: %s was written by a run with %d threads, this one has %d: the result may differ in the last "
+            "bits from an uninterrupted run\n", path, s->info.ckpt_threads, omp_get_max_threads());
+    if (s->info.extended_from) /* docs/training.md "Extending a run" */
+        say(s, "extending the run from %lld to %lld steps: the schedule restarts at step %lld (lr %g back up to %g, "
+            "then down to %g at the last step)\n", (long long)s->info.extended_from, (long long)a->steps,
+            (long long)s->start_step, s->info.restart_lr, a->opt.lr, a->opt.min_lr);
     return EXIT_OK;
 }
 
 static void print_header(train_state *s, const train_args *a) {
-    const dtx_config *c = dtx_model_config(s->tr.model);
+    const dtx_config *c = dtx_model_config(dtx_trainer_model(s->tr));
     char variant[96] = "", li[40];
     if (!dtx_config_is_default_variant(c)) {
         dtx_config_lambda_init_str(c, li, sizeof li);
@@ -580,21 +547,22 @@ static void print_header(train_state *s, const train_args *a) {
         "%zu params%s%s\n",
         dtx_arch_name(c->arch), variant, (long long)c->dim, (long long)c->n_layers, (long long)c->n_heads,
         (long long)c->n_kv_heads, (long long)c->vocab_size, (long long)c->ffn_dim, (long long)c->max_seq_len,
-        c->tie_embeddings ? "tied" : "untied", dtx_model_num_params(s->tr.model), a->init ? "  from " : "",
+        c->tie_embeddings ? "tied" : "untied", dtx_model_num_params(dtx_trainer_model(s->tr)), a->init ? "  from " : "",
         a->init ? a->init : "");
+    const dtx_train_options *o = &a->to;
     say(s, "data %s: %lld tokens  batch %lld x seq %lld x accum %lld = %lld tokens/step  %lld steps\n", a->tokens,
-        (long long)s->tr.data.count, (long long)a->batch, (long long)a->seq, (long long)a->accum,
-        (long long)(a->batch * a->seq * a->accum), (long long)a->steps);
+        (long long)s->info.data_tokens, (long long)o->batch, (long long)o->seq, (long long)o->accum,
+        (long long)(o->batch * o->seq * o->accum), (long long)a->steps);
     if (a->val_tokens)
-        say(s, "val %s: %lld tokens  every %lld steps on %lld batches\n", a->val_tokens, (long long)s->tr.val.count,
-            (long long)a->eval_every, (long long)a->eval_batches);
+        say(s, "val %s: %lld tokens  every %lld steps on %lld batches\n", a->val_tokens, (long long)s->info.val_tokens,
+            (long long)a->eval_every, (long long)o->eval_batches);
     char keep[48] = "all";
     if (a->keep > 0) snprintf(keep, sizeof keep, "the newest %lld", (long long)a->keep);
     if (a->ckpt_every > 0)
         say(s, "checkpoints every %lld steps in %s, keeping %s\n", (long long)a->ckpt_every, a->ckpt_dir, keep);
     if (dtx_run_resume_path(s->run))
         say(s, "resumed from %s at step %lld (loss %.4f)\n", dtx_run_resume_path(s->run), (long long)s->start_step,
-            s->tr.last_loss);
+            s->info.start_loss);
     else if (a->resume)
         say(s, "no checkpoint in %s: starting at step 0\n", a->ckpt_dir);
 }
@@ -630,24 +598,14 @@ static int run(train_args *a, flag *fl, int n_fl) {
             if (rc == EXIT_OK) rc = check_seq(a, fl, n_fl, &cfg);
         }
     }
-    if (rc == EXIT_OK) rc = open_data(&s, a, &cfg);
-    /* the buckets: by default only where ranks sit on other machines (on one machine the sums are a memory
-     * copy, and a thread summing beside the ranks' own threads slows them more than the overlap saves:
-     * bench/results-mpi.md) */
-    double bucket_mb = a->bucket_mb >= 0 ? a->bucket_mb : dtx_comm_one_machine(comm) ? 0 : 4;
-    size_t bucket = (size_t)(bucket_mb * (1 << 20) / sizeof(dtx_real));
-    if (bucket_mb > 0 && bucket == 0) bucket = 1;
-    if (rc == EXIT_OK && dtx_trainer_set_comm(&s.tr, comm, a->zero1, bucket) != DTX_OK)
-        rc = usage_error(CMD, "--batch %lld does not divide over %d ranks (each takes the same share of every batch)",
-                         (long long)a->batch, dtx_comm_size(comm));
+    a->to.comm = comm;
     if (rc == EXIT_OK) {
-        rc = build_state(&s, a, &cfg, init_model);
+        rc = start_trainer(&s, a, &cfg, init_model);
         init_model = NULL;
     }
     dtx_model_free(init_model);
-    if (rc == EXIT_OK && dtx_model_set_precision(s.tr.model, (dtx_precision)a->precision) != DTX_OK) rc = lib_error(CMD);
     if (rc == EXIT_OK) cli_note_precision(a->precision);
-    if (rc == EXIT_OK) rc = lib_fail(&s, dtx_run_start_log(s.run, &s.tr));
+    if (rc == EXIT_OK) rc = lib_fail(&s, dtx_run_start_log(s.run, s.tr));
     /* every rank is here: agree whether all are ready; a failure rank 0 shares was said by rank 0, one
      * it does not share is said by the rank that has it; the others stop quietly */
     if (ranks > 1) {
@@ -661,28 +619,30 @@ static int run(train_args *a, flag *fl, int n_fl) {
     if (rc == EXIT_OK) {
         print_header(&s, a);
         if (comm)
-            say(&s, "ranks %d (MPI): %lld of the %lld rows of each batch on each; the gradient summed %s\n",
-                dtx_comm_size(comm), (long long)(a->batch / dtx_comm_size(comm)), (long long)a->batch,
-                bucket ? "in buckets during the backward" : "after the backward");
+            say(&s, "ranks %d (MPI): %lld of the %lld rows of each batch on each; the gradient summed %s\n", ranks,
+                (long long)(a->to.batch / ranks), (long long)a->to.batch,
+                s.info.grad_bucket ? "in buckets during the backward" : "after the backward");
         struct sigaction old_int, old_term;
         install_signals(&old_int, &old_term);
         rc = train_loop(&s, a);
         if (rc == LOOP_DONE && s.quiet) rc = EXIT_OK; /* rank 0 saves the model */
         else if (rc == LOOP_DONE) {
             g_writing = 1;
-            dtx_status st = dtx_run_save_model(s.run, &s.tr, a->bf16);
+            dtx_status st = dtx_run_save_model(s.run, s.tr, a->bf16);
             g_writing = 0;
             if (st != DTX_OK) {
                 rc = lib_error(CMD);
             } else {
-                const needle_mix *x = &s.tr.needles;
-                if (x->o.needle_frac > 0 || x->o.copy_frac > 0)
+                const dtx_train_mix *x = &a->to.mix;
+                dtx_train_info *i = &s.info;
+                dtx_trainer_info(s.tr, i);
+                if (x->needle_frac > 0 || x->copy_frac > 0)
                     say(&s, "mixture: %lld needle documents and %lld copy documents among the rows of this run\n",
-                        (long long)x->documents, (long long)x->copies);
-                if (x->o.icl_frac > 0 || x->o.halluc_frac > 0 || x->o.fact_frac > 0)
+                        (long long)i->needle_docs, (long long)i->copy_docs);
+                if (x->icl_frac > 0 || x->halluc_frac > 0 || x->fact_frac > 0)
                     say(&s, "mixture: %lld in-context episodes, %lld faithfulness documents and %lld fact rows\n",
-                        (long long)x->icl_rows, (long long)x->halluc_rows, (long long)x->fact_rows);
-                say(&s, "final loss %.4f\nsaved %s\n", s.tr.last_loss, a->out);
+                        (long long)i->icl_rows, (long long)i->halluc_rows, (long long)i->fact_rows);
+                say(&s, "final loss %.4f\nsaved %s\n", i->last_loss, a->out);
                 rc = finish_stdout(CMD);
             }
         } else if (rc == LOOP_STOPPED) rc = finish_stdout(CMD);
@@ -715,27 +675,27 @@ int cmd_train(int argc, char **argv) {
         FLAG_STR("--init", &a.init, .metavar = "MODEL",
                  .help = "continue from the weights of MODEL (fresh optimizer state); the model flags below are "
                          "then refused, but for --max-seq and --rope-theta (extending the context)"),
-        FLAG_REAL("--needle-frac", &a.mix.needle_frac, 0, 0, 1, 0, .metavar = "P",
+        FLAG_REAL("--needle-frac", &a.to.mix.needle_frac, 0, 0, 1, 0, .metavar = "P",
                   .help = "replace each batch row, with probability P, by a synthetic multi-needle retrieval "
                           "document of --seq + 1 tokens (0: off; docs/eval_needle.md); needs --needle-text and "
                           "--needle-tokenizer"),
-        FLAG_STR("--needle-text", &a.mix.text, .metavar = "PATH",
+        FLAG_STR("--needle-text", &a.to.mix.text, .metavar = "PATH",
                  .help = "the documents' haystack: training text (a file or a folder of *.txt), never the text "
                          "needle evaluation uses"),
-        FLAG_STR("--needle-tokenizer", &a.mix.tokenizer, .metavar = "F",
+        FLAG_STR("--needle-tokenizer", &a.to.mix.tokenizer, .metavar = "F",
                  .help = "the tokenizer the token file was made with"),
-        FLAG_INT("--needle-max", &a.mix.needle_max, 1, DTX_NEEDLE_MAX, .metavar = "N",
+        FLAG_INT("--needle-max", &a.to.mix.needle_max, 1, DTX_NEEDLE_MAX, .metavar = "N",
                  .help = "needles per document, 1 to N uniformly"),
-        FLAG_REAL("--copy-frac", &a.mix.copy_frac, 0, 0, 1, 0, .metavar = "P",
+        FLAG_REAL("--copy-frac", &a.to.mix.copy_frac, 0, 0, 1, 0, .metavar = "P",
                   .help = "make each remaining row, with probability P, a copy document: L random ids "
                           "(16 <= L <= seq/4) repeated to fill it"),
-        FLAG_REAL("--icl-frac", &a.mix.icl_frac, 0, 0, 1, 0, .metavar = "P",
+        FLAG_REAL("--icl-frac", &a.to.mix.icl_frac, 0, 0, 1, 0, .metavar = "P",
                   .help = "a further share of rows: in-context classification episodes (docs/eval_icl.md); needs "
                           "--needle-tokenizer"),
-        FLAG_REAL("--halluc-frac", &a.mix.halluc_frac, 0, 0, 1, 0, .metavar = "P",
+        FLAG_REAL("--halluc-frac", &a.to.mix.halluc_frac, 0, 0, 1, 0, .metavar = "P",
                   .help = "a further share: faithfulness documents (list every number, absent cities answered "
                           "'none'; docs/eval_halluc.md)"),
-        FLAG_REAL("--fact-frac", &a.mix.fact_frac, 0, 0, 1, 0, .metavar = "P",
+        FLAG_REAL("--fact-frac", &a.to.mix.fact_frac, 0, 0, 1, 0, .metavar = "P",
                   .help = "a further share: closed-book fact rows; needle documents then leave out the fact "
                           "cities"),
         FLAG_TEXT("\nmodel (new models only):\n"),
@@ -772,10 +732,10 @@ int cmd_train(int argc, char **argv) {
                   "   --heads H with H the diff model's heads; docs/training.md \"Variants\")\n"),
         FLAG_TEXT("\nbatches:\n"),
         FLAG_INT("--steps", &a.steps, 1, BIG, .metavar = "N", .help = "optimizer steps; also the schedule length"),
-        FLAG_INT("--batch", &a.batch, 1, BATCH, .metavar = "N", .help = "windows per micro-batch"),
-        FLAG_INT("--seq", &a.seq, 1, SIZE, .metavar = "N", .help = "tokens per window (default: the model's max_seq_len)"),
-        FLAG_INT("--accum", &a.accum, 1, BATCH, .metavar = "N", .help = "micro-batches accumulated per step"),
-        DTX_FLAG_SEED_OF(&a.seed, "seeds the initial weights and the batch sampler"),
+        FLAG_INT("--batch", &a.to.batch, 1, BATCH, .metavar = "N", .help = "windows per micro-batch"),
+        FLAG_INT("--seq", &a.to.seq, 1, SIZE, .metavar = "N", .help = "tokens per window (default: the model's max_seq_len)"),
+        FLAG_INT("--accum", &a.to.accum, 1, BATCH, .metavar = "N", .help = "micro-batches accumulated per step"),
+        DTX_FLAG_SEED_OF(&a.to.seed, "seeds the initial weights and the batch sampler"),
         FLAG_TEXT("\noptimizer:\n"),
         FLAG_REAL("--lr", &a.opt.lr, 0, 1, INFINITY, 0, .metavar = "X", .help = "the peak learning rate"),
         FLAG_REAL("--min-lr", &a.opt.min_lr, 0, 0, INFINITY, 0, .metavar = "X",
@@ -796,7 +756,7 @@ int cmd_train(int argc, char **argv) {
                  .help = "validation tokens (shard or text); the validation loss is the mean over --eval-batches "
                          "batches read in order from its start"),
         FLAG_INT("--eval-every", &a.eval_every, 1, BIG, .metavar = "N", .help = "validate every N steps and after the last"),
-        FLAG_INT("--eval-batches", &a.eval_batches, 1, SIZE, .metavar = "N",
+        FLAG_INT("--eval-batches", &a.to.eval_batches, 1, SIZE, .metavar = "N",
                  .help = "batches of --batch x --seq tokens per validation"),
         FLAG_STR("--log", &a.log_path, .metavar = "FILE.jsonl",
                  .help = "one JSON object per step (and per validation, checkpoint)"),
@@ -817,17 +777,17 @@ int cmd_train(int argc, char **argv) {
         FLAG_INT("--stop-after", &a.stop_after, 1, BIG, .metavar = "N",
                  .help = "end the run cleanly after step N, writing a checkpoint, as if interrupted (for tests and "
                          "job schedulers)"),
-        FLAG_BOOL("--zero1", &a.zero1, 1,
+        FLAG_BOOL("--zero1", &a.to.zero1, 1,
                   .help = "under mpirun: each rank keeps the AdamW moments of its own share of the parameters "
                           "(ZeRO-1); the same results"),
-        FLAG_REAL("--grad-bucket-mb", &a.bucket_mb, 0, 0, 1 << 20, 0, .metavar = "M",
+        FLAG_REAL("--grad-bucket-mb", &a.to.grad_bucket_mb, 0, 0, 1 << 20, 0, .metavar = "M",
                   .help = "under mpirun: sum the gradient over ranks in buckets of M MiB, each started while the "
                           "backward pass still runs; 0 sums it at once after the backward (the default: 4 where "
                           "ranks run on more than one machine, else 0)"),
         /* test hooks (docs/training.md "Test hooks"), not listed: the loss of this step reads as NaN; */
-        FLAG_INT("--debug-nan-at", &a.debug_nan_at, 1, BIG),
+        FLAG_INT("--debug-nan-at", &a.to.debug_nan_at, 1, BIG),
         /* and: this step fails as out of memory on the last rank alone (the others wait in a sum) */
-        FLAG_INT("--debug-oom-at", &a.debug_oom_at, 1, BIG),
+        FLAG_INT("--debug-oom-at", &a.to.debug_oom_at, 1, BIG),
         FLAG_TEXT("\nCtrl-C (or SIGTERM) finishes the current step, writes a checkpoint and exits with\n"
                   "status 130 (143); a second one quits at once (an unfinished checkpoint write\n"
                   "completes first). A NaN or infinite loss stops the run with status 1.\n"),

@@ -51,6 +51,7 @@ const char *dtx_status_name(dtx_status st) {
     case DTX_ERR_NOMEM: return "out of memory";
     case DTX_ERR_NUMERIC: return "numeric error";
     case DTX_ERR_USAGE: return "usage error";
+    case DTX_ERR_STOPPED: return "stopped";
     }
     return "unknown status";
 }

@@ -74,7 +74,7 @@ const char *dtx_needle_city(int i);
 /* The question about a city, QUESTION above, into buf (cap >= 256). */
 void dtx_needle_question_text(const char *city, char *buf, size_t cap);
 
-#define DTX_NEEDLE_MAX 16 /* most needles in one prompt */
+/* (DTX_NEEDLE_MAX, the most needles in one prompt: difftx.h) */
 
 typedef struct {
     int64_t length;   /* tokens of the whole prompt (with_answer: of the whole document) */

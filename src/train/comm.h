@@ -14,13 +14,11 @@
 
 #include "difftx.h"
 
-typedef struct dtx_comm dtx_comm;
+/* (dtx_comm, its rank and size, the MPI kind's opening, closing and abort,
+ * and the sum of doubles are public: difftx.h "training".) */
 
-int dtx_comm_rank(const dtx_comm *c); /* 0 for NULL */
-int dtx_comm_size(const dtx_comm *c); /* 1 for NULL */
 /* buf [n] := the sum of every rank's buf [n], in rank order. */
 dtx_status dtx_comm_allreduce_real(dtx_comm *c, dtx_real *buf, size_t n);
-dtx_status dtx_comm_allreduce_f64(dtx_comm *c, double *buf, size_t n);
 
 /* Ranges: rank r owns [at[r], at[r + 1]) of an n-value buffer (at[0] = 0,
  * at[size] = n). Reduce-scatter: rank r's range of buf := the sum over
@@ -41,18 +39,6 @@ int dtx_comm_one_machine(const dtx_comm *c);
 /* The ranges for n values over size ranks: as equal as can be, multiples
  * of 16 values but the last (at [size + 1]). */
 void dtx_comm_ranges(size_t n, int size, size_t *at);
-
-/* Whether an MPI launcher (mpirun, srun) started this process. */
-int dtx_comm_launched_by_mpi(void);
-/* MPI's ranks, through the plugin libdifftx_mpi.so (mpi_plugin.h): found
- * beside the running executable, or at $DTX_MPI_PLUGIN. One line naming
- * what is missing when it cannot be loaded or MPI does not start. */
-dtx_status dtx_comm_mpi_open(dtx_comm **out);
-/* Every rank stops at once, with exit status code (MPI: MPI_Abort; other
- * kinds: exit). For a rank that cannot go on while the others wait. */
-void dtx_comm_abort(dtx_comm *c, int code);
-/* MPI_Finalize, and frees c (MPI kind; NULL is fine). */
-void dtx_comm_mpi_close(dtx_comm *c);
 
 /* size communicators of one group of local ranks: out[r] is rank r's,
  * for its thread. Freed together. */

@@ -6,17 +6,27 @@
 #include "common/common.h"
 #include "eval/halluc.h"
 
-dtx_status needle_mix_open(needle_mix *x, const needle_mix_opts *o, int64_t vocab_size, int64_t T) {
+dtx_status needle_mix_open(needle_mix *x, const dtx_train_mix *o, int64_t vocab_size, int64_t T) {
     memset(x, 0, sizeof *x);
     x->o = *o;
     x->vocab = vocab_size;
-    double sum = o->needle_frac + o->copy_frac + o->icl_frac + o->halluc_frac + o->fact_frac;
-    if (sum > 1 + 1e-12) return dtx_fail(DTX_ERR_ARG, "the mixture's shares add up to %g, more than 1", sum);
+    const double frac[5] = {o->needle_frac, o->copy_frac, o->icl_frac, o->halluc_frac, o->fact_frac};
+    static const char *const name[5] = {"needle_frac", "copy_frac", "icl_frac", "halluc_frac", "fact_frac"};
+    double sum = 0;
+    for (int i = 0; i < 5; i++) {
+        if (!(frac[i] >= 0 && frac[i] <= 1))
+            return dtx_fail(DTX_ERR_USAGE, "the mixture's %s is %g, not a share in [0, 1]", name[i], frac[i]);
+        sum += frac[i];
+    }
+    if (sum > 1 + 1e-12) return dtx_fail(DTX_ERR_USAGE, "the mixture's shares add up to %g, more than 1", sum);
     int need_tok = o->needle_frac > 0 || o->icl_frac > 0 || o->halluc_frac > 0 || o->fact_frac > 0;
     int need_text = o->needle_frac > 0 || o->halluc_frac > 0;
+    if (need_text && (o->needle_max < 1 || o->needle_max > DTX_NEEDLE_MAX))
+        return dtx_fail(DTX_ERR_USAGE, "the mixture's needle_max is %lld, not in [1, %d]", (long long)o->needle_max,
+                        DTX_NEEDLE_MAX);
     if (!need_tok) return DTX_OK;
     if (!o->tokenizer || (need_text && !o->text))
-        return dtx_fail(DTX_ERR_ARG, "the mixture needs a tokenizer%s", need_text ? " and a haystack text" : "");
+        return dtx_fail(DTX_ERR_USAGE, "the mixture needs a tokenizer%s", need_text ? " and a haystack text" : "");
     dtx_status st = dtx_tokenizer_load(&x->tok, o->tokenizer);
     if (st) return st;
     if (dtx_tokenizer_vocab_size(x->tok) != vocab_size)

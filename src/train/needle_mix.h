@@ -26,15 +26,10 @@
 #include "eval/icl.h"
 #include "eval/needle.h"
 
-typedef struct {
-    double needle_frac, copy_frac, icl_frac, halluc_frac, fact_frac; /* shares of the rows; 0: off */
-    int64_t needle_max;    /* needle and faithfulness documents hold 1..needle_max needles */
-    const char *tokenizer; /* needed by every share but copy_frac             */
-    const char *text;      /* the haystack: needed by needle_frac, halluc_frac */
-} needle_mix_opts;
+/* (the shares and files: difftx.h's dtx_train_mix) */
 
 typedef struct {
-    needle_mix_opts o;       /* as opened (the paths only read at open)  */
+    dtx_train_mix o;       /* as opened (the paths only read at open)  */
     int64_t vocab;           /* copy documents draw ids from [0, vocab) */
     dtx_tokenizer *tok;
     dtx_needle_source *src;
@@ -46,7 +41,7 @@ typedef struct {
  * Fails (library message) when a file cannot be read, when the tokenizer's
  * vocabulary is not vocab_size, when the shares add up to more than 1, or
  * when T + 1 tokens cannot hold a document. */
-dtx_status needle_mix_open(needle_mix *x, const needle_mix_opts *o, int64_t vocab_size, int64_t T);
+dtx_status needle_mix_open(needle_mix *x, const dtx_train_mix *o, int64_t vocab_size, int64_t T);
 void needle_mix_close(needle_mix *x);
 /* Replaces the chosen rows of inputs/targets [B, T] in place. period [B]
  * (optional): each row's copy period L, 0 for a row that is not a copy

@@ -13,7 +13,7 @@
 #include "train/grad_sync.h"
 #include "train/optim.h"
 
-dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const char *tokens, const char *val_tokens,
+dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_train_options *o, const char *tokens, const char *val_tokens,
                             int64_t vocab_size) {
     memset(t, 0, sizeof *t);
     t->o = *o;
@@ -27,9 +27,9 @@ dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const cha
                                     : val_tokens && t->val.count < o->seq + 1 ? &t->val
                                                                                : NULL;
     if (short_one) {
-        t->short_stream = short_one == &t->data ? 1 : 2;
-        return dtx_fail(DTX_ERR_ARG, "%s holds %lld tokens; sequences of %lld need at least %lld", short_one->path,
-                        (long long)short_one->count, (long long)o->seq, (long long)o->seq + 1);
+        return dtx_fail(DTX_ERR_ARG, "%s (the %s tokens) holds %lld tokens; sequences of %lld need at least %lld",
+                        short_one->path, short_one == &t->data ? "training" : "validation", (long long)short_one->count,
+                        (long long)o->seq, (long long)o->seq + 1);
     }
     t->data_hash = source_hash(&t->data);
     if ((st = needle_mix_open(&t->needles, &o->mix, vocab_size, o->seq))) return st;
@@ -127,7 +127,8 @@ void dtx_trainer_close(dtx_trainer *t) {
 dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm, int zero1, size_t grad_bucket) {
     int n = dtx_comm_size(comm);
     if (t->o.batch % n)
-        return dtx_fail(DTX_ERR_ARG, "a batch of %lld rows does not divide over %d ranks", (long long)t->o.batch, n);
+        return dtx_fail(DTX_ERR_USAGE, "batch %lld does not divide over %d ranks (each takes the same share of every "
+                        "batch)", (long long)t->o.batch, n);
     if (t->opt) return dtx_fail(DTX_ERR_ARG, "the ranks are set before the model and optimizer");
     t->comm = comm;
     t->zero1 = zero1 && n > 1;
@@ -140,7 +141,7 @@ dtx_status dtx_trainer_set_comm(dtx_trainer *t, dtx_comm *comm, int zero1, size_
  * all of them abandon the step (or none does). */
 
 static int stopping(dtx_trainer *t) {
-    double s = t->stop && *t->stop;
+    double s = t->o.stop && *t->o.stop;
     if (dtx_comm_size(t->comm) > 1 && dtx_comm_allreduce_f64(t->comm, &s, 1)) return 1;
     return s > 0;
 }
@@ -156,7 +157,7 @@ int dtx_trainer_should_stop(dtx_trainer *t) { return stopping(t); }
  * and step count are untouched. */
 static dtx_step_result forward_backward(dtx_trainer *t, int64_t step, double *loss, copy_score *cs, double *comm_s,
                                         double *grad_sum_s) {
-    const dtx_trainer_opts *o = &t->o;
+    const dtx_train_options *o = &t->o;
     const int ranks = dtx_comm_size(t->comm);
     const int64_t b = o->batch / ranks, r0 = b * dtx_comm_rank(t->comm);
     const int64_t T = o->seq;
@@ -251,7 +252,7 @@ dtx_step_result dtx_trainer_evaluate(dtx_trainer *t, double *val) {
         dtx_fail(DTX_ERR_ARG, "%s", t->model ? "no validation tokens" : "the trainer has no model");
         return DTX_STEP_ERROR;
     }
-    const dtx_trainer_opts *o = &t->o;
+    const dtx_train_options *o = &t->o;
     const int ranks = dtx_comm_size(t->comm);
     const int64_t b = o->batch / ranks, r0 = b * dtx_comm_rank(t->comm);
     int64_t pos = 0;
@@ -270,39 +271,58 @@ dtx_step_result dtx_trainer_evaluate(dtx_trainer *t, double *val) {
 }
 
 /* ---------------------------------------------------------------------------
- * The public trainer (difftx.h): one rank, no needle mixture, no stop flag.
- * Its checkpoints carry the keys difftx train compares on --resume, so that
- * either can continue the other's run. */
-
-dtx_train_options dtx_train_options_default(void) {
-    return (dtx_train_options){
-        .batch = 8, .seq = 128, .accum = 1, .eval_batches = 10, .seed = 1, .init_scheme = DTX_INIT_TORCH};
-}
+ * The public trainer (difftx.h): what difftx train and Python's train()
+ * drive. Its checkpoints carry the keys a resume compares, so that either
+ * continues the other's run. */
 
 /* difftx train's default --needle-max: its value is part of the checkpoint's "needles" key */
-#define PUBLIC_NEEDLE_MAX 6
+#define DEFAULT_NEEDLE_MAX 6
+
+dtx_train_options dtx_train_options_default(void) {
+    return (dtx_train_options){.batch = 8, .seq = 128, .accum = 1, .eval_batches = 10, .seed = 1,
+                               .init_scheme = DTX_INIT_TORCH, .precision = DTX_PREC_FP32,
+                               .mix = {.needle_max = DEFAULT_NEEDLE_MAX}, .grad_bucket_mb = -1};
+}
+
+/* Values per bucket of the gradient's sums: by default only where ranks sit
+ * on other machines (on one machine the sums are a memory copy, and a thread
+ * summing beside the ranks' own threads slows them more than the overlap
+ * saves: bench/results-mpi.md). */
+static size_t grad_bucket(const dtx_train_options *o) {
+    if (dtx_comm_size(o->comm) < 2) return 0;
+    double mb = o->grad_bucket_mb >= 0 ? o->grad_bucket_mb : dtx_comm_one_machine(o->comm) ? 0 : 4;
+    size_t n = (size_t)(mb * (1 << 20) / sizeof(dtx_real));
+    return mb > 0 && n == 0 ? 1 : n;
+}
 
 static dtx_status public_open(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
                               const char *val_tokens, const dtx_config *c) {
     *out = NULL;
     if (!tokens) return dtx_fail(DTX_ERR_ARG, "no training tokens given");
     if (o->seq > c->max_seq_len)
-        return dtx_fail(DTX_ERR_ARG, "seq %lld is longer than the model's max_seq_len %lld", (long long)o->seq,
+        return dtx_fail(DTX_ERR_USAGE, "seq %lld is longer than the model's max_seq_len %lld", (long long)o->seq,
                         (long long)c->max_seq_len);
     if ((unsigned)o->init_scheme > DTX_INIT_GPT2)
         return dtx_fail(DTX_ERR_ARG, "init_scheme %d is not a dtx_init_scheme", (int)o->init_scheme);
+    if ((unsigned)o->precision > DTX_PREC_BF16)
+        return dtx_fail(DTX_ERR_ARG, "precision %d is not a dtx_precision", (int)o->precision);
+    if (o->grad_bucket_mb > (1 << 20)) return dtx_fail(DTX_ERR_USAGE, "grad_bucket_mb %g is too large", o->grad_bucket_mb);
     dtx_trainer *t = calloc(1, sizeof *t);
     char *paths[2] = {strdup(tokens), val_tokens ? strdup(val_tokens) : NULL};
     if (!t || !paths[0] || (val_tokens && !paths[1])) {
         free(t), free(paths[0]), free(paths[1]);
         return dtx_fail(DTX_ERR_NOMEM, "out of memory");
     }
-    dtx_trainer_opts to = {.batch = o->batch, .seq = o->seq, .accum = o->accum, .eval_batches = o->eval_batches,
-                           .seed = o->seed, .mix = {.needle_max = PUBLIC_NEEDLE_MAX}};
+    dtx_train_options to = *o;
+    const dtx_train_mix *x = &o->mix;
+    if (x->needle_frac == 0 && x->copy_frac == 0 && x->icl_frac == 0 && x->halluc_frac == 0 && x->fact_frac == 0)
+        to.mix.needle_max = DEFAULT_NEEDLE_MAX; /* no mixture: its size of document changes nothing */
     dtx_status st = dtx_trainer_open(t, &to, paths[0], paths[1], c->vocab_size);
     t->own_paths[0] = paths[0], t->own_paths[1] = paths[1]; /* after open, which clears the struct */
     t->init_scheme = o->init_scheme;
     t->last_loss = NAN;
+    t->began = (dtx_train_info){.start_loss = NAN, .grad_bucket = (int64_t)grad_bucket(o)};
+    if (!st) st = dtx_trainer_set_comm(t, o->comm, o->zero1, grad_bucket(o));
     if (st) {
         dtx_trainer_close(t);
         free(t);
@@ -326,6 +346,10 @@ dtx_status dtx_trainer_init(dtx_trainer **out, const dtx_train_options *o, const
     dtx_trainer *t = *out;
     if ((st = dtx_trainer_start(t, model, c, o->init_scheme, oc))) {
         if (model && t->model != model) dtx_model_free(model); /* not yet the trainer's */
+    } else {
+        st = dtx_model_set_precision(t->model, o->precision);
+    }
+    if (st) {
         dtx_trainer_free(t);
         *out = NULL;
     }
@@ -334,7 +358,7 @@ dtx_status dtx_trainer_init(dtx_trainer **out, const dtx_train_options *o, const
 
 void dtx_trainer_run_meta(const dtx_trainer *t, dtx_run_meta *m) {
     int n = 0;
-    const needle_mix_opts *x = &t->o.mix;
+    const dtx_train_mix *x = &t->o.mix;
 #define K(key, ...) \
     (m->keys[n] = (key), m->values[n] = m->vals[n], snprintf(m->vals[n++], DTX_RUN_META_VALUE_MAX, __VA_ARGS__))
     K("batch", "%lld", (long long)t->o.batch);
@@ -393,49 +417,57 @@ dtx_status dtx_trainer_save(dtx_trainer *t, const char *path) {
     return st;
 }
 
+/* The setting the last resume of this thread refused (dtx_trainer_mismatch). */
+static _Thread_local struct {
+    int set;
+    char key[64], here[DTX_RUN_META_VALUE_MAX], there[DTX_RUN_META_VALUE_MAX];
+} mismatch;
+
+void dtx_trainer_mismatch(const char **key, const char **here, const char **there) {
+    *key = mismatch.set ? mismatch.key : NULL;
+    *here = mismatch.set ? mismatch.here : NULL;
+    *there = mismatch.set ? mismatch.there : NULL;
+}
+
 dtx_status dtx_trainer_init_checkpoint(dtx_trainer **out, const dtx_train_options *o, const char *tokens,
-                                       const char *val_tokens, const char *checkpoint, const dtx_optim_config *oc) {
+                                       const char *val_tokens, const char *checkpoint, const dtx_config *c,
+                                       const dtx_optim_config *oc) {
     *out = NULL;
+    mismatch.set = 0;
     dtx_ckpt ck;
     dtx_status st = dtx_ckpt_load(&ck, checkpoint);
     if (st) return st;
-    if ((st = public_open(out, o, tokens, val_tokens, dtx_model_config(ck.model)))) goto done;
+    const dtx_config *cfg = c ? c : dtx_model_config(ck.model);
+    if ((st = public_open(out, o, tokens, val_tokens, cfg))) goto done;
     dtx_trainer *t = *out;
-    /* a mixture of synthetic documents: not the public trainer's to continue */
-    const char *needles = dtx_ckpt_meta(&ck, "needles");
-    double frac[6] = {0};
-    long long needle_max = 0;
-    if (needles && (sscanf(needles, "%lf/%lf/%lld/%lf/%lf/%lf", &frac[0], &frac[1], &needle_max, &frac[3],
-                           &frac[4], &frac[5]) < 3 ||
-                    frac[0] != 0 || frac[1] != 0 || frac[3] != 0 || frac[4] != 0 || frac[5] != 0)) {
-        st = dtx_fail(DTX_ERR_ARG, "%s: its run mixed synthetic documents into the batches (needles = %s); resume it "
-                      "with difftx train", checkpoint, needles);
+    const char *key, *here, *there;
+    dtx_optim_config mine = oc ? *oc : *dtx_optimizer_config(ck.opt); /* NULL: whatever the checkpoint holds */
+    st = dtx_trainer_compare(t, &ck, cfg, &mine, o->precision, &key, &here, &there);
+    if (st == DTX_ERR_FORMAT) {
+        st = dtx_fail(DTX_ERR_FORMAT, "%s: missing metadata key '%s'", checkpoint, key);
         goto done;
     }
-    if (needles) t->o.mix.needle_max = needle_max; /* no mixture: its size of one changes nothing */
-    const char *prec = dtx_ckpt_meta(&ck, "precision");
-    {
-        const char *key, *here, *there;
-        dtx_optim_config mine = oc ? *oc : *dtx_optimizer_config(ck.opt); /* NULL: whatever the checkpoint holds */
-        dtx_precision p = prec && strcmp(prec, "bf16") == 0 ? DTX_PREC_BF16 : DTX_PREC_FP32;
-        st = dtx_trainer_compare(t, &ck, dtx_model_config(ck.model), &mine, p, &key, &here, &there);
-        if (st == DTX_ERR_FORMAT) {
-            st = dtx_fail(DTX_ERR_FORMAT, "%s: missing metadata key '%s'", checkpoint, key);
-            goto done;
-        }
-        if (st) {
-            int data = strcmp(key, "data_tokens") == 0 || strcmp(key, "data_hash") == 0;
-            st = dtx_fail(DTX_ERR_ARG, "%s: %s is %s in the checkpoint and %s here; a resumed run uses the same %s",
-                          checkpoint, key, there, here, data ? "training tokens" : "settings");
-            goto done;
-        }
-    }
-    if (prec && strcmp(prec, "bf16") == 0 && (st = dtx_model_set_precision(ck.model, DTX_PREC_BF16))) goto done;
-    const char *loss = dtx_ckpt_meta(&ck, "loss");
-    t->last_loss = loss ? strtod(loss, NULL) : NAN;
-    if (oc && oc->total_steps > dtx_optimizer_config(ck.opt)->total_steps &&
-        (st = dtx_optimizer_extend(ck.opt, oc->total_steps)))
+    if (st) {
+        mismatch.set = 1;
+        snprintf(mismatch.key, sizeof mismatch.key, "%s", key);
+        snprintf(mismatch.here, sizeof mismatch.here, "%s", here);
+        snprintf(mismatch.there, sizeof mismatch.there, "%s", there);
+        int data = strcmp(key, "data_tokens") == 0 || strcmp(key, "data_hash") == 0;
+        st = dtx_fail(DTX_ERR_USAGE, "%s: %s is %s in the checkpoint and %s here; a resumed run uses the same %s",
+                      checkpoint, key, there, here, data ? "training tokens" : "settings");
         goto done;
+    }
+    if ((st = dtx_model_set_precision(ck.model, o->precision))) goto done;
+    const char *loss = dtx_ckpt_meta(&ck, "loss"), *threads = dtx_ckpt_meta(&ck, "threads");
+    t->last_loss = t->began.start_loss = loss ? strtod(loss, NULL) : NAN;
+    t->began.ckpt_threads = threads ? atoi(threads) : 0;
+    t->began.start_step = ck.step;
+    int64_t was = dtx_optimizer_config(ck.opt)->total_steps;
+    if (oc && oc->total_steps > was) { /* docs/training.md "Extending a run" */
+        if ((st = dtx_optimizer_extend(ck.opt, oc->total_steps))) goto done;
+        t->began.extended_from = was;
+        t->began.restart_lr = dtx_optimizer_config(ck.opt)->restart_lr;
+    }
     st = dtx_trainer_resume(t, ck.model, ck.opt, &ck.rng, ck.step);
     ck.model = NULL, ck.opt = NULL; /* taken */
 done:
@@ -466,7 +498,8 @@ dtx_status dtx_trainer_update(dtx_trainer *t, dtx_train_stats *s) {
     case DTX_STEP_GRAD_NONFINITE:
         return dtx_fail(DTX_ERR_NUMERIC, "step %lld: the gradient is not finite; nothing was updated",
                         (long long)t->step + 1);
-    case DTX_STEP_INTERRUPTED: /* no stop flag here: not reached */
+    case DTX_STEP_INTERRUPTED:
+        return dtx_fail(DTX_ERR_STOPPED, "stopped during step %lld: nothing changed", (long long)t->step + 1);
     case DTX_STEP_ERROR: break;
     }
     dtx_status last = dtx_last_status();
@@ -475,7 +508,9 @@ dtx_status dtx_trainer_update(dtx_trainer *t, dtx_train_stats *s) {
 
 dtx_status dtx_trainer_eval(dtx_trainer *t, double *val_loss) {
     dtx_clear_error();
-    if (dtx_trainer_evaluate(t, val_loss) == DTX_STEP_DONE) return DTX_OK;
+    dtx_step_result r = dtx_trainer_evaluate(t, val_loss);
+    if (r == DTX_STEP_DONE) return DTX_OK;
+    if (r == DTX_STEP_INTERRUPTED) return dtx_fail(DTX_ERR_STOPPED, "stopped during the validation");
     dtx_status last = dtx_last_status();
     return last != DTX_OK ? last : dtx_fail(DTX_ERR_ARG, "the evaluation failed");
 }
@@ -492,4 +527,16 @@ dtx_model *dtx_trainer_take_model(dtx_trainer *t) {
     }
     t->model = NULL;
     return m;
+}
+
+void dtx_trainer_info(const dtx_trainer *t, dtx_train_info *i) {
+    *i = t->began;
+    i->data_tokens = t->data.count;
+    i->val_tokens = t->val.count;
+    i->rank = dtx_comm_rank(t->comm);
+    i->ranks = dtx_comm_size(t->comm);
+    i->last_loss = t->last_loss;
+    const needle_mix *x = &t->needles;
+    i->needle_docs = x->documents, i->copy_docs = x->copies;
+    i->icl_rows = x->icl_rows, i->halluc_rows = x->halluc_rows, i->fact_rows = x->fact_rows;
 }

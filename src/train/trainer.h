@@ -18,14 +18,7 @@
 #include "train/needle_mix.h"
 #include "train/token_source.h"
 
-typedef struct {
-    int64_t batch, seq, accum; /* rows per micro-batch, tokens per row, micro-batches per step */
-    int64_t eval_batches;      /* validation: this many batches from the start of the stream */
-    uint64_t seed;             /* the needle mixture's, and (fresh runs) the sampler's and the weights' */
-    needle_mix_opts mix; /* the rows replaced by synthetic documents (needle_mix.h); paths borrowed */
-    int64_t debug_nan_at; /* a test hook: the loss of this step reads as NaN (0: never) */
-    int64_t debug_oom_at; /* a test hook: this step fails, out of memory, on the last rank alone (0: never) */
-} dtx_trainer_opts;
+/* (the options: difftx.h's dtx_train_options) */
 
 typedef struct {
     double loss;      /* the mean over the micro-batches */
@@ -38,7 +31,7 @@ typedef struct {
 
 /* difftx.h's opaque dtx_trainer */
 struct dtx_trainer {
-    dtx_trainer_opts o;
+    dtx_train_options o;
     dtx_model *model;
     dtx_optimizer *opt;
     token_source data, val; /* val.count == 0: no validation stream */
@@ -57,10 +50,6 @@ struct dtx_trainer {
     int zero1;
     size_t *at;             /* [ranks + 1] with zero1 */
     struct grad_sync *sync; /* the gradient's sums, with more than one rank */
-    int short_stream;       /* after dtx_trainer_open failed: 1 (tokens) or 2 (val_tokens) held too few */
-    /* polled between micro-batches and evaluation batches: nonzero abandons
-     * the step (or the evaluation), leaving the state as it was before it */
-    volatile sig_atomic_t *stop;
     int32_t *inputs, *targets, *period; /* [batch, seq], [batch, seq], [batch] */
     double *tok_loss;                   /* [batch, seq] per-position losses (the induction score) */
     /* the public API's (difftx.h): its copies of the token files' paths, the
@@ -69,13 +58,16 @@ struct dtx_trainer {
     dtx_init_scheme init_scheme; /* a fresh run's, as its checkpoints record it */
     double last_loss;            /* the last step's loss (a resumed run: the checkpoint's) */
     dtx_step_stats last;         /* the last step's statistics (the run log's line) */
+    dtx_train_info began;        /* how the run began (dtx_trainer_info's start_* and ckpt_*) */
 };
 
 /* Opens the training tokens (and val_tokens, NULL for none), checks every id
  * against vocab_size, loads the needle mixture and allocates the batch
- * buffers. Each stream must hold at least seq + 1 tokens (short_stream says
- * which did not). No model yet. dtx_trainer_close after a failure too. */
-dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_trainer_opts *o, const char *tokens, const char *val_tokens,
+ * buffers. Each stream must hold at least seq + 1 tokens (the message names
+ * the one that does not). The stop flag is o->stop: polled between
+ * micro-batches and evaluation batches, nonzero abandons the step (or the
+ * evaluation), leaving the state as it was before it. No model yet. dtx_trainer_close after a failure too. */
+dtx_status dtx_trainer_open(dtx_trainer *t, const dtx_train_options *o, const char *tokens, const char *val_tokens,
                             int64_t vocab_size);
 /* A fresh run: init (taken; NULL: a new model of cfg from the seed and
  * scheme), a new optimizer, the sampler seeded from the seed (a stream other
@@ -140,8 +132,5 @@ dtx_step_result dtx_trainer_step(dtx_trainer *t, dtx_step_stats *s);
  * weights. Touches neither the sampler nor the weights. DTX_STEP_DONE,
  * DTX_STEP_INTERRUPTED or DTX_STEP_ERROR (also with no validation stream). */
 dtx_step_result dtx_trainer_evaluate(dtx_trainer *t, double *val);
-/* Whether any rank's *stop is set: the same answer on every rank (a
- * collective: every rank must ask). */
-int dtx_trainer_should_stop(dtx_trainer *t);
 
 #endif

@@ -772,7 +772,7 @@ TEST(train_cli_new_flags) {
     REQUIRE(write_file(shortv, "1 2 3", 5) == 0);
     CHECK_ONLY(cli("train %s --tokens '%s' --out '%s' --val-tokens '%s'", TINY, bin, test_path("V.safetensors"),
                    shortv),
-               1, "--val-tokens", "holds 3 tokens");
+               1, "(the validation tokens) holds 3 tokens", "short.txt");
 }
 
 /* The evaluation commands take a checkpoint where they take a model (to

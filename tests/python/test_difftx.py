@@ -439,11 +439,11 @@ def train_checkpoints_resume_exactly():
     cont2 = py_train(tp, 6, checkpoint=ck3).state_dict()
     assert all(np.array_equal(cont2[k], full[k]) for k in full), "resuming difftx train's checkpoint differs"
     # another batch size is refused, naming it
-    raises(difftx.ArgumentError, difftx.train, tp, 6, config=small_config(), batch=4, seq=12, seed=3, lr=3e-3,
+    raises(difftx.UsageError, difftx.train, tp, 6, config=small_config(), batch=4, seq=12, seed=3, lr=3e-3,
            warmup_steps=2, checkpoint=ck, contains="batch")
     # fewer steps than the checkpoint's schedule are refused; more extend the finished run (a warm restart):
     # the same weights as difftx train --resume --steps 10 gives from the same checkpoint
-    raises(difftx.ArgumentError, py_train, tp, 5, checkpoint=ck, contains="total_steps")
+    raises(difftx.UsageError, py_train, tp, 5, checkpoint=ck, contains="total_steps")
     out3 = os.path.join(TMP, "cli-extended.safetensors")
     os.makedirs(out3 + ".ckpt", exist_ok=True)
     shutil.copy(ck, os.path.join(out3 + ".ckpt", "ckpt_00000006.safetensors"))  # the finished run's, at step 6
@@ -515,6 +515,26 @@ def train_writes_the_command_run_folder():
     # a folder given as out, and checkpoint= with out=, are refused before any work
     raises(difftx.UsageError, py_train, tp, 6, out=TMP, contains="a folder")
     raises(difftx.ArgumentError, py_train, tp, 6, out=d, checkpoint=c, contains="not both")
+
+
+@test
+def train_mixes_and_resumes_as_the_command():
+    """mix= and precision= are difftx train's --copy-frac and --precision: the package resumes the command's
+    mixed bf16 run into the command's uninterrupted weights; another mixture is refused naming the setting."""
+    tp, _ = token_file("train.txt")
+    extra = ["--copy-frac", "0.5", "--precision", "bf16"]
+    full = os.path.join(TMP, "mix_full.safetensors")
+    cli_train(full, 4, tp, extra=extra)
+    want = difftx.Model.load(full).state_dict()
+    d = os.path.join(TMP, "mix_stop.safetensors")
+    cli_train(d, 4, tp, extra=extra + ["--ckpt-every", 2, "--stop-after", 2])
+    raises(difftx.UsageError, py_train, tp, 4, out=d, resume=True, mix={"copy_frac": 0.25}, precision="bf16",
+           contains="needles is")
+    raises(difftx.UsageError, py_train, tp, 4, out=d, resume=True, mix={"copy_frac": 0.5}, contains="precision is")
+    got = py_train(tp, 4, out=d, resume=True, mix={"copy_frac": 0.5}, precision="bf16").state_dict()
+    assert all(np.array_equal(got[k], want[k]) for k in want), "the package's resume of a mixed run differs"
+    raises(TypeError, py_train, tp, 4, mix={"copy": 0.5}, contains="unknown mixture setting")
+    raises(difftx.UsageError, py_train, tp, 4, mix={"needle_frac": 0.5}, contains="needs a tokenizer")
 
 
 @test

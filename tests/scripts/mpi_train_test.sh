@@ -188,7 +188,7 @@ check ctrl_c_resumes [ -s "$tmp/c.safetensors" ]
 "${mpi[@]}" 2 "$bin" train "${args[@]}" --batch 3 --out "$tmp/bad.safetensors" > "$tmp/bad.out" 2>&1
 rc=$?
 check odd_batch_refused [ "$rc" != 0 ]
-check odd_batch_says_why grep -q -- "--batch 3 does not divide over 2 ranks" "$tmp/bad.out"
+check odd_batch_says_why grep -q -- "batch 3 does not divide over 2 ranks" "$tmp/bad.out"
 "${mpiq[@]}" 2 "$bin" train "${args[@]}" --batch 3 --out "$tmp/bad.safetensors" > "$tmp/badq.out" 2>&1
 check odd_batch_one_line [ "$(grep -c . "$tmp/badq.out")" = 1 ]
 check odd_batch_writes_nothing [ ! -e "$tmp/bad.safetensors" ]

@@ -73,7 +73,7 @@ TEST(train_needle_mix_rows_and_rates) {
     needle_mix x;
     REQUIREF(
         needle_mix_open(&x,
-                        &(needle_mix_opts){
+                        &(dtx_train_mix){
                             .needle_frac = 0.5, .copy_frac = 0.25, .needle_max = 3, .tokenizer = tok_path, .text = hay},
                         VOCAB, T) == DTX_OK,
         "%s", dtx_last_error());
@@ -126,7 +126,7 @@ TEST(train_needle_mix_later_shares) {
     const char *tok_path = NULL, *hay = setup(&tok_path);
     REQUIRE(hay && tok_path);
     needle_mix a, b, c;
-    needle_mix_opts o = {.needle_frac = 0.3, .copy_frac = 0.2, .needle_max = 3, .tokenizer = tok_path, .text = hay};
+    dtx_train_mix o = {.needle_frac = 0.3, .copy_frac = 0.2, .needle_max = 3, .tokenizer = tok_path, .text = hay};
     REQUIREF(needle_mix_open(&a, &o, VOCAB, T) == DTX_OK, "%s", dtx_last_error());
     o.icl_frac = 0.25, o.halluc_frac = 0.25;
     REQUIREF(needle_mix_open(&b, &o, VOCAB, T) == DTX_OK, "%s", dtx_last_error());
@@ -187,7 +187,7 @@ TEST(train_needle_mix_later_shares) {
     needle_mix_close(&c);
     /* the shares may not add up to more than 1 */
     o.needle_frac = 0.6, o.copy_frac = 0.3, o.icl_frac = 0.2, o.halluc_frac = 0, o.fact_frac = 0;
-    CHECK(needle_mix_open(&a, &o, VOCAB, T) == DTX_ERR_ARG);
+    CHECK(needle_mix_open(&a, &o, VOCAB, T) == DTX_ERR_USAGE);
     needle_mix_close(&a);
 }
 
@@ -210,19 +210,19 @@ TEST(train_needle_mix_errors) {
     REQUIRE(hay && tok_path);
     needle_mix x;
     CHECK(needle_mix_open(&x,
-                          &(needle_mix_opts){
+                          &(dtx_train_mix){
                               .needle_frac = 0.5, .copy_frac = 0, .needle_max = 3, .tokenizer = tok_path, .text = hay},
                           VOCAB + 1, T) != DTX_OK);
     CHECKF(strstr(dtx_last_error(), "tokens"), "%s", dtx_last_error());
     needle_mix_close(&x);
     CHECK(needle_mix_open(&x,
-                          &(needle_mix_opts){
+                          &(dtx_train_mix){
                               .needle_frac = 0.5, .copy_frac = 0, .needle_max = 3, .tokenizer = tok_path, .text = hay},
                           VOCAB, 40) != DTX_OK); /* too short a document */
     CHECKF(strstr(dtx_last_error(), "too short"), "%s", dtx_last_error());
     needle_mix_close(&x);
     CHECK(needle_mix_open(&x,
-                          &(needle_mix_opts){.needle_frac = 0.5,
+                          &(dtx_train_mix){.needle_frac = 0.5,
                                              .copy_frac = 0,
                                              .needle_max = 3,
                                              .tokenizer = test_path("missing.txt"),
@@ -232,7 +232,7 @@ TEST(train_needle_mix_errors) {
     /* off: nothing opened, rows untouched */
     REQUIRE(needle_mix_open(
                 &x,
-                &(needle_mix_opts){.needle_frac = 0, .copy_frac = 0, .needle_max = 3, .tokenizer = NULL, .text = NULL},
+                &(dtx_train_mix){.needle_frac = 0, .copy_frac = 0, .needle_max = 3, .tokenizer = NULL, .text = NULL},
                 VOCAB, T) == DTX_OK);
     static int32_t in[B * T], tg[B * T], in0[B * T];
     fill(in, tg, 3);

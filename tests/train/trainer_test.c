@@ -32,14 +32,14 @@ static const char *ids_path(void) {
     return path;
 }
 
-static dtx_trainer_opts opts(void) {
-    dtx_trainer_opts o = {.batch = BATCH, .seq = SEQ, .accum = ACCUM, .eval_batches = 3, .seed = 17, .mix = {.needle_max = 1}};
+static dtx_train_options opts(void) {
+    dtx_train_options o = {.batch = BATCH, .seq = SEQ, .accum = ACCUM, .eval_batches = 3, .seed = 17, .mix = {.needle_max = 1}};
     return o;
 }
 
 static dtx_config cfg(void) { return test_config(DTX_ARCH_DIFF, 32, 2, 2, 2, V, 64, SEQ, 1); }
 
-static int start_bucketed(dtx_trainer *t, const dtx_trainer_opts *o, dtx_comm *comm, int zero1, size_t bucket) {
+static int start_bucketed(dtx_trainer *t, const dtx_train_options *o, dtx_comm *comm, int zero1, size_t bucket) {
     dtx_config c = cfg();
     dtx_optim_config oc = dtx_optim_default();
     oc.lr = 3e-3, oc.warmup_steps = 2, oc.total_steps = 8;
@@ -48,11 +48,11 @@ static int start_bucketed(dtx_trainer *t, const dtx_trainer_opts *o, dtx_comm *c
            dtx_trainer_start(t, NULL, &c, DTX_INIT_TORCH, &oc) == DTX_OK;
 }
 
-static int start_with(dtx_trainer *t, const dtx_trainer_opts *o, dtx_comm *comm, int zero1) {
+static int start_with(dtx_trainer *t, const dtx_train_options *o, dtx_comm *comm, int zero1) {
     return start_bucketed(t, o, comm, zero1, 0);
 }
 
-static int start(dtx_trainer *t, const dtx_trainer_opts *o) { return start_with(t, o, NULL, 0); }
+static int start(dtx_trainer *t, const dtx_train_options *o) { return start_with(t, o, NULL, 0); }
 
 static int run_steps(dtx_trainer *t, int n) {
     for (int i = 0; i < n; i++) {
@@ -68,7 +68,7 @@ static int same_params(dtx_model *a, dtx_model *b) {
 }
 
 /* A trainer opened on the test's data and resumed from checkpoint path, which holds `step` steps. */
-static int resume_from(dtx_trainer *t, const dtx_trainer_opts *o, const char *path, int64_t step) {
+static int resume_from(dtx_trainer *t, const dtx_train_options *o, const char *path, int64_t step) {
     dtx_ckpt k;
     if (dtx_ckpt_load(&k, path) != DTX_OK || k.step != step) return 0;
     int ok = dtx_trainer_open(t, o, ids_path(), ids_path(), V) == DTX_OK &&
@@ -79,7 +79,7 @@ static int resume_from(dtx_trainer *t, const dtx_trainer_opts *o, const char *pa
 }
 
 TEST(trainer_resume_is_exact) {
-    dtx_trainer_opts o = opts();
+    dtx_train_options o = opts();
     dtx_trainer a, b, c;
     REQUIRE(start(&a, &o) && run_steps(&a, 6) && a.step == 6);
     REQUIRE(start(&b, &o) && run_steps(&b, 3));
@@ -94,12 +94,12 @@ TEST(trainer_resume_is_exact) {
 }
 
 TEST(trainer_stop_between_micro_batches_changes_nothing) {
-    dtx_trainer_opts o = opts();
+    dtx_train_options o = opts();
     dtx_trainer a, b;
     REQUIRE(start(&a, &o) && start(&b, &o));
     REQUIRE(run_steps(&a, 2) && run_steps(&b, 2));
     volatile sig_atomic_t stop = 1;
-    b.stop = &stop;
+    b.o.stop = &stop;
     dtx_rng before = b.rng;
     dtx_step_stats s;
     CHECK(dtx_trainer_step(&b, &s) == DTX_STEP_INTERRUPTED);  /* after the first of ACCUM micro-batches */
@@ -113,7 +113,7 @@ TEST(trainer_stop_between_micro_batches_changes_nothing) {
 }
 
 TEST(trainer_nonfinite_loss_updates_nothing) {
-    dtx_trainer_opts o = opts();
+    dtx_train_options o = opts();
     o.debug_nan_at = 2;
     dtx_trainer t, ref;
     REQUIRE(start(&t, &o) && start(&ref, &o) && run_steps(&t, 1) && run_steps(&ref, 1));
@@ -124,7 +124,7 @@ TEST(trainer_nonfinite_loss_updates_nothing) {
 }
 
 TEST(trainer_validation_is_repeatable) {
-    dtx_trainer_opts o = opts();
+    dtx_train_options o = opts();
     dtx_trainer t;
     REQUIRE(start(&t, &o) && run_steps(&t, 1));
     dtx_rng before = t.rng;
@@ -135,7 +135,7 @@ TEST(trainer_validation_is_repeatable) {
 }
 
 TEST(trainer_refusals) {
-    dtx_trainer_opts o = opts();
+    dtx_train_options o = opts();
     dtx_trainer t;
     dtx_step_stats s;
     double v;
@@ -151,10 +151,11 @@ TEST(trainer_refusals) {
     const char *tiny = test_path("trainer_tiny.bin");
     int32_t few[5] = {1, 2, 3, 4, 5};
     REQUIRE(dtx_shard_write(tiny, few, 5, V) == DTX_OK);
-    CHECK(dtx_trainer_open(&t, &o, tiny, NULL, V) == DTX_ERR_ARG && t.short_stream == 1 &&
-          strstr(dtx_last_error(), "holds 5 tokens"));
+    CHECK(dtx_trainer_open(&t, &o, tiny, NULL, V) == DTX_ERR_ARG &&
+          strstr(dtx_last_error(), "(the training tokens) holds 5 tokens"));
     dtx_trainer_close(&t);
-    CHECK(dtx_trainer_open(&t, &o, ids_path(), tiny, V) == DTX_ERR_ARG && t.short_stream == 2);
+    CHECK(dtx_trainer_open(&t, &o, ids_path(), tiny, V) == DTX_ERR_ARG &&
+          strstr(dtx_last_error(), "(the validation tokens) holds 5 tokens"));
     dtx_trainer_close(&t);
     /* an id past the vocabulary; a zero batch */
     CHECK(dtx_trainer_open(&t, &o, ids_path(), NULL, 40) != DTX_OK);
@@ -199,7 +200,7 @@ static double max_rel_diff(dtx_model *a, dtx_model *b) {
 }
 
 TEST(trainer_two_ranks_train_what_one_does) {
-    dtx_trainer_opts o = opts();
+    dtx_train_options o = opts();
     o.batch = 4, o.mix.copy_frac = 0.5; /* copy rows: the mixture is applied to the global rows */
     static rank_run one, two[2];
     REQUIRE(start(&one.t, &o));
@@ -233,7 +234,8 @@ TEST(trainer_two_ranks_train_what_one_does) {
     dtx_trainer odd;
     o.batch = 3;
     REQUIRE(dtx_trainer_open(&odd, &o, ids_path(), NULL, V) == DTX_OK);
-    CHECK(dtx_trainer_set_comm(&odd, c[0], 0, 0) == DTX_ERR_ARG && strstr(dtx_last_error(), "does not divide over 2"));
+    CHECK(dtx_trainer_set_comm(&odd, c[0], 0, 0) == DTX_ERR_USAGE &&
+          strstr(dtx_last_error(), "batch 3 does not divide over 2 ranks"));
     dtx_trainer_close(&odd);
     dtx_trainer_close(&one.t), dtx_trainer_close(&two[0].t), dtx_trainer_close(&two[1].t);
     dtx_comm_local_free(c, 2);
@@ -244,7 +246,7 @@ TEST(trainer_two_ranks_train_what_one_does) {
  * and a checkpoint that holds the whole optimizer: one rank resuming from it
  * ends where the sharded run does. */
 TEST(trainer_zero1_is_data_parallelism) {
-    dtx_trainer_opts o = opts();
+    dtx_train_options o = opts();
     o.batch = 4;
     static rank_run plain[2], z[2];
     dtx_comm *cp[2], *cz[2];
@@ -283,7 +285,7 @@ TEST(trainer_gradient_buckets_change_nothing) {
     static const size_t BUCKETS[] = {1, 15000};
     for (int zero1 = 0; zero1 < 2; zero1++)
         for (size_t b = 0; b < sizeof BUCKETS / sizeof BUCKETS[0]; b++) {
-            dtx_trainer_opts o = opts();
+            dtx_train_options o = opts();
             o.batch = 4;
             static rank_run once[2], buck[2];
             memset(once, 0, sizeof once), memset(buck, 0, sizeof buck);
@@ -337,7 +339,7 @@ static int public_steps(dtx_trainer *t, int n) {
 }
 
 TEST(trainer_public_api_is_the_internal_loop) {
-    dtx_trainer_opts io = opts();
+    dtx_train_options io = opts();
     io.mix.needle_max = 6;
     dtx_trainer inner;
     REQUIRE(start(&inner, &io) && run_steps(&inner, 4));
@@ -364,33 +366,60 @@ TEST(trainer_public_resume_is_exact) {
     const char *ck = test_path("trainer_public_ck.safetensors");
     REQUIRE(dtx_trainer_save(b, ck) == DTX_OK);
     dtx_trainer_free(b);
-    REQUIRE(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, &oc) == DTX_OK);
+    REQUIRE(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, NULL, &oc) == DTX_OK);
     CHECK(dtx_trainer_steps_done(r) == 3);
     REQUIRE(public_steps(r, 3));
     CHECK(same_params(dtx_trainer_model(a), dtx_trainer_model(r)));
     dtx_trainer_free(r);
     /* the internal resume (difftx train's) reads the public checkpoint too */
-    dtx_trainer_opts io = opts();
+    dtx_train_options io = opts();
     dtx_trainer inner;
     REQUIRE(resume_from(&inner, &io, ck, 3) && run_steps(&inner, 3));
     CHECK(same_params(dtx_trainer_model(a), inner.model));
     dtx_trainer_close(&inner);
     /* other settings or other tokens: refused, naming what differs */
     o.batch = 4;
-    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, NULL) == DTX_ERR_ARG && !r &&
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, NULL, NULL) == DTX_ERR_USAGE && !r &&
           strstr(dtx_last_error(), "batch is 2 in the checkpoint and 4 here"));
+    const char *key, *here, *there;
+    dtx_trainer_mismatch(&key, &here, &there);
+    CHECK(key && strcmp(key, "batch") == 0 && strcmp(here, "4") == 0 && strcmp(there, "2") == 0);
     o = public_opts(), o.seed = 18;
-    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, NULL) == DTX_ERR_ARG &&
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, NULL, NULL) == DTX_ERR_USAGE &&
           strstr(dtx_last_error(), "seed"));
+    /* the model's config, the precision and the mixture are settings too */
+    o = public_opts();
+    dtx_config other_c = c;
+    other_c.subln = DTX_SUBLN_NONE;
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, &other_c, NULL) == DTX_ERR_USAGE &&
+          (dtx_trainer_mismatch(&key, &here, &there), key && strcmp(key, "subln") == 0));
+    o.precision = DTX_PREC_BF16;
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, NULL, NULL) == DTX_ERR_USAGE &&
+          (dtx_trainer_mismatch(&key, &here, &there), key && strcmp(key, "precision") == 0 &&
+           strcmp(here, "bf16") == 0 && strcmp(there, "fp32") == 0));
+    o = public_opts(), o.mix.copy_frac = 0.5;
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, NULL, NULL) == DTX_ERR_USAGE &&
+          (dtx_trainer_mismatch(&key, &here, &there), key && strcmp(key, "needles") == 0));
+    o = public_opts();
+    REQUIRE(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, &c, NULL) == DTX_OK);
+    dtx_trainer_mismatch(&key, &here, &there);
+    CHECK(!key && !here && !there);
+    dtx_train_info info;
+    dtx_trainer_info(r, &info);
+    CHECK(info.start_step == 3 && isfinite(info.start_loss) && info.ckpt_threads > 0 && info.extended_from == 0 &&
+          info.ranks == 1 && info.rank == 0 && info.data_tokens > 0 && info.val_tokens == 0);
+    dtx_trainer_free(r);
     /* fewer steps than the checkpoint's schedule: refused; more: the run is extended (a warm restart at step 3),
      * as difftx train --resume does */
     o = public_opts();
     dtx_optim_config shorter = oc, longer = oc;
     shorter.total_steps = 7;
-    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, &shorter) == DTX_ERR_ARG && !r &&
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, NULL, &shorter) == DTX_ERR_USAGE && !r &&
           strstr(dtx_last_error(), "total_steps is 8 in the checkpoint and 7 here"));
     longer.total_steps = 40;
-    REQUIRE(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, &longer) == DTX_OK);
+    REQUIRE(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, ck, NULL, &longer) == DTX_OK);
+    dtx_trainer_info(r, &info);
+    CHECK(info.extended_from == 8 && info.restart_lr == dtx_lr_at(&oc, 3));
     dtx_train_stats st;
     REQUIRE(dtx_trainer_update(r, &st) == DTX_OK);
     dtx_optim_config restarted = longer; /* the rate of step 3 after the restart: up from the rate there */
@@ -403,10 +432,10 @@ TEST(trainer_public_resume_is_exact) {
     int32_t ids[400];
     for (int i = 0; i < 400; i++) ids[i] = (int32_t)(i % V);
     REQUIRE(dtx_shard_write(other, ids, 400, V) == DTX_OK);
-    CHECK(dtx_trainer_init_checkpoint(&r, &o, other, NULL, ck, NULL) == DTX_ERR_ARG &&
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, other, NULL, ck, NULL, NULL) == DTX_ERR_USAGE &&
           strstr(dtx_last_error(), "data_tokens") && strstr(dtx_last_error(), "training tokens"));
     const char *none = test_path("trainer_none.safetensors");
-    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, none, NULL) == DTX_ERR_IO &&
+    CHECK(dtx_trainer_init_checkpoint(&r, &o, ids_path(), NULL, none, NULL, NULL) == DTX_ERR_IO &&
           !r);
     dtx_trainer_free(a);
 }
@@ -436,8 +465,18 @@ TEST(trainer_public_nonfinite_and_refusals) {
     dtx_model *init = NULL;
     REQUIRE(dtx_model_init(&init, &c, 3) == DTX_OK);
     o.seq = SEQ + 1;
-    CHECK(dtx_trainer_init(&t, &o, ids_path(), NULL, NULL, init, &oc) == DTX_ERR_ARG && !t &&
+    CHECK(dtx_trainer_init(&t, &o, ids_path(), NULL, NULL, init, &oc) == DTX_ERR_USAGE && !t &&
           strstr(dtx_last_error(), "longer than the model's max_seq_len"));
+    /* a mixture that does not add up, or lacks its files */
+    o = public_opts(), o.mix.copy_frac = 0.7, o.mix.icl_frac = 0.5;
+    CHECK(dtx_trainer_init(&t, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_ERR_USAGE && !t &&
+          strstr(dtx_last_error(), "add up to 1.2"));
+    o = public_opts(), o.mix.needle_frac = 0.2;
+    CHECK(dtx_trainer_init(&t, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_ERR_USAGE && !t &&
+          strstr(dtx_last_error(), "needs a tokenizer and a haystack text"));
+    o = public_opts(), o.mix.copy_frac = -0.1;
+    CHECK(dtx_trainer_init(&t, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_ERR_USAGE && !t &&
+          strstr(dtx_last_error(), "copy_frac is -0.1"));
     o = public_opts();
     c.dim = 33;
     CHECK(dtx_trainer_init(&t, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_ERR_CONFIG && !t);
@@ -454,6 +493,51 @@ TEST(trainer_public_nonfinite_and_refusals) {
     CHECK(same_params(dtx_trainer_model(a), dtx_trainer_model(b)));
     dtx_trainer_free(a), dtx_trainer_free(b);
     dtx_trainer_free(NULL);
+}
+
+/* What difftx train takes from the public trainer beyond the plain loop:
+ * the mixture (the internal loop's rows exactly, counted in the info), the
+ * precision, and the stop flag (a raised flag: DTX_ERR_STOPPED, nothing
+ * changed; lowered: the same steps as a run never stopped). */
+TEST(trainer_public_mixture_precision_and_stop) {
+    dtx_train_options io = opts();
+    io.mix.copy_frac = 0.5, io.mix.needle_max = 6;
+    dtx_trainer inner;
+    REQUIRE(start(&inner, &io) && run_steps(&inner, 3));
+    dtx_train_options o = public_opts();
+    o.mix.copy_frac = 0.5;
+    dtx_config c = cfg();
+    dtx_optim_config oc = public_optim();
+    dtx_trainer *t = NULL, *u = NULL;
+    REQUIREF(dtx_trainer_init(&t, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_OK, "%s", dtx_last_error());
+    volatile sig_atomic_t stop = 0;
+    o.stop = &stop;
+    REQUIRE(dtx_trainer_init(&u, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_OK);
+    REQUIRE(public_steps(t, 3) && public_steps(u, 2));
+    CHECK(same_params(inner.model, dtx_trainer_model(t)));
+    dtx_train_info info;
+    dtx_trainer_info(t, &info);
+    CHECK(info.copy_docs == inner.needles.copies && info.copy_docs > 0 && info.needle_docs == 0 &&
+          info.last_loss == inner.last_loss);
+    stop = 1; /* ACCUM > 1: the step stops after its first micro-batch */
+    dtx_train_stats st;
+    CHECK(dtx_trainer_should_stop(u) && dtx_trainer_update(u, &st) == DTX_ERR_STOPPED &&
+          dtx_trainer_steps_done(u) == 2);
+    stop = 0;
+    CHECK(!dtx_trainer_should_stop(u) && public_steps(u, 1) && same_params(dtx_trainer_model(t), dtx_trainer_model(u)));
+    dtx_trainer_free(u);
+    /* bf16: the model's precision and the checkpoint's key */
+    o = public_opts(), o.precision = DTX_PREC_BF16;
+    REQUIRE(dtx_trainer_init(&u, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_OK);
+    CHECK(dtx_model_precision(dtx_trainer_model(u)) == DTX_PREC_BF16 && public_steps(u, 1));
+    const char *ck = test_path("trainer_bf16_ck.safetensors");
+    REQUIRE(dtx_trainer_save(u, ck) == DTX_OK);
+    dtx_trainer_free(u);
+    REQUIRE(dtx_trainer_init_checkpoint(&u, &o, ids_path(), NULL, ck, NULL, NULL) == DTX_OK);
+    CHECK(dtx_model_precision(dtx_trainer_model(u)) == DTX_PREC_BF16);
+    dtx_trainer_free(u);
+    dtx_trainer_free(t);
+    dtx_trainer_close(&inner);
 }
 
 /* The run folder (difftx.h "run folders"): checkpoints named by step and
