@@ -373,10 +373,31 @@ const char *dtx_precision_name(dtx_precision p);
 dtx_real *dtx_model_grads(dtx_model *m);  /* allocated on first backward */
 
 /* dtx_model_load, or the model inside a training checkpoint (difftx train's
- * --ckpt-dir files) when path is one (otherwise the model reader's message,
+ * --ckpt-dir files) when path is one, or a Hugging Face checkpoint folder
+ * (dtx_hf_import) when path is one (otherwise the model reader's message,
  * which names what is wrong with the file), with its matrix products set to
  * precision. *out is NULL on failure. */
 dtx_status dtx_model_open(dtx_model **out, const char *path, dtx_precision precision);
+/* Hugging Face checkpoint folders (docs/huggingface.md): config.json with
+ * model.safetensors, or with model.safetensors.index.json and the shards
+ * it names; F32, BF16 or F16 tensors. DiffLlamaForCausalLM is read as a
+ * diff model and LlamaForCausalLM as a transformer, computing what
+ * transformers computes (the RoPE rows and the heads reordered into
+ * difftx's layout). A config difftx cannot compute exactly (biases, a RoPE
+ * scaling, a head width other than hidden_size / num_attention_heads, ...)
+ * is DTX_ERR_CONFIG naming the key; a tensor missing, of another shape, not
+ * in its shard or not in the index, DTX_ERR_FORMAT naming it. */
+dtx_status dtx_hf_import(dtx_model **out, const char *dir);
+/* Whether path is a folder holding a config.json. */
+int dtx_is_hf_dir(const char *path);
+/* Writes m as such a folder (made if missing; config.json and the tensor
+ * files replaced): one model.safetensors, or shards of at most
+ * max_shard_bytes each (<= 0: one file) with their index; BF16 tensors
+ * when bf16, else F32; metadata {"format": "pt"}. A diff model's per-head
+ * norm weight is folded into o_proj (DiffLlama's norm has none).
+ * DTX_ERR_CONFIG naming what HF cannot express: DIFF V2, subln none, a
+ * constant lambda_init, a transformer with subln, a quantised model. */
+dtx_status dtx_hf_export(const dtx_model *m, const char *dir, int bf16, int64_t max_shard_bytes);
 /* Whether path is a training checkpoint (its metadata names a checkpoint
  * version; a file that cannot be read is not one). */
 int dtx_is_checkpoint(const char *path);

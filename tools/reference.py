@@ -470,7 +470,7 @@ def read_safetensors(path):
 
 
 def write_safetensors(path, tensors, meta=None, dtype="F32"):
-    """Write tensors (in dict order, contiguous, no holes) as F32 or BF16."""
+    """Write tensors (in dict order, contiguous, no holes) as F32, BF16 or F16."""
     header = {}
     if meta:
         header["__metadata__"] = {str(k): str(v) for k, v in meta.items()}
@@ -481,8 +481,10 @@ def write_safetensors(path, tensors, meta=None, dtype="F32"):
             b = t.numpy().astype("<f4").tobytes()
         elif dtype == "BF16":
             b = t.to(torch.bfloat16).view(torch.int16).numpy().astype("<i2").tobytes()
+        elif dtype == "F16":
+            b = t.to(torch.float16).numpy().astype("<f2").tobytes()
         else:
-            raise ValueError("can only write F32 or BF16")
+            raise ValueError("can only write F32, BF16 or F16")
         header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
         blobs.append(b)
         off += len(b)

@@ -244,6 +244,12 @@ static dtx_status check_finite(const char *path, const dtx_tensor_info *t, const
     return DTX_OK;
 }
 
+dtx_status dtx_model_check_finite(const dtx_model *m, const char *path) {
+    dtx_status st = DTX_OK;
+    for (int i = 0; i < m->n_tensors && !st; i++) st = check_finite(path, &m->tensors[i], m->params + m->tensors[i].offset);
+    return st;
+}
+
 static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *path) {
     dtx_status st;
     for (int i = 0; i < m->n_tensors; i++) {

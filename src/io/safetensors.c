@@ -49,9 +49,13 @@ float dtx_f16_to_f32(uint16_t h) {
     return sign ? -v : v;
 }
 
-void dtx_st_to_real(const dtx_st_tensor *t, real *dst) {
-    const uint8_t *p = t->data;
-    size_t n = (size_t)t->numel;
+void dtx_st_to_real(const dtx_st_tensor *t, real *dst) { dtx_st_rows_to_real(t, 0, t->ndim ? t->shape[0] : 1, dst); }
+
+void dtx_st_rows_to_real(const dtx_st_tensor *t, int64_t first, int64_t count, real *dst) {
+    static const size_t width[] = {[DTX_ST_F32] = 4, [DTX_ST_BF16] = 2, [DTX_ST_F16] = 2, [DTX_ST_I8] = 1, [DTX_ST_U8] = 1};
+    size_t row = t->ndim > 1 && t->shape[0] > 0 ? (size_t)(t->numel / t->shape[0]) : 1;
+    const uint8_t *p = t->data + (size_t)first * row * width[t->dtype];
+    size_t n = (size_t)count * row;
     switch (t->dtype) {
     case DTX_ST_F32:
         /* byte loads: a foreign writer may leave F32 data unaligned */

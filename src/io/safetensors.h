@@ -41,6 +41,9 @@ const dtx_st_tensor *dtx_st_find(const dtx_st_file *f, const char *name);
 const char *dtx_st_meta(const dtx_st_file *f, const char *key); /* NULL if absent */
 /* Converts any stored dtype to real; dst holds t->numel elements. */
 void dtx_st_to_real(const dtx_st_tensor *t, real *dst);
+/* Rows first .. first + count of a tensor (a row: numel / shape[0] values;
+ * a vector's rows are its elements), into dst. */
+void dtx_st_rows_to_real(const dtx_st_tensor *t, int64_t first, int64_t count, real *dst);
 
 typedef struct {
     const char *name;

@@ -110,6 +110,9 @@ dtx_attn_dims dtx_model_attn_dims(const dtx_model *m, int64_t B, int64_t T, int6
 const real *dtx_model_subln(const dtx_model *m, int64_t layer);
 /* Allocates a model with the parameter table and zeroed parameters. */
 dtx_status dtx_model_alloc(dtx_model **out, const dtx_config *c);
+/* DTX_ERR_FORMAT naming the tensor and element when m holds a NaN or an
+ * infinity (read from path): what every reader of weights checks. */
+dtx_status dtx_model_check_finite(const dtx_model *m, const char *path);
 /* λ of one DIFF layer from its four vectors; e1, e2 receive the exponentials. */
 double dtx_model_lambda_parts(const dtx_model *m, int64_t layer, double *e1, double *e2);
 dtx_status dtx_model_ensure_grads(dtx_model *m);

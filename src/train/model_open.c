@@ -44,7 +44,7 @@ static dtx_status load(dtx_model **m, const char *path) {
 
 dtx_status dtx_model_open(dtx_model **m, const char *path, dtx_precision precision) {
     *m = NULL;
-    dtx_status st = load(m, path);
+    dtx_status st = dtx_is_hf_dir(path) ? dtx_hf_import(m, path) : load(m, path);
     if (!st && (st = dtx_model_set_precision(*m, precision))) {
         dtx_model_free(*m);
         *m = NULL;
