@@ -13,6 +13,7 @@ int cmd_eval(int argc, char **argv);
 /* The measurements of difftx eval, one line each after indent (the library's dtx_eval_name). */
 void cli_eval_list(FILE *out, const char *indent);
 int cmd_quantize(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 
 #include "difftx.h"
 /* dtx_model_load, or the model of a training checkpoint (difftx train

@@ -11,7 +11,7 @@
 static const char *CMD = "info";
 
 static const char USAGE[] =
-    "usage: difftx info [--json] [--tensors] MODEL.safetensors|CHECKPOINT.safetensors\n"
+    "usage: difftx info [--json] [--tensors] MODEL.safetensors|CHECKPOINT.safetensors|HF_DIR\n"
     "       difftx info --system [--json]\n"
     "\n"
     "Prints the architecture, every config value, the parameter count (total and\n"
@@ -56,7 +56,7 @@ int cmd_info(int argc, char **argv) {
     if (n_pos == 0) return usage_error(CMD, "expected a model file (see 'difftx info --help')");
     dtx_model *m = NULL;
     int64_t step = -1;
-    if (dtx_is_checkpoint(pos[0]) ? dtx_checkpoint_open(&m, &step, pos[0]) : dtx_model_load(&m, pos[0]))
+    if (dtx_is_checkpoint(pos[0]) ? dtx_checkpoint_open(&m, &step, pos[0]) : dtx_model_open(&m, pos[0], DTX_PREC_FP32))
         return lib_error(CMD);
     char *text = dtx_model_describe(m, pos[0], step, tensors, json);
     dtx_model_free(m);

@@ -22,6 +22,7 @@ static const command commands[] = {
     {"generate", cmd_generate, "continue a text prompt, streaming text (KV-cached decoding)"},
     {"info", cmd_info, "architecture, config and parameter counts of a model file"},
     {"quantize", cmd_quantize, "a calibrated int8 or 4-bit copy of a model (w8a16, w8a8, w4a16)"},
+    {"convert", cmd_convert, "Hugging Face checkpoints (DiffLlama, Llama) in and out"},
     {"tokenizer", cmd_tokenizer, "train, apply or inspect a byte-level BPE tokenizer"},
     {"prepare", cmd_prepare, "encode text files into a token shard (docs/data.md)"},
     {"eval", cmd_eval, "the paper's measurements (below)"},
