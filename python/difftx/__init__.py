@@ -190,9 +190,11 @@ class Model(_Owned):
     # -- making and saving
     @classmethod
     def load(cls, path):
-        """A safetensors model file (interop.md): plain, bf16 or quantised."""
+        """A safetensors model file (docs/format.md: plain, bf16 or quantised), a training checkpoint (its
+        model), or a Hugging Face checkpoint folder (DiffLlamaForCausalLM, LlamaForCausalLM:
+        docs/huggingface.md)."""
         h = ctypes.c_void_p()
-        L.dtx_model_load(ctypes.byref(h), _path(path))
+        L.dtx_model_open(ctypes.byref(h), _path(path), 0)
         return cls(h)
 
     @classmethod
@@ -231,6 +233,11 @@ class Model(_Owned):
     def save(self, path, bf16=False):
         """Writes a safetensors model file, atomically (bf16: BF16 tensors)."""
         L.dtx_model_save(self._handle(), _path(path), 1 if bf16 else 0)
+
+    def to_hf(self, folder, bf16=False, shard_mb=5000):
+        """Writes the model as a Hugging Face checkpoint folder (difftx convert --to hf): config.json and the
+        tensors, in shards of at most shard_mb MB with an index (0: one file), BF16 or F32."""
+        L.dtx_hf_export(self._handle(), _path(folder), 1 if bf16 else 0, int(shard_mb) * 1000000)
 
     def close(self):
         if getattr(self, "_h", None):

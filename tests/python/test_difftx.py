@@ -538,6 +538,25 @@ def train_mixes_and_resumes_as_the_command():
 
 
 @test
+def hugging_face_folders_load_and_export():
+    """Model.load reads a Hugging Face folder (the logits of tools/hf_reference.py's fixture); to_hf writes one
+    that loads back to the same weights; a folder HF cannot describe is refused naming why."""
+    d = os.path.join(ROOT, "tests", "fixtures", "hf", "llama_gqa_untied")
+    m = difftx.Model.load(d)
+    tok, _ = read_safetensors(os.path.join(d, "expect.safetensors"))
+    want = tok["logits"]
+    got = np.stack([m.logits([int(x) for x in row]) for row in tok["tokens"]])
+    assert np.max(np.abs(got - want)) <= 1e-4 * np.max(np.abs(want)), np.max(np.abs(got - want))
+    out = os.path.join(TMP, "to_hf")
+    m.to_hf(out, shard_mb=0)
+    back = difftx.Model.load(out).state_dict()
+    assert all(np.array_equal(back[k], v) for k, v in m.state_dict().items())
+    v2 = difftx.Model.init(difftx.Config(arch="diff2", dim=32, n_layers=1, n_heads=2, vocab_size=61, ffn_dim=48,
+                                         max_seq_len=16))
+    raises(difftx.ConfigError, v2.to_hf, os.path.join(TMP, "v2_hf"), contains="DIFF V2")
+
+
+@test
 def train_validates_and_refuses():
     tp, ids = token_file("train.txt")
     vp, _ = token_file("val.txt", n=400)
