@@ -36,7 +36,7 @@ done
 make_seeds() { # DIR
     local out=$1 w
     w=$(mktemp -d)
-    mkdir -p "$out"/{fuzz_model,fuzz_checkpoint,fuzz_tokenizer_file,fuzz_shard,fuzz_token_text,fuzz_cli_numbers,fuzz_encode}
+    mkdir -p "$out"/{fuzz_model,fuzz_checkpoint,fuzz_tokenizer_file,fuzz_shard,fuzz_token_text,fuzz_cli_numbers,fuzz_encode,fuzz_hf}
     awk 'BEGIN { srand(5); for (i = 0; i < 3000; i++) printf "%d ", int(rand() * 16); print "" }' > "$w/toks.txt"
     printf 'The Differential Transformer cancels attention noise.\nIt subtracts two softmax maps; 12 345.\n' > "$w/a.txt"
     printf 'Ünïcödé, 日本語 and <|bos|> in plain text.\n\n\tTabs, spaces  and 1234567 numbers.\n' > "$w/b.txt"
@@ -70,6 +70,20 @@ make_seeds() { # DIR
         printf '%s' "$s" > "$out/fuzz_cli_numbers/$i.txt"; i=$((i + 1))
     done
     cp "$w/a.txt" "$w/b.txt" "$out/fuzz_encode/"
+    # Hugging Face folders (tests/fuzz/fuzz_hf.c): the committed fixtures' files joined by the separator
+    local d
+    for d in tests/fixtures/hf/*/; do
+        [ -f "$d/config.json" ] || continue
+        {
+            cat "$d/config.json"
+            if [ -f "$d/model.safetensors" ]; then printf '\0\0HF\0\0'; cat "$d/model.safetensors"
+            elif [ -f "$d/model-00001-of-00002.safetensors" ]; then
+                printf '\0\0HF\0\0'; cat "$d/model.safetensors.index.json"
+                printf '\0\0HF\0\0'; cat "$d/model-00001-of-00002.safetensors"
+                printf '\0\0HF\0\0'; cat "$d/model-00002-of-00002.safetensors"
+            fi
+        } > "$out/fuzz_hf/$(basename "$d").bin"
+    done
     printf '<|bos|>x<|eos|><|pad|>' > "$out/fuzz_encode/specials.txt"
     rm -rf "$w"
 }

@@ -32,6 +32,23 @@ const char *dtx_version(void) {
     return DTX_STR(DTX_VERSION_MAJOR) "." DTX_STR(DTX_VERSION_MINOR);
 }
 
+dtx_shown dtx_show_n(const char *s, size_t n) {
+    dtx_shown o;
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < 64; i++) {
+        unsigned char c = (unsigned char)s[i];
+        o.s[k++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    if (n > 64) {
+        memcpy(o.s + k, "...", 3);
+        k += 3;
+    }
+    o.s[k] = '\0';
+    return o;
+}
+
+dtx_shown dtx_show(const char *s) { return dtx_show_n(s, strlen(s)); }
+
 dtx_status dtx_fail(dtx_status st, const char *fmt, ...) {
     last_status = st;
     va_list ap;

@@ -17,6 +17,11 @@ double dtx_cpu_s(void);
 
 /* Record a one-line message for dtx_last_error() and return st. */
 dtx_status dtx_fail(dtx_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A name or value from a file, made safe for a one-line message: control
+ * bytes become '?', and more than 64 bytes are cut ("..."). Use .s. */
+typedef struct { char s[80]; } dtx_shown;
+dtx_shown dtx_show_n(const char *s, size_t n);
+dtx_shown dtx_show(const char *s);
 void dtx_clear_error(void);
 /* The status of the most recent dtx_fail in this thread (DTX_OK after dtx_clear_error). */
 dtx_status dtx_last_status(void);

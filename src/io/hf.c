@@ -93,7 +93,7 @@ static dtx_status cfg_rope(const cJSON *root, const char *path, double *theta) {
     const char *type = cfg_str(d, "rope_type") ? cfg_str(d, "rope_type") : cfg_str(d, "type");
     if (type && strcmp(type, "default") != 0)
         return dtx_fail(DTX_ERR_CONFIG, "%s: %s.rope_type \"%s\" is not supported (difftx computes the default RoPE)",
-                        path, where, type);
+                        path, where, dtx_show(type).s);
     return DTX_OK;
 }
 
@@ -119,7 +119,7 @@ static dtx_status parse_config(const char *dir, hf_config *h) {
     if (arch ? strcmp(arch, "DiffLlamaForCausalLM") == 0 : type && strcmp(type, "diffllama") == 0) h->diff = 1;
     else if (!(arch ? strcmp(arch, "LlamaForCausalLM") == 0 : type && strcmp(type, "llama") == 0)) {
         st = dtx_fail(DTX_ERR_CONFIG, "%s: architectures \"%s\" is not DiffLlamaForCausalLM or LlamaForCausalLM",
-                      path, arch ? arch : type ? type : "(none)");
+                      path, dtx_show(arch ? arch : type ? type : "(none)").s);
         goto done;
     }
     const char *act = cfg_str(root, "hidden_act");
@@ -146,7 +146,8 @@ static dtx_status parse_config(const char *dir, hf_config *h) {
     }
     h->tied = cJSON_IsTrue(tie);
     if (act && strcmp(act, "silu") != 0)
-        st = dtx_fail(DTX_ERR_CONFIG, "%s: hidden_act \"%s\" is not silu (difftx's feed-forward is SwiGLU)", path, act);
+        st = dtx_fail(DTX_ERR_CONFIG, "%s: hidden_act \"%s\" is not silu (difftx's feed-forward is SwiGLU)", path,
+                      dtx_show(act).s);
     else if (partial != 1)
         st = dtx_fail(DTX_ERR_CONFIG, "%s: partial_rotary_factor %g: difftx rotates whole heads", path, partial);
     else if (h->hidden % h->H)
@@ -216,9 +217,11 @@ static void files_close(hf_files *f) {
 static dtx_status files_add(hf_files *f, const char *name) {
     for (int i = 0; i < f->n_files; i++)
         if (strcmp(f->names[i], name) == 0) return DTX_OK;
-    if (!*name || strchr(name, '/') || strcmp(name, "..") == 0 || strlen(name) > 255)
-        return dtx_fail(DTX_ERR_FORMAT, "%s/model.safetensors.index.json: shard \"%.64s\" is not a file name in the "
-                        "folder", f->dir, name);
+    int plain = *name && strlen(name) <= 255 && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+    for (const char *c = name; plain && *c; c++) plain = *c != '/' && (unsigned char)*c >= 0x20 && *c != 0x7f;
+    if (!plain)
+        return dtx_fail(DTX_ERR_FORMAT, "%s/model.safetensors.index.json: shard \"%s\" is not a file name in the "
+                        "folder", f->dir, dtx_show(name).s);
     dtx_st_file *files = realloc(f->files, sizeof *files * (size_t)(f->n_files + 1));
     char **names = files ? realloc(f->names, sizeof *names * (size_t)(f->n_files + 1)) : NULL;
     if (files) f->files = files;
@@ -265,37 +268,38 @@ static dtx_status files_open(hf_files *f, const char *dir) {
         cJSON_Delete(root);
         return dtx_fail(DTX_ERR_FORMAT, "%s: no weight_map object naming the shards", path);
     }
-    int n = 0;
-    for (const cJSON *e = map->child; e && !st; e = e->next, n++) {
+    for (const cJSON *e = map->child; e && !st; e = e->next) {
         if (!cJSON_IsString(e) || !e->string) {
-            st = dtx_fail(DTX_ERR_FORMAT, "%s: weight_map[\"%.64s\"] is not a file name", path,
-                          e->string ? e->string : "");
+            st = dtx_fail(DTX_ERR_FORMAT, "%s: weight_map[\"%s\"] is not a file name", path,
+                          dtx_show(e->string ? e->string : "").s);
             break;
         }
         if ((st = files_add(f, e->valuestring))) break;
         int which = -1;
         if (!files_find(f, e->string, &which) || strcmp(f->names[which], e->valuestring) != 0)
-            st = dtx_fail(DTX_ERR_FORMAT, "%s: tensor %s is mapped to %s, which does not hold it", path, e->string,
-                          e->valuestring);
+            st = dtx_fail(DTX_ERR_FORMAT, "%s: tensor %s is mapped to %s, which does not hold it", path,
+                          dtx_show(e->string).s, dtx_show(e->valuestring).s);
     }
     for (int i = 0; i < f->n_files && !st; i++)
         for (int k = 0; k < f->files[i].n_tensors && !st; k++) {
             const cJSON *e = cJSON_GetObjectItemCaseSensitive(map, f->files[i].tensors[k].name);
             if (!e) st = dtx_fail(DTX_ERR_FORMAT, "%s/%s: tensor %s is not in the index", dir, f->names[i],
-                                  f->files[i].tensors[k].name);
+                                  dtx_show(f->files[i].tensors[k].name).s);
         }
     cJSON_Delete(root);
-    (void)n;
     return st;
 }
 
 /* ---------------------------------------------------------------- import */
 
+/* The import runs twice: first with m NULL, checking every tensor's
+ * presence and shape before anything the config's sizes could make large is
+ * allocated; then with the model, copying. */
 typedef struct {
     const hf_files *f;
-    dtx_model *m;
     const hf_config *h;
-    int used_lm_head;
+    const dtx_config *c; /* difftx's */
+    dtx_model *m;        /* NULL: check only */
 } importer;
 
 /* The HF tensor name, checked for shape [rows, cols] (cols 0: a vector). */
@@ -320,7 +324,7 @@ static dtx_status hf_tensor(const hf_files *f, const char *name, int64_t rows, i
 static dtx_status copy_whole(importer *im, const char *dst, const char *src, int64_t rows, int64_t cols) {
     const dtx_st_tensor *t;
     dtx_status st = hf_tensor(im->f, src, rows, cols, &t);
-    if (st) return st;
+    if (st || !im->m) return st;
     const dtx_tensor_info *i = dtx_model_find(im->m, dst);
     dtx_st_rows_to_real(t, 0, rows, dtx_model_params(im->m) + i->offset);
     return DTX_OK;
@@ -332,8 +336,8 @@ static dtx_status copy_heads(importer *im, const char *dst, const char *src, int
     const hf_config *h = im->h;
     const dtx_st_tensor *t;
     dtx_status st = hf_tensor(im->f, src, hf_heads * h->D, h->hidden, &t);
-    if (st) return st;
-    const dtx_config *c = dtx_model_config(im->m);
+    if (st || !im->m) return st;
+    const dtx_config *c = im->c;
     real *out = dtx_model_params(im->m) + dtx_model_find(im->m, dst)->offset;
     for (int64_t s = 0; s < n; s++) {
         int64_t hh = is_q ? hf_q_head(h->diff, c->n_heads, s) : hf_kv_head(h->diff, c->n_heads, c->n_kv_heads, h->kv, s);
@@ -345,7 +349,7 @@ static dtx_status copy_heads(importer *im, const char *dst, const char *src, int
 
 static dtx_status import_layer(importer *im, int64_t L) {
     const hf_config *h = im->h;
-    const dtx_config *c = dtx_model_config(im->m);
+    const dtx_config *c = im->c;
     char s[160], d[160];
 #define HF(x) (snprintf(s, sizeof s, "model.layers.%lld.%s", (long long)L, x), s)
 #define DT(x) (snprintf(d, sizeof d, "layers.%lld.%s", (long long)L, x), d)
@@ -369,8 +373,8 @@ static dtx_status import_layer(importer *im, int64_t L) {
         snprintf(b, sizeof b, "self_attn.%s", lam[i]);
         if ((st = copy_whole(im, DT(a), HF(b), h->D, 0))) return st;
     }
-    const dtx_tensor_info *sub = dtx_model_find(im->m, DT("attention.subln.weight"));
-    for (size_t i = 0; i < sub->numel; i++) dtx_model_params(im->m)[sub->offset + i] = 1; /* HF's norm has no weight */
+    const dtx_tensor_info *sub = im->m ? dtx_model_find(im->m, DT("attention.subln.weight")) : NULL;
+    for (size_t i = 0; sub && i < sub->numel; i++) dtx_model_params(im->m)[sub->offset + i] = 1; /* HF's norm has no weight */
 #undef HF
 #undef DT
     return DTX_OK;
@@ -402,9 +406,18 @@ static dtx_status check_all_known(const importer *im) {
             }
             if (!known)
                 return dtx_fail(DTX_ERR_FORMAT, "%s/%s: tensor %s is not part of a %s", im->f->dir,
-                                im->f->names[i], n, h->diff ? "DiffLlamaForCausalLM" : "LlamaForCausalLM");
+                                im->f->names[i], dtx_show(n).s, h->diff ? "DiffLlamaForCausalLM" : "LlamaForCausalLM");
         }
     return DTX_OK;
+}
+
+static dtx_status import_all(importer *im) {
+    const hf_config *h = im->h;
+    dtx_status st = copy_whole(im, "tok_embeddings.weight", "model.embed_tokens.weight", h->vocab, h->hidden);
+    for (int64_t L = 0; L < h->layers && !st; L++) st = import_layer(im, L);
+    if (!st) st = copy_whole(im, "norm.weight", "model.norm.weight", h->hidden, 0);
+    if (!st && !h->tied) st = copy_whole(im, "output.weight", "lm_head.weight", h->vocab, h->hidden);
+    return st;
 }
 
 int dtx_is_hf_dir(const char *path) {
@@ -434,13 +447,10 @@ dtx_status dtx_hf_import(dtx_model **out, const char *dir) {
         return st;
     }
     dtx_model *m = NULL;
-    importer im = {.f = &f, .h = &h};
-    if (!(st = check_all_known(&im)) && !(st = dtx_model_init(&m, &c, 0))) {
+    importer im = {.f = &f, .h = &h, .c = &c};
+    if (!(st = check_all_known(&im)) && !(st = import_all(&im)) && !(st = dtx_model_alloc(&m, &c))) {
         im.m = m;
-        st = copy_whole(&im, "tok_embeddings.weight", "model.embed_tokens.weight", h.vocab, h.hidden);
-        for (int64_t L = 0; L < h.layers && !st; L++) st = import_layer(&im, L);
-        if (!st) st = copy_whole(&im, "norm.weight", "model.norm.weight", h.hidden, 0);
-        if (!st && !h.tied) st = copy_whole(&im, "output.weight", "lm_head.weight", h.vocab, h.hidden);
+        st = import_all(&im);
     }
     files_close(&f);
     if (!st) st = dtx_model_check_finite(m, dir);

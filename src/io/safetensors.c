@@ -78,27 +78,10 @@ void dtx_st_rows_to_real(const dtx_st_tensor *t, int64_t first, int64_t count, r
 
 /* ---------------------------------------------------------------- helpers */
 
-/* A name from the file, made safe for a one-line message: control bytes
- * become '?', and long names are cut. */
-typedef struct { char s[80]; } shown;
-
-static shown show_n(const char *s, size_t n) {
-    shown o;
-    size_t k = 0;
-    for (size_t i = 0; i < n && k < 64; i++) {
-        unsigned char c = (unsigned char)s[i];
-        o.s[k++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-    }
-    if (n > 64) { memcpy(o.s + k, "...", 3); k += 3; }
-    o.s[k] = '\0';
-    return o;
-}
-
-static shown show(const char *s) { return show_n(s, strlen(s)); }
 
 /* "[2, 3]" for messages. */
-static shown show_shape(const int64_t *shape, int ndim) {
-    shown o;
+static dtx_shown show_shape(const int64_t *shape, int ndim) {
+    dtx_shown o;
     size_t k = 0;
     o.s[k++] = '[';
     int i = 0;
@@ -168,7 +151,7 @@ static dtx_status parse_header(const dtx_st_file *f, const char *path, char **te
     uint64_t n = le64(m);
     if (n > f->file.size - 8 && starts_with_text(m))
         return dtx_fail(DTX_ERR_FORMAT, "%s: not a safetensors file: it starts with text (\"%s\"), not an 8-byte "
-                        "header length", path, show_n((const char *)m, 8).s);
+                        "header length", path, dtx_show_n((const char *)m, 8).s);
     if (n > f->file.size - 8)
         return dtx_fail(DTX_ERR_FORMAT, "%s: header length %" PRIu64 " past the end of the file (%zu bytes)",
                         path, n, f->file.size);
@@ -216,7 +199,7 @@ static dtx_status parse_meta(dtx_st_file *f, const char *path, const cJSON *meta
     for (const cJSON *c = meta->child; c && i < n; c = c->next, i++) {
         if (!cJSON_IsString(c) || !c->valuestring)
             return dtx_fail(DTX_ERR_FORMAT, "%s: __metadata__ key '%s': value is not a string", path,
-                            show(c->string).s);
+                            dtx_show(c->string).s);
         f->meta_keys[i] = copy_str(c->string);
         f->meta_values[i] = copy_str(c->valuestring);
         if (!f->meta_keys[i] || !f->meta_values[i]) return DTX_ERR_NOMEM;
@@ -224,7 +207,7 @@ static dtx_status parse_meta(dtx_st_file *f, const char *path, const cJSON *meta
     dtx_status st;
     const char *dup = find_duplicate((const char *const *)f->meta_keys, (size_t)n, &st);
     if (st != DTX_OK) return st;
-    if (dup) return dtx_fail(DTX_ERR_FORMAT, "%s: __metadata__ key '%s' appears twice", path, show(dup).s);
+    if (dup) return dtx_fail(DTX_ERR_FORMAT, "%s: __metadata__ key '%s' appears twice", path, dtx_show(dup).s);
     return DTX_OK;
 }
 
@@ -253,7 +236,7 @@ static dtx_status parse_dtype(const char *path, const char *who, const cJSON *j,
     for (int d = 0; d < N_DTYPES; d++)
         if (strcmp(j->valuestring, dtype_names[d]) == 0) { *out = (dtx_st_dtype)d; return DTX_OK; }
     return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': unknown dtype '%s' (supported: F32, BF16, F16, I8, U8)", path, who,
-                    show(j->valuestring).s);
+                    dtx_show(j->valuestring).s);
 }
 
 static dtx_status parse_shape(const char *path, const char *who, const cJSON *j, dtx_st_tensor *t) {
@@ -305,7 +288,7 @@ static dtx_status entry_fields(const char *path, const char *who, const cJSON *e
         int k = 0;
         while (k < 3 && strcmp(c->string, keys[k]) != 0) k++;
         if (k == 3)
-            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': unexpected key '%s'", path, who, show(c->string).s);
+            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': unexpected key '%s'", path, who, dtx_show(c->string).s);
         if (fld[k]) return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': key \"%s\" appears twice", path, who, keys[k]);
         fld[k] = c;
     }
@@ -320,7 +303,7 @@ static dtx_status parse_entry(const char *path, const cJSON *e, size_t data_size
                               int64_t off[2]) {
     t->name = copy_str(e->string);
     if (!t->name) return DTX_ERR_NOMEM;
-    shown who_buf = show(e->string);
+    dtx_shown who_buf = dtx_show(e->string);
     const char *who = who_buf.s;
     const cJSON *fld[3];
     dtx_status st = entry_fields(path, who, e, fld);
@@ -368,17 +351,17 @@ static dtx_status check_layout(const dtx_st_file *f, const char *path, const int
             st = dtx_fail(DTX_ERR_FORMAT,
                           "%s: tensors '%s' and '%s' overlap (data_offsets [%" PRId64 ", %" PRId64 "] and [%" PRId64
                           ", %" PRId64 "])",
-                          path, show(f->tensors[s[i - 1].idx].name).s, show(name).s, s[i - 1].begin, s[i - 1].end,
+                          path, dtx_show(f->tensors[s[i - 1].idx].name).s, dtx_show(name).s, s[i - 1].begin, s[i - 1].end,
                           s[i].begin, s[i].end);
         else if (s[i].begin > pos && i == 0)
             st = dtx_fail(DTX_ERR_FORMAT,
                           "%s: hole in the data section: bytes [0, %" PRId64 ") before tensor '%s' belong to no tensor",
-                          path, s[i].begin, show(name).s);
+                          path, s[i].begin, dtx_show(name).s);
         else if (s[i].begin > pos)
             st = dtx_fail(DTX_ERR_FORMAT,
                           "%s: hole in the data section: bytes [%" PRId64 ", %" PRId64
                           ") between tensors '%s' and '%s' belong to no tensor",
-                          path, pos, s[i].begin, show(f->tensors[s[i - 1].idx].name).s, show(name).s);
+                          path, pos, s[i].begin, dtx_show(f->tensors[s[i - 1].idx].name).s, dtx_show(name).s);
         pos = s[i].end;
     }
     free(s);
@@ -425,7 +408,7 @@ static dtx_status check_number_syntax(const char *path, const char *text, size_t
             while (i < n && is_num_char(text[i])) i++;
             if (!plain_integer(text + s, i - s))
                 return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s': number '%s' is not a plain integer", path,
-                                show_n(key, key_len).s, show_n(text + s, i - s).s);
+                                dtx_show_n(key, key_len).s, dtx_show_n(text + s, i - s).s);
         } else {
             if (c == '{' || c == '[') depth++;
             if (c == '}' || c == ']') depth--;
@@ -467,7 +450,7 @@ static dtx_status parse_tensors(dtx_st_file *f, const char *path, const cJSON *r
         if (!names) st = DTX_ERR_NOMEM;
         for (size_t k = 0; names && k < n; k++) names[k] = f->tensors[k].name;
         const char *dup = names ? find_duplicate(names, n, &st) : NULL;
-        if (dup) st = dtx_fail(DTX_ERR_FORMAT, "%s: duplicate tensor name '%s'", path, show(dup).s);
+        if (dup) st = dtx_fail(DTX_ERR_FORMAT, "%s: duplicate tensor name '%s'", path, dtx_show(dup).s);
         free(names);
     }
     if (st == DTX_OK) st = check_layout(f, path, (const int64_t(*)[2])off, data_size);
@@ -556,16 +539,16 @@ static dtx_status check_outputs(const char *path, const dtx_st_out *t, int n, in
         if (!t[i].name || strcmp(t[i].name, "__metadata__") == 0)
             return dtx_fail(DTX_ERR_ARG, "%s: tensor %d has an invalid name", path, i);
         if (t[i].ndim < 0 || t[i].ndim > DTX_ST_MAX_DIMS)
-            return dtx_fail(DTX_ERR_ARG, "%s: tensor '%s': ndim %d out of range", path, show(t[i].name).s, t[i].ndim);
+            return dtx_fail(DTX_ERR_ARG, "%s: tensor '%s': ndim %d out of range", path, dtx_show(t[i].name).s, t[i].ndim);
         int64_t numel = 1;
         for (int d = 0; d < t[i].ndim; d++) {
             int64_t s = t[i].shape[d];
             if (s < 0 || (s && numel > INT64_MAX / (int64_t)esize / s))
-                return dtx_fail(DTX_ERR_ARG, "%s: tensor '%s': bad shape", path, show(t[i].name).s);
+                return dtx_fail(DTX_ERR_ARG, "%s: tensor '%s': bad shape", path, dtx_show(t[i].name).s);
             numel *= s;
         }
         if (numel && !t[i].data && !t[i].raw)
-            return dtx_fail(DTX_ERR_ARG, "%s: tensor '%s': no data", path, show(t[i].name).s);
+            return dtx_fail(DTX_ERR_ARG, "%s: tensor '%s': no data", path, dtx_show(t[i].name).s);
         nbytes[i] = numel * (int64_t)esize;
         if (nbytes[i] > INT64_MAX - total) return dtx_fail(DTX_ERR_ARG, "%s: tensors too large", path);
         total += nbytes[i];
@@ -575,7 +558,7 @@ static dtx_status check_outputs(const char *path, const dtx_st_out *t, int n, in
     for (int i = 0; i < n; i++) names[i] = t[i].name;
     dtx_status st;
     const char *dup = find_duplicate(names, (size_t)n, &st);
-    if (dup) st = dtx_fail(DTX_ERR_ARG, "%s: duplicate tensor name '%s'", path, show(dup).s);
+    if (dup) st = dtx_fail(DTX_ERR_ARG, "%s: duplicate tensor name '%s'", path, dtx_show(dup).s);
     free(names);
     return st;
 }
