@@ -197,6 +197,7 @@ reproduce:
 fixtures:
 	@scripts/setup.sh --torch
 	/usr/bin/python3 tools/make_fixtures.py tests/fixtures
+	/usr/bin/python3 tools/hf_reference.py tests/fixtures/hf
 check-fixtures:
 	@scripts/setup.sh --torch
 	/usr/bin/python3 tools/check_fixtures.py tests/fixtures

@@ -16,10 +16,9 @@ int cmd_quantize(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 
 #include "difftx.h"
-/* dtx_model_load, or the model of a training checkpoint (difftx train
- * --ckpt-dir) when path is one (on failure the model reader's message),
- * with its matrix products set to precision (a dtx_precision). *m is NULL
- * on failure. */
+/* dtx_model_open (a model file, a training checkpoint's model or a Hugging
+ * Face folder), with its matrix products set to precision (a dtx_precision)
+ * and the bf16 note said once. *m is NULL on failure. */
 dtx_status cli_model_load(dtx_model **m, const char *path, int precision);
 /* cli_model_load and dtx_tokenizer_load, and the check that the tokenizer
  * has no more tokens than the model's vocabulary: EXIT_OK, or the exit code

@@ -588,7 +588,7 @@ static int run(train_args *a, flag *fl, int n_fl) {
     dtx_model *init_model = NULL;
     dtx_config cfg = a->cfg;
     if (rc == EXIT_OK && a->init) {
-        if (dtx_model_load(&init_model, a->init) != DTX_OK) rc = lib_error(CMD);
+        if (dtx_model_open(&init_model, a->init, DTX_PREC_FP32) != DTX_OK) rc = lib_error(CMD);
         else if (dtx_model_wquant(init_model) != DTX_WQ_NONE)
             rc = runtime_error(CMD, "--init %s is a quantised model (%s): quantised models are for inference; "
                                "train the fp32 model it came from", a->init, dtx_wquant_name(dtx_model_wquant(init_model)));
