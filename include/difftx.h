@@ -266,6 +266,14 @@ typedef struct {
                                  λ and in the (1 − λ_init) output scale      */
     double lambda_init_value;
     dtx_v2_lambda v2_lambda;  /* DIFF2 only                                  */
+    /* Llama 3.1's RoPE scaling (Hugging Face's rope_type "llama3";
+     * docs/huggingface.md), where rope_factor > 0 (0: none, the plain
+     * frequencies). Of the frequencies f = θ^(−2i/d), of wavelength w = 2π/f,
+     * with orig = rope_orig_max_pos: w > orig/rope_low_freq gives f/factor,
+     * w < orig/rope_high_freq keeps f, and between them (1 − s)·f/factor +
+     * s·f with s = (orig/w − low)/(high − low). */
+    double rope_factor, rope_low_freq, rope_high_freq;
+    int64_t rope_orig_max_pos;
 } dtx_config;
 
 /* A small DIFF default (dim 256, 4 layers, 4 heads, vocab 4096, ...). */
@@ -302,6 +310,12 @@ int dtx_config_has_lambda_proj(const dtx_config *c);
 int64_t dtx_config_q_dim(const dtx_config *c);
 /* `schedule` or the value with %.17g (cap ≥ 32). */
 void dtx_config_lambda_init_str(const dtx_config *c, char *buf, size_t cap);
+/* The RoPE scaling as model files write it: `none`, or `llama3 FACTOR LOW
+ * HIGH ORIG` (cap ≥ 96); parsing refuses anything else (one line). */
+void dtx_config_rope_scaling_str(const dtx_config *c, char *buf, size_t cap);
+dtx_status dtx_config_set_rope_scaling(dtx_config *c, const char *value);
+/* The d/2 rotation frequencies of a d-wide head under c's theta and scaling. */
+void dtx_config_rope_freqs(const dtx_config *c, int64_t d, double *freq);
 /* 1 when the config is its arch's default variant. */
 int dtx_config_is_default_variant(const dtx_config *c);
 const char *dtx_arch_name(dtx_arch a);

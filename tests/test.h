@@ -80,6 +80,8 @@ char *test_slurp(const char *path, size_t *len);
 /* 1 when no "<name>.tmp.<pid>" (an atomic write's temporary) is left in
  * dir, 0 when one is or dir cannot be read. */
 int test_no_temp_files(const char *dir);
+/* RoPE tables [max_pos, d/2] of the plain frequencies θ^(−2i/d). */
+void test_rope_table(dtx_real *cos_t, dtx_real *sin_t, int64_t max_pos, int64_t d, double theta);
 /* Path of a committed fixture under tests/fixtures. */
 const char *fixture_path(const char *name);
 

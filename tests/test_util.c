@@ -1,6 +1,7 @@
 #include "test.h"
 
 #include <cjson/cJSON.h>
+#include "kernels/kernels.h"
 #include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
@@ -263,4 +264,12 @@ dtx_real *dup_r(const dtx_real *x, size_t n) {
     dtx_real *y = alloc_r(n);
     if (y && n) memcpy(y, x, n * sizeof *y);
     return y;
+}
+
+void test_rope_table(dtx_real *cos_t, dtx_real *sin_t, int64_t max_pos, int64_t d, double theta) {
+    double *f = malloc(sizeof(double) * (size_t)(d / 2 + 1));
+    if (!f) abort();
+    dtx_rope_freqs(f, d, theta);
+    dtx_rope_table(cos_t, sin_t, max_pos, d, f);
+    free(f);
 }

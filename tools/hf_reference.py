@@ -45,7 +45,44 @@ CASES = [
     ("llama_mqa", "LlamaForCausalLM",
      dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
           num_key_value_heads=1, vocab_size=61, rms_norm_eps=1e-6, rope_theta=10000.0), "F32", 1, False),
+    # Llama 3.1's RoPE scaling, with theta and orig small enough that the 4 frequencies of an 8-wide head
+    # fall in every branch (wavelengths 6.3: kept, 20: blended, 63 and 200: divided by the factor)
+    ("llama_rope_llama3", "LlamaForCausalLM",
+     dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+          num_key_value_heads=2, vocab_size=61, rms_norm_eps=1e-5, rope_theta=100.0,
+          rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                            original_max_position_embeddings=32)), "F32", 1, False),
+    # the same scaling written as newer transformers write it (rope_parameters, rope_theta inside)
+    ("diffllama_rope_parameters_llama3", "DiffLlamaForCausalLM",
+     dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+          num_key_value_heads=2, vocab_size=61, rms_norm_eps=1e-5,
+          rope_parameters=dict(rope_theta=100.0, rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                               high_freq_factor=4.0, original_max_position_embeddings=32)), "F32", 1, False),
 ]
+
+
+def rope_params(c):
+    """(theta, scaling dict or None) wherever the config keeps them."""
+    p = c.get("rope_parameters") or {}
+    s = p if p else (c.get("rope_scaling") or {})
+    theta = p.get("rope_theta", c.get("rope_theta", 10000.0))
+    return theta, (s if s.get("rope_type", s.get("type")) == "llama3" else None)
+
+
+def inv_freq(D, c):
+    """transformers' default frequencies, then (rope_type llama3) _compute_llama3_parameters."""
+    theta, s = rope_params(c)
+    f = 1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
+    if s is None:
+        return f
+    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old = s["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / f
+    scaled = torch.where(wavelen > old / low, f / factor, f)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+    return torch.where(medium, smoothed, scaled)
 
 
 def weights(arch, c, tied, gen):
@@ -89,11 +126,10 @@ def rotate_half(x):
     return torch.cat((-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]), dim=-1)
 
 
-def rope(x, theta):
-    """x [B, heads, T, D]: HF's default RoPE, frequency i on the pair (i, i + D/2)."""
+def rope(x, c):
+    """x [B, heads, T, D]: HF's RoPE, frequency i on the pair (i, i + D/2)."""
     D = x.shape[-1]
-    inv = 1.0 / theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D)
-    ang = torch.arange(x.shape[2], dtype=torch.float64)[:, None] * inv[None, :]
+    ang = torch.arange(x.shape[2], dtype=torch.float64)[:, None] * inv_freq(D, c)[None, :]
     emb = torch.cat((ang, ang), dim=-1)
     return x * emb.cos() + rotate_half(x) * emb.sin()
 
@@ -110,7 +146,7 @@ def attention(arch, c, w, p, x, layer):
     q = (x @ w[p + "q_proj.weight"].T).view(Bn, Tn, H, D).transpose(1, 2)
     k = (x @ w[p + "k_proj.weight"].T).view(Bn, Tn, kv, D).transpose(1, 2)
     v = (x @ w[p + "v_proj.weight"].T).view(Bn, Tn, kv, D).transpose(1, 2)
-    q, k = rope(q, c["rope_theta"]), rope(k, c["rope_theta"])
+    q, k = rope(q, c), rope(k, c)
     k, v = repeat_kv(k, H // kv), repeat_kv(v, H // kv)
     mask = torch.full((Tn, Tn), float("-inf"), dtype=torch.float64).triu(1)
     if arch == "DiffLlamaForCausalLM":
@@ -152,9 +188,10 @@ def stored(t, dtype):
 
 def write_dir(out, arch, c, w, dtype, shards, tied):
     os.makedirs(out)
-    cfg = dict(c, architectures=[arch], model_type="diffllama" if arch.startswith("Diff") else "llama",
+    cfg = dict(dict(rope_scaling=None), **c)
+    cfg.update(architectures=[arch], model_type="diffllama" if arch.startswith("Diff") else "llama",
                max_position_embeddings=64, hidden_act="silu", tie_word_embeddings=tied, attention_bias=False,
-               rope_scaling=None, torch_dtype={"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[dtype],
+               torch_dtype={"F32": "float32", "BF16": "bfloat16", "F16": "float16"}[dtype],
                bos_token_id=1, eos_token_id=2)
     if arch == "LlamaForCausalLM":
         cfg["mlp_bias"] = False

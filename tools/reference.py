@@ -127,6 +127,12 @@ def config_from_metadata(meta):
     if v2l not in V2_LAMBDAS or (v2l != "sigmoid" and arch != "diff2"):
         raise ValueError("metadata key 'v2_lambda' must be one of %s, for arch diff2 only" % (V2_LAMBDAS,))
     cfg["v2_lambda"] = v2l
+    rs = meta.get("rope_scaling", "none")
+    if rs != "none":
+        parts = rs.split()
+        if len(parts) != 5 or parts[0] != "llama3":
+            raise ValueError("metadata key 'rope_scaling' must be 'none' or 'llama3 FACTOR LOW HIGH ORIG', got %r" % rs)
+        cfg["rope_scaling"] = (float(parts[1]), float(parts[2]), float(parts[3]), int(parts[4]))
     check_config(cfg)
     return cfg
 
@@ -203,10 +209,18 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
-def rope_cos_sin(T, d, theta, dtype):
-    """Tables of shape (T, d/2): angle p * theta^(-2i/d)."""
+def rope_cos_sin(T, d, theta, dtype, scaling=None):
+    """Tables of shape (T, d/2): angle p * f_i, f_i = theta^(-2i/d), or with scaling (factor, low, high,
+    orig: Llama 3.1's) f/factor for wavelengths 2pi/f above orig/low, f below orig/high, and between them
+    (1 - s) f/factor + s f with s = (orig/wavelength - low) / (high - low)."""
     i = torch.arange(d // 2, dtype=torch.float64)
     inv_freq = theta ** (-2.0 * i / d)
+    if scaling is not None:
+        factor, low, high, orig = scaling
+        w = 2 * math.pi / inv_freq
+        s = (orig / w - low) / (high - low)
+        inv_freq = torch.where(w > orig / low, inv_freq / factor,
+                               torch.where(w < orig / high, inv_freq, (1 - s) * inv_freq / factor + s * inv_freq))
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
     return ang.cos().to(dtype), ang.sin().to(dtype)
 
@@ -260,7 +274,7 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         d, H, Hkv = self.d, self.H, self.Hkv
         n_rep = H // Hkv
-        cos, sin = rope_cos_sin(T, d, self.cfg["rope_theta"], x.dtype)
+        cos, sin = rope_cos_sin(T, d, self.cfg["rope_theta"], x.dtype, self.cfg.get("rope_scaling"))
         scale = 1.0 / math.sqrt(d)
         if self.diff:
             # (B, T, 2H, d): sub-head 2h is q1 of head h, 2h+1 is q2.

@@ -96,9 +96,10 @@ class Config:
     n_kv_heads (None: n_heads), vocab_size, ffn_dim, max_seq_len, rope_theta,
     norm_eps, tie_embeddings, subln (None: the arch's own, "rms", "none"),
     lambda_init ("schedule" or a number in [0, 1)), v2_lambda ("sigmoid",
-    "linear", "none"; diff2)."""
+    "linear", "none"; diff2), rope_scaling ("none", or "llama3 FACTOR LOW HIGH
+    ORIG": Llama 3.1's RoPE scaling, docs/huggingface.md)."""
     FIELDS = ("arch", "dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "ffn_dim", "max_seq_len",
-              "rope_theta", "norm_eps", "tie_embeddings", "subln", "lambda_init", "v2_lambda")
+              "rope_theta", "norm_eps", "tie_embeddings", "subln", "lambda_init", "v2_lambda", "rope_scaling")
 
     def __init__(self, **kw):
         self.__dict__.update(Config._from_c(L.dtx_config_default()).__dict__)
@@ -119,6 +120,9 @@ class Config:
         self.subln = _SUBLN.get(c.subln)
         self.lambda_init = float(c.lambda_init_value) if c.lambda_init_fixed else "schedule"
         self.v2_lambda = _V2.get(c.v2_lambda)
+        buf = ctypes.create_string_buffer(128)
+        L.dtx_config_rope_scaling_str(ctypes.byref(c), buf, 128)
+        self.rope_scaling = buf.value.decode()
         return self
 
     def _to_c(self):
@@ -135,6 +139,7 @@ class Config:
         li = self.lambda_init
         L.dtx_config_set_lambda_init(ctypes.byref(c), (li if isinstance(li, str) else repr(float(li))).encode())
         L.dtx_config_set_v2_lambda(ctypes.byref(c), str(self.v2_lambda).encode())
+        L.dtx_config_set_rope_scaling(ctypes.byref(c), str(self.rope_scaling).encode())
         return c
 
     def validate(self):

@@ -102,7 +102,9 @@ class Config(ctypes.Structure):
     _fields_ = [("arch", c_int), ("dim", c_int64), ("n_layers", c_int64), ("n_heads", c_int64),
                 ("n_kv_heads", c_int64), ("vocab_size", c_int64), ("ffn_dim", c_int64), ("max_seq_len", c_int64),
                 ("rope_theta", c_double), ("norm_eps", c_double), ("tie_embeddings", c_int), ("subln", c_int),
-                ("lambda_init_fixed", c_int), ("lambda_init_value", c_double), ("v2_lambda", c_int)]
+                ("lambda_init_fixed", c_int), ("lambda_init_value", c_double), ("v2_lambda", c_int),
+                ("rope_factor", c_double), ("rope_low_freq", c_double), ("rope_high_freq", c_double),
+                ("rope_orig_max_pos", c_int64)]
 
 
 class TensorInfo(ctypes.Structure):
@@ -223,6 +225,8 @@ _proto("dtx_config_validate", _S, P(Config))
 _proto("dtx_config_set_subln", _S, P(Config), c_char_p)
 _proto("dtx_config_set_lambda_init", _S, P(Config), c_char_p)
 _proto("dtx_config_set_v2_lambda", _S, P(Config), c_char_p)
+_proto("dtx_config_set_rope_scaling", _S, P(Config), c_char_p)
+_proto("dtx_config_rope_scaling_str", None, P(Config), c_char_p, c_size_t)
 _proto("dtx_config_subln_name", c_char_p, P(Config))
 _proto("dtx_config_v2_lambda_name", c_char_p, P(Config))
 _proto("dtx_arch_name", c_char_p, c_int)

@@ -40,6 +40,8 @@ typedef struct {
     int64_t hidden, ffn, layers, H, kv, D, vocab, max_pos;
     double eps, theta;
     int tied;
+    double rope_factor, rope_low, rope_high; /* rope_type llama3 (factor 0: none) */
+    int64_t rope_orig;
 } hf_config;
 
 static dtx_status cfg_int(const cJSON *root, const char *path, const char *key, int64_t dflt, int64_t *v) {
@@ -80,8 +82,11 @@ static const char *cfg_str(const cJSON *root, const char *key) {
     return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
-/* rope_theta and the rope type, where each version of transformers puts them. */
-static dtx_status cfg_rope(const cJSON *root, const char *path, double *theta) {
+/* rope_theta and the rope type, where each version of transformers puts
+ * them: default, or llama3 with its four parameters (all required, as
+ * transformers requires them). */
+static dtx_status cfg_rope(const cJSON *root, const char *path, hf_config *h) {
+    double *theta = &h->theta;
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     const char *where = params && !cJSON_IsNull(params) ? "rope_parameters" : "rope_scaling";
@@ -91,6 +96,20 @@ static dtx_status cfg_rope(const cJSON *root, const char *path, double *theta) {
     if (!cJSON_IsObject(d)) return dtx_fail(DTX_ERR_FORMAT, "%s: %s is not an object", path, where);
     if ((st = cfg_real(d, path, "rope_theta", *theta, theta))) return st;
     const char *type = cfg_str(d, "rope_type") ? cfg_str(d, "rope_type") : cfg_str(d, "type");
+    if (type && strcmp(type, "llama3") == 0) {
+        static const char *const need[4] = {"factor", "low_freq_factor", "high_freq_factor",
+                                            "original_max_position_embeddings"};
+        for (int i = 0; i < 4; i++)
+            if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(d, need[i])))
+                return dtx_fail(DTX_ERR_FORMAT, "%s: %s.rope_type \"llama3\" needs a number %s.%s", path, where, where,
+                                need[i]);
+        if ((st = cfg_real(d, path, "factor", 0, &h->rope_factor)) ||
+            (st = cfg_real(d, path, "low_freq_factor", 0, &h->rope_low)) ||
+            (st = cfg_real(d, path, "high_freq_factor", 0, &h->rope_high)) ||
+            (st = cfg_int(d, path, "original_max_position_embeddings", 0, &h->rope_orig)))
+            return st;
+        return DTX_OK;
+    }
     if (type && strcmp(type, "default") != 0)
         return dtx_fail(DTX_ERR_CONFIG, "%s: %s.rope_type \"%s\" is not supported (difftx computes the default RoPE)",
                         path, where, dtx_show(type).s);
@@ -135,7 +154,7 @@ static dtx_status parse_config(const char *dir, hf_config *h) {
         (st = cfg_int(root, path, "max_position_embeddings", 2048, &h->max_pos)) ||
         (st = cfg_int(root, path, "head_dim", 0, &head_dim)) ||
         (st = cfg_real(root, path, "rms_norm_eps", h->diff ? 1e-5 : 1e-6, &h->eps)) ||
-        (st = cfg_real(root, path, "partial_rotary_factor", 1, &partial)) || (st = cfg_rope(root, path, &h->theta)) ||
+        (st = cfg_real(root, path, "partial_rotary_factor", 1, &partial)) || (st = cfg_rope(root, path, h)) ||
         (st = cfg_false(root, path, "attention_bias", "difftx's projections have no bias")) ||
         (st = cfg_false(root, path, "mlp_bias", "difftx's feed-forward has no bias")))
         goto done;
@@ -440,7 +459,13 @@ dtx_status dtx_hf_import(dtx_model **out, const char *dir) {
     c.vocab_size = h.vocab, c.ffn_dim = h.ffn, c.max_seq_len = h.max_pos;
     c.rope_theta = h.theta, c.norm_eps = h.eps, c.tie_embeddings = h.tied;
     c.subln = h.diff ? DTX_SUBLN_RMS : DTX_SUBLN_NONE;
-    if ((st = dtx_config_validate(&c))) return dtx_fail(st, "%s/config.json: %s", dir, dtx_last_error());
+    c.rope_factor = h.rope_factor, c.rope_low_freq = h.rope_low, c.rope_high_freq = h.rope_high;
+    c.rope_orig_max_pos = h.rope_orig;
+    if ((st = dtx_config_validate(&c))) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", dtx_last_error()); /* dtx_fail writes where dtx_last_error points */
+        return dtx_fail(st, "%s/config.json: %s", dir, why);
+    }
     hf_files f;
     if ((st = files_open(&f, dir))) {
         files_close(&f);
@@ -592,7 +617,18 @@ static dtx_status export_config(const dtx_model *m, const char *dir, int bf16) {
         jint(root, "max_position_embeddings", c->max_seq_len, &ok);
         jnum(root, "rms_norm_eps", c->norm_eps, &ok);
         jnum(root, "rope_theta", c->rope_theta, &ok);
-        jnull(root, "rope_scaling", &ok);
+        if (c->rope_factor > 0) {
+            cJSON *rs = jadd(root, "rope_scaling", cJSON_CreateObject(), &ok);
+            if (rs) {
+                jstr(rs, "rope_type", "llama3", &ok);
+                jnum(rs, "factor", c->rope_factor, &ok);
+                jnum(rs, "low_freq_factor", c->rope_low_freq, &ok);
+                jnum(rs, "high_freq_factor", c->rope_high_freq, &ok);
+                jint(rs, "original_max_position_embeddings", c->rope_orig_max_pos, &ok);
+            }
+        } else {
+            jnull(root, "rope_scaling", &ok);
+        }
         jbool(root, "tie_word_embeddings", c->tie_embeddings, &ok);
         jstr(root, "hidden_act", "silu", &ok);
         jbool(root, "attention_bias", 0, &ok);

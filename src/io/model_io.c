@@ -14,7 +14,8 @@
 
 static const char *const known_keys[] = {"format",  "arch",        "dim",        "n_layers",       "n_heads",
                                          "n_kv_heads", "vocab_size", "ffn_dim", "max_seq_len", "rope_theta",
-                                         "norm_eps", "tie_embeddings", "subln", "lambda_init", "v2_lambda"};
+                                         "norm_eps", "tie_embeddings", "subln", "lambda_init", "v2_lambda",
+                                         "rope_scaling"};
 #define N_KNOWN (int)(sizeof known_keys / sizeof known_keys[0])
 _Static_assert(N_KNOWN == DTX_CONFIG_META_KEYS, "dtx_config_meta covers every known key");
 
@@ -335,13 +336,15 @@ dtx_status dtx_config_variants_from_meta(const dtx_st_file *f, const char *path,
     c->subln = DTX_SUBLN_DEFAULT;
     c->lambda_init_fixed = 0, c->lambda_init_value = 0;
     c->v2_lambda = DTX_V2_LAMBDA_SIGMOID;
-    const char *keys[3] = {"subln", "lambda_init", "v2_lambda"};
-    for (int i = 0; i < 3; i++) {
+    c->rope_factor = c->rope_low_freq = c->rope_high_freq = 0, c->rope_orig_max_pos = 0;
+    const char *keys[4] = {"subln", "lambda_init", "v2_lambda", "rope_scaling"};
+    for (int i = 0; i < 4; i++) {
         const char *v = dtx_st_meta(f, keys[i]);
         if (!v) continue;
         dtx_status st = i == 0   ? dtx_config_set_subln(c, v)
                         : i == 1 ? dtx_config_set_lambda_init(c, v)
-                                 : dtx_config_set_v2_lambda(c, v);
+                        : i == 2 ? dtx_config_set_v2_lambda(c, v)
+                                 : dtx_config_set_rope_scaling(c, v);
         if (st) {
             char why[256];
             snprintf(why, sizeof why, "%s", dtx_last_error());
@@ -370,14 +373,15 @@ int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, siz
      * default model's file is what it was before they existed */
     case 12: snprintf(val, cap, "%s", dtx_config_subln_name(c)); return dtx_config_has_subln(c) != (c->arch == DTX_ARCH_DIFF);
     case 13: dtx_config_lambda_init_str(c, val, cap); return c->lambda_init_fixed;
-    default: snprintf(val, cap, "%s", dtx_config_v2_lambda_name(c)); return c->v2_lambda != DTX_V2_LAMBDA_SIGMOID;
+    case 14: snprintf(val, cap, "%s", dtx_config_v2_lambda_name(c)); return c->v2_lambda != DTX_V2_LAMBDA_SIGMOID;
+    default: dtx_config_rope_scaling_str(c, val, cap); return c->rope_factor > 0;
     }
     return 1;
 }
 
 dtx_status dtx_model_save(const dtx_model *m, const char *path, int bf16) {
     const dtx_config *c = &m->cfg;
-    char vals[N_KNOWN][48];
+    char vals[N_KNOWN][96];
     const char *keys[N_KNOWN + 66], *values[N_KNOWN + 66]; /* + quant_scheme, quant_act16 */
     int n = 0;
     for (int i = 0; i < DTX_CONFIG_META_KEYS; i++)

@@ -160,8 +160,11 @@ void dtx_rmsnorm_backward(real *dx, real *dw, const real *dout, const real *x, c
 
 /* ---- Rotary embedding, interleaved pairs (2i, 2i+1), on every d-wide
  * sub-head of x [B, T, n_sub * d], token t at absolute position pos0 + t.
- * Tables: cos, sin [max_pos, d/2], angle p·θ^(-2i/d).                         */
-void dtx_rope_table(real *cos_t, real *sin_t, int64_t max_pos, int64_t d, double theta);
+ * Tables: cos, sin [max_pos, d/2], angle p·freq[i] (θ^(-2i/d) unscaled).      */
+void dtx_rope_table(real *cos_t, real *sin_t, int64_t max_pos, int64_t d, const double *freq);
+/* The plain frequencies θ^(−2i/d), i < d/2 (what a config without RoPE
+ * scaling gives: dtx_config_rope_freqs). */
+void dtx_rope_freqs(double *freq, int64_t d, double theta);
 /* In place: x = R(p) x. */
 void dtx_rope_forward(real *x, const real *cos_t, const real *sin_t, int64_t B, int64_t T,
                       int64_t pos0, int64_t n_sub, int64_t d);

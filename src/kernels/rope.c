@@ -13,13 +13,18 @@
 /* Below this many elements a kernel runs on the calling thread. */
 #define PAR_MIN ((int64_t)1 << 15)
 
-/* cos_t, sin_t [max_pos, d/2]; computed in double, then stored. */
-void dtx_rope_table(real *cos_t, real *sin_t, int64_t max_pos, int64_t d, double theta) {
-    assert(cos_t && sin_t && max_pos >= 0 && d > 0 && d % 2 == 0 && theta > 0);
+void dtx_rope_freqs(double *freq, int64_t d, double theta) {
+    for (int64_t i = 0; i < d / 2; i++) freq[i] = pow(theta, -2.0 * (double)i / (double)d);
+}
+
+/* cos_t, sin_t [max_pos, d/2] of the frequencies freq [d/2]; computed in
+ * double, then stored. */
+void dtx_rope_table(real *cos_t, real *sin_t, int64_t max_pos, int64_t d, const double *freq) {
+    assert(cos_t && sin_t && max_pos >= 0 && d > 0 && d % 2 == 0 && freq);
     int64_t half = d / 2;
     for (int64_t p = 0; p < max_pos; p++) {
         for (int64_t i = 0; i < half; i++) {
-            double ang = (double)p * pow(theta, -2.0 * (double)i / (double)d);
+            double ang = (double)p * freq[i];
             cos_t[p * half + i] = (real)cos(ang);
             sin_t[p * half + i] = (real)sin(ang);
         }

@@ -123,6 +123,52 @@ void dtx_config_lambda_init_str(const dtx_config *c, char *buf, size_t cap) {
     else snprintf(buf, cap, "schedule");
 }
 
+void dtx_config_rope_scaling_str(const dtx_config *c, char *buf, size_t cap) {
+    if (!(c->rope_factor > 0)) {
+        snprintf(buf, cap, "none");
+        return;
+    }
+    char f[32], lo[32], hi[32];
+    snprintf(buf, cap, "llama3 %s %s %s %lld", dtx_format_real(c->rope_factor, f, sizeof f),
+             dtx_format_real(c->rope_low_freq, lo, sizeof lo), dtx_format_real(c->rope_high_freq, hi, sizeof hi),
+             (long long)c->rope_orig_max_pos);
+}
+
+static dtx_status check_rope_scaling(double f, double lo, double hi, int64_t orig);
+
+dtx_status dtx_config_set_rope_scaling(dtx_config *c, const char *value) {
+    if (strcmp(value, "none") == 0) {
+        c->rope_factor = c->rope_low_freq = c->rope_high_freq = 0, c->rope_orig_max_pos = 0;
+        return DTX_OK;
+    }
+    double f, lo, hi;
+    long long orig;
+    int used = 0;
+    if (sscanf(value, "llama3 %lf %lf %lf %lld%n", &f, &lo, &hi, &orig, &used) != 4 || value[used] != '\0')
+        return dtx_fail(DTX_ERR_CONFIG, "rope_scaling = '%.60s' is not 'none' or 'llama3 FACTOR LOW HIGH ORIG'", value);
+    dtx_status st = check_rope_scaling(f, lo, hi, orig);
+    if (st) return st;
+    c->rope_factor = f, c->rope_low_freq = lo, c->rope_high_freq = hi, c->rope_orig_max_pos = orig;
+    return DTX_OK;
+}
+
+void dtx_config_rope_freqs(const dtx_config *c, int64_t d, double *freq) {
+    dtx_rope_freqs(freq, d, c->rope_theta);
+    for (int64_t i = 0; i < d / 2; i++) {
+        double f = freq[i];
+        if (c->rope_factor > 0) { /* Llama 3.1: long wavelengths slowed by the factor, short ones kept */
+            double w = 2 * M_PI / f, orig = (double)c->rope_orig_max_pos;
+            double lo = c->rope_low_freq, hi = c->rope_high_freq;
+            if (w > orig / lo) f /= c->rope_factor;
+            else if (!(w < orig / hi)) {
+                double s = (orig / w - lo) / (hi - lo);
+                f = (1 - s) * f / c->rope_factor + s * f;
+            }
+        }
+        freq[i] = f;
+    }
+}
+
 int dtx_config_is_default_variant(const dtx_config *c) {
     return dtx_config_has_subln(c) == (c->arch == DTX_ARCH_DIFF) && !c->lambda_init_fixed &&
            c->v2_lambda == DTX_V2_LAMBDA_SIGMOID;
@@ -134,6 +180,15 @@ int dtx_config_is_default_variant(const dtx_config *c) {
 #define MAX_VOCAB (1 << 24)
 #define MAX_FFN (1 << 18)
 #define MAX_SEQ (1 << 20)
+
+static dtx_status check_rope_scaling(double f, double lo, double hi, int64_t orig) {
+    if (!(f >= 1 && isfinite(f)) || !(lo > 0 && isfinite(lo)) || !(hi > lo && isfinite(hi)) || orig < 1 ||
+        orig > MAX_SEQ)
+        return dtx_fail(DTX_ERR_CONFIG, "rope_scaling llama3: factor %g must be at least 1, low_freq_factor %g positive, "
+                        "high_freq_factor %g above it, original_max_position_embeddings %lld in [1, %d]", f, lo, hi,
+                        (long long)orig, MAX_SEQ);
+    return DTX_OK;
+}
 
 static dtx_status in_range(const char *key, int64_t v, int64_t hi) {
     if (v < 1 || v > hi) return dtx_fail(DTX_ERR_CONFIG, "%s = %lld is out of range [1, %lld]", key, (long long)v, (long long)hi);
@@ -164,6 +219,12 @@ dtx_status dtx_config_validate(const dtx_config *c) {
                         (long long)(c->dim / sub), DTX_ATTN_MAX_HEAD_DIM, (long long)c->dim, (long long)c->n_heads);
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
         return dtx_fail(DTX_ERR_CONFIG, "rope_theta = %g must be a positive number", c->rope_theta);
+    if (c->rope_factor != 0 &&
+        (st = check_rope_scaling(c->rope_factor, c->rope_low_freq, c->rope_high_freq, c->rope_orig_max_pos)))
+        return st;
+    if (c->rope_factor == 0 && (c->rope_low_freq != 0 || c->rope_high_freq != 0 || c->rope_orig_max_pos != 0))
+        return dtx_fail(DTX_ERR_CONFIG, "rope_low_freq, rope_high_freq and rope_orig_max_pos are set without a "
+                        "rope_factor");
     if (!(c->norm_eps > 0) || !(c->norm_eps < 1))
         return dtx_fail(DTX_ERR_CONFIG, "norm_eps = %g must be in (0, 1)", c->norm_eps);
     if (c->tie_embeddings != 0 && c->tie_embeddings != 1)

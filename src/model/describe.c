@@ -118,6 +118,11 @@ static void print_text(FILE *f, const report *r, int tensors) {
     fprintf(f, "ffn_dim         %lld\n", (long long)c->ffn_dim);
     fprintf(f, "max_seq_len     %lld\n", (long long)c->max_seq_len);
     fprintf(f, "rope_theta      %s\n", dtx_format_real(c->rope_theta, b1, sizeof b1));
+    if (c->rope_factor > 0) {
+        char rs[128];
+        dtx_config_rope_scaling_str(c, rs, sizeof rs);
+        fprintf(f, "rope_scaling    %s  (factor, low and high frequency factors, original context)\n", rs);
+    }
     fprintf(f, "norm_eps        %s\n", dtx_format_real(c->norm_eps, b2, sizeof b2));
     fprintf(f, "tie_embeddings  %s\n", c->tie_embeddings ? "true" : "false");
     char li[40];
@@ -213,6 +218,9 @@ static char *print_json(const report *r, int tensors) {
     jint(root, "ffn_dim", c->ffn_dim, &ok);
     jint(root, "max_seq_len", c->max_seq_len, &ok);
     jnum(root, "rope_theta", c->rope_theta, &ok);
+    char rs[128];
+    dtx_config_rope_scaling_str(c, rs, sizeof rs);
+    jstr(root, "rope_scaling", rs, &ok);
     jnum(root, "norm_eps", c->norm_eps, &ok);
     jbool(root, "tie_embeddings", c->tie_embeddings, &ok);
     jstr(root, "subln", dtx_config_subln_name(c), &ok);

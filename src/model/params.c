@@ -85,7 +85,11 @@ dtx_status dtx_model_alloc(dtx_model **out, const dtx_config *c) {
     m->rope_cos = dtx_alloc((size_t)(c->max_seq_len * half), sizeof(real));
     m->rope_sin = dtx_alloc((size_t)(c->max_seq_len * half), sizeof(real));
     if (!m->params || !m->rope_cos || !m->rope_sin) goto nomem;
-    dtx_rope_table(m->rope_cos, m->rope_sin, c->max_seq_len, m->head_dim, c->rope_theta);
+    double *freq = malloc(sizeof(double) * (size_t)half);
+    if (!freq) goto nomem;
+    dtx_config_rope_freqs(c, m->head_dim, freq);
+    dtx_rope_table(m->rope_cos, m->rope_sin, c->max_seq_len, m->head_dim, freq);
+    free(freq);
     *out = m;
     return DTX_OK;
 nomem:

@@ -393,6 +393,7 @@ const char *dtx_ckpt_meta(const dtx_ckpt *ck, const char *key) {
     if (ck->model && strcmp(key, "subln") == 0) return dtx_config_subln_name(&ck->model->cfg);
     if (ck->model && strcmp(key, "lambda_init") == 0) return "schedule";
     if (ck->model && strcmp(key, "v2_lambda") == 0) return "sigmoid";
+    if (ck->model && strcmp(key, "rope_scaling") == 0) return "none";
     return NULL;
 }
 

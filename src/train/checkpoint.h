@@ -23,8 +23,8 @@
 
 #define DTX_CKPT_VERSION 1
 /* The keys dtx_ckpt_describe fills. */
-#define DTX_CKPT_N_DESCRIBE 26
-#define DTX_CKPT_VALUE_MAX 48
+#define DTX_CKPT_N_DESCRIBE 27
+#define DTX_CKPT_VALUE_MAX 96
 
 /* The metadata for model config c and optimizer config o, formatted exactly
  * as a checkpoint stores it: keys[i] gets a static string, vals[i] its value.

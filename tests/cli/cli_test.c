@@ -590,6 +590,12 @@ TEST(cli_bad_file_refusals) {
          "only arch diff2", NULL},
         {"v2_lambda tanh", DTX_ARCH_TRANSFORMER, 0, NULL, "v2_lambda", "tanh", NULL, NULL, "'v2_lambda'",
          "'sigmoid', 'linear' or 'none'", NULL},
+        {"rope_scaling yarn", DTX_ARCH_TRANSFORMER, 0, NULL, "rope_scaling", "yarn 4", NULL, NULL, "'rope_scaling'",
+         "'none' or 'llama3 FACTOR LOW HIGH ORIG'", NULL},
+        {"rope_scaling factor below 1", DTX_ARCH_DIFF, 0, NULL, "rope_scaling", "llama3 0.5 1 4 32", NULL, NULL,
+         "'rope_scaling'", "factor 0.5 must be at least 1", NULL},
+        {"rope_scaling high below low", DTX_ARCH_DIFF, 0, NULL, "rope_scaling", "llama3 8 4 1 32", NULL, NULL,
+         "'rope_scaling'", "high_freq_factor 1 above it", NULL},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         st_bytes s;

@@ -27,6 +27,8 @@ static const struct {
     {"llama_gqa_untied", DTX_ARCH_TRANSFORMER, 4, 2, 1},
     {"llama_mha_tied_bf16_sharded", DTX_ARCH_TRANSFORMER, 4, 4, 1},
     {"llama_mqa", DTX_ARCH_TRANSFORMER, 4, 1, 1},
+    {"llama_rope_llama3", DTX_ARCH_TRANSFORMER, 4, 2, 1},
+    {"diffllama_rope_parameters_llama3", DTX_ARCH_DIFF, 2, 1, 1},
 };
 enum { N_CASES = sizeof CASES / sizeof CASES[0] };
 
@@ -79,6 +81,23 @@ TEST(hf_import_matches_the_reference) {
         REQUIRE(dtx_model_open(&m, case_dir(CASES[i].name), DTX_PREC_FP32) == DTX_OK);
         dtx_model_free(m);
     }
+}
+
+/* A model of Llama 3.1's RoPE scaling keeps it in difftx's own file
+ * (metadata rope_scaling), and computes the same there. */
+TEST(hf_rope_scaling_survives_the_model_file) {
+    dtx_model *m = NULL, *back = NULL;
+    REQUIRE(dtx_hf_import(&m, case_dir("llama_rope_llama3")) == DTX_OK);
+    const char *p = test_path("llama3.safetensors");
+    REQUIRE(dtx_model_save(m, p, 0) == DTX_OK && dtx_model_load(&back, p) == DTX_OK);
+    const dtx_config *c = dtx_model_config(back);
+    CHECK(c->rope_factor == 8 && c->rope_low_freq == 1 && c->rope_high_freq == 4 && c->rope_orig_max_pos == 32);
+    double e = logits_err(back, "llama_rope_llama3");
+    CHECKF(e < TOL, "logits %.3g after the model file", e);
+    char s[128];
+    dtx_config_rope_scaling_str(c, s, sizeof s);
+    CHECK(strcmp(s, "llama3 8 1 4 32") == 0);
+    dtx_model_free(m), dtx_model_free(back);
 }
 
 /* Export then import gives the same parameters (F32 and BF16 of bf16
@@ -215,7 +234,9 @@ TEST(hf_import_refusals_name_the_key_or_tensor) {
          DTX_ERR_CONFIG},
         {"llama_gqa_untied", "config.json", "\"rope_scaling\": null",
          "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0}",
-         "rope_scaling.rope_type \"llama3\" is not supported", DTX_ERR_CONFIG},
+         "rope_scaling.rope_type \"llama3\" needs a number rope_scaling.low_freq_factor", DTX_ERR_FORMAT},
+        {"llama_rope_llama3", "config.json", "\"factor\": 8.0", "\"factor\": 0.5",
+         "rope_scaling llama3: factor 0.5 must be at least 1", DTX_ERR_CONFIG},
         {"llama_gqa_untied", "config.json", "\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"linear\"}",
          "rope_scaling.rope_type \"linear\"", DTX_ERR_CONFIG},
         {"llama_gqa_untied", "config.json", "\"rope_scaling\": null",

@@ -179,7 +179,7 @@ TEST(kernel_ew_rope) {
     int64_t B = 2, T = 300, pos0 = 5, n_sub = 8, d = 64, half = d / 2, max_pos = 320, C = n_sub * d;
     size_t n = (size_t)(B * T * C);
     real *ct = calloc((size_t)(max_pos * half), sizeof(real)), *st = calloc((size_t)(max_pos * half), sizeof(real));
-    dtx_rope_table(ct, st, max_pos, d, 10000);
+    test_rope_table(ct, st, max_pos, d, 10000);
     real *x = randn(&r, n, 0, 1), *y = dup_r(x, n), *z = dup_r(x, n);
     double *fwd = zeros_d(n), *bwd = zeros_d(n);
     for (int64_t b = 0; b < B; b++)
@@ -199,7 +199,7 @@ TEST(kernel_ew_rope) {
     int64_t d2 = 6, n2 = 1 * 3 * 2 * d2;
     real *a = randn(&r, (size_t)n2, 0, 1), *a0 = dup_r(a, (size_t)n2);
     real *ct2 = calloc(8 * 3, sizeof(real)), *st2 = calloc(8 * 3, sizeof(real));
-    dtx_rope_table(ct2, st2, 8, d2, 10000);
+    test_rope_table(ct2, st2, 8, d2, 10000);
     dtx_rope_forward(a, ct2, st2, 1, 3, 4, 2, d2);
     {
         int64_t t = 2, j = 1, i = 2, o = t * 2 * d2 + j * d2 + 2 * i, p = (4 + t) * 3 + i;
@@ -453,7 +453,7 @@ TEST(kernel_ew_thread_count_invariant) {
     real *a = randn(&r, nf, 0, 3), *b = randn(&r, nf, 0, 1), *gf = randn(&r, nf, 0, 1);
     real *z = randn(&r, nv, 0, 3), *ct = calloc((size_t)(M * d / 2), sizeof(real));
     real *st = calloc((size_t)(M * d / 2), sizeof(real));
-    dtx_rope_table(ct, st, M, d, 10000);
+    test_rope_table(ct, st, M, d, 10000);
     int32_t *tok = malloc((size_t)M * sizeof(int32_t));
     for (int64_t i = 0; i < M; i++) tok[i] = (int32_t)(dtx_rng_next(&r) % 50); /* many repeats */
     enum { NB = 12 };

@@ -288,7 +288,7 @@ TEST(kernel_rope) {
     double theta = 10000;
     rope_ctx m = {B, T, pos0, n_sub, d, alloc_r((size_t)(max_pos * d / 2)), alloc_r((size_t)(max_pos * d / 2)),
                   randn(&r, n, 0, 1), alloc_r(n), randn(&r, n, 0, 1)};
-    dtx_rope_table(m.cos_t, m.sin_t, max_pos, d, theta);
+    test_rope_table(m.cos_t, m.sin_t, max_pos, d, theta);
     for (int64_t p = 0; p < max_pos; p++)
         for (int64_t i = 0; i < d / 2; i++) {
             double ang = p * pow(theta, -2.0 * i / d);
