@@ -274,6 +274,11 @@ typedef struct {
      * s·f with s = (orig/w − low)/(high − low). */
     double rope_factor, rope_low_freq, rope_high_freq;
     int64_t rope_orig_max_pos;
+    /* The q/k width of a head (d), where it is not the arch's default (0):
+     * dim / (2·n_heads) for diff, dim / n_heads otherwise. Models imported
+     * from Hugging Face with an explicit head_dim; the attention's output,
+     * out_proj's input, is then dtx_config_attn_dim wide, not dim. */
+    int64_t head_dim;
 } dtx_config;
 
 /* A small DIFF default (dim 256, 4 layers, 4 heads, vocab 4096, ...). */
@@ -306,8 +311,13 @@ dtx_status dtx_config_set_v2_lambda(dtx_config *c, const char *value);
 const char *dtx_config_v2_lambda_name(const dtx_config *c);
 /* 1 when a DIFF2 config has the lambda_proj weight (v2_lambda not NONE). */
 int dtx_config_has_lambda_proj(const dtx_config *c);
-/* Width of q_proj's output: dim, or 2·dim for DIFF2 (2h query heads).      */
+/* Width of q_proj's output: 2·n_heads·d for diff and diff2 (two query
+ * heads per head), n_heads·d for a Transformer; dim, or 2·dim for diff2,
+ * unless head_dim is set. */
 int64_t dtx_config_q_dim(const dtx_config *c);
+/* Width of the attention's output (out_proj's input): 2·n_heads·d for diff
+ * (values 2d wide), n_heads·d otherwise; dim unless head_dim is set. */
+int64_t dtx_config_attn_dim(const dtx_config *c);
 /* `schedule` or the value with %.17g (cap ≥ 32). */
 void dtx_config_lambda_init_str(const dtx_config *c, char *buf, size_t cap);
 /* The RoPE scaling as model files write it: `none`, or `llama3 FACTOR LOW
@@ -397,9 +407,9 @@ dtx_status dtx_model_open(dtx_model **out, const char *path, dtx_precision preci
  * it names; F32, BF16 or F16 tensors. DiffLlamaForCausalLM is read as a
  * diff model and LlamaForCausalLM as a transformer, computing what
  * transformers computes (the RoPE rows and the heads reordered into
- * difftx's layout). A config difftx cannot compute exactly (biases, a RoPE
- * scaling, a head width other than hidden_size / num_attention_heads, ...)
- * is DTX_ERR_CONFIG naming the key; a tensor missing, of another shape, not
+ * difftx's layout; an explicit head_dim and Llama 3.1's RoPE scaling become
+ * the config's). A config difftx cannot compute exactly (biases, another
+ * RoPE scaling or activation, ...) is DTX_ERR_CONFIG naming the key; a tensor missing, of another shape, not
  * in its shard or not in the index, DTX_ERR_FORMAT naming it. */
 dtx_status dtx_hf_import(dtx_model **out, const char *dir);
 /* Whether path is a folder holding a config.json. */

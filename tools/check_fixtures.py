@@ -50,14 +50,30 @@ def maxdiff(a, b):
 # ---------------------------------------------------------------------------
 
 
-def naive_rope(x, theta):
+def naive_freq(cfg, i, d):
+    """Frequency of pair i: theta^(-2i/d), or with Llama 3.1's scaling (factor, low, high, orig) the
+    wavelength decides: above orig/low slowed by the factor, below orig/high kept, blended between."""
+    f = 1.0 / cfg["rope_theta"] ** (2.0 * i / d)
+    if not cfg.get("rope_scaling"):
+        return f
+    factor, low, high, orig = cfg["rope_scaling"]
+    wavelength = 2 * math.pi / f
+    if wavelength > orig / low:
+        return f / factor
+    if wavelength < orig / high:
+        return f
+    s = (orig / wavelength - low) / (high - low)
+    return (1 - s) * f / factor + s * f
+
+
+def naive_rope(x, cfg):
     """x: (T, d). Rotate pair (2i, 2i+1) as the complex number x[2i] + i x[2i+1]."""
     T, d = x.shape
     z = torch.view_as_complex(x.reshape(T, d // 2, 2).contiguous())
     rot = torch.empty(T, d // 2, dtype=torch.complex128)
     for p in range(T):
         for i in range(d // 2):
-            a = p / theta ** (2.0 * i / d)
+            a = p * naive_freq(cfg, i, d)
             rot[p, i] = complex(math.cos(a), math.sin(a))
     return torch.view_as_real(z * rot.to(z.dtype)).reshape(T, d)
 
@@ -78,7 +94,7 @@ def naive_attention(cfg, P, l, x):
     """One sequence x: (T, dim). Loops over heads, slices channels as in spec §2.8."""
     pre = "layers.%d.attention." % l
     T = x.shape[0]
-    H, Hkv, theta, eps = cfg["n_heads"], cfg["n_kv_heads"], cfg["rope_theta"], cfg["norm_eps"]
+    H, Hkv, eps = cfg["n_heads"], cfg["n_kv_heads"], cfg["norm_eps"]
     rep = H // Hkv
     Q = x @ P[pre + "q_proj.weight"].t()
     K = x @ P[pre + "k_proj.weight"].t()
@@ -86,17 +102,17 @@ def naive_attention(cfg, P, l, x):
     cols = []
     rms = cfg.get("subln", "rms" if cfg["arch"] == "diff" else "none") == "rms"
     if cfg["arch"] == "diff":
-        d = cfg["dim"] // H // 2
+        d = cfg.get("head_dim") or cfg["dim"] // H // 2
         fixed = cfg.get("lambda_init", "schedule")
         li = 0.8 - 0.6 * math.exp(-0.3 * l) if fixed == "schedule" else float(fixed)
         lam = (torch.exp((P[pre + "lambda_q1"] * P[pre + "lambda_k1"]).sum())
                - torch.exp((P[pre + "lambda_q2"] * P[pre + "lambda_k2"]).sum()) + li)
         for h in range(H):
             g = h // rep
-            q1 = naive_rope(Q[:, 2 * h * d:2 * h * d + d], theta)
-            q2 = naive_rope(Q[:, 2 * h * d + d:2 * h * d + 2 * d], theta)
-            k1 = naive_rope(K[:, 2 * g * d:2 * g * d + d], theta)
-            k2 = naive_rope(K[:, 2 * g * d + d:2 * g * d + 2 * d], theta)
+            q1 = naive_rope(Q[:, 2 * h * d:2 * h * d + d], cfg)
+            q2 = naive_rope(Q[:, 2 * h * d + d:2 * h * d + 2 * d], cfg)
+            k1 = naive_rope(K[:, 2 * g * d:2 * g * d + d], cfg)
+            k2 = naive_rope(K[:, 2 * g * d + d:2 * g * d + 2 * d], cfg)
             v = V[:, 2 * g * d:2 * g * d + 2 * d]
             a1 = naive_softmax_causal(q1 @ k1.t() / math.sqrt(d))
             a2 = naive_softmax_causal(q2 @ k2.t() / math.sqrt(d))
@@ -105,15 +121,15 @@ def naive_attention(cfg, P, l, x):
     elif cfg["arch"] == "diff2":
         # spec §8.1: query heads 2i, 2i+1 of width d = dim/H on KV head (2i) // (2H/Hkv);
         # lambda per token and head from the attention input x.
-        d = cfg["dim"] // H
+        d = cfg.get("head_dim") or cfg["dim"] // H
         rep2 = 2 * H // Hkv
         mode = cfg.get("v2_lambda", "sigmoid")
         for i in range(H):
             heads = []
             for j in (2 * i, 2 * i + 1):
                 g = j // rep2
-                q = naive_rope(Q[:, j * d:(j + 1) * d], theta)
-                k = naive_rope(K[:, g * d:(g + 1) * d], theta)
+                q = naive_rope(Q[:, j * d:(j + 1) * d], cfg)
+                k = naive_rope(K[:, g * d:(g + 1) * d], cfg)
                 heads.append(naive_softmax_causal(q @ k.t() / math.sqrt(d)) @ V[:, g * d:(g + 1) * d])
             if mode == "none":
                 lam = torch.ones(T, 1, dtype=x.dtype)
@@ -122,11 +138,11 @@ def naive_attention(cfg, P, l, x):
                 lam = (1 / (1 + torch.exp(-z)) if mode == "sigmoid" else z).reshape(T, 1)
             cols.append(heads[0] - lam * heads[1])
     else:
-        d = cfg["dim"] // H
+        d = cfg.get("head_dim") or cfg["dim"] // H
         for j in range(H):
             g = j // rep
-            q = naive_rope(Q[:, j * d:(j + 1) * d], theta)
-            k = naive_rope(K[:, g * d:(g + 1) * d], theta)
+            q = naive_rope(Q[:, j * d:(j + 1) * d], cfg)
+            k = naive_rope(K[:, g * d:(g + 1) * d], cfg)
             o = naive_softmax_causal(q @ k.t() / math.sqrt(d)) @ V[:, g * d:(g + 1) * d]
             cols.append(naive_rms(o, P[pre + "subln.weight"], eps) if rms else o)
     return torch.cat(cols, dim=1) @ P[pre + "out_proj.weight"].t()
@@ -194,7 +210,7 @@ def check_rope():
     y = ref.apply_rope(x, cos, sin)
     check(close(y.norm(dim=-1), x.norm(dim=-1), 1e-13, 1e-13), "RoPE preserves norms")
     check(torch.equal(y[:, 0], x[:, 0]), "RoPE is the identity at position 0")
-    check(close(y[0, :, 1], naive_rope(x[0, :, 1], 10000.0), 1e-13, 1e-13), "RoPE == complex rotation")
+    check(close(y[0, :, 1], naive_rope(x[0, :, 1], {"rope_theta": 10000.0}), 1e-13, 1e-13), "RoPE == complex rotation")
     # q_m . k_n must depend on m - n only: place the same q, k at shifted positions.
     q, k = torch.randn(d, dtype=torch.float64), torch.randn(d, dtype=torch.float64)
     xs = torch.stack([q, k]).expand(T, 2, d)[None].contiguous()

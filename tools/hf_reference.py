@@ -52,6 +52,13 @@ CASES = [
           num_key_value_heads=2, vocab_size=61, rms_norm_eps=1e-5, rope_theta=100.0,
           rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                             original_max_position_embeddings=32)), "F32", 1, False),
+    # an explicit head_dim other than hidden / heads: wider heads (Llama), narrower (DiffLlama)
+    ("llama_head_dim_16", "LlamaForCausalLM",
+     dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, head_dim=16,
+          num_key_value_heads=2, vocab_size=61, rms_norm_eps=1e-6, rope_theta=10000.0), "F32", 1, False),
+    ("diffllama_head_dim_4", "DiffLlamaForCausalLM",
+     dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, head_dim=4,
+          num_key_value_heads=2, vocab_size=61, rms_norm_eps=1e-5, rope_theta=10000.0), "BF16", 1, True),
     # the same scaling written as newer transformers write it (rope_parameters, rope_theta inside)
     ("diffllama_rope_parameters_llama3", "DiffLlamaForCausalLM",
      dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -89,7 +96,7 @@ def weights(arch, c, tied, gen):
     """Random weights in HF's names and shapes ([out, in] linears); lambdas and norms far from their
     init so that a wrong index shows in the logits."""
     h, H, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
-    D, F, V = h // H, c["intermediate_size"], c["vocab_size"]
+    D, F, V = c.get("head_dim") or h // H, c["intermediate_size"], c["vocab_size"]
 
     def lin(o, i):
         return (torch.rand(o, i, generator=gen, dtype=torch.float64) * 2 - 1) / math.sqrt(i)
@@ -142,7 +149,7 @@ def repeat_kv(x, n):
 def attention(arch, c, w, p, x, layer):
     Bn, Tn, _ = x.shape
     H, kv = c["num_attention_heads"], c["num_key_value_heads"]
-    D = c["hidden_size"] // H
+    D = c.get("head_dim") or c["hidden_size"] // H
     q = (x @ w[p + "q_proj.weight"].T).view(Bn, Tn, H, D).transpose(1, 2)
     k = (x @ w[p + "k_proj.weight"].T).view(Bn, Tn, kv, D).transpose(1, 2)
     v = (x @ w[p + "v_proj.weight"].T).view(Bn, Tn, kv, D).transpose(1, 2)

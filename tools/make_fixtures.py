@@ -55,6 +55,12 @@ V2_CASES = (("diff2", "mha", True, "", {}), ("diff2", "mha", False, "", {}),
             ("diff2", "gqa", True, "", {}), ("diff2", "gqa", False, "", {}),
             ("diff2", "gqa", False, "linear", dict(v2_lambda="linear")),
             ("diff2", "mha", True, "nolambda", dict(v2_lambda="none")))
+# What Hugging Face imports bring (docs/huggingface.md): a head width other than dim / heads, and Llama
+# 3.1's RoPE scaling (factor 4, low 1, high 4, original context 8: the 12-wide heads' first frequency
+# blended, the rest divided). Last, for the seeds above.
+HF_CASES = (("diff", "gqa", False, "hd12_llama3", dict(head_dim=12, rope_scaling=(4.0, 1.0, 4.0, 8))),
+            ("transformer", "gqa", True, "hd6_llama3", dict(head_dim=6, rope_scaling=(4.0, 1.0, 4.0, 8))),
+            ("diff2", "gqa", False, "hd4", dict(head_dim=4)))
 
 
 def case_name(arch, kind, tie):
@@ -71,7 +77,7 @@ def cases():
                 cfg = dict(BASE, arch=arch, n_heads=h, n_kv_heads=hkv, tie_embeddings=tie)
                 yield i, case_name(arch, kind, tie), cfg
                 i += 1
-    for arch, kind, tie, suffix, keys in VARIANTS + V2_CASES:
+    for arch, kind, tie, suffix, keys in VARIANTS + V2_CASES + HF_CASES:
         h, hkv = HEADS[(arch, kind)]
         cfg = dict(BASE, arch=arch, n_heads=h, n_kv_heads=hkv, tie_embeddings=tie, **keys)
         yield i, case_name(arch, kind, tie) + ("_" + suffix if suffix else ""), cfg

@@ -133,6 +133,8 @@ def config_from_metadata(meta):
         if len(parts) != 5 or parts[0] != "llama3":
             raise ValueError("metadata key 'rope_scaling' must be 'none' or 'llama3 FACTOR LOW HIGH ORIG', got %r" % rs)
         cfg["rope_scaling"] = (float(parts[1]), float(parts[2]), float(parts[3]), int(parts[4]))
+    if "head_dim" in meta:
+        cfg["head_dim"] = int(meta["head_dim"])
     check_config(cfg)
     return cfg
 
@@ -159,6 +161,10 @@ def metadata_from_config(cfg):
         meta["lambda_init"] = repr(float(cfg["lambda_init"]))
     if cfg.get("v2_lambda", "sigmoid") != "sigmoid":
         meta["v2_lambda"] = cfg["v2_lambda"]
+    if cfg.get("rope_scaling"):
+        meta["rope_scaling"] = "llama3 %r %r %r %d" % cfg["rope_scaling"]
+    if cfg.get("head_dim"):
+        meta["head_dim"] = str(int(cfg["head_dim"]))
     return meta
 
 
@@ -167,9 +173,25 @@ def has_lambda_proj(cfg):
 
 
 def head_dim(cfg):
-    """Width d of one q/k (sub-)head."""
+    """Width d of one q/k (sub-)head: the metadata's head_dim, else dim / (2 n_heads) for diff, dim / n_heads."""
+    if cfg.get("head_dim"):
+        return cfg["head_dim"]
     div = 2 * cfg["n_heads"] if cfg["arch"] == "diff" else cfg["n_heads"]
     return cfg["dim"] // div
+
+
+def q_dim(cfg):
+    """q_proj's width: 2 n_heads d for diff and diff2, n_heads d for a Transformer."""
+    return (1 if cfg["arch"] == "transformer" else 2) * cfg["n_heads"] * head_dim(cfg)
+
+
+def attn_dim(cfg):
+    """out_proj's input width: 2 n_heads d for diff (values 2d wide), n_heads d otherwise."""
+    return (2 if cfg["arch"] == "diff" else 1) * cfg["n_heads"] * head_dim(cfg)
+
+
+def kv_dim(cfg):
+    return (2 if cfg["arch"] == "diff" else 1) * cfg["n_kv_heads"] * head_dim(cfg)
 
 
 def check_config(cfg):
@@ -177,7 +199,7 @@ def check_config(cfg):
         if cfg[k] <= 0:
             raise ValueError("config %r must be positive" % k)
     div = 2 * cfg["n_heads"] if cfg["arch"] == "diff" else cfg["n_heads"]
-    if cfg["dim"] % div:
+    if not cfg.get("head_dim") and cfg["dim"] % div:
         raise ValueError("dim must be divisible by %d" % div)
     if cfg["n_heads"] % cfg["n_kv_heads"]:
         raise ValueError("n_heads must be divisible by n_kv_heads")
@@ -250,11 +272,10 @@ class Attention(nn.Module):
         self.d = head_dim(cfg)
         self.H, self.Hkv = cfg["n_heads"], cfg["n_kv_heads"]
         dim = cfg["dim"]
-        kv_dim = dim * self.Hkv // self.H
-        self.q_proj = nn.Linear(dim, 2 * dim if self.v2 else dim, bias=False)
-        self.k_proj = nn.Linear(dim, kv_dim, bias=False)
-        self.v_proj = nn.Linear(dim, kv_dim, bias=False)
-        self.out_proj = nn.Linear(dim, dim, bias=False)
+        self.q_proj = nn.Linear(dim, q_dim(cfg), bias=False)
+        self.k_proj = nn.Linear(dim, kv_dim(cfg), bias=False)
+        self.v_proj = nn.Linear(dim, kv_dim(cfg), bias=False)
+        self.out_proj = nn.Linear(attn_dim(cfg), dim, bias=False)
         if has_lambda_proj(cfg):
             self.lambda_proj = nn.Linear(dim, self.H, bias=False)
         self.has_subln = subln_of(cfg) == "rms"
@@ -381,16 +402,16 @@ class Model(nn.Module):
 def expected_shapes(cfg):
     """Interop tensor names and shapes, in canonical file order."""
     dim, ffn, V = cfg["dim"], cfg["ffn_dim"], cfg["vocab_size"]
-    kv = dim * cfg["n_kv_heads"] // cfg["n_heads"]
+    kv = kv_dim(cfg)
     d = head_dim(cfg)
     shapes = {"tok_embeddings.weight": (V, dim)}
     for l in range(cfg["n_layers"]):
         p = "layers.%d." % l
         shapes[p + "attention_norm.weight"] = (dim,)
-        shapes[p + "attention.q_proj.weight"] = (2 * dim if cfg["arch"] == "diff2" else dim, dim)
+        shapes[p + "attention.q_proj.weight"] = (q_dim(cfg), dim)
         shapes[p + "attention.k_proj.weight"] = (kv, dim)
         shapes[p + "attention.v_proj.weight"] = (kv, dim)
-        shapes[p + "attention.out_proj.weight"] = (dim, dim)
+        shapes[p + "attention.out_proj.weight"] = (dim, attn_dim(cfg))
         if has_lambda_proj(cfg):
             shapes[p + "attention.lambda_proj.weight"] = (cfg["n_heads"], dim)
         if cfg["arch"] == "diff":

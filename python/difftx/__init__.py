@@ -97,9 +97,11 @@ class Config:
     norm_eps, tie_embeddings, subln (None: the arch's own, "rms", "none"),
     lambda_init ("schedule" or a number in [0, 1)), v2_lambda ("sigmoid",
     "linear", "none"; diff2), rope_scaling ("none", or "llama3 FACTOR LOW HIGH
-    ORIG": Llama 3.1's RoPE scaling, docs/huggingface.md)."""
+    ORIG": Llama 3.1's RoPE scaling, docs/huggingface.md), head_dim (None:
+    the arch's own, dim / heads)."""
     FIELDS = ("arch", "dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "ffn_dim", "max_seq_len",
-              "rope_theta", "norm_eps", "tie_embeddings", "subln", "lambda_init", "v2_lambda", "rope_scaling")
+              "rope_theta", "norm_eps", "tie_embeddings", "subln", "lambda_init", "v2_lambda", "rope_scaling",
+              "head_dim")
 
     def __init__(self, **kw):
         self.__dict__.update(Config._from_c(L.dtx_config_default()).__dict__)
@@ -123,6 +125,7 @@ class Config:
         buf = ctypes.create_string_buffer(128)
         L.dtx_config_rope_scaling_str(ctypes.byref(c), buf, 128)
         self.rope_scaling = buf.value.decode()
+        self.head_dim = int(c.head_dim) or None
         return self
 
     def _to_c(self):
@@ -140,6 +143,7 @@ class Config:
         L.dtx_config_set_lambda_init(ctypes.byref(c), (li if isinstance(li, str) else repr(float(li))).encode())
         L.dtx_config_set_v2_lambda(ctypes.byref(c), str(self.v2_lambda).encode())
         L.dtx_config_set_rope_scaling(ctypes.byref(c), str(self.rope_scaling).encode())
+        c.head_dim = int(self.head_dim or 0)
         return c
 
     def validate(self):

@@ -104,7 +104,7 @@ class Config(ctypes.Structure):
                 ("rope_theta", c_double), ("norm_eps", c_double), ("tie_embeddings", c_int), ("subln", c_int),
                 ("lambda_init_fixed", c_int), ("lambda_init_value", c_double), ("v2_lambda", c_int),
                 ("rope_factor", c_double), ("rope_low_freq", c_double), ("rope_high_freq", c_double),
-                ("rope_orig_max_pos", c_int64)]
+                ("rope_orig_max_pos", c_int64), ("head_dim", c_int64)]
 
 
 class TensorInfo(ctypes.Structure):

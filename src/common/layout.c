@@ -15,7 +15,7 @@ const char *dtx_struct_layout(void) {
     static char buf[3072];
     if (buf[0]) return buf;
     snprintf(buf, sizeof buf,
-             "dtx_config %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
+             "dtx_config %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
              "dtx_tensor_info %d %d %d %d %d %d %d %d\n"
              "dtx_optim_config %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
              "dtx_rng %d %d\n"
@@ -33,6 +33,7 @@ const char *dtx_struct_layout(void) {
              O(dtx_config, tie_embeddings), O(dtx_config, subln), O(dtx_config, lambda_init_fixed),
              O(dtx_config, lambda_init_value), O(dtx_config, v2_lambda), O(dtx_config, rope_factor),
              O(dtx_config, rope_low_freq), O(dtx_config, rope_high_freq), O(dtx_config, rope_orig_max_pos),
+             O(dtx_config, head_dim),
              (int)sizeof(dtx_tensor_info), O(dtx_tensor_info, name), O(dtx_tensor_info, ndim),
              O(dtx_tensor_info, shape), O(dtx_tensor_info, offset), O(dtx_tensor_info, numel),
              O(dtx_tensor_info, decay), O(dtx_tensor_info, is_embedding),

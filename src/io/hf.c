@@ -169,20 +169,16 @@ static dtx_status parse_config(const char *dir, hf_config *h) {
                       dtx_show(act).s);
     else if (partial != 1)
         st = dtx_fail(DTX_ERR_CONFIG, "%s: partial_rotary_factor %g: difftx rotates whole heads", path, partial);
-    else if (h->hidden % h->H)
+    else if (!head_dim && h->hidden % h->H)
         st = dtx_fail(DTX_ERR_CONFIG, "%s: hidden_size %lld does not divide into num_attention_heads %lld", path,
                       (long long)h->hidden, (long long)h->H);
-    else if (head_dim && head_dim != h->hidden / h->H)
-        st = dtx_fail(DTX_ERR_CONFIG, "%s: head_dim %lld is not hidden_size / num_attention_heads = %lld: difftx "
-                      "does not support another head width yet", path, (long long)head_dim,
-                      (long long)(h->hidden / h->H));
     else if (h->diff && h->H % 2)
         st = dtx_fail(DTX_ERR_CONFIG, "%s: num_attention_heads %lld is odd: DiffLlama pairs its heads", path,
                       (long long)h->H);
     else if (h->H % h->kv)
         st = dtx_fail(DTX_ERR_CONFIG, "%s: num_key_value_heads %lld does not divide num_attention_heads %lld",
                       path, (long long)h->kv, (long long)h->H);
-    h->D = h->hidden / h->H;
+    h->D = head_dim ? head_dim : h->hidden / h->H;
     if (!st && h->D % 2)
         st = dtx_fail(DTX_ERR_CONFIG, "%s: the head width %lld is odd: RoPE rotates pairs", path, (long long)h->D);
 done:
@@ -378,7 +374,7 @@ static dtx_status import_layer(importer *im, int64_t L) {
         (st = copy_heads(im, DT("attention.q_proj.weight"), HF("self_attn.q_proj.weight"), h->H, nq, 1, 1)) ||
         (st = copy_heads(im, DT("attention.k_proj.weight"), HF("self_attn.k_proj.weight"), h->kv, nkv, 1, 0)) ||
         (st = copy_heads(im, DT("attention.v_proj.weight"), HF("self_attn.v_proj.weight"), h->kv, nkv, 0, 0)) ||
-        (st = copy_whole(im, DT("attention.out_proj.weight"), HF("self_attn.o_proj.weight"), h->hidden, h->hidden)) ||
+        (st = copy_whole(im, DT("attention.out_proj.weight"), HF("self_attn.o_proj.weight"), h->hidden, h->H * h->D)) ||
         (st = copy_whole(im, DT("ffn_norm.weight"), HF("post_attention_layernorm.weight"), h->hidden, 0)) ||
         (st = copy_whole(im, DT("feed_forward.w1.weight"), HF("mlp.gate_proj.weight"), h->ffn, h->hidden)) ||
         (st = copy_whole(im, DT("feed_forward.w3.weight"), HF("mlp.up_proj.weight"), h->ffn, h->hidden)) ||
@@ -461,6 +457,7 @@ dtx_status dtx_hf_import(dtx_model **out, const char *dir) {
     c.subln = h.diff ? DTX_SUBLN_RMS : DTX_SUBLN_NONE;
     c.rope_factor = h.rope_factor, c.rope_low_freq = h.rope_low, c.rope_high_freq = h.rope_high;
     c.rope_orig_max_pos = h.rope_orig;
+    c.head_dim = h.D; /* explicit: the model file says so only where it is not hidden / heads */
     if ((st = dtx_config_validate(&c))) {
         char why[512];
         snprintf(why, sizeof why, "%s", dtx_last_error()); /* dtx_fail writes where dtx_last_error points */
@@ -559,7 +556,10 @@ static int export_plan(const dtx_model *m, out_tensor *o, int cap) {
                            : T[i].diff_only ? D
                            : strstr(T[i].hf, "gate") || strstr(T[i].hf, "up_") ? F
                                                                                 : dim;
-            int64_t cols = T[i].diff_only || strstr(T[i].hf, "layernorm") ? 0 : strstr(T[i].hf, "down") ? F : dim;
+            int64_t cols = T[i].diff_only || strstr(T[i].hf, "layernorm") ? 0
+                           : strstr(T[i].hf, "down")                       ? F
+                           : T[i].kind == OUT_O                            ? dtx_config_attn_dim(c)
+                                                                           : dim;
             ADD(a, b, rows, cols, T[i].kind);
         }
     }
@@ -582,8 +582,9 @@ static void export_fill(const dtx_model *m, const out_tensor *o, real *dst) {
     }
     if (o->kind == OUT_O) { /* DiffLlama's head norm has no weight: difftx's goes into o_proj's columns */
         const real *w = diff ? dtx_model_subln(m, atoll(o->src + strlen("layers."))) : NULL;
+        const int64_t K = dtx_config_attn_dim(c);
         for (int64_t r = 0; r < dim; r++)
-            for (int64_t k = 0; k < dim; k++) dst[r * dim + k] = src[r * dim + k] * (w ? w[k % (2 * D)] : 1);
+            for (int64_t k = 0; k < K; k++) dst[r * K + k] = src[r * K + k] * (w ? w[k % (2 * D)] : 1);
         return;
     }
     int64_t n = (o->kind == OUT_Q ? c->n_heads : c->n_kv_heads) * sub;

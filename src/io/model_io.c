@@ -15,7 +15,7 @@
 static const char *const known_keys[] = {"format",  "arch",        "dim",        "n_layers",       "n_heads",
                                          "n_kv_heads", "vocab_size", "ffn_dim", "max_seq_len", "rope_theta",
                                          "norm_eps", "tie_embeddings", "subln", "lambda_init", "v2_lambda",
-                                         "rope_scaling"};
+                                         "rope_scaling", "head_dim"};
 #define N_KNOWN (int)(sizeof known_keys / sizeof known_keys[0])
 _Static_assert(N_KNOWN == DTX_CONFIG_META_KEYS, "dtx_config_meta covers every known key");
 
@@ -337,6 +337,17 @@ dtx_status dtx_config_variants_from_meta(const dtx_st_file *f, const char *path,
     c->lambda_init_fixed = 0, c->lambda_init_value = 0;
     c->v2_lambda = DTX_V2_LAMBDA_SIGMOID;
     c->rope_factor = c->rope_low_freq = c->rope_high_freq = 0, c->rope_orig_max_pos = 0;
+    c->head_dim = 0;
+    const char *hd = dtx_st_meta(f, "head_dim");
+    if (hd) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(hd, &end, 10);
+        if (end == hd || *end || errno || v < 2 || v > 65536)
+            return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'head_dim' = '%s' is not an integer in [2, 65536]", path,
+                            dtx_show(hd).s);
+        c->head_dim = v;
+    }
     const char *keys[4] = {"subln", "lambda_init", "v2_lambda", "rope_scaling"};
     for (int i = 0; i < 4; i++) {
         const char *v = dtx_st_meta(f, keys[i]);
@@ -374,7 +385,12 @@ int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, siz
     case 12: snprintf(val, cap, "%s", dtx_config_subln_name(c)); return dtx_config_has_subln(c) != (c->arch == DTX_ARCH_DIFF);
     case 13: dtx_config_lambda_init_str(c, val, cap); return c->lambda_init_fixed;
     case 14: snprintf(val, cap, "%s", dtx_config_v2_lambda_name(c)); return c->v2_lambda != DTX_V2_LAMBDA_SIGMOID;
-    default: dtx_config_rope_scaling_str(c, val, cap); return c->rope_factor > 0;
+    case 15: dtx_config_rope_scaling_str(c, val, cap); return c->rope_factor > 0;
+    default: { /* written where it is not the arch's own dim / heads */
+        int64_t per = c->n_heads * (c->arch == DTX_ARCH_DIFF ? 2 : 1);
+        snprintf(val, cap, "%" PRId64, dtx_config_head_dim(c));
+        return c->head_dim != 0 && !(per > 0 && c->dim % per == 0 && c->dim / per == c->head_dim);
+    }
     }
     return 1;
 }

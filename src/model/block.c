@@ -88,7 +88,7 @@ void dtx_block_forward(dtx_model *m, int64_t l, const dtx_block_run *r, dtx_laye
     attention(r, &ad, la, subln, QD);
     if (la->attn_a)
         dtx_diff2_combine_forward(la->attn_y, la->attn_a, la->lam, N, c->n_heads, d, c->v2_lambda);
-    linear(m, r, r->scratch, la->attn_y, o->wo, N, D, D, 0);
+    linear(m, r, r->scratch, la->attn_y, o->wo, N, dtx_config_attn_dim(c), D, 0);
     dtx_residual_forward(la->x_mid, x, r->scratch, N * D);
     /* feed-forward */
     dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps);

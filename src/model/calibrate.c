@@ -101,7 +101,7 @@ static const float *input_buf(const dtx_model *m, int j, int64_t *K) {
     const dtx_layer_acts *la = &m->acts.layers[l];
     switch (j % IN_PER_LAYER) {
     case IN_XN1: return *K = m->cfg.dim, la->xn1;
-    case IN_ATTN: return *K = m->cfg.dim, la->attn_y;
+    case IN_ATTN: return *K = dtx_config_attn_dim(&m->cfg), la->attn_y;
     case IN_XN2: return *K = m->cfg.dim, la->xn2;
     case IN_G: return *K = m->cfg.ffn_dim, la->g;
     case IN_Q: return *K = dtx_config_q_dim(&m->cfg), la->q;
@@ -213,7 +213,10 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
         return dtx_fail(DTX_ERR_ARG, "calibration length %lld: expected 1 to max_seq_len %lld", (long long)len,
                         (long long)m->cfg.max_seq_len);
     const int64_t L = m->cfg.n_layers, n_in = IN_PER_LAYER * L + 1;
-    int64_t wide = m->cfg.ffn_dim > m->cfg.dim ? m->cfg.ffn_dim : m->cfg.dim;
+    /* the widest input of any kind: the residual's, the feed-forward's, the attention's output, q (k is narrower) */
+    const int64_t widths[4] = {m->cfg.dim, m->cfg.ffn_dim, dtx_config_attn_dim(&m->cfg), dtx_config_q_dim(&m->cfg)};
+    int64_t wide = 0;
+    for (int i = 0; i < 4; i++) wide = widths[i] > wide ? widths[i] : wide;
     input_stats *in = calloc((size_t)n_in, sizeof *in);
     float *in_scales = calloc((size_t)m->n_tensors, sizeof(float)), *qk = calloc(2 * (size_t)L, sizeof(float));
     float **clip = calloc((size_t)m->n_tensors, sizeof *clip);

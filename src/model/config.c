@@ -52,11 +52,18 @@ dtx_config dtx_config_baseline(const dtx_config *c) {
     return b;
 }
 
-int64_t dtx_config_q_dim(const dtx_config *c) { return c->arch == DTX_ARCH_DIFF2 ? 2 * c->dim : c->dim; }
-
 int64_t dtx_config_head_dim(const dtx_config *c) {
+    if (c->head_dim) return c->head_dim;
     int64_t per = c->n_heads * (c->arch == DTX_ARCH_DIFF ? 2 : 1);
     return per > 0 ? c->dim / per : 0;
+}
+
+int64_t dtx_config_q_dim(const dtx_config *c) {
+    return (c->arch == DTX_ARCH_TRANSFORMER ? 1 : 2) * c->n_heads * dtx_config_head_dim(c);
+}
+
+int64_t dtx_config_attn_dim(const dtx_config *c) {
+    return (c->arch == DTX_ARCH_DIFF ? 2 : 1) * c->n_heads * dtx_config_head_dim(c);
 }
 
 double dtx_lambda_init(int64_t layer) { return 0.8 - 0.6 * exp(-0.3 * (double)layer); }
@@ -205,18 +212,24 @@ dtx_status dtx_config_validate(const dtx_config *c) {
         (st = in_range("max_seq_len", c->max_seq_len, MAX_SEQ)))
         return st;
     int64_t sub = c->arch == DTX_ARCH_DIFF ? 2 * c->n_heads : c->n_heads;
-    if (c->dim % sub)
+    if (c->head_dim < 0 || c->head_dim > MAX_DIM)
+        return dtx_fail(DTX_ERR_CONFIG, "head_dim = %lld is out of range [0 (the default), %d]", (long long)c->head_dim,
+                        MAX_DIM);
+    if (!c->head_dim && c->dim % sub)
         return dtx_fail(DTX_ERR_CONFIG, "n_heads = %lld does not divide dim = %lld%s", (long long)c->n_heads,
                         (long long)c->dim, c->arch == DTX_ARCH_DIFF ? " into 2·n_heads sub-heads" : "");
     if (c->n_heads % c->n_kv_heads)
         return dtx_fail(DTX_ERR_CONFIG, "n_kv_heads = %lld does not divide n_heads = %lld", (long long)c->n_kv_heads,
                         (long long)c->n_heads);
-    if ((c->dim / sub) % 2)
+    int64_t hd = dtx_config_head_dim(c);
+    if (hd % 2)
         return dtx_fail(DTX_ERR_CONFIG, "head_dim = %lld must be even for rotary embeddings (dim %lld, n_heads %lld)",
-                        (long long)(c->dim / sub), (long long)c->dim, (long long)c->n_heads);
-    if (c->dim / sub > DTX_ATTN_MAX_HEAD_DIM)
+                        (long long)hd, (long long)c->dim, (long long)c->n_heads);
+    if (hd > DTX_ATTN_MAX_HEAD_DIM)
         return dtx_fail(DTX_ERR_CONFIG, "head_dim = %lld exceeds the attention kernel's limit of %d (dim %lld, n_heads %lld)",
-                        (long long)(c->dim / sub), DTX_ATTN_MAX_HEAD_DIM, (long long)c->dim, (long long)c->n_heads);
+                        (long long)hd, DTX_ATTN_MAX_HEAD_DIM, (long long)c->dim, (long long)c->n_heads);
+    if (c->n_heads * hd > MAX_DIM)
+        return dtx_fail(DTX_ERR_CONFIG, "n_heads x head_dim = %lld exceeds %d", (long long)(c->n_heads * hd), MAX_DIM);
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
         return dtx_fail(DTX_ERR_CONFIG, "rope_theta = %g must be a positive number", c->rope_theta);
     if (c->rope_factor != 0 &&

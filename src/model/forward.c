@@ -56,6 +56,7 @@ static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B
     const dtx_config *c = &m->cfg;
     size_t N = (size_t)(B * T), D = (size_t)c->dim, KV = (size_t)m->kv_dim, F = (size_t)c->ffn_dim;
     size_t V = (size_t)c->vocab_size, L = (size_t)c->n_layers, QD = (size_t)dtx_config_q_dim(c);
+    size_t OD = (size_t)dtx_config_attn_dim(c), DO = OD > D ? OD : D; /* the attention output's width; the larger */
     size_t NA = c->arch == DTX_ARCH_DIFF2 ? N * QD : 0, NL = dtx_config_has_lambda_proj(c) ? N * (size_t)c->n_heads : 0;
     dtx_attn_dims ad = dtx_model_attn_dims(m, B, T, 0, 0);
     size_t n_att = dtx_attention_att_size(&ad), n_o = dtx_attention_o_size(&ad), n_o2 = dtx_attention_o2_size(&ad);
@@ -84,7 +85,7 @@ static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B
         CARVE(la->q, N * QD);
         CARVE(la->k, N * KV);
         CARVE(la->v, N * KV);
-        CARVE(la->attn_y, N * D);
+        CARVE(la->attn_y, N * OD);
         CARVE(la->attn_a, NA);
         CARVE(la->lam, NL);
         CARVE(la->att.att, n_att);
@@ -112,7 +113,7 @@ static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B
     CARVE(a->rstdf, N);
     CARVE(a->probs, N * V);
     CARVE(a->dresid, N * D);
-    CARVE(a->dx1, N * D);
+    CARVE(a->dx1, N * DO); /* out_proj's input gradient too */
     CARVE(a->dx2, N * D);
     CARVE(a->dq, N * QD);
     CARVE(a->dk, N * KV);
@@ -216,8 +217,9 @@ static void attention_block_backward(dtx_model *m, int64_t l, const real *x, rea
     int64_t QD = dtx_config_q_dim(c);
     int diff = c->arch == DTX_ARCH_DIFF, v2 = c->arch == DTX_ARCH_DIFF2;
     real *dattn = a->dx1, *dxn = a->dx2;
-    memset(dattn, 0, (size_t)(N * D) * sizeof(real));
-    dtx_matmul_backward(dattn, G(o->wo), dx, la->attn_y, P(o->wo), N, D, D, m->precision);
+    const int64_t OD = dtx_config_attn_dim(c);
+    memset(dattn, 0, (size_t)(N * OD) * sizeof(real));
+    dtx_matmul_backward(dattn, G(o->wo), dx, la->attn_y, P(o->wo), N, OD, D, m->precision);
     if (v2) { /* the pairs' backward: dattn over the 2h heads, and the λ logits' gradient */
         dtx_diff2_combine_backward(a->dA, a->dlam, dattn, la->attn_a, la->lam, N, c->n_heads, d, c->v2_lambda);
         dattn = a->dA;

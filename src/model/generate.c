@@ -91,7 +91,7 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
     CARVE(c->x, R * D);
     CARVE(c->xn, R * D);
     CARVE(c->q, R * QD);
-    CARVE(c->att, R * D);
+    CARVE(c->att, R * (size_t)dtx_config_attn_dim(&m->cfg));
     CARVE(c->tmp, R * D);
     CARVE(c->rstd, R);
     CARVE(c->h, R * F);
@@ -245,7 +245,8 @@ static void cache_linear(const dtx_model *m, void *ctx, real *out, const real *x
 static dtx_status check_shape(const dtx_model *m, const dtx_kvcache *c) {
     const dtx_config *cfg = &m->cfg;
     if (c->arch != cfg->arch || c->v2_lambda != cfg->v2_lambda || c->n_layers != cfg->n_layers || c->dim != cfg->dim || c->n_heads != cfg->n_heads ||
-        c->n_kv_heads != cfg->n_kv_heads || c->ffn_dim != cfg->ffn_dim || c->vocab_size != cfg->vocab_size ||
+        c->n_kv_heads != cfg->n_kv_heads || c->head_dim != m->head_dim || c->ffn_dim != cfg->ffn_dim ||
+        c->vocab_size != cfg->vocab_size ||
         c->max_len > cfg->max_seq_len)
         return dtx_fail(DTX_ERR_ARG, "the KV cache was made for a model of another shape");
     return DTX_OK;

@@ -34,6 +34,7 @@ static size_t add_tensor(table_builder *tb, int64_t rows, int64_t cols, int deca
 static void build_table(dtx_model *m, table_builder *tb) {
     const dtx_config *c = &m->cfg;
     int64_t D = c->dim, KV = m->kv_dim, F = c->ffn_dim, d = m->head_dim, QD = dtx_config_q_dim(c);
+    int64_t OD = dtx_config_attn_dim(c);
     int diff = c->arch == DTX_ARCH_DIFF;
     m->tok_emb = add_tensor(tb, c->vocab_size, D, 1, 1, "tok_embeddings.weight", 0);
     for (int64_t l = 0; l < c->n_layers; l++) {
@@ -43,7 +44,7 @@ static void build_table(dtx_model *m, table_builder *tb) {
         o->wq = add_tensor(tb, QD, D, 1, 0, "layers.%lld.attention.q_proj.weight", L);
         o->wk = add_tensor(tb, KV, D, 1, 0, "layers.%lld.attention.k_proj.weight", L);
         o->wv = add_tensor(tb, KV, D, 1, 0, "layers.%lld.attention.v_proj.weight", L);
-        o->wo = add_tensor(tb, D, D, 1, 0, "layers.%lld.attention.out_proj.weight", L);
+        o->wo = add_tensor(tb, D, OD, 1, 0, "layers.%lld.attention.out_proj.weight", L);
         if (dtx_config_has_lambda_proj(c)) /* V2: λ logits of the h heads from the attention input */
             o->wl = add_tensor(tb, c->n_heads, D, 1, 0, "layers.%lld.attention.lambda_proj.weight", L);
         if (diff) {
@@ -73,7 +74,7 @@ dtx_status dtx_model_alloc(dtx_model **out, const dtx_config *c) {
     m->cfg = *c;
     m->attn_impl = DTX_ATTN_FLASH;
     m->head_dim = dtx_config_head_dim(c);
-    m->kv_dim = c->dim / c->n_heads * c->n_kv_heads;
+    m->kv_dim = (c->arch == DTX_ARCH_DIFF ? 2 : 1) * c->n_kv_heads * m->head_dim;
     int cap = (int)(2 + 14 * c->n_layers + 2);
     m->tensors = calloc((size_t)cap, sizeof *m->tensors);
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);

@@ -394,6 +394,11 @@ const char *dtx_ckpt_meta(const dtx_ckpt *ck, const char *key) {
     if (ck->model && strcmp(key, "lambda_init") == 0) return "schedule";
     if (ck->model && strcmp(key, "v2_lambda") == 0) return "sigmoid";
     if (ck->model && strcmp(key, "rope_scaling") == 0) return "none";
+    if (ck->model && strcmp(key, "head_dim") == 0) { /* the arch's own, as dtx_config_meta writes it */
+        static _Thread_local char hd[24];
+        snprintf(hd, sizeof hd, "%lld", (long long)dtx_config_head_dim(&ck->model->cfg));
+        return hd;
+    }
     return NULL;
 }
 

@@ -29,6 +29,8 @@ static const struct {
     {"llama_mqa", DTX_ARCH_TRANSFORMER, 4, 1, 1},
     {"llama_rope_llama3", DTX_ARCH_TRANSFORMER, 4, 2, 1},
     {"diffllama_rope_parameters_llama3", DTX_ARCH_DIFF, 2, 1, 1},
+    {"llama_head_dim_16", DTX_ARCH_TRANSFORMER, 4, 2, 1},
+    {"diffllama_head_dim_4", DTX_ARCH_DIFF, 2, 1, 1},
 };
 enum { N_CASES = sizeof CASES / sizeof CASES[0] };
 
@@ -247,7 +249,9 @@ TEST(hf_import_refusals_name_the_key_or_tensor) {
         {"llama_gqa_untied", "config.json", "\"LlamaForCausalLM\"", "\"MistralForCausalLM\"",
          "architectures \"MistralForCausalLM\" is not", DTX_ERR_CONFIG},
         {"llama_gqa_untied", "config.json", "\"hidden_size\": 32", "\"hidden_size\": 32, \"head_dim\": 16",
-         "head_dim 16 is not hidden_size / num_attention_heads = 8", DTX_ERR_CONFIG},
+         "tensor model.layers.0.self_attn.q_proj.weight is not a float tensor of shape [64, 32]", DTX_ERR_FORMAT},
+        {"llama_gqa_untied", "config.json", "\"hidden_size\": 32", "\"hidden_size\": 32, \"head_dim\": 7",
+         "the head width 7 is odd: RoPE rotates pairs", DTX_ERR_CONFIG},
         {"llama_gqa_untied", "config.json", "\"num_attention_heads\": 4", "\"num_attention_heads\": 3",
          "hidden_size 32 does not divide into num_attention_heads 3", DTX_ERR_CONFIG},
         {"llama_gqa_untied", "config.json", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3",

@@ -228,3 +228,11 @@ PARITY(d2_gqa_untied)
 PARITY(d2_gqa_untied_linear)
 PARITY(d2_mha_tied_nolambda)
 TEST(parity_plain_attention_d2_gqa_untied) { parity_forward_backward_impl("d2_gqa_untied", DTX_ATTN_PLAIN); }
+/* What Hugging Face imports bring: a head width of its own (wider and
+ * narrower than dim / heads) and Llama 3.1's RoPE scaling. */
+PARITY(diff_gqa_untied_hd12_llama3)
+PARITY(tf_gqa_tied_hd6_llama3)
+PARITY(d2_gqa_untied_hd4)
+TEST(parity_plain_attention_diff_gqa_untied_hd12_llama3) {
+    parity_forward_backward_impl("diff_gqa_untied_hd12_llama3", DTX_ATTN_PLAIN);
+}
