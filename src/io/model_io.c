@@ -347,6 +347,8 @@ dtx_status dtx_config_variants_from_meta(const dtx_st_file *f, const char *path,
             return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'head_dim' = '%s' is not an integer in [2, 65536]", path,
                             dtx_show(hd).s);
         c->head_dim = v;
+        int64_t per = c->n_heads * (c->arch == DTX_ARCH_DIFF ? 2 : 1);
+        if (per > 0 && c->dim % per == 0 && c->dim / per == v) c->head_dim = 0; /* the arch's own: the default */
     }
     const char *keys[4] = {"subln", "lambda_init", "v2_lambda", "rope_scaling"};
     for (int i = 0; i < 4; i++) {

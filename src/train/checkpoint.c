@@ -81,7 +81,16 @@ dtx_status dtx_ckpt_save(const char *path, const dtx_model *m, const dtx_optimiz
         goto done;
     }
     int k = 0;
-    for (int i = 0; i < nd; i++, k++) keys[k] = dkeys[i], values[k] = dvals[i];
+    for (int i = 0; i < nd; i++) {
+        /* rope_scaling and head_dim, newer than the format: written where a model file writes them (not
+         * at their default, which dtx_ckpt_meta gives back), so a default model's checkpoint is as before */
+        char unused[DTX_CKPT_VALUE_MAX];
+        const char *key;
+        if (i < DTX_CONFIG_META_KEYS && (!strcmp(dkeys[i], "rope_scaling") || !strcmp(dkeys[i], "head_dim")) &&
+            !dtx_config_meta(&m->cfg, i, &key, unused, sizeof unused))
+            continue;
+        keys[k] = dkeys[i], values[k++] = dvals[i];
+    }
     keys[k] = "checkpoint_version", values[k++] = version;
     keys[k] = "step", values[k++] = step;
     keys[k] = "rng", values[k++] = rngs;
@@ -123,7 +132,7 @@ dtx_status dtx_ckpt_save(const char *path, const dtx_model *m, const dtx_optimiz
             s->shape[1] = t->shape[1];
             s->data = moments[w] + t->offset;
         }
-    st = dtx_st_write(path, ts, nt, keys, values, n_meta, 0);
+    st = dtx_st_write(path, ts, nt, keys, values, k, 0);
 done:
     if (owned)
         for (int i = 0; i < m->n_extra_meta; i++) free(owned[i]);
