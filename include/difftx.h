@@ -320,6 +320,9 @@ int64_t dtx_config_q_dim(const dtx_config *c);
 int64_t dtx_config_attn_dim(const dtx_config *c);
 /* `schedule` or the value with %.17g (cap ≥ 32). */
 void dtx_config_lambda_init_str(const dtx_config *c, char *buf, size_t cap);
+/* The parameter count of a model of config c (and, in *nonembed when not
+ * NULL, without tok_embeddings and output), computed without building it. */
+int64_t dtx_config_num_params(const dtx_config *c, int64_t *nonembed);
 /* The RoPE scaling as model files write it: `none`, or `llama3 FACTOR LOW
  * HIGH ORIG` (cap ≥ 96); parsing refuses anything else (one line). */
 void dtx_config_rope_scaling_str(const dtx_config *c, char *buf, size_t cap);
@@ -422,6 +425,16 @@ int dtx_is_hf_dir(const char *path);
  * DTX_ERR_CONFIG naming what HF cannot express: DIFF V2, subln none, a
  * constant lambda_init, a transformer with subln, a quantised model. */
 dtx_status dtx_hf_export(const dtx_model *m, const char *dir, int bf16, int64_t max_shard_bytes);
+/* A DIFF model that computes what the Transformer t computes (docs/
+ * huggingface.md "A Llama into DIFF"): each of t's heads of width d becomes
+ * a DIFF head of q/k width d (head_dim d: the head count kept, so about
+ * twice the attention weights of the parameter-matched DIFF) whose second
+ * map's query is zero and whose λ is exactly 0 at the start (λ vectors in
+ * equal pairs, seeded), second value half a copy with out_proj columns of
+ * zero; variant subln none, lambda_init 0. Training then grows the
+ * subtracted map. DTX_ERR_CONFIG for another arch, a Transformer with subln,
+ * a quantised model. */
+dtx_status dtx_model_to_diff(dtx_model **out, const dtx_model *t, uint64_t seed);
 /* Whether path is a training checkpoint (its metadata names a checkpoint
  * version; a file that cannot be read is not one). */
 int dtx_is_checkpoint(const char *path);

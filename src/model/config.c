@@ -66,6 +66,23 @@ int64_t dtx_config_attn_dim(const dtx_config *c) {
     return (c->arch == DTX_ARCH_DIFF ? 2 : 1) * c->n_heads * dtx_config_head_dim(c);
 }
 
+/* From the tensor table of docs/format.md, computed rather than built so that
+ * counting a big model's baseline allocates nothing. */
+int64_t dtx_config_num_params(const dtx_config *c, int64_t *nonembed) {
+    int64_t D = c->dim, F = c->ffn_dim, d = dtx_config_head_dim(c);
+    int64_t kv = (c->arch == DTX_ARCH_DIFF ? 2 : 1) * c->n_kv_heads * d;
+    int64_t layer = 2 * D                                              /* attention_norm, ffn_norm */
+                    + dtx_config_q_dim(c) * D + D * dtx_config_attn_dim(c) /* q_proj, out_proj */
+                    + 2 * kv * D                                       /* k_proj, v_proj */
+                    + 3 * F * D;                                       /* w1, w3, w2 */
+    if (c->arch == DTX_ARCH_DIFF) layer += 4 * d;                      /* lambda_q1..k2 */
+    if (dtx_config_has_lambda_proj(c)) layer += c->n_heads * D;        /* lambda_proj */
+    if (dtx_config_has_subln(c)) layer += (c->arch == DTX_ARCH_DIFF ? 2 : 1) * d; /* subln: the head's width */
+    int64_t ne = c->n_layers * layer + D;                              /* + final norm */
+    if (nonembed) *nonembed = ne;
+    return ne + c->vocab_size * D * (c->tie_embeddings ? 1 : 2);
+}
+
 double dtx_lambda_init(int64_t layer) { return 0.8 - 0.6 * exp(-0.3 * (double)layer); }
 
 double dtx_config_lambda_init(const dtx_config *c, int64_t layer) {

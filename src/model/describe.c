@@ -14,23 +14,9 @@ typedef struct {
     int64_t total, nonembed;
 } param_count;
 
-/* The parameter count of a config, from the tensor table of interop.md.
- * Computed rather than built so that info on a big model allocates nothing
- * for its baseline. */
 static param_count count_params(const dtx_config *c) {
-    int64_t D = c->dim, F = c->ffn_dim, d = dtx_config_head_dim(c);
-    int64_t kv = D * c->n_kv_heads / c->n_heads;
-    int64_t layer = 2 * D                /* attention_norm, ffn_norm */
-                    + 2 * D * D          /* q_proj, out_proj */
-                    + 2 * kv * D         /* k_proj, v_proj */
-                    + 3 * F * D;         /* w1, w3, w2 */
-    if (c->arch == DTX_ARCH_DIFF) layer += 4 * d; /* lambda_q1..k2 */
-    if (c->arch == DTX_ARCH_DIFF2) layer += D * D; /* q_proj's second query head of each pair */
-    if (dtx_config_has_lambda_proj(c)) layer += c->n_heads * D; /* lambda_proj */
-    if (dtx_config_has_subln(c)) layer += (c->arch == DTX_ARCH_DIFF ? 2 : 1) * d; /* subln: the head's width */
     param_count p;
-    p.nonembed = c->n_layers * layer + D; /* + final norm */
-    p.total = p.nonembed + c->vocab_size * D * (c->tie_embeddings ? 1 : 2);
+    p.total = dtx_config_num_params(c, &p.nonembed);
     return p;
 }
 

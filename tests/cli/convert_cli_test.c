@@ -3,6 +3,7 @@
  * too), the model goes back out as a folder (one file or shards, F32 or
  * BF16) that reads back to the same parameters; bad flags and folders give
  * one line and exit 2 (usage) or 1. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,12 +50,25 @@ TEST(convert_cli_round_trips_a_hugging_face_folder) {
     CHECK(memcmp(dtx_model_params(x), dtx_model_params(y), sizeof(dtx_real) * dtx_model_num_params(x)) == 0);
     dtx_model_free(x), dtx_model_free(y);
     /* bad flags and inputs */
-    CHECK_ERR(2, cli("convert --out '%s'", m), "give one of --from hf DIR or --to hf MODEL");
+    CHECK_ERR(2, cli("convert --out '%s'", m), "give one of --from hf DIR, --to hf MODEL or --to-diff MODEL");
     CHECK_ERR(2, cli("convert --from hf '%s' --to hf --out '%s'", hf, m), "give one of");
     CHECK_ERR(2, cli("convert --from llama '%s' --out '%s'", hf, m), "--from");
     CHECK_ERR(2, cli("convert --from hf --out '%s'", m), "expected the folder to convert");
     CHECK_ERR(2, cli("convert --from hf '%s' --out '%s' --shard-mb 5", hf, m), "--shard-mb is for --to hf");
     CHECK_ERR(1, cli("convert --from hf '%s' --out '%s'", test_tmpdir(), m), "not a folder holding config.json");
+    /* a Llama folder into DIFF: the same score; then training continues from it */
+    const char *ld = test_path("llama_diff.safetensors"), *llama = fixture_path("hf/llama_gqa_untied");
+    CHECKF(cli("convert --to-diff '%s' --out '%s' --seed 4", llama, ld) == 0 && cli_has("diff, 4 heads of q/k width 8") &&
+               cli_has("the parameter-matched DIFF: 2 heads"),
+           "%s", cli_out);
+    double s0 = score_of(llama, toks), s1 = score_of(ld, toks);
+    CHECKF(s0 > 0 && fabs(s0 - s1) < 1e-6 * s0, "score %.9g, after --to-diff %.9g", s0, s1);
+    CHECKF(cli("train --init '%s' --tokens '%s' --out '%s' --steps 3 --batch 2 --seq 8", ld, toks,
+               test_path("llama_diff_trained.safetensors")) == 0 && cli_has("final loss"),
+           "%s", cli_out);
+    CHECK_ERR(2, cli("convert --to-diff '%s' --to hf --out '%s'", ld, m), "give one of");
+    CHECK_ERR(2, cli("convert --from hf '%s' --out '%s' --seed 3", hf, m), "--seed is for --to-diff");
+    CHECK_ERR(1, cli("convert --to-diff '%s' --out '%s'", m, test_path("x.safetensors")), "only a Transformer");
     dtx_config c = test_config(DTX_ARCH_DIFF2, 32, 2, 2, 2, 61, 48, 16, 1);
     const char *v2 = test_model_file("v2.safetensors", &c, 3);
     CHECK_ERR(1, cli("convert --to hf '%s' --out '%s'", v2, test_path("v2_hf")), "DIFF V2");
