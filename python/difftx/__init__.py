@@ -243,6 +243,13 @@ class Model(_Owned):
         """Writes a safetensors model file, atomically (bf16: BF16 tensors)."""
         L.dtx_model_save(self._handle(), _path(path), 1 if bf16 else 0)
 
+    def to_diff(self, seed=1):
+        """This Transformer as a DIFF model of the same logits (difftx convert --to-diff; docs/huggingface.md
+        "A Llama into DIFF"): a new Model, to continue with train(model=...)."""
+        h = ctypes.c_void_p()
+        L.dtx_model_to_diff(ctypes.byref(h), self._handle(), int(seed))
+        return Model(h)
+
     def to_hf(self, folder, bf16=False, shard_mb=5000):
         """Writes the model as a Hugging Face checkpoint folder (difftx convert --to hf): config.json and the
         tensors, in shards of at most shard_mb MB with an index (0: one file), BF16 or F32."""

@@ -554,6 +554,12 @@ def hugging_face_folders_load_and_export():
     v2 = difftx.Model.init(difftx.Config(arch="diff2", dim=32, n_layers=1, n_heads=2, vocab_size=61, ffn_dim=48,
                                          max_seq_len=16))
     raises(difftx.ConfigError, v2.to_hf, os.path.join(TMP, "v2_hf"), contains="DIFF V2")
+    # the Llama as a DIFF model: the same logits, the head count and width kept
+    dm = m.to_diff(seed=3)
+    assert dm.config.arch == "diff" and dm.config.n_heads == m.config.n_heads and dm.config.head_dim == 8
+    got2 = np.stack([dm.logits([int(x) for x in row]) for row in tok["tokens"]])
+    assert np.max(np.abs(got2 - got)) <= 1e-5 * np.max(np.abs(got)), np.max(np.abs(got2 - got))
+    raises(difftx.ConfigError, dm.to_diff, contains="only a Transformer")
 
 
 @test
