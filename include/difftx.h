@@ -279,6 +279,12 @@ typedef struct {
      * from Hugging Face with an explicit head_dim; the attention's output,
      * out_proj's input, is then dtx_config_attn_dim wide, not dim. */
     int64_t head_dim;
+    /* DIFF only: how much of a converted Transformer's form remains, τ in
+     * [0, 1] (0, the default: none; difftx convert --to-diff starts at 1,
+     * and difftx train --diff-warmup N brings it to 0): λ_init becomes
+     * (1 − τ)·λ_init, in λ and in the output scale, and each head's output
+     * is τ·O + (1 − τ)·(its usual epilogue of O), O = A1·v − λ·A2·v. */
+    double transformer_mix;
 } dtx_config;
 
 /* A small DIFF default (dim 256, 4 layers, 4 heads, vocab 4096, ...). */
@@ -431,10 +437,14 @@ dtx_status dtx_hf_export(const dtx_model *m, const char *dir, int bf16, int64_t 
  * twice the attention weights of the parameter-matched DIFF) whose second
  * map's query is zero and whose λ is exactly 0 at the start (λ vectors in
  * equal pairs, seeded), second value half a copy with out_proj columns of
- * zero; variant subln none, lambda_init 0. Training then grows the
- * subtracted map. DTX_ERR_CONFIG for another arch, a Transformer with subln,
- * a quantised model. */
+ * zero; a standard DIFF model (norm weight one, the λ_init schedule) at
+ * transformer_mix 1. Training grows the subtracted map; dtx_train_options'
+ * diff_warmup phases the norm and λ_init in. DTX_ERR_CONFIG for another
+ * arch, a Transformer with subln, a quantised model. */
 dtx_status dtx_model_to_diff(dtx_model **out, const dtx_model *t, uint64_t seed);
+/* Sets a DIFF model's transformer_mix (dtx_config) to tau in [0, 1], as
+ * difftx train --diff-warmup does before each step; DTX_ERR_ARG otherwise. */
+dtx_status dtx_model_set_transformer_mix(dtx_model *m, double tau);
 /* Whether path is a training checkpoint (its metadata names a checkpoint
  * version; a file that cannot be read is not one). */
 int dtx_is_checkpoint(const char *path);
@@ -707,6 +717,10 @@ typedef struct {
                            * weights'                                              */
     dtx_init_scheme init_scheme; /* a new model's initialisation               */
     dtx_precision precision;     /* the arithmetic of the forward and backward  */
+    int64_t diff_warmup;  /* a converted Transformer (dtx_model_to_diff): lower the
+                           * model's transformer_mix to 1 − step/diff_warmup before
+                           * each step, reaching 0 (a standard DIFF model) at step
+                           * diff_warmup; 0: leave it                              */
     dtx_train_mix mix;           /* synthetic rows (all shares 0: none)         */
     dtx_comm *comm;       /* the ranks (NULL: this process alone; borrowed)         */
     int zero1;            /* ZeRO-1: each rank keeps the AdamW moments of its own

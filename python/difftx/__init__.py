@@ -98,10 +98,11 @@ class Config:
     lambda_init ("schedule" or a number in [0, 1)), v2_lambda ("sigmoid",
     "linear", "none"; diff2), rope_scaling ("none", or "llama3 FACTOR LOW HIGH
     ORIG": Llama 3.1's RoPE scaling, docs/huggingface.md), head_dim (None:
-    the arch's own, dim / heads)."""
+    the arch's own, dim / heads), transformer_mix (diff: what remains of a
+    converted Transformer's form, 0 to 1; 0 by default)."""
     FIELDS = ("arch", "dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "ffn_dim", "max_seq_len",
               "rope_theta", "norm_eps", "tie_embeddings", "subln", "lambda_init", "v2_lambda", "rope_scaling",
-              "head_dim")
+              "head_dim", "transformer_mix")
 
     def __init__(self, **kw):
         self.__dict__.update(Config._from_c(L.dtx_config_default()).__dict__)
@@ -126,6 +127,7 @@ class Config:
         L.dtx_config_rope_scaling_str(ctypes.byref(c), buf, 128)
         self.rope_scaling = buf.value.decode()
         self.head_dim = int(c.head_dim) or None
+        self.transformer_mix = float(c.transformer_mix)
         return self
 
     def _to_c(self):
@@ -144,6 +146,7 @@ class Config:
         L.dtx_config_set_v2_lambda(ctypes.byref(c), str(self.v2_lambda).encode())
         L.dtx_config_set_rope_scaling(ctypes.byref(c), str(self.rope_scaling).encode())
         c.head_dim = int(self.head_dim or 0)
+        c.transformer_mix = float(self.transformer_mix)
         return c
 
     def validate(self):
@@ -560,7 +563,8 @@ def _token_file(tokens, vocab, tmp, name):
 
 def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=None, accum=1, seed=1,
           init_scheme="torch", eval_every=0, eval_batches=10, checkpoint=None, checkpoint_every=0, callback=None,
-          out=None, ckpt_dir=None, keep=3, log=None, resume=False, bf16=False, precision="fp32", mix=None, **optim):
+          out=None, ckpt_dir=None, keep=3, log=None, resume=False, bf16=False, precision="fp32", mix=None,
+          diff_warmup=0, **optim):
     """Trains a model with libdifftx's trainer (the loop of `difftx train`)
     and returns it.
 
@@ -584,6 +588,7 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
     rows mixed into the batches (difftx train --needle-frac and the like), a
     dict of needle_frac, copy_frac, icl_frac, halluc_frac, fact_frac,
     needle_max, tokenizer (a path) and text (a path: the haystack).
+    diff_warmup: difftx train --diff-warmup (a model from Model.to_diff).
 
     out: the run folder of `difftx train --out OUT` instead of checkpoint=:
     the model saved to OUT at the end, OUT.lock held meanwhile, checkpoints
@@ -617,6 +622,7 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
     o.seq = int(seq) if seq is not None else cfg.max_seq_len
     o.init_scheme = scheme
     o.precision = _choice("precision", precision, _lib.PRECISION)
+    o.diff_warmup = int(diff_warmup)
     keep_alive = []  # the mixture's path bytes, borrowed by the options until the trainer has read them
     for k, v in (mix or {}).items():
         if k in ("tokenizer", "text"):

@@ -104,7 +104,7 @@ class Config(ctypes.Structure):
                 ("rope_theta", c_double), ("norm_eps", c_double), ("tie_embeddings", c_int), ("subln", c_int),
                 ("lambda_init_fixed", c_int), ("lambda_init_value", c_double), ("v2_lambda", c_int),
                 ("rope_factor", c_double), ("rope_low_freq", c_double), ("rope_high_freq", c_double),
-                ("rope_orig_max_pos", c_int64), ("head_dim", c_int64)]
+                ("rope_orig_max_pos", c_int64), ("head_dim", c_int64), ("transformer_mix", c_double)]
 
 
 class TensorInfo(ctypes.Structure):
@@ -143,7 +143,8 @@ class TrainMix(ctypes.Structure):
 
 class TrainOptions(ctypes.Structure):
     _fields_ = [("batch", c_int64), ("seq", c_int64), ("accum", c_int64), ("eval_batches", c_int64),
-                ("seed", c_uint64), ("init_scheme", c_int), ("precision", c_int), ("mix", TrainMix),
+                ("seed", c_uint64), ("init_scheme", c_int), ("precision", c_int), ("diff_warmup", c_int64),
+                ("mix", TrainMix),
                 ("comm", c_void_p), ("zero1", c_int), ("grad_bucket_mb", c_double), ("stop", c_void_p),
                 ("debug_nan_at", c_int64), ("debug_oom_at", c_int64)]
 

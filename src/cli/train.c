@@ -229,7 +229,7 @@ static const struct {
     {"accum", "--accum"},       {"seed", "--seed"},
     {"precision", "--precision"}, {"data_tokens", "--tokens"},
     {"data_hash", "--tokens"},  {"needles", "--needle-frac/--copy-frac/--needle-max/--icl-frac/--halluc-frac/--fact-frac"},
-    {"init_scheme", "--init-scheme"},
+    {"init_scheme", "--init-scheme"}, {"diff_warmup", "--diff-warmup"},
 };
 
 static const char *flag_of(const char *key, const train_args *a) {
@@ -556,6 +556,12 @@ static void print_header(train_state *s, const train_args *a) {
     if (a->val_tokens)
         say(s, "val %s: %lld tokens  every %lld steps on %lld batches\n", a->val_tokens, (long long)s->info.val_tokens,
             (long long)a->eval_every, (long long)o->eval_batches);
+    if (o->diff_warmup > 0)
+        say(s, "diff warmup: transformer_mix %g now, 1 - step/%lld before each step, 0 (a standard DIFF model) from "
+            "step %lld\n", c->transformer_mix, (long long)o->diff_warmup, (long long)o->diff_warmup);
+    else if (c->transformer_mix > 0)
+        say(s, "note: transformer_mix %g (a converted Transformer): without --diff-warmup N the DIFF form (per-head "
+            "norm, lambda_init) stays out; docs/huggingface.md\n", c->transformer_mix);
     char keep[48] = "all";
     if (a->keep > 0) snprintf(keep, sizeof keep, "the newest %lld", (long long)a->keep);
     if (a->ckpt_every > 0)
@@ -698,6 +704,10 @@ int cmd_train(int argc, char **argv) {
         FLAG_REAL("--fact-frac", &a.to.mix.fact_frac, 0, 0, 1, 0, .metavar = "P",
                   .help = "a further share: closed-book fact rows; needle documents then leave out the fact "
                           "cities"),
+        FLAG_INT("--diff-warmup", &a.to.diff_warmup, 0, BIG, .metavar = "N",
+                 .help = "with --init of a converted Transformer (difftx convert --to-diff): phase the DIFF form in "
+                         "over the first N steps (transformer_mix 1 - step/N: the per-head norm and the lambda_init "
+                         "schedule; docs/huggingface.md)"),
         FLAG_TEXT("\nmodel (new models only):\n"),
         FLAG_CHOICE("--arch", &a.arch, "diff|transformer|diff2",
                     .help = "diff2: DIFF V2 (2h query heads, per-token sigmoid lambda, no per-head norm; README "

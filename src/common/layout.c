@@ -15,7 +15,7 @@ const char *dtx_struct_layout(void) {
     static char buf[3072];
     if (buf[0]) return buf;
     snprintf(buf, sizeof buf,
-             "dtx_config %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
+             "dtx_config %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
              "dtx_tensor_info %d %d %d %d %d %d %d %d\n"
              "dtx_optim_config %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
              "dtx_rng %d %d\n"
@@ -23,7 +23,7 @@ const char *dtx_struct_layout(void) {
              "dtx_quant_options %d %d %d %d %d %d %d\n"
              "dtx_quant_summary %d %d %d %d\n"
              "dtx_train_mix %d %d %d %d %d %d %d %d %d\n"
-             "dtx_train_options %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
+             "dtx_train_options %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
              "dtx_train_info %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
              "dtx_train_stats %d %d %d %d %d\n"
              "dtx_run_options %d %d %d %d %d %d %d\n",
@@ -33,7 +33,7 @@ const char *dtx_struct_layout(void) {
              O(dtx_config, tie_embeddings), O(dtx_config, subln), O(dtx_config, lambda_init_fixed),
              O(dtx_config, lambda_init_value), O(dtx_config, v2_lambda), O(dtx_config, rope_factor),
              O(dtx_config, rope_low_freq), O(dtx_config, rope_high_freq), O(dtx_config, rope_orig_max_pos),
-             O(dtx_config, head_dim),
+             O(dtx_config, head_dim), O(dtx_config, transformer_mix),
              (int)sizeof(dtx_tensor_info), O(dtx_tensor_info, name), O(dtx_tensor_info, ndim),
              O(dtx_tensor_info, shape), O(dtx_tensor_info, offset), O(dtx_tensor_info, numel),
              O(dtx_tensor_info, decay), O(dtx_tensor_info, is_embedding),
@@ -55,7 +55,8 @@ const char *dtx_struct_layout(void) {
              O(dtx_train_mix, needle_max), O(dtx_train_mix, tokenizer), O(dtx_train_mix, text),
              (int)sizeof(dtx_train_options), O(dtx_train_options, batch), O(dtx_train_options, seq),
              O(dtx_train_options, accum), O(dtx_train_options, eval_batches), O(dtx_train_options, seed),
-             O(dtx_train_options, init_scheme), O(dtx_train_options, precision), O(dtx_train_options, mix),
+             O(dtx_train_options, init_scheme), O(dtx_train_options, precision), O(dtx_train_options, diff_warmup),
+             O(dtx_train_options, mix),
              O(dtx_train_options, comm), O(dtx_train_options, zero1), O(dtx_train_options, grad_bucket_mb),
              O(dtx_train_options, stop), O(dtx_train_options, debug_nan_at), O(dtx_train_options, debug_oom_at),
              (int)sizeof(dtx_train_info), O(dtx_train_info, data_tokens), O(dtx_train_info, val_tokens),

@@ -15,7 +15,7 @@
 static const char *const known_keys[] = {"format",  "arch",        "dim",        "n_layers",       "n_heads",
                                          "n_kv_heads", "vocab_size", "ffn_dim", "max_seq_len", "rope_theta",
                                          "norm_eps", "tie_embeddings", "subln", "lambda_init", "v2_lambda",
-                                         "rope_scaling", "head_dim"};
+                                         "rope_scaling", "head_dim", "transformer_mix"};
 #define N_KNOWN (int)(sizeof known_keys / sizeof known_keys[0])
 _Static_assert(N_KNOWN == DTX_CONFIG_META_KEYS, "dtx_config_meta covers every known key");
 
@@ -338,6 +338,16 @@ dtx_status dtx_config_variants_from_meta(const dtx_st_file *f, const char *path,
     c->v2_lambda = DTX_V2_LAMBDA_SIGMOID;
     c->rope_factor = c->rope_low_freq = c->rope_high_freq = 0, c->rope_orig_max_pos = 0;
     c->head_dim = 0;
+    c->transformer_mix = 0;
+    const char *tm = dtx_st_meta(f, "transformer_mix");
+    if (tm) {
+        char *end;
+        double v = strtod(tm, &end);
+        if (end == tm || *end || !(v >= 0 && v <= 1))
+            return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'transformer_mix' = '%s' is not a number in [0, 1]", path,
+                            dtx_show(tm).s);
+        c->transformer_mix = v;
+    }
     const char *hd = dtx_st_meta(f, "head_dim");
     if (hd) {
         char *end;
@@ -388,11 +398,12 @@ int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, siz
     case 13: dtx_config_lambda_init_str(c, val, cap); return c->lambda_init_fixed;
     case 14: snprintf(val, cap, "%s", dtx_config_v2_lambda_name(c)); return c->v2_lambda != DTX_V2_LAMBDA_SIGMOID;
     case 15: dtx_config_rope_scaling_str(c, val, cap); return c->rope_factor > 0;
-    default: { /* written where it is not the arch's own dim / heads */
+    case 16: { /* written where it is not the arch's own dim / heads */
         int64_t per = c->n_heads * (c->arch == DTX_ARCH_DIFF ? 2 : 1);
         snprintf(val, cap, "%" PRId64, dtx_config_head_dim(c));
         return c->head_dim != 0 && !(per > 0 && c->dim % per == 0 && c->dim / per == c->head_dim);
     }
+    default: dtx_format_real(c->transformer_mix, val, cap); return c->transformer_mix > 0;
     }
     return 1;
 }

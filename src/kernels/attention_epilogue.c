@@ -10,11 +10,48 @@ double dtx_attn_out_scale(const dtx_attn_arch *ar) { return ar->diff ? 1.0 - ar-
 
 int dtx_attn_epilogue_is_identity(const dtx_attn_arch *ar) { return !ar->diff && !ar->subln; }
 
+/* A converted Transformer's phase-in (ar->keep = τ > 0): y = τ·O + (1 − τ)·(s·γ ⊙ O·r), and its
+ * backward dO = τ·dY + (1 − τ)·(the norm's backward of dY), dγ scaled by 1 − τ. Apart so that the
+ * usual epilogue below stays as it was, bit for bit. */
+static double mixed_forward(const dtx_attn_arch *ar, real *y, const real *o1, const real *x2, double lam,
+                            const real *gamma, int64_t w) {
+    const double s = dtx_attn_out_scale(ar), tau = ar->keep, u = 1 - tau;
+    double ss = 0;
+    for (int64_t c = 0; c < w; c++) {
+        double oc = (double)o1[c] - lam * x2[c];
+        ss += oc * oc;
+    }
+    const double r = ar->subln ? 1.0 / sqrt(ss / (double)w + ar->eps) : 1.0;
+    for (int64_t c = 0; c < w; c++) {
+        double oc = (double)o1[c] - lam * x2[c];
+        y[c] = (real)(tau * oc + u * s * (ar->subln ? gamma[c] * oc * r : oc));
+    }
+    return r;
+}
+
+static void mixed_backward(const dtx_attn_arch *ar, real *dO, double *dgamma, const real *dY, const real *o1,
+                           const real *x2, double lam, const real *gamma, double rstd, int64_t w) {
+    const double s = dtx_attn_out_scale(ar), tau = ar->keep, u = 1 - tau;
+    if (!ar->subln) {
+        for (int64_t c = 0; c < w; c++) dO[c] = (real)((tau + u * s) * dY[c]);
+        return;
+    }
+    double m = 0;
+    for (int64_t c = 0; c < w; c++) m += s * gamma[c] * dY[c] * (((double)o1[c] - lam * x2[c]) * rstd);
+    m /= (double)w;
+    for (int64_t c = 0; c < w; c++) {
+        double xh = ((double)o1[c] - lam * x2[c]) * rstd;
+        if (dgamma) dgamma[c] += u * s * dY[c] * xh;
+        dO[c] = (real)(tau * dY[c] + u * rstd * (s * gamma[c] * dY[c] - xh * m));
+    }
+}
+
 double dtx_attn_epilogue_forward(const dtx_attn_arch *ar, real *y, const real *o1, const real *o2,
                                  const real *gamma, int64_t w) {
     /* no second map: O = o1 − 0·o1 = o1 (exactly, for finite o1) */
     const double lam = o2 ? ar->lambda : 0, s = dtx_attn_out_scale(ar);
     const real *x2 = o2 ? o2 : o1;
+    if (ar->keep > 0) return mixed_forward(ar, y, o1, x2, lam, gamma, w);
     if (!ar->subln) {
 #pragma omp simd
         for (int64_t c = 0; c < w; c++) y[c] = (real)(s * ((double)o1[c] - lam * x2[c]));
@@ -45,7 +82,9 @@ dtx_attn_epi_terms dtx_attn_epilogue_backward(const dtx_attn_arch *ar, real *dO,
                                               int64_t w, int round_bf16) {
     const double lam = o2 ? ar->lambda : 0, s = dtx_attn_out_scale(ar);
     const real *x2 = o2 ? o2 : o1;
-    if (!ar->subln) {
+    if (ar->keep > 0) {
+        mixed_backward(ar, dO, dgamma, dY, o1, x2, lam, gamma, rstd, w);
+    } else if (!ar->subln) {
 #pragma omp simd
         for (int64_t c = 0; c < w; c++) dO[c] = (real)(s * dY[c]);
     } else {

@@ -264,6 +264,8 @@ typedef struct {
     double lambda;       /* DIFF: this layer's λ */
     double lambda_init;  /* DIFF: output scale is (1 − lambda_init) */
     double eps;          /* per-head RMSNorm eps (subln) */
+    double keep;         /* DIFF: τ, the share of y that is O itself (a converted
+                          * Transformer's phase-in: y = τ·O + (1 − τ)·epilogue(O)); 0: none */
 } dtx_attn_arch;
 
 typedef struct {

@@ -86,7 +86,8 @@ int64_t dtx_config_num_params(const dtx_config *c, int64_t *nonembed) {
 double dtx_lambda_init(int64_t layer) { return 0.8 - 0.6 * exp(-0.3 * (double)layer); }
 
 double dtx_config_lambda_init(const dtx_config *c, int64_t layer) {
-    return c->lambda_init_fixed ? c->lambda_init_value : dtx_lambda_init(layer);
+    double li = c->lambda_init_fixed ? c->lambda_init_value : dtx_lambda_init(layer);
+    return c->transformer_mix > 0 ? (1 - c->transformer_mix) * li : li; /* a converted Transformer's phase-in */
 }
 
 int dtx_config_has_subln(const dtx_config *c) {
@@ -267,6 +268,11 @@ dtx_status dtx_config_validate(const dtx_config *c) {
         return dtx_fail(DTX_ERR_CONFIG, "lambda_init = %g: only arch diff has a lambda_init (this is a %s)",
                         c->lambda_init_value, dtx_arch_name(c->arch));
     if (c->lambda_init_fixed && (st = check_lambda_init(c->lambda_init_value))) return st;
+    if (!(c->transformer_mix >= 0 && c->transformer_mix <= 1))
+        return dtx_fail(DTX_ERR_CONFIG, "transformer_mix = %g is outside [0, 1]", c->transformer_mix);
+    if (c->transformer_mix > 0 && c->arch != DTX_ARCH_DIFF)
+        return dtx_fail(DTX_ERR_CONFIG, "transformer_mix = %g: only arch diff phases a converted Transformer in (this "
+                        "is a %s)", c->transformer_mix, dtx_arch_name(c->arch));
     if (c->arch == DTX_ARCH_DIFF2 && c->subln == DTX_SUBLN_RMS)
         return dtx_fail(DTX_ERR_CONFIG, "subln = rms: arch diff2 has no per-head norm (spec §8.2)");
     if ((unsigned)c->v2_lambda > DTX_V2_LAMBDA_NONE)

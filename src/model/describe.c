@@ -109,6 +109,9 @@ static void print_text(FILE *f, const report *r, int tensors) {
         dtx_config_rope_scaling_str(c, rs, sizeof rs);
         fprintf(f, "rope_scaling    %s  (factor, low and high frequency factors, original context)\n", rs);
     }
+    if (c->transformer_mix > 0)
+        fprintf(f, "transformer_mix %s  (a converted Transformer's form, phased out by train --diff-warmup)\n",
+                dtx_format_real(c->transformer_mix, b1, sizeof b1));
     fprintf(f, "norm_eps        %s\n", dtx_format_real(c->norm_eps, b2, sizeof b2));
     fprintf(f, "tie_embeddings  %s\n", c->tie_embeddings ? "true" : "false");
     char li[40];
@@ -207,6 +210,7 @@ static char *print_json(const report *r, int tensors) {
     char rs[128];
     dtx_config_rope_scaling_str(c, rs, sizeof rs);
     jstr(root, "rope_scaling", rs, &ok);
+    if (c->arch == DTX_ARCH_DIFF) jnum(root, "transformer_mix", c->transformer_mix, &ok);
     jnum(root, "norm_eps", c->norm_eps, &ok);
     jbool(root, "tie_embeddings", c->tie_embeddings, &ok);
     jstr(root, "subln", dtx_config_subln_name(c), &ok);

@@ -26,7 +26,8 @@ dtx_attn_dims dtx_model_attn_dims(const dtx_model *m, int64_t B, int64_t T, int6
     dtx_attn_dims a = {
         .geom = {.B = B, .T = T, .n_heads = heads, .n_kv_heads = c->n_kv_heads, .head_dim = m->head_dim},
         .arch = {.diff = c->arch == DTX_ARCH_DIFF, .subln = dtx_config_has_subln(c), .lambda = lambda,
-                 .lambda_init = dtx_config_lambda_init(c, layer), .eps = c->norm_eps},
+                 .lambda_init = dtx_config_lambda_init(c, layer), .eps = c->norm_eps,
+                 .keep = c->arch == DTX_ARCH_DIFF ? c->transformer_mix : 0},
         .run = {.impl = m->attn_impl, .quant_bits = m->attn_quant_bits,
                 .quant_tensor = m->attn_quant_scope == DTX_QUANT_TENSOR, .precision = m->precision},
     };

@@ -122,7 +122,7 @@ void dtx_model_free_acts(dtx_model *m);
 /* The config's interop.md metadata, pair i of DTX_CONFIG_META_KEYS:
  * *key and the value formatted into val (as model files store it, cap ≥
  * 32); returns 0 for a variant key at its default, which files omit. */
-#define DTX_CONFIG_META_KEYS 17
+#define DTX_CONFIG_META_KEYS 18
 int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, size_t cap);
 /* Reads the variant keys (subln, lambda_init, v2_lambda) into c, c->arch already set:
  * defaults when absent, DTX_ERR_FORMAT naming the key for a value difftx

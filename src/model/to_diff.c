@@ -6,11 +6,14 @@
  * the parameter-matched DIFF): q1 = the head's query, q2 = 0 (its map is the
  * uniform causal average); k1 = the KV head's key, k2 = a copy; the value
  * [v1 ; v2] = [the KV head's value ; a copy]; out_proj's columns of v1 are
- * the Transformer's, those of v2 zero. The variant is subln none with
- * lambda_init 0 (output scale 1 − 0), and the four λ vectors are two
- * random pairs with λq1 = λq2, λk1 = λk2, so that
+ * the Transformer's, those of v2 zero. The model is a standard DIFF model
+ * (per-head norm of weight one, the λ_init schedule) at transformer_mix 1,
+ * where λ_init counts for nothing and each head outputs O itself; the four
+ * λ vectors are two random pairs with λq1 = λq2, λk1 = λk2, so that
  * λ = exp(λq1·λk1) − exp(λq2·λk2) + 0 is exactly 0: the head outputs
  * [A1·v1 ; A1·v2], and out_proj reads A1·v1 alone — the Transformer's head.
+ * Training with --diff-warmup N lowers transformer_mix to 0 over N steps,
+ * phasing in the norm and the λ_init schedule (difftx.h dtx_config).
  *
  * Why not every new weight zero (the simplest silence): zero pairs are
  * saddles gradient descent never leaves. With q2 = 0 and k2 = 0 neither
@@ -40,8 +43,8 @@ dtx_status dtx_model_to_diff(dtx_model **out, const dtx_model *t, uint64_t seed)
     dtx_config c = *tc;
     c.arch = DTX_ARCH_DIFF;
     c.head_dim = d;
-    c.subln = DTX_SUBLN_NONE;
-    c.lambda_init_fixed = 1, c.lambda_init_value = 0;
+    c.subln = DTX_SUBLN_DEFAULT, c.lambda_init_fixed = 0, c.lambda_init_value = 0; /* DIFF's own */
+    c.transformer_mix = 1;
     dtx_status st = dtx_config_validate(&c);
     if (st) return st;
     dtx_model *m = NULL;
@@ -86,7 +89,16 @@ dtx_status dtx_model_to_diff(dtx_model **out, const dtx_model *t, uint64_t seed)
             p[mo->lq1 + i] = p[mo->lq2 + i] = u;
             p[mo->lk1 + i] = p[mo->lk2 + i] = w;
         }
+        for (int64_t i = 0; i < 2 * d; i++) p[mo->subln + i] = 1; /* the norm's weight, as a fresh DIFF's */
     }
     *out = m;
+    return DTX_OK;
+}
+
+dtx_status dtx_model_set_transformer_mix(dtx_model *m, double tau) {
+    if (m->cfg.arch != DTX_ARCH_DIFF || !(tau >= 0 && tau <= 1))
+        return dtx_fail(DTX_ERR_ARG, "transformer_mix %g: a DIFF model's is in [0, 1] (this is a %s)", tau,
+                        dtx_arch_name(m->cfg.arch));
+    m->cfg.transformer_mix = tau;
     return DTX_OK;
 }

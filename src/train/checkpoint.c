@@ -82,11 +82,12 @@ dtx_status dtx_ckpt_save(const char *path, const dtx_model *m, const dtx_optimiz
     }
     int k = 0;
     for (int i = 0; i < nd; i++) {
-        /* rope_scaling and head_dim, newer than the format: written where a model file writes them (not
+        /* rope_scaling, head_dim, transformer_mix, newer than the format: written where a model file writes them (not
          * at their default, which dtx_ckpt_meta gives back), so a default model's checkpoint is as before */
         char unused[DTX_CKPT_VALUE_MAX];
         const char *key;
-        if (i < DTX_CONFIG_META_KEYS && (!strcmp(dkeys[i], "rope_scaling") || !strcmp(dkeys[i], "head_dim")) &&
+        if (i < DTX_CONFIG_META_KEYS &&
+            (!strcmp(dkeys[i], "rope_scaling") || !strcmp(dkeys[i], "head_dim") || !strcmp(dkeys[i], "transformer_mix")) &&
             !dtx_config_meta(&m->cfg, i, &key, unused, sizeof unused))
             continue;
         keys[k] = dkeys[i], values[k++] = dvals[i];
@@ -403,6 +404,7 @@ const char *dtx_ckpt_meta(const dtx_ckpt *ck, const char *key) {
     if (ck->model && strcmp(key, "lambda_init") == 0) return "schedule";
     if (ck->model && strcmp(key, "v2_lambda") == 0) return "sigmoid";
     if (ck->model && strcmp(key, "rope_scaling") == 0) return "none";
+    if (ck->model && strcmp(key, "transformer_mix") == 0) return "0";
     if (ck->model && strcmp(key, "head_dim") == 0) { /* the arch's own, as dtx_config_meta writes it */
         static _Thread_local char hd[24];
         snprintf(hd, sizeof hd, "%lld", (long long)dtx_config_head_dim(&ck->model->cfg));

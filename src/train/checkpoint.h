@@ -23,7 +23,7 @@
 
 #define DTX_CKPT_VERSION 1
 /* The keys dtx_ckpt_describe fills. */
-#define DTX_CKPT_N_DESCRIBE 28
+#define DTX_CKPT_N_DESCRIBE 29
 #define DTX_CKPT_VALUE_MAX 96
 
 /* The metadata for model config c and optimizer config o, formatted exactly

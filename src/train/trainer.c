@@ -224,6 +224,11 @@ dtx_step_result dtx_trainer_step(dtx_trainer *t, dtx_step_stats *s) {
         dtx_fail(DTX_ERR_NOMEM, "out of memory at step %lld (the --debug-oom-at test hook)", (long long)step);
         return DTX_STEP_ERROR;
     }
+    const dtx_config *mc = dtx_model_config(t->model);
+    if (t->o.diff_warmup > 0 && mc->arch == DTX_ARCH_DIFF) { /* the DIFF form phased in (dtx_train_options) */
+        double tau = 1.0 - (double)t->step / (double)t->o.diff_warmup;
+        if (tau < mc->transformer_mix) dtx_model_set_transformer_mix(t->model, tau > 0 ? tau : 0);
+    }
     dtx_step_result r = forward_backward(t, step, &s->loss, &s->copy, &s->comm_s, &s->grad_sum_s);
     if (r != DTX_STEP_DONE) return r;
     if (t->o.debug_nan_at == step) s->loss = NAN;
@@ -307,6 +312,7 @@ static dtx_status public_open(dtx_trainer **out, const dtx_train_options *o, con
     if ((unsigned)o->precision > DTX_PREC_BF16)
         return dtx_fail(DTX_ERR_ARG, "precision %d is not a dtx_precision", (int)o->precision);
     if (o->grad_bucket_mb > (1 << 20)) return dtx_fail(DTX_ERR_USAGE, "grad_bucket_mb %g is too large", o->grad_bucket_mb);
+    if (o->diff_warmup < 0) return dtx_fail(DTX_ERR_USAGE, "diff_warmup %lld is negative", (long long)o->diff_warmup);
     dtx_trainer *t = calloc(1, sizeof *t);
     char *paths[2] = {strdup(tokens), val_tokens ? strdup(val_tokens) : NULL};
     if (!t || !paths[0] || (val_tokens && !paths[1])) {
@@ -374,6 +380,7 @@ void dtx_trainer_run_meta(const dtx_trainer *t, dtx_run_meta *m) {
     else
         K("needles", "%.17g/%.17g/%lld", x->needle_frac, x->copy_frac, (long long)x->needle_max);
     K("init_scheme", "%s", dtx_init_scheme_name(t->init_scheme));
+    K("diff_warmup", "%lld", (long long)t->o.diff_warmup);
     /* informational: not compared */
     K("data_path", "%s", t->data.path ? t->data.path : "");
     K("loss", "%.17g", t->last_loss);
@@ -397,10 +404,13 @@ dtx_status dtx_trainer_compare(const dtx_trainer *t, const dtx_ckpt *ck, const d
     for (int i = 0; i < n; i++) {
         const char *theirs = dtx_ckpt_meta(ck, keys[i]);
         if (!theirs && strcmp(keys[i], "init_scheme") == 0) theirs = "torch"; /* written before the option existed */
+        if (!theirs && strcmp(keys[i], "diff_warmup") == 0) theirs = "0";
         *key = keys[i], *here = values[i], *there = theirs;
         if (!theirs) return dtx_fail(DTX_ERR_FORMAT, "missing metadata key '%s'", keys[i]);
         if (strcmp(theirs, values[i]) == 0) continue;
         if (strcmp(keys[i], "total_steps") == 0 && oc->total_steps > strtoll(theirs, NULL, 10)) continue;
+        /* state, not a setting: --diff-warmup lowers it step by step (the resumed model carries its own) */
+        if (strcmp(keys[i], "transformer_mix") == 0) continue;
         return dtx_fail(DTX_ERR_ARG, "%s is %s in the checkpoint and %s here", keys[i], theirs, values[i]);
     }
     *key = *here = *there = NULL;

@@ -94,9 +94,9 @@ void dtx_trainer_close(dtx_trainer *t);
 /* The run's settings a checkpoint records beside the model and the
  * optimizer (keys[i], values[i], DTX_RUN_META_KEYS of them): the first
  * DTX_RUN_META_COMPARED must match on resume (batch, seq, accum, seed,
- * precision, data_tokens, data_hash, needles, init_scheme), the rest are
+ * precision, data_tokens, data_hash, needles, init_scheme, diff_warmup), the rest are
  * informational (data_path, loss, threads). */
-enum { DTX_RUN_META_KEYS = 12, DTX_RUN_META_COMPARED = 9, DTX_RUN_META_VALUE_MAX = 4200 /* a path */ };
+enum { DTX_RUN_META_KEYS = 13, DTX_RUN_META_COMPARED = 10, DTX_RUN_META_VALUE_MAX = 4200 /* a path */ };
 typedef struct {
     const char *keys[DTX_RUN_META_KEYS];
     const char *values[DTX_RUN_META_KEYS];

@@ -66,6 +66,24 @@ TEST(convert_cli_round_trips_a_hugging_face_folder) {
     CHECKF(cli("train --init '%s' --tokens '%s' --out '%s' --steps 3 --batch 2 --seq 8", ld, toks,
                test_path("llama_diff_trained.safetensors")) == 0 && cli_has("final loss"),
            "%s", cli_out);
+    CHECK(cli("info '%s'", ld) == 0 && cli_has("transformer_mix 1"));
+    /* --diff-warmup: the DIFF form phased in over 4 steps; stopped and resumed midway, the same weights */
+    const char *w1 = test_path("warm1.safetensors"), *w2 = test_path("warm2.safetensors");
+    const char *args = "--diff-warmup 4 --steps 6 --batch 2 --seq 8";
+    CHECKF(cli("train --init '%s' --tokens '%s' --out '%s' %s", ld, toks, w1, args) == 0 &&
+               cli_has("diff warmup: transformer_mix 1 now"),
+           "%s", cli_out);
+    CHECKF(cli("train --init '%s' --tokens '%s' --out '%s' %s --ckpt-every 1 --stop-after 2", ld, toks, w2, args) == 0 &&
+               cli("train --init '%s' --tokens '%s' --out '%s' %s --resume", ld, toks, w2, args) == 0,
+           "%s", cli_out);
+    size_t n1 = 0, n2 = 0;
+    char *b1 = test_slurp(w1, &n1), *b2 = test_slurp(w2, &n2);
+    CHECKF(b1 && b2 && n1 == n2 && memcmp(b1, b2, n1) == 0, "a resumed --diff-warmup run differs from one run");
+    free(b1), free(b2);
+    CHECK(cli("info '%s'", w1) == 0 && !cli_has("transformer_mix"));
+    CHECKF(cli("train --init '%s' --tokens '%s' --out '%s' --diff-warmup 2 --steps 6 --batch 2 --seq 8 --resume", ld,
+               toks, w2) == 2 && cli_one_line_from("difftx train: ") && cli_has("--diff-warmup differs from the checkpoint"),
+           "%s", cli_out);
     CHECK_ERR(2, cli("convert --to-diff '%s' --to hf --out '%s'", ld, m), "give one of");
     CHECK_ERR(2, cli("convert --from hf '%s' --out '%s' --seed 3", hf, m), "--seed is for --to-diff");
     CHECK_ERR(1, cli("convert --to-diff '%s' --out '%s'", m, test_path("x.safetensors")), "only a Transformer");

@@ -36,6 +36,10 @@ static dtx_config small_config(dtx_arch arch, int gqa, int tie) {
     c.ffn_dim = 96;
     c.max_seq_len = MAXLEN;
     c.tie_embeddings = tie;
+    if (test_variant == 4 && arch == DTX_ARCH_DIFF) { /* a converted Transformer, half phased in */
+        c.head_dim = 16, c.transformer_mix = 0.5;
+        return c;
+    }
     if (test_variant == 3) { /* Hugging Face imports: a head width of its own, Llama 3.1's RoPE scaling */
         c.head_dim = 12;
         c.rope_factor = 4, c.rope_low_freq = 1, c.rope_high_freq = 4, c.rope_orig_max_pos = 8;
@@ -175,9 +179,10 @@ TEST(generate_cached_logits_match_full_forward) {
 /* The same for Table 6's variants: the cache's decode kernel and prefill
  * apply each variant's epilogue as the full forward does. */
 TEST(generate_cached_logits_match_full_forward_variants) {
-    for (test_variant = 1; test_variant <= 3; test_variant++)
+    for (test_variant = 1; test_variant <= 4; test_variant++)
         for (int arch = 0; arch < 3; arch++) {
             if (test_variant == 2 && arch == DTX_ARCH_TRANSFORMER) continue;
+            if (test_variant == 4 && arch != DTX_ARCH_DIFF) continue;
             for (int gqa = 0; gqa < 2; gqa++) {
                 check_against_forward((dtx_arch)arch, gqa, gqa, DTX_PREC_FP32, 9, 1, 1e-5);
                 check_against_forward((dtx_arch)arch, gqa, gqa, DTX_PREC_FP32, 1, 0, 1e-5);

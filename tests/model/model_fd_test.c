@@ -36,13 +36,16 @@ static double loss_of(dtx_model *m, const int32_t *x, const int32_t *y, int64_t 
 /* variant: 0 the default; 1 the other subln; 2 a constant lambda_init 0.8 (DIFF);
  * 3, 4: DIFF2's λ without the sigmoid, and no λ; 5: a head width other than
  * dim / heads (4 instead of 6) and Llama 3.1's RoPE scaling (the Hugging Face
- * imports). */
+ * imports); 6, 7: a converted Transformer half phased in (transformer_mix 0.5),
+ * with and without the per-head norm. */
 static void fd_check_variant(dtx_arch arch, int gqa, int tied, dtx_attn_impl impl, int variant) {
     dtx_config c = small_config(arch, gqa, tied);
     if (variant == 1) c.subln = arch == DTX_ARCH_DIFF ? DTX_SUBLN_NONE : DTX_SUBLN_RMS;
     if (variant == 2) c.lambda_init_fixed = 1, c.lambda_init_value = 0.8;
     if (variant == 3) c.v2_lambda = DTX_V2_LAMBDA_LINEAR;
     if (variant == 4) c.v2_lambda = DTX_V2_LAMBDA_NONE;
+    if (variant == 6 || variant == 7) c.transformer_mix = 0.5, c.head_dim = 6;
+    if (variant == 7) c.subln = DTX_SUBLN_NONE;
     if (variant == 5) {
         c.head_dim = 4;
         c.rope_factor = 4, c.rope_low_freq = 1, c.rope_high_freq = 4, c.rope_orig_max_pos = 8;
@@ -135,6 +138,12 @@ TEST(model_fd_transformer_subln) {
     fd_check_variant(DTX_ARCH_TRANSFORMER, 0, 0, DTX_ATTN_PLAIN, 1);
 }
 TEST(model_fd_diff_lambda_init_fixed) { fd_check_variant(DTX_ARCH_DIFF, 1, 1, DTX_ATTN_FLASH, 2); }
+/* A converted Transformer's phase-in, flash and plain attention. */
+TEST(model_fd_transformer_mix) {
+    fd_check_variant(DTX_ARCH_DIFF, 1, 0, DTX_ATTN_FLASH, 6);
+    fd_check_variant(DTX_ARCH_DIFF, 0, 1, DTX_ATTN_PLAIN, 6);
+    fd_check_variant(DTX_ARCH_DIFF, 1, 1, DTX_ATTN_FLASH, 7);
+}
 /* The Hugging Face imports' head width and RoPE scaling, every arch, flash and plain attention. */
 TEST(model_fd_head_dim_and_rope_scaling) {
     fd_check_variant(DTX_ARCH_DIFF, 1, 0, DTX_ATTN_FLASH, 5);

@@ -34,8 +34,8 @@ TEST(to_diff_computes_the_transformer) {
         REQUIREF(dtx_model_to_diff(&m, t, 5) == DTX_OK, "%s", dtx_last_error());
         const dtx_config *mc = dtx_model_config(m);
         CHECK(mc->arch == DTX_ARCH_DIFF && mc->n_heads == c.n_heads && mc->n_kv_heads == c.n_kv_heads &&
-              dtx_config_head_dim(mc) == t->head_dim && !dtx_config_has_subln(mc) && mc->lambda_init_fixed &&
-              mc->lambda_init_value == 0);
+              dtx_config_head_dim(mc) == t->head_dim && dtx_config_has_subln(mc) && !mc->lambda_init_fixed &&
+              mc->transformer_mix == 1);
         for (int64_t l = 0; l < mc->n_layers; l++) CHECKF(dtx_model_lambda(m, l) == 0, "layer %lld: lambda %g", (long long)l, dtx_model_lambda(m, l));
         double e = logits_gap(t, m, tok, 12);
         CHECKF(e < 1e-5, "case %zu: logits %.3g from the Transformer's", i, e);
@@ -57,7 +57,9 @@ TEST(to_diff_computes_the_transformer) {
 }
 
 /* Training from the converted model: λ leaves 0, the second maps' queries
- * leave 0, the v2 columns of out_proj leave 0, and the loss stays finite. */
+ * leave 0, the v2 columns of out_proj leave 0, and the loss stays finite;
+ * with diff_warmup 8, transformer_mix is 1 − step/8 before each step and 0
+ * (a standard DIFF model) from step 8. */
 TEST(to_diff_trains_out_of_its_start) {
     dtx_config c = test_config(DTX_ARCH_TRANSFORMER, 32, 2, 4, 2, 61, 48, 16, 1);
     dtx_model *t = NULL, *m = NULL;
@@ -69,13 +71,18 @@ TEST(to_diff_trains_out_of_its_start) {
     for (int i = 0; i < 1500; i++) k += (size_t)snprintf(buf + k, sizeof buf - k, "%d ", (i * 7 + i / 13) % 61);
     REQUIRE(write_file(ids, buf, k) == 0);
     dtx_train_options o = dtx_train_options_default();
-    o.batch = 4, o.seq = 16;
+    o.batch = 4, o.seq = 16, o.diff_warmup = 8;
     dtx_optim_config oc = dtx_optim_default();
     oc.lr = 3e-3, oc.warmup_steps = 2, oc.total_steps = 20;
     dtx_trainer *tr = NULL;
     REQUIREF(dtx_trainer_init(&tr, &o, ids, NULL, NULL, m, &oc) == DTX_OK, "%s", dtx_last_error());
     dtx_train_stats st;
-    for (int s = 0; s < 20; s++) REQUIRE(dtx_trainer_update(tr, &st) == DTX_OK && isfinite(st.loss));
+    for (int s = 0; s < 20; s++) {
+        REQUIRE(dtx_trainer_update(tr, &st) == DTX_OK && isfinite(st.loss));
+        double want = s < 8 ? 1.0 - s / 8.0 : 0;
+        CHECKF(dtx_model_config(dtx_trainer_model(tr))->transformer_mix == want, "step %d: transformer_mix %g, want %g",
+               s + 1, dtx_model_config(dtx_trainer_model(tr))->transformer_mix, want);
+    }
     dtx_model *trained = dtx_trainer_model(tr);
     const dtx_layer_offsets *lo = &trained->layers[0];
     double q2 = 0, o2 = 0;
