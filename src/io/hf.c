@@ -116,19 +116,26 @@ static dtx_status cfg_rope(const cJSON *root, const char *path, hf_config *h) {
     return DTX_OK;
 }
 
-static dtx_status parse_config(const char *dir, hf_config *h) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+/* The JSON object in the file at path (config.json, the index). */
+static dtx_status read_object(const char *path, cJSON **out) {
     char *text = NULL;
     size_t len = 0;
     dtx_status st = dtx_read_file(path, &text, &len);
     if (st) return st;
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    *out = cJSON_ParseWithLength(text, len);
     free(text);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return dtx_fail(DTX_ERR_FORMAT, "%s: not a JSON object", path);
-    }
+    if (cJSON_IsObject(*out)) return DTX_OK;
+    cJSON_Delete(*out);
+    *out = NULL;
+    return dtx_fail(DTX_ERR_FORMAT, "%s: not a JSON object", path);
+}
+
+static dtx_status parse_config(const char *dir, hf_config *h) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    cJSON *root = NULL;
+    dtx_status st = read_object(path, &root);
+    if (st) return st;
     memset(h, 0, sizeof *h);
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
     const char *arch = cJSON_IsArray(archs) ? (cJSON_IsString(cJSON_GetArrayItem(archs, 0))
@@ -272,12 +279,9 @@ static dtx_status files_open(hf_files *f, const char *dir) {
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (access(path, F_OK) != 0)
         return dtx_fail(DTX_ERR_IO, "%s: holds neither model.safetensors nor model.safetensors.index.json", dir);
-    char *text = NULL;
-    size_t len = 0;
-    dtx_status st = dtx_read_file(path, &text, &len);
+    cJSON *root = NULL;
+    dtx_status st = read_object(path, &root);
     if (st) return st;
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(map) || !map->child) {
         cJSON_Delete(root);
