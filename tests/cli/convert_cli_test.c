@@ -37,6 +37,13 @@ TEST(convert_cli_round_trips_a_hugging_face_folder) {
     double a = score_of(hf, toks), b = score_of(m, toks);
     CHECKF(a > 0 && a == b, "score of the folder %.9g, of the converted file %.9g", a, b);
     CHECK(cli("info '%s'", hf) == 0 && cli_has("arch            diff"));
+    /* every command that reads a model reads the folder: sample, eval, quantize (and score and info above) */
+    CHECKF(cli("sample --model '%s' --prompt '1 2 3' --max-tokens 4 --temperature 0", hf) == 0, "%s", cli_out);
+    CHECKF(cli("eval ppl --model '%s' --tokens '%s'", hf, toks) == 0 && cli_has("11 scored"), "%s", cli_out);
+    CHECKF(cli("eval outliers --model '%s' --tokens '%s' --count 8 --window 8", hf, toks) == 0, "%s", cli_out);
+    CHECKF(cli("quantize --model '%s' --calib '%s' --calib-len 8 --calib-samples 4 --scheme w8a16 --out '%s'", hf, toks,
+               test_path("conv_q.safetensors")) == 0 && score_of(test_path("conv_q.safetensors"), toks) > 0,
+           "%s", cli_out);
     const char *dir = test_path("conv_hf");
     CHECKF(cli("convert --to hf '%s' --out '%s' --bf16 --shard-mb 0", m, dir) == 0 && cli_has("tensors BF16, one file"),
            "%s", cli_out);
