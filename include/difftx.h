@@ -297,8 +297,11 @@ dtx_config dtx_config_default(void);
 dtx_config dtx_config_baseline(const dtx_config *c);
 /* Checks divisibility and ranges; DTX_ERR_CONFIG naming the key otherwise. */
 dtx_status dtx_config_validate(const dtx_config *c);
-/* q/k (sub-)head width d. */
+/* q/k (sub-)head width d: head_dim, or the arch's own. */
 int64_t dtx_config_head_dim(const dtx_config *c);
+/* The arch's own head width, dim / (2·n_heads) for diff and dim / n_heads
+ * otherwise; 0 where that does not divide (then head_dim must be set). */
+int64_t dtx_config_default_head_dim(const dtx_config *c);
 /* The layer's lambda_init = 0.8 - 0.6 exp(-0.3 l), l 0-based (the schedule). */
 double dtx_lambda_init(int64_t layer);
 /* This config's λ_init of a layer: the schedule, or the fixed value. */

@@ -92,11 +92,16 @@ def inv_freq(D, c):
     return torch.where(medium, smoothed, scaled)
 
 
+def head_width(c):
+    """transformers' head_dim: the config's, else hidden_size / num_attention_heads."""
+    return c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+
+
 def weights(arch, c, tied, gen):
     """Random weights in HF's names and shapes ([out, in] linears); lambdas and norms far from their
     init so that a wrong index shows in the logits."""
     h, H, kv = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"]
-    D, F, V = c.get("head_dim") or h // H, c["intermediate_size"], c["vocab_size"]
+    D, F, V = head_width(c), c["intermediate_size"], c["vocab_size"]
 
     def lin(o, i):
         return (torch.rand(o, i, generator=gen, dtype=torch.float64) * 2 - 1) / math.sqrt(i)
@@ -149,7 +154,7 @@ def repeat_kv(x, n):
 def attention(arch, c, w, p, x, layer):
     Bn, Tn, _ = x.shape
     H, kv = c["num_attention_heads"], c["num_key_value_heads"]
-    D = c.get("head_dim") or c["hidden_size"] // H
+    D = head_width(c)
     q = (x @ w[p + "q_proj.weight"].T).view(Bn, Tn, H, D).transpose(1, 2)
     k = (x @ w[p + "k_proj.weight"].T).view(Bn, Tn, kv, D).transpose(1, 2)
     v = (x @ w[p + "v_proj.weight"].T).view(Bn, Tn, kv, D).transpose(1, 2)

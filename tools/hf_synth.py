@@ -10,32 +10,19 @@ and layout, not a trained one.
 import argparse
 import json
 import os
-import struct
+import sys
 
 import numpy as np
+import torch
 
-
-def bf16_bytes(a):
-    """float32 array -> BF16 bytes, rounded to nearest even."""
-    u = a.astype(np.float32).view(np.uint32)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    return u.astype("<u2").tobytes()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference as ref  # noqa: E402  (the safetensors writer)
 
 
 def write_file(path, tensors, dtype):
-    header, off, blobs = {"__metadata__": {"format": "pt"}}, 0, []
-    for name, shape, make in tensors:
-        b = bf16_bytes(make()) if dtype == "BF16" else make().astype("<f4").tobytes()
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    hj = json.dumps(header, separators=(",", ":")).encode()
-    hj += b" " * (-len(hj) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hj)))
-        f.write(hj)
-        for b in blobs:
-            f.write(b)
+    """One shard: the tensors (name, shape, maker) made and written in order."""
+    ref.write_safetensors(path, {name: torch.from_numpy(make()) for name, _, make in tensors}, {"format": "pt"},
+                          dtype=dtype)
 
 
 def main():
@@ -47,7 +34,7 @@ def main():
     p.add_argument("--head-dim", type=int, default=0)
     p.add_argument("--tied", action="store_true")
     p.add_argument("--dtype", choices=("BF16", "F32"), default="BF16")
-    p.add_argument("--shard-mb", type=int, default=1000)
+    p.add_argument("--shard-mb", type=int, default=1000, help="shards of at most this many MB (0: one)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     rng = np.random.default_rng(a.seed)
@@ -83,7 +70,7 @@ def main():
     shards, cur, size = [], [], 0
     for x in t:
         b = int(np.prod(x[1])) * width
-        if cur and size + b > a.shard_mb * 1000000:
+        if cur and a.shard_mb and size + b > a.shard_mb * 1000000:
             shards.append(cur)
             cur, size = [], 0
         cur.append(x)

@@ -512,26 +512,25 @@ typedef enum { OUT_WHOLE, OUT_Q, OUT_K, OUT_V, OUT_O } out_kind;
 typedef struct {
     char name[96];     /* HF's */
     char src[96];      /* difftx's */
-    int64_t rows, cols; /* cols 0: a vector */
+    const dtx_tensor_info *t; /* difftx's tensor: HF's has its shape (the layouts differ in order only) */
     out_kind kind;
 } out_tensor;
 
 /* HF's tensors of m, in the order HF writes them. Returns the count (at most cap). */
 static int export_plan(const dtx_model *m, out_tensor *o, int cap) {
     const dtx_config *c = dtx_model_config(m);
-    const int diff = c->arch == DTX_ARCH_DIFF, sub = diff ? 2 : 1;
-    const int64_t D = m->head_dim, dim = c->dim, F = c->ffn_dim;
+    const int diff = c->arch == DTX_ARCH_DIFF;
     int n = 0;
-#define ADD(hf, dt, r, k, kind_)                                                                 \
+#define ADD(hf, dt, kind_)                                                                       \
     do {                                                                                         \
         if (n < cap) {                                                                           \
-            o[n] = (out_tensor){.rows = (r), .cols = (k), .kind = (kind_)};                      \
+            o[n] = (out_tensor){.kind = (kind_), .t = dtx_model_find(m, dt)};                    \
             snprintf(o[n].name, sizeof o[n].name, "%s", hf);                                     \
             snprintf(o[n].src, sizeof o[n].src, "%s", dt);                                       \
         }                                                                                        \
         n++;                                                                                     \
     } while (0)
-    ADD("model.embed_tokens.weight", "tok_embeddings.weight", c->vocab_size, dim, OUT_WHOLE);
+    ADD("model.embed_tokens.weight", "tok_embeddings.weight", OUT_WHOLE);
     for (int64_t L = 0; L < c->n_layers; L++) {
         char a[96], b[96];
         static const struct {
@@ -555,20 +554,11 @@ static int export_plan(const dtx_model *m, out_tensor *o, int cap) {
             if (T[i].diff_only && !diff) continue;
             snprintf(a, sizeof a, "model.layers.%lld.%s", (long long)L, T[i].hf);
             snprintf(b, sizeof b, "layers.%lld.%s", (long long)L, T[i].dt);
-            int64_t rows = T[i].kind == OUT_Q ? sub * c->n_heads * D
-                           : T[i].kind == OUT_K || T[i].kind == OUT_V ? sub * c->n_kv_heads * D
-                           : T[i].diff_only ? D
-                           : strstr(T[i].hf, "gate") || strstr(T[i].hf, "up_") ? F
-                                                                                : dim;
-            int64_t cols = T[i].diff_only || strstr(T[i].hf, "layernorm") ? 0
-                           : strstr(T[i].hf, "down")                       ? F
-                           : T[i].kind == OUT_O                            ? dtx_config_attn_dim(c)
-                                                                           : dim;
-            ADD(a, b, rows, cols, T[i].kind);
+            ADD(a, b, T[i].kind);
         }
     }
-    ADD("model.norm.weight", "norm.weight", dim, 0, OUT_WHOLE);
-    if (!c->tie_embeddings) ADD("lm_head.weight", "output.weight", c->vocab_size, dim, OUT_WHOLE);
+    ADD("model.norm.weight", "norm.weight", OUT_WHOLE);
+    if (!c->tie_embeddings) ADD("lm_head.weight", "output.weight", OUT_WHOLE);
 #undef ADD
     return n;
 }
@@ -577,7 +567,7 @@ static int export_plan(const dtx_model *m, out_tensor *o, int cap) {
 static void export_fill(const dtx_model *m, const out_tensor *o, real *dst) {
     const dtx_config *c = dtx_model_config(m);
     const int diff = c->arch == DTX_ARCH_DIFF;
-    const dtx_tensor_info *t = dtx_model_find(m, o->src);
+    const dtx_tensor_info *t = o->t;
     const real *src = m->params + t->offset;
     const int64_t D = m->head_dim, dim = c->dim, sub = diff ? 2 : 1;
     if (o->kind == OUT_WHOLE) {
@@ -665,14 +655,14 @@ static dtx_status export_shard(const dtx_model *m, const out_tensor *o, int lo, 
     real **bufs = calloc((size_t)(hi - lo), sizeof *bufs);
     dtx_status st = outs && bufs ? DTX_OK : dtx_fail(DTX_ERR_NOMEM, "out of memory");
     for (int i = lo; i < hi && !st; i++) {
-        int64_t numel = o[i].rows * (o[i].cols ? o[i].cols : 1);
+        int64_t numel = (int64_t)o[i].t->numel;
         if (!(bufs[i - lo] = malloc(sizeof(real) * (size_t)numel))) {
             st = dtx_fail(DTX_ERR_NOMEM, "out of memory for tensor %s", o[i].name);
             break;
         }
         export_fill(m, &o[i], bufs[i - lo]);
-        outs[i - lo] = (dtx_st_out){.name = o[i].name, .ndim = o[i].cols ? 2 : 1, .data = bufs[i - lo]};
-        outs[i - lo].shape[0] = o[i].rows, outs[i - lo].shape[1] = o[i].cols;
+        outs[i - lo] = (dtx_st_out){.name = o[i].name, .ndim = o[i].t->ndim, .data = bufs[i - lo]};
+        outs[i - lo].shape[0] = o[i].t->shape[0], outs[i - lo].shape[1] = o[i].t->shape[1];
     }
     if (!st) {
         char path[4400];
@@ -703,7 +693,7 @@ dtx_status dtx_hf_export(const dtx_model *m, const char *dir, int bf16, int64_t 
     int shards = 0;
     int64_t bytes = 0, total = 0;
     for (int i = 0; i < n; i++) {
-        int64_t b = o[i].rows * (o[i].cols ? o[i].cols : 1) * (bf16 ? 2 : 4);
+        int64_t b = (int64_t)o[i].t->numel * (bf16 ? 2 : 4);
         if (i == 0 || (max_shard_bytes > 0 && bytes > 0 && bytes + b > max_shard_bytes)) first[shards++] = i, bytes = 0;
         bytes += b, total += b;
     }

@@ -356,9 +356,7 @@ dtx_status dtx_config_variants_from_meta(const dtx_st_file *f, const char *path,
         if (end == hd || *end || errno || v < 2 || v > 65536)
             return dtx_fail(DTX_ERR_FORMAT, "%s: metadata 'head_dim' = '%s' is not an integer in [2, 65536]", path,
                             dtx_show(hd).s);
-        c->head_dim = v;
-        int64_t per = c->n_heads * (c->arch == DTX_ARCH_DIFF ? 2 : 1);
-        if (per > 0 && c->dim % per == 0 && c->dim / per == v) c->head_dim = 0; /* the arch's own: the default */
+        c->head_dim = v == dtx_config_default_head_dim(c) ? 0 : v; /* the arch's own: the default */
     }
     const char *keys[4] = {"subln", "lambda_init", "v2_lambda", "rope_scaling"};
     for (int i = 0; i < 4; i++) {
@@ -398,11 +396,9 @@ int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, siz
     case 13: dtx_config_lambda_init_str(c, val, cap); return c->lambda_init_fixed;
     case 14: snprintf(val, cap, "%s", dtx_config_v2_lambda_name(c)); return c->v2_lambda != DTX_V2_LAMBDA_SIGMOID;
     case 15: dtx_config_rope_scaling_str(c, val, cap); return c->rope_factor > 0;
-    case 16: { /* written where it is not the arch's own dim / heads */
-        int64_t per = c->n_heads * (c->arch == DTX_ARCH_DIFF ? 2 : 1);
+    case 16: /* written where it is not the arch's own dim / heads */
         snprintf(val, cap, "%" PRId64, dtx_config_head_dim(c));
-        return c->head_dim != 0 && !(per > 0 && c->dim % per == 0 && c->dim / per == c->head_dim);
-    }
+        return c->head_dim != 0 && c->head_dim != dtx_config_default_head_dim(c);
     default: dtx_format_real(c->transformer_mix, val, cap); return c->transformer_mix > 0;
     }
     return 1;

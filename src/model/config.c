@@ -52,6 +52,11 @@ dtx_config dtx_config_baseline(const dtx_config *c) {
     return b;
 }
 
+int64_t dtx_config_default_head_dim(const dtx_config *c) {
+    int64_t per = c->n_heads * (c->arch == DTX_ARCH_DIFF ? 2 : 1);
+    return per > 0 && c->dim % per == 0 ? c->dim / per : 0;
+}
+
 int64_t dtx_config_head_dim(const dtx_config *c) {
     if (c->head_dim) return c->head_dim;
     int64_t per = c->n_heads * (c->arch == DTX_ARCH_DIFF ? 2 : 1);
