@@ -110,15 +110,7 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
         if (flags_get(fl, n_fl, "--eval-every")->seen) return usage_error(CMD, "--eval-every needs --val-tokens");
         if (flags_get(fl, n_fl, "--eval-batches")->seen) return usage_error(CMD, "--eval-batches needs --val-tokens");
     }
-    const dtx_train_mix *x = &a->to.mix;
-    if (x->needle_frac + x->copy_frac + x->icl_frac + x->halluc_frac + x->fact_frac > 1)
-        return usage_error(CMD, "--needle-frac + --copy-frac + --icl-frac + --halluc-frac + --fact-frac exceed 1");
-    if (x->needle_frac > 0 && (!x->text || !x->tokenizer))
-        return usage_error(CMD, "--needle-frac needs --needle-text and --needle-tokenizer");
-    if (x->halluc_frac > 0 && (!x->text || !x->tokenizer))
-        return usage_error(CMD, "--halluc-frac needs --needle-text and --needle-tokenizer");
-    if ((x->icl_frac > 0 || x->fact_frac > 0) && !x->tokenizer)
-        return usage_error(CMD, "--%s-frac needs --needle-tokenizer", x->icl_frac > 0 ? "icl" : "fact");
+    /* the mixture's shares and files: checked by the trainer, before any step */
     a->to.precision = (dtx_precision)a->precision;
     a->to.init_scheme = (dtx_init_scheme)a->init_scheme;
     if (a->ckpt_dir_flag) snprintf(a->ckpt_dir, sizeof a->ckpt_dir, "%s", a->ckpt_dir_flag);

@@ -25,8 +25,14 @@ dtx_status needle_mix_open(needle_mix *x, const dtx_train_mix *o, int64_t vocab_
         return dtx_fail(DTX_ERR_USAGE, "the mixture's needle_max is %lld, not in [1, %d]", (long long)o->needle_max,
                         DTX_NEEDLE_MAX);
     if (!need_tok) return DTX_OK;
-    if (!o->tokenizer || (need_text && !o->text))
-        return dtx_fail(DTX_ERR_USAGE, "the mixture needs a tokenizer%s", need_text ? " and a haystack text" : "");
+    if (!o->tokenizer || (need_text && !o->text)) {
+        const char *share = o->needle_frac > 0   ? "needle_frac"
+                            : o->halluc_frac > 0 ? "halluc_frac"
+                            : o->icl_frac > 0    ? "icl_frac"
+                                                 : "fact_frac";
+        return dtx_fail(DTX_ERR_USAGE, "the mixture's %s needs a tokenizer%s (difftx train: --needle-tokenizer%s)",
+                        share, need_text ? " and a haystack text" : "", need_text ? ", --needle-text" : "");
+    }
     dtx_status st = dtx_tokenizer_load(&x->tok, o->tokenizer);
     if (st) return st;
     if (dtx_tokenizer_vocab_size(x->tok) != vocab_size)

@@ -773,6 +773,15 @@ TEST(train_cli_new_flags) {
     CHECK_ONLY(cli("train %s --tokens '%s' --out '%s' --val-tokens '%s'", TINY, bin, test_path("V.safetensors"),
                    shortv),
                1, "(the validation tokens) holds 3 tokens", "short.txt");
+    /* the synthetic rows' shares and files, refused by the trainer before any step, nothing written */
+    const char *mo = test_path("M.safetensors");
+    CHECK_ONLY(cli("train %s --tokens '%s' --out '%s' --needle-frac 0.5", TINY, bin, mo), 2, "needle_frac needs a "
+               "tokenizer and a haystack text", "--needle-tokenizer, --needle-text");
+    CHECK_ONLY(cli("train %s --tokens '%s' --out '%s' --icl-frac 0.5", TINY, bin, mo), 2, "icl_frac needs a tokenizer",
+               "--needle-tokenizer)");
+    CHECK_ONLY(cli("train %s --tokens '%s' --out '%s' --copy-frac 0.7 --icl-frac 0.5", TINY, bin, mo), 2,
+               "shares add up to 1.2", "more than 1");
+    CHECK(!exists(mo) && !exists(test_path("M.safetensors.ckpt")));
 }
 
 /* The evaluation commands take a checkpoint where they take a model (to

@@ -473,7 +473,7 @@ TEST(trainer_public_nonfinite_and_refusals) {
           strstr(dtx_last_error(), "add up to 1.2"));
     o = public_opts(), o.mix.needle_frac = 0.2;
     CHECK(dtx_trainer_init(&t, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_ERR_USAGE && !t &&
-          strstr(dtx_last_error(), "needs a tokenizer and a haystack text"));
+          strstr(dtx_last_error(), "needle_frac needs a tokenizer and a haystack text"));
     o = public_opts(), o.mix.copy_frac = -0.1;
     CHECK(dtx_trainer_init(&t, &o, ids_path(), NULL, &c, NULL, &oc) == DTX_ERR_USAGE && !t &&
           strstr(dtx_last_error(), "copy_frac is -0.1"));
