@@ -924,14 +924,24 @@ dtx_status dtx_sample(dtx_model *m, const int32_t *prompt, int64_t n_prompt, int
                       double temperature, uint64_t seed, int32_t *out);
 
 /* ================================================================ tokenizer
- * Byte-level BPE, encoded with tiktoken's algorithm (docs/tokenizer.md).
- * Text is bytes: any byte string (invalid UTF-8, NULs) encodes, and decoding
- * gives it back exactly. Pre-tokenisation is the cl100k_base split pattern.
- * A tokenizer is either trained here (256 byte tokens = ids 0..255, merges
- * from 256 on, then the specials <|bos|>, <|eos|>, <|pad|>) or loaded from a
- * tiktoken rank file such as cl100k_base.tiktoken, which then encodes
- * byte-identically to tiktoken. A tokenizer is read-only once made: encode
- * and decode may run from several threads at once. */
+ * Byte-level BPE (docs/tokenizer.md). Text is bytes: any byte string
+ * (invalid UTF-8, NULs) encodes, and decoding gives it back exactly (but
+ * for a SentencePiece model, which reads invalid UTF-8 as U+FFFD).
+ * A tokenizer is one of four kinds, told apart by the file's content:
+ *  - trained here (256 byte tokens = ids 0..255, merges from 256 on, then
+ *    the specials <|bos|>, <|eos|>, <|pad|>), our file format; encoded with
+ *    tiktoken's algorithm after the cl100k_base split pattern;
+ *  - a tiktoken rank file such as cl100k_base.tiktoken: the same, encoding
+ *    byte-identically to tiktoken;
+ *  - a Hugging Face tokenizer.json with a byte-level BPE model (GPT-2,
+ *    Llama 3, Qwen 2 without NFC): its split patterns, merges, ignore_merges
+ *    and added tokens, as the `tokenizers` library encodes with
+ *    add_special_tokens=False;
+ *  - a SentencePiece BPE tokenizer.model (Llama 2): its normalizer's dummy
+ *    prefix and "\u2581", merges by score, byte fallback, as
+ *    sentencepiece's encode.
+ * A tokenizer is read-only once made: encode and decode may run from several
+ * threads at once. */
 
 typedef struct dtx_tokenizer dtx_tokenizer;
 
@@ -947,18 +957,24 @@ dtx_status dtx_tokenizer_train(dtx_tokenizer **out, const char *const *paths, in
  * on its own, as each file is). */
 dtx_status dtx_tokenizer_train_texts(dtx_tokenizer **out, const char *const *texts, const size_t *lens, int n_texts,
                                      int64_t vocab_size);
-/* Loads our format or a tiktoken rank file (told apart by the first line).
+/* Loads any of the four kinds, told apart by content; path may also be a
+ * Hugging Face folder (its tokenizer.json, else its tokenizer.model).
  * A rank file that is cl100k_base's (100256 ranks) gets cl100k_base's special
  * tokens (<|endoftext|> 100257, <|fim_prefix|> 100258, <|fim_middle|> 100259,
  * <|fim_suffix|> 100260, <|endofprompt|> 100276); other rank files get none. */
 dtx_status dtx_tokenizer_load(dtx_tokenizer **out, const char *path);
-/* Writes our format, atomically (temporary file, fsync, rename). */
+/* Writes our format, atomically (temporary file, fsync, rename). Only a
+ * tokenizer of our format or a tiktoken rank file can be written
+ * (DTX_ERR_ARG otherwise: the format has no room for another's rules). */
 dtx_status dtx_tokenizer_save(const dtx_tokenizer *t, const char *path);
 void dtx_tokenizer_free(dtx_tokenizer *t);
 
 typedef enum {
-    DTX_ENCODE_ORDINARY = 0, /* special-token text is plain text (tiktoken encode_ordinary)       */
-    DTX_ENCODE_SPECIAL = 1,  /* special-token text becomes its id (tiktoken allowed_special="all") */
+    DTX_ENCODE_ORDINARY = 0, /* special-token text is plain text (tiktoken encode_ordinary;
+                                tokenizers' split_special_tokens)                                 */
+    DTX_ENCODE_SPECIAL = 1,  /* special-token text becomes its id (tiktoken allowed_special="all";
+                                tokenizers' encode; SentencePiece: <s>, </s>, <unk> become ids, the
+                                text between encoded each as a whole)                            */
 } dtx_encode_mode;
 
 /* Encodes text[0, len). *ids is malloc'd (free() it), *n its length. */
@@ -988,14 +1004,26 @@ dtx_status dtx_model_open_with_tokenizer(dtx_model **m, dtx_tokenizer **tok, con
                                          const char *tokenizer_path, dtx_precision precision);
 /* Byte-string tokens (256 + merges). */
 int64_t dtx_tokenizer_num_ordinary(const dtx_tokenizer *t);
+/* Tokens matched whole in text: the special tokens, and a tokenizer.json's
+ * added tokens that are not special (dtx_tokenizer_special_is_special 0). */
 int dtx_tokenizer_num_special(const dtx_tokenizer *t);
-/* The i-th special token's text and id (NULL when i is out of range). */
+/* The i-th such token's text and id (NULL when i is out of range). */
 const char *dtx_tokenizer_special(const dtx_tokenizer *t, int i, int32_t *id);
+int dtx_tokenizer_special_is_special(const dtx_tokenizer *t, int i);
 /* The id of a special token ("<|eos|>"), -1 when there is none. */
 int32_t dtx_tokenizer_token_id(const dtx_tokenizer *t, const char *special);
+/* The token that starts a text and the one that ends it, -1 for none: ours
+ * <|bos|> and <|eos|> (or <|endoftext|>); a tokenizer.json's from the
+ * tokenizer_config.json beside it (bos_token, eos_token), else its
+ * post-processor's leading special (BOS) and a conventional name
+ * (<|endoftext|>, <|end_of_text|>, </s>, <|im_end|>: EOS); SentencePiece's
+ * bos_id and eos_id. */
+int32_t dtx_tokenizer_bos(const dtx_tokenizer *t);
+int32_t dtx_tokenizer_eos(const dtx_tokenizer *t);
 /* A token's bytes (not NUL-terminated) and length; NULL for an id with no token. */
 const char *dtx_tokenizer_token_bytes(const dtx_tokenizer *t, int32_t id, size_t *len);
-/* "difftx" (trained here, or our file format) or "tiktoken" (a rank file). */
+/* "difftx" (trained here, or our file format), "tiktoken" (a rank file),
+ * "huggingface" (tokenizer.json) or "sentencepiece" (tokenizer.model). */
 const char *dtx_tokenizer_source(const dtx_tokenizer *t);
 /* ============================================================ end tokenizer */
 

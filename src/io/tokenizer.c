@@ -1,6 +1,8 @@
-/* The tokenizer object: vocabulary tables, encode (tiktoken's algorithm) and
- * decode. File formats are in tokenizer_file.c, training in
- * tokenizer_train.c, pre-tokenisation in tokenizer_split.c. */
+/* The tokenizer object: vocabulary tables, encode (added tokens, then
+ * tiktoken's algorithm, or a tokenizer.json's or SentencePiece's) and
+ * decode. File formats are in tokenizer_file.c, tokenizer_hf.c and
+ * tokenizer_spm.c, training in tokenizer_train.c, pre-tokenisation in
+ * tokenizer_split.c. */
 #include "io/tokenizer.h"
 
 #include <stdlib.h>
@@ -131,6 +133,7 @@ dtx_status dtx_tok_new(struct dtx_tokenizer **out, int64_t vocab_cap, size_t are
     t->n_ranks = 0;
     t->arena_len = 0;
     t->vocab_cap = vocab_cap;
+    t->bos = t->eos = -1;
     for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
     *out = t;
     return DTX_OK;
@@ -178,25 +181,60 @@ static dtx_status check_id(struct dtx_tokenizer *t, int64_t id) {
     return DTX_OK;
 }
 
-dtx_status dtx_tok_add(struct dtx_tokenizer *t, const uint8_t *bytes, size_t n, int64_t id) {
+dtx_status dtx_tok_set(struct dtx_tokenizer *t, int64_t id, const uint8_t *bytes, size_t n, int kind, int replace) {
     if (n == 0) return dtx_fail(DTX_ERR_FORMAT, "token %lld is empty", (long long)id);
     if (n > UINT32_MAX / 2) return dtx_fail(DTX_ERR_FORMAT, "token %lld is too long", (long long)id);
-    dtx_status st = check_id(t, id);
-    if (st) return st;
-    uint32_t off;
+    dtx_status st;
+    int again = replace && id >= 0 && id < t->vocab_size && t->kind[id];
+    if (!again && (st = check_id(t, id))) return st;
+    uint32_t off = 0;
     if ((st = arena_append(t, bytes, n, &off))) return st;
-    int32_t prev = dtx_bmap_put(&t->map, t->arena, off, n, (int32_t)id);
+    if (again && t->kind[id] == 1) t->n_ranks--;
+    t->off[id] = off;
+    t->len[id] = (uint32_t)n;
+    t->kind[id] = (uint8_t)kind;
+    if (kind == 1) t->n_ranks++;
+    if (id + 1 > t->vocab_size) t->vocab_size = id + 1;
+    return DTX_OK;
+}
+
+dtx_status dtx_tok_add(struct dtx_tokenizer *t, const uint8_t *bytes, size_t n, int64_t id) {
+    dtx_status st = dtx_tok_set(t, id, bytes, n, 1, 0);
+    if (st) return st;
+    int32_t prev = dtx_bmap_put(&t->map, t->arena, t->off[id], n, (int32_t)id);
     if (prev == -2) return DTX_ERR_NOMEM;
     if (prev >= 0) {
         t->arena_len -= n;
+        t->kind[id] = 0;
+        t->n_ranks--;
         return dtx_fail(DTX_ERR_FORMAT, "token %lld has the same bytes as token %lld", (long long)id, (long long)prev);
     }
-    t->off[id] = off;
-    t->len[id] = (uint32_t)n;
-    t->kind[id] = 1;
     if (n == 1) t->byte_id[bytes[0]] = (int32_t)id;
-    t->n_ranks++;
-    if (id + 1 > t->vocab_size) t->vocab_size = id + 1;
+    return DTX_OK;
+}
+
+dtx_status dtx_tok_add_matched(struct dtx_tokenizer *t, const uint8_t *bytes, size_t n, int64_t id, int special,
+                               int normalized) {
+    if (n == 0 || memchr(bytes, '\0', n))
+        return dtx_fail(DTX_ERR_FORMAT, "added token %lld must be 1 or more bytes without NUL", (long long)id);
+    for (int i = 0; i < t->n_special; i++)
+        if (t->special[i].len == n && memcmp(t->special[i].name, bytes, n) == 0)
+            return dtx_fail(DTX_ERR_FORMAT, "token %lld has the same text as token %ld", (long long)id,
+                            (long)t->special[i].id);
+    if (t->n_special == t->cap_special) {
+        int cap = t->cap_special ? 2 * t->cap_special : 16;
+        dtx_special *s = realloc(t->special, (size_t)cap * sizeof *s);
+        if (!s) return dtx_fail(DTX_ERR_NOMEM, "out of memory for %d added tokens", cap);
+        t->special = s;
+        t->cap_special = cap;
+    }
+    char *name = malloc(n + 1);
+    if (!name) return dtx_fail(DTX_ERR_NOMEM, "out of memory for an added token");
+    memcpy(name, bytes, n);
+    name[n] = '\0';
+    t->special[t->n_special++] =
+        (dtx_special){.name = name, .len = n, .id = (int32_t)id, .special = (uint8_t)!!special,
+                      .normalized = (uint8_t)!!normalized};
     return DTX_OK;
 }
 
@@ -211,26 +249,34 @@ dtx_status dtx_tok_add_special(struct dtx_tokenizer *t, const char *name, int64_
         return dtx_fail(DTX_ERR_FORMAT, "more than %d special tokens", DTX_TOK_MAX_SPECIAL);
     for (int i = 0; i < t->n_special; i++)
         if (strcmp(t->special[i].name, name) == 0) return dtx_fail(DTX_ERR_FORMAT, "duplicate special token %s", name);
-    dtx_status st = check_id(t, id);
-    if (st) return st;
-    uint32_t off;
-    if ((st = arena_append(t, (const uint8_t *)name, n, &off))) return st;
-    t->off[id] = off;
-    t->len[id] = (uint32_t)n;
-    t->kind[id] = 2;
-    dtx_special *s = &t->special[t->n_special++];
-    memcpy(s->name, name, n + 1);
-    s->len = n;
-    s->id = (int32_t)id;
-    if (id + 1 > t->vocab_size) t->vocab_size = id + 1;
-    return DTX_OK;
+    dtx_status st = dtx_tok_set(t, id, (const uint8_t *)name, n, 2, 0);
+    return st ? st : dtx_tok_add_matched(t, (const uint8_t *)name, n, id, 1, 0);
+}
+
+/* The conventional names of our format's and tiktoken's BOS and EOS. */
+static int32_t find_special(const struct dtx_tokenizer *t, const char *const *names) {
+    for (; *names; names++) {
+        int32_t id = dtx_tokenizer_token_id(t, *names);
+        if (id >= 0) return id;
+    }
+    return -1;
 }
 
 dtx_status dtx_tok_finish(struct dtx_tokenizer *t) {
-    for (int b = 0; b < 256; b++)
-        if (t->byte_id[b] < 0)
-            return dtx_fail(DTX_ERR_FORMAT, "no token for the single byte 0x%02x, so some text could not be encoded", b);
-    if (!t->split) return dtx_split_new(&t->split);
+    /* SentencePiece without byte fallback emits <unk> for what it cannot
+     * spell; every other kind needs every byte. */
+    if (t->source != DTX_TOKSRC_SPM)
+        for (int b = 0; b < 256; b++)
+            if (t->byte_id[b] < 0)
+                return dtx_fail(DTX_ERR_FORMAT, "no token for the single byte 0x%02x, so some text could not be encoded",
+                                b);
+    if (t->source == DTX_TOKSRC_DIFFTX || t->source == DTX_TOKSRC_TIKTOKEN) {
+        static const char *const bos[] = {"<|bos|>", NULL};
+        static const char *const eos[] = {"<|eos|>", "<|endoftext|>", NULL};
+        t->bos = find_special(t, bos);
+        t->eos = find_special(t, eos);
+        if (!t->split) return dtx_split_new(&t->split);
+    }
     return DTX_OK;
 }
 
@@ -242,6 +288,10 @@ void dtx_tokenizer_free(dtx_tokenizer *t) {
     free(t->arena);
     dtx_bmap_free(&t->map);
     dtx_split_free(t->split);
+    for (int i = 0; i < t->n_special; i++) free(t->special[i].name);
+    free(t->special);
+    dtx_hfbpe_free(t->hf);
+    dtx_spm_free(t->spm);
     free(t);
 }
 
@@ -253,7 +303,7 @@ void dtx_idbuf_free(dtx_idbuf *b) {
     memset(b, 0, sizeof *b);
 }
 
-static dtx_status idbuf_reserve(dtx_idbuf *b, int64_t extra) {
+dtx_status dtx_idbuf_reserve(dtx_idbuf *b, int64_t extra) {
     if (b->n + extra <= b->cap) return DTX_OK;
     int64_t cap = b->cap ? b->cap : 256;
     while (cap < b->n + extra) cap *= 2;
@@ -265,14 +315,14 @@ static dtx_status idbuf_reserve(dtx_idbuf *b, int64_t extra) {
 }
 
 dtx_status dtx_idbuf_append(dtx_idbuf *b, const int32_t *ids, int64_t n) {
-    dtx_status st = idbuf_reserve(b, n);
+    dtx_status st = dtx_idbuf_reserve(b, n);
     if (st) return st;
     memcpy(b->ids + b->n, ids, (size_t)n * sizeof *ids);
     b->n += n;
     return DTX_OK;
 }
 
-static void *scratch(dtx_idbuf *b, size_t bytes) {
+void *dtx_idbuf_scratch(dtx_idbuf *b, size_t bytes) {
     if (bytes > b->scratch_cap) {
         void *p = realloc(b->scratch, bytes);
         if (!p) {
@@ -299,7 +349,7 @@ typedef struct {
 } part;
 
 static dtx_status merge_simple(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out) {
-    part *parts = scratch(out, (n + 1) * sizeof *parts);
+    part *parts = dtx_idbuf_scratch(out, (n + 1) * sizeof *parts);
     if (!parts) return DTX_ERR_NOMEM;
     size_t m = n + 1;
     for (size_t i = 0; i + 1 < n; i++) parts[i] = (part){(uint32_t)i, rank_of(t, p, i, i + 2)};
@@ -316,7 +366,7 @@ static dtx_status merge_simple(const struct dtx_tokenizer *t, const uint8_t *p, 
         memmove(&parts[bi + 1], &parts[bi + 2], (m - bi - 2) * sizeof *parts);
         m--;
     }
-    dtx_status st = idbuf_reserve(out, (int64_t)m - 1);
+    dtx_status st = dtx_idbuf_reserve(out, (int64_t)m - 1);
     if (st) return st;
     for (size_t i = 0; i + 1 < m; i++) out->ids[out->n++] = rank_of(t, p, parts[i].start, parts[i + 1].start);
     return DTX_OK;
@@ -364,7 +414,7 @@ static dtx_status merge_heap(const struct dtx_tokenizer *t, const uint8_t *p, si
     if (n >= UINT32_MAX / 4) return dtx_fail(DTX_ERR_ARG, "a piece of %zu bytes is too long to encode", n);
     size_t hcap = 3 * n;
     size_t bytes = hcap * sizeof(hentry) + (n + 1) * 2 * sizeof(uint32_t) + (n + 1);
-    uint8_t *mem = scratch(out, bytes);
+    uint8_t *mem = dtx_idbuf_scratch(out, bytes);
     if (!mem) return DTX_ERR_NOMEM;
     hentry *h = (hentry *)mem;
     uint32_t *nxt = (uint32_t *)(mem + hcap * sizeof(hentry));
@@ -400,7 +450,7 @@ static dtx_status merge_heap(const struct dtx_tokenizer *t, const uint8_t *p, si
     }
     int64_t count = 0;
     for (size_t s = 0; s < n; s = nxt[s]) count++;
-    dtx_status st = idbuf_reserve(out, count);
+    dtx_status st = dtx_idbuf_reserve(out, count);
     if (st) return st;
     for (size_t s = 0; s < n; s = nxt[s]) out->ids[out->n++] = rank_of(t, p, s, nxt[s]);
     return DTX_OK;
@@ -410,7 +460,7 @@ int dtx_tok_merge_method = 0; /* tests: 0 automatic, 1 always simple, 2 always h
 
 dtx_status dtx_tok_encode_piece(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out) {
     if (n == 0) return DTX_OK;
-    dtx_status st = idbuf_reserve(out, 1);
+    dtx_status st = dtx_idbuf_reserve(out, 1);
     if (st) return st;
     if (n == 1) {
         out->ids[out->n++] = t->byte_id[p[0]];
@@ -437,31 +487,61 @@ static int on_piece(const uint8_t *p, size_t n, void *ctx) {
     return c->st != DTX_OK;
 }
 
-static dtx_status encode_ordinary(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *buf) {
+/* Text with no added token in it: split, then each piece merged. */
+static dtx_status encode_text(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *buf) {
     if (n == 0) return DTX_OK;
+    if (t->hf) return dtx_hf_encode_text(t, p, n, buf);
+    if (t->spm) return dtx_spm_encode_text(t, p, n, buf);
     enc_ctx c = {t, buf, DTX_OK};
     int rc = dtx_split_run(t->split, p, n, on_piece, &c);
     return rc == 0 ? DTX_OK : rc < 0 ? DTX_ERR_ARG : c.st;
 }
 
-/* The leftmost special token at or after pos (the longest there), as
- * tiktoken's encode with allowed_special="all". next_at[k] caches where
- * special k next occurs (SIZE_MAX: not searched yet; len: nowhere). */
-static const dtx_special *next_special(const struct dtx_tokenizer *t, const uint8_t *text, size_t len, size_t pos,
-                                       size_t *at, size_t *next_at) {
-    const dtx_special *best = NULL;
-    size_t best_at = len;
-    for (int k = 0; k < t->n_special; k++) {
-        size_t a = next_at[k];
-        if (a == SIZE_MAX || a < pos) {
-            const uint8_t *f = pos < len ? memmem(text + pos, len - pos, t->special[k].name, t->special[k].len) : NULL;
-            a = next_at[k] = f ? (size_t)(f - text) : len;
+/* Tokens matched as a whole before anything else (Hugging Face's
+ * AddedVocabulary): pass 0 finds the added tokens with normalized = 0 in the
+ * text, leftmost first and the longest there (aho-corasick's LeftmostLongest,
+ * also tiktoken's allowed_special="all"); pass 1 finds the normalized ones
+ * in what pass 0 left between its matches; what is left then is text.
+ * Specials take part only in DTX_ENCODE_SPECIAL mode. next_at[k] caches
+ * where token k next occurs in the current segment (SIZE_MAX: not searched
+ * yet; len: nowhere); the passes use disjoint k. */
+typedef struct {
+    const struct dtx_tokenizer *t;
+    dtx_encode_mode mode;
+    size_t *next_at;
+    dtx_idbuf *buf;
+} added_ctx;
+
+static int takes_part(const added_ctx *c, const dtx_special *s, int pass) {
+    return s->normalized == pass && (!s->special || c->mode == DTX_ENCODE_SPECIAL);
+}
+
+static dtx_status encode_added(added_ctx *c, const uint8_t *text, size_t len, int pass) {
+    const struct dtx_tokenizer *t = c->t;
+    if (pass == 2) return encode_text(t, text, len, c->buf);
+    for (int k = 0; k < t->n_special; k++)
+        if (takes_part(c, &t->special[k], pass)) c->next_at[k] = SIZE_MAX;
+    size_t pos = 0;
+    for (;;) {
+        const dtx_special *best = NULL;
+        size_t best_at = len;
+        for (int k = 0; k < t->n_special; k++) {
+            const dtx_special *s = &t->special[k];
+            if (!takes_part(c, s, pass)) continue;
+            size_t a = c->next_at[k];
+            if (a == SIZE_MAX || a < pos) {
+                const uint8_t *f = pos < len ? memmem(text + pos, len - pos, s->name, s->len) : NULL;
+                a = c->next_at[k] = f ? (size_t)(f - text) : len;
+            }
+            if (a == len) continue;
+            if (a < best_at || (a == best_at && s->len > best->len)) best = s, best_at = a;
         }
-        if (a == len) continue;
-        if (a < best_at || (a == best_at && t->special[k].len > best->len)) best = &t->special[k], best_at = a;
+        dtx_status st = encode_added(c, text + pos, best_at - pos, pass + 1);
+        if (st || !best) return st;
+        if ((st = dtx_idbuf_reserve(c->buf, 1))) return st;
+        c->buf->ids[c->buf->n++] = best->id;
+        pos = best_at + best->len;
     }
-    *at = best_at;
-    return best;
 }
 
 dtx_status dtx_tokenizer_encode(const dtx_tokenizer *t, const char *text, size_t len, dtx_encode_mode mode,
@@ -471,25 +551,16 @@ dtx_status dtx_tokenizer_encode(const dtx_tokenizer *t, const char *text, size_t
     if (!text && len) return dtx_fail(DTX_ERR_ARG, "encode: NULL text of length %zu", len);
     if (mode != DTX_ENCODE_ORDINARY && mode != DTX_ENCODE_SPECIAL)
         return dtx_fail(DTX_ERR_ARG, "encode: unknown mode %d", (int)mode);
-    const uint8_t *p = (const uint8_t *)text;
     dtx_idbuf buf = {0};
-    dtx_status st = idbuf_reserve(&buf, (int64_t)(len / 4 + 16));
-    if (st == DTX_OK && mode == DTX_ENCODE_SPECIAL && t->n_special > 0) {
-        size_t next_at[DTX_TOK_MAX_SPECIAL];
-        for (int k = 0; k < t->n_special; k++) next_at[k] = SIZE_MAX;
-        size_t pos = 0;
-        while (st == DTX_OK) {
-            size_t at;
-            const dtx_special *s = next_special(t, p, len, pos, &at, next_at);
-            st = encode_ordinary(t, p + pos, at - pos, &buf);
-            if (st || !s) break;
-            if ((st = idbuf_reserve(&buf, 1))) break;
-            buf.ids[buf.n++] = s->id;
-            pos = at + s->len;
-        }
-    } else if (st == DTX_OK) {
-        st = encode_ordinary(t, p, len, &buf);
+    dtx_status st = dtx_idbuf_reserve(&buf, (int64_t)(len / 4 + 16));
+    size_t *next_at = NULL;
+    if (st == DTX_OK && t->n_special > 0 && !(next_at = malloc((size_t)t->n_special * sizeof *next_at)))
+        st = dtx_fail(DTX_ERR_NOMEM, "encode: out of memory");
+    if (st == DTX_OK) {
+        added_ctx c = {t, mode, next_at, &buf};
+        st = encode_added(&c, (const uint8_t *)text, len, 0);
     }
+    free(next_at);
     free(buf.scratch);
     if (st) {
         free(buf.ids);
@@ -537,6 +608,13 @@ const char *dtx_tokenizer_special(const dtx_tokenizer *t, int i, int32_t *id) {
     return t->special[i].name;
 }
 
+int dtx_tokenizer_special_is_special(const dtx_tokenizer *t, int i) {
+    return i >= 0 && i < t->n_special && t->special[i].special;
+}
+
+int32_t dtx_tokenizer_bos(const dtx_tokenizer *t) { return t->bos; }
+int32_t dtx_tokenizer_eos(const dtx_tokenizer *t) { return t->eos; }
+
 int32_t dtx_tokenizer_token_id(const dtx_tokenizer *t, const char *special) {
     for (int i = 0; i < t->n_special; i++)
         if (strcmp(t->special[i].name, special) == 0) return t->special[i].id;
@@ -550,5 +628,10 @@ const char *dtx_tokenizer_token_bytes(const dtx_tokenizer *t, int32_t id, size_t
 }
 
 const char *dtx_tokenizer_source(const dtx_tokenizer *t) {
-    return t->source == DTX_TOKSRC_TIKTOKEN ? "tiktoken" : "difftx";
+    switch (t->source) {
+    case DTX_TOKSRC_TIKTOKEN: return "tiktoken";
+    case DTX_TOKSRC_HF: return "huggingface";
+    case DTX_TOKSRC_SPM: return "sentencepiece";
+    default: return "difftx";
+    }
 }

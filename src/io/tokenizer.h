@@ -3,9 +3,12 @@
  * other part of difftx appends token ids to. Not part of the public API.
  *
  *   tokenizer.c        the object, the byte-string -> rank table, encode
- *                      (tiktoken's byte-pair merge) and decode
- *   tokenizer_split.c  pre-tokenisation with the cl100k_base pattern (PCRE2)
- *   tokenizer_file.c   our file format, tiktoken rank files, base64
+ *                      (tiktoken's byte-pair merge, added tokens) and decode
+ *   tokenizer_split.c  pre-tokenisation with a split pattern (PCRE2)
+ *   tokenizer_file.c   our file format, tiktoken rank files, base64; tells
+ *                      the four kinds of file apart
+ *   tokenizer_hf.c     Hugging Face tokenizer.json (byte-level BPE, merges)
+ *   tokenizer_spm.c    SentencePiece tokenizer.model (BPE, byte fallback)
  *   tokenizer_train.c  BPE training
  */
 #ifndef DTX_IO_TOKENIZER_H
@@ -18,14 +21,25 @@
 
 /* ------------------------------------------------------------ pre-tokenisation */
 
-/* The compiled cl100k_base split pattern. Matching is thread-safe: every
- * call makes its own match data. */
+/* A compiled split pattern. Matching is thread-safe: every call makes its
+ * own match data. */
 typedef struct dtx_split dtx_split;
 
-/* The name stored in tokenizer files for the one pattern we implement. */
+/* The name stored in tokenizer files for the pattern our format uses. */
 #define DTX_SPLIT_CL100K "cl100k_base"
+/* The patterns as their authors wrote them (Rust regex / Oniguruma syntax;
+ * dtx_split_compile reads them as those engines do). */
+extern const char DTX_PATTERN_CL100K[]; /* tiktoken cl100k_base, Llama 3 */
+extern const char DTX_PATTERN_GPT2[];   /* GPT-2, HF ByteLevel use_regex */
 
+/* The cl100k_base pattern. */
 dtx_status dtx_split_new(dtx_split **out);
+/* Any pattern of the regex dialect Hugging Face and tiktoken use: \s and \S
+ * mean Unicode White_Space (as in Rust's regex and Oniguruma, unlike
+ * PCRE2's), the rest is PCRE2's, with UTF and Unicode properties. A pattern
+ * PCRE2 cannot compile, or a \S inside a class, is DTX_ERR_FORMAT naming
+ * the offset. */
+dtx_status dtx_split_compile(dtx_split **out, const char *pattern, size_t len);
 /* Tests: non-zero makes dtx_split_new skip the JIT (the interpreter gives
  * the same pieces). */
 extern int dtx_split_no_jit;
@@ -73,16 +87,31 @@ int32_t dtx_bmap_put(dtx_bmap *m, const uint8_t *arena, uint32_t off, size_t n, 
 
 /* ------------------------------------------------------------ the tokenizer */
 
+/* Our file format's limits on special tokens (a tokenizer.json's added
+ * tokens have none beyond the file's). */
 #define DTX_TOK_MAX_SPECIAL 64
 #define DTX_TOK_SPECIAL_MAXLEN 64
 
-typedef enum { DTX_TOKSRC_DIFFTX = 0, DTX_TOKSRC_TIKTOKEN = 1 } dtx_tok_source;
+typedef enum {
+    DTX_TOKSRC_DIFFTX = 0,   /* trained here, or our file format        */
+    DTX_TOKSRC_TIKTOKEN = 1, /* a tiktoken rank file                    */
+    DTX_TOKSRC_HF = 2,       /* a Hugging Face tokenizer.json           */
+    DTX_TOKSRC_SPM = 3,      /* a SentencePiece tokenizer.model         */
+} dtx_tok_source;
 
+/* A token matched as a whole in text before any other splitting: a special
+ * token (matched only in DTX_ENCODE_SPECIAL mode), or a Hugging Face added
+ * token that is not special (matched in both modes). */
 typedef struct {
-    char name[DTX_TOK_SPECIAL_MAXLEN + 1];
+    char *name;         /* its text, NUL-terminated (malloc'd)              */
     size_t len;
     int32_t id;
+    uint8_t special;
+    uint8_t normalized; /* HF: matched in the second pass (see tokenizer.c) */
 } dtx_special;
+
+struct dtx_hfbpe; /* tokenizer_hf.c  */
+struct dtx_spm;   /* tokenizer_spm.c */
 
 struct dtx_tokenizer {
     dtx_tok_source source;
@@ -98,9 +127,12 @@ struct dtx_tokenizer {
     size_t arena_len, arena_cap;
     dtx_bmap map;         /* ordinary token bytes -> id (= rank)             */
     int32_t byte_id[256]; /* the token of each single byte (all present)     */
-    int n_special;
-    dtx_special special[DTX_TOK_MAX_SPECIAL];
-    dtx_split *split;
+    int n_special, cap_special;
+    dtx_special *special; /* in the order added                               */
+    int32_t bos, eos;     /* -1: none (dtx_tokenizer_bos/eos)                  */
+    dtx_split *split;     /* our format and tiktoken: cl100k_base              */
+    struct dtx_hfbpe *hf; /* DTX_TOKSRC_HF                                     */
+    struct dtx_spm *spm;  /* DTX_TOKSRC_SPM                                    */
 };
 
 /* An empty tokenizer able to hold ids below vocab_cap and arena_hint bytes
@@ -111,6 +143,16 @@ dtx_status dtx_tok_new(struct dtx_tokenizer **out, int64_t vocab_cap, size_t are
 dtx_status dtx_tok_add(struct dtx_tokenizer *t, const uint8_t *bytes, size_t n, int64_t id);
 /* Adds a special token (printable ASCII, no spaces, 1..64 bytes). */
 dtx_status dtx_tok_add_special(struct dtx_tokenizer *t, const char *name, int64_t id);
+/* Sets id's bytes (copied) and kind (1 ordinary, 2 special) without the
+ * byte-string table: tokens that other tokens may share bytes with
+ * (SentencePiece's "\xe2\x96\x81" and <0x20>). replace: an id already set
+ * takes the new bytes (a tokenizer.json's added token over its vocab entry);
+ * otherwise a taken id is DTX_ERR_FORMAT. */
+dtx_status dtx_tok_set(struct dtx_tokenizer *t, int64_t id, const uint8_t *bytes, size_t n, int kind, int replace);
+/* Adds a token matched as a whole in text (any bytes but NUL, at least 1);
+ * the id must be set already (dtx_tok_set). */
+dtx_status dtx_tok_add_matched(struct dtx_tokenizer *t, const uint8_t *bytes, size_t n, int64_t id, int special,
+                               int normalized);
 /* Checks the finished vocabulary (every single byte present, ...), compiles
  * the split pattern. */
 dtx_status dtx_tok_finish(struct dtx_tokenizer *t);
@@ -130,6 +172,25 @@ dtx_status dtx_tok_encode_piece(const struct dtx_tokenizer *t, const uint8_t *p,
 void dtx_idbuf_free(dtx_idbuf *b);
 /* Appends ids [n] (growing the buffer); DTX_ERR_NOMEM when it cannot. */
 dtx_status dtx_idbuf_append(dtx_idbuf *b, const int32_t *ids, int64_t n);
+/* Room for extra more ids. */
+dtx_status dtx_idbuf_reserve(dtx_idbuf *b, int64_t extra);
+/* The buffer's scratch space, at least bytes long (NULL after dtx_fail). */
+void *dtx_idbuf_scratch(dtx_idbuf *b, size_t bytes);
+
+/* ------------------------------------------------------------ other kinds of file */
+
+/* A Hugging Face tokenizer.json, already read (buf[len]); and the encoding
+ * of text between added tokens. */
+dtx_status dtx_hf_tokenizer_parse(struct dtx_tokenizer *t, const char *path, const char *buf, size_t len);
+dtx_status dtx_hf_encode_text(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out);
+void dtx_hfbpe_free(struct dtx_hfbpe *h);
+const char *dtx_hf_describe_pattern(const struct dtx_tokenizer *t);
+/* A SentencePiece model (a ModelProto); the same. */
+dtx_status dtx_spm_parse(struct dtx_tokenizer *t, const char *path, const uint8_t *buf, size_t len);
+dtx_status dtx_spm_encode_text(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out);
+void dtx_spm_free(struct dtx_spm *s);
+/* Whether buf reads as a ModelProto (its first field a SentencePiece). */
+int dtx_spm_sniff(const uint8_t *buf, size_t len);
 /* Tests: 0 picks the merge by piece length, 1 forces tiktoken's quadratic
  * loop, 2 the heap (both give the same ids). */
 extern int dtx_tok_merge_method;

@@ -1,6 +1,9 @@
 /* Tokenizer files (docs/tokenizer.md): our text format and tiktoken rank
- * files, both parsed strictly; every refusal names the file and line. */
+ * files, both parsed strictly; every refusal names the file and line. The
+ * loader also tells a Hugging Face tokenizer.json (tokenizer_hf.c) and a
+ * SentencePiece model (tokenizer_spm.c) apart from these by content. */
 #include <errno.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -262,16 +265,51 @@ static int first_is_rank_line(const cursor *c, uint8_t *tmp) {
            parse_uint(sp + 1, c->n - (size_t)(sp - c->s) - 1, &rank) == 0;
 }
 
+/* A tokenizer.json or tokenizer.model, already read. */
+static dtx_status load_other(dtx_tokenizer **out, const char *path, const char *buf, size_t len, int json) {
+    struct dtx_tokenizer *t = NULL;
+    dtx_status st = dtx_tok_new(&t, 1024, len / 2);
+    if (!st) st = json ? dtx_hf_tokenizer_parse(t, path, buf, len) : dtx_spm_parse(t, path, (const uint8_t *)buf, len);
+    if (!st && (st = dtx_tok_finish(t)) == DTX_ERR_FORMAT) {
+        char msg[384];
+        snprintf(msg, sizeof msg, "%s", dtx_last_error());
+        st = dtx_fail(st, "%s: %s", path, msg);
+    }
+    if (st) {
+        dtx_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return DTX_OK;
+}
+
 dtx_status dtx_tokenizer_load(dtx_tokenizer **out, const char *path) {
     *out = NULL;
     char *buf = NULL;
     size_t len = 0;
+    struct stat sb;
+    char in_dir[4200];
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) { /* a Hugging Face folder */
+        snprintf(in_dir, sizeof in_dir, "%s/tokenizer.json", path);
+        if (stat(in_dir, &sb) != 0) snprintf(in_dir, sizeof in_dir, "%s/tokenizer.model", path);
+        if (stat(in_dir, &sb) != 0)
+            return dtx_fail(DTX_ERR_IO, "%s: a folder without tokenizer.json or tokenizer.model", path);
+        path = in_dir;
+    }
     dtx_status st = dtx_read_file(path, &buf, &len);
     if (st) return st;
     cursor c = {.path = path, .buf = buf, .len = len};
     if (len == 0) {
         free(buf);
         return dtx_fail(DTX_ERR_FORMAT, "%s: empty file (neither a difftx tokenizer nor a tiktoken rank file)", path);
+    }
+    size_t ws = 0;
+    while (ws < len && (buf[ws] == ' ' || buf[ws] == '\t' || buf[ws] == '\n' || buf[ws] == '\r')) ws++;
+    int json = ws < len && buf[ws] == '{';
+    if (json || dtx_spm_sniff((const uint8_t *)buf, len)) {
+        st = load_other(out, path, buf, len, json);
+        free(buf);
+        return st;
     }
     if (memchr(buf, '\r', len)) { /* report the first CR's line */
         const char *cr = memchr(buf, '\r', len);
@@ -348,6 +386,9 @@ static int write_body(FILE *f, const struct dtx_tokenizer *t) {
 }
 
 dtx_status dtx_tokenizer_save(const dtx_tokenizer *t, const char *path) {
+    if (t->source != DTX_TOKSRC_DIFFTX && t->source != DTX_TOKSRC_TIKTOKEN)
+        return dtx_fail(DTX_ERR_ARG, "%s: a %s tokenizer cannot be saved in difftx's format (use its own file)", path,
+                        dtx_tokenizer_source(t));
     dtx_atomic_file w;
     dtx_status st = dtx_atomic_open(&w, path);
     return st ? st : dtx_atomic_commit(&w, write_body(w.fp, t));

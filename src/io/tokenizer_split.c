@@ -1,15 +1,13 @@
-/* Pre-tokenisation: the cl100k_base split pattern, through PCRE2.
+/* Pre-tokenisation: split patterns, through PCRE2.
  *
  * tiktoken (npm tiktoken 1.0.22, encoders/cl100k_base.json) splits with
- *
- *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *    ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- *
- * run by Rust's fancy-regex, whose \s is the Unicode White_Space property:
+ * DTX_PATTERN_CL100K below, run by Rust's fancy-regex; Hugging Face's
+ * tokenizers runs a tokenizer.json's Split patterns and ByteLevel's GPT-2
+ * pattern with Oniguruma. In both, \s is the Unicode White_Space property:
  * [\t\n\x0b\x0c\r\x{85}] and the Z categories. PCRE2's \s in UCP mode is
  * \h and \v, which also hold U+180E (MONGOLIAN VOWEL SEPARATOR, format
- * character Cf since Unicode 6.3). So every \s below is spelled out as that
- * class, and \S as its complement. The rest (leftmost-first alternation,
+ * character Cf since Unicode 6.3). So dtx_split_compile spells every \s out
+ * as that class, and \S as its complement. The rest (leftmost-first alternation,
  * greedy backtracking, (?i) with Unicode simple case folding, \p{L}, \p{N})
  * means the same in both engines, up to the Unicode version of their tables
  * (PCRE2 10.42: Unicode 14; code points assigned since then may split
@@ -29,14 +27,11 @@
 #include "io/tokenizer.h"
 
 #define WS "\\t\\n\\x0b\\x0c\\r\\x{85}\\p{Z}" /* White_Space, inside a class */
-static const char PATTERN[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
-    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"
-    "|\\p{N}{1,3}"
-    "| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*"
-    "|[" WS "]*[\\r\\n]+"
-    "|[" WS "]+(?![^" WS "])"
-    "|[" WS "]+";
+
+const char DTX_PATTERN_CL100K[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const char DTX_PATTERN_GPT2[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
 struct dtx_split {
     pcre2_code *code;
@@ -45,20 +40,78 @@ struct dtx_split {
 
 int dtx_split_no_jit = 0;
 
-dtx_status dtx_split_new(dtx_split **out) {
+/* The pattern with \s and \S spelled out (see the top); NULL after
+ * dtx_fail. */
+static char *spell_out_whitespace(const char *p, size_t n) {
+    static const char ws[] = WS;
+    size_t wl = sizeof ws - 1, cap = n + 1, o = 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (p[i] == '\\') cap += wl + 4, i++;
+    char *out = malloc(cap);
+    if (!out) {
+        dtx_fail(DTX_ERR_NOMEM, "out of memory for a split pattern");
+        return NULL;
+    }
+    int in_class = 0;
+    size_t class_start = 0; /* where the class's first member is */
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (c == '\\' && i + 1 < n && (p[i + 1] == 's' || p[i + 1] == 'S')) {
+            int neg = p[i + 1] == 'S';
+            if (in_class && neg) {
+                free(out);
+                dtx_fail(DTX_ERR_FORMAT, "split pattern offset %zu: \\S inside a class [...] is not supported", i);
+                return NULL;
+            }
+            if (!in_class) out[o++] = '[';
+            if (neg) out[o++] = '^';
+            memcpy(out + o, ws, wl);
+            o += wl;
+            if (!in_class) out[o++] = ']';
+            i++;
+            continue;
+        }
+        if (c == '\\' && i + 1 < n) { /* any other escape, as it is */
+            out[o++] = c;
+            out[o++] = p[++i];
+            continue;
+        }
+        if (!in_class && c == '[') {
+            in_class = 1;
+            out[o++] = c;
+            if (i + 1 < n && p[i + 1] == '^') out[o++] = p[++i];
+            class_start = i + 1;
+            continue;
+        }
+        if (in_class && c == ']' && i != class_start) in_class = 0;
+        out[o++] = c;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+dtx_status dtx_split_new(dtx_split **out) { return dtx_split_compile(out, DTX_PATTERN_CL100K, strlen(DTX_PATTERN_CL100K)); }
+
+dtx_status dtx_split_compile(dtx_split **out, const char *pattern, size_t len) {
     *out = NULL;
+    char *pcre = spell_out_whitespace(pattern, len);
+    if (!pcre) return dtx_last_status();
     dtx_split *s = calloc(1, sizeof *s);
-    if (!s) return dtx_fail(DTX_ERR_NOMEM, "out of memory for the split pattern");
+    if (!s) {
+        free(pcre);
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory for the split pattern");
+    }
     int err;
     PCRE2_SIZE erroff;
-    s->code = pcre2_compile((PCRE2_SPTR)PATTERN, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF,
+    s->code = pcre2_compile((PCRE2_SPTR)pcre, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF,
                             &err, &erroff, NULL);
+    free(pcre);
     if (!s->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
         free(s);
-        return dtx_fail(DTX_ERR_CONFIG, "PCRE2 cannot compile the cl100k_base pattern at offset %zu: %s", (size_t)erroff,
-                        (const char *)msg);
+        return dtx_fail(DTX_ERR_FORMAT, "the split pattern '%s' does not compile (PCRE2: %s)",
+                        dtx_show_n(pattern, len).s, (const char *)msg);
     }
     /* Without the JIT (not built for this CPU) the interpreter gives the
      * same pieces, only slower. */
