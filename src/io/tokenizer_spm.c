@@ -124,10 +124,14 @@ static dtx_status malformed(const char *path, const pb *b, const char *what) {
                     what);
 }
 
+/* A first field that is a piece (1, LEN) starting with its text (1, LEN),
+ * however long the file turns out to be: a truncated model is still told
+ * apart from a text file, and refused as a model. */
 int dtx_spm_sniff(const uint8_t *buf, size_t len) {
     pb b = {buf, buf + len, buf};
-    field f;
-    return pb_next(&b, &f) == 0 && f.num == 1 && f.wire == LEN && f.len >= 2 && f.data[0] == 0x0a;
+    uint64_t tag, n;
+    return pb_varint(&b, &tag) == 0 && tag == (1 << 3 | LEN) && pb_varint(&b, &n) == 0 && n >= 2 && b.p < b.end &&
+           *b.p == 0x0a;
 }
 
 /* ------------------------------------------------------------ reading */

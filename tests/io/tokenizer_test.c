@@ -462,7 +462,8 @@ TEST(tok_malformed_files) {
     free(v);
     dtx_tokenizer *bt = NULL;
     CHECK(dtx_tokenizer_load(&bt, test_path("missing.tok")) == DTX_ERR_IO && strstr(dtx_last_error(), "missing.tok"));
-    CHECK(dtx_tokenizer_load(&bt, test_tmpdir()) == DTX_ERR_IO && strstr(dtx_last_error(), "a folder, not a file"));
+    CHECK(dtx_tokenizer_load(&bt, test_tmpdir()) == DTX_ERR_IO &&
+          strstr(dtx_last_error(), "a folder without tokenizer.json or tokenizer.model"));
 }
 
 /* ------------------------------------------------------------ the merge */
