@@ -498,13 +498,26 @@ class Tokenizer(_Owned):
 
     @property
     def specials(self):
-        """{special token text: id}."""
+        """{text: id} of the tokens matched whole in text: special tokens, and a
+        tokenizer.json's added tokens."""
         out = {}
         for i in range(L.dtx_tokenizer_num_special(self._h)):
             tid = ctypes.c_int32()
             name = L.dtx_tokenizer_special(self._h, i, ctypes.byref(tid))
-            out[name.decode()] = tid.value
+            out[name.decode("utf-8", "replace")] = tid.value
         return out
+
+    @property
+    def bos(self):
+        """The id that starts a text (<|bos|>, bos_token, <s>); None when none."""
+        i = L.dtx_tokenizer_bos(self._h)
+        return None if i < 0 else int(i)
+
+    @property
+    def eos(self):
+        """The id that ends a text (<|eos|>, <|endoftext|>, eos_token, </s>); None when none."""
+        i = L.dtx_tokenizer_eos(self._h)
+        return None if i < 0 else int(i)
 
     def token_id(self, special):
         """The id of a special token ("<|eos|>"); None when there is none."""

@@ -22,10 +22,11 @@ static const char USAGE[] =
     "\n"
     "Continues a text prompt (--prompt, or all of stdin, bytes as they are) and\n"
     "streams the new text to stdout token by token. The prompt is encoded with the\n"
-    "tokenizer, after <|bos|> when the tokenizer has one; it is processed in one\n"
-    "batched pass (prefill), then each new token is one cached decode step.\n"
-    "Generation stops after N tokens, at <|eos|> (not printed; <|endoftext|> for a\n"
-    "tiktoken file), or when the sequence reaches the model's max_seq_len. At the end\n"
+    "tokenizer, after its BOS when it has one (<|bos|>; a Hugging Face tokenizer's\n"
+    "bos_token, <s> for SentencePiece); it is processed in one batched pass\n"
+    "(prefill), then each new token is one cached decode step. Generation stops\n"
+    "after N tokens, at its EOS (not printed: <|eos|> or <|endoftext|>; eos_token,\n"
+    "</s>), or when the sequence reaches the model's max_seq_len. At the end\n"
     "one line on stderr gives the prefill and decode speeds.\n"
     "\n";
 
@@ -64,7 +65,7 @@ static int encode_prompt(const gen_args *a, const dtx_tokenizer *t, int32_t **id
                                          a->special ? DTX_ENCODE_SPECIAL : DTX_ENCODE_ORDINARY, &enc, &m);
     free(text);
     if (st) return lib_error(CMD);
-    int32_t bos = a->no_bos ? -1 : dtx_tokenizer_token_id(t, "<|bos|>");
+    int32_t bos = a->no_bos ? -1 : dtx_tokenizer_bos(t);
     int64_t total = m + (bos >= 0);
     int32_t *out = malloc((size_t)(total ? total : 1) * sizeof *out);
     if (!out) {
@@ -97,8 +98,7 @@ static int generate(dtx_model *m, const dtx_tokenizer *t, const gen_args *a, con
     const dtx_config *c = dtx_model_config(m);
     int64_t V = c->vocab_size, Vt = dtx_tokenizer_vocab_size(t);
     int64_t Vs = Vt < V ? Vt : V; /* sample only ids the tokenizer can print */
-    int32_t eos = dtx_tokenizer_token_id(t, "<|eos|>");
-    if (eos < 0) eos = dtx_tokenizer_token_id(t, "<|endoftext|>");
+    int32_t eos = dtx_tokenizer_eos(t);
     /* Token j (1-based) comes from the logits at position n + j − 2; the
      * sequence stays within max_seq_len, so the cache needs at most
      * min(n + max_tokens, max_seq_len) − 1 positions (n <= that). */
@@ -163,7 +163,7 @@ int cmd_generate(int argc, char **argv) {
                   .help = "then among the fewest whose probability reaches P (nucleus; default 1 = off)"),
         FLAG_SEED("--seed", &a.seed, .metavar = "S", .help = "sampler seed (default 1)"),
         DTX_FLAG_PRECISION(&a.precision),
-        FLAG_BOOL("--no-bos", &a.no_bos, 1, .help = "do not start the prompt with <|bos|>"),
+        FLAG_BOOL("--no-bos", &a.no_bos, 1, .help = "do not start the prompt with the tokenizer's BOS"),
         FLAG_BOOL("--special", &a.special, 1,
                   .help = "special-token text in the prompt (\"<|eos|>\") becomes its id; without it, it is encoded as "
                           "plain text"),

@@ -5,7 +5,8 @@
  * other in the order of the inputs, a folder standing for every regular file
  * under it in byte order of names (names beginning with '.' skipped), as
  * `difftx tokenizer train` reads them. With --append-eos every document is
- * followed by the tokenizer's <|eos|> (or <|endoftext|>). The shard is
+ * followed by the tokenizer's EOS (dtx_tokenizer_eos: <|eos|> or
+ * <|endoftext|>, a Hugging Face eos_token, SentencePiece's </s>). The shard is
  * written atomically (temporary file, fsync, rename). */
 #include <dirent.h>
 #include <errno.h>
@@ -191,15 +192,15 @@ static int run(const char *tok_path, const strlist *inputs, const char *out, int
     dtx_tokenizer *t = NULL;
     if (dtx_tokenizer_load(&t, tok_path) != DTX_OK) return lib_error(CMD);
     int32_t eos = -1;
-    const char *eos_name = NULL;
+    const char *eos_name = NULL; /* its bytes, not NUL-terminated */
+    size_t nl = 0;
     if (append_eos) {
-        static const char *const names[] = {"<|eos|>", "<|endoftext|>"};
-        for (int i = 0; i < 2 && eos < 0; i++)
-            if ((eos = dtx_tokenizer_token_id(t, names[i])) >= 0) eos_name = names[i];
+        eos = dtx_tokenizer_eos(t);
+        eos_name = eos >= 0 ? dtx_tokenizer_token_bytes(t, eos, &nl) : NULL;
         if (eos < 0) {
             dtx_tokenizer_free(t);
-            return runtime_error(CMD, "%s: the tokenizer has no <|eos|> or <|endoftext|> token for --append-eos",
-                                 tok_path);
+            return runtime_error(CMD, "%s: the tokenizer has no end-of-text token (<|eos|>, <|endoftext|>, its "
+                                 "eos_token) for --append-eos", tok_path);
         }
     }
     struct stat out_st;
@@ -227,7 +228,7 @@ static int run(const char *tok_path, const strlist *inputs, const char *out, int
 #endif
         double total_s = dtx_now_s() - t_start;
         char eos_note[64] = "";
-        if (eos_name) snprintf(eos_note, sizeof eos_note, ", each ended by %s = %ld", eos_name, (long)eos);
+        if (eos_name) snprintf(eos_note, sizeof eos_note, ", each ended by %.*s = %ld", (int)nl, eos_name, (long)eos);
         printf("%lld document%s, %zu bytes -> %lld tokens (%.3f bytes/token)%s\n", (long long)tot.docs,
                tot.docs == 1 ? "" : "s", tot.bytes, (long long)tot.tokens,
                tot.tokens ? (double)tot.bytes / (double)tot.tokens : 0.0, eos_note);
@@ -257,8 +258,8 @@ int cmd_prepare(int argc, char **argv) {
         FLAG_INPUTS_TEXT,
         FLAG_STR("--out", &out, .metavar = "FILE", .help = "the shard to write [required]"),
         FLAG_BOOL("--append-eos", &append_eos, 1,
-                  .help = "end every document with <|eos|> (<|endoftext|> for cl100k_base); without it documents "
-                          "are concatenated"),
+                  .help = "end every document with the tokenizer's EOS (<|eos|>, <|endoftext|>, eos_token, </s>); "
+                          "without it documents are concatenated"),
     };
     if (rc < 0) {
         switch (flags_parse(CMD, USAGE, fl, (int)(sizeof fl / sizeof fl[0]), n_rest, rest, NULL, 0, NULL)) {

@@ -51,7 +51,7 @@ static int encode_prompt(const map_args *a, const dtx_tokenizer *t, int64_t max_
     dtx_status st = dtx_tokenizer_encode(t, text, len, DTX_ENCODE_ORDINARY, &enc, &n);
     free(file);
     if (st) return eval_lib_error();
-    int32_t bos = dtx_tokenizer_token_id(t, "<|bos|>");
+    int32_t bos = dtx_tokenizer_bos(t);
     p->full = n + (bos >= 0);
     p->T = p->full < max_len ? p->full : max_len;
     p->ids = malloc((size_t)(p->T ? p->T : 1) * sizeof *p->ids);

@@ -106,7 +106,7 @@ static int ask(const halluc_args *a, runner *r, dtx_halluc_kind kind, int n, int
 }
 
 static int run_contradict(const halluc_args *a, runner *r, contradict_tally *t) {
-    int32_t bos = dtx_tokenizer_token_id(r->tok, "<|bos|>");
+    int32_t bos = dtx_tokenizer_bos(r->tok);
     for (int64_t s = 0; s < a->samples; s++) {
         dtx_halluc_prompt p;
         int rc = ask(a, r, DTX_HALLUC_CONTRADICT, (int)a->needles, s, a->max_new, &p);

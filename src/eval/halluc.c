@@ -100,7 +100,7 @@ static dtx_status fitted_context(const dtx_needle_source *src, const dtx_tokeniz
 dtx_status dtx_halluc_fact_row(const dtx_tokenizer *tok, uint64_t seed, int64_t n, int32_t *out) {
     dtx_rng r;
     dtx_rng_seed(&r, seed);
-    int32_t bos = dtx_tokenizer_token_id(tok, "<|bos|>");
+    int32_t bos = dtx_tokenizer_bos(tok);
     if (bos < 0) return dtx_fail(DTX_ERR_ARG, "fact rows: the tokenizer has no <|bos|>");
     dtx_idbuf t = {0};
     dtx_status st = dtx_idbuf_append(&t, &bos, 1);

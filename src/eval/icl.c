@@ -25,8 +25,8 @@ static dtx_status one_token(const dtx_tokenizer *tok, const char *text, const ch
 
 dtx_status dtx_icl_vocab_init(dtx_icl_vocab *v, const dtx_tokenizer *tok) {
     memset(v, 0, sizeof *v);
-    v->bos = dtx_tokenizer_token_id(tok, "<|bos|>");
-    if (v->bos < 0) return dtx_fail(DTX_ERR_ARG, "icl episodes: the tokenizer has no <|bos|>");
+    v->bos = dtx_tokenizer_bos(tok);
+    if (v->bos < 0) return dtx_fail(DTX_ERR_ARG, "icl episodes: the tokenizer has no BOS token (<|bos|>, bos_token)");
     dtx_status st = one_token(tok, ":", "':'", &v->sep);
     if (!st) st = one_token(tok, "\n", "a newline", &v->newline);
     if (st) return st;

@@ -192,7 +192,7 @@ dtx_status dtx_needle_source_open(dtx_needle_source **out, const dtx_tokenizer *
                                   int n_paths) {
     *out = NULL;
     if (n_paths < 1) return dtx_fail(DTX_ERR_ARG, "needle haystack: no files given");
-    int32_t bos = dtx_tokenizer_token_id(tok, "<|bos|>");
+    int32_t bos = dtx_tokenizer_bos(tok);
     if (bos < 0) return dtx_fail(DTX_ERR_ARG, "needle prompts: the tokenizer has no <|bos|> token");
     dtx_needle_source *s = calloc(1, sizeof *s);
     if (!s) return dtx_fail(DTX_ERR_NOMEM, "needle haystack: out of memory");

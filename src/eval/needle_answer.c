@@ -31,10 +31,9 @@ dtx_status dtx_needle_answerer_init(dtx_needle_answerer **out, dtx_model *m, con
     if (!r) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
     r->m = m, r->tok = tok, r->max_new = max_new;
     r->v_pick = vt < c->vocab_size ? vt : c->vocab_size;
-    r->bos = dtx_tokenizer_token_id(tok, "<|bos|>");
+    r->bos = dtx_tokenizer_bos(tok);
     r->pad = dtx_tokenizer_token_id(tok, "<|pad|>");
-    r->eos = dtx_tokenizer_token_id(tok, "<|eos|>");
-    if (r->eos < 0) r->eos = dtx_tokenizer_token_id(tok, "<|endoftext|>");
+    r->eos = dtx_tokenizer_eos(tok);
     r->logits = malloc((size_t)c->vocab_size * sizeof *r->logits);
     if (!r->logits) {
         dtx_needle_answerer_free(r);

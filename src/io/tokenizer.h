@@ -184,7 +184,10 @@ void *dtx_idbuf_scratch(dtx_idbuf *b, size_t bytes);
 dtx_status dtx_hf_tokenizer_parse(struct dtx_tokenizer *t, const char *path, const char *buf, size_t len);
 dtx_status dtx_hf_encode_text(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out);
 void dtx_hfbpe_free(struct dtx_hfbpe *h);
+/* For difftx tokenizer info: the pre-tokenizer ("Split + ByteLevel") and
+ * the number of merges. */
 const char *dtx_hf_describe_pattern(const struct dtx_tokenizer *t);
+int64_t dtx_hf_num_merges(const struct dtx_tokenizer *t);
 /* A SentencePiece model (a ModelProto); the same. */
 dtx_status dtx_spm_parse(struct dtx_tokenizer *t, const char *path, const uint8_t *buf, size_t len);
 dtx_status dtx_spm_encode_text(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out);

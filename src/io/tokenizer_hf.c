@@ -51,6 +51,7 @@ void dtx_hfbpe_free(struct dtx_hfbpe *h) {
 }
 
 const char *dtx_hf_describe_pattern(const struct dtx_tokenizer *t) { return t->hf ? t->hf->desc : ""; }
+int64_t dtx_hf_num_merges(const struct dtx_tokenizer *t) { return t->hf ? (int64_t)t->hf->n_pairs : 0; }
 
 /* ------------------------------------------------------------ the merge table */
 
@@ -513,11 +514,11 @@ static dtx_status read_pre_tokenizer(struct dtx_hfbpe *h, reader *r, const cJSON
         dtx_status st;
         if (strcmp(pt, "Split") == 0) {
             if ((st = add_split(h, r, p, where))) return st;
-            o += (size_t)snprintf(d + o, dl - o < dl ? dl - o : 0, "%sSplit", o ? " + " : "");
+            o += (size_t)snprintf(d + o, o < dl ? dl - o : 0, "%sSplit", o ? " + " : "");
         } else if (strcmp(pt, "ByteLevel") == 0) {
             if ((st = add_byte_level(h, r, p, where))) return st;
             have_bl = 1;
-            o += (size_t)snprintf(d + o, dl - o < dl ? dl - o : 0, "%sByteLevel", o ? " + " : "");
+            o += (size_t)snprintf(d + o, o < dl ? dl - o : 0, "%sByteLevel", o ? " + " : "");
         } else {
             return dtx_fail(DTX_ERR_CONFIG, "%s: %s type %s is not supported (difftx reads Split and ByteLevel)", r->path,
                             where, dtx_show(pt).s);

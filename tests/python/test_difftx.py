@@ -5,6 +5,7 @@ errors, and memory over 1000 loads. pytest-free: run it as a script (make
 test runs it through tests/scripts/python_test.sh); it ends with
 "N passed, N failed". Needs DIFFTX_BIN (the difftx command) and finds the
 library as the package does (DIFFTX_LIB, or the checkout's build/)."""
+import base64
 import ctypes
 import glob
 import json
@@ -360,6 +361,33 @@ def tokenizer_is_the_command_tokenizer():
     with open(p, "w") as f:
         f.write(texts[0])
     assert list(difftx.Tokenizer.train(paths=[p], vocab_size=320).encode(text)) == list(tok.encode(text))
+
+
+@test
+def hugging_face_tokenizers_are_the_command_tokenizers():
+    """tokenizer.json and tokenizer.model (data/hf-tokenizers, fetched by make
+    test) encode as the command and the real encoders' fixtures."""
+    d = os.path.join(ROOT, "data", "hf-tokenizers")
+    if not os.path.isdir(d):
+        raise Skip("data/hf-tokenizers is missing (scripts/fetch_hf_tokenizers.sh)")
+    with open(os.path.join(ROOT, "tests", "fixtures", "tokenizer", "hf_cases.json"), encoding="utf-8") as f:
+        cases = {c["name"]: c for c in json.load(f)["cases"]}
+    c = cases["qwen chat"]
+    text = base64.b64decode(c["bytes_b64"])
+    for name in ("gpt2", "llama3-style", "qwen2-style"):
+        tok = difftx.Tokenizer.load(os.path.join(d, name))
+        got = tok.encode(text, special=True)
+        assert list(got) == c["ids"][name]["special"], name
+        want = list(map(int, run("tokenizer", "encode", "--tokenizer", os.path.join(d, name), "--text", text.decode(),
+                                 "--special").stdout.split()))
+        assert list(got) == want, name
+        assert tok.decode_bytes(got) == text
+    llama3 = difftx.Tokenizer.load(os.path.join(d, "llama3-style"))
+    assert llama3.bos == llama3.token_id("<|begin_of_text|>") and llama3.eos == llama3.token_id("<|eot_id|>")
+    spm = difftx.Tokenizer.load(os.path.join(d, "llama2", "tokenizer.model"))
+    assert (spm.vocab_size, spm.bos, spm.eos) == (32000, 1, 2)
+    assert list(spm.encode("Hello world")) == [15043, 3186]
+    raises(difftx.ArgumentError, spm.save, os.path.join(TMP, "spm.tok"))
 
 
 @test
