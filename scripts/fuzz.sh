@@ -37,6 +37,7 @@ make_seeds() { # DIR
     local out=$1 w
     w=$(mktemp -d)
     mkdir -p "$out"/{fuzz_model,fuzz_checkpoint,fuzz_tokenizer_file,fuzz_shard,fuzz_token_text,fuzz_cli_numbers,fuzz_encode,fuzz_hf}
+    mkdir -p "$out"/{fuzz_tokenizer_json,fuzz_tokenizer_model}
     awk 'BEGIN { srand(5); for (i = 0; i < 3000; i++) printf "%d ", int(rand() * 16); print "" }' > "$w/toks.txt"
     printf 'The Differential Transformer cancels attention noise.\nIt subtracts two softmax maps; 12 345.\n' > "$w/a.txt"
     printf 'Ünïcödé, 日本語 and <|bos|> in plain text.\n\n\tTabs, spaces  and 1234567 numbers.\n' > "$w/b.txt"
@@ -85,6 +86,14 @@ make_seeds() { # DIR
         } > "$out/fuzz_hf/$(basename "$d").bin"
     done
     printf '<|bos|>x<|eos|><|pad|>' > "$out/fuzz_encode/specials.txt"
+    # Hugging Face tokenizers (data/hf-tokenizers, scripts/fetch_hf_tokenizers.sh; make test fetches them), cut
+    # small so that an execution is quick: tokenizer.json with the first merges, tokenizer.model with the first pieces
+    if [ -d data/hf-tokenizers ] && command -v node > /dev/null; then
+        node tools/hf_tokenizer_seeds.mjs data/hf-tokenizers "$out/fuzz_tokenizer_json" "$out/fuzz_tokenizer_model" ||
+            { echo "fuzz: cutting the tokenizer seeds failed" >&2; rm -rf "$w"; return 1; }
+    else
+        echo "fuzz: no data/hf-tokenizers (or no node): fuzz_tokenizer_json and fuzz_tokenizer_model start without seeds" >&2
+    fi
     rm -rf "$w"
 }
 

@@ -516,9 +516,11 @@ static dtx_status read_pre_tokenizer(struct dtx_hfbpe *h, reader *r, const cJSON
             if ((st = add_split(h, r, p, where))) return st;
             o += (size_t)snprintf(d + o, o < dl ? dl - o : 0, "%sSplit", o ? " + " : "");
         } else if (strcmp(pt, "ByteLevel") == 0) {
+            int before = h->n_stage;
             if ((st = add_byte_level(h, r, p, where))) return st;
             have_bl = 1;
-            o += (size_t)snprintf(d + o, o < dl ? dl - o : 0, "%sByteLevel", o ? " + " : "");
+            o += (size_t)snprintf(d + o, o < dl ? dl - o : 0, "%sByteLevel%s%s", o ? " + " : "",
+                                  h->n_stage > before ? " (GPT-2 pattern)" : "", h->prefix_at >= 0 ? " with a prefix space" : "");
         } else {
             return dtx_fail(DTX_ERR_CONFIG, "%s: %s type %s is not supported (difftx reads Split and ByteLevel)", r->path,
                             where, dtx_show(pt).s);
