@@ -183,7 +183,7 @@ typedef struct {
 #define DTX_FLAG_MODEL(p) \
     DTX_FLAG_STR("--model", p, .metavar = "PATH", .help = "model file, or a training checkpoint", .required = 1)
 #define DTX_FLAG_TOKENIZER(p) \
-    DTX_FLAG_STR("--tokenizer", p, .metavar = "PATH", .help = "tokenizer file (difftx tokenizer train, or tiktoken)")
+    DTX_FLAG_STR("--tokenizer", p, .metavar = "PATH", .help = "a tokenizer: ours, tiktoken, tokenizer.json, tokenizer.model or an HF folder")
 #define DTX_FLAG_PRECISION(p)                                                                               \
     DTX_FLAG_CHOICE("--precision", p, "fp32|bf16",                                                           \
                     .help = "matrix products in fp32 (default), or with bf16 operands and fp32 accumulation")

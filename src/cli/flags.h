@@ -27,7 +27,7 @@ typedef dtx_flag flag;
  * repeats, so it is taken out of argv before the table parses the rest
  * (its line in the usage is text). */
 #define FLAG_TOKENIZER_FILE(p) \
-    FLAG_STR("--tokenizer", p, .metavar = "FILE", .help = "our tokenizer file or a tiktoken rank file", .required = 1)
+    FLAG_STR("--tokenizer", p, .metavar = "FILE", .help = "a tokenizer: ours, tiktoken, tokenizer.json, tokenizer.model or an HF folder", .required = 1)
 #define FLAG_INPUTS_TEXT FLAG_TEXT("  --input PATH          a text file or a folder; repeat for more [required]\n")
 
 enum { FLAGS_OK = DTX_FLAGS_OK, FLAGS_HELP = DTX_FLAGS_HELP, FLAGS_ERROR = DTX_FLAGS_ERROR };

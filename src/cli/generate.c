@@ -151,7 +151,7 @@ int cmd_generate(int argc, char **argv) {
     flag fl[] = {
         DTX_FLAG_MODEL(&a.model),
         FLAG_STR("--tokenizer", &a.tokenizer, .metavar = "PATH",
-                 .help = "tokenizer file (difftx tokenizer train, or tiktoken)", .required = 1),
+                 .help = "a tokenizer: ours, tiktoken, tokenizer.json, tokenizer.model or an HF folder", .required = 1),
         FLAG_STR("--prompt", &a.prompt, .metavar = "TEXT", .help = "the prompt (default: read stdin to the end)"),
         FLAG_INT("--max-tokens", &a.max_tokens, 1, 1 << 24, .metavar = "N",
                  .help = "most tokens to generate (default 200)"),
