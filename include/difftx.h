@@ -513,6 +513,15 @@ const char *dtx_model_meta(const dtx_model *m, const char *key);
  * quantised codes and scales where a weight is quantised (instead of its
  * 4 bytes per value). */
 size_t dtx_model_weight_bytes(const dtx_model *m);
+/* Whether m reads its 2-D weights where they lie in a BF16 model file
+ * (dtx_model_load and dtx_model_open map such a file and keep no fp32 copy
+ * of its weights: every product reads the bf16 values, as x · w in the
+ * model's precision), and widening them into fp32 parameters, which
+ * training, saving, converting, quantising and dtx_model_params do
+ * themselves first. DTX_WEIGHTS_COPY=1 in the environment makes the
+ * readers copy into fp32 as before. */
+int dtx_model_weights_in_place(const dtx_model *m);
+dtx_status dtx_model_materialize(dtx_model *m);
 typedef enum { DTX_CALIB_ABSMAX = 0, DTX_CALIB_PERCENTILE = 1, DTX_CALIB_MSE = 2 } dtx_calib_method;
 typedef struct {
     dtx_wquant scheme;

@@ -95,6 +95,24 @@ void dtx_release_zero(void *p, size_t bytes) {
     if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
+void *dtx_alloc_lazy_zero(size_t count, size_t elem_size) {
+    if (elem_size && count > SIZE_MAX / elem_size) {
+        dtx_fail(DTX_ERR_NOMEM, "out of memory: %zu elements of %zu bytes", count, elem_size);
+        return NULL;
+    }
+    size_t bytes = count * elem_size != 0 ? count * elem_size : 1;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        dtx_fail(DTX_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
+        return NULL;
+    }
+    return p;
+}
+
+void dtx_free_lazy_zero(void *p, size_t count, size_t elem_size) {
+    if (p) munmap(p, count * elem_size != 0 ? count * elem_size : 1);
+}
+
 void *dtx_calloc(size_t count, size_t elem_size) {
     void *p = dtx_alloc(count, elem_size);
     if (p) memset(p, 0, count * elem_size);

@@ -30,6 +30,12 @@ dtx_status dtx_last_status(void);
  * on an element count whose byte size overflows. Free with free(). */
 void *dtx_alloc(size_t count, size_t elem_size);
 void *dtx_calloc(size_t count, size_t elem_size);
+/* count zeroed elements that cost no memory until written: an anonymous
+ * mapping (page-aligned), so a model's parameters that are never filled
+ * (weights used in place from a mapped file) are never resident. NULL (and
+ * a message) on failure. Free with dtx_free_lazy_zero and the same sizes. */
+void *dtx_alloc_lazy_zero(size_t count, size_t elem_size);
+void dtx_free_lazy_zero(void *p, size_t count, size_t elem_size);
 /* Zero p[0, bytes) and hand the whole pages inside it back to the system
  * (they read as zero when touched again): memory a model no longer reads. */
 void dtx_release_zero(void *p, size_t bytes);

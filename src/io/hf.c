@@ -677,7 +677,9 @@ static dtx_status export_shard(const dtx_model *m, const out_tensor *o, int lo, 
 }
 
 dtx_status dtx_hf_export(const dtx_model *m, const char *dir, int bf16, int64_t max_shard_bytes) {
-    dtx_status st = export_check(m);
+    /* weights in place are widened first (the writer reads params) */
+    dtx_status st = dtx_model_materialize((dtx_model *)(uintptr_t)m);
+    if (!st) st = export_check(m);
     if (st) return st;
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) return dtx_fail(DTX_ERR_IO, "%s: %s", dir, strerror(errno));
     struct stat sb;

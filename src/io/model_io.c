@@ -251,12 +251,60 @@ dtx_status dtx_model_check_finite(const dtx_model *m, const char *path) {
     return st;
 }
 
+#ifndef DTX_DOUBLE
+/* Whether every 2-D weight of the file is BF16 at an even address: a
+ * model it can read in place. DTX_WEIGHTS_COPY=1 in the environment asks
+ * for fp32 copies instead (a comparison; what difftx did before). */
+static int in_place_possible(const dtx_model *m, const dtx_st_file *f) {
+    const char *copy = getenv("DTX_WEIGHTS_COPY");
+    if (copy && strcmp(copy, "1") == 0) return 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dtx_st_tensor *s = m->tensors[i].ndim == 2 ? dtx_st_find(f, m->tensors[i].name) : NULL;
+        if (m->tensors[i].ndim == 2 && (!s || s->dtype != DTX_ST_BF16 || ((uintptr_t)s->data & 1))) return 0;
+    }
+    return 1;
+}
+
+/* The tensor holds a NaN or an infinity (an exponent of all ones). */
+static int64_t bf16_not_finite(const uint16_t *v, int64_t n) {
+    for (int64_t k = 0; k < n; k++)
+        if ((v[k] & 0x7f80) == 0x7f80) return k;
+    return -1;
+}
+
+/* The 2-D weights where they lie in f's mapping, which moves into m. */
+static dtx_status load_in_place(dtx_model *m, dtx_st_file *f, const char *path) {
+    const uint16_t **data = calloc((size_t)m->n_tensors, sizeof *data);
+    if (!data) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    dtx_status st = DTX_OK;
+    for (int i = 0; i < m->n_tensors && !st; i++) {
+        const dtx_tensor_info *t = &m->tensors[i];
+        const dtx_st_tensor *s = NULL;
+        if (t->ndim != 2) continue;
+        if ((st = find_tensor(f, path, t->name, m, t->shape[0], t->shape[1], DTX_ST_BF16, &s))) break;
+        data[i] = (const uint16_t *)(const void *)s->data;
+        int64_t bad = bf16_not_finite(data[i], (int64_t)t->numel);
+        if (bad >= 0)
+            st = dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' holds %s at element %lld: not a usable model (a diverged "
+                          "run's weights?)", path, t->name, (data[i][bad] & 0x7f) ? "NaN" : "an infinity",
+                          (long long)bad);
+    }
+    if (!st) st = dtx_model_use_in_place(m, data);
+    free(data);
+    if (st) return st;
+    m->wmap = f->file; /* the weights' memory now belongs to m */
+    f->file = (dtx_mapped){0};
+    return DTX_OK;
+}
+#endif
+
 static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *path) {
     dtx_status st;
     for (int i = 0; i < m->n_tensors; i++) {
         const dtx_tensor_info *t = &m->tensors[i];
         const dtx_st_tensor *s = NULL;
 #ifndef DTX_DOUBLE
+        if (m->in_place && m->qw[i].bits == 16) continue;
         if (m->qw && m->qw[i].bits) {
             if ((st = load_quantised(m, f, path, i))) return st;
             continue;
@@ -320,6 +368,10 @@ dtx_status dtx_model_load(dtx_model **out, const char *path) {
     if (wq != DTX_WQ_NONE && (st = dtx_model_alloc_quant(m, wq))) goto done;
     m->act_fp16 = fp16;
     dtx_model_release_quantised_fp32(m);
+#ifndef DTX_DOUBLE
+    /* a BF16 file's weights are used where they lie: no fp32 copy */
+    if (wq == DTX_WQ_NONE && in_place_possible(m, &f) && (st = load_in_place(m, &f, path))) goto done;
+#endif
     if ((st = load_tensors(m, &f, path))) goto done;
     if ((st = keep_extra_meta(m, &f))) goto done;
 done:
@@ -405,6 +457,10 @@ int dtx_config_meta(const dtx_config *c, int i, const char **key, char *val, siz
 }
 
 dtx_status dtx_model_save(const dtx_model *m, const char *path, int bf16) {
+    /* weights in place are widened first: the writer reads params (logically
+     * const: the same values, held another way) */
+    dtx_status mst = dtx_model_materialize((dtx_model *)(uintptr_t)m);
+    if (mst) return mst;
     const dtx_config *c = &m->cfg;
     char vals[N_KNOWN][96];
     const char *keys[N_KNOWN + 66], *values[N_KNOWN + 66]; /* + quant_scheme, quant_act16 */

@@ -59,8 +59,8 @@ void dtx_axpy_rows(real *y, int64_t w, const real *p, const real *v, int64_t ldv
  * the OpenMP threads when big enough, results independent of the count.  */
 void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N);
 #ifndef DTX_DOUBLE
-/* The same with w in bf16 bits and x already rounded to bf16: products of
- * two bf16 values are exact in fp32, summed in fp32.                      */
+/* The same with w in bf16 bits: x·w in fp32 (exact products when x is
+ * bf16-rounded by the caller, as for bf16 activations), summed in fp32.   */
 void dtx_gemv_bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 #endif
 
@@ -102,8 +102,8 @@ void dtx_q4_dequantize(float *w, const uint8_t *q, const float *scale, int64_t N
  * its kernels (here, and per ISA in simd.h's table), and nothing else but
  * a calibration search if it has one (calibrate.c). */
 typedef struct {
-    int bits;          /* 8, 4: what a dtx_qweight's bits names               */
-    const char *name;  /* "q8", "q4"                                          */
+    int bits;          /* 8, 4, 16 (bf16 in place): what a dtx_qweight's bits names */
+    const char *name;  /* "q8", "q4", "bf16"                                  */
     int signed_codes;  /* the codes' file dtype: int8 (1) or uint8 (0)        */
     int scales_2d;     /* the scales' file shape: [N] (0) or [N, row_scales] (1) */
     int64_t (*row_bytes)(int64_t K);

@@ -38,10 +38,35 @@ static void q4_gemv(float *out, const float *x, const void *q, const float *scal
     dtx_gemv_q4(out, x, q, scale, K, N);
 }
 
+/* BF16: a model's own bf16 weights used where they lie (a mapped BF16
+ * file: model_io.c), 16-bit "codes" without scales. The one-row product
+ * multiplies x as given (fp32, or bf16-rounded by the caller). */
+static int64_t bf16_row_bytes(int64_t K) { return 2 * K; }
+static int64_t bf16_row_scales(int64_t K) { return (void)K, 0; }
+static void bf16_quantize_row(void *q, float *scale, const float *w, int64_t K, const float *clip) {
+    (void)scale, (void)clip;
+    uint16_t *o = q;
+    for (int64_t k = 0; k < K; k++) o[k] = dtx_f32_to_bf16(w[k]);
+}
+static void bf16_dequantize(float *w, const void *q, const float *scale, int64_t N, int64_t K) {
+    (void)scale;
+    const uint16_t *b = q;
+    for (int64_t i = 0; i < N * K; i++) w[i] = dtx_bf16_to_f32(b[i]);
+}
+static void bf16_gemv(float *out, const float *x, const void *q, const float *scale, int64_t K, int64_t N) {
+    (void)scale;
+#ifndef DTX_DOUBLE
+    dtx_gemv_bf16(out, x, q, K, N);
+#else
+    (void)out, (void)x, (void)q, (void)K, (void)N; /* the double build keeps no weights in place */
+#endif
+}
+
 static const dtx_qformat FORMATS[] = {
     {8, "q8", 1, 0, q8_row_bytes, q8_row_scales, q8_quantize_row, q8_dequantize, NULL, NULL, q8_gemv},
     {4, "q4", 0, 1, dtx_q4_row_bytes, dtx_q4_groups, q4_quantize_row, q4_dequantize, q4_bad_code,
      "holds the 4-bit code 0 (codes are 1 to 15)", q4_gemv},
+    {16, "bf16", 0, 0, bf16_row_bytes, bf16_row_scales, bf16_quantize_row, bf16_dequantize, NULL, NULL, bf16_gemv},
 };
 
 const dtx_qformat *dtx_qformat_of(int bits) {

@@ -197,6 +197,8 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
 #else
     if (m->wquant != DTX_WQ_NONE)
         return dtx_fail(DTX_ERR_ARG, "the model is already quantised (%s)", dtx_wquant_name(m->wquant));
+    dtx_status mst = dtx_model_materialize(m); /* quantising reads the fp32 weights */
+    if (mst) return mst;
     if (o->scheme != DTX_WQ_W8A16 && o->scheme != DTX_WQ_W8A8 && o->scheme != DTX_WQ_W4A16)
         return dtx_fail(DTX_ERR_ARG, "unknown weight quantisation scheme %d", (int)o->scheme);
     if ((int)o->act_method < 0 || (int)o->act_method > 2)

@@ -356,6 +356,9 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
     if (a->precision != m->precision)
         return dtx_fail(DTX_ERR_ARG, "backward in %s after a forward in %s: set the precision before the forward",
                         dtx_precision_name(m->precision), dtx_precision_name(a->precision));
+    /* weights read in place by the forward: the same values, widened, for the gradients and the update */
+    dtx_status mst = dtx_model_materialize(m);
+    if (mst) return mst;
     if (dtx_model_ensure_grads(m)) return dtx_fail(DTX_ERR_NOMEM, "out of memory allocating gradients");
     const dtx_config *c = &m->cfg;
     int64_t N = a->B * a->T, D = c->dim, V = c->vocab_size, L = c->n_layers;

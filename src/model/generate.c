@@ -273,7 +273,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
     if (pos0 == 0) c->wbf_valid = 0; /* a new sequence: the weights may have changed */
 #ifndef DTX_DOUBLE
     /* the one-row products (decode steps, a prefill's logits) read the bf16 copy */
-    if (m->precision == DTX_PREC_BF16 && (n == 1 || logits) && (st = ensure_bf16(m, c))) return st;
+    if (m->precision == DTX_PREC_BF16 && !m->qw && (n == 1 || logits) && (st = ensure_bf16(m, c))) return st;
 #endif
 
     dtx_model_embed(m, c->x, tokens, n);

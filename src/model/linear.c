@@ -77,13 +77,18 @@ static void quant_rows(const dtx_model *m, float *out, const float *x, const dtx
     int64_t K = w->K, N = w->N, nb = block_rows(K);
     if (nb > N) nb = N;
     float *wb = m->qscratch, *xb = wb + nb * K, *ob = xb + QROWS * K;
+    /* bf16 in place: the inputs as the model's precision sees them, and its
+     * matmul (the weights are bf16 values already) */
+    int in_place = w->bits == 16;
+    dtx_precision prec = in_place ? m->precision : DTX_PREC_FP32;
     for (int64_t m0 = 0; m0 < M; m0 += QROWS) {
         int64_t mb = M - m0 < QROWS ? M - m0 : QROWS;
-        dtx_model_round_inputs(m->wquant, m->act_fp16, w->in_scale, xb, x + m0 * K, mb * K);
+        if (!in_place) dtx_model_round_inputs(m->wquant, m->act_fp16, w->in_scale, xb, x + m0 * K, mb * K);
+        else memcpy(xb, x + m0 * K, sizeof(float) * (size_t)(mb * K));
         for (int64_t n0 = 0; n0 < N; n0 += nb) {
             int64_t cols = N - n0 < nb ? N - n0 : nb;
             dequant_rows(w, wb, n0, cols);
-            dtx_matmul_forward(ob, xb, wb, mb, K, cols, DTX_PREC_FP32);
+            dtx_matmul_forward(ob, xb, wb, mb, K, cols, prec);
             for (int64_t r = 0; r < mb; r++) memcpy(out + (m0 + r) * N + n0, ob + r * cols, sizeof(float) * (size_t)cols);
         }
     }
@@ -91,6 +96,11 @@ static void quant_rows(const dtx_model *m, float *out, const float *x, const dtx
 
 static void linear_row_quant(const dtx_model *m, float *out, const float *x, const dtx_qweight *w, float *xrow) {
     int64_t K = w->K, N = w->N;
+    if (w->bits == 16) { /* bf16 in place: x as the model's precision sees it */
+        if (m->precision == DTX_PREC_BF16) dtx_bf16_round_portable(xrow, x, (size_t)K), x = xrow;
+        dtx_gemv_bf16(out, x, w->q, K, N);
+        return;
+    }
     if (m->wquant == DTX_WQ_W8A8 && w->in_scale > 0) {
         int8_t *xq = (int8_t *)xrow; /* K bytes fit in K floats */
         dtx_a8_quantize(xq, x, K, w->in_scale);
@@ -263,14 +273,55 @@ void dtx_model_free_quant(dtx_model *m) {
     free(m->qscratch);
     m->qw = NULL, m->qk_scale = NULL, m->qmem = NULL, m->qscratch = NULL;
     m->wquant = DTX_WQ_NONE;
+    m->in_place = 0;
+    dtx_unmap_file(&m->wmap);
 }
 
 size_t dtx_model_weight_bytes(const dtx_model *m) {
-    size_t n = m->n_params;
+    size_t n = m->n_params, in_place = 0;
     for (int i = 0; m->qw && i < m->n_tensors; i++)
         if (m->qw[i].bits) n -= m->tensors[i].numel;
-    return n * sizeof(float) + m->qmem_bytes;
+    for (int i = 0; m->in_place && i < m->n_tensors; i++)
+        if (m->qw[i].bits == 16) in_place += 2 * m->tensors[i].numel;
+    return n * sizeof(float) + m->qmem_bytes + in_place;
 }
+
+#ifndef DTX_DOUBLE
+static const float NO_SCALE[1]; /* bf16 in place has no scales; a pointer all the same */
+#endif
+
+dtx_status dtx_model_use_in_place(dtx_model *m, const uint16_t *const *data) {
+#ifdef DTX_DOUBLE
+    (void)m, (void)data;
+    return dtx_fail(DTX_ERR_ARG, "weights in place need the float build");
+#else
+    if (m->qw) return dtx_fail(DTX_ERR_ARG, "the model's weights are quantised or in place already");
+    if (!(m->qw = calloc((size_t)m->n_tensors, sizeof *m->qw))) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < m->n_tensors; i++)
+        if (data[i] && m->tensors[i].ndim == 2)
+            m->qw[i] = (dtx_qweight){.bits = 16, .N = m->tensors[i].shape[0], .K = m->tensors[i].shape[1],
+                                     .q = (void *)(uintptr_t)data[i], .scale = (float *)(uintptr_t)NO_SCALE};
+    m->qscratch_n = qscratch_need(m);
+    if (!(m->qscratch = dtx_alloc(m->qscratch_n, sizeof(real)))) {
+        dtx_model_free_quant(m);
+        return dtx_fail(DTX_ERR_NOMEM, "out of memory for the products' scratch");
+    }
+    m->in_place = 1;
+    return DTX_OK;
+#endif
+}
+
+dtx_status dtx_model_materialize(dtx_model *m) {
+    if (!m->in_place) return DTX_OK;
+#ifndef DTX_DOUBLE
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->qw[i].bits == 16) dequant_rows(&m->qw[i], m->params + m->tensors[i].offset, 0, m->qw[i].N);
+#endif
+    dtx_model_free_quant(m); /* unmaps the file */
+    return DTX_OK;
+}
+
+int dtx_model_weights_in_place(const dtx_model *m) { return m->in_place; }
 
 static const char *const WQ_NAMES[] = {"none", "w8a16", "w8a8", "w4a16"};
 

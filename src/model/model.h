@@ -96,6 +96,11 @@ struct dtx_model {
     size_t qmem_bytes;
     real *qscratch;           /* several-row products: dequantised weight rows, int8-rounded inputs, outputs */
     size_t qscratch_n;
+    /* weights in place: a BF16 file's 2-D tensors read where they lie (qw
+     * bits 16, wquant stays NONE, their params never filled); the file's
+     * mapping, owned here (data NULL when none) */
+    int in_place;
+    dtx_mapped wmap;
     /* metadata keys read from a file that difftx does not use: kept, and
      * written back on save (interop.md). */
     int n_extra_meta;
@@ -183,6 +188,11 @@ int dtx_model_tensor_bits(const dtx_model *m, dtx_wquant scheme, int i);
 /* Zero the fp32 parameters of every quantised tensor and give their memory
  * back: a quantised model keeps only the codes and scales resident. */
 void dtx_model_release_quantised_fp32(dtx_model *m);
+/* Makes m read its 2-D weights in place: data[i] the bf16 values of tensor
+ * i (NULL for 1-D tensors, which stay in params), owned by the caller until
+ * dtx_model_materialize or dtx_model_free (model_io.c hands the file's
+ * mapping to m->wmap). The fp32 params of those tensors stay untouched. */
+dtx_status dtx_model_use_in_place(dtx_model *m, const uint16_t *const *data);
 
 /* ------------------------------------------------------------ one layer (block.c) */
 

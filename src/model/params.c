@@ -81,7 +81,7 @@ dtx_status dtx_model_alloc(dtx_model **out, const dtx_config *c) {
     if (!m->tensors || !m->layers) goto nomem;
     table_builder tb = {m, cap, 0};
     build_table(m, &tb);
-    m->params = dtx_calloc(m->n_params, sizeof(real));
+    m->params = dtx_alloc_lazy_zero(m->n_params, sizeof(real));
     int64_t half = m->head_dim / 2;
     m->rope_cos = dtx_alloc((size_t)(c->max_seq_len * half), sizeof(real));
     m->rope_sin = dtx_alloc((size_t)(c->max_seq_len * half), sizeof(real));
@@ -93,9 +93,10 @@ dtx_status dtx_model_alloc(dtx_model **out, const dtx_config *c) {
     free(freq);
     *out = m;
     return DTX_OK;
-nomem:
+nomem:;
+    size_t n = m->n_params;
     dtx_model_free(m);
-    return dtx_fail(DTX_ERR_NOMEM, "out of memory allocating a model of %zu parameters", m->n_params);
+    return dtx_fail(DTX_ERR_NOMEM, "out of memory allocating a model of %zu parameters", n);
 }
 
 /* Initialisation (README "Initialisation"). DTX_INIT_TORCH: linear weights
@@ -157,7 +158,7 @@ void dtx_model_free(dtx_model *m) {
     free(m->extra_meta_values);
     free(m->tensors);
     free(m->layers);
-    free(m->params);
+    dtx_free_lazy_zero(m->params, m->n_params, sizeof(real));
     free(m->grads);
     free(m->rope_cos);
     free(m->rope_sin);
@@ -166,6 +167,8 @@ void dtx_model_free(dtx_model *m) {
 
 dtx_status dtx_model_ensure_grads(dtx_model *m) {
     if (m->grads) return DTX_OK;
+    dtx_status st = dtx_model_materialize(m); /* training reads and writes the fp32 weights */
+    if (st) return st;
     m->grads = dtx_calloc(m->n_params, sizeof(real));
     return m->grads ? DTX_OK : DTX_ERR_NOMEM;
 }
@@ -197,7 +200,7 @@ const dtx_tensor_info *dtx_model_find(const dtx_model *m, const char *name) {
     return NULL;
 }
 
-dtx_real *dtx_model_params(dtx_model *m) { return m->params; }
+dtx_real *dtx_model_params(dtx_model *m) { return dtx_model_materialize(m) ? NULL : m->params; }
 
 dtx_real *dtx_model_grads(dtx_model *m) {
     if (dtx_model_ensure_grads(m)) return NULL;

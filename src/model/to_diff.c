@@ -29,6 +29,8 @@
 
 dtx_status dtx_model_to_diff(dtx_model **out, const dtx_model *t, uint64_t seed) {
     *out = NULL;
+    dtx_status mst = dtx_model_materialize((dtx_model *)(uintptr_t)t); /* reads params */
+    if (mst) return mst;
     const dtx_config *tc = dtx_model_config(t);
     if (tc->arch != DTX_ARCH_TRANSFORMER)
         return dtx_fail(DTX_ERR_CONFIG, "the model is arch %s: only a Transformer is turned into a DIFF model",

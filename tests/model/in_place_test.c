@@ -1,0 +1,129 @@
+/* Weights in place (model_io.c, linear.c): a BF16 model file is read where
+ * it lies, its 2-D weights never copied into fp32. Against the same file
+ * read into fp32 (DTX_WEIGHTS_COPY=1, what difftx did before): the same
+ * logits from the full forward, a prefill and decode steps, in fp32 and in
+ * bf16 precision, for every architecture; the weights widen into exactly
+ * the copy's parameters when training, saving or asked; a weight that is
+ * not finite is refused as before. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "test.h"
+
+enum { VOCAB = 48, SEQ = 24 };
+
+static dtx_config config(dtx_arch arch) {
+    dtx_config c = dtx_config_default();
+    c.arch = arch;
+    c.dim = 64, c.n_layers = 2, c.n_heads = arch == DTX_ARCH_TRANSFORMER ? 4 : 2, c.n_kv_heads = 1;
+    c.ffn_dim = 96, c.vocab_size = VOCAB, c.max_seq_len = 32, c.tie_embeddings = arch != DTX_ARCH_DIFF;
+    if (arch == DTX_ARCH_DIFF) c.ffn_dim = 4096; /* a file over 1 MiB: mapped, not read (common.h) */
+    return c;
+}
+
+static dtx_model *open_file(const char *path, int copy) {
+    if (copy) setenv("DTX_WEIGHTS_COPY", "1", 1);
+    else unsetenv("DTX_WEIGHTS_COPY");
+    dtx_model *m = NULL;
+    dtx_status st = dtx_model_open(&m, path, DTX_PREC_FP32);
+    unsetenv("DTX_WEIGHTS_COPY");
+    return st == DTX_OK ? m : NULL;
+}
+
+/* The full forward's logits of tokens [SEQ], then prefill + 3 decodes. */
+static void logits(dtx_model *m, const int32_t *tok, float *full, float *steps) {
+    if (dtx_model_forward(m, tok, NULL, 1, SEQ, full, NULL) != DTX_OK) test_fail_at(__FILE__, __LINE__, "%s", dtx_last_error());
+    dtx_kvcache *c = NULL;
+    if (dtx_kvcache_init(&c, m, SEQ) != DTX_OK) {
+        test_fail_at(__FILE__, __LINE__, "%s", dtx_last_error());
+        return;
+    }
+    int ok = dtx_model_prefill(m, c, tok, SEQ - 3, steps) == DTX_OK;
+    for (int i = 0; ok && i < 3; i++) ok = dtx_model_decode(m, c, tok[SEQ - 3 + i], steps + (i + 1) * VOCAB) == DTX_OK;
+    if (!ok) test_fail_at(__FILE__, __LINE__, "%s", dtx_last_error());
+    dtx_kvcache_free(c);
+}
+
+TEST(in_place_bf16_matches_the_fp32_copy) {
+    int32_t tok[SEQ];
+    for (int i = 0; i < SEQ; i++) tok[i] = (int32_t)((i * 7 + 3) % VOCAB);
+    for (int arch = 0; arch < 3; arch++) {
+        dtx_config c = config((dtx_arch)arch);
+        dtx_model *src = NULL;
+        REQUIRE(dtx_model_init(&src, &c, 11 + (uint64_t)arch) == DTX_OK);
+        const char *path = test_path("w.bf16.safetensors");
+        REQUIRE(dtx_model_save(src, path, 1) == DTX_OK);
+        dtx_model_free(src);
+        dtx_model *a = open_file(path, 0), *b = open_file(path, 1);
+        REQUIRE(a && b);
+        CHECK(dtx_model_weights_in_place(a) && !dtx_model_weights_in_place(b));
+        CHECKF(dtx_model_weight_bytes(a) * 3 < dtx_model_weight_bytes(b) * 2, "in place %zu bytes, copy %zu",
+               dtx_model_weight_bytes(a), dtx_model_weight_bytes(b));
+        for (int p = 0; p < 2; p++) {
+            dtx_precision prec = p ? DTX_PREC_BF16 : DTX_PREC_FP32;
+            REQUIRE(dtx_model_set_precision(a, prec) == DTX_OK && dtx_model_set_precision(b, prec) == DTX_OK);
+            float fa[SEQ * VOCAB], fb[SEQ * VOCAB], sa[4 * VOCAB], sb[4 * VOCAB];
+            logits(a, tok, fa, sa);
+            logits(b, tok, fb, sb);
+            double ef = rel_err_f(fa, fb, SEQ * VOCAB), es = rel_err_f(sa, sb, 4 * VOCAB);
+            double tol = p ? 2e-3 : 1e-5; /* bf16: the same rounding points, another blocking of the products */
+            CHECKF(ef <= tol && es <= tol, "%s %s: forward %.3g, prefill/decode %.3g", dtx_arch_name((dtx_arch)arch),
+                   dtx_precision_name(prec), ef, es);
+        }
+        /* saving widens them, and the file is the one read */
+        REQUIRE(dtx_model_save(a, test_path("again.safetensors"), 1) == DTX_OK);
+        CHECK(!dtx_model_weights_in_place(a));
+        size_t la, lb;
+        char *x = test_slurp(path, &la), *y = test_slurp(test_path("again.safetensors"), &lb);
+        CHECK(x && y && la == lb && memcmp(x, y, la) == 0);
+        free(x), free(y);
+        /* widened: exactly the copy's parameters */
+        CHECK(memcmp(dtx_model_params(a), dtx_model_params(b), sizeof(real) * dtx_model_num_params(a)) == 0);
+        dtx_model_free(a);
+        dtx_model_free(b);
+    }
+}
+
+/* Training from a model read in place: the backward widens the weights
+ * first, and the step is the copy's. */
+TEST(in_place_trains_as_the_copy) {
+    dtx_config c = config(DTX_ARCH_DIFF);
+    dtx_model *src = NULL;
+    REQUIRE(dtx_model_init(&src, &c, 5) == DTX_OK);
+    const char *path = test_path("t.bf16.safetensors");
+    REQUIRE(dtx_model_save(src, path, 1) == DTX_OK);
+    dtx_model_free(src);
+    dtx_model *a = open_file(path, 0), *b = open_file(path, 1);
+    REQUIRE(a && b && dtx_model_weights_in_place(a));
+    int32_t tok[SEQ], tgt[SEQ];
+    for (int i = 0; i < SEQ; i++) tok[i] = (int32_t)((i * 5 + 1) % VOCAB), tgt[i] = (int32_t)((i * 5 + 6) % VOCAB);
+    double la = 0, lb = 0;
+    REQUIRE(dtx_model_forward(a, tok, tgt, 1, SEQ, NULL, &la) == DTX_OK);
+    REQUIRE(dtx_model_forward(b, tok, tgt, 1, SEQ, NULL, &lb) == DTX_OK);
+    CHECKF(fabs(la - lb) <= 1e-6 * fabs(lb), "loss %.9g in place, %.9g copied", la, lb);
+    REQUIRE(dtx_model_backward(a, 1.0) == DTX_OK && dtx_model_backward(b, 1.0) == DTX_OK);
+    CHECK(!dtx_model_weights_in_place(a));
+    CHECK(rel_err_f(dtx_model_grads(a), dtx_model_grads(b), dtx_model_num_params(a)) <= 1e-5);
+    dtx_model_free(a);
+    dtx_model_free(b);
+}
+
+/* A NaN in a BF16 weight is refused in place as when copied, naming the tensor. */
+TEST(in_place_refuses_what_the_copy_refuses) {
+    dtx_config c = config(DTX_ARCH_TRANSFORMER);
+    dtx_model *src = NULL;
+    REQUIRE(dtx_model_init(&src, &c, 2) == DTX_OK);
+    const dtx_tensor_info *t = dtx_model_find(src, "layers.1.feed_forward.w2.weight");
+    REQUIRE(t);
+    dtx_model_params(src)[t->offset + 17] = NAN;
+    const char *path = test_path("nan.safetensors");
+    REQUIRE(dtx_model_save(src, path, 1) == DTX_OK);
+    dtx_model_free(src);
+    for (int copy = 0; copy < 2; copy++) {
+        CHECK(open_file(path, copy) == NULL);
+        CHECKF(strstr(dtx_last_error(), "'layers.1.feed_forward.w2.weight' holds NaN at element 17") != NULL, "%s",
+               dtx_last_error());
+    }
+}
