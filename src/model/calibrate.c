@@ -162,7 +162,9 @@ static void fake_quant_row(float *out, const float *w, int64_t K, float c, int8_
 static dtx_status search_clip(const dtx_model *m, int i, const float *X, int64_t R, float *clip, double *sum) {
     const dtx_tensor_info *t = &m->tensors[i];
     int64_t N = t->shape[0], K = t->shape[1];
-    const float *W = m->params + t->offset;
+    float *tmp = NULL; /* a weight in place, widened */
+    const float *W = dtx_model_weight_f32(m, i, &tmp);
+    if (!W) return dtx_last_status();
     float *Y = dtx_alloc((size_t)(R * N), sizeof(float)), *Yc = dtx_alloc((size_t)(R * N), sizeof(float));
     float *Wc = dtx_alloc((size_t)(N * K), sizeof(float));
     double *best = dtx_alloc((size_t)N, sizeof(double));
@@ -184,7 +186,7 @@ static dtx_status search_clip(const dtx_model *m, int i, const float *X, int64_t
     }
     for (int64_t n = 0; n < N; n++) *sum += clip[n];
 done:
-    free(Y), free(Yc), free(Wc), free(best), free(q8);
+    free(Y), free(Yc), free(Wc), free(best), free(q8), free(tmp);
     return st;
 }
 #endif
@@ -197,8 +199,9 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
 #else
     if (m->wquant != DTX_WQ_NONE)
         return dtx_fail(DTX_ERR_ARG, "the model is already quantised (%s)", dtx_wquant_name(m->wquant));
-    dtx_status mst = dtx_model_materialize(m); /* quantising reads the fp32 weights */
-    if (mst) return mst;
+    /* weights in place stay there: the calibration's forwards read them, the
+     * search widens one tensor at a time, and dtx_model_quantize_weights
+     * codes them a tensor at a time (the quantisation streams) */
     if (o->scheme != DTX_WQ_W8A16 && o->scheme != DTX_WQ_W8A8 && o->scheme != DTX_WQ_W4A16)
         return dtx_fail(DTX_ERR_ARG, "unknown weight quantisation scheme %d", (int)o->scheme);
     if ((int)o->act_method < 0 || (int)o->act_method > 2)
@@ -278,13 +281,19 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
             goto nomem;
         }
         if (four) { /* each group's factor, weighted by its inputs' mean squares */
-            const float *W = m->params + t->offset;
+            float *tmp = NULL; /* a weight in place, widened */
+            const float *W = dtx_model_weight_f32(m, i, &tmp);
+            if (!W) {
+                free(scale_of);
+                goto nomem;
+            }
             for (int64_t n = 0; n < N; n++)
                 for (int64_t g = 0; g < ng; g++) {
                     int64_t k0 = g * DTX_Q4_GROUP;
                     clip[i][n * ng + g] = dtx_q4_best_clip(W + n * K + k0, K - k0, in[j].m2 + k0);
                     clip_sum += clip[i][n * ng + g];
                 }
+            free(tmp);
             clip_n += N * ng;
             continue;
         }

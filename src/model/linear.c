@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "kernels/matmul_dnnl.h"
 #include "model/model.h"
 
@@ -173,6 +176,15 @@ void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+/* The whole pages of a read-only file mapping given back: read again from
+ * the file when touched. */
+static void drop_pages(const void *p, size_t bytes) {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return;
+    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e = ((uintptr_t)p + bytes) & ~((uintptr_t)pg - 1);
+    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
+}
+
 int dtx_model_tensor_bits(const dtx_model *m, dtx_wquant scheme, int i) {
     const dtx_tensor_info *t = &m->tensors[i];
     if (t->ndim != 2 || scheme == DTX_WQ_NONE) return 0;
@@ -220,13 +232,39 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
     for (int64_t j = 0; scheme == DTX_WQ_W8A8 && j < 2 * m->cfg.n_layers; j++)
         if (!(qk[j] >= 0 && isfinite(qk[j])))
             return dtx_fail(DTX_ERR_ARG, "w8a8: q/k scale %lld is %g (needs a number >= 0)", (long long)j, (double)qk[j]);
+    /* weights in place: quantised a tensor at a time from the file, each
+     * widened into one buffer, its pages given back once coded */
+    dtx_qweight *src = NULL;
+    if (m->in_place) {
+        src = m->qw;
+        m->qw = NULL;
+        free(m->qscratch);
+        m->qscratch = NULL;
+    }
     dtx_status st = dtx_model_alloc_quant(m, scheme);
-    if (st) return st;
+    if (st) {
+        free(src); /* the model is unusable now; the caller frees it */
+        return st;
+    }
+    float *tmp = NULL;
     for (int i = 0; i < m->n_tensors; i++) {
         const dtx_tensor_info *t = &m->tensors[i];
         dtx_qweight *w = &m->qw[i];
         if (!w->bits) continue;
         const float *p = m->params + t->offset;
+        if (src && src[i].bits == 16) {
+            if (!tmp) {
+                size_t most = 0;
+                for (int k = 0; k < m->n_tensors; k++)
+                    if (src[k].bits == 16 && m->tensors[k].numel > most) most = m->tensors[k].numel;
+                if (!(tmp = dtx_alloc(most, sizeof(float)))) {
+                    free(src);
+                    return dtx_fail(DTX_ERR_NOMEM, "out of memory widening the weights to quantise");
+                }
+            }
+            dequant_rows(&src[i], tmp, 0, src[i].N);
+            p = tmp;
+        }
         const dtx_qformat *f = dtx_qformat_of(w->bits);
         int64_t rb = f->row_bytes(w->K), rs = f->row_scales(w->K);
         for (int64_t n = 0; n < w->N; n++) /* a clip factor per scale */
@@ -234,8 +272,16 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
                             clip && clip[i] ? clip[i] + n * rs : NULL);
         int reads_input = t->offset != m->tok_emb || m->cfg.tie_embeddings; /* an untied embedding is a lookup */
         w->in_scale = scheme == DTX_WQ_W8A8 && reads_input ? in_scales[i] : 0;
+        if (src && src[i].bits == 16 && !m->wmap.heap) drop_pages(src[i].q, 2 * t->numel); /* not needed again */
     }
-    dtx_model_release_quantised_fp32(m);
+    free(tmp);
+    if (src) { /* every 2-D weight is coded now: the file goes (their params were never written) */
+        free(src);
+        m->in_place = 0;
+        dtx_unmap_file(&m->wmap);
+    } else {
+        dtx_model_release_quantised_fp32(m);
+    }
     if (scheme == DTX_WQ_W8A8) memcpy(m->qk_scale, qk, sizeof(float) * 2 * (size_t)m->cfg.n_layers);
     return DTX_OK;
 #endif
@@ -322,6 +368,22 @@ dtx_status dtx_model_materialize(dtx_model *m) {
 }
 
 int dtx_model_weights_in_place(const dtx_model *m) { return m->in_place; }
+
+#ifndef DTX_DOUBLE
+const float *dtx_model_weight_f32(const dtx_model *m, int i, float **tmp) {
+    const dtx_tensor_info *t = &m->tensors[i];
+    if (m->in_place && m->qw[i].bits == 16) {
+        if (!*tmp && !(*tmp = dtx_alloc(t->numel, sizeof(float)))) {
+            dtx_fail(DTX_ERR_NOMEM, "out of memory widening '%s'", t->name);
+            return NULL;
+        }
+        dequant_rows(&m->qw[i], *tmp, 0, m->qw[i].N);
+        return *tmp;
+    }
+    return m->params + t->offset;
+}
+#endif
+
 
 static const char *const WQ_NAMES[] = {"none", "w8a16", "w8a8", "w4a16"};
 

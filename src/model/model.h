@@ -193,6 +193,12 @@ void dtx_model_release_quantised_fp32(dtx_model *m);
  * dtx_model_materialize or dtx_model_free (model_io.c hands the file's
  * mapping to m->wmap). The fp32 params of those tensors stay untouched. */
 dtx_status dtx_model_use_in_place(dtx_model *m, const uint16_t *const *data);
+/* Tensor i's fp32 values: in params, or for a weight in place its rows
+ * widened into *tmp (malloc'd here when NULL, the caller frees it). NULL
+ * after dtx_fail when out of memory. */
+#ifndef DTX_DOUBLE
+const float *dtx_model_weight_f32(const dtx_model *m, int i, float **tmp);
+#endif
 
 /* ------------------------------------------------------------ one layer (block.c) */
 
