@@ -31,6 +31,7 @@
 #include "common/common.h"
 #include "common/json.h"
 #include "io/safetensors.h"
+#include "kernels/matmul_dnnl.h"
 #include "model/model.h"
 
 /* ---------------------------------------------------------------- config */
@@ -319,7 +320,39 @@ typedef struct {
     const hf_config *h;
     const dtx_config *c; /* difftx's */
     dtx_model *m;        /* NULL: check only */
+    /* BF16 weights stay bf16 (float build): each 2-D tensor read as BF16 is
+     * moved, once permuted into params, to its place in wbf (one buffer,
+     * the tensors in table order) and its fp32 pages given back; the model
+     * then reads them in place (model.h), holding no fp32 copy */
+    uint16_t *wbf;
+    const uint16_t **in_place; /* [n_tensors]: the tensor's bf16, or NULL */
 } importer;
+
+/* After tensor dst is written into params from src: kept as bf16 in place
+ * when src is BF16, and src's file pages given back either way. */
+static dtx_status finish_tensor(importer *im, const char *dst, const dtx_st_tensor *src) {
+    dtx_drop_file_pages(src->data, src->nbytes);
+#ifndef DTX_DOUBLE
+    if (!im->wbf || src->dtype != DTX_ST_BF16 || src->ndim != 2) return DTX_OK;
+    dtx_model *m = im->m;
+    const dtx_tensor_info *t = dtx_model_find(m, dst);
+    int i = (int)(t - dtx_model_tensor(m, 0));
+    size_t at = 0;
+    for (int k = 0; k < i; k++)
+        if (m->tensors[k].ndim == 2) at += m->tensors[k].numel;
+    real *p = m->params + t->offset;
+    for (size_t k = 0; k < t->numel; k++)
+        if (!isfinite(p[k]))
+            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' holds %s at element %zu: not a usable model", im->f->dir,
+                            t->name, isnan(p[k]) ? "NaN" : "an infinity", k);
+    dtx_bf16_convert(im->wbf + at, p, t->numel); /* exact: the values came from bf16 */
+    dtx_release_zero(p, sizeof(real) * t->numel);
+    im->in_place[i] = im->wbf + at;
+#else
+    (void)dst;
+#endif
+    return DTX_OK;
+}
 
 /* The HF tensor name, checked for shape [rows, cols] (cols 0: a vector). */
 static dtx_status hf_tensor(const hf_files *f, const char *name, int64_t rows, int64_t cols,
@@ -345,8 +378,8 @@ static dtx_status copy_whole(importer *im, const char *dst, const char *src, int
     dtx_status st = hf_tensor(im->f, src, rows, cols, &t);
     if (st || !im->m) return st;
     const dtx_tensor_info *i = dtx_model_find(im->m, dst);
-    dtx_st_rows_to_real(t, 0, rows, dtx_model_params(im->m) + i->offset);
-    return DTX_OK;
+    dtx_st_rows_to_real(t, 0, rows, im->m->params + i->offset);
+    return finish_tensor(im, dst, t);
 }
 
 /* A projection of D-wide heads: difftx sub-head s (of n) := HF head head_of(s), its rows RoPE-permuted. */
@@ -357,13 +390,13 @@ static dtx_status copy_heads(importer *im, const char *dst, const char *src, int
     dtx_status st = hf_tensor(im->f, src, hf_heads * h->D, h->hidden, &t);
     if (st || !im->m) return st;
     const dtx_config *c = im->c;
-    real *out = dtx_model_params(im->m) + dtx_model_find(im->m, dst)->offset;
+    real *out = im->m->params + dtx_model_find(im->m, dst)->offset;
     for (int64_t s = 0; s < n; s++) {
         int64_t hh = is_q ? hf_q_head(h->diff, c->n_heads, s) : hf_kv_head(h->diff, c->n_heads, c->n_kv_heads, h->kv, s);
         for (int64_t r = 0; r < h->D; r++)
             dtx_st_rows_to_real(t, hh * h->D + (rope ? rope_row(r, h->D) : r), 1, out + (s * h->D + r) * h->hidden);
     }
-    return DTX_OK;
+    return finish_tensor(im, dst, t);
 }
 
 static dtx_status import_layer(importer *im, int64_t L) {
@@ -393,7 +426,7 @@ static dtx_status import_layer(importer *im, int64_t L) {
         if ((st = copy_whole(im, DT(a), HF(b), h->D, 0))) return st;
     }
     const dtx_tensor_info *sub = im->m ? dtx_model_find(im->m, DT("attention.subln.weight")) : NULL;
-    for (size_t i = 0; sub && i < sub->numel; i++) dtx_model_params(im->m)[sub->offset + i] = 1; /* HF's norm has no weight */
+    for (size_t i = 0; sub && i < sub->numel; i++) im->m->params[sub->offset + i] = 1; /* HF's norm has no weight */
 #undef HF
 #undef DT
     return DTX_OK;
@@ -476,7 +509,27 @@ dtx_status dtx_hf_import(dtx_model **out, const char *dir) {
     importer im = {.f = &f, .h = &h, .c = &c};
     if (!(st = check_all_known(&im)) && !(st = import_all(&im)) && !(st = dtx_model_alloc(&m, &c))) {
         im.m = m;
-        st = import_all(&im);
+#ifndef DTX_DOUBLE
+        const char *copy = getenv("DTX_WEIGHTS_COPY");
+        size_t n2 = 0;
+        for (int i = 0; i < m->n_tensors; i++) n2 += m->tensors[i].ndim == 2 ? m->tensors[i].numel : 0;
+        if (!(copy && strcmp(copy, "1") == 0)) { /* malloc'd, not zeroed: pages cost memory once written */
+            im.wbf = malloc(n2 * sizeof *im.wbf);
+            im.in_place = calloc((size_t)m->n_tensors, sizeof *im.in_place);
+            if (!im.wbf || !im.in_place) st = dtx_fail(DTX_ERR_NOMEM, "out of memory for the bf16 weights");
+        }
+#endif
+        if (!st) st = import_all(&im);
+#ifndef DTX_DOUBLE
+        int any = 0;
+        for (int i = 0; im.in_place && i < m->n_tensors; i++) any |= im.in_place[i] != NULL;
+        if (!st && any && !(st = dtx_model_use_in_place(m, im.in_place))) {
+            m->wmap = (dtx_mapped){.data = im.wbf, .size = n2 * sizeof *im.wbf, .heap = 1}; /* m owns it now */
+            im.wbf = NULL;
+        }
+        free(im.wbf);
+        free((void *)im.in_place);
+#endif
     }
     files_close(&f);
     if (!st) st = dtx_model_check_finite(m, dir);

@@ -166,6 +166,7 @@ static dtx_status load_quantised(dtx_model *m, const dtx_st_file *f, const char 
     if ((st = find_tensor(f, path, t->name, m, w->N, rb, qf->signed_codes ? DTX_ST_I8 : DTX_ST_U8, &s))) return st;
     memcpy(w->q, s->data, s->nbytes);
     int64_t bad = qf->bad_code ? qf->bad_code(s->data, s->nbytes) : -1;
+    if (!f->file.heap) dtx_drop_file_pages(s->data, s->nbytes); /* copied: the file's pages are not held too */
     if (bad >= 0)
         return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' byte %lld %s", path, t->name, (long long)bad,
                         qf->bad_code_words);

@@ -23,6 +23,24 @@
 #define SAMPLE_VALUES 16384
 #define CLIP_ROWS 64
 #define BATCH 4
+/* The forward keeps every layer's activations (the inputs recorded): a
+ * batch is BATCH sequences unless that would hold more than this. */
+#define ACTS_BUDGET ((double)(512u << 20))
+
+/* Sequences per forward: BATCH, or fewer (at least 1) for a model whose
+ * activations of BATCH sequences of len would exceed ACTS_BUDGET (an
+ * estimate: each layer's rows of every width, and the logits). Small models
+ * keep BATCH, and so the calibration they always had. */
+#ifndef DTX_DOUBLE
+static int64_t batch_for(const dtx_model *m, int64_t len) {
+    const dtx_config *c = &m->cfg;
+    double row = (double)c->n_layers * (double)(7 * c->dim + 3 * c->ffn_dim + 2 * m->kv_dim + dtx_config_q_dim(c)) +
+                 (double)c->vocab_size + 2.0 * (double)c->dim;
+    double per_seq = row * (double)len * sizeof(float);
+    int64_t b = (int64_t)(ACTS_BUDGET / per_seq);
+    return b >= BATCH ? BATCH : b < 1 ? 1 : b;
+}
+#endif
 
 typedef struct {
     int64_t K;
@@ -238,8 +256,9 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
     m->attn_quant_bits = 0;
     dtx_rng rng;
     dtx_rng_seed(&rng, 20261201);
-    for (int64_t s0 = 0; s0 < n_seq && !st; s0 += BATCH) {
-        int64_t B = n_seq - s0 < BATCH ? n_seq - s0 : BATCH;
+    const int64_t batch = batch_for(m, len);
+    for (int64_t s0 = 0; s0 < n_seq && !st; s0 += batch) {
+        int64_t B = n_seq - s0 < batch ? n_seq - s0 : batch;
         if ((st = dtx_model_forward(m, tokens + s0 * len, NULL, B, len, NULL, NULL))) break;
         for (int64_t j = 0; j < n_in; j++) {
             int64_t K;

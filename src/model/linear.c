@@ -15,9 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include "kernels/matmul_dnnl.h"
 #include "model/model.h"
 
@@ -176,14 +173,6 @@ void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* The whole pages of a read-only file mapping given back: read again from
- * the file when touched. */
-static void drop_pages(const void *p, size_t bytes) {
-    long pg = sysconf(_SC_PAGESIZE);
-    if (pg <= 0) return;
-    uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e = ((uintptr_t)p + bytes) & ~((uintptr_t)pg - 1);
-    if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
-}
 
 int dtx_model_tensor_bits(const dtx_model *m, dtx_wquant scheme, int i) {
     const dtx_tensor_info *t = &m->tensors[i];
@@ -272,7 +261,7 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
                             clip && clip[i] ? clip[i] + n * rs : NULL);
         int reads_input = t->offset != m->tok_emb || m->cfg.tie_embeddings; /* an untied embedding is a lookup */
         w->in_scale = scheme == DTX_WQ_W8A8 && reads_input ? in_scales[i] : 0;
-        if (src && src[i].bits == 16 && !m->wmap.heap) drop_pages(src[i].q, 2 * t->numel); /* not needed again */
+        if (src && src[i].bits == 16 && !m->wmap.heap) dtx_drop_file_pages(src[i].q, 2 * t->numel); /* done with */
     }
     free(tmp);
     if (src) { /* every 2-D weight is coded now: the file goes (their params were never written) */
@@ -296,7 +285,7 @@ dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme) {
     m->qk_scale = calloc(2 * (size_t)m->cfg.n_layers, sizeof(float));
     if (!m->qw || !m->qk_scale) return dtx_fail(DTX_ERR_NOMEM, "out of memory for the quantised weights");
     m->qmem_bytes = dtx_model_qweight_layout(m, scheme, NULL);
-    m->qmem = dtx_calloc(m->qmem_bytes, 1); /* zeroed: the alignment padding too */
+    m->qmem = dtx_alloc_lazy_zero(m->qmem_bytes, 1); /* zeroed (the padding too), resident once written */
     if (!m->qmem) return dtx_fail(DTX_ERR_NOMEM, "out of memory for %zu bytes of quantised weights", m->qmem_bytes);
     dtx_model_qweight_layout(m, scheme, m->qmem);
     m->qscratch_n = qscratch_need(m);
@@ -315,7 +304,8 @@ void dtx_model_release_quantised_fp32(dtx_model *m) {
 void dtx_model_free_quant(dtx_model *m) {
     free(m->qw);
     free(m->qk_scale);
-    free(m->qmem);
+    dtx_free_lazy_zero(m->qmem, m->qmem_bytes, 1);
+    m->qmem_bytes = 0;
     free(m->qscratch);
     m->qw = NULL, m->qk_scale = NULL, m->qmem = NULL, m->qscratch = NULL;
     m->wquant = DTX_WQ_NONE;
