@@ -313,6 +313,7 @@ static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *p
 #endif
         if ((st = find_tensor(f, path, t->name, m, t->shape[0], t->ndim == 2 ? t->shape[1] : 0, -1, &s))) return st;
         dtx_st_to_real(s, m->params + t->offset);
+        if (!f->file.heap) dtx_drop_file_pages(s->data, s->nbytes); /* copied: its file pages are not held too */
         if ((st = check_finite(path, t, m->params + t->offset))) return st;
     }
 #ifndef DTX_DOUBLE
