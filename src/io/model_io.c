@@ -173,6 +173,7 @@ static dtx_status load_quantised(dtx_model *m, const dtx_st_file *f, const char 
     snprintf(name, sizeof name, "%s.scale", t->name);
     if ((st = find_tensor(f, path, name, m, w->N, ns, DTX_ST_F32, &s)) || (st = load_scales(s, path, w->scale, 0)))
         return st;
+    if (!f->file.heap) dtx_drop_file_pages(s->data, s->nbytes);
     if (has_input_scale(m, i)) {
         snprintf(name, sizeof name, "%s.input_scale", t->name);
         if ((st = find_tensor(f, path, name, m, 1, 0, DTX_ST_F32, &s)) || (st = load_scales(s, path, &w->in_scale, 0)))
@@ -368,8 +369,7 @@ dtx_status dtx_model_load(dtx_model **out, const char *path) {
     if ((st = quant_from_meta(&f, path, &wq, &fp16))) goto done;
     if ((st = dtx_model_alloc(&m, &c))) goto done;
     if (wq != DTX_WQ_NONE && (st = dtx_model_alloc_quant(m, wq))) goto done;
-    m->act_fp16 = fp16;
-    dtx_model_release_quantised_fp32(m);
+    m->act_fp16 = fp16; /* (the quantised weights' params are fresh lazily zeroed pages: nothing to release) */
 #ifndef DTX_DOUBLE
     /* a BF16 file's weights are used where they lie: no fp32 copy */
     if (wq == DTX_WQ_NONE && in_place_possible(m, &f) && (st = load_in_place(m, &f, path))) goto done;
