@@ -1243,6 +1243,112 @@ static void llama2c_bench(int n, int rounds, double *run, double *runq, char *wh
     }
 }
 
+/* ---- model files (--models): real-size checkpoints as a user runs them,
+ * each in a child process of its own, so that its peak resident memory is
+ * its own: open (weights in place: a BF16 file, a Hugging Face folder, or a
+ * quantised file), the first token's logits, a prefill of FILE_CTX tokens,
+ * then FILE_N decode steps after it. */
+enum { FILE_CTX = 512, FILE_N = 32 };
+
+typedef struct {
+    int ok;
+    char why[200];
+    double file_gb, params_b, weights_gb, load_s, first_s, prefill_tok_s, decode_tok_s, bytes_tok, bw, rss_gb;
+    char weights[16];
+} file_result;
+
+/* --model-child PATH: prints "ok" and the numbers, or "err MESSAGE". */
+static int model_child_main(int argc, char **argv) {
+    if (argc != 3) return printf("err --model-child needs a path\n"), 2;
+    const char *path = argv[2];
+    double t0 = dtx_now_s();
+    dtx_model *m = NULL;
+    dtx_kvcache *kv = NULL;
+    if (dtx_model_open(&m, path, DTX_PREC_BF16)) return printf("err %s\n", dtx_last_error()), 1;
+    double t_load = dtx_now_s() - t0;
+    const dtx_config *c = dtx_model_config(m);
+    float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+    int32_t *toks = malloc(sizeof(int32_t) * FILE_CTX);
+    if (!logits || !toks || dtx_kvcache_init(&kv, m, FILE_CTX + FILE_N + 1))
+        return printf("err %s\n", dtx_last_error()), 1;
+    for (int i = 0; i < FILE_CTX; i++) toks[i] = (int32_t)((i * 7919 + 1) % c->vocab_size);
+    if (dtx_model_prefill(m, kv, toks, 1, logits)) return printf("err %s\n", dtx_last_error()), 1;
+    double t_first = dtx_now_s() - t0;
+    double best_prefill = 1e30;
+    for (int round = 0; round < 2; round++) { /* the better of two: the first may still fault pages in */
+        dtx_kvcache_reset(kv);
+        double p0 = dtx_now_s();
+        if (dtx_model_prefill(m, kv, toks, FILE_CTX, logits)) return printf("err %s\n", dtx_last_error()), 1;
+        double dt = dtx_now_s() - p0;
+        if (dt < best_prefill) best_prefill = dt;
+    }
+    double bw = measure_read_bw(26, 3);
+    double d0 = dtx_now_s();
+    for (int i = 0; i < FILE_N; i++)
+        if (dtx_model_decode(m, kv, (int32_t)((i * 31) % c->vocab_size), logits))
+            return printf("err %s\n", dtx_last_error()), 1;
+    double t_dec = dtx_now_s() - d0;
+    /* the bytes a step reads: the weights as held (of an untied embedding one row), and the cache */
+    double wbytes = (double)dtx_model_weight_bytes(m);
+    const char *wname = dtx_model_wquant(m) != DTX_WQ_NONE ? dtx_wquant_name(dtx_model_wquant(m))
+                        : dtx_model_weights_in_place(m) ? "bf16" : "fp32";
+    if (!c->tie_embeddings) {
+        double row = dtx_model_wquant(m) != DTX_WQ_NONE ? (double)c->dim + 4
+                     : dtx_model_weights_in_place(m) ? 2.0 * (double)c->dim : 4.0 * (double)c->dim;
+        wbytes -= (double)(c->vocab_size - 1) * row;
+    }
+    double per_pos = (double)dtx_kvcache_bytes(kv) / (FILE_CTX + FILE_N + 1); /* keys and values, every layer */
+    double cache = per_pos * (FILE_CTX + (FILE_N + 1) / 2.0);
+    printf("ok %s %.4f %.4f %.4f %.4f %.4f %.4f %.1f %.3f %ld %.6e\n", wname, t_load, t_first,
+           FILE_CTX / best_prefill, FILE_N / t_dec, wbytes + cache, bw, (double)dtx_model_num_params(m) / 1e9,
+           (double)dtx_model_weight_bytes(m) / 1e9, proc_status_kib("VmHWM:"), wbytes);
+    return 0;
+}
+
+/* The model file or folder's bytes on disk. */
+static double path_gb(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return NAN;
+    if (!S_ISDIR(st.st_mode)) return (double)st.st_size / 1e9;
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "du -sb '%s' 2>/dev/null", path);
+    FILE *p = popen(cmd, "r");
+    double b = NAN;
+    if (p && fscanf(p, "%lf", &b) != 1) b = NAN;
+    if (p) pclose(p);
+    return b / 1e9;
+}
+
+static file_result file_bench(const char *self, const char *path) {
+    file_result r;
+    memset(&r, 0, sizeof r);
+    r.file_gb = path_gb(path);
+    char cmd[4300], line[512];
+    /* from the page cache, as the target says: read the files once first */
+    snprintf(cmd, sizeof cmd, "cat '%s' '%s'/* > /dev/null 2>&1", path, path);
+    if (system(cmd) == -1) { /* the measurement says how warm it was */ }
+    snprintf(cmd, sizeof cmd, "'%s' --model-child '%s' 2>&1", self, path);
+    FILE *p = popen(cmd, "r");
+    if (!p) return snprintf(r.why, sizeof r.why, "could not start a child"), r;
+    long hwm = 0;
+    double wb = 0, rd[9];
+    while (fgets(line, sizeof line, p)) {
+        if (!strncmp(line, "err ", 4)) {
+            line[strcspn(line, "\n")] = 0;
+            snprintf(r.why, sizeof r.why, "%.190s", line + 4);
+        } else if (sscanf(line, "ok %15s %lf %lf %lf %lf %lf %lf %lf %lf %ld %lf", r.weights, &rd[0], &rd[1], &rd[2],
+                          &rd[3], &rd[4], &rd[5], &rd[6], &rd[7], &hwm, &wb) == 11) {
+            r.ok = 1;
+            r.load_s = rd[0], r.first_s = rd[1], r.prefill_tok_s = rd[2], r.decode_tok_s = rd[3], r.bytes_tok = rd[4];
+            r.bw = rd[5], r.params_b = rd[6], r.weights_gb = rd[7], r.rss_gb = (double)hwm * 1024 / 1e9;
+        }
+    }
+    int rc = pclose(p);
+    if (r.ok && rc != 0) r.ok = 0, snprintf(r.why, sizeof r.why, "the child exited with %d", rc);
+    if (!r.ok && !r.why[0]) snprintf(r.why, sizeof r.why, "no result line");
+    return r;
+}
+
 static int file_exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
@@ -1254,6 +1360,7 @@ static void usage(void) {
             "             [--torch-attn ref|fused]\n"
             "             [--openblas DIR] [--python PATH]\n"
             "             [--sections peak,train,torch,v2,attn,long,decode] [--configs S,L]\n"
+            "             [--models PATH,PATH,...]   (model files measured in the decode section)\n"
             "       bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]\n");
 }
 
@@ -1261,6 +1368,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--serve")) return serve_main(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--attn-child")) return attn_child_main(argc, argv);
     if (argc > 1 && !strcmp(argv[1], "--one")) return one_main(argc, argv);
+    if (argc > 1 && !strcmp(argv[1], "--model-child")) return model_child_main(argc, argv);
     /* A child that dies must not take the bench with it: writing to its pipe
      * then fails with EPIPE (and the row says how it died) instead of
      * killing this process. */
@@ -1269,7 +1377,7 @@ int main(int argc, char **argv) {
     int quick = 0, tiny = 0, steps = 3, no_torch = 0, torch_full = 0;
     const char *outfile = "bench/results.md", *sections = "peak,train,torch,v2,attn,long,decode";
     const char *python = "/usr/bin/python3", *script = "tools/bench_torch.py", *torch_attn = "fused";
-    const char *openblas_dir = "build/openblas", *configs = "S,L";
+    const char *openblas_dir = "build/openblas", *configs = "S,L", *models = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--tiny")) tiny = quick = 1;
@@ -1282,6 +1390,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--python") && i + 1 < argc) python = argv[++i];
         else if (!strcmp(argv[i], "--torch-attn") && i + 1 < argc) torch_attn = argv[++i];
         else if (!strcmp(argv[i], "--openblas") && i + 1 < argc) openblas_dir = argv[++i];
+        else if (!strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
         else {
             usage();
             return 2;
@@ -1568,6 +1677,30 @@ int main(int argc, char **argv) {
     memset(dec, 0, sizeof dec);
     double l2c_run = NAN, l2c_runq = NAN;
     char l2c_why[256] = "not run (QUICK)";
+    enum { MAX_FILES = 16 };
+    file_result files[MAX_FILES];
+    char file_names[MAX_FILES][1024];
+    int nfiles = 0;
+    if (do_decode && models) {
+        char self[4096];
+        ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[sl > 0 ? sl : 0] = 0;
+        char *list = strdup(models);
+        for (char *s = strtok(list, ","); s && nfiles < MAX_FILES; s = strtok(NULL, ",")) {
+            snprintf(file_names[nfiles], sizeof file_names[0], "%s", s);
+            fprintf(stderr, "  model file %s...\n", s);
+            files[nfiles] = file_bench(self, s);
+            file_result *fr = &files[nfiles];
+            if (fr->ok)
+                fprintf(stderr, "    %s: peak RSS %.2f GB (file %.2f GB), first token %.2f s, prefill %.1f tok/s, "
+                        "decode %.2f tok/s (%.0f%% of the bound)\n", fr->weights, fr->rss_gb, fr->file_gb, fr->first_s,
+                        fr->prefill_tok_s, fr->decode_tok_s, 100 * fr->decode_tok_s / (fr->bw * 1e9 / fr->bytes_tok));
+            else
+                fprintf(stderr, "    failed: %s\n", fr->why);
+            nfiles++;
+        }
+        free(list);
+    }
     if (do_decode && ndec) {
         fprintf(stderr, "measuring the memory bandwidth and decoding...\n");
         bw = measure_read_bw(28, 5);
@@ -1734,6 +1867,32 @@ int main(int argc, char **argv) {
                         d->bytes_tok / 1e6, d->bw, d->bw * 1e9 / d->bytes_tok, 100 * d->frac);
                 }
         out("\n");
+        if (nfiles) {
+            out("Model files (`--models`), each in a process of its own, read from the page cache: opened as every "
+                "command opens one (`dtx_model_open`: a BF16 file or Hugging Face folder's weights used in place, a "
+                "quantised file's codes), the first token's logits, a prefill of %d tokens (the better of two), then "
+                "%d decode steps after it. Peak RSS is the process's own (VmHWM), the weights' bytes what the model "
+                "holds, the bound the bandwidth measured in that process right before decoding ÷ the bytes a step "
+                "reads (the weights as held, of an untied embedding one row, the fp32 cache at its length).\n\n",
+                FILE_CTX, FILE_N);
+            out("| model | weights | params | file GB | peak RSS GB | ÷ file | open s | first token s | prefill %d tok/s | "
+                "decode tok/s | bandwidth | bound tok/s | of bound |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+                "---:|---:|---:|\n", FILE_CTX);
+            for (int i = 0; i < nfiles; i++) {
+                file_result *fr = &files[i];
+                const char *base = strrchr(file_names[i], '/');
+                base = base && base[1] ? base + 1 : file_names[i];
+                if (!fr->ok) {
+                    out("| %s | failed: %s | | | | | | | | | | | |\n", base, fr->why);
+                    continue;
+                }
+                double bound = fr->bw * 1e9 / fr->bytes_tok;
+                out("| %s | %s | %.2fB | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.1f GB/s | %.2f | %.0f%% |\n",
+                    base, fr->weights, fr->params_b, fr->file_gb, fr->rss_gb, fr->rss_gb / fr->file_gb, fr->load_s,
+                    fr->first_s, fr->prefill_tok_s, fr->decode_tok_s, fr->bw, bound, 100 * fr->decode_tok_s / bound);
+            }
+            out("\n");
+        }
         if (!quick) {
             out("llama2.c at the same shape, same run (bench/runq.sh: its Makefile's `runomp` flags, %d threads, a "
                 "random model exported by its export.py, `-t 0 -n %" PRId64 "`, the median of 3 runs of its own "
