@@ -113,7 +113,7 @@ void dtx_free_lazy_zero(void *p, size_t count, size_t elem_size) {
     if (p) munmap(p, count * elem_size != 0 ? count * elem_size : 1);
 }
 
-void dtx_drop_file_pages(const void *p, size_t bytes) {
+void dtx_drop_pages(const void *p, size_t bytes) {
     long pg = sysconf(_SC_PAGESIZE);
     if (pg <= 0) return;
     uintptr_t a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e = ((uintptr_t)p + bytes) & ~((uintptr_t)pg - 1);

@@ -36,10 +36,11 @@ void *dtx_calloc(size_t count, size_t elem_size);
  * a message) on failure. Free with dtx_free_lazy_zero and the same sizes. */
 void *dtx_alloc_lazy_zero(size_t count, size_t elem_size);
 void dtx_free_lazy_zero(void *p, size_t count, size_t elem_size);
-/* The whole pages inside p[0, bytes) of a read-only file mapping given
- * back to the system (read from the file again if touched): a reader that
- * has copied or coded a tensor does not hold its file pages too. */
-void dtx_drop_file_pages(const void *p, size_t bytes);
+/* The whole pages inside p[0, bytes) given back to the system, their
+ * content no longer needed: a file mapping's are read from the file again if
+ * touched, anonymous memory's read as zero. A reader that has copied or
+ * coded a tensor does not hold its source pages too. */
+void dtx_drop_pages(const void *p, size_t bytes);
 /* Zero p[0, bytes) and hand the whole pages inside it back to the system
  * (they read as zero when touched again): memory a model no longer reads. */
 void dtx_release_zero(void *p, size_t bytes);

@@ -331,7 +331,7 @@ typedef struct {
 /* After tensor dst is written into params from src: kept as bf16 in place
  * when src is BF16, and src's file pages given back either way. */
 static dtx_status finish_tensor(importer *im, const char *dst, const dtx_st_tensor *src) {
-    dtx_drop_file_pages(src->data, src->nbytes);
+    dtx_drop_pages(src->data, src->nbytes);
 #ifndef DTX_DOUBLE
     if (!im->wbf || src->dtype != DTX_ST_BF16 || src->ndim != 2) return DTX_OK;
     dtx_model *m = im->m;

@@ -166,14 +166,14 @@ static dtx_status load_quantised(dtx_model *m, const dtx_st_file *f, const char 
     if ((st = find_tensor(f, path, t->name, m, w->N, rb, qf->signed_codes ? DTX_ST_I8 : DTX_ST_U8, &s))) return st;
     memcpy(w->q, s->data, s->nbytes);
     int64_t bad = qf->bad_code ? qf->bad_code(s->data, s->nbytes) : -1;
-    if (!f->file.heap) dtx_drop_file_pages(s->data, s->nbytes); /* copied: the file's pages are not held too */
+    if (!f->file.heap) dtx_drop_pages(s->data, s->nbytes); /* copied: the file's pages are not held too */
     if (bad >= 0)
         return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' byte %lld %s", path, t->name, (long long)bad,
                         qf->bad_code_words);
     snprintf(name, sizeof name, "%s.scale", t->name);
     if ((st = find_tensor(f, path, name, m, w->N, ns, DTX_ST_F32, &s)) || (st = load_scales(s, path, w->scale, 0)))
         return st;
-    if (!f->file.heap) dtx_drop_file_pages(s->data, s->nbytes);
+    if (!f->file.heap) dtx_drop_pages(s->data, s->nbytes);
     if (has_input_scale(m, i)) {
         snprintf(name, sizeof name, "%s.input_scale", t->name);
         if ((st = find_tensor(f, path, name, m, 1, 0, DTX_ST_F32, &s)) || (st = load_scales(s, path, &w->in_scale, 0)))
@@ -314,7 +314,7 @@ static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *p
 #endif
         if ((st = find_tensor(f, path, t->name, m, t->shape[0], t->ndim == 2 ? t->shape[1] : 0, -1, &s))) return st;
         dtx_st_to_real(s, m->params + t->offset);
-        if (!f->file.heap) dtx_drop_file_pages(s->data, s->nbytes); /* copied: its file pages are not held too */
+        if (!f->file.heap) dtx_drop_pages(s->data, s->nbytes); /* copied: its file pages are not held too */
         if ((st = check_finite(path, t, m->params + t->offset))) return st;
     }
 #ifndef DTX_DOUBLE

@@ -261,7 +261,7 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
                             clip && clip[i] ? clip[i] + n * rs : NULL);
         int reads_input = t->offset != m->tok_emb || m->cfg.tie_embeddings; /* an untied embedding is a lookup */
         w->in_scale = scheme == DTX_WQ_W8A8 && reads_input ? in_scales[i] : 0;
-        if (src && src[i].bits == 16 && !m->wmap.heap) dtx_drop_file_pages(src[i].q, 2 * t->numel); /* done with */
+        if (src && src[i].bits == 16) dtx_drop_pages(src[i].q, 2 * t->numel); /* coded: its bf16 is not needed */
     }
     free(tmp);
     if (src) { /* every 2-D weight is coded now: the file goes (their params were never written) */
