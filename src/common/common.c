@@ -101,7 +101,9 @@ void *dtx_alloc_lazy_zero(size_t count, size_t elem_size) {
         return NULL;
     }
     size_t bytes = count * elem_size != 0 ? count * elem_size : 1;
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* NORESERVE: most of it may never be written (weights in place), so the
+     * kernel's overcommit heuristic must not refuse it for its size alone */
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         dtx_fail(DTX_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
         return NULL;
