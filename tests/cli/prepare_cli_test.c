@@ -212,7 +212,7 @@ TEST(prepare_cli_runtime_errors) {
     for (int i = 0; i < 256; i++) fprintf(f, "%c%c== %d\n", b64[i >> 2], b64[(i & 3) << 4], i);
     fclose(f);
     CHECK_FAIL(cli("prepare --tokenizer '%s' --input '%s' --out '%s' --append-eos", rank, dir, sp), 1, "bytes.tiktoken",
-               "no <|eos|> or <|endoftext|>");
+               "no end-of-text token (<|eos|>, <|endoftext|>");
     /* without --append-eos that tokenizer works (vocab 256: width 2) */
     REQUIRE(cli("prepare --tokenizer '%s' --input '%s' --out '%s'", rank, dir, sp) == 0);
     dtx_shard *s = NULL;

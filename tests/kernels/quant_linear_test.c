@@ -238,5 +238,28 @@ TEST(kernel_quant_linear_formats_round_trip_and_multiply) {
     }
     uint8_t bad[3] = {0x11, 0x80, 0x11};
     CHECK(dtx_qformat_of(4)->bad_code(bad, 3) == 1 && dtx_qformat_of(8)->bad_code == NULL);
-    CHECK(dtx_qformat_of(0) == NULL && dtx_qformat_of(16) == NULL);
+    CHECK(dtx_qformat_of(0) == NULL && dtx_qformat_of(2) == NULL);
+}
+
+/* The bf16 row (weights in place): codes are the weights rounded to bf16
+ * (nearest even), no scales, and the product is x · those values in fp32,
+ * x as given (not rounded). */
+TEST(kernel_quant_linear_bf16_row_is_the_weights_in_bf16) {
+    const dtx_qformat *f = dtx_qformat_of(16);
+    REQUIRE(f && f->row_scales(77) == 0 && f->row_bytes(77) == 154 && f->bad_code == NULL);
+    dtx_rng r;
+    dtx_rng_seed(&r, 1616);
+    enum { N = 7, K = 77 };
+    float *w = randf(&r, N * K, 1.0), *x = randf(&r, K, 1.0), deq[N * K], out[N], scale = 0;
+    uint16_t q[N * K];
+    for (int n = 0; n < N; n++) f->quantize_row(q + n * K, &scale, w + n * K, K, NULL);
+    f->dequantize(deq, q, &scale, N, K);
+    for (int i = 0; i < N * K; i++) CHECK(deq[i] == dtx_bf16_round_f32(w[i]));
+    f->gemv(out, x, q, &scale, K, N);
+    for (int n = 0; n < N; n++) {
+        double want = 0, mag = 0;
+        for (int k = 0; k < K; k++) want += (double)x[k] * deq[n * K + k], mag += fabs((double)x[k] * deq[n * K + k]);
+        CHECKF(fabs(out[n] - want) <= 1e-6 * mag, "row %d: %g, want %g", n, out[n], want);
+    }
+    free(w), free(x);
 }
