@@ -384,31 +384,7 @@ static inline int hless(const hentry *a, const hentry *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->start < b->start);
 }
 
-static void hpush(hentry *h, size_t *n, hentry e) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!hless(&e, &h[up])) break;
-        h[i] = h[up];
-        i = up;
-    }
-    h[i] = e;
-}
-
-static hentry hpop(hentry *h, size_t *n) {
-    hentry top = h[0], last = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && hless(&h[c + 1], &h[c])) c++;
-        if (!hless(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = last;
-    return top;
-}
+DTX_DEFINE_HEAP(hheap, hentry, hless)
 
 static dtx_status merge_heap(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out) {
     if (n >= UINT32_MAX / 4) return dtx_fail(DTX_ERR_ARG, "a piece of %zu bytes is too long to encode", n);
@@ -428,10 +404,10 @@ static dtx_status merge_heap(const struct dtx_tokenizer *t, const uint8_t *p, si
     }
     for (size_t i = 0; i + 1 < n; i++) {
         int32_t r = rank_of(t, p, i, i + 2);
-        if (r != NO_RANK) hpush(h, &hn, (hentry){r, (uint32_t)i, (uint32_t)(i + 2)});
+        if (r != NO_RANK) hheap_push(h, &hn, (hentry){r, (uint32_t)i, (uint32_t)(i + 2)});
     }
     while (hn) {
-        hentry e = hpop(h, &hn);
+        hentry e = hheap_pop(h, &hn);
         uint32_t s = e.start;
         if (!alive[s] || nxt[s] >= n || nxt[nxt[s]] != e.end) continue; /* stale */
         uint32_t r = nxt[s];
@@ -441,11 +417,11 @@ static dtx_status merge_heap(const struct dtx_tokenizer *t, const uint8_t *p, si
         if (s > 0) {
             uint32_t q = prv[s];
             int32_t rk = rank_of(t, p, q, nxt[s]);
-            if (rk != NO_RANK) hpush(h, &hn, (hentry){rk, q, nxt[s]});
+            if (rk != NO_RANK) hheap_push(h, &hn, (hentry){rk, q, nxt[s]});
         }
         if (nxt[s] < n) {
             int32_t rk = rank_of(t, p, s, nxt[nxt[s]]);
-            if (rk != NO_RANK) hpush(h, &hn, (hentry){rk, s, nxt[nxt[s]]});
+            if (rk != NO_RANK) hheap_push(h, &hn, (hentry){rk, s, nxt[nxt[s]]});
         }
     }
     int64_t count = 0;

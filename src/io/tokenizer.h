@@ -198,6 +198,38 @@ int dtx_spm_sniff(const uint8_t *buf, size_t len);
  * loop, 2 the heap (both give the same ids). */
 extern int dtx_tok_merge_method;
 
+/* ------------------------------------------------------------ the merge queue */
+
+/* A binary heap of TYPE, the entry less(a, b) says first on top: the queue
+ * of pairs every BPE encoder here merges from (tiktoken's long pieces,
+ * tokenizer.json's words, SentencePiece's agenda). Defines
+ * NAME_push(h, &n, e) and e = NAME_pop(h, &n) (n > 0). */
+#define DTX_DEFINE_HEAP(NAME, TYPE, LESS)                                                                        \
+    static inline void NAME##_push(TYPE *h, size_t *n, TYPE e) {                                                 \
+        size_t i = (*n)++;                                                                                      \
+        while (i > 0) {                                                                                         \
+            size_t up = (i - 1) / 2;                                                                            \
+            if (!LESS(&e, &h[up])) break;                                                                       \
+            h[i] = h[up];                                                                                       \
+            i = up;                                                                                             \
+        }                                                                                                       \
+        h[i] = e;                                                                                               \
+    }                                                                                                           \
+    static inline TYPE NAME##_pop(TYPE *h, size_t *n) {                                                         \
+        TYPE top = h[0], last = h[--(*n)];                                                                      \
+        size_t i = 0;                                                                                           \
+        for (;;) {                                                                                              \
+            size_t c = 2 * i + 1;                                                                               \
+            if (c >= *n) break;                                                                                 \
+            if (c + 1 < *n && LESS(&h[c + 1], &h[c])) c++;                                                      \
+            if (!LESS(&h[c], &last)) break;                                                                     \
+            h[i] = h[c];                                                                                        \
+            i = c;                                                                                              \
+        }                                                                                                       \
+        h[i] = last;                                                                                            \
+        return top;                                                                                             \
+    }
+
 /* ------------------------------------------------------------ base64 */
 
 /* Standard alphabet with '=' padding. Encoded length of n bytes. */

@@ -95,31 +95,7 @@ static inline int mless(const merge *a, const merge *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
 }
 
-static void mpush(merge *h, size_t *n, merge e) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!mless(&e, &h[up])) break;
-        h[i] = h[up];
-        i = up;
-    }
-    h[i] = e;
-}
-
-static merge mpop(merge *h, size_t *n) {
-    merge top = h[0], last = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && mless(&h[c + 1], &h[c])) c++;
-        if (!mless(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = last;
-    return top;
-}
+DTX_DEFINE_HEAP(mheap, merge, mless)
 
 /* tokenizers' Word::merge_all: a min-heap of (rank, position); an entry is
  * stale when its symbol is gone or the pair there no longer merges into
@@ -152,10 +128,10 @@ static dtx_status bpe_word(const struct dtx_tokenizer *t, const uint8_t *p, size
     size_t hn = 0;
     for (size_t i = 0; i + 1 < n; i++) {
         const pair_slot *m = pair_get(h, c[i], c[i + 1]);
-        if (m) mpush(heap, &hn, (merge){m->rank, (uint32_t)i, m->id});
+        if (m) mheap_push(heap, &hn, (merge){m->rank, (uint32_t)i, m->id});
     }
     while (hn) {
-        merge top = mpop(heap, &hn);
+        merge top = mheap_pop(heap, &hn);
         uint32_t s = top.pos;
         if (!alive[s] || next[s] < 0) continue;
         int32_t r = next[s];
@@ -166,8 +142,8 @@ static dtx_status bpe_word(const struct dtx_tokenizer *t, const uint8_t *p, size
         next[s] = next[r];
         if (next[r] >= 0) prev[next[r]] = (int32_t)s;
         if (prev[s] >= 0 && (m = pair_get(h, c[prev[s]], c[s])))
-            mpush(heap, &hn, (merge){m->rank, (uint32_t)prev[s], m->id});
-        if (next[s] >= 0 && (m = pair_get(h, c[s], c[next[s]]))) mpush(heap, &hn, (merge){m->rank, s, m->id});
+            mheap_push(heap, &hn, (merge){m->rank, (uint32_t)prev[s], m->id});
+        if (next[s] >= 0 && (m = pair_get(h, c[s], c[next[s]]))) mheap_push(heap, &hn, (merge){m->rank, s, m->id});
     }
     int64_t count = 0;
     for (int32_t i = 0; i >= 0; i = next[i]) count++;

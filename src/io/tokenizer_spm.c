@@ -406,31 +406,7 @@ static inline int abefore(const agenda_item *a, const agenda_item *b) {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static void apush(agenda_item *h, size_t *n, agenda_item e) {
-    size_t i = (*n)++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!abefore(&e, &h[up])) break;
-        h[i] = h[up];
-        i = up;
-    }
-    h[i] = e;
-}
-
-static agenda_item apop(agenda_item *h, size_t *n) {
-    agenda_item top = h[0], last = h[--(*n)];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= *n) break;
-        if (c + 1 < *n && abefore(&h[c + 1], &h[c])) c++;
-        if (!abefore(&h[c], &last)) break;
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = last;
-    return top;
-}
+DTX_DEFINE_HEAP(aheap, agenda_item, abefore)
 
 typedef struct {
     uint32_t start, len; /* the symbol's bytes in the normalized text; len 0: merged away */
@@ -468,7 +444,7 @@ static dtx_status maybe_add_pair(enc *e, int32_t l, int32_t r) {
     uint32_t size = e->sym[l].len + e->sym[r].len;
     int32_t id = piece_id(e->s, e->text + e->sym[l].start, size);
     if (id < 0 || !mergeable(e->s->type[id])) return DTX_OK;
-    apush(e->heap, &e->hn, (agenda_item){e->s->score[id], l, r, size});
+    aheap_push(e->heap, &e->hn, (agenda_item){e->s->score[id], l, r, size});
     if (e->s->type[id] == UNUSED) {
         if (e->n_rev == e->cap_rev) {
             size_t cap = e->cap_rev ? 2 * e->cap_rev : 16;
@@ -547,7 +523,7 @@ dtx_status dtx_spm_encode_text(const struct dtx_tokenizer *t, const uint8_t *p, 
     }
     for (size_t i = 1; !st && i < ns; i++) st = maybe_add_pair(&e, (int32_t)i - 1, (int32_t)i);
     while (!st && e.hn) {
-        agenda_item top = apop(heap, &e.hn);
+        agenda_item top = aheap_pop(heap, &e.hn);
         symbol *L = &sym[top.left], *R = &sym[top.right];
         if (!L->len || !R->len || L->len + R->len != top.size) continue; /* stale */
         L->len += R->len;
