@@ -31,7 +31,6 @@
 #include "common/common.h"
 #include "common/json.h"
 #include "io/safetensors.h"
-#include "kernels/matmul_dnnl.h"
 #include "model/model.h"
 
 /* ---------------------------------------------------------------- config */
@@ -321,36 +320,40 @@ typedef struct {
     const dtx_config *c; /* difftx's */
     dtx_model *m;        /* NULL: check only */
     /* BF16 weights stay bf16 (float build): each 2-D tensor read as BF16 is
-     * moved, once permuted into params, to its place in wbf (one buffer,
-     * the tensors in table order) and its fp32 pages given back; the model
-     * then reads them in place (model.h), holding no fp32 copy */
+     * copied, rows permuted, to its place in wbf (one buffer, the tensors in
+     * table order), never widened; the model then reads them in place
+     * (model.h), holding no fp32 copy */
     uint16_t *wbf;
     const uint16_t **in_place; /* [n_tensors]: the tensor's bf16, or NULL */
 } importer;
 
-/* After tensor dst is written into params from src: kept as bf16 in place
- * when src is BF16, and src's file pages given back either way. */
-static dtx_status finish_tensor(importer *im, const char *dst, const dtx_st_tensor *src) {
-    dtx_drop_pages(src->data, src->nbytes);
+/* Where the BF16 tensor src goes when it is kept as bf16 (difftx tensor
+ * dst's place in im->wbf, recorded as in place), or NULL: it goes to params. */
+static uint16_t *bf16_place(importer *im, const char *dst, const dtx_st_tensor *src) {
 #ifndef DTX_DOUBLE
-    if (!im->wbf || src->dtype != DTX_ST_BF16 || src->ndim != 2) return DTX_OK;
+    if (!im->wbf || src->dtype != DTX_ST_BF16 || src->ndim != 2) return NULL;
     dtx_model *m = im->m;
-    const dtx_tensor_info *t = dtx_model_find(m, dst);
-    int i = (int)(t - dtx_model_tensor(m, 0));
+    int i = (int)(dtx_model_find(m, dst) - dtx_model_tensor(m, 0));
     size_t at = 0;
     for (int k = 0; k < i; k++)
         if (m->tensors[k].ndim == 2) at += m->tensors[k].numel;
-    real *p = m->params + t->offset;
-    for (size_t k = 0; k < t->numel; k++)
-        if (!isfinite(p[k]))
-            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' holds %s at element %zu: not a usable model", im->f->dir,
-                            t->name, isnan(p[k]) ? "NaN" : "an infinity", k);
-    dtx_bf16_convert(im->wbf + at, p, t->numel); /* exact: the values came from bf16 */
-    dtx_release_zero(p, sizeof(real) * t->numel);
     im->in_place[i] = im->wbf + at;
+    return im->wbf + at;
 #else
-    (void)dst;
+    (void)im, (void)dst, (void)src;
+    return NULL;
 #endif
+}
+
+/* After tensor dst is written: a bf16 one checked for NaN and infinities
+ * (params' are checked with the model), and src's file pages given back. */
+static dtx_status finish_tensor(importer *im, const char *dst, const uint16_t *bf, const dtx_st_tensor *src) {
+    dtx_drop_pages(src->data, src->nbytes);
+    const dtx_tensor_info *t = dtx_model_find(im->m, dst);
+    for (size_t k = 0; bf && k < t->numel; k++)
+        if ((bf[k] & 0x7f80) == 0x7f80)
+            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' holds %s at element %zu: not a usable model", im->f->dir,
+                            t->name, (bf[k] & 0x7f) ? "NaN" : "an infinity", k);
     return DTX_OK;
 }
 
@@ -377,9 +380,10 @@ static dtx_status copy_whole(importer *im, const char *dst, const char *src, int
     const dtx_st_tensor *t;
     dtx_status st = hf_tensor(im->f, src, rows, cols, &t);
     if (st || !im->m) return st;
-    const dtx_tensor_info *i = dtx_model_find(im->m, dst);
-    dtx_st_rows_to_real(t, 0, rows, im->m->params + i->offset);
-    return finish_tensor(im, dst, t);
+    uint16_t *bf = bf16_place(im, dst, t);
+    if (bf) memcpy(bf, t->data, t->nbytes); /* BF16 kept as it is: no widening */
+    else dtx_st_rows_to_real(t, 0, rows, im->m->params + dtx_model_find(im->m, dst)->offset);
+    return finish_tensor(im, dst, bf, t);
 }
 
 /* A projection of D-wide heads: difftx sub-head s (of n) := HF head head_of(s), its rows RoPE-permuted. */
@@ -391,12 +395,16 @@ static dtx_status copy_heads(importer *im, const char *dst, const char *src, int
     if (st || !im->m) return st;
     const dtx_config *c = im->c;
     real *out = im->m->params + dtx_model_find(im->m, dst)->offset;
+    uint16_t *bf = bf16_place(im, dst, t); /* BF16 kept as it is: rows moved, not widened */
     for (int64_t s = 0; s < n; s++) {
         int64_t hh = is_q ? hf_q_head(h->diff, c->n_heads, s) : hf_kv_head(h->diff, c->n_heads, c->n_kv_heads, h->kv, s);
-        for (int64_t r = 0; r < h->D; r++)
-            dtx_st_rows_to_real(t, hh * h->D + (rope ? rope_row(r, h->D) : r), 1, out + (s * h->D + r) * h->hidden);
+        for (int64_t r = 0; r < h->D; r++) {
+            int64_t from = hh * h->D + (rope ? rope_row(r, h->D) : r), to = s * h->D + r;
+            if (bf) memcpy(bf + to * h->hidden, t->data + (size_t)from * (size_t)h->hidden * 2, (size_t)h->hidden * 2);
+            else dtx_st_rows_to_real(t, from, 1, out + to * h->hidden);
+        }
     }
-    return finish_tensor(im, dst, t);
+    return finish_tensor(im, dst, bf, t);
 }
 
 static dtx_status import_layer(importer *im, int64_t L) {
