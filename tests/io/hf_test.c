@@ -313,3 +313,26 @@ TEST(hf_import_refusals_name_the_key_or_tensor) {
     m = NULL;
     CHECK(dtx_hf_import(&m, dir) == DTX_ERR_FORMAT && strstr(dtx_last_error(), "tensor 'norm.weight' holds NaN"));
 }
+
+/* A BF16 folder is imported as bf16 weights in place (no fp32 copy); an F32
+ * or F16 one into fp32; DTX_WEIGHTS_COPY=1 asks for fp32 and gives the same
+ * logits. */
+TEST(hf_bf16_folders_import_in_place) {
+    for (int i = 0; i < N_CASES; i++) {
+        /* the BF16 folders (diffllama_head_dim_4's files are BF16 too) */
+        int bf16 = strstr(CASES[i].name, "bf16") != NULL || strcmp(CASES[i].name, "diffllama_head_dim_4") == 0;
+        dtx_model *m = NULL, *c = NULL;
+        REQUIRE(dtx_hf_import(&m, case_dir(CASES[i].name)) == DTX_OK);
+        CHECKF(dtx_model_weights_in_place(m) == bf16, "%s: in place %d", CASES[i].name, dtx_model_weights_in_place(m));
+        if (bf16) {
+            setenv("DTX_WEIGHTS_COPY", "1", 1);
+            REQUIRE(dtx_hf_import(&c, case_dir(CASES[i].name)) == DTX_OK);
+            unsetenv("DTX_WEIGHTS_COPY");
+            CHECK(!dtx_model_weights_in_place(c) && dtx_model_weight_bytes(m) < dtx_model_weight_bytes(c));
+            double e1 = logits_err(m, CASES[i].name), e2 = logits_err(c, CASES[i].name);
+            CHECKF(e1 < TOL && fabs(e1 - e2) < 1e-6, "%s: logits %.3g in place, %.3g copied", CASES[i].name, e1, e2);
+        }
+        dtx_model_free(m);
+        dtx_model_free(c);
+    }
+}
