@@ -350,11 +350,7 @@ static uint16_t *bf16_place(importer *im, const char *dst, const dtx_st_tensor *
 static dtx_status finish_tensor(importer *im, const char *dst, const uint16_t *bf, const dtx_st_tensor *src) {
     dtx_drop_pages(src->data, src->nbytes);
     const dtx_tensor_info *t = dtx_model_find(im->m, dst);
-    for (size_t k = 0; bf && k < t->numel; k++)
-        if ((bf[k] & 0x7f80) == 0x7f80)
-            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' holds %s at element %zu: not a usable model", im->f->dir,
-                            t->name, (bf[k] & 0x7f) ? "NaN" : "an infinity", k);
-    return DTX_OK;
+    return bf ? dtx_bf16_check_finite(bf, t->numel, im->f->dir, t->name) : DTX_OK;
 }
 
 /* The HF tensor name, checked for shape [rows, cols] (cols 0: a vector). */
@@ -518,10 +514,9 @@ dtx_status dtx_hf_import(dtx_model **out, const char *dir) {
     if (!(st = check_all_known(&im)) && !(st = import_all(&im)) && !(st = dtx_model_alloc(&m, &c))) {
         im.m = m;
 #ifndef DTX_DOUBLE
-        const char *copy = getenv("DTX_WEIGHTS_COPY");
         size_t n2 = 0;
         for (int i = 0; i < m->n_tensors; i++) n2 += m->tensors[i].ndim == 2 ? m->tensors[i].numel : 0;
-        if (!(copy && strcmp(copy, "1") == 0)) { /* malloc'd, not zeroed: pages cost memory once written */
+        if (!dtx_weights_copy_asked()) { /* malloc'd, not zeroed: pages cost memory once written */
             im.wbf = malloc(n2 * sizeof *im.wbf);
             im.in_place = calloc((size_t)m->n_tensors, sizeof *im.in_place);
             if (!im.wbf || !im.in_place) st = dtx_fail(DTX_ERR_NOMEM, "out of memory for the bf16 weights");

@@ -256,23 +256,14 @@ dtx_status dtx_model_check_finite(const dtx_model *m, const char *path) {
 
 #ifndef DTX_DOUBLE
 /* Whether every 2-D weight of the file is BF16 at an even address: a
- * model it can read in place. DTX_WEIGHTS_COPY=1 in the environment asks
- * for fp32 copies instead (a comparison; what difftx did before). */
+ * model it can read in place (unless fp32 copies are asked for). */
 static int in_place_possible(const dtx_model *m, const dtx_st_file *f) {
-    const char *copy = getenv("DTX_WEIGHTS_COPY");
-    if (copy && strcmp(copy, "1") == 0) return 0;
+    if (dtx_weights_copy_asked()) return 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const dtx_st_tensor *s = m->tensors[i].ndim == 2 ? dtx_st_find(f, m->tensors[i].name) : NULL;
         if (m->tensors[i].ndim == 2 && (!s || s->dtype != DTX_ST_BF16 || ((uintptr_t)s->data & 1))) return 0;
     }
     return 1;
-}
-
-/* The tensor holds a NaN or an infinity (an exponent of all ones). */
-static int64_t bf16_not_finite(const uint16_t *v, int64_t n) {
-    for (int64_t k = 0; k < n; k++)
-        if ((v[k] & 0x7f80) == 0x7f80) return k;
-    return -1;
 }
 
 /* The 2-D weights where they lie in f's mapping, which moves into m. */
@@ -286,11 +277,7 @@ static dtx_status load_in_place(dtx_model *m, dtx_st_file *f, const char *path) 
         if (t->ndim != 2) continue;
         if ((st = find_tensor(f, path, t->name, m, t->shape[0], t->shape[1], DTX_ST_BF16, &s))) break;
         data[i] = (const uint16_t *)(const void *)s->data;
-        int64_t bad = bf16_not_finite(data[i], (int64_t)t->numel);
-        if (bad >= 0)
-            st = dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' holds %s at element %lld: not a usable model (a diverged "
-                          "run's weights?)", path, t->name, (data[i][bad] & 0x7f) ? "NaN" : "an infinity",
-                          (long long)bad);
+        st = dtx_bf16_check_finite(data[i], t->numel, path, t->name);
     }
     if (!st) st = dtx_model_use_in_place(m, data);
     free(data);

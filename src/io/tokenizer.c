@@ -111,6 +111,23 @@ int32_t dtx_bmap_put(dtx_bmap *m, const uint8_t *arena, uint32_t off, size_t n, 
     return -1;
 }
 
+/* ------------------------------------------------------------ UTF-8 */
+
+size_t dtx_utf8_char(const uint8_t *s, size_t n, uint32_t *cp) {
+    uint8_t c = s[0];
+    size_t len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (!len || len > n) return 0;
+    uint32_t v = len == 1 ? c : len == 2 ? c & 0x1fu : len == 3 ? c & 0x0fu : c & 0x07u;
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xc0) != 0x80) return 0;
+        v = v << 6 | (s[k] & 0x3fu);
+    }
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (len > 1 && (v < min_cp[len] || v > 0x10ffff || (v >= 0xd800 && v < 0xe000))) return 0;
+    *cp = v;
+    return len;
+}
+
 /* ------------------------------------------------------------ building */
 
 dtx_status dtx_tok_new(struct dtx_tokenizer **out, int64_t vocab_cap, size_t arena_hint) {

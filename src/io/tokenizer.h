@@ -198,6 +198,14 @@ int dtx_spm_sniff(const uint8_t *buf, size_t len);
  * loop, 2 the heap (both give the same ids). */
 extern int dtx_tok_merge_method;
 
+/* ------------------------------------------------------------ UTF-8 */
+
+/* The length (1 to 4) of the well-formed UTF-8 character at s[0, n), its
+ * code point in *cp; 0 when it is not one (overlong, a surrogate, past
+ * U+10FFFF, cut short): the rule both tokenizer.json's byte-level names and
+ * SentencePiece's normalizer read text by. */
+size_t dtx_utf8_char(const uint8_t *s, size_t n, uint32_t *cp);
+
 /* ------------------------------------------------------------ the merge queue */
 
 /* A binary heap of TYPE, the entry less(a, b) says first on top: the queue

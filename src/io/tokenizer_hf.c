@@ -167,28 +167,25 @@ static int next_stage(const uint8_t *p, size_t n, void *ctx) {
     return c->st != DTX_OK;
 }
 
-static dtx_status run_stage(const struct dtx_tokenizer *t, int stage, const uint8_t *p, size_t n, dtx_idbuf *out) {
+/* Stage `stage` on a piece: its split, or past the last, the merges. */
+static dtx_status split_or_merge(const struct dtx_tokenizer *t, int stage, const uint8_t *p, size_t n,
+                                 dtx_idbuf *out) {
     const struct dtx_hfbpe *h = t->hf;
-    if (stage == h->prefix_at && n > 0 && p[0] != ' ') { /* ByteLevel's add_prefix_space */
-        uint8_t *q = malloc(n + 1);
-        if (!q) return dtx_fail(DTX_ERR_NOMEM, "out of memory for a piece of %zu bytes", n + 1);
-        q[0] = ' ';
-        memcpy(q + 1, p, n);
-        dtx_status st = DTX_OK;
-        if (stage == h->n_stage) {
-            st = bpe_word(t, q, n + 1, out);
-        } else {
-            chain c = {t, stage, out, DTX_OK};
-            int rc = dtx_split_run(h->stage[stage], q, n + 1, next_stage, &c);
-            st = rc == 0 ? DTX_OK : rc < 0 ? DTX_ERR_ARG : c.st;
-        }
-        free(q);
-        return st;
-    }
     if (stage == h->n_stage) return bpe_word(t, p, n, out);
     chain c = {t, stage, out, DTX_OK};
     int rc = dtx_split_run(h->stage[stage], p, n, next_stage, &c);
     return rc == 0 ? DTX_OK : rc < 0 ? DTX_ERR_ARG : c.st;
+}
+
+static dtx_status run_stage(const struct dtx_tokenizer *t, int stage, const uint8_t *p, size_t n, dtx_idbuf *out) {
+    if (stage != t->hf->prefix_at || n == 0 || p[0] == ' ') return split_or_merge(t, stage, p, n, out);
+    uint8_t *q = malloc(n + 1); /* ByteLevel's add_prefix_space */
+    if (!q) return dtx_fail(DTX_ERR_NOMEM, "out of memory for a piece of %zu bytes", n + 1);
+    q[0] = ' ';
+    memcpy(q + 1, p, n);
+    dtx_status st = split_or_merge(t, stage, q, n + 1, out);
+    free(q);
+    return st;
 }
 
 dtx_status dtx_hf_encode_text(const struct dtx_tokenizer *t, const uint8_t *p, size_t n, dtx_idbuf *out) {
@@ -205,22 +202,6 @@ static void byte_chars(uint32_t cp_of[256]) {
         int self = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
         cp_of[b] = self ? (uint32_t)b : 0x100u + (uint32_t)k++;
     }
-}
-
-/* One UTF-8 code point at s[i..n); -1 when not well formed. */
-static int32_t utf8_next(const uint8_t *s, size_t n, size_t *i) {
-    uint8_t c = s[*i];
-    int len = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-    if (!len || *i + (size_t)len > n) return -1;
-    uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1fu : len == 3 ? c & 0x0fu : c & 0x07u;
-    for (int k = 1; k < len; k++) {
-        if ((s[*i + k] & 0xc0) != 0x80) return -1;
-        cp = cp << 6 | (s[*i + k] & 0x3fu);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp < 0xe000)) return -1;
-    *i += (size_t)len;
-    return (int32_t)cp;
 }
 
 typedef struct {
@@ -242,11 +223,13 @@ static int64_t decode_token(reader *r, const char *s, int32_t *bad) {
         r->tmp_cap = n;
     }
     for (size_t i = 0; i < n;) {
-        int32_t cp = utf8_next((const uint8_t *)s, n, &i);
-        if (cp < 0 || cp >= 0x144 || r->byte_of[cp] < 0) {
-            *bad = cp;
+        uint32_t cp = 0;
+        size_t len = dtx_utf8_char((const uint8_t *)s + i, n - i, &cp);
+        if (!len || cp >= 0x144 || r->byte_of[cp] < 0) {
+            *bad = len ? (int32_t)cp : -1;
             return -1;
         }
+        i += len;
         r->tmp[o++] = (uint8_t)r->byte_of[cp];
     }
     return (int64_t)o;

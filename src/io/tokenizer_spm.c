@@ -351,23 +351,6 @@ dtx_status dtx_spm_parse(struct dtx_tokenizer *t, const char *path, const uint8_
 
 /* ------------------------------------------------------------ encode */
 
-/* The length of the well-formed UTF-8 character at s[0..n), 0 when it is
- * not one (sentencepiece's DecodeUTF8). */
-static size_t utf8_len(const uint8_t *s, size_t n) {
-    uint8_t c = s[0];
-    if (c < 0x80) return 1;
-    size_t len = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-    if (!len || len > n) return 0;
-    uint32_t cp = len == 2 ? c & 0x1fu : len == 3 ? c & 0x0fu : c & 0x07u;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[k] & 0x3fu);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp < 0xe000)) return 0;
-    return len;
-}
-
 /* sentencepiece's Normalizer::Normalize with the identity rule; out has
  * room for 3 * n + 3 bytes. Returns the normalized length. */
 static size_t normalize(const struct dtx_spm *s, const uint8_t *p, size_t n, uint8_t *out) {
@@ -381,7 +364,8 @@ static size_t normalize(const struct dtx_spm *s, const uint8_t *p, size_t n, uin
     if (s->add_dummy_prefix) memcpy(out + o, ws, wl), o += wl;
     int prev_space = s->remove_extra_ws;
     while (i < n) {
-        size_t cl = utf8_len(p + i, n - i);
+        uint32_t cp; /* (sentencepiece's DecodeUTF8 rule) */
+        size_t cl = dtx_utf8_char(p + i, n - i, &cp);
         const uint8_t *c = cl ? p + i : FFFD;
         size_t k = cl ? cl : 3;
         i += cl ? cl : 1;

@@ -322,6 +322,19 @@ size_t dtx_model_weight_bytes(const dtx_model *m) {
     return n * sizeof(float) + m->qmem_bytes + in_place;
 }
 
+int dtx_weights_copy_asked(void) {
+    const char *copy = getenv("DTX_WEIGHTS_COPY");
+    return copy && strcmp(copy, "1") == 0;
+}
+
+dtx_status dtx_bf16_check_finite(const uint16_t *v, size_t n, const char *where, const char *name) {
+    for (size_t k = 0; k < n; k++)
+        if ((v[k] & 0x7f80) == 0x7f80) /* an exponent of all ones */
+            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' holds %s at element %zu: not a usable model (a diverged "
+                            "run's weights?)", where, name, (v[k] & 0x7f) ? "NaN" : "an infinity", k);
+    return DTX_OK;
+}
+
 #ifndef DTX_DOUBLE
 static const float NO_SCALE[1]; /* bf16 in place has no scales; a pointer all the same */
 #endif

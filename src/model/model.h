@@ -193,6 +193,13 @@ void dtx_model_release_quantised_fp32(dtx_model *m);
  * dtx_model_materialize or dtx_model_free (model_io.c hands the file's
  * mapping to m->wmap). The fp32 params of those tensors stay untouched. */
 dtx_status dtx_model_use_in_place(dtx_model *m, const uint16_t *const *data);
+/* DTX_WEIGHTS_COPY=1 in the environment: the readers copy into fp32 instead
+ * of keeping weights in place (a comparison; what difftx did before). */
+int dtx_weights_copy_asked(void);
+/* DTX_ERR_FORMAT "WHERE: tensor 'NAME' holds NaN at element K: ..." for the
+ * first bf16 value of v [n] that is not finite, else DTX_OK: the check
+ * every reader of weights makes, for weights kept in bf16. */
+dtx_status dtx_bf16_check_finite(const uint16_t *v, size_t n, const char *where, const char *name);
 /* Tensor i's fp32 values: in params, or for a weight in place its rows
  * widened into *tmp (malloc'd here when NULL, the caller frees it). NULL
  * after dtx_fail when out of memory. */
