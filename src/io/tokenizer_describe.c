@@ -65,7 +65,7 @@ char *dtx_tokenizer_describe(const dtx_tokenizer *t, const char *path, int json)
         int32_t id;
         const char *name = dtx_tokenizer_special(t, i, &id);
         dtx_shown s = dtx_show(name);
-        fprintf(f, "  %-16s %ld%s\n", s.s, (long)id, t->special[i].special ? "" : " *");
+        fprintf(f, "  %-16s %ld%s\n", s.s, (long)id, dtx_tokenizer_special_is_special(t, i) ? "" : " *");
     }
     return fclose(f) == 0 ? buf : (free(buf), NULL);
 }

@@ -210,6 +210,12 @@ TEST(tok_hf_bos_eos) {
         CHECKF(dtx_tokenizer_bos(t) == bos, "%s: bos %ld, want %ld", want[i].name, (long)dtx_tokenizer_bos(t), (long)bos);
         CHECKF(dtx_tokenizer_eos(t) >= 0 && dtx_tokenizer_eos(t) == dtx_tokenizer_token_id(t, want[i].eos),
                "%s: eos %ld", want[i].name, (long)dtx_tokenizer_eos(t));
+        for (int k = 0; k < dtx_tokenizer_num_special(t); k++) { /* Qwen's <tool_call> is added, not special */
+            int32_t id;
+            const char *s = dtx_tokenizer_special(t, k, &id);
+            CHECKF(dtx_tokenizer_special_is_special(t, k) == (strstr(s, "tool_call") == NULL && strcmp(s, "[[cite]]")),
+                   "%s: %s", want[i].name, s);
+        }
         dtx_tokenizer_free(t);
     }
 }
