@@ -91,7 +91,11 @@ static void run_axpy_rows(const dtx_simd_ops *o, const op_case *c, float *out) {
     o->axpy_rows(out, c->d[1], c->in[0], c->in[1], c->d[2], c->d[0]);
 }
 
-static const int64_t GEMV_KN[][2] = {{512, 512}, {13, 3}, {1408, 77}, {64, 8200}, {9, 1}, {1, 17}, {33, 9}};
+/* The last two: wider than the AVX-512 BF16 kernel's copy of x, and an x
+ * holding a denormal (which vdpbf16ps would flush): both take the fallback. */
+static const int64_t GEMV_KN[][2] = {{512, 512}, {13, 3},    {1408, 77}, {64, 8200}, {9, 1},
+                                     {1, 17},    {33, 9},    {127, 64},  {16424, 3}, {100, 5}};
+enum { GEMV_CASES = sizeof GEMV_KN / sizeof GEMV_KN[0] };
 
 /* w as fp32 (bf16 = 0), or as bf16 bits with x rounded to bf16 */
 static void make_gemv_any(op_case *c, int i, dtx_rng *r, int bf16) {
@@ -104,6 +108,7 @@ static void make_gemv_any(op_case *c, int i, dtx_rng *r, int bf16) {
     }
     if (bf16)
         for (int64_t k = 0; k < K; k++) x[k] = dtx_bf16_round_f32(x[k]);
+    if (i == GEMV_CASES - 1) x[K / 2] = dtx_bf16_round_f32(3e-39f);
     c->in[0] = x, c->in[1] = w, c->in[2] = wb, c->d[0] = K, c->d[1] = N;
     outputs(c, N);
     for (int64_t n = 0; n < N; n++) {
@@ -132,11 +137,17 @@ static void q_shape(int i, int64_t *K, int64_t *N) {
     else *K = Q_K[i / 7], *N = Q_N[i % 7];
 }
 
-/* q8 and q4 weights against their dequantised values in double */
+/* q8 and q4 weights against their dequantised values in double; x as
+ * w8a16 and w4a16 give it (bf16-rounded) in two cases of three, one of
+ * them with a denormal; fp32 in the third (--act16 fp16's x is not bf16):
+ * AVX-512 BF16's 4-bit kernel runs only on the first kind. */
 static void make_gemv_q(op_case *c, int i, dtx_rng *r, int bits) {
     int64_t K, N;
     q_shape(i, &K, &N);
     float *w = randf(r, N * K, 0.5), *x = randf(r, K, 1), *deq = malloc(sizeof(float) * (size_t)(N * K));
+    if (i % 3 != 2)
+        for (int64_t k = 0; k < K; k++) x[k] = dtx_bf16_round_f32(x[k]);
+    if (i % 3 == 1) x[K - 1] = dtx_bf16_round_f32(-3e-39f);
     int64_t ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K);
     void *q = malloc(bits == 8 ? (size_t)(N * K) : (size_t)(N * rb));
     float *s = malloc(sizeof(float) * (size_t)(bits == 8 ? N : N * ng));
@@ -440,8 +451,8 @@ static void run_bf16_gemm(const dtx_simd_ops *o, const op_case *c, float *out) {
 static const op_entry OPS[] = {
     {"dot_rows", 72, make_dot_rows, run_dot_rows, 1e-6},
     {"axpy_rows", 18, make_axpy_rows, run_axpy_rows, 1e-6},
-    {"gemv", 7, make_gemv, run_gemv, 1e-6},
-    {"gemv_bf16", 7, make_gemv_bf16, run_gemv_bf16, 1e-6},
+    {"gemv", GEMV_CASES, make_gemv, run_gemv, 1e-6},
+    {"gemv_bf16", GEMV_CASES, make_gemv_bf16, run_gemv_bf16, 1e-6},
     {"gemv_q8", Q_CASES, make_gemv_q8, run_gemv_q8, 1e-6},
     {"gemv_q4", Q_CASES, make_gemv_q4, run_gemv_q4, 1e-6},
     {"gemv_q8a8", Q_CASES, make_gemv_q8a8, run_gemv_q8a8, 0},

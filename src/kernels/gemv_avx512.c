@@ -1,0 +1,163 @@
+/* The one-row products of decoding at AVX-512 BF16 (simd.h: gemv_bf16 and
+ * gemv_q4).
+ *
+ * Why not AVX2's kernels, which reach the bandwidth bound on Zen 3: on Zen 4
+ * (2 cores, one 2048 × 5632 weight of the 0.8B model streamed from memory,
+ * the bandwidth probe 23–45 GB/s over the runs) they reach 17–20 GB/s in
+ * bf16, int8 and 4-bit, against 28–40 in fp32. The cause is memory-level
+ * parallelism, not arithmetic: eight rows read side by side are eight short
+ * streams, and once a row's bytes need more work than fp32's (a widening,
+ * a lookup) the core stops running far enough ahead. What reaches the probe
+ * (measured in the same runs, 85–100% of it): one or two rows at a time,
+ * each a long contiguous stream, with a software prefetch into L2 8 KiB
+ * ahead of every stream (into L1 it is slower than none), and the cheapest
+ * arithmetic per byte:
+ *   - bf16: vdpbf16ps, 32 products per instruction, x converted to bf16
+ *     once per call (exact: the contract has x bf16-rounded already);
+ *   - 4-bit (w4a16): the nibbles looked up as bf16 values (code − 8 is exact
+ *     in bf16) by vpermw and multiplied by vdpbf16ps, the per-group scales
+ *     applied to each group's 8 lanes of partial sums.
+ * vdpbf16ps flushes denormal inputs to zero, and takes x as bf16: where x is
+ * not exactly bf16 (w4a16 with --act16 fp16) or holds a denormal, or K is past
+ * the stack copy of x (GEMV_XMAX), the AVX2 kernel runs instead, so every
+ * result is what the contract says. A prefetch past the end of a weight is
+ * harmless (prefetches never fault). Sums are in a different order from the
+ * other levels' (tests/kernels/simd_ops_test.c bounds the difference). */
+#include <string.h>
+
+#include "common/common.h"
+#include "kernels/kernels.h"
+#include "kernels/simd.h"
+#include "kernels/tile_avx512.h"
+
+#if TILE_AVX512
+
+#define BF16_TARGET AVX512_TARGET ",avx512bf16"
+#define BF16_FN __attribute__((target(BF16_TARGET)))
+#define BF16_INLINE static inline __attribute__((always_inline, target(BF16_TARGET)))
+
+enum {
+    GEMV_XMAX = 16384,     /* the widest x copied to the stack (32 KiB of bf16) */
+    PREFETCH_AHEAD = 8192, /* bytes ahead of each row stream, into L2 */
+};
+
+#define PREFETCH_L2(p) _mm_prefetch((const char *)(const void *)(p) + PREFETCH_AHEAD, _MM_HINT_T1)
+
+/* Lanes [0, n) of a 32-lane mask (n clamped to [0, 32]). */
+AVX512_INLINE __mmask32 lanes32(int64_t n) {
+    return n >= 32 ? (__mmask32)0xFFFFFFFFu : n <= 0 ? (__mmask32)0 : (__mmask32)((1u << n) - 1);
+}
+
+/* x [K] as bf16 bits into xb, zero up to the next multiple of 64; with
+ * q4_order, each 64 values' four runs of 16 stored in the order 0, 2, 1, 3
+ * (gemv_q4's order: a pair of groups' low nibbles, then its high ones).
+ * 1 when every x[k] is exactly a bf16 value and none is denormal. */
+BF16_INLINE int x_to_bf16(uint16_t *xb, const float *x, int64_t K, int q4_order) {
+    static const int64_t at[4] = {0, 32, 16, 48};
+    __mmask16 bad = 0;
+    for (int64_t c = 0; c < (K + 63) / 64 * 64; c += 16) {
+        __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(lanes(K - c), x + c));
+        bad |= _mm512_test_epi32_mask(u, _mm512_set1_epi32(0xFFFF));
+        bad |= _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7F800000)) &
+               _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7FFFFFFF));
+        int64_t to = q4_order ? c / 64 * 64 + at[c / 16 % 4] : c;
+        _mm256_storeu_si256((__m256i *)(void *)(xb + to), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+    }
+    return bad == 0;
+}
+
+AVX512_INLINE __m512bh as_bh(__m512i v) { return (__m512bh)v; }
+
+/* ------------------------------------------------------------------ bf16 */
+
+/* out[r] = x·w_r for the R (1 or 2) rows at w, 64 columns a step, the last
+ * at most 63 in masked steps of 32 (xb is zero there). */
+BF16_INLINE void bf16_rows(const int R, float *out, const uint16_t *xb, const uint16_t *w, int64_t K) {
+    __m512 a[2][2];
+    for (int r = 0; r < R; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 64 <= K; c += 64) {
+        __m512bh x0 = as_bh(_mm512_loadu_si512(xb + c)), x1 = as_bh(_mm512_loadu_si512(xb + c + 32));
+        for (int r = 0; r < R; r++) {
+            const uint16_t *p = w + r * K + c;
+            PREFETCH_L2(p), PREFETCH_L2(p + 32);
+            a[r][0] = _mm512_dpbf16_ps(a[r][0], x0, as_bh(_mm512_loadu_si512(p)));
+            a[r][1] = _mm512_dpbf16_ps(a[r][1], x1, as_bh(_mm512_loadu_si512(p + 32)));
+        }
+    }
+    for (; c < K; c += 32) {
+        __m512bh xv = as_bh(_mm512_loadu_si512(xb + c));
+        for (int r = 0; r < R; r++)
+            a[r][0] = _mm512_dpbf16_ps(a[r][0], xv, as_bh(_mm512_maskz_loadu_epi16(lanes32(K - c), w + r * K + c)));
+    }
+    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
+}
+
+BF16_FN static void gemv_bf16_dp(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
+    uint16_t xb[GEMV_XMAX + 64];
+    if (K > GEMV_XMAX || !x_to_bf16(xb, x, K, 0)) {
+        dtx_gemv_bf16_avx2(out, x, w, K, N);
+        return;
+    }
+    int64_t n = 0;
+    for (; n + 2 <= N; n += 2) bf16_rows(2, out + n, xb, w + n * K, K);
+    if (n < N) bf16_rows(1, out + n, xb, w + n * K, K);
+}
+
+/* ----------------------------------------------------------------- 4-bit */
+
+/* One pair of groups (32 bytes at b, `bytes` of them real: 32, or 16 for a
+ * last odd group) into acc: the 32 bytes widened to words, the low and the
+ * high nibbles looked up as bf16 (code − 8), multiplied with xp's 64 values
+ * in the same order, and lanes 0–7 (the first group's partial sums) scaled
+ * by s[0], lanes 8–15 by s[1] (0 past the last group). */
+BF16_INLINE __m512 q4_pair(__m512 acc, const uint8_t *b, const float *s, const uint16_t *xp, __m512i lut, int bytes) {
+    const __m512i low4 = _mm512_set1_epi16(15);
+    const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m256i raw = bytes == 32 ? _mm256_loadu_si256((const __m256i *)(const void *)b)
+                              : _mm256_maskz_loadu_epi8(0xFFFF, b);
+    __m512i v = _mm512_cvtepu8_epi16(raw);
+    __m512bh lo = as_bh(_mm512_permutexvar_epi16(_mm512_and_si512(v, low4), lut));
+    __m512bh hi = as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), lut));
+    __m512 d = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(_mm512_loadu_si512(xp)), lo);
+    d = _mm512_dpbf16_ps(d, as_bh(_mm512_loadu_si512(xp + 32)), hi);
+    __m128 s2 = bytes == 32 ? _mm_castpd_ps(_mm_load_sd((const double *)(const void *)s)) : _mm_load_ss(s);
+    return _mm512_fmadd_ps(d, _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2)), acc);
+}
+
+BF16_FN static void gemv_q4_dp(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K,
+                               int64_t N) {
+    uint16_t xp[GEMV_XMAX + 64];
+    if (K > GEMV_XMAX || !x_to_bf16(xp, x, K, 1)) {
+        dtx_gemv_q4_avx2(out, x, q, scale, K, N);
+        return;
+    }
+    uint16_t table[32];
+    for (int i = 0; i < 32; i++) table[i] = dtx_f32_to_bf16((float)(i % 16 - 8));
+    const __m512i lut = _mm512_loadu_si512(table);
+    const int64_t ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K), pairs = ng / 2;
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *r = q + n * rb;
+        const float *s = scale + n * ng;
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        int64_t p = 0;
+        for (; p + 2 <= pairs; p += 2) {
+            PREFETCH_L2(r + 32 * p);
+            a0 = q4_pair(a0, r + 32 * p, s + 2 * p, xp + 64 * p, lut, 32);
+            a1 = q4_pair(a1, r + 32 * p + 32, s + 2 * p + 2, xp + 64 * p + 64, lut, 32);
+        }
+        if (p < pairs) a0 = q4_pair(a0, r + 32 * p, s + 2 * p, xp + 64 * p, lut, 32), p++;
+        if (ng % 2) a1 = q4_pair(a1, r + 32 * p, s + 2 * p, xp + 64 * p, lut, 16);
+        out[n] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    }
+}
+
+/* The AVX-512 BF16 level's own: where the CPU lacks none of it. */
+void dtx_gemv_bf16_avx512bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
+    gemv_bf16_dp(out, x, w, K, N);
+}
+void dtx_gemv_q4_avx512bf16(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N) {
+    gemv_q4_dp(out, x, q, scale, K, N);
+}
+
+#endif /* TILE_AVX512 */
