@@ -22,7 +22,14 @@
  * the stack copy of x (GEMV_XMAX), the AVX2 kernel runs instead, so every
  * result is what the contract says. A prefetch past the end of a weight is
  * harmless (prefetches never fault). Sums are in a different order from the
- * other levels' (tests/kernels/simd_ops_test.c bounds the difference). */
+ * other levels' (tests/kernels/simd_ops_test.c bounds the difference).
+ *
+ * Tried for int8 (w8a16) and not kept: the codes widened in zmm (vpmovsxbd,
+ * vcvtdq2ps) one, two, four or eight rows at a time with the same prefetch,
+ * and in ymm two rows at a time: 17–21 GB/s streamed, no better than AVX2's
+ * eight rows (16–19), and slower than them from cache (17–27 against
+ * 40–44 GB/s on the 110M shape's 768 × 2048): the widening and the loads of
+ * x bound it there, not the memory; AVX2's kernel serves both AVX-512 levels. */
 #include <string.h>
 
 #include "common/common.h"
