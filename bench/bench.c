@@ -1248,12 +1248,14 @@ static void llama2c_bench(int n, int rounds, double *run, double *runq, char *wh
  * its own: open (weights in place: a BF16 file, a Hugging Face folder, or a
  * quantised file), the first token's logits, a prefill of FILE_CTX tokens,
  * then FILE_N decode steps after it. */
-enum { FILE_CTX = 512, FILE_N = 32 };
+enum { FILE_CTX = 512, FILE_N = 16, FILE_ROUNDS = 5 };
 
 typedef struct {
     int ok;
     char why[200];
-    double file_gb, params_b, weights_gb, load_s, first_s, prefill_tok_s, decode_tok_s, bytes_tok, bw, rss_gb;
+    double file_gb, params_b, weights_gb, load_s, first_s, prefill_tok_s, rss_gb;
+    double decode_tok_s, bytes_tok, bw, frac; /* medians of the rounds (bytes_tok: the middle round's) */
+    double bw_lo, bw_hi;                       /* the bandwidth's spread over the rounds */
     char weights[16];
 } file_result;
 
@@ -1271,7 +1273,7 @@ static int model_child_main(int argc, char **argv) {
     const dtx_config *c = dtx_model_config(m);
     float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
     int32_t *toks = malloc(sizeof(int32_t) * FILE_CTX);
-    if (!logits || !toks || dtx_kvcache_init(&kv, m, FILE_CTX + FILE_N + 1))
+    if (!logits || !toks || dtx_kvcache_init(&kv, m, FILE_CTX + FILE_ROUNDS * FILE_N + 1))
         return printf("err %s\n", dtx_last_error()), 1;
     for (int i = 0; i < FILE_CTX; i++) toks[i] = (int32_t)((i * 7919 + 1) % c->vocab_size);
     if (dtx_model_prefill(m, kv, toks, 1, logits)) return printf("err %s\n", dtx_last_error()), 1;
@@ -1284,11 +1286,21 @@ static int model_child_main(int argc, char **argv) {
         double dt = dtx_now_s() - p0;
         if (dt < best_prefill) best_prefill = dt;
     }
-    double d0 = dtx_now_s();
-    for (int i = 0; i < FILE_N; i++)
-        if (dtx_model_decode(m, kv, (int32_t)((i * 31) % c->vocab_size), logits))
-            return printf("err %s\n", dtx_last_error()), 1;
-    double t_dec = dtx_now_s() - d0;
+    /* FILE_ROUNDS rounds of FILE_N steps, each right after a bandwidth
+     * measurement (the first round's is the one above; the machine's
+     * bandwidth moves with its other tenants), the peak RSS read after the
+     * first round, before another probe's array could count in it */
+    double tps[FILE_ROUNDS], bws[FILE_ROUNDS], fracs[FILE_ROUNDS], bytes_mid = 0;
+    long hwm = 0;
+    for (int round = 0; round < FILE_ROUNDS; round++) {
+        if (round == 1) hwm = proc_status_kib("VmHWM:");
+        bws[round] = round == 0 ? bw : measure_read_bw(26, 3);
+        double d0 = dtx_now_s();
+        for (int i = 0; i < FILE_N; i++)
+            if (dtx_model_decode(m, kv, (int32_t)(((round * FILE_N + i) * 31) % c->vocab_size), logits))
+                return printf("err %s\n", dtx_last_error()), 1;
+        tps[round] = FILE_N / (dtx_now_s() - d0);
+    }
     /* the bytes a step reads: the weights as held (of an untied embedding one row), and the cache */
     double wbytes = (double)dtx_model_weight_bytes(m);
     const char *wname = dtx_model_wquant(m) != DTX_WQ_NONE ? dtx_wquant_name(dtx_model_wquant(m))
@@ -1298,11 +1310,19 @@ static int model_child_main(int argc, char **argv) {
                      : dtx_model_weights_in_place(m) ? 2.0 * (double)c->dim : 4.0 * (double)c->dim;
         wbytes -= (double)(c->vocab_size - 1) * row;
     }
-    double per_pos = (double)dtx_kvcache_bytes(kv) / (FILE_CTX + FILE_N + 1); /* keys and values, every layer */
-    double cache = per_pos * (FILE_CTX + (FILE_N + 1) / 2.0);
-    printf("ok %s %.4f %.4f %.4f %.4f %.4f %.4f %.1f %.3f %ld %.6e\n", wname, t_load, t_first,
-           FILE_CTX / best_prefill, FILE_N / t_dec, wbytes + cache, bw, (double)dtx_model_num_params(m) / 1e9,
-           (double)dtx_model_weight_bytes(m) / 1e9, proc_status_kib("VmHWM:"), wbytes);
+    double per_pos = (double)dtx_kvcache_bytes(kv) / (FILE_CTX + FILE_ROUNDS * FILE_N + 1); /* keys and values */
+    for (int round = 0; round < FILE_ROUNDS; round++) {
+        double bytes = wbytes + per_pos * (FILE_CTX + round * FILE_N + (FILE_N + 1) / 2.0);
+        fracs[round] = tps[round] * bytes / (bws[round] * 1e9);
+        if (round == FILE_ROUNDS / 2) bytes_mid = bytes;
+    }
+    qsort(tps, FILE_ROUNDS, sizeof *tps, cmp_double);
+    qsort(bws, FILE_ROUNDS, sizeof *bws, cmp_double);
+    qsort(fracs, FILE_ROUNDS, sizeof *fracs, cmp_double);
+    printf("ok %s %.4f %.4f %.4f %.4f %.4f %.4f %.1f %.3f %ld %.6e %.4f %.4f %.4f\n", wname, t_load, t_first,
+           FILE_CTX / best_prefill, tps[FILE_ROUNDS / 2], bytes_mid, bws[FILE_ROUNDS / 2],
+           (double)dtx_model_num_params(m) / 1e9, (double)dtx_model_weight_bytes(m) / 1e9, hwm, wbytes,
+           fracs[FILE_ROUNDS / 2], bws[0], bws[FILE_ROUNDS - 1]);
     return 0;
 }
 
@@ -1332,16 +1352,18 @@ static file_result file_bench(const char *self, const char *path) {
     FILE *p = popen(cmd, "r");
     if (!p) return snprintf(r.why, sizeof r.why, "could not start a child"), r;
     long hwm = 0;
-    double wb = 0, rd[9];
+    double wb = 0, rd[12];
     while (fgets(line, sizeof line, p)) {
         if (!strncmp(line, "err ", 4)) {
             line[strcspn(line, "\n")] = 0;
             snprintf(r.why, sizeof r.why, "%.190s", line + 4);
-        } else if (sscanf(line, "ok %15s %lf %lf %lf %lf %lf %lf %lf %lf %ld %lf", r.weights, &rd[0], &rd[1], &rd[2],
-                          &rd[3], &rd[4], &rd[5], &rd[6], &rd[7], &hwm, &wb) == 11) {
+        } else if (sscanf(line, "ok %15s %lf %lf %lf %lf %lf %lf %lf %lf %ld %lf %lf %lf %lf", r.weights, &rd[0],
+                          &rd[1], &rd[2], &rd[3], &rd[4], &rd[5], &rd[6], &rd[7], &hwm, &wb, &rd[8], &rd[9],
+                          &rd[10]) == 14) {
             r.ok = 1;
             r.load_s = rd[0], r.first_s = rd[1], r.prefill_tok_s = rd[2], r.decode_tok_s = rd[3], r.bytes_tok = rd[4];
             r.bw = rd[5], r.params_b = rd[6], r.weights_gb = rd[7], r.rss_gb = (double)hwm * 1024 / 1e9;
+            r.frac = rd[8], r.bw_lo = rd[9], r.bw_hi = rd[10];
         }
     }
     int rc = pclose(p);
@@ -1695,7 +1717,7 @@ int main(int argc, char **argv) {
             if (fr->ok)
                 fprintf(stderr, "    %s: peak RSS %.2f GB (file %.2f GB), first token %.2f s, prefill %.1f tok/s, "
                         "decode %.2f tok/s (%.0f%% of the bound)\n", fr->weights, fr->rss_gb, fr->file_gb, fr->first_s,
-                        fr->prefill_tok_s, fr->decode_tok_s, 100 * fr->decode_tok_s / (fr->bw * 1e9 / fr->bytes_tok));
+                        fr->prefill_tok_s, fr->decode_tok_s, 100 * fr->frac);
             else
                 fprintf(stderr, "    failed: %s\n", fr->why);
             nfiles++;
@@ -1872,10 +1894,15 @@ int main(int argc, char **argv) {
             out("Model files (`--models`), each in a process of its own, read from the page cache: opened as every "
                 "command opens one (`dtx_model_open`: a BF16 file or Hugging Face folder's weights used in place, a "
                 "quantised file's codes), the first token's logits, a prefill of %d tokens (the better of two), then "
-                "%d decode steps after it. Peak RSS is the process's own (VmHWM), the weights' bytes what the model "
-                "holds, the bound the bandwidth measured at the start of that process ÷ the bytes a step "
-                "reads (the weights as held, of an untied embedding one row, the fp32 cache at its length).\n\n",
-                FILE_CTX, FILE_N);
+                "%d rounds of %d decode steps after it, each round right after a measurement of the memory "
+                "bandwidth. Peak RSS is the process's own (VmHWM, read after the first round, before a second "
+                "bandwidth array could count in it), the weights' bytes what the model holds; each round's bound "
+                "is the bandwidth measured just before it ÷ the bytes a step reads (the weights as held, of an "
+                "untied embedding one row, the fp32 cache at its length). Decode tokens/s, the bandwidth and the "
+                "fraction of the bound are medians over the rounds (each its own median: the fraction is not the "
+                "ratio of the other two), the bandwidth's range beside it; the bound tokens/s is the median "
+                "bandwidth's.\n\n",
+                FILE_CTX, FILE_ROUNDS, FILE_N);
             out("| model | weights | params | file GB | peak RSS GB | ÷ file | open s | first token s | prefill %d tok/s | "
                 "decode tok/s | bandwidth | bound tok/s | of bound |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
                 "---:|---:|---:|\n", FILE_CTX);
@@ -1888,9 +1915,11 @@ int main(int argc, char **argv) {
                     continue;
                 }
                 double bound = fr->bw * 1e9 / fr->bytes_tok;
-                out("| %s | %s | %.2fB | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.1f GB/s | %.2f | %.0f%% |\n",
+                out("| %s | %s | %.2fB | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.1f GB/s (%.1f–%.1f) | %.2f | "
+                    "%.0f%% |\n",
                     base, fr->weights, fr->params_b, fr->file_gb, fr->rss_gb, fr->rss_gb / fr->file_gb, fr->load_s,
-                    fr->first_s, fr->prefill_tok_s, fr->decode_tok_s, fr->bw, bound, 100 * fr->decode_tok_s / bound);
+                    fr->first_s, fr->prefill_tok_s, fr->decode_tok_s, fr->bw, fr->bw_lo, fr->bw_hi, bound,
+                    100 * fr->frac);
             }
             out("\n");
         }

@@ -319,43 +319,69 @@ typedef struct {
     const hf_config *h;
     const dtx_config *c; /* difftx's */
     dtx_model *m;        /* NULL: check only */
-    /* BF16 weights stay bf16 (float build): each 2-D tensor read as BF16 is
-     * copied, rows permuted, to its place in wbf (one buffer, the tensors in
-     * table order), never widened; the model then reads them in place
-     * (model.h), holding no fp32 copy */
+    /* BF16 weights stay bf16 (float build), never widened: a 2-D tensor read
+     * as BF16 whose rows difftx keeps in HF's order is used where it lies in
+     * its shard's mapping (which the model then keeps); one whose rows move
+     * (q and k: RoPE's pairs; DiffLlama's regrouped heads) is copied, rows
+     * permuted, to its place in wbf (one buffer, the tensors in table order).
+     * The model reads them in place (model.h), holding no fp32 copy: opening
+     * a folder costs the moved tensors' bytes, not the model's. */
     uint16_t *wbf;
     const uint16_t **in_place; /* [n_tensors]: the tensor's bf16, or NULL */
+    char *keep;                /* [n_files]: a tensor is used in place in this shard's mapping */
 } importer;
 
-/* Where the BF16 tensor src goes when it is kept as bf16 (difftx tensor
- * dst's place in im->wbf, recorded as in place), or NULL: it goes to params. */
-static uint16_t *bf16_place(importer *im, const char *dst, const dtx_st_tensor *src) {
+/* Whether the BF16 tensor src stays bf16 (in place); then the index of
+ * difftx tensor dst. */
+static int bf16_kept(const importer *im, const char *dst, const dtx_st_tensor *src, int *index) {
 #ifndef DTX_DOUBLE
-    if (!im->wbf || src->dtype != DTX_ST_BF16 || src->ndim != 2) return NULL;
-    dtx_model *m = im->m;
-    int i = (int)(dtx_model_find(m, dst) - dtx_model_tensor(m, 0));
-    size_t at = 0;
-    for (int k = 0; k < i; k++)
-        if (m->tensors[k].ndim == 2) at += m->tensors[k].numel;
-    im->in_place[i] = im->wbf + at;
-    return im->wbf + at;
+    if (!im->wbf || src->dtype != DTX_ST_BF16 || src->ndim != 2) return 0;
+    *index = (int)(dtx_model_find(im->m, dst) - dtx_model_tensor(im->m, 0));
+    return 1;
 #else
-    (void)im, (void)dst, (void)src;
-    return NULL;
+    (void)im, (void)dst, (void)src, (void)index;
+    return 0;
 #endif
 }
 
+/* Where the BF16 tensor src goes when it is kept as bf16 and its rows move
+ * (difftx tensor dst's place in im->wbf, recorded as in place), or NULL:
+ * it goes to params. */
+static uint16_t *bf16_place(importer *im, const char *dst, const dtx_st_tensor *src) {
+    int i;
+    if (!bf16_kept(im, dst, src, &i)) return NULL;
+    size_t at = 0;
+    for (int k = 0; k < i; k++)
+        if (im->m->tensors[k].ndim == 2) at += im->m->tensors[k].numel;
+    im->in_place[i] = im->wbf + at;
+    return im->wbf + at;
+}
+
+/* Whether the BF16 tensor src (in shard `which`), kept as bf16 with its
+ * rows where they are, is used where it lies (recorded as in place, the
+ * shard kept mapped); else its bytes are copied. */
+static int bf16_in_file(importer *im, const char *dst, const dtx_st_tensor *src, int which) {
+    int i;
+    if (!bf16_kept(im, dst, src, &i) || ((uintptr_t)src->data & 1)) return 0;
+    im->in_place[i] = (const uint16_t *)(const void *)src->data;
+    im->keep[which] = 1;
+    return 1;
+}
+
 /* After tensor dst is written: a bf16 one checked for NaN and infinities
- * (params' are checked with the model), and src's file pages given back. */
-static dtx_status finish_tensor(importer *im, const char *dst, const uint16_t *bf, const dtx_st_tensor *src) {
-    dtx_drop_pages(src->data, src->nbytes);
+ * (params' are checked with the model), and src's file pages given back
+ * unless the model reads them where they are. */
+static dtx_status finish_tensor(importer *im, const char *dst, const uint16_t *bf, const dtx_st_tensor *src,
+                                int in_file) {
+    if (!in_file) dtx_drop_pages(src->data, src->nbytes);
     const dtx_tensor_info *t = dtx_model_find(im->m, dst);
     return bf ? dtx_bf16_check_finite(bf, t->numel, im->f->dir, t->name) : DTX_OK;
 }
 
-/* The HF tensor name, checked for shape [rows, cols] (cols 0: a vector). */
+/* The HF tensor name, checked for shape [rows, cols] (cols 0: a vector);
+ * *which: the shard it is in. */
 static dtx_status hf_tensor(const hf_files *f, const char *name, int64_t rows, int64_t cols,
-                            const dtx_st_tensor **out) {
+                            const dtx_st_tensor **out, int *which_out) {
     int which = 0;
     const dtx_st_tensor *t = files_find(f, name, &which);
     if (!t) return dtx_fail(DTX_ERR_FORMAT, "%s: tensor %s is missing", f->dir, name);
@@ -368,18 +394,22 @@ static dtx_status hf_tensor(const hf_files *f, const char *name, int64_t rows, i
                         f->names[which], name, want);
     }
     *out = t;
+    if (which_out) *which_out = which;
     return DTX_OK;
 }
 
 /* dst (the difftx tensor name) := the HF tensor, whole. */
 static dtx_status copy_whole(importer *im, const char *dst, const char *src, int64_t rows, int64_t cols) {
     const dtx_st_tensor *t;
-    dtx_status st = hf_tensor(im->f, src, rows, cols, &t);
+    int which;
+    dtx_status st = hf_tensor(im->f, src, rows, cols, &t, &which);
     if (st || !im->m) return st;
+    if (bf16_in_file(im, dst, t, which))
+        return finish_tensor(im, dst, (const uint16_t *)(const void *)t->data, t, 1);
     uint16_t *bf = bf16_place(im, dst, t);
     if (bf) memcpy(bf, t->data, t->nbytes); /* BF16 kept as it is: no widening */
     else dtx_st_rows_to_real(t, 0, rows, im->m->params + dtx_model_find(im->m, dst)->offset);
-    return finish_tensor(im, dst, bf, t);
+    return finish_tensor(im, dst, bf, t, 0);
 }
 
 /* A projection of D-wide heads: difftx sub-head s (of n) := HF head head_of(s), its rows RoPE-permuted. */
@@ -387,20 +417,27 @@ static dtx_status copy_heads(importer *im, const char *dst, const char *src, int
                              int is_q) {
     const hf_config *h = im->h;
     const dtx_st_tensor *t;
-    dtx_status st = hf_tensor(im->f, src, hf_heads * h->D, h->hidden, &t);
+    int which;
+    dtx_status st = hf_tensor(im->f, src, hf_heads * h->D, h->hidden, &t, &which);
     if (st || !im->m) return st;
     const dtx_config *c = im->c;
+#define HEAD_OF(s) (is_q ? hf_q_head(h->diff, c->n_heads, s) : hf_kv_head(h->diff, c->n_heads, c->n_kv_heads, h->kv, s))
+    int moved = rope || n != hf_heads;
+    for (int64_t s = 0; s < n && !moved; s++) moved = HEAD_OF(s) != s;
+    if (!moved && bf16_in_file(im, dst, t, which)) /* a Llama's v: used where it lies */
+        return finish_tensor(im, dst, (const uint16_t *)(const void *)t->data, t, 1);
     real *out = im->m->params + dtx_model_find(im->m, dst)->offset;
     uint16_t *bf = bf16_place(im, dst, t); /* BF16 kept as it is: rows moved, not widened */
     for (int64_t s = 0; s < n; s++) {
-        int64_t hh = is_q ? hf_q_head(h->diff, c->n_heads, s) : hf_kv_head(h->diff, c->n_heads, c->n_kv_heads, h->kv, s);
+        int64_t hh = HEAD_OF(s);
+#undef HEAD_OF
         for (int64_t r = 0; r < h->D; r++) {
             int64_t from = hh * h->D + (rope ? rope_row(r, h->D) : r), to = s * h->D + r;
             if (bf) memcpy(bf + to * h->hidden, t->data + (size_t)from * (size_t)h->hidden * 2, (size_t)h->hidden * 2);
             else dtx_st_rows_to_real(t, from, 1, out + to * h->hidden);
         }
     }
-    return finish_tensor(im, dst, bf, t);
+    return finish_tensor(im, dst, bf, t, 0);
 }
 
 static dtx_status import_layer(importer *im, int64_t L) {
@@ -519,19 +556,25 @@ dtx_status dtx_hf_import(dtx_model **out, const char *dir) {
         if (!dtx_weights_copy_asked()) { /* malloc'd, not zeroed: pages cost memory once written */
             im.wbf = malloc(n2 * sizeof *im.wbf);
             im.in_place = calloc((size_t)m->n_tensors, sizeof *im.in_place);
-            if (!im.wbf || !im.in_place) st = dtx_fail(DTX_ERR_NOMEM, "out of memory for the bf16 weights");
+            im.keep = calloc((size_t)f.n_files, 1);
+            if (!im.wbf || !im.in_place || !im.keep) st = dtx_fail(DTX_ERR_NOMEM, "out of memory for the bf16 weights");
         }
 #endif
         if (!st) st = import_all(&im);
 #ifndef DTX_DOUBLE
         int any = 0;
         for (int i = 0; im.in_place && i < m->n_tensors; i++) any |= im.in_place[i] != NULL;
-        if (!st && any && !(st = dtx_model_use_in_place(m, im.in_place))) {
-            m->wmap = (dtx_mapped){.data = im.wbf, .size = n2 * sizeof *im.wbf, .heap = 1}; /* m owns it now */
+        if (!st && any && !(st = dtx_model_use_in_place(m, im.in_place))) { /* m owns the memory from now on */
+            dtx_mapped moved = {.data = im.wbf, .size = n2 * sizeof *im.wbf, .heap = 1};
             im.wbf = NULL;
+            st = dtx_model_own_weights(m, &moved);
+            for (int i = 0; i < f.n_files && !st; i++)
+                if (im.keep[i]) st = dtx_model_own_weights(m, &f.files[i].file);
+            free(moved.data);
         }
         free(im.wbf);
         free((void *)im.in_place);
+        free(im.keep);
 #endif
     }
     files_close(&f);

@@ -281,10 +281,7 @@ static dtx_status load_in_place(dtx_model *m, dtx_st_file *f, const char *path) 
     }
     if (!st) st = dtx_model_use_in_place(m, data);
     free(data);
-    if (st) return st;
-    m->wmap = f->file; /* the weights' memory now belongs to m */
-    f->file = (dtx_mapped){0};
-    return DTX_OK;
+    return st ? st : dtx_model_own_weights(m, &f->file); /* the weights' memory now belongs to m */
 }
 #endif
 

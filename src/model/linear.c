@@ -173,6 +173,13 @@ void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+/* The memory weights in place lie in, given back (dtx_unmap_file frees a heap one). */
+static void unmap_weights(dtx_model *m) {
+    for (int i = 0; i < m->n_wmaps; i++) dtx_unmap_file(&m->wmaps[i]);
+    free(m->wmaps);
+    m->wmaps = NULL, m->n_wmaps = 0;
+}
+
 
 int dtx_model_tensor_bits(const dtx_model *m, dtx_wquant scheme, int i) {
     const dtx_tensor_info *t = &m->tensors[i];
@@ -267,7 +274,7 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
     if (src) { /* every 2-D weight is coded now: the file goes (their params were never written) */
         free(src);
         m->in_place = 0;
-        dtx_unmap_file(&m->wmap);
+        unmap_weights(m);
     } else {
         dtx_model_release_quantised_fp32(m);
     }
@@ -310,7 +317,7 @@ void dtx_model_free_quant(dtx_model *m) {
     m->qw = NULL, m->qk_scale = NULL, m->qmem = NULL, m->qscratch = NULL;
     m->wquant = DTX_WQ_NONE;
     m->in_place = 0;
-    dtx_unmap_file(&m->wmap);
+    unmap_weights(m);
 }
 
 size_t dtx_model_weight_bytes(const dtx_model *m) {
@@ -338,6 +345,15 @@ dtx_status dtx_bf16_check_finite(const uint16_t *v, size_t n, const char *where,
 #ifndef DTX_DOUBLE
 static const float NO_SCALE[1]; /* bf16 in place has no scales; a pointer all the same */
 #endif
+
+dtx_status dtx_model_own_weights(dtx_model *m, dtx_mapped *mem) {
+    dtx_mapped *w = realloc(m->wmaps, sizeof *w * (size_t)(m->n_wmaps + 1));
+    if (!w) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
+    m->wmaps = w;
+    m->wmaps[m->n_wmaps++] = *mem;
+    *mem = (dtx_mapped){0};
+    return DTX_OK;
+}
 
 dtx_status dtx_model_use_in_place(dtx_model *m, const uint16_t *const *data) {
 #ifdef DTX_DOUBLE

@@ -97,10 +97,12 @@ struct dtx_model {
     real *qscratch;           /* several-row products: dequantised weight rows, int8-rounded inputs, outputs */
     size_t qscratch_n;
     /* weights in place: a BF16 file's 2-D tensors read where they lie (qw
-     * bits 16, wquant stays NONE, their params never filled); the file's
-     * mapping, owned here (data NULL when none) */
+     * bits 16, wquant stays NONE, their params never filled); the memory
+     * they lie in (a model file's mapping; a Hugging Face folder's shards
+     * and the buffer of the tensors its import moved), owned here */
     int in_place;
-    dtx_mapped wmap;
+    dtx_mapped *wmaps;
+    int n_wmaps;
     /* metadata keys read from a file that difftx does not use: kept, and
      * written back on save (interop.md). */
     int n_extra_meta;
@@ -190,9 +192,13 @@ int dtx_model_tensor_bits(const dtx_model *m, dtx_wquant scheme, int i);
 void dtx_model_release_quantised_fp32(dtx_model *m);
 /* Makes m read its 2-D weights in place: data[i] the bf16 values of tensor
  * i (NULL for 1-D tensors, which stay in params), owned by the caller until
- * dtx_model_materialize or dtx_model_free (model_io.c hands the file's
- * mapping to m->wmap). The fp32 params of those tensors stay untouched. */
+ * dtx_model_materialize or dtx_model_free (the readers hand the memory to
+ * m with dtx_model_own_weights). The fp32 params of those tensors stay
+ * untouched. */
 dtx_status dtx_model_use_in_place(dtx_model *m, const uint16_t *const *data);
+/* m owns *mem from now on (unmapped or freed with its weights in place);
+ * *mem is emptied. */
+dtx_status dtx_model_own_weights(dtx_model *m, dtx_mapped *mem);
 /* DTX_WEIGHTS_COPY=1 in the environment: the readers copy into fp32 instead
  * of keeping weights in place (a comparison; what difftx did before). */
 int dtx_weights_copy_asked(void);

@@ -317,6 +317,16 @@ TEST(hf_import_refusals_name_the_key_or_tensor) {
 /* A BF16 folder is imported as bf16 weights in place (no fp32 copy); an F32
  * or F16 one into fp32; DTX_WEIGHTS_COPY=1 asks for fp32 and gives the same
  * logits. */
+/* Which of the memories m owns for its weights p lies in (the import's
+ * buffer of moved tensors first, then the shards it reads in place), or -1. */
+static int weights_memory(const dtx_model *m, const void *p) {
+    for (int i = 0; i < m->n_wmaps; i++) {
+        const char *b = m->wmaps[i].data;
+        if ((const char *)p >= b && (const char *)p < b + m->wmaps[i].size) return i;
+    }
+    return -1;
+}
+
 TEST(hf_bf16_folders_import_in_place) {
     for (int i = 0; i < N_CASES; i++) {
         /* the BF16 folders (diffllama_head_dim_4's files are BF16 too) */
@@ -324,6 +334,13 @@ TEST(hf_bf16_folders_import_in_place) {
         dtx_model *m = NULL, *c = NULL;
         REQUIRE(dtx_hf_import(&m, case_dir(CASES[i].name)) == DTX_OK);
         CHECKF(dtx_model_weights_in_place(m) == bf16, "%s: in place %d", CASES[i].name, dtx_model_weights_in_place(m));
+        if (bf16) { /* rows kept in HF's order are read in the shard's mapping; q's, RoPE-permuted, in a buffer */
+            int w1 = (int)(dtx_model_find(m, "layers.0.feed_forward.w1.weight") - dtx_model_tensor(m, 0));
+            int q = (int)(dtx_model_find(m, "layers.0.attention.q_proj.weight") - dtx_model_tensor(m, 0));
+            CHECKF(weights_memory(m, m->qw[w1].q) >= 1 && weights_memory(m, m->qw[q].q) == 0,
+                   "%s: w1 in memory %d, q in %d of %d", CASES[i].name, weights_memory(m, m->qw[w1].q),
+                   weights_memory(m, m->qw[q].q), m->n_wmaps);
+        }
         if (bf16) {
             setenv("DTX_WEIGHTS_COPY", "1", 1);
             REQUIRE(dtx_hf_import(&c, case_dir(CASES[i].name)) == DTX_OK);
