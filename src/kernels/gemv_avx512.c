@@ -1,5 +1,5 @@
-/* The one-row products of decoding at AVX-512 BF16 (simd.h: gemv_bf16 and
- * gemv_q4).
+/* The one-row products of decoding at AVX-512 (simd.h: gemv_q8 at both
+ * AVX-512 levels; gemv_bf16 and gemv_q4 at AVX-512 BF16).
  *
  * Why not AVX2's kernels, which reach the bandwidth bound on Zen 3: on Zen 4
  * (2 cores, one 2048 × 5632 weight of the 0.8B model streamed from memory,
@@ -14,6 +14,8 @@
  * arithmetic per byte:
  *   - bf16: vdpbf16ps, 32 products per instruction, x converted to bf16
  *     once per call (exact: the contract has x bf16-rounded already);
+ *   - int8 (w8a16): the codes widened to fp32 in zmm (exact), one row at a
+ *     time (two or more rows sharing the loads of x measured slower);
  *   - 4-bit (w4a16): the nibbles looked up as bf16 values (code − 8 is exact
  *     in bf16) by vpermw and multiplied by vdpbf16ps, the per-group scales
  *     applied to each group's 8 lanes of partial sums.
@@ -24,12 +26,10 @@
  * harmless (prefetches never fault). Sums are in a different order from the
  * other levels' (tests/kernels/simd_ops_test.c bounds the difference).
  *
- * Tried for int8 (w8a16) and not kept: the codes widened in zmm (vpmovsxbd,
- * vcvtdq2ps) one, two, four or eight rows at a time with the same prefetch,
- * and in ymm two rows at a time: 17–21 GB/s streamed, no better than AVX2's
- * eight rows (16–19), and slower than them from cache (17–27 against
- * 40–44 GB/s on the 110M shape's 768 × 2048): the widening and the loads of
- * x bound it there, not the memory; AVX2's kernel serves both AVX-512 levels. */
+ * Tried for int8 and not kept (same runs, streamed / from cache): the bytes
+ * moved into dwords by vpermb, then a shift and vcvtdq2ps (28 / 20 GB/s,
+ * against 31 / 25 for vpmovsxbd) or a magic-number float and a subtraction
+ * (25 / 17). */
 #include <string.h>
 
 #include "common/common.h"
@@ -81,10 +81,12 @@ AVX512_INLINE __m512bh as_bh(__m512i v) { return (__m512bh)v; }
  * at most 63 in masked steps of 32 (xb is zero there). */
 BF16_INLINE void bf16_rows(const int R, float *out, const uint16_t *xb, const uint16_t *w, int64_t K) {
     __m512 a[2][2];
+#pragma GCC unroll 2
     for (int r = 0; r < R; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
     int64_t c = 0;
     for (; c + 64 <= K; c += 64) {
         __m512bh x0 = as_bh(_mm512_loadu_si512(xb + c)), x1 = as_bh(_mm512_loadu_si512(xb + c + 32));
+#pragma GCC unroll 2
         for (int r = 0; r < R; r++) {
             const uint16_t *p = w + r * K + c;
             PREFETCH_L2(p), PREFETCH_L2(p + 32);
@@ -94,9 +96,11 @@ BF16_INLINE void bf16_rows(const int R, float *out, const uint16_t *xb, const ui
     }
     for (; c < K; c += 32) {
         __m512bh xv = as_bh(_mm512_loadu_si512(xb + c));
+#pragma GCC unroll 2
         for (int r = 0; r < R; r++)
             a[r][0] = _mm512_dpbf16_ps(a[r][0], xv, as_bh(_mm512_maskz_loadu_epi16(lanes32(K - c), w + r * K + c)));
     }
+#pragma GCC unroll 2
     for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
 }
 
@@ -109,6 +113,34 @@ BF16_FN static void gemv_bf16_dp(float *out, const float *x, const uint16_t *w, 
     int64_t n = 0;
     for (; n + 2 <= N; n += 2) bf16_rows(2, out + n, xb, w + n * K, K);
     if (n < N) bf16_rows(1, out + n, xb, w + n * K, K);
+}
+
+/* ------------------------------------------------------------------ int8 */
+
+AVX512_INLINE __m512 widen_i8(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)); }
+
+/* out = scale · x·q for the row at q: 64 columns a step in four
+ * accumulators, the rest in masked steps of 16. */
+AVX512_INLINE float q8_row(const float *x, const int8_t *q, float scale, int64_t K) {
+    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    int64_t c = 0;
+    for (; c + 64 <= K; c += 64) {
+        PREFETCH_L2(q + c);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + c + 16 * j),
+                                   widen_i8(_mm_loadu_si128((const __m128i *)(const void *)(q + c + 16 * j))), a[j]);
+    }
+    for (; c < K; c += 16) {
+        __mmask16 m = lanes(K - c);
+        a[0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + c), widen_i8(_mm_maskz_loadu_epi8(m, q + c)), a[0]);
+    }
+    return scale * _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+}
+
+AVX512_FN void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, const float *scale, int64_t K,
+                                  int64_t N) {
+    for (int64_t n = 0; n < N; n++) out[n] = q8_row(x, q + n * K, scale[n], K);
 }
 
 /* ----------------------------------------------------------------- 4-bit */
