@@ -122,6 +122,21 @@ void dtx_drop_pages(const void *p, size_t bytes) {
     if (e > a) madvise((void *)a, e - a, MADV_DONTNEED);
 }
 
+#ifndef MADV_POPULATE_READ /* Linux 5.14; glibc's headers may predate them */
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+void dtx_prefault(const void *p, size_t bytes, int write) {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0 || !p || !bytes) return;
+    uintptr_t a = (uintptr_t)p & ~((uintptr_t)pg - 1), e = (uintptr_t)p + bytes;
+    if (write) { /* only pages wholly inside: a neighbour's page is not ours to touch */
+        a = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1), e &= ~((uintptr_t)pg - 1);
+        if (e <= a) return;
+    }
+    (void)madvise((void *)a, e - a, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ); /* EINVAL: faults as before */
+}
+
 void *dtx_calloc(size_t count, size_t elem_size) {
     void *p = dtx_alloc(count, elem_size);
     if (p) memset(p, 0, count * elem_size);

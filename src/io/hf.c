@@ -354,6 +354,7 @@ static uint16_t *bf16_place(importer *im, const char *dst, const dtx_st_tensor *
     for (int k = 0; k < i; k++)
         if (im->m->tensors[k].ndim == 2) at += im->m->tensors[k].numel;
     im->in_place[i] = im->wbf + at;
+    dtx_prefault(im->wbf + at, im->m->tensors[i].numel * sizeof *im->wbf, 1); /* written whole next */
     return im->wbf + at;
 }
 
@@ -550,6 +551,8 @@ dtx_status dtx_hf_import(dtx_model **out, const char *dir) {
     importer im = {.f = &f, .h = &h, .c = &c};
     if (!(st = check_all_known(&im)) && !(st = import_all(&im)) && !(st = dtx_model_alloc(&m, &c))) {
         im.m = m;
+        for (int i = 0; i < f.n_files; i++) /* every tensor checked: all of the shards is read now */
+            if (!f.files[i].file.heap) dtx_prefault(f.files[i].file.data, f.files[i].file.size, 0);
 #ifndef DTX_DOUBLE
         size_t n2 = 0;
         for (int i = 0; i < m->n_tensors; i++) n2 += m->tensors[i].ndim == 2 ? m->tensors[i].numel : 0;

@@ -146,8 +146,8 @@ static int has_input_scale(const dtx_model *m, int i) {
 
 #ifndef DTX_DOUBLE
 /* F32 values of s into dst, each finite and at least lo (strictly above 0 when positive). */
-static dtx_status load_scales(const dtx_st_tensor *s, const char *path, float *dst, int positive) {
-    dtx_st_to_real(s, dst);
+/* s's values, which lie in dst, finite and at least 0 (positive: above 0). */
+static dtx_status check_scales(const dtx_st_tensor *s, const char *path, const float *dst, int positive) {
     for (int64_t i = 0; i < s->numel; i++)
         if (!isfinite(dst[i]) || dst[i] < 0 || (positive && !(dst[i] > 0)))
             return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' element %lld is %g (a scale must be finite and %s)", path,
@@ -155,7 +155,14 @@ static dtx_status load_scales(const dtx_st_tensor *s, const char *path, float *d
     return DTX_OK;
 }
 
-static dtx_status load_quantised(dtx_model *m, const dtx_st_file *f, const char *path, int i) {
+static dtx_status load_scales(const dtx_st_tensor *s, const char *path, float *dst, int positive) {
+    dtx_st_to_real(s, dst);
+    return check_scales(s, path, dst, positive);
+}
+
+/* Tensor i's codes and scales: copied into the model's memory, or with
+ * in_place pointed at where they lie in f's mapping (which m then keeps). */
+static dtx_status load_quantised(dtx_model *m, const dtx_st_file *f, const char *path, int i, int in_place) {
     const dtx_tensor_info *t = &m->tensors[i];
     dtx_qweight *w = &m->qw[i];
     char name[sizeof t->name + 16];
@@ -164,16 +171,18 @@ static dtx_status load_quantised(dtx_model *m, const dtx_st_file *f, const char 
     const dtx_qformat *qf = dtx_qformat_of(w->bits);
     int64_t rb = qf->row_bytes(w->K), ns = qf->scales_2d ? qf->row_scales(w->K) : 0;
     if ((st = find_tensor(f, path, t->name, m, w->N, rb, qf->signed_codes ? DTX_ST_I8 : DTX_ST_U8, &s))) return st;
-    memcpy(w->q, s->data, s->nbytes);
+    if (in_place) w->q = (void *)(uintptr_t)s->data;
+    else memcpy(w->q, s->data, s->nbytes);
     int64_t bad = qf->bad_code ? qf->bad_code(s->data, s->nbytes) : -1;
-    if (!f->file.heap) dtx_drop_pages(s->data, s->nbytes); /* copied: the file's pages are not held too */
+    if (!in_place && !f->file.heap) dtx_drop_pages(s->data, s->nbytes); /* copied: the file's pages are not held too */
     if (bad >= 0)
         return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' byte %lld %s", path, t->name, (long long)bad,
                         qf->bad_code_words);
     snprintf(name, sizeof name, "%s.scale", t->name);
-    if ((st = find_tensor(f, path, name, m, w->N, ns, DTX_ST_F32, &s)) || (st = load_scales(s, path, w->scale, 0)))
-        return st;
-    if (!f->file.heap) dtx_drop_pages(s->data, s->nbytes);
+    if ((st = find_tensor(f, path, name, m, w->N, ns, DTX_ST_F32, &s))) return st;
+    if (in_place) w->scale = (float *)(uintptr_t)s->data; /* 4-byte aligned: quant_in_place_possible */
+    if ((st = in_place ? check_scales(s, path, w->scale, 0) : load_scales(s, path, w->scale, 0))) return st;
+    if (!in_place && !f->file.heap) dtx_drop_pages(s->data, s->nbytes);
     if (has_input_scale(m, i)) {
         snprintf(name, sizeof name, "%s.input_scale", t->name);
         if ((st = find_tensor(f, path, name, m, 1, 0, DTX_ST_F32, &s)) || (st = load_scales(s, path, &w->in_scale, 0)))
@@ -266,6 +275,22 @@ static int in_place_possible(const dtx_model *m, const dtx_st_file *f) {
     return 1;
 }
 
+/* Whether a quantised file's codes and scales can be read where they lie:
+ * the file mapped (not read into memory), every 2-D weight's scales F32 at a
+ * 4-byte aligned address (codes are bytes: any address), fp32 copies not
+ * asked for. A tensor missing or of the wrong type: the copying reader
+ * names it. */
+static int quant_in_place_possible(const dtx_model *m, dtx_wquant wq, const dtx_st_file *f) {
+    if (wq == DTX_WQ_NONE || f->file.heap || dtx_weights_copy_asked()) return 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        char name[sizeof m->tensors[i].name + 16];
+        snprintf(name, sizeof name, "%s.scale", m->tensors[i].name);
+        const dtx_st_tensor *s = m->tensors[i].ndim == 2 ? dtx_st_find(f, name) : NULL;
+        if (m->tensors[i].ndim == 2 && (!s || s->dtype != DTX_ST_F32 || ((uintptr_t)s->data & 3))) return 0;
+    }
+    return 1;
+}
+
 /* The 2-D weights where they lie in f's mapping, which moves into m. */
 static dtx_status load_in_place(dtx_model *m, dtx_st_file *f, const char *path) {
     const uint16_t **data = calloc((size_t)m->n_tensors, sizeof *data);
@@ -285,7 +310,9 @@ static dtx_status load_in_place(dtx_model *m, dtx_st_file *f, const char *path) 
 }
 #endif
 
-static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *path) {
+/* Every tensor of f into m (a quantised weight's codes and scales left in
+ * f's mapping with quant_in_place). */
+static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *path, int quant_in_place) {
     dtx_status st;
     for (int i = 0; i < m->n_tensors; i++) {
         const dtx_tensor_info *t = &m->tensors[i];
@@ -293,7 +320,7 @@ static dtx_status load_tensors(dtx_model *m, const dtx_st_file *f, const char *p
 #ifndef DTX_DOUBLE
         if (m->in_place && m->qw[i].bits == 16) continue;
         if (m->qw && m->qw[i].bits) {
-            if ((st = load_quantised(m, f, path, i))) return st;
+            if ((st = load_quantised(m, f, path, i, quant_in_place))) return st;
             continue;
         }
 #endif
@@ -353,13 +380,22 @@ dtx_status dtx_model_load(dtx_model **out, const char *path) {
     if ((st = config_from_meta(&f, path, &c))) goto done;
     if ((st = quant_from_meta(&f, path, &wq, &fp16))) goto done;
     if ((st = dtx_model_alloc(&m, &c))) goto done;
-    if (wq != DTX_WQ_NONE && (st = dtx_model_alloc_quant(m, wq))) goto done;
+#ifndef DTX_DOUBLE
+    /* a quantised file's codes and scales, like a BF16 file's weights, are read where they lie */
+    int quant_in_place = quant_in_place_possible(m, wq, &f);
+#else
+    int quant_in_place = 0;
+#endif
+    if (wq != DTX_WQ_NONE && (st = dtx_model_alloc_quant(m, wq, quant_in_place))) goto done;
+    if (!f.file.heap) dtx_prefault(f.file.data, f.file.size, 0); /* the header is sound: all of it is read now */
+    if (m->qmem) dtx_prefault(m->qmem, m->qmem_bytes, 1);         /* and the codes' memory written whole */
     m->act_fp16 = fp16; /* (the quantised weights' params are fresh lazily zeroed pages: nothing to release) */
 #ifndef DTX_DOUBLE
     /* a BF16 file's weights are used where they lie: no fp32 copy */
     if (wq == DTX_WQ_NONE && in_place_possible(m, &f) && (st = load_in_place(m, &f, path))) goto done;
 #endif
-    if ((st = load_tensors(m, &f, path))) goto done;
+    if ((st = load_tensors(m, &f, path, quant_in_place))) goto done;
+    if (quant_in_place && (st = dtx_model_own_weights(m, &f.file))) goto done; /* m keeps the codes' mapping */
     if ((st = keep_extra_meta(m, &f))) goto done;
 done:
     dtx_st_close(&f);

@@ -563,13 +563,27 @@ static dtx_status check_outputs(const char *path, const dtx_st_out *t, int n, in
     return st;
 }
 
-static void build_header(sbuf *b, const dtx_st_out *t, int n, const int64_t *nbytes, const char *const *keys,
-                         const char *const *values, int n_meta, int bf16) {
+/* The order tensors are written in: wider elements first (F32, then BF16,
+ * then bytes), each width in the caller's order, as Hugging Face's writer
+ * does: with the data starting 8-aligned and no holes allowed, every
+ * tensor's data then lies at a multiple of its element size, so a reader
+ * can use it in place (a quantised file's F32 scales beside odd-sized
+ * codes). */
+static void write_order(int *ord, const dtx_st_out *t, int n, int bf16) {
+    int k = 0;
+    for (size_t w = 4; w >= 1; w /= 2)
+        for (int i = 0; i < n; i++)
+            if (dtype_sizes[out_dtype(&t[i], bf16)] == w) ord[k++] = i;
+}
+
+static void build_header(sbuf *b, const dtx_st_out *t, const int *ord, int n, const int64_t *nbytes,
+                         const char *const *keys, const char *const *values, int n_meta, int bf16) {
     cJSON *root = cJSON_CreateObject(), *meta = n_meta > 0 ? cJSON_CreateObject() : NULL;
     int ok = root && (n_meta == 0 || add(root, "__metadata__", meta));
     for (int i = 0; ok && i < n_meta; i++) ok = cJSON_AddStringToObject(meta, keys[i], values[i]) != NULL;
     int64_t off = 0;
-    for (int i = 0; ok && i < n; i++) {
+    for (int j = 0; ok && j < n; j++) {
+        int i = ord[j];
         cJSON *o = cJSON_CreateObject();
         int64_t offs[2] = {off, off + nbytes[i]};
         ok = add(root, t[i].name, o) && cJSON_AddStringToObject(o, "dtype", dtype_names[out_dtype(&t[i], bf16)]) &&
@@ -633,13 +647,14 @@ static int put_tensor(FILE *fp, const dtx_st_out *t, int64_t numel, int bf16) {
     return 0;
 }
 
-static int put_file(FILE *fp, const sbuf *h, const dtx_st_out *t, int n, const int64_t *nbytes, int bf16) {
+static int put_file(FILE *fp, const sbuf *h, const dtx_st_out *t, const int *ord, int n, const int64_t *nbytes,
+                    int bf16) {
     uint8_t len[8];
     for (int b = 0; b < 8; b++) len[b] = (uint8_t)((uint64_t)h->len >> (8 * b));
     int e = put(fp, len, 8);
     if (!e) e = put(fp, h->p, h->len);
-    for (int i = 0; i < n && !e; i++)
-        e = put_tensor(fp, &t[i], nbytes[i] / (int64_t)dtype_sizes[out_dtype(&t[i], bf16)], bf16);
+    for (int j = 0; j < n && !e; j++)
+        e = put_tensor(fp, &t[ord[j]], nbytes[ord[j]] / (int64_t)dtype_sizes[out_dtype(&t[ord[j]], bf16)], bf16);
     return e;
 }
 
@@ -650,17 +665,23 @@ dtx_status dtx_st_write(const char *path, const dtx_st_out *tensors, int n_tenso
     for (int i = 0; i < n_meta; i++)
         if (!meta_keys[i] || !meta_values[i]) return dtx_fail(DTX_ERR_ARG, "%s: metadata entry %d is NULL", path, i);
     int64_t *nbytes = dtx_alloc((size_t)n_tensors, sizeof *nbytes);
-    if (!nbytes) return DTX_ERR_NOMEM;
+    int *ord = dtx_alloc((size_t)n_tensors, sizeof *ord);
+    if (!nbytes || !ord) {
+        free(nbytes), free(ord);
+        return dtx_fail(DTX_ERR_NOMEM, "%s: out of memory", path);
+    }
     dtx_status st = check_outputs(path, tensors, n_tensors, bf16, nbytes);
     sbuf h = {0};
     if (st == DTX_OK) {
-        build_header(&h, tensors, n_tensors, nbytes, meta_keys, meta_values, n_meta, bf16);
+        write_order(ord, tensors, n_tensors, bf16);
+        build_header(&h, tensors, ord, n_tensors, nbytes, meta_keys, meta_values, n_meta, bf16);
         if (h.failed) st = dtx_fail(DTX_ERR_NOMEM, "%s: out of memory building the header", path);
     }
     dtx_atomic_file w;
     if (st == DTX_OK) st = dtx_atomic_open(&w, path);
-    if (st == DTX_OK) st = dtx_atomic_commit(&w, put_file(w.fp, &h, tensors, n_tensors, nbytes, bf16));
+    if (st == DTX_OK) st = dtx_atomic_commit(&w, put_file(w.fp, &h, tensors, ord, n_tensors, nbytes, bf16));
     free(h.p);
     free(nbytes);
+    free(ord);
     return st;
 }

@@ -237,7 +237,7 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
         free(m->qscratch);
         m->qscratch = NULL;
     }
-    dtx_status st = dtx_model_alloc_quant(m, scheme);
+    dtx_status st = dtx_model_alloc_quant(m, scheme, 0);
     if (st) {
         free(src); /* the model is unusable now; the caller frees it */
         return st;
@@ -283,18 +283,25 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
 #endif
 }
 
-dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme) {
+dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme, int codes_elsewhere) {
 #ifdef DTX_DOUBLE
-    (void)m, (void)scheme;
+    (void)m, (void)scheme, (void)codes_elsewhere;
     return dtx_fail(DTX_ERR_ARG, "quantised models need the float build");
 #else
     m->qw = calloc((size_t)m->n_tensors, sizeof *m->qw);
     m->qk_scale = calloc(2 * (size_t)m->cfg.n_layers, sizeof(float));
     if (!m->qw || !m->qk_scale) return dtx_fail(DTX_ERR_NOMEM, "out of memory for the quantised weights");
-    m->qmem_bytes = dtx_model_qweight_layout(m, scheme, NULL);
-    m->qmem = dtx_alloc_lazy_zero(m->qmem_bytes, 1); /* zeroed (the padding too), resident once written */
-    if (!m->qmem) return dtx_fail(DTX_ERR_NOMEM, "out of memory for %zu bytes of quantised weights", m->qmem_bytes);
-    dtx_model_qweight_layout(m, scheme, m->qmem);
+    if (codes_elsewhere) {
+        for (int i = 0; i < m->n_tensors; i++)
+            if (m->tensors[i].ndim == 2)
+                m->qw[i] = (dtx_qweight){.bits = dtx_model_tensor_bits(m, scheme, i), .N = m->tensors[i].shape[0],
+                                         .K = m->tensors[i].shape[1]};
+    } else {
+        m->qmem_bytes = dtx_model_qweight_layout(m, scheme, NULL);
+        m->qmem = dtx_alloc_lazy_zero(m->qmem_bytes, 1); /* zeroed (the padding too), resident once written */
+        if (!m->qmem) return dtx_fail(DTX_ERR_NOMEM, "out of memory for %zu bytes of quantised weights", m->qmem_bytes);
+        dtx_model_qweight_layout(m, scheme, m->qmem);
+    }
     m->qscratch_n = qscratch_need(m);
     m->qscratch = dtx_alloc(m->qscratch_n, sizeof(real));
     if (!m->qscratch) return dtx_fail(DTX_ERR_NOMEM, "out of memory for the quantised products' scratch");
@@ -321,12 +328,15 @@ void dtx_model_free_quant(dtx_model *m) {
 }
 
 size_t dtx_model_weight_bytes(const dtx_model *m) {
-    size_t n = m->n_params, in_place = 0;
-    for (int i = 0; m->qw && i < m->n_tensors; i++)
-        if (m->qw[i].bits) n -= m->tensors[i].numel;
-    for (int i = 0; m->in_place && i < m->n_tensors; i++)
-        if (m->qw[i].bits == 16) in_place += 2 * m->tensors[i].numel;
-    return n * sizeof(float) + m->qmem_bytes + in_place;
+    size_t n = m->n_params, held = 0; /* fp32 params; the bytes of weights held otherwise (codes and scales, bf16) */
+    for (int i = 0; m->qw && i < m->n_tensors; i++) {
+        const dtx_qweight *w = &m->qw[i];
+        if (!w->bits) continue;
+        n -= m->tensors[i].numel;
+        const dtx_qformat *f = dtx_qformat_of(w->bits);
+        held += (size_t)(w->N * f->row_bytes(w->K)) + sizeof(float) * (size_t)(w->N * f->row_scales(w->K));
+    }
+    return n * sizeof(float) + held;
 }
 
 int dtx_weights_copy_asked(void) {
@@ -335,10 +345,16 @@ int dtx_weights_copy_asked(void) {
 }
 
 dtx_status dtx_bf16_check_finite(const uint16_t *v, size_t n, const char *where, const char *name) {
-    for (size_t k = 0; k < n; k++)
-        if ((v[k] & 0x7f80) == 0x7f80) /* an exponent of all ones */
-            return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' holds %s at element %zu: not a usable model (a diverged "
-                            "run's weights?)", where, name, (v[k] & 0x7f) ? "NaN" : "an infinity", k);
+    enum { BLOCK = 4096 }; /* blocks without an early exit, so the compiler vectorises them */
+    for (size_t b = 0; b < n; b += BLOCK) {
+        size_t e = n - b < BLOCK ? n : b + BLOCK;
+        unsigned bad = 0;
+        for (size_t k = b; k < e; k++) bad |= (v[k] & 0x7f80u) == 0x7f80u; /* an exponent of all ones */
+        for (size_t k = b; bad && k < e; k++)
+            if ((v[k] & 0x7f80) == 0x7f80)
+                return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' holds %s at element %zu: not a usable model (a "
+                                "diverged run's weights?)", where, name, (v[k] & 0x7f) ? "NaN" : "an infinity", k);
+    }
     return DTX_OK;
 }
 

@@ -181,8 +181,11 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
  * NULL) and returns the bytes. */
 size_t dtx_model_qweight_layout(dtx_model *m, dtx_wquant scheme, unsigned char *base);
 /* Allocates the quantised weights of scheme (zeros) and the scratch, and
- * marks m quantised; dtx_model_free_quant undoes it (dtx_model_free calls it). */
-dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme);
+ * marks m quantised; dtx_model_free_quant undoes it (dtx_model_free calls it).
+ * codes_elsewhere: no memory for the codes and scales (every qw's bits, N
+ * and K set, q and scale left for a reader that points them into a file
+ * mapping it hands to m with dtx_model_own_weights). */
+dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme, int codes_elsewhere);
 void dtx_model_free_quant(dtx_model *m);
 /* The bits tensor i is stored with under scheme: 0 (not quantised: 1-D),
  * 8, or 4 (W4A16's layer weights; its embedding and output stay 8-bit). */

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "io/safetensors.h"
+#include "model/model.h"
 #include "test.h"
 
 enum { VOCAB = 48, SEQ = 24 };
@@ -159,6 +161,61 @@ TEST(in_place_quantises_as_the_copy) {
                    dtx_wquant_name(schemes[s]), e);
             dtx_model_free(a);
             dtx_model_free(b);
+        }
+    }
+}
+
+/* A quantised file's codes and scales are read where they lie in its
+ * mapping (no copy into the model's memory) and give the logits the copy
+ * gives, bit for bit: every scheme; a scale the reader refuses is refused
+ * the same way in place. */
+TEST(in_place_quantised_file_reads_codes_where_they_lie) {
+    static const dtx_wquant schemes[] = {DTX_WQ_W8A16, DTX_WQ_W8A8, DTX_WQ_W4A16};
+    int32_t calib[4 * SEQ], tok[SEQ];
+    for (int i = 0; i < 4 * SEQ; i++) calib[i] = (int32_t)((i * 11 + 1) % VOCAB);
+    for (int i = 0; i < SEQ; i++) tok[i] = (int32_t)((i * 5 + 4) % VOCAB);
+    dtx_config c = config(DTX_ARCH_DIFF);
+    c.ffn_dim = 8192; /* wide: even its 4-bit file is over 1 MiB, mapped, not read */
+    for (size_t s = 0; s < sizeof schemes / sizeof *schemes; s++) {
+        dtx_model *src = NULL;
+        REQUIRE(dtx_model_init(&src, &c, 31) == DTX_OK);
+        dtx_quant_options o = dtx_quant_options_default(schemes[s]);
+        REQUIRE(dtx_model_quantize(src, &o, calib, 4, SEQ, NULL) == DTX_OK);
+        const char *path = test_path("q.safetensors");
+        REQUIRE(dtx_model_save(src, path, 0) == DTX_OK);
+        dtx_model_free(src);
+        dtx_model *a = open_file(path, 0), *b = open_file(path, 1);
+        REQUIRE(a && b);
+        int w2 = (int)(dtx_model_find(a, "layers.1.feed_forward.w2.weight") - dtx_model_tensor(a, 0));
+        const char *map = a->n_wmaps == 1 ? a->wmaps[0].data : NULL;
+        CHECKF(map && !a->qmem && b->qmem && (const char *)a->qw[w2].q > map &&
+                   (const char *)a->qw[w2].scale < map + a->wmaps[0].size,
+               "%s: codes in the file's mapping", dtx_wquant_name(schemes[s]));
+        CHECK(dtx_model_weight_bytes(a) == dtx_model_weight_bytes(b));
+        float fa[SEQ * VOCAB], fb[SEQ * VOCAB], sa[4 * VOCAB], sb[4 * VOCAB];
+        logits(a, tok, fa, sa);
+        logits(b, tok, fb, sb);
+        CHECKF(memcmp(fa, fb, sizeof fa) == 0 && memcmp(sa, sb, sizeof sa) == 0, "%s: in place vs copy",
+               dtx_wquant_name(schemes[s]));
+        /* a negative scale, written into the file: refused in place as in the copy */
+        const dtx_st_tensor *t = NULL;
+        dtx_st_file f;
+        REQUIRE(dtx_st_open(&f, path) == DTX_OK);
+        t = dtx_st_find(&f, "layers.1.feed_forward.w2.weight.scale");
+        REQUIRE(t);
+        long at = (long)(t->data - (const uint8_t *)f.file.data);
+        dtx_st_close(&f);
+        dtx_model_free(a);
+        dtx_model_free(b);
+        FILE *fp = fopen(path, "r+b");
+        REQUIRE(fp);
+        float neg = -1.0f;
+        CHECK(fseek(fp, at + 4 * 3, SEEK_SET) == 0 && fwrite(&neg, 4, 1, fp) == 1);
+        fclose(fp);
+        for (int copy = 0; copy < 2; copy++) {
+            CHECK(open_file(path, copy) == NULL);
+            CHECKF(strstr(dtx_last_error(), "'layers.1.feed_forward.w2.weight.scale' element 3 is -1") != NULL,
+                   "copy %d: %s", copy, dtx_last_error());
         }
     }
 }
