@@ -14,8 +14,9 @@
  * arithmetic per byte:
  *   - bf16: vdpbf16ps, 32 products per instruction, x converted to bf16
  *     once per call (exact: the contract has x bf16-rounded already);
- *   - int8 (w8a16): the codes widened to fp32 in zmm (exact), one row at a
- *     time (two or more rows sharing the loads of x measured slower);
+ *   - int8 (w8a16): the codes widened to fp32 in zmm (exact), two rows at
+ *     a time sharing the loads of x (as fast as one streamed, 1.1x from
+ *     cache);
  *   - 4-bit (w4a16): the nibbles looked up as bf16 values (code − 8 is exact
  *     in bf16) by vpermw and multiplied by vdpbf16ps, the per-group scales
  *     applied to each group's 8 lanes of partial sums.
@@ -119,28 +120,42 @@ BF16_FN static void gemv_bf16_dp(float *out, const float *x, const uint16_t *w, 
 
 AVX512_INLINE __m512 widen_i8(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)); }
 
-/* out = scale · x·q for the row at q: 64 columns a step in four
- * accumulators, the rest in masked steps of 16. */
-AVX512_INLINE float q8_row(const float *x, const int8_t *q, float scale, int64_t K) {
-    __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+/* out[r] = scale[r] · x·q_r for the R (1 or 2) rows at q: 64 columns a
+ * step in two accumulators per row (the rows share the loads of x), the
+ * rest in masked steps of 16. */
+AVX512_INLINE void q8_rows(const int R, float *out, const float *x, const int8_t *q, const float *scale, int64_t K) {
+    __m512 a[2][2];
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
     int64_t c = 0;
     for (; c + 64 <= K; c += 64) {
-        PREFETCH_L2(q + c);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) PREFETCH_L2(q + r * K + c);
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            a[j] = _mm512_fmadd_ps(_mm512_loadu_ps(x + c + 16 * j),
-                                   widen_i8(_mm_loadu_si128((const __m128i *)(const void *)(q + c + 16 * j))), a[j]);
+        for (int j = 0; j < 4; j++) {
+            __m512 xv = _mm512_loadu_ps(x + c + 16 * j);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++)
+                a[r][j % 2] = _mm512_fmadd_ps(
+                    xv, widen_i8(_mm_loadu_si128((const __m128i *)(const void *)(q + r * K + c + 16 * j))), a[r][j % 2]);
+        }
     }
     for (; c < K; c += 16) {
         __mmask16 m = lanes(K - c);
-        a[0] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + c), widen_i8(_mm_maskz_loadu_epi8(m, q + c)), a[0]);
+        __m512 xv = _mm512_maskz_loadu_ps(m, x + c);
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++)
+            a[r][0] = _mm512_fmadd_ps(xv, widen_i8(_mm_maskz_loadu_epi8(m, q + r * K + c)), a[r][0]);
     }
-    return scale * _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3])));
+#pragma GCC unroll 2
+    for (int r = 0; r < R; r++) out[r] = scale[r] * _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
 }
 
 AVX512_FN void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, const float *scale, int64_t K,
                                   int64_t N) {
-    for (int64_t n = 0; n < N; n++) out[n] = q8_row(x, q + n * K, scale[n], K);
+    int64_t n = 0;
+    for (; n + 2 <= N; n += 2) q8_rows(2, out + n, x, q + n * K, scale + n, K);
+    if (n < N) q8_rows(1, out + n, x, q + n * K, scale + n, K);
 }
 
 /* ----------------------------------------------------------------- 4-bit */
