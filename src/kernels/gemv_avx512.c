@@ -27,10 +27,12 @@
  * harmless (prefetches never fault). Sums are in a different order from the
  * other levels' (tests/kernels/simd_ops_test.c bounds the difference).
  *
- * Tried for int8 and not kept (same runs, streamed / from cache): the bytes
- * moved into dwords by vpermb, then a shift and vcvtdq2ps (28 / 20 GB/s,
- * against 31 / 25 for vpmovsxbd) or a magic-number float and a subtraction
- * (25 / 17). */
+ * Tried and not kept (same runs, streamed on 2 threads / from cache on 1):
+ * int8 bytes moved into dwords by vpermb, then a shift and vcvtdq2ps
+ * (28 / 20 GB/s, against 31 / 25 for vpmovsxbd) or a magic-number float
+ * and a subtraction (25 / 17); 4-bit codes looked up with two vpshufb
+ * tables (the bf16 values' low and high bytes) and unpacked into words
+ * (27 / 18, against 30 / 20 for vpermw). */
 #include <string.h>
 
 #include "common/common.h"
