@@ -1,7 +1,9 @@
 /* Quantising a model from calibration sequences (difftx.h:
  * dtx_model_quantize; docs/quantize.md has the rules and why).
  *
- * The fp32 model runs over the sequences a few at a time; each linear
+ * The model runs over the sequences one at a time, each a prefill whose
+ * observer (model.h, dtx_prefill_hooks) records the inputs as the layer
+ * walker reaches them, so only one layer's activations are alive; each linear
  * layer's input (attention_norm output, attention output, ffn_norm output,
  * SwiGLU output, final norm output) and the attention's q, k after RoPE are
  * "inputs". Per input we keep its absolute maximum, a uniform sample of
@@ -22,26 +24,6 @@
 
 #define SAMPLE_VALUES 16384
 #define CLIP_ROWS 64
-#define BATCH 4
-/* The forward keeps every layer's activations (the inputs recorded): a
- * batch is BATCH sequences unless that would hold more than this. */
-#define ACTS_BUDGET ((double)(512u << 20))
-
-/* Sequences per forward: BATCH, or fewer (at least 1) for a model whose
- * activations of BATCH sequences of len would exceed ACTS_BUDGET (an
- * estimate: each layer's rows of every width, and the logits). Small models
- * keep BATCH, and so the calibration they always had. */
-#ifndef DTX_DOUBLE
-static int64_t batch_for(const dtx_model *m, int64_t len) {
-    const dtx_config *c = &m->cfg;
-    double row = (double)c->n_layers * (double)(7 * c->dim + 3 * c->ffn_dim + 2 * m->kv_dim + dtx_config_q_dim(c)) +
-                 (double)c->vocab_size + 2.0 * (double)c->dim;
-    double per_seq = row * (double)len * sizeof(float);
-    int64_t b = (int64_t)(ACTS_BUDGET / per_seq);
-    return b >= BATCH ? BATCH : b < 1 ? 1 : b;
-}
-#endif
-
 typedef struct {
     int64_t K;
     double amax;
@@ -96,9 +78,9 @@ dtx_quant_options dtx_quant_options_default(dtx_wquant scheme) {
 static const float CLIPS[] = {1.0f, 0.95f, 0.9f, 0.85f, 0.8f, 0.75f, 0.7f};
 #define N_CLIPS ((int)(sizeof CLIPS / sizeof CLIPS[0]))
 
-/* The input (index into the stats) that tensor i multiplies, or -1 (an untied embedding: a lookup). */
-static int input_of(const dtx_model *m, int i) {
-    size_t off = m->tensors[i].offset;
+/* The input (index into the stats) that the weight at params offset off
+ * multiplies, or -1 (an untied embedding: a lookup). */
+static int input_at(const dtx_model *m, size_t off) {
     if (off == m->out_w) return (int)(IN_PER_LAYER * m->cfg.n_layers); /* the output (the tied embedding too) */
     for (int64_t l = 0; l < m->cfg.n_layers; l++) {
         const dtx_layer_offsets *o = &m->layers[l];
@@ -111,24 +93,10 @@ static int input_of(const dtx_model *m, int i) {
     }
     return -1;
 }
+static int input_of(const dtx_model *m, int i) { return input_at(m, m->tensors[i].offset); }
 
-/* The input buffer [N, K] of stats index j after the last forward. */
-static const float *input_buf(const dtx_model *m, int j, int64_t *K) {
-    int64_t L = m->cfg.n_layers, l = j / IN_PER_LAYER;
-    if (l >= L) return *K = m->cfg.dim, m->acts.xnf;
-    const dtx_layer_acts *la = &m->acts.layers[l];
-    switch (j % IN_PER_LAYER) {
-    case IN_XN1: return *K = m->cfg.dim, la->xn1;
-    case IN_ATTN: return *K = dtx_config_attn_dim(&m->cfg), la->attn_y;
-    case IN_XN2: return *K = m->cfg.dim, la->xn2;
-    case IN_G: return *K = m->cfg.ffn_dim, la->g;
-    case IN_Q: return *K = dtx_config_q_dim(&m->cfg), la->q;
-    default: return *K = m->kv_dim, la->k;
-    }
-}
-
-/* Adds the sample's share of one forward's N rows of input j: values and rows drawn uniformly, so that after
- * the last batch each sample holds (up to) its capacity, proportionally from every batch. */
+/* Adds the sample's share of one sequence's N rows of input j: values and rows drawn uniformly, so that
+ * after the last sequence each sample holds (up to) its capacity, proportionally from every sequence. */
 static void record(input_stats *s, const float *x, int64_t N, int64_t K, int64_t done, int64_t total, dtx_rng *r) {
     for (int64_t i = 0; i < N * K; i++) s->amax = fmax(s->amax, fabs((double)x[i]));
     for (int64_t i = 0; i < N; i++)
@@ -137,6 +105,40 @@ static void record(input_stats *s, const float *x, int64_t N, int64_t K, int64_t
     for (; s->n_sample < want_v; s->n_sample++) s->sample[s->n_sample] = x[dtx_rng_next(r) % (uint64_t)(N * K)];
     for (; s->n_rows < want_r; s->n_rows++)
         memcpy(s->rows + s->n_rows * K, x + (int64_t)(dtx_rng_next(r) % (uint64_t)N) * K, sizeof(float) * (size_t)K);
+}
+
+/* The calibration's observer of a prefill (model.h, dtx_prefill_hooks):
+ * each input recorded once per sequence, where the prefill shows it, so
+ * that only one layer's activations are alive at a time. */
+typedef struct {
+    const dtx_model *m;
+    input_stats *in;
+    int64_t *seen;   /* [n_in] the sequence an input was last recorded in */
+    int64_t seq, n_seq;
+    dtx_rng *rng;
+    real *xnf, *rstd; /* [len, dim], [len]: the final norm's rows */
+} calib_run;
+
+static void record_once(calib_run *r, int j, const real *x, int64_t n, int64_t K) {
+    if (j < 0 || r->seen[j] == r->seq) return; /* q, k, v share their input: once */
+    r->seen[j] = r->seq;
+    r->in[j].K = K;
+    record(&r->in[j], x, n, K, r->seq + 1, r->n_seq, r->rng);
+}
+static void on_linear_input(void *ctx, size_t off, const real *x, int64_t M, int64_t K) {
+    calib_run *r = ctx;
+    if (off != r->m->out_w) record_once(r, input_at(r->m, off), x, M, K); /* the head sees the last row only */
+}
+static void on_layer_qk(void *ctx, int64_t l, const real *q, const real *k, int64_t n) {
+    calib_run *r = ctx;
+    record_once(r, (int)(l * IN_PER_LAYER + IN_Q), q, n, dtx_config_q_dim(&r->m->cfg));
+    record_once(r, (int)(l * IN_PER_LAYER + IN_K), k, n, r->m->kv_dim);
+}
+static void on_final(void *ctx, const real *x, int64_t n) { /* every row's input of the output projection */
+    calib_run *r = ctx;
+    const dtx_config *c = &r->m->cfg;
+    dtx_rmsnorm_forward(r->xnf, r->rstd, x, r->m->params + r->m->final_norm, n, c->dim, c->norm_eps);
+    record_once(r, (int)(IN_PER_LAYER * c->n_layers), r->xnf, n, c->dim);
 }
 
 static int cmp_abs(const void *a, const void *b) {
@@ -251,25 +253,32 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
         in[j].m2 = dtx_calloc((size_t)wide, sizeof(double));
         if (!in[j].sample || !in[j].rows || !in[j].m2) goto nomem;
     }
-    /* the forward passes; the attention and matmul settings as they are, but logits unquantised */
+    /* the forward passes, each sequence a prefill that shows its inputs as it goes (one layer's
+     * activations alive at a time); the attention and matmul settings as they are, but logits unquantised */
     int bits = m->attn_quant_bits;
     m->attn_quant_bits = 0;
     dtx_rng rng;
     dtx_rng_seed(&rng, 20261201);
-    const int64_t batch = batch_for(m, len);
-    for (int64_t s0 = 0; s0 < n_seq && !st; s0 += batch) {
-        int64_t B = n_seq - s0 < batch ? n_seq - s0 : batch;
-        if ((st = dtx_model_forward(m, tokens + s0 * len, NULL, B, len, NULL, NULL))) break;
-        for (int64_t j = 0; j < n_in; j++) {
-            int64_t K;
-            const float *x = input_buf(m, (int)j, &K);
-            in[j].K = K;
-            record(&in[j], x, B * len, K, s0 + B, n_seq, &rng);
-        }
+    calib_run run = {.m = m, .in = in, .n_seq = n_seq, .rng = &rng};
+    dtx_kvcache *kv = NULL;
+    run.seen = malloc(sizeof *run.seen * (size_t)n_in);
+    run.xnf = dtx_alloc((size_t)(len * m->cfg.dim), sizeof(real));
+    run.rstd = dtx_alloc((size_t)len, sizeof(real));
+    if (!run.seen || !run.xnf || !run.rstd) st = dtx_fail(DTX_ERR_NOMEM, "out of memory for the calibration");
+    if (!st) st = dtx_kvcache_init(&kv, m, len);
+    dtx_prefill_hooks hooks = {.ctx = &run, .linear_input = on_linear_input, .layer_qk = on_layer_qk,
+                               .final = on_final};
+    if (!st) dtx_kvcache_set_hooks(kv, &hooks);
+    for (int64_t j = 0; run.seen && j < n_in; j++) run.seen[j] = -1;
+    for (int64_t s = 0; s < n_seq && !st; s++) {
+        run.seq = s;
+        dtx_kvcache_reset(kv);
+        st = dtx_model_prefill(m, kv, tokens + s * len, len, NULL);
     }
+    dtx_kvcache_free(kv);
+    free(run.seen), free(run.xnf), free(run.rstd);
     m->attn_quant_bits = bits;
     if (st) goto done;
-    dtx_model_free_acts(m);
     /* W8A8's static scales */
     double act_clip = 0;
     int n_act = 0;

@@ -67,7 +67,10 @@ struct dtx_kvcache {
     uint16_t *wbf;    /* bf16 copy of the parameters (same offsets), or NULL */
     size_t wbf_n;
     int wbf_valid;    /* wbf holds the current sequence's copy */
+    const dtx_prefill_hooks *hooks; /* an observer of the steps (model.h), or NULL */
 };
+
+void dtx_kvcache_set_hooks(dtx_kvcache *c, const dtx_prefill_hooks *h) { c->hooks = h; }
 
 /* Lays the row buffers for r rows out from base (or only counts when base is
  * NULL); every buffer on a 64-byte boundary. Returns the element count. The
@@ -237,6 +240,7 @@ static void cache_linear(const dtx_model *m, void *ctx, real *out, const real *x
                          int64_t N, unsigned px) {
     const dtx_kvcache *c = ctx;
     (void)px;
+    if (c->hooks && c->hooks->linear_input) c->hooks->linear_input(c->hooks->ctx, off, x, M, K);
     if (M > 1) dtx_model_linear(m, out, x, off, M, K, N, 0);
     else dtx_model_linear_row(m, out, x, off, K, N, c->wbf, c->xr);
 }
@@ -294,7 +298,9 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
         run.k_cache = kc;
         run.v_cache = vc;
         dtx_block_forward(m, l, &run, &la, c->x, c->x);
+        if (c->hooks && c->hooks->layer_qk) c->hooks->layer_qk(c->hooks->ctx, l, la.q, la.k, n);
     }
+    if (c->hooks && c->hooks->final) c->hooks->final(c->hooks->ctx, c->x, n);
     c->len += n;
     if (logits) dtx_block_head(m, &run, logits, c->xn, c->rstd, c->x + (n - 1) * D, 1);
     return DTX_OK;

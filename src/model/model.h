@@ -187,6 +187,21 @@ size_t dtx_model_qweight_layout(dtx_model *m, dtx_wquant scheme, unsigned char *
  * mapping it hands to m with dtx_model_own_weights). */
 dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme, int codes_elsewhere);
 void dtx_model_free_quant(dtx_model *m);
+/* What a prefill shows an observer (calibrate.c records the inputs of every
+ * quantised product with it, one layer's activations alive at a time):
+ * linear_input, the input rows x [M, K] of the weight at params offset
+ * w_off before each product; layer_qk, after layer l, its q [n, q_dim] and
+ * k [n, kv_dim] after RoPE; final, the residual rows x [n, dim] after the
+ * last layer. Any of them may be NULL. */
+typedef struct {
+    void *ctx;
+    void (*linear_input)(void *ctx, size_t w_off, const real *x, int64_t M, int64_t K);
+    void (*layer_qk)(void *ctx, int64_t l, const real *q, const real *k, int64_t n);
+    void (*final)(void *ctx, const real *x, int64_t n);
+} dtx_prefill_hooks;
+/* Every later step of c shows itself to h (NULL: to nobody). */
+void dtx_kvcache_set_hooks(dtx_kvcache *c, const dtx_prefill_hooks *h);
+
 /* The bits tensor i is stored with under scheme: 0 (not quantised: 1-D),
  * 8, or 4 (W4A16's layer weights; its embedding and output stay 8-bit). */
 int dtx_model_tensor_bits(const dtx_model *m, dtx_wquant scheme, int i);
