@@ -177,7 +177,8 @@ BF16_INLINE __m512 q4_pair(__m512 acc, const uint8_t *b, const float *s, const u
     __m512bh hi = as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), lut));
     __m512 d = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(_mm512_loadu_si512(xp)), lo);
     d = _mm512_dpbf16_ps(d, as_bh(_mm512_loadu_si512(xp + 32)), hi);
-    __m128 s2 = bytes == 32 ? _mm_castpd_ps(_mm_load_sd((const double *)(const void *)s)) : _mm_load_ss(s);
+    /* the pair of scales by movq (a 4-byte aligned pair: a file's scales are read in place) */
+    __m128 s2 = bytes == 32 ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)s)) : _mm_load_ss(s);
     return _mm512_fmadd_ps(d, _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2)), acc);
 }
 
