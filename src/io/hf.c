@@ -413,7 +413,14 @@ static dtx_status copy_whole(importer *im, const char *dst, const char *src, int
     return finish_tensor(im, dst, bf, t, 0);
 }
 
-/* A projection of D-wide heads: difftx sub-head s (of n) := HF head head_of(s), its rows RoPE-permuted. */
+/* The HF head difftx's query (is_q) or key/value sub-head s stands for. */
+static int64_t hf_head_of(const importer *im, int is_q, int64_t s) {
+    const dtx_config *c = im->c;
+    return is_q ? hf_q_head(im->h->diff, c->n_heads, s)
+                : hf_kv_head(im->h->diff, c->n_heads, c->n_kv_heads, im->h->kv, s);
+}
+
+/* A projection of D-wide heads: difftx sub-head s (of n) := HF head hf_head_of(s), its rows RoPE-permuted. */
 static dtx_status copy_heads(importer *im, const char *dst, const char *src, int64_t hf_heads, int64_t n, int rope,
                              int is_q) {
     const hf_config *h = im->h;
@@ -421,17 +428,14 @@ static dtx_status copy_heads(importer *im, const char *dst, const char *src, int
     int which;
     dtx_status st = hf_tensor(im->f, src, hf_heads * h->D, h->hidden, &t, &which);
     if (st || !im->m) return st;
-    const dtx_config *c = im->c;
-#define HEAD_OF(s) (is_q ? hf_q_head(h->diff, c->n_heads, s) : hf_kv_head(h->diff, c->n_heads, c->n_kv_heads, h->kv, s))
     int moved = rope || n != hf_heads;
-    for (int64_t s = 0; s < n && !moved; s++) moved = HEAD_OF(s) != s;
+    for (int64_t s = 0; s < n && !moved; s++) moved = hf_head_of(im, is_q, s) != s;
     if (!moved && bf16_in_file(im, dst, t, which)) /* a Llama's v: used where it lies */
         return finish_tensor(im, dst, (const uint16_t *)(const void *)t->data, t, 1);
     real *out = im->m->params + dtx_model_find(im->m, dst)->offset;
     uint16_t *bf = bf16_place(im, dst, t); /* BF16 kept as it is: rows moved, not widened */
     for (int64_t s = 0; s < n; s++) {
-        int64_t hh = HEAD_OF(s);
-#undef HEAD_OF
+        int64_t hh = hf_head_of(im, is_q, s);
         for (int64_t r = 0; r < h->D; r++) {
             int64_t from = hh * h->D + (rope ? rope_row(r, h->D) : r), to = s * h->D + r;
             if (bf) memcpy(bf + to * h->hidden, t->data + (size_t)from * (size_t)h->hidden * 2, (size_t)h->hidden * 2);

@@ -145,8 +145,7 @@ static int has_input_scale(const dtx_model *m, int i) {
 }
 
 #ifndef DTX_DOUBLE
-/* F32 values of s into dst, each finite and at least lo (strictly above 0 when positive). */
-/* s's values, which lie in dst, finite and at least 0 (positive: above 0). */
+/* s's values, which lie in dst, each finite and at least 0 (strictly above 0 when positive). */
 static dtx_status check_scales(const dtx_st_tensor *s, const char *path, const float *dst, int positive) {
     for (int64_t i = 0; i < s->numel; i++)
         if (!isfinite(dst[i]) || dst[i] < 0 || (positive && !(dst[i] > 0)))
@@ -155,6 +154,7 @@ static dtx_status check_scales(const dtx_st_tensor *s, const char *path, const f
     return DTX_OK;
 }
 
+/* F32 values of s into dst, checked as check_scales does. */
 static dtx_status load_scales(const dtx_st_tensor *s, const char *path, float *dst, int positive) {
     dtx_st_to_real(s, dst);
     return check_scales(s, path, dst, positive);

@@ -197,8 +197,8 @@ size_t dtx_model_qweight_layout(dtx_model *m, dtx_wquant scheme, unsigned char *
         int bits = dtx_model_tensor_bits(m, scheme, i);
         const dtx_qformat *f = dtx_qformat_of(bits);
         size_t qb = (size_t)(N * f->row_bytes(K)), sb = sizeof(float) * (size_t)(N * f->row_scales(K));
+        w->bits = bits, w->N = N, w->K = K;
         if (base) {
-            w->bits = bits, w->N = N, w->K = K;
             w->q = base + off;
             w->scale = (float *)(void *)(base + off + align64(qb));
         }
@@ -291,13 +291,9 @@ dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme, int codes_else
     m->qw = calloc((size_t)m->n_tensors, sizeof *m->qw);
     m->qk_scale = calloc(2 * (size_t)m->cfg.n_layers, sizeof(float));
     if (!m->qw || !m->qk_scale) return dtx_fail(DTX_ERR_NOMEM, "out of memory for the quantised weights");
-    if (codes_elsewhere) {
-        for (int i = 0; i < m->n_tensors; i++)
-            if (m->tensors[i].ndim == 2)
-                m->qw[i] = (dtx_qweight){.bits = dtx_model_tensor_bits(m, scheme, i), .N = m->tensors[i].shape[0],
-                                         .K = m->tensors[i].shape[1]};
-    } else {
-        m->qmem_bytes = dtx_model_qweight_layout(m, scheme, NULL);
+    size_t bytes = dtx_model_qweight_layout(m, scheme, NULL); /* every qw's bits and shape */
+    if (!codes_elsewhere) {
+        m->qmem_bytes = bytes;
         m->qmem = dtx_alloc_lazy_zero(m->qmem_bytes, 1); /* zeroed (the padding too), resident once written */
         if (!m->qmem) return dtx_fail(DTX_ERR_NOMEM, "out of memory for %zu bytes of quantised weights", m->qmem_bytes);
         dtx_model_qweight_layout(m, scheme, m->qmem);

@@ -177,8 +177,8 @@ void dtx_model_embed(const dtx_model *m, real *out, const int32_t *tokens, int64
 dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const float *const *clip,
                                       const float *in_scales, const float *qk);
 /* The one-allocation layout of the quantised weights of scheme for m's
- * tensors: sets every qw's q and scale from base (only counts when base is
- * NULL) and returns the bytes. */
+ * tensors: sets every qw's bits and shape, and its q and scale from base
+ * (none when base is NULL), and returns the bytes. */
 size_t dtx_model_qweight_layout(dtx_model *m, dtx_wquant scheme, unsigned char *base);
 /* Allocates the quantised weights of scheme (zeros) and the scratch, and
  * marks m quantised; dtx_model_free_quant undoes it (dtx_model_free calls it).
