@@ -48,7 +48,7 @@
 
 enum {
     GEMV_XMAX = 16384,     /* the widest x copied to the stack (32 KiB of bf16) */
-    PREFETCH_AHEAD = 8192, /* bytes ahead of each row stream, into L2 */
+    PREFETCH_AHEAD = 8192, /* bytes ahead of a row stream, into L2 */
 };
 
 #define PREFETCH_L2(p) _mm_prefetch((const char *)(const void *)(p) + PREFETCH_AHEAD, _MM_HINT_T1)
@@ -78,44 +78,57 @@ BF16_INLINE int x_to_bf16(uint16_t *xb, const float *x, int64_t K, int q4_order)
 
 AVX512_INLINE __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
+/* 16 bf16 values as fp32 (exact: the bits moved up by 16). */
+AVX512_INLINE __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
 /* ------------------------------------------------------------------ bf16 */
 
-/* out[r] = x·w_r for the R (1 or 2) rows at w, 64 columns a step, the last
- * at most 63 in masked steps of 32 (xb is zero there). */
-BF16_INLINE void bf16_rows(const int R, float *out, const uint16_t *xb, const uint16_t *w, int64_t K) {
-    __m512 a[2][2];
-#pragma GCC unroll 2
-    for (int r = 0; r < R; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
+/* out = x·w for the one row at w, 64 columns a step in two accumulators,
+ * the last at most 63 in masked steps of 32 (xb is zero there). No
+ * software prefetch: one bf16 stream per thread is what the hardware
+ * prefetchers follow best (see the top of the file). */
+BF16_INLINE float bf16_row(const uint16_t *xb, const uint16_t *w, int64_t K) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int64_t c = 0;
     for (; c + 64 <= K; c += 64) {
-        __m512bh x0 = as_bh(_mm512_loadu_si512(xb + c)), x1 = as_bh(_mm512_loadu_si512(xb + c + 32));
-#pragma GCC unroll 2
-        for (int r = 0; r < R; r++) {
-            const uint16_t *p = w + r * K + c;
-            PREFETCH_L2(p), PREFETCH_L2(p + 32);
-            a[r][0] = _mm512_dpbf16_ps(a[r][0], x0, as_bh(_mm512_loadu_si512(p)));
-            a[r][1] = _mm512_dpbf16_ps(a[r][1], x1, as_bh(_mm512_loadu_si512(p + 32)));
-        }
+        a0 = _mm512_dpbf16_ps(a0, as_bh(_mm512_loadu_si512(xb + c)), as_bh(_mm512_loadu_si512(w + c)));
+        a1 = _mm512_dpbf16_ps(a1, as_bh(_mm512_loadu_si512(xb + c + 32)), as_bh(_mm512_loadu_si512(w + c + 32)));
     }
-    for (; c < K; c += 32) {
-        __m512bh xv = as_bh(_mm512_loadu_si512(xb + c));
-#pragma GCC unroll 2
-        for (int r = 0; r < R; r++)
-            a[r][0] = _mm512_dpbf16_ps(a[r][0], xv, as_bh(_mm512_maskz_loadu_epi16(lanes32(K - c), w + r * K + c)));
+    for (; c < K; c += 32)
+        a0 = _mm512_dpbf16_ps(a0, as_bh(_mm512_loadu_si512(xb + c)), as_bh(_mm512_maskz_loadu_epi16(lanes32(K - c), w + c)));
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+/* out = x·w for the one row at w with x in fp32: the bf16 weights widened
+ * to fp32 (exact) and fused multiply-adds, 32 columns a step in two
+ * accumulators, the rest in masked steps of 16. No prefetch (as bf16_row). */
+AVX512_INLINE float bf16_row_f32x(const float *x, const uint16_t *w, int64_t K) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 32 <= K; c += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + c), widen_bf16(_mm256_loadu_si256((const __m256i *)(const void *)(w + c))), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + c + 16),
+                             widen_bf16(_mm256_loadu_si256((const __m256i *)(const void *)(w + c + 16))), a1);
     }
-#pragma GCC unroll 2
-    for (int r = 0; r < R; r++) out[r] = _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
+    for (; c < K; c += 16) {
+        __mmask16 m = lanes(K - c);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + c), widen_bf16(_mm256_maskz_loadu_epi16(m, w + c)), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+/* Both AVX-512 levels' bf16 product for any x: widened weights. */
+AVX512_FN void dtx_gemv_bf16_avx512(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
+    for (int64_t n = 0; n < N; n++) out[n] = bf16_row_f32x(x, w + n * K, K);
 }
 
 BF16_FN static void gemv_bf16_dp(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
     uint16_t xb[GEMV_XMAX + 64];
     if (K > GEMV_XMAX || !x_to_bf16(xb, x, K, 0)) {
-        dtx_gemv_bf16_avx2(out, x, w, K, N);
+        dtx_gemv_bf16_avx512(out, x, w, K, N);
         return;
     }
-    int64_t n = 0;
-    for (; n + 2 <= N; n += 2) bf16_rows(2, out + n, xb, w + n * K, K);
-    if (n < N) bf16_rows(1, out + n, xb, w + n * K, K);
+    for (int64_t n = 0; n < N; n++) out[n] = bf16_row(xb, w + n * K, K);
 }
 
 /* ------------------------------------------------------------------ int8 */

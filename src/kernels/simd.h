@@ -45,7 +45,7 @@ typedef struct {
     void (*axpy_rows)(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n);
     /* out[r] = Σ_c x[c]·w[r·K + c] for r < N (dtx_gemv), single-threaded */
     void (*gemv)(real *out, const real *x, const real *w, int64_t K, int64_t N);
-    /* the same with w in bf16 bits and x already bf16-rounded (dtx_gemv_bf16) */
+    /* the same with w in bf16 bits (dtx_gemv_bf16; x in fp32, or bf16-rounded) */
     void (*gemv_bf16)(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
     /* the quantised linear layers of one token (kernels.h: dtx_gemv_q8, dtx_gemv_q4, dtx_gemv_q8a8) */
     void (*gemv_q8)(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N);
@@ -85,9 +85,10 @@ void dtx_gemv_q8_avx2(float *out, const float *x, const int8_t *q, const float *
 void dtx_gemv_q4_avx2(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N);
 void dtx_gemv_q8a8_avx2(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale, int64_t K,
                         int64_t N);
-/* The AVX-512 one-row products (gemv_avx512.c): int8 at both AVX-512
- * levels, bf16 and 4-bit at AVX-512 BF16. */
+/* The AVX-512 one-row products (gemv_avx512.c): int8 and bf16 weights
+ * widened at both AVX-512 levels; bf16 by vdpbf16ps and 4-bit at AVX-512 BF16. */
 void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N);
+void dtx_gemv_bf16_avx512(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 void dtx_gemv_bf16_avx512bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 void dtx_gemv_q4_avx512bf16(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N);
 #endif
