@@ -1120,8 +1120,10 @@ typedef struct {
     char why[160];
     double tok_s;       /* decode tokens per second (median of the rounds)      */
     double bytes_tok;   /* bytes every decode step must read (weights + cache)  */
-    double bw, frac;    /* median of the rounds: bandwidth just before, and the
-                         * fraction of that bandwidth's bound reached          */
+    double bw, frac;    /* medians of the rounds: the bandwidth around a round
+                         * (the mean of the measurements just before and just
+                         * after it), and the fraction of its bound reached   */
+    double tok_gbs;     /* median of the rounds' tokens/s per GB/s of that bandwidth */
     double mem_mb;      /* resident memory the model and its cache added, MB    */
     int64_t ctx0, n;    /* context length at the first decode step, steps timed */
 } decode_result;
@@ -1177,10 +1179,11 @@ static decode_result decode_bench(const bcfg *b, int arch, int prec, int64_t ctx
     if (prec == DEC_BF16) emb_row = 2.0 * (double)c.dim;
     double cache = (double)c.n_layers * 2 * (double)kv_dim * ((double)ctx + (double)(n + 1) / 2);
     r.bytes_tok = weight_bytes - (c.tie_embeddings ? 0 : (double)(c.vocab_size - 1) * emb_row) + cache * 4;
-    /* 5 rounds, each right after a bandwidth measurement (the machine's
-     * bandwidth moves with its other tenants): the medians */
+    /* 5 rounds between bandwidth measurements (the machine's bandwidth moves
+     * with its other tenants, within seconds): each round's bound is the mean
+     * of the measurements just before and just after it; the medians */
     enum { ROUNDS = 5 };
-    double t[ROUNDS], bw[ROUNDS], fr[ROUNDS];
+    double t[ROUNDS], bw[ROUNDS + 1], fr[ROUNDS], tg[ROUNDS];
     for (int round = 0; round < ROUNDS; round++) {
         dtx_kvcache_reset(kv);
         if (dtx_model_prefill(m, kv, toks, ctx, logits)) {
@@ -1196,13 +1199,19 @@ static decode_result decode_bench(const bcfg *b, int arch, int prec, int64_t ctx
                 goto done;
             }
         t[round] = dtx_now_s() - t0;
-        fr[round] = (double)n / t[round] / (bw[round] * 1e9 / r.bytes_tok);
+    }
+    bw[ROUNDS] = measure_read_bw(26, 3);
+    for (int round = 0; round < ROUNDS; round++) {
+        bw[round] = (bw[round] + bw[round + 1]) / 2;
+        tg[round] = (double)n / t[round] / bw[round];
+        fr[round] = tg[round] * r.bytes_tok / 1e9;
     }
     qsort(t, ROUNDS, sizeof t[0], cmp_double);
     qsort(bw, ROUNDS, sizeof bw[0], cmp_double);
     qsort(fr, ROUNDS, sizeof fr[0], cmp_double);
+    qsort(tg, ROUNDS, sizeof tg[0], cmp_double);
     r.ok = 1, r.ctx0 = ctx, r.n = n;
-    r.tok_s = (double)n / t[ROUNDS / 2], r.bw = bw[ROUNDS / 2], r.frac = fr[ROUNDS / 2];
+    r.tok_s = (double)n / t[ROUNDS / 2], r.bw = bw[ROUNDS / 2], r.frac = fr[ROUNDS / 2], r.tok_gbs = tg[ROUNDS / 2];
 done:
     dtx_kvcache_free(kv);
     dtx_model_free(m);
@@ -1211,35 +1220,48 @@ done:
 }
 
 /* llama2.c's run (fp32) and runq (int8) at the stories110M shape, through
- * bench/runq.sh: tokens/s of each (the median of `rounds` runs of n tokens),
- * NAN and the reason in why when it could not run. */
-static void llama2c_bench(int n, int rounds, double *run, double *runq, char *why, size_t cap) {
-    *run = *runq = NAN;
+ * bench/runq.sh: `rounds` runs of n tokens of each program, each run
+ * between two bandwidth measurements as difftx's rounds are; per program the
+ * median tokens/s and the median tokens/s per GB/s of the bandwidth around
+ * its run (tok_gbs), so that difftx and llama2.c compare at equal bandwidth
+ * too. NAN and the reason in why when it could not run. */
+static void llama2c_bench(int n, int rounds, double tok[2], double tok_gbs[2], char *why, size_t cap) {
+    static const char *const prog[2] = {"run", "runq"};
+    double v[2][16], g[2][16];
+    tok[0] = tok[1] = tok_gbs[0] = tok_gbs[1] = NAN;
     why[0] = 0;
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "bench/runq.sh build/llama2c %d %d 2>build/llama2c.err", n, rounds);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        snprintf(why, cap, "could not start bench/runq.sh");
-        return;
-    }
-    char line[256], name[16];
-    double v;
-    while (fgets(line, sizeof line, p))
-        if (sscanf(line, "%15s %lf", name, &v) == 2) {
-            if (!strcmp(name, "run")) *run = v;
-            else if (!strcmp(name, "runq")) *runq = v;
+    if (rounds > 16) rounds = 16;
+    for (int r = 0; r < rounds; r++)
+        for (int p = 0; p < 2; p++) {
+            char cmd[256], line[256], name[16];
+            snprintf(cmd, sizeof cmd, "bench/runq.sh build/llama2c %d 1 %s 2>build/llama2c.err", n, prog[p]);
+            double bw0 = measure_read_bw(26, 3), x = NAN;
+            FILE *f = popen(cmd, "r");
+            if (!f) {
+                snprintf(why, cap, "could not start bench/runq.sh");
+                return;
+            }
+            while (fgets(line, sizeof line, f))
+                if (sscanf(line, "%15s %lf", name, &x) == 2 && strcmp(name, prog[p])) x = NAN;
+            int rc = pclose(f);
+            double bw1 = measure_read_bw(26, 3);
+            if (rc != 0 || isnan(x)) {
+                FILE *e = fopen("build/llama2c.err", "r");
+                char msg[256] = "";
+                if (e) {
+                    while (fgets(line, sizeof line, e)) snprintf(msg, sizeof msg, "%s", line); /* the last line */
+                    fclose(e);
+                }
+                msg[strcspn(msg, "\n")] = 0;
+                snprintf(why, cap, "bench/runq.sh: %.200s", msg[0] ? msg : "no tokens/s line");
+                return;
+            }
+            v[p][r] = x, g[p][r] = x / ((bw0 + bw1) / 2);
         }
-    int rc = pclose(p);
-    if (rc != 0 || isnan(*run) || isnan(*runq)) {
-        FILE *e = fopen("build/llama2c.err", "r");
-        char msg[256] = "";
-        if (e) {
-            while (fgets(line, sizeof line, e)) snprintf(msg, sizeof msg, "%s", line); /* the last line */
-            fclose(e);
-        }
-        msg[strcspn(msg, "\n")] = 0;
-        snprintf(why, cap, "bench/runq.sh: %.200s", msg[0] ? msg : "no tokens/s line");
+    for (int p = 0; p < 2; p++) {
+        qsort(v[p], (size_t)rounds, sizeof v[p][0], cmp_double);
+        qsort(g[p], (size_t)rounds, sizeof g[p][0], cmp_double);
+        tok[p] = v[p][rounds / 2], tok_gbs[p] = g[p][rounds / 2];
     }
 }
 
@@ -1286,11 +1308,12 @@ static int model_child_main(int argc, char **argv) {
         double dt = dtx_now_s() - p0;
         if (dt < best_prefill) best_prefill = dt;
     }
-    /* FILE_ROUNDS rounds of FILE_N steps, each right after a bandwidth
-     * measurement (the first round's is the one above; the machine's
-     * bandwidth moves with its other tenants), the peak RSS read after the
-     * first round, before another probe's array could count in it */
-    double tps[FILE_ROUNDS], bws[FILE_ROUNDS], fracs[FILE_ROUNDS], bytes_mid = 0;
+    /* FILE_ROUNDS rounds of FILE_N steps between bandwidth measurements (the
+     * first one the measurement above; the machine's bandwidth moves with its
+     * other tenants): each round's bound is the mean of the measurements just
+     * before and after it. The peak RSS is read after the first round, before
+     * another probe's array could count in it. */
+    double tps[FILE_ROUNDS], bws[FILE_ROUNDS + 1], fracs[FILE_ROUNDS], bytes_mid = 0;
     long hwm = 0;
     for (int round = 0; round < FILE_ROUNDS; round++) {
         if (round == 1) hwm = proc_status_kib("VmHWM:");
@@ -1301,6 +1324,8 @@ static int model_child_main(int argc, char **argv) {
                 return printf("err %s\n", dtx_last_error()), 1;
         tps[round] = FILE_N / (dtx_now_s() - d0);
     }
+    bws[FILE_ROUNDS] = measure_read_bw(26, 3);
+    for (int round = 0; round < FILE_ROUNDS; round++) bws[round] = (bws[round] + bws[round + 1]) / 2;
     /* the bytes a step reads: the weights as held (of an untied embedding one row), and the cache */
     double wbytes = (double)dtx_model_weight_bytes(m);
     const char *wname = dtx_model_wquant(m) != DTX_WQ_NONE ? dtx_wquant_name(dtx_model_wquant(m))
@@ -1698,7 +1723,7 @@ int main(int argc, char **argv) {
     int64_t dec_ctx = 8, dec_n = quick ? 56 : 248;
     decode_result dec[2][N_DEC][3]; /* [config][weights][arch] */
     memset(dec, 0, sizeof dec);
-    double l2c_run = NAN, l2c_runq = NAN;
+    double l2c[2] = {NAN, NAN}, l2c_gbs[2] = {NAN, NAN}; /* llama2.c's run and runq: tokens/s, and per GB/s */
     char l2c_why[256] = "not run (QUICK)";
     enum { MAX_FILES = 16 };
     file_result files[MAX_FILES];
@@ -1737,8 +1762,8 @@ int main(int argc, char **argv) {
                 }
         if (!quick) {
             fprintf(stderr, "  llama2.c run and runq (bench/runq.sh)...\n");
-            llama2c_bench((int)(dec_ctx + dec_n), 3, &l2c_run, &l2c_runq, l2c_why, sizeof l2c_why);
-            fprintf(stderr, "  llama2.c: run %.1f, runq %.1f tokens/s%s%s\n", l2c_run, l2c_runq, l2c_why[0] ? ": " : "",
+            llama2c_bench((int)(dec_ctx + dec_n), 3, l2c, l2c_gbs, l2c_why, sizeof l2c_why);
+            fprintf(stderr, "  llama2.c: run %.1f, runq %.1f tokens/s%s%s\n", l2c[0], l2c[1], l2c_why[0] ? ": " : "",
                     l2c_why);
         }
     }
@@ -1866,9 +1891,9 @@ int main(int argc, char **argv) {
         out("Configs: S, and 110M: llama2.c's stories110M shape (dim 768, 12 layers, ffn 2048, vocab 32000, tied "
             "embeddings; DIFF 6 heads, the Transformer 12 heads of 64 as llama2.c). Memory read bandwidth measured in "
             "this run: %.1f GB/s at the start of the section (every thread summing a 1 GiB array; best of 5 passes), and "
-            "again (256 MiB, best of 3) right before each of the 5 timed rounds of every row, because this shared "
-            "machine's bandwidth moves with its other tenants. Bound = that bandwidth ÷ the bytes each decode step must "
-            "read: every weight as stored (4 bytes each in fp32; 2 in bf16, which decodes from a bf16 copy of the "
+            "again (256 MiB, best of 3) before and after each of the 5 timed rounds of every row, because this shared "
+            "machine's bandwidth moves with its other tenants, within seconds. Bound = the bandwidth around a round "
+            "(the mean of the measurements just before and just after it) ÷ the bytes each decode step must read: every weight as stored (4 bytes each in fp32; 2 in bf16, which decodes from a bf16 copy of the "
             "weights; quantised (docs/quantize.md): the int8 or 4-bit codes and their fp32 scales), of an untied "
             "embedding table only the row looked up, and the cached keys and values (fp32) at the step's length. "
             "tokens/s, bandwidth and the fraction of the bound are medians over the rounds; × fp32 is the tokens/s "
@@ -1894,10 +1919,10 @@ int main(int argc, char **argv) {
             out("Model files (`--models`), each in a process of its own, read from the page cache: opened as every "
                 "command opens one (`dtx_model_open`: a BF16 file or Hugging Face folder's weights used in place, a "
                 "quantised file's codes), the first token's logits, a prefill of %d tokens (the better of two), then "
-                "%d rounds of %d decode steps after it, each round right after a measurement of the memory "
+                "%d rounds of %d decode steps after it, each round between two measurements of the memory "
                 "bandwidth. Peak RSS is the process's own (VmHWM, read after the first round, before a second "
                 "bandwidth array could count in it), the weights' bytes what the model holds; each round's bound "
-                "is the bandwidth measured just before it ÷ the bytes a step reads (the weights as held, of an "
+                "is the bandwidth around it (the mean of the measurements just before and after it) ÷ the bytes a step reads (the weights as held, of an "
                 "untied embedding one row, the fp32 cache at its length). Decode tokens/s, the bandwidth and the "
                 "fraction of the bound are medians over the rounds (each its own median: the fraction is not the "
                 "ratio of the other two), the bandwidth's range beside it; the bound tokens/s is the median "
@@ -1925,18 +1950,28 @@ int main(int argc, char **argv) {
         }
         if (!quick) {
             out("llama2.c at the same shape, same run (bench/runq.sh: its Makefile's `runomp` flags, %d threads, a "
-                "random model exported by its export.py, `-t 0 -n %" PRId64 "`, the median of 3 runs of its own "
-                "\"achieved tok/s\"; runq: int8 weights and activations in groups of 64): ",
+                "random model exported by its export.py, `-t 0 -n %" PRId64 "`, 3 runs of each program, each "
+                "between two bandwidth measurements as difftx's rounds are; its own \"achieved tok/s\"; runq: int8 "
+                "weights and activations in groups of 64): ",
                 threads, dec_ctx + dec_n);
             if (l2c_why[0]) out("not measured: %s.\n\n", l2c_why);
             else {
-                out("run (fp32) %.1f tokens/s, runq %.1f tokens/s.\n\n| 110M | DIFF | Transformer |\n|---|---:|---:|\n",
-                    l2c_run, l2c_runq);
-                for (int p = 0; p < N_DEC; p++)
-                    out("| %s ÷ runq | %.2f× | %.2f× |\n", DEC_NAME[p], dec[1][p][0].ok ? dec[1][p][0].tok_s / l2c_runq : NAN,
-                        dec[1][p][1].ok ? dec[1][p][1].tok_s / l2c_runq : NAN);
-                out("| fp32 ÷ run | %.2f× | %.2f× |\n\n", dec[1][0][0].ok ? dec[1][0][0].tok_s / l2c_run : NAN,
-                    dec[1][0][1].ok ? dec[1][0][1].tok_s / l2c_run : NAN);
+                out("run (fp32) %.1f tokens/s (%.2f per GB/s), runq %.1f tokens/s (%.2f per GB/s), medians. Each "
+                    "ratio below is difftx's over llama2.c's, first in tokens/s, then in tokens/s per GB/s of the "
+                    "bandwidth measured around each one's runs (the comparison at equal bandwidth: this machine's "
+                    "moves between 25 and 55 GB/s within a run, so the first can favour whichever ran at the "
+                    "better moment; the targets use the second).\n\n"
+                    "| 110M | DIFF | Transformer | DIFF, equal bandwidth | Transformer, equal bandwidth |\n"
+                    "|---|---:|---:|---:|---:|\n",
+                    l2c[0], l2c_gbs[0], l2c[1], l2c_gbs[1]);
+                for (int p = 0; p <= N_DEC; p++) { /* every format against runq, then fp32 against run */
+                    int q = p == N_DEC ? DEC_FP32 : p, l = p == N_DEC ? 0 : 1;
+                    decode_result *d0 = &dec[1][q][0], *d1 = &dec[1][q][1];
+                    out("| %s ÷ %s | %.2f× | %.2f× | %.2f× | %.2f× |\n", DEC_NAME[q], l ? "runq" : "run",
+                        d0->ok ? d0->tok_s / l2c[l] : NAN, d1->ok ? d1->tok_s / l2c[l] : NAN,
+                        d0->ok ? d0->tok_gbs / l2c_gbs[l] : NAN, d1->ok ? d1->tok_gbs / l2c_gbs[l] : NAN);
+                }
+                out("\n");
             }
         }
     }
@@ -2006,11 +2041,12 @@ int main(int argc, char **argv) {
                     out("| 110M %s %s decode ≥ %.1f× fp32 tokens/s | %.2f× | %s |\n", ARCH[a], DEC_NAME[qp[j]], want, x,
                         isnan(x) ? "–" : x >= want ? "yes" : "**no**");
                 }
-            for (int j = 0; j < 2; j++) { /* int8 against llama2.c's int8, at its own head layout */
-                decode_result *d = &dec[ci][qp[j]][1];
-                double x = d->ok ? d->tok_s / l2c_runq : NAN;
-                out("| 110M Transformer %s decode ≥ 1.5× llama2.c runq | %.2f× | %s |\n", DEC_NAME[qp[j]], x,
-                    isnan(x) ? "–" : x >= 1.5 ? "yes" : "**no**");
+            for (int j = -1; j < 2; j++) { /* fp32 against run, int8 against runq: at its own head layout, equal bandwidth */
+                decode_result *d = &dec[ci][j < 0 ? DEC_FP32 : qp[j]][1];
+                double x = d->ok ? d->tok_gbs / l2c_gbs[j < 0 ? 0 : 1] : NAN, want = j < 0 ? 1.05 : 1.5;
+                out("| 110M Transformer %s decode ≥ %.2f× llama2.c %s (equal bandwidth) | %.2f× | %s |\n",
+                    DEC_NAME[j < 0 ? DEC_FP32 : qp[j]], want, j < 0 ? "run" : "runq", x,
+                    isnan(x) ? "–" : x >= want ? "yes" : "**no**");
             }
         }
         if (quick)

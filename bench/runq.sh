@@ -11,14 +11,14 @@
 # (llama2.c's own "achieved tok/s" line). The speed does not depend on the
 # weights' values, so random ones measure what a trained model would.
 #
-# usage: bench/runq.sh WORKDIR [N] [ROUNDS]
+# usage: bench/runq.sh WORKDIR [N] [ROUNDS] [PROGRAMS]   (PROGRAMS: "run runq", the default, or one of them)
 # LLAMA2C: a llama2.c checkout or a git directory of one (default: the
 # mirror /work/.mirror/karpathy+llama2.c/repo). Needs python3-torch
 # (scripts/setup.sh --torch). Exit 3 (with the reason on stderr) when
 # llama2.c or torch is not here: the bench then says the row was skipped.
 set -euo pipefail
-[ $# -ge 1 ] || { echo "usage: bench/runq.sh WORKDIR [N] [ROUNDS]" >&2; exit 2; }
-work=$1 n=${2:-256} rounds=${3:-3}
+[ $# -ge 1 ] || { echo "usage: bench/runq.sh WORKDIR [N] [ROUNDS] [PROGRAMS]" >&2; exit 2; }
+work=$1 n=${2:-256} rounds=${3:-3} programs=${4:-run runq}
 src=${LLAMA2C:-/work/.mirror/karpathy+llama2.c/repo}
 mkdir -p "$work"
 if [ ! -f "$work/runq.c" ]; then
@@ -31,12 +31,12 @@ if [ ! -f "$work/runq.c" ]; then
         exit 3
     fi
 fi
-/usr/bin/python3 -c "import torch" 2> /dev/null || { echo "runq.sh: python3-torch is missing (scripts/setup.sh --torch)" >&2; exit 3; }
 cd "$work"
 for p in run runq; do # llama2.c's Makefile, target runomp
     [ -x $p ] || gcc -Ofast -fopenmp -march=native $p.c -lm -o $p
 done
 if [ ! -s q80.bin ] || [ ! -s fp32.bin ]; then
+    /usr/bin/python3 -c "import torch" 2> /dev/null || { echo "runq.sh: python3-torch is missing (scripts/setup.sh --torch)" >&2; exit 3; }
     /usr/bin/python3 - >&2 <<'EOF'
 import torch
 from model import ModelArgs, Transformer
@@ -49,7 +49,8 @@ legacy_export(m, "fp32.bin")
 version2_export(m, "q80.bin")
 EOF
 fi
-for p in run runq; do
+for p in $programs; do
+    case $p in run | runq) ;; *) echo "runq.sh: unknown program '$p' (run or runq)" >&2; exit 2 ;; esac
     model=fp32.bin
     [ $p = runq ] && model=q80.bin
     rates=()

@@ -1,5 +1,6 @@
-/* The one-row products of decoding at AVX-512 (simd.h: gemv_q8 at both
- * AVX-512 levels; gemv_bf16 and gemv_q4 at AVX-512 BF16).
+/* The one-row products of decoding at AVX-512 (simd.h: gemv, gemv_bf16
+ * (weights widened) and gemv_q8 at both AVX-512 levels; gemv_bf16 by
+ * vdpbf16ps and gemv_q4 at AVX-512 BF16).
  *
  * Why not AVX2's kernels, which reach the bandwidth bound on Zen 3: on Zen 4
  * (2 cores, one 2048 × 5632 weight of the 0.8B model streamed from memory,
@@ -8,21 +9,31 @@
  * parallelism, not arithmetic: eight rows read side by side are eight short
  * streams, and once a row's bytes need more work than fp32's (a widening,
  * a lookup) the core stops running far enough ahead. What reaches the probe
- * (measured in the same runs, 85–100% of it): one or two rows at a time,
- * each a long contiguous stream, with a software prefetch into L2 8 KiB
- * ahead of every stream (into L1 it is slower than none), and the cheapest
- * arithmetic per byte:
+ * (measured in the same runs, 85–100% of it): one row at a time (two for
+ * int8, sharing the loads of x), each a long contiguous stream, and the
+ * cheapest arithmetic per byte:
+ *   - fp32, and bf16 weights with fp32 activations: one row, the bf16
+ *     widened in zmm (exact), no software prefetch (one stream per thread
+ *     is what the hardware prefetchers follow best; side by side over a
+ *     0.8B model's products, 16 layers, in rounds: 1.17x AVX2's kernel in
+ *     fp32, 1.38x in bf16 with fp32 x);
  *   - bf16: vdpbf16ps, 32 products per instruction, x converted to bf16
- *     once per call (exact: the contract has x bf16-rounded already);
+ *     once per call (exact: the contract has x bf16-rounded already), one
+ *     row, no prefetch (1.07–1.31x two rows with an L2 prefetch, the more
+ *     the higher the machine's bandwidth at the time);
  *   - int8 (w8a16): the codes widened to fp32 in zmm (exact), two rows at
- *     a time sharing the loads of x (as fast as one streamed, 1.1x from
- *     cache);
+ *     a time sharing the loads of x, with a software prefetch into L2 8 KiB
+ *     ahead (into L1 it is slower than none; 4 KiB ahead or one row is
+ *     0.9x; none is 0.8x);
  *   - 4-bit (w4a16): the nibbles looked up as bf16 values (code − 8 is exact
  *     in bf16) by vpermw and multiplied by vdpbf16ps, the per-group scales
- *     applied to each group's 8 lanes of partial sums.
+ *     applied to each group's 8 lanes of partial sums, an L2 prefetch 8 KiB
+ *     ahead. This one is arithmetic-bound: about 22 GB/s on one core from
+ *     L2, so two cores stay under a bandwidth above ~40 GB/s.
  * vdpbf16ps flushes denormal inputs to zero, and takes x as bf16: where x is
- * not exactly bf16 (w4a16 with --act16 fp16) or holds a denormal, or K is past
- * the stack copy of x (GEMV_XMAX), the AVX2 kernel runs instead, so every
+ * not exactly bf16 (w4a16 with --act16 fp16; an fp32 model on bf16
+ * weights) or holds a denormal, or K is past the stack copy of x
+ * (GEMV_XMAX), the widening kernel (4-bit: AVX2's) runs instead, so every
  * result is what the contract says. A prefetch past the end of a weight is
  * harmless (prefetches never fault). Sums are in a different order from the
  * other levels' (tests/kernels/simd_ops_test.c bounds the difference).
@@ -32,7 +43,11 @@
  * (28 / 20 GB/s, against 31 / 25 for vpmovsxbd) or a magic-number float
  * and a subtraction (25 / 17); 4-bit codes looked up with two vpshufb
  * tables (the bf16 values' low and high bytes) and unpacked into words
- * (27 / 18, against 30 / 20 for vpermw). */
+ * (27 / 18, against 30 / 20 for vpermw); 4-bit codes made bf16 without a
+ * shuffle, 0x4180 | code << 3 = 16 + code, and 24·Σx taken off each
+ * group (1.18x from cache, 26 against 22 GB/s, but the bias cancels six
+ * times the result's magnitude: 2e-5 relative differences, against exact
+ * products now). */
 #include <string.h>
 
 #include "common/common.h"
@@ -80,6 +95,28 @@ AVX512_INLINE __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
 /* 16 bf16 values as fp32 (exact: the bits moved up by 16). */
 AVX512_INLINE __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
+/* ------------------------------------------------------------------ fp32 */
+
+/* out = x·w for the one fp32 row at w: 32 columns a step in two
+ * accumulators, the rest in masked steps of 16; no prefetch. */
+AVX512_INLINE float f32_row(const float *x, const float *w, int64_t K) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 32 <= K; c += 32) {
+        a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + c), _mm512_loadu_ps(w + c), a0);
+        a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + c + 16), _mm512_loadu_ps(w + c + 16), a1);
+    }
+    for (; c < K; c += 16) {
+        __mmask16 m = lanes(K - c);
+        a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + c), _mm512_maskz_loadu_ps(m, w + c), a0);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+
+AVX512_FN void dtx_gemv_avx512(float *out, const float *x, const float *w, int64_t K, int64_t N) {
+    for (int64_t n = 0; n < N; n++) out[n] = f32_row(x, w + n * K, K);
+}
 
 /* ------------------------------------------------------------------ bf16 */
 

@@ -102,8 +102,10 @@ static int take_chunk(row_range *r, int back, int64_t *a, int64_t *b) {
         if (back) {
             int64_t s = (hi - GEMV_CHUNK) & ~(int64_t)7; /* hi may be N, not a multiple of 8 */
             *a = s > lo ? s : lo, *b = hi, nv = pack_range(lo, *a);
-        } else {
-            *a = lo, *b = lo + GEMV_CHUNK < hi ? lo + GEMV_CHUNK : hi, nv = pack_range(*b, hi);
+        } else { /* a quarter of what is left, at least a chunk: few calls, each with its own setup */
+            int64_t take = ((hi - lo) / 4) & ~(int64_t)7;
+            if (take < GEMV_CHUNK) take = GEMV_CHUNK;
+            *a = lo, *b = lo + take < hi ? lo + take : hi, nv = pack_range(*b, hi);
         }
     } while (!atomic_compare_exchange_weak_explicit(&r->range, &v, nv, memory_order_relaxed, memory_order_relaxed));
     return 1;

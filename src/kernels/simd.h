@@ -85,8 +85,10 @@ void dtx_gemv_q8_avx2(float *out, const float *x, const int8_t *q, const float *
 void dtx_gemv_q4_avx2(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N);
 void dtx_gemv_q8a8_avx2(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale, int64_t K,
                         int64_t N);
-/* The AVX-512 one-row products (gemv_avx512.c): int8 and bf16 weights
- * widened at both AVX-512 levels; bf16 by vdpbf16ps and 4-bit at AVX-512 BF16. */
+/* The AVX-512 one-row products (gemv_avx512.c): fp32, and int8 and bf16
+ * weights widened, at both AVX-512 levels; bf16 by vdpbf16ps and 4-bit at
+ * AVX-512 BF16. */
+void dtx_gemv_avx512(float *out, const float *x, const float *w, int64_t K, int64_t N);
 void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N);
 void dtx_gemv_bf16_avx512(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 void dtx_gemv_bf16_avx512bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
