@@ -707,15 +707,17 @@ void dtx_comm_mpi_close(dtx_comm *c);
  * probabilities, becomes a multi-needle retrieval document (needle_frac,
  * 1..needle_max needles over the haystack `text`), a copy document
  * (copy_frac: L random ids repeated), an in-context classification episode
- * (icl_frac), a faithfulness document (halluc_frac) or a closed-book fact
- * row (fact_frac); the shares add up to at most 1. Every share but copy's
- * needs `tokenizer` (the one the tokens were made with); needle and
+ * (icl_frac), a faithfulness document (halluc_frac), a closed-book fact
+ * row (fact_frac) or a multi-query associative recall episode (recall_frac:
+ * token ids, docs/eval_recall.md); the shares add up to at most 1. Every
+ * share but copy's and recall's needs `tokenizer` (the one the tokens were made with); needle and
  * faithfulness documents need `text` too. The rows depend on (seed, step,
  * micro-batch, row) alone, so a resumed run makes the same ones. */
 #define DTX_NEEDLE_MAX 16 /* the most needles in one document or prompt */
 typedef struct {
-    double needle_frac, copy_frac, icl_frac, halluc_frac, fact_frac;
+    double needle_frac, copy_frac, icl_frac, halluc_frac, fact_frac, recall_frac;
     int64_t needle_max;    /* needles per document, 1..needle_max uniformly */
+    int64_t recall_queries, recall_distractors; /* recall rows: Q queries, 0..D distractor pairs */
     const char *tokenizer; /* borrowed: read when the trainer opens          */
     const char *text;      /* a file or a folder of *.txt (borrowed)          */
 } dtx_train_mix;
@@ -820,7 +822,7 @@ typedef struct {
     int64_t grad_bucket;  /* values per bucket of the gradient's sums (0: one sum)   */
     double last_loss;     /* the last step's loss                                    */
     /* synthetic rows made by this process so far (dtx_train_mix) */
-    int64_t needle_docs, copy_docs, icl_rows, halluc_rows, fact_rows;
+    int64_t needle_docs, copy_docs, icl_rows, halluc_rows, fact_rows, recall_rows;
 } dtx_train_info;
 void dtx_trainer_info(const dtx_trainer *t, dtx_train_info *i);
 int64_t dtx_trainer_steps_done(const dtx_trainer *t);

@@ -640,6 +640,8 @@ static int run(train_args *a, flag *fl, int n_fl) {
                 if (x->icl_frac > 0 || x->halluc_frac > 0 || x->fact_frac > 0)
                     say(&s, "mixture: %lld in-context episodes, %lld faithfulness documents and %lld fact rows\n",
                         (long long)i->icl_rows, (long long)i->halluc_rows, (long long)i->fact_rows);
+                if (x->recall_frac > 0)
+                    say(&s, "mixture: %lld associative recall episodes\n", (long long)i->recall_rows);
                 say(&s, "final loss %.4f\nsaved %s\n", i->last_loss, a->out);
                 rc = finish_stdout(CMD);
             }
@@ -696,6 +698,13 @@ int cmd_train(int argc, char **argv) {
         FLAG_REAL("--fact-frac", &a.to.mix.fact_frac, 0, 0, 1, 0, .metavar = "P",
                   .help = "a further share: closed-book fact rows; needle documents then leave out the fact "
                           "cities"),
+        FLAG_REAL("--recall-frac", &a.to.mix.recall_frac, 0, 0, 1, 0, .metavar = "P",
+                  .help = "a further share: multi-query associative recall episodes of token ids (key-value "
+                          "pairs, then queries; docs/eval_recall.md)"),
+        FLAG_INT("--recall-queries", &a.to.mix.recall_queries, 1, 1024, .metavar = "Q",
+                 .help = "queries per recall episode (default 8)"),
+        FLAG_INT("--recall-distractors", &a.to.mix.recall_distractors, 0, 2047, .metavar = "D",
+                 .help = "distractor pairs (never asked) per recall episode, 0 to D uniformly (default 24)"),
         FLAG_INT("--diff-warmup", &a.to.diff_warmup, 0, BIG, .metavar = "N",
                  .help = "with --init of a converted Transformer (difftx convert --to-diff): phase the DIFF form in "
                          "over the first N steps (transformer_mix 1 - step/N: the per-head norm and the lambda_init "

@@ -23,6 +23,7 @@ static const eval_entry EVALS[] = {
     {"attn-map", dtx_eval_attn_map_main, "one prompt's attention maps for a layer and head, as JSON"},
     {"icl", dtx_eval_icl_main, "many-shot in-context classification: accuracy by shots, order robustness"},
     {"halluc", dtx_eval_halluc_main, "contextual faithfulness: contradicted facts, list every number, absent"},
+    {"recall", dtx_eval_recall_main, "multi-query associative recall: accuracy and attention against distractors"},
 };
 enum { N_EVALS = sizeof EVALS / sizeof EVALS[0] };
 

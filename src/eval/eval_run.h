@@ -68,5 +68,6 @@ int dtx_eval_outliers_main(int argc, char **argv);
 int dtx_eval_attn_map_main(int argc, char **argv);
 int dtx_eval_icl_main(int argc, char **argv);
 int dtx_eval_halluc_main(int argc, char **argv);
+int dtx_eval_recall_main(int argc, char **argv);
 
 #endif

@@ -5,20 +5,32 @@
 #include "train/needle_mix.h"
 #include "common/common.h"
 #include "eval/halluc.h"
+#include "eval/recall.h"
 
 dtx_status needle_mix_open(needle_mix *x, const dtx_train_mix *o, int64_t vocab_size, int64_t T) {
     memset(x, 0, sizeof *x);
     x->o = *o;
     x->vocab = vocab_size;
-    const double frac[5] = {o->needle_frac, o->copy_frac, o->icl_frac, o->halluc_frac, o->fact_frac};
-    static const char *const name[5] = {"needle_frac", "copy_frac", "icl_frac", "halluc_frac", "fact_frac"};
+    const double frac[6] = {o->needle_frac, o->copy_frac, o->icl_frac, o->halluc_frac, o->fact_frac, o->recall_frac};
+    static const char *const name[6] = {"needle_frac", "copy_frac", "icl_frac", "halluc_frac", "fact_frac",
+                                        "recall_frac"};
     double sum = 0;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         if (!(frac[i] >= 0 && frac[i] <= 1))
             return dtx_fail(DTX_ERR_USAGE, "the mixture's %s is %g, not a share in [0, 1]", name[i], frac[i]);
         sum += frac[i];
     }
     if (sum > 1 + 1e-12) return dtx_fail(DTX_ERR_USAGE, "the mixture's shares add up to %g, more than 1", sum);
+    if (o->recall_frac > 0) {
+        if (dtx_recall_check(o->recall_queries, o->recall_distractors, vocab_size))
+            return dtx_fail(DTX_ERR_USAGE, "%s", dtx_last_error());
+        if (!dtx_recall_row_fits(o->recall_queries, o->recall_distractors, T + 1))
+            return dtx_fail(DTX_ERR_USAGE,
+                            "a recall episode of %lld queries and %lld distractors has %lld tokens, more than a row's "
+                            "%lld (--seq + 1)",
+                            (long long)o->recall_queries, (long long)o->recall_distractors,
+                            (long long)(2 * (2 * o->recall_queries + o->recall_distractors)), (long long)(T + 1));
+    }
     int need_tok = o->needle_frac > 0 || o->icl_frac > 0 || o->halluc_frac > 0 || o->fact_frac > 0;
     int need_text = o->needle_frac > 0 || o->halluc_frac > 0;
     if (need_text && (o->needle_max < 1 || o->needle_max > DTX_NEEDLE_MAX))
@@ -105,8 +117,8 @@ void copy_score_add(copy_score *c, const double *loss, const int32_t *period, in
     }
 }
 
-/* A row of the later shares (icl, faithfulness, facts): T + 1 tokens made
- * by make, split into inputs and targets. */
+/* A row of the later shares (icl, faithfulness, facts, recall): T + 1
+ * tokens, split into inputs and targets. */
 static dtx_status other_row(needle_mix *x, int which, uint64_t h, int64_t T, int32_t *in, int32_t *tg) {
     int32_t *row = malloc((size_t)(T + 1) * sizeof *row);
     if (!row) return dtx_fail(DTX_ERR_NOMEM, "out of memory");
@@ -117,9 +129,12 @@ static dtx_status other_row(needle_mix *x, int which, uint64_t h, int64_t T, int
     } else if (which == 1) {
         st = dtx_halluc_training_doc(x->src, x->tok, h, T + 1, (int)x->o.needle_max, row);
         x->halluc_rows++;
-    } else {
+    } else if (which == 2) {
         st = dtx_halluc_fact_row(x->tok, h, T + 1, row);
         x->fact_rows++;
+    } else {
+        dtx_recall_training_row(x->o.recall_queries, x->o.recall_distractors, x->vocab, h, T + 1, row);
+        x->recall_rows++;
     }
     if (!st) {
         memcpy(in, row, (size_t)T * sizeof *row);
@@ -133,7 +148,7 @@ dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t 
                             int32_t *inputs, int32_t *targets, int32_t *period) {
     if (period) memset(period, 0, (size_t)B * sizeof *period);
     if (x->o.needle_frac <= 0 && x->o.copy_frac <= 0 && x->o.icl_frac <= 0 && x->o.halluc_frac <= 0 &&
-        x->o.fact_frac <= 0)
+        x->o.fact_frac <= 0 && x->o.recall_frac <= 0)
         return DTX_OK;
     for (int64_t r = 0; r < B; r++) {
         uint64_t h = dtx_mix64(dtx_mix64(dtx_mix64(seed ^ 0x6e65656431ULL) ^ (uint64_t)step) ^
@@ -148,8 +163,8 @@ dtx_status needle_mix_apply(needle_mix *x, uint64_t seed, int64_t step, int64_t 
                 x->copies++;
                 continue;
             }
-            const double share[3] = {x->o.icl_frac, x->o.halluc_frac, x->o.fact_frac};
-            for (int k = 0; k < 3; k++) {
+            const double share[4] = {x->o.icl_frac, x->o.halluc_frac, x->o.fact_frac, x->o.recall_frac};
+            for (int k = 0; k < 4; k++) {
                 if (share[k] > 0 && u < edge + share[k]) {
                     dtx_status st = other_row(x, k, dtx_mix64(h2), T, inputs + r * T, targets + r * T);
                     if (st) return st;

@@ -13,7 +13,8 @@
  * builds on; docs/reproduce.md says why the recipe uses them. Further
  * shares become in-context classification episodes (icl_frac,
  * src/eval/icl.h), faithfulness documents (halluc_frac) and closed-book fact
- * rows (fact_frac, src/eval/halluc.h); with fact rows, needle documents
+ * rows (fact_frac, src/eval/halluc.h) and associative recall episodes
+ * (recall_frac, src/eval/recall.h); with fact rows, needle documents
  * leave out the fact cities. The shares are taken in that order from one
  * uniform draw per row, so adding a share after the others leaves the rows
  * of the earlier ones as they were. */
@@ -34,7 +35,7 @@ typedef struct {
     dtx_tokenizer *tok;
     dtx_needle_source *src;
     dtx_icl_vocab icl;
-    int64_t documents, copies, icl_rows, halluc_rows, fact_rows; /* rows made so in this process */
+    int64_t documents, copies, icl_rows, halluc_rows, fact_rows, recall_rows; /* rows made so in this process */
 } needle_mix;
 
 /* Loads the tokenizer and the haystack text where a share needs them.

@@ -286,7 +286,8 @@ dtx_step_result dtx_trainer_evaluate(dtx_trainer *t, double *val) {
 dtx_train_options dtx_train_options_default(void) {
     return (dtx_train_options){.batch = 8, .seq = 128, .accum = 1, .eval_batches = 10, .seed = 1,
                                .init_scheme = DTX_INIT_TORCH, .precision = DTX_PREC_FP32,
-                               .mix = {.needle_max = DEFAULT_NEEDLE_MAX}, .grad_bucket_mb = -1};
+                               .mix = {.needle_max = DEFAULT_NEEDLE_MAX, .recall_queries = 8, .recall_distractors = 24},
+                               .grad_bucket_mb = -1};
 }
 
 /* Values per bucket of the gradient's sums: by default only where ranks sit
@@ -321,7 +322,8 @@ static dtx_status public_open(dtx_trainer **out, const dtx_train_options *o, con
     }
     dtx_train_options to = *o;
     const dtx_train_mix *x = &o->mix;
-    if (x->needle_frac == 0 && x->copy_frac == 0 && x->icl_frac == 0 && x->halluc_frac == 0 && x->fact_frac == 0)
+    if (x->needle_frac == 0 && x->copy_frac == 0 && x->icl_frac == 0 && x->halluc_frac == 0 && x->fact_frac == 0 &&
+        x->recall_frac == 0)
         to.mix.needle_max = DEFAULT_NEEDLE_MAX; /* no mixture: its size of document changes nothing */
     dtx_status st = dtx_trainer_open(t, &to, paths[0], paths[1], c->vocab_size);
     t->own_paths[0] = paths[0], t->own_paths[1] = paths[1]; /* after open, which clears the struct */
@@ -374,7 +376,11 @@ void dtx_trainer_run_meta(const dtx_trainer *t, dtx_run_meta *m) {
     K("precision", "%s", t->model ? dtx_precision_name(dtx_model_precision(t->model)) : "fp32");
     K("data_tokens", "%lld", (long long)t->data.count);
     K("data_hash", "%016" PRIx64, t->data_hash);
-    if (x->icl_frac > 0 || x->halluc_frac > 0 || x->fact_frac > 0) /* older checkpoints: the first three */
+    if (x->recall_frac > 0) /* older checkpoints: the shares before it, in their form */
+        K("needles", "%.17g/%.17g/%lld/%.17g/%.17g/%.17g/recall %.17g/%lld/%lld", x->needle_frac, x->copy_frac,
+          (long long)x->needle_max, x->icl_frac, x->halluc_frac, x->fact_frac, x->recall_frac,
+          (long long)x->recall_queries, (long long)x->recall_distractors);
+    else if (x->icl_frac > 0 || x->halluc_frac > 0 || x->fact_frac > 0) /* older checkpoints: the first three */
         K("needles", "%.17g/%.17g/%lld/%.17g/%.17g/%.17g", x->needle_frac, x->copy_frac, (long long)x->needle_max,
           x->icl_frac, x->halluc_frac, x->fact_frac);
     else
@@ -549,4 +555,5 @@ void dtx_trainer_info(const dtx_trainer *t, dtx_train_info *i) {
     const needle_mix *x = &t->needles;
     i->needle_docs = x->documents, i->copy_docs = x->copies;
     i->icl_rows = x->icl_rows, i->halluc_rows = x->halluc_rows, i->fact_rows = x->fact_rows;
+    i->recall_rows = x->recall_rows;
 }
