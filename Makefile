@@ -185,6 +185,9 @@ demo:
 # write runs/reproduce/v2/V2.md; STAGE=v2-needle (scripts/reproduce.sh --v2:
 # V2 trained under the main stage's retrieval recipe, about 55 minutes, then
 # its needles and attention on the answer) adds V2's retrieval to V2.md;
+# STAGE=recall-lr then STAGE=recall (scripts/recall.sh: multi-query
+# associative recall with distractors, 4 archs, an lr sweep then 8 seeds)
+# write runs/reproduce/recall/RECALL.md;
 # STAGE=report (scripts/report.sh: no training, no build, seconds) writes
 # every stage's write-up and REPORT.md again from the results the repository
 # keeps in docs/reproduce/, every verdict computed anew (tools/stats.py).
@@ -197,7 +200,8 @@ reproduce:
 	  claims-train) scripts/claims.sh --train-only ;; claims) scripts/claims.sh ;; \
 	  v2-lr) scripts/v2.sh --lr-only ;; v2-loss) scripts/v2.sh --loss-only ;; v2) scripts/v2.sh ;; \
 	  v2-needle) scripts/reproduce.sh --v2 ;; report) scripts/report.sh ;; \
-	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss, v2, v2-needle or report" >&2; exit 2 ;; esac
+	  recall-lr) scripts/recall.sh --lr-only ;; recall) scripts/recall.sh ;; \
+	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss, v2, v2-needle, recall-lr, recall or report" >&2; exit 2 ;; esac
 
 # The PyTorch side (needs python3-torch: scripts/setup.sh --torch).
 fixtures:

@@ -575,15 +575,19 @@ dtx_status dtx_model_quantize(dtx_model *m, const dtx_quant_options *o, const in
 
 /* ------------------------------------------------------- forward/backward */
 
+/* A target that counts in neither the loss nor its gradient (a padded
+ * position, or one a task does not grade: PyTorch's ignore_index). */
+#define DTX_TARGET_IGNORE (-1)
 /* Forward over a batch of tokens [B, T] (T <= max_seq_len, 0 <= id < vocab).
- * When targets [B, T] is non-NULL the mean cross-entropy is returned in
- * *loss and the activations are kept for dtx_model_backward. logits, when
- * non-NULL, receives [B, T, vocab]. */
+ * When targets [B, T] is non-NULL the mean cross-entropy over the targets
+ * that are not DTX_TARGET_IGNORE is returned in *loss (0 when all are) and
+ * the activations are kept for dtx_model_backward. logits, when non-NULL,
+ * receives [B, T, vocab]. */
 dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t *targets,
                              int64_t B, int64_t T, dtx_real *logits, double *loss);
 /* The per-position losses behind the last forward's mean: out [B·T] =
  * −log softmax(logits)[target] in nats (a probability that underflowed to
- * 0 reads as −log FLT_MIN). Valid between a forward with targets and the
+ * 0 reads as −log FLT_MIN; an ignored target's position reads 0). Valid between a forward with targets and the
  * next backward (which turns the probabilities into gradients in place);
  * DTX_ERR_ARG otherwise. */
 dtx_status dtx_model_token_losses(const dtx_model *m, double *out);
@@ -718,6 +722,8 @@ typedef struct {
     double needle_frac, copy_frac, icl_frac, halluc_frac, fact_frac, recall_frac;
     int64_t needle_max;    /* needles per document, 1..needle_max uniformly */
     int64_t recall_queries, recall_distractors; /* recall rows: Q queries, 0..D distractor pairs */
+    int recall_all_targets; /* recall rows graded at every position (else at the answers only:
+                             * the other targets DTX_TARGET_IGNORE)                */
     const char *tokenizer; /* borrowed: read when the trainer opens          */
     const char *text;      /* a file or a folder of *.txt (borrowed)          */
 } dtx_train_mix;

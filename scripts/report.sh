@@ -58,7 +58,7 @@ if [ $publish = 1 ]; then
     mkdir -p "$run"
     scripts/repro_keep.sh restore $kept/main-results "$run"
     local s h
-    for s in scaling claims v2; do
+    for s in scaling claims v2 recall; do
         [ -f $kept/$s-results/settings.txt ] || continue
         mkdir -p "$run/$s"
         scripts/repro_keep.sh restore $kept/$s-results "$run/$s"
@@ -83,6 +83,7 @@ stage_tool() { # sub tool STAGE: DIR/sub's write-up, where that stage has run
 stage_tool scaling scaling.py scaling
 stage_tool claims claims.py claims
 stage_tool v2 v2.py v2
+stage_tool recall recall.py recall
 local logs=()
 [ $publish = 1 ] && [ -f $kept/induction-logs/settings.txt ] && logs=(--logs $kept/induction-logs)
 if [ -f "$run/induction/settings.txt" ] || [ ${#logs[@]} -gt 0 ]; then

@@ -23,7 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runs import finished_models, model_info, read_log, read_settings  # noqa: E402
-from stats import (EXPLORATORY, LEDGER, N_PRIMARY, OURS, PRIMARY, bounded_diff_ci, bounded_diff_p,  # noqa: E402
+from stats import (CLAIMS, EXPLORATORY, LEDGER, N_PRIMARY, OURS, PRIMARY, bounded_diff_ci, bounded_diff_p,  # noqa: E402
                    direction, fmt_ci, fmt_p, gate, holds_every_seed, holm, mean_ci, paired,
                    paired_ci, record, say, t_p)
 
@@ -277,6 +277,15 @@ def section_v2_stage(r, out):
                   ["## DIFF V2 (spec §8)\n",
                    "On plain language modelling, in its own stage: `make reproduce STAGE=v2-lr`, then `STAGE=v2-loss`, "
                    "then `STAGE=v2` (not run for this report).\n"])
+
+
+def section_recall_stage(r, out):
+    """The recall stage's write-up (make reproduce STAGE=recall)."""
+    include_stage(r, out, "recall", "RECALL.md",
+                  "## Associative recall with distractors (`make reproduce STAGE=recall`; [recall/RECALL.md](recall/RECALL.md))\n",
+                  ["## Associative recall with distractors (the retrieval claims' mechanism)\n",
+                   "On multi-query associative recall, in its own stage: `make reproduce STAGE=recall-lr`, then "
+                   "`STAGE=recall` (not run for this report).\n"])
 
 
 def section_claims_stage(r, out):
@@ -1051,6 +1060,11 @@ def summary():
             out.append(f"| {rec['claim']} | {fmt_ci(rec['ci'], '{:+.3g}')} | {fmt_p(rec['p'])} | "
                        + (f"{fmt_p(rec.get('p_holm'))} | " if tier == PRIMARY else "")
                        + f"{pro} of {n} | {v} | {rec['where'] or ''} |")
+        if tier == PRIMARY:  # the family's members no stage measured for this report: in Holm's family with p = 1
+            seen = {r["key"] for r in recs}
+            for key, (t, text) in CLAIMS.items():
+                if t == PRIMARY and key not in seen:
+                    out.append(f"| {text} | – | – | – | – | **not measured** (its stage has not run) | |")
         out.append("")
         for why, mark in reasons.items():
             out.append(f"Confounded ({mark}): {why}.\n")
@@ -1113,6 +1127,7 @@ def main():
     section_maps(r, out, figs)
     section_claims_stage(r, out)
     section_v2_stage(r, out)
+    section_recall_stage(r, out)
     section_lambda(r, out)
     section_earlier(out)
     out.append("## Commands\n")

@@ -240,6 +240,10 @@ CLAIMS = {
     "needles": (PRIMARY, "DIFF retrieves more needles (Table 2)"),
     "top-logit": (PRIMARY, "DIFF's top attention logit is smaller (Table 5)"),
     "attn4-row": (PRIMARY, "DIFF loses less with 4-bit attention logits, row scope (Fig. 8)"),
+    # the recall stage's (docs/reproduce.md "The recall stage"), named before its runs: the retrieval claims'
+    # mechanism on a task both archs learn
+    "recall-acc": (PRIMARY, "DIFF answers more associative-recall queries among the most distractors (Table 2's analogue)"),
+    "recall-answer": (PRIMARY, "DIFF's queries put more attention on the answer pair (Table 3's analogue)"),
     "ar-hits": (EXPLORATORY, "DIFF's loss is lower on AR hits (Table 6)"),
     "ar-others": (EXPLORATORY, "DIFF's loss is lower on the other tokens (Table 6)"),
     "lm-retrieval": (EXPLORATORY, "DIFF's loss is lower (the retrieval models)"),
@@ -274,6 +278,10 @@ CLAIMS = {
     "v2-diverge": (EXPLORATORY, "V2 diverges less often than the Transformer at a large lr (DIFF V2)"),
     "v2-logits": (EXPLORATORY, "V2's largest attention logits are smaller than the Transformer's (DIFF V2)"),
     "v2-hidden": (EXPLORATORY, "V2's largest hidden values are smaller than the Transformer's (DIFF V2)"),
+    "recall-noise": (EXPLORATORY, "DIFF's queries put less attention on each distractor pair (Table 3's analogue)"),
+    "recall-v2-acc": (EXPLORATORY, "V2 answers more associative-recall queries than the Transformer (DIFF V2)"),
+    "recall-norm-acc": (EXPLORATORY, "DIFF answers more associative-recall queries with its per-head norm than "
+                                     "without (Table 6's GroupNorm ablation)"),
     "w8a16": (OURS, "DIFF loses less when quantised w8a16"),
     "w8a8": (OURS, "DIFF loses less when quantised w8a8"),
     "w4a16": (OURS, "DIFF loses less when quantised w4a16"),

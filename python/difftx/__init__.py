@@ -600,7 +600,8 @@ def train(tokens, steps, config=None, model=None, val_tokens=None, batch=8, seq=
     precision: "fp32" or "bf16" (difftx train --precision). mix: synthetic
     rows mixed into the batches (difftx train --needle-frac and the like), a
     dict of needle_frac, copy_frac, icl_frac, halluc_frac, fact_frac,
-    needle_max, tokenizer (a path) and text (a path: the haystack).
+    recall_frac, needle_max, recall_queries, recall_distractors,
+    recall_all_targets, tokenizer (a path) and text (a path: the haystack).
     diff_warmup: difftx train --diff-warmup (a model from Model.to_diff).
 
     out: the run folder of `difftx train --out OUT` instead of checkpoint=:

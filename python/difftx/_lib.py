@@ -138,7 +138,9 @@ class QuantSummary(ctypes.Structure):
 
 class TrainMix(ctypes.Structure):
     _fields_ = [("needle_frac", c_double), ("copy_frac", c_double), ("icl_frac", c_double), ("halluc_frac", c_double),
-                ("fact_frac", c_double), ("needle_max", c_int64), ("tokenizer", c_char_p), ("text", c_char_p)]
+                ("fact_frac", c_double), ("recall_frac", c_double), ("needle_max", c_int64), ("recall_queries", c_int64),
+                ("recall_distractors", c_int64), ("recall_all_targets", c_int), ("tokenizer", c_char_p),
+                ("text", c_char_p)]
 
 
 class TrainOptions(ctypes.Structure):
@@ -153,7 +155,8 @@ class TrainInfo(ctypes.Structure):
     _fields_ = [("data_tokens", c_int64), ("val_tokens", c_int64), ("start_step", c_int64), ("start_loss", c_double),
                 ("ckpt_threads", c_int), ("extended_from", c_int64), ("restart_lr", c_double), ("rank", c_int),
                 ("ranks", c_int), ("grad_bucket", c_int64), ("last_loss", c_double), ("needle_docs", c_int64),
-                ("copy_docs", c_int64), ("icl_rows", c_int64), ("halluc_rows", c_int64), ("fact_rows", c_int64)]
+                ("copy_docs", c_int64), ("icl_rows", c_int64), ("halluc_rows", c_int64), ("fact_rows", c_int64),
+                ("recall_rows", c_int64)]
 
 
 class TrainStats(ctypes.Structure):

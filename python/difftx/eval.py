@@ -21,7 +21,7 @@ from . import _lib
 
 L = _lib.lib
 
-__all__ = ["Result", "run", "names", "usage", "ppl", "needle", "attn_mass", "outliers", "attn_map", "icl", "halluc"]
+__all__ = ["Result", "run", "names", "usage", "ppl", "needle", "attn_mass", "outliers", "attn_map", "icl", "halluc", "recall"]
 
 
 class Result(dict):
@@ -134,3 +134,8 @@ def icl(progress=None, **options):
 def halluc(progress=None, **options):
     """Contextual faithfulness (`difftx eval halluc`)."""
     return run("halluc", progress, **options)
+
+
+def recall(progress=None, **options):
+    """Multi-query associative recall against distractors (`difftx eval recall`)."""
+    return run("recall", progress, **options)

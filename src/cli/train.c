@@ -37,7 +37,7 @@ typedef struct {
     dtx_config cfg;
     dtx_optim_config opt;
     dtx_train_options to; /* batches, seed, mixture, ranks, test hooks (precision and scheme: check_flags) */
-    int arch, schedule, precision, subln, init_scheme, v2_lambda;
+    int arch, schedule, precision, subln, init_scheme, v2_lambda, recall_loss;
     const char *lambda_init;
     const char *init, *tokens, *out, *val_tokens, *log_path, *ckpt_dir_flag;
     int64_t steps, log_every;
@@ -124,6 +124,7 @@ static int check_flags(train_args *a, flag *fl, int n_fl) {
         a->opt.min_lr = a->opt.lr * (d.min_lr / d.lr);
     }
     if (dtx_optim_validate(&a->opt) != DTX_OK) return usage_error(CMD, "%s", dtx_last_error());
+    a->to.mix.recall_all_targets = a->recall_loss == 1;
     if (a->init) {
         for (int i = 0; i < N_CONFIG_FLAGS; i++)
             if (flags_get(fl, n_fl, CONFIG_FLAGS[i])->seen && strcmp(CONFIG_FLAGS[i], "--max-seq") != 0 &&
@@ -705,6 +706,8 @@ int cmd_train(int argc, char **argv) {
                  .help = "queries per recall episode (default 8)"),
         FLAG_INT("--recall-distractors", &a.to.mix.recall_distractors, 0, 2047, .metavar = "D",
                  .help = "distractor pairs (never asked) per recall episode, 0 to D uniformly (default 24)"),
+        FLAG_CHOICE("--recall-loss", &a.recall_loss, "answers|all",
+                    .help = "grade a recall row at its answers only (the default) or at every position"),
         FLAG_INT("--diff-warmup", &a.to.diff_warmup, 0, BIG, .metavar = "N",
                  .help = "with --init of a converted Transformer (difftx convert --to-diff): phase the DIFF form in "
                          "over the first N steps (transformer_mix 1 - step/N: the per-head norm and the lambda_init "

@@ -22,9 +22,9 @@ const char *dtx_struct_layout(void) {
              "dtx_sampler %d %d %d %d %d\n"
              "dtx_quant_options %d %d %d %d %d %d %d\n"
              "dtx_quant_summary %d %d %d %d\n"
-             "dtx_train_mix %d %d %d %d %d %d %d %d %d\n"
+             "dtx_train_mix %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
              "dtx_train_options %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
-             "dtx_train_info %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
+             "dtx_train_info %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n"
              "dtx_train_stats %d %d %d %d %d\n"
              "dtx_run_options %d %d %d %d %d %d %d\n",
              (int)sizeof(dtx_config), O(dtx_config, arch), O(dtx_config, dim), O(dtx_config, n_layers),
@@ -52,7 +52,9 @@ const char *dtx_struct_layout(void) {
              O(dtx_quant_summary, act_clip),
              (int)sizeof(dtx_train_mix), O(dtx_train_mix, needle_frac), O(dtx_train_mix, copy_frac),
              O(dtx_train_mix, icl_frac), O(dtx_train_mix, halluc_frac), O(dtx_train_mix, fact_frac),
-             O(dtx_train_mix, needle_max), O(dtx_train_mix, tokenizer), O(dtx_train_mix, text),
+             O(dtx_train_mix, recall_frac), O(dtx_train_mix, needle_max), O(dtx_train_mix, recall_queries),
+             O(dtx_train_mix, recall_distractors), O(dtx_train_mix, recall_all_targets), O(dtx_train_mix, tokenizer),
+             O(dtx_train_mix, text),
              (int)sizeof(dtx_train_options), O(dtx_train_options, batch), O(dtx_train_options, seq),
              O(dtx_train_options, accum), O(dtx_train_options, eval_batches), O(dtx_train_options, seed),
              O(dtx_train_options, init_scheme), O(dtx_train_options, precision), O(dtx_train_options, diff_warmup),
@@ -64,7 +66,7 @@ const char *dtx_struct_layout(void) {
              O(dtx_train_info, extended_from), O(dtx_train_info, restart_lr), O(dtx_train_info, rank),
              O(dtx_train_info, ranks), O(dtx_train_info, grad_bucket), O(dtx_train_info, last_loss),
              O(dtx_train_info, needle_docs), O(dtx_train_info, copy_docs), O(dtx_train_info, icl_rows),
-             O(dtx_train_info, halluc_rows), O(dtx_train_info, fact_rows),
+             O(dtx_train_info, halluc_rows), O(dtx_train_info, fact_rows), O(dtx_train_info, recall_rows),
              (int)sizeof(dtx_train_stats), O(dtx_train_stats, step), O(dtx_train_stats, loss),
              O(dtx_train_stats, grad_norm), O(dtx_train_stats, lr),
              (int)sizeof(dtx_run_options), O(dtx_run_options, out), O(dtx_run_options, ckpt_dir),

@@ -38,7 +38,7 @@ enum { SEG_ANSWER, SEG_DISTRACTORS, SEG_OTHER, SEG_QUERIES };
 static const char *const SEG_NAME[N_SEG] = {"answer", "distractors", "other_pairs", "queries"};
 static const char *const MAP_KEY[N_MAPS] = {"a1", "a2", "combined"};
 enum { GROUP_ALL, GROUP_RIGHT, GROUP_WRONG, N_GROUPS };
-static const char *const GROUP_KEY[N_GROUPS] = {"all", "right", "wrong"};
+static const char *const GROUP_KEY[N_GROUPS] = {"all", "answered", "missed"};
 
 typedef struct {
     const char *model, *counts_s, *json;

@@ -98,10 +98,11 @@ int dtx_recall_row_fits(int64_t queries, int64_t max_distractors, int64_t len) {
     return 2 * (2 * queries + max_distractors) <= len;
 }
 
-void dtx_recall_training_row(int64_t queries, int64_t max_distractors, int64_t vocab, uint64_t h, int64_t len,
-                             int32_t *row) {
+int64_t dtx_recall_training_row(int64_t queries, int64_t max_distractors, int64_t vocab, uint64_t h, int64_t len,
+                                int32_t *row) {
     int32_t idx[DTX_RECALL_MAX_PAIRS];
     int64_t D = (int64_t)(dtx_mix64(h) % (uint64_t)(max_distractors + 1)), n = 2 * (2 * queries + D);
     fill_episode(queries, D, vocab, dtx_mix64(h ^ 0x726f77ULL), row, NULL, NULL, NULL, idx);
     for (int64_t i = n; i < len; i++) row[i] = 0;
+    return D;
 }

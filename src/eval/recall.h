@@ -48,9 +48,10 @@ void dtx_recall_free(dtx_recall_episode *e);
 
 /* A training row of len tokens (len >= 2·(2·queries + max_distractors),
  * checked by the caller with dtx_recall_row_fits): an episode of hash h with
- * D uniform in [0, max_distractors], then id 0. No allocation. */
+ * D uniform in [0, max_distractors], then id 0; returns D (the queries' keys
+ * are then at 2·(queries + D + q)). No allocation. */
 int dtx_recall_row_fits(int64_t queries, int64_t max_distractors, int64_t len);
-void dtx_recall_training_row(int64_t queries, int64_t max_distractors, int64_t vocab, uint64_t h, int64_t len,
-                             int32_t *row);
+int64_t dtx_recall_training_row(int64_t queries, int64_t max_distractors, int64_t vocab, uint64_t h, int64_t len,
+                                int32_t *row);
 
 #endif

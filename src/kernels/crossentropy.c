@@ -12,6 +12,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <string.h>
 
 /* Rows are summed in this many fixed chunks, whatever the thread count, so
  * the returned loss is bitwise reproducible. */
@@ -50,17 +51,24 @@ static double row_sum(const real *e, int64_t V) {
     return sum;
 }
 
-/* One row: probs [V] = softmax(logits [V]) (may alias); returns −log p[target]. */
+/* One row: probs [V] = softmax(logits [V]) (may alias); returns −log p[target]
+ * (0 for an ignored target, DTX_TARGET_IGNORE). */
 static double crossentropy_row(real *probs, const real *logits, int32_t target, int64_t V) {
-    assert(target >= 0 && target < V);
+    assert(target == DTX_TARGET_IGNORE || (target >= 0 && target < V));
     real mx = row_max(logits, V);
-    double zt = logits[target]; /* read before probs may overwrite it */
+    double zt = target >= 0 ? logits[target] : 0; /* read before probs may overwrite it */
     row_exp(probs, logits, mx, V);
     double sum = row_sum(probs, V);
     real inv = (real)(1.0 / sum);
 #pragma omp simd
     for (int64_t j = 0; j < V; j++) probs[j] *= inv;
-    return log(sum) + (double)mx - zt;
+    return target >= 0 ? log(sum) + (double)mx - zt : 0;
+}
+
+int64_t dtx_crossentropy_count(const int32_t *targets, int64_t N) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < N; i++) n += targets[i] != DTX_TARGET_IGNORE;
+    return n;
 }
 
 /* probs [N, V], logits [N, V], targets [N]; returns the mean loss. */
@@ -79,7 +87,8 @@ static double crossentropy_forward_run(real *probs, const real *logits, const in
     }
     double loss = 0;
     for (int64_t ch = 0; ch < LOSS_CHUNKS; ch++) loss += part[ch];
-    return loss / (double)N;
+    int64_t counted = dtx_crossentropy_count(targets, N);
+    return counted ? loss / (double)counted : 0;
 }
 
 double dtx_crossentropy_forward(real *probs, const real *logits, const int32_t *targets, int64_t N,
@@ -102,6 +111,7 @@ void dtx_crossentropy_backward(real *dlogits, const real *probs, const int32_t *
 #pragma omp parallel for schedule(static) if (N * V >= PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         int64_t t = targets[i];
+        if (t == DTX_TARGET_IGNORE) continue;
         assert(t >= 0 && t < V);
         real *d = dlogits + i * V;
         const real *p = probs + i * V;
@@ -119,8 +129,12 @@ static void crossentropy_backward_inplace_run(real *probs, const int32_t *target
 #pragma omp parallel for schedule(static) if (N * V >= PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         int64_t t = targets[i];
-        assert(t >= 0 && t < V);
         real *p = probs + i * V;
+        if (t == DTX_TARGET_IGNORE) {
+            memset(p, 0, (size_t)V * sizeof *p);
+            continue;
+        }
+        assert(t >= 0 && t < V);
         double pt = p[t];
 #pragma omp simd
         for (int64_t j = 0; j < V; j++) p[j] = (real)((double)p[j] * scale);

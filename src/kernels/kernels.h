@@ -207,7 +207,11 @@ void dtx_embedding_backward(real *dtable, const real *dout, const int32_t *tok, 
 
 /* ---- Softmax cross-entropy over rows of width V.
  * probs [N, V] = softmax(logits) (probs may alias logits); returns the mean
- * over rows of -log p[target] (computed in double).                          */
+ * of -log p[target] (computed in double) over the rows whose target is not
+ * DTX_TARGET_IGNORE (difftx.h; 0 when every row's is). An ignored row adds
+ * nothing to either backward (the in-place one zeroes it); the caller's
+ * scale is then loss_scale / dtx_crossentropy_count.                       */
+int64_t dtx_crossentropy_count(const int32_t *targets, int64_t N); /* the rows not ignored */
 double dtx_crossentropy_forward(real *probs, const real *logits, const int32_t *targets, int64_t N,
                                 int64_t V);
 /* dlogits [N, V] += (probs - onehot(target)) · scale  (scale = loss_scale / N) */

@@ -302,7 +302,11 @@ dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t 
                         (long long)c->max_seq_len);
     dtx_status st;
     if ((st = check_tokens(m, tokens, B * T, "token"))) return st;
-    if (targets && (st = check_tokens(m, targets, B * T, "target"))) return st;
+    if (targets) /* DTX_TARGET_IGNORE leaves a position out of the loss */
+        for (int64_t i = 0; i < B * T; i++)
+            if (targets[i] != DTX_TARGET_IGNORE && (targets[i] < 0 || targets[i] >= c->vocab_size))
+                return dtx_fail(DTX_ERR_ARG, "target id %lld at position %lld is out of range [0, %lld) (or %d: ignored)",
+                                (long long)targets[i], (long long)i, (long long)c->vocab_size, DTX_TARGET_IGNORE);
     if ((st = ensure_acts(m, B, T))) return st;
     dtx_acts *a = &m->acts;
     int64_t N = B * T, D = c->dim, V = c->vocab_size, L = c->n_layers;
@@ -333,6 +337,10 @@ dtx_status dtx_model_token_losses(const dtx_model *m, double *out) {
         return dtx_fail(DTX_ERR_ARG, "token losses need a forward pass with targets, before its backward");
     int64_t N = a->B * a->T, V = m->cfg.vocab_size;
     for (int64_t i = 0; i < N; i++) {
+        if (a->targets[i] == DTX_TARGET_IGNORE) {
+            out[i] = 0;
+            continue;
+        }
         double p = a->probs[i * V + a->targets[i]];
         out[i] = -log(p > FLT_MIN ? p : FLT_MIN);
     }
@@ -366,7 +374,8 @@ dtx_status dtx_model_backward(dtx_model *m, double loss_scale) {
      * dlogits in place, so the N×V logits exist once. The forward's
      * activations stay valid, but another backward needs another forward. */
     real *dlogits = a->probs;
-    dtx_crossentropy_backward_inplace(dlogits, a->targets, N, V, loss_scale / (double)N);
+    int64_t counted = dtx_crossentropy_count(a->targets, N); /* the loss is the mean over these */
+    dtx_crossentropy_backward_inplace(dlogits, a->targets, N, V, counted ? loss_scale / (double)counted : 0);
     a->has_targets = 0;
     memset(a->dx1, 0, (size_t)(N * D) * sizeof(real));
     unsigned pre = pre_rounded(m);

@@ -133,8 +133,16 @@ static dtx_status other_row(needle_mix *x, int which, uint64_t h, int64_t T, int
         st = dtx_halluc_fact_row(x->tok, h, T + 1, row);
         x->fact_rows++;
     } else {
-        dtx_recall_training_row(x->o.recall_queries, x->o.recall_distractors, x->vocab, h, T + 1, row);
+        int64_t Q = x->o.recall_queries, D = dtx_recall_training_row(Q, x->o.recall_distractors, x->vocab, h, T + 1, row);
+        memcpy(in, row, (size_t)T * sizeof *row);
+        memcpy(tg, row + 1, (size_t)T * sizeof *row);
+        if (!x->o.recall_all_targets) { /* only the answers graded: the target after each query's key */
+            for (int64_t i = 0; i < T; i++) tg[i] = DTX_TARGET_IGNORE;
+            for (int64_t q = 0; q < Q; q++) tg[2 * (Q + D + q)] = row[2 * (Q + D + q) + 1];
+        }
         x->recall_rows++;
+        free(row);
+        return DTX_OK;
     }
     if (!st) {
         memcpy(in, row, (size_t)T * sizeof *row);

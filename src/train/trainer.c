@@ -377,9 +377,9 @@ void dtx_trainer_run_meta(const dtx_trainer *t, dtx_run_meta *m) {
     K("data_tokens", "%lld", (long long)t->data.count);
     K("data_hash", "%016" PRIx64, t->data_hash);
     if (x->recall_frac > 0) /* older checkpoints: the shares before it, in their form */
-        K("needles", "%.17g/%.17g/%lld/%.17g/%.17g/%.17g/recall %.17g/%lld/%lld", x->needle_frac, x->copy_frac,
+        K("needles", "%.17g/%.17g/%lld/%.17g/%.17g/%.17g/recall %.17g/%lld/%lld/%s", x->needle_frac, x->copy_frac,
           (long long)x->needle_max, x->icl_frac, x->halluc_frac, x->fact_frac, x->recall_frac,
-          (long long)x->recall_queries, (long long)x->recall_distractors);
+          (long long)x->recall_queries, (long long)x->recall_distractors, x->recall_all_targets ? "all" : "answers");
     else if (x->icl_frac > 0 || x->halluc_frac > 0 || x->fact_frac > 0) /* older checkpoints: the first three */
         K("needles", "%.17g/%.17g/%lld/%.17g/%.17g/%.17g", x->needle_frac, x->copy_frac, (long long)x->needle_max,
           x->icl_frac, x->halluc_frac, x->fact_frac);

@@ -23,7 +23,7 @@ static void count(void *user, const char *what, int64_t done, int64_t total) {
 }
 
 TEST(eval_run_registry_and_help) {
-    CHECK(dtx_eval_count() == 7);
+    CHECK(dtx_eval_count() == 8);
     const char *summary = NULL;
     for (int i = 0; i < dtx_eval_count(); i++) CHECK(dtx_eval_name(i, &summary) && summary && summary[0]);
     CHECK(dtx_eval_name(dtx_eval_count(), NULL) == NULL && dtx_eval_name(-1, NULL) == NULL);

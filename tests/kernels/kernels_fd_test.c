@@ -412,7 +412,7 @@ static double ce_loss(void *c) {
 static void ce_backward(void *c, real *const *g) {
     ce_ctx *m = c;
     ce_loss(m);
-    dtx_crossentropy_backward(g[0], m->probs, m->tgt, m->N, m->V, 1.0 / (double)m->N);
+    dtx_crossentropy_backward(g[0], m->probs, m->tgt, m->N, m->V, 1.0 / (double)dtx_crossentropy_count(m->tgt, m->N));
 }
 
 TEST(kernel_crossentropy_fd) {
@@ -438,6 +438,40 @@ TEST(kernel_crossentropy_fd) {
     double l2 = dtx_crossentropy_forward(alias, alias, tgt, N, V);
     CHECK(l2 == got && max_diff(alias, m.probs, n) == 0);
     free(alias), free(m.logits), free(m.probs);
+}
+
+/* Ignored targets (DTX_TARGET_IGNORE): the loss is the mean over the others,
+ * its gradient (finite differences) zero on the ignored rows, and the
+ * in-place backward zeroes them. */
+TEST(kernel_crossentropy_ignored_targets_fd) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 8);
+    static const int32_t tgt[6] = {3, DTX_TARGET_IGNORE, 6, DTX_TARGET_IGNORE, 1, 0};
+    int64_t N = 6, V = 7;
+    size_t n = (size_t)(N * V);
+    CHECK(dtx_crossentropy_count(tgt, N) == 4);
+    ce_ctx m = {N, V, tgt, randn(&r, n, 0, 2), alloc_r(n)};
+    fd_problem p = {"crossentropy ignored", ce_loss, ce_backward, &m, 1, {{"logits", m.logits, n}}};
+    fd_run(&p, 16);
+    double got = ce_loss(&m), want = 0;
+    for (int64_t i = 0; i < N; i++) {
+        double z = 0;
+        for (int64_t j = 0; j < V; j++) z += exp(m.logits[i * V + j]);
+        if (tgt[i] >= 0) want += log(z) - m.logits[i * V + tgt[i]];
+        CHECK(fabs(m.probs[i * V + 4] - exp(m.logits[i * V + 4]) / z) < 1e-14); /* every row's softmax */
+    }
+    CHECK(fabs(got - want / 4) < 1e-14);
+    real *d = alloc_r(n), *inp = dup_r(m.probs, n);
+    for (size_t i = 0; i < n; i++) d[i] = 7;
+    dtx_crossentropy_backward(d, m.probs, tgt, N, V, 0.25);
+    dtx_crossentropy_backward_inplace(inp, tgt, N, V, 0.25);
+    for (int64_t j = 0; j < V; j++) {
+        CHECK(d[1 * V + j] == 7 && d[3 * V + j] == 7); /* nothing added */
+        CHECK(inp[1 * V + j] == 0 && inp[3 * V + j] == 0 && fabs(inp[0 * V + j] - (d[0 * V + j] - 7)) < 1e-12);
+    }
+    static const int32_t none[2] = {DTX_TARGET_IGNORE, DTX_TARGET_IGNORE};
+    CHECK(dtx_crossentropy_forward(m.probs, m.logits, none, 2, V) == 0);
+    free(d), free(inp), free(m.logits), free(m.probs);
 }
 
 TEST(kernel_crossentropy_values) {

@@ -295,6 +295,7 @@ def evaluations_are_the_command_evaluations():
         ("attn-map", dict(common, text="The farmer saw the road.", layer=1, head=1)),
         ("icl", dict(model=wmp, tokenizer=wtp, queries=2, episodes=1, shots=[1, 2], orders=2)),
         ("halluc", dict(common, haystack=hay, samples=2, needles=2, list_needles=[2, 3])),
+        ("recall", dict(model=mp, queries=2, distractors=[0, 3], episodes=3)),
     ]
     seen = []
     for name, opts in cases:
