@@ -79,24 +79,9 @@ if [ "${1:-}" = --one ]; then # a worker: RUN NAME ARGS...
     exit 0
 fi
 
-local quick=0 dir=${REPRO_DIR:-} list=0 jobs=${JOBS:-2} stop_after=2
-is_true "${QUICK:-}" && quick=1
-while [ $# -gt 0 ]; do
-    case $1 in
-        -h|--help) usage; exit 0 ;;
-        --quick) quick=1 ;;
-        --no-setup) NO_SETUP=1 ;;
-        --no-build) NO_BUILD=1 ;;
-        --list) list=1 ;;
-        --lr-only) stop_after=1 ;;
-        --jobs) [ $# -ge 2 ] || { echo "recall: --jobs needs a value" >&2; exit 2; }; jobs=$2; shift ;;
-        --dir) [ $# -ge 2 ] || { echo "recall: --dir needs a value" >&2; exit 2; }; dir=$2; shift ;;
-        *) echo "recall: unknown argument $1 (scripts/recall.sh --help)" >&2; exit 2 ;;
-    esac
-    shift
-done
-case $dir in ''|/*) ;; *) dir=$root/$dir ;; esac
-case $jobs in [1-9]|[1-9][0-9]) ;; *) echo "recall: --jobs $jobs: expected 1 to 99" >&2; exit 2 ;; esac
+local quick dir list jobs stop_after=2
+stage_flag() { case $1 in --lr-only) stop_after=1 ;; *) return 1 ;; esac; }
+stage_args "$@"
 
 # ---- the recipe
 local data run vocab=256 queries=8 max_distractors=32 counts="0,8,16,32" dim=64 layers=2 batch=32 steps episodes

@@ -80,24 +80,9 @@ if [ "${1:-}" = --one ]; then # a worker: NAME ARGS...
     exit 0
 fi
 
-local quick=0 dir=${REPRO_DIR:-} list=0 jobs=${JOBS:-2} lr_only=0
-is_true "${QUICK:-}" && quick=1
-while [ $# -gt 0 ]; do
-    case $1 in
-        -h|--help) usage; exit 0 ;;
-        --quick) quick=1 ;;
-        --no-setup) NO_SETUP=1 ;;
-        --no-build) NO_BUILD=1 ;;
-        --list) list=1 ;;
-        --lr-only) lr_only=1 ;;
-        --jobs) [ $# -ge 2 ] || { echo "scaling: --jobs needs a value" >&2; exit 2; }; jobs=$2; shift ;;
-        --dir) [ $# -ge 2 ] || { echo "scaling: --dir needs a value" >&2; exit 2; }; dir=$2; shift ;;
-        *) echo "scaling: unknown argument $1 (scripts/scaling.sh --help)" >&2; exit 2 ;;
-    esac
-    shift
-done
-case $dir in ''|/*) ;; *) dir=$root/$dir ;; esac
-case $jobs in [1-9]|[1-9][0-9]) ;; *) echo "scaling: --jobs $jobs: expected 1 to 99" >&2; exit 2 ;; esac
+local quick dir list jobs lr_only=0
+stage_flag() { case $1 in --lr-only) lr_only=1 ;; *) return 1 ;; esac; }
+stage_args "$@"
 
 # ---- the recipe (everything that decides a result is here)
 local data run vocab seq batch steps layers head_width sweep_dim ppl_tokens

@@ -24,3 +24,27 @@ stage_start() {
     is_true "${NO_BUILD:-}" || make --no-print-directory build/difftx
     [ -x "$bin" ] || die "$bin is not an executable"
 }
+
+# stage_args "$@": the flags every stage takes (-h, --quick, --no-setup, --no-build, --list, --jobs N,
+# --dir DIR) into the caller's quick, list, jobs and dir (declared local there; QUICK, JOBS and REPRO_DIR
+# are the defaults); a flag it does not know goes to the stage's own stage_flag FLAG, which returns 1 for
+# one it does not know either.
+stage_args() {
+    quick=0 dir=${REPRO_DIR:-} list=0 jobs=${JOBS:-2}
+    is_true "${QUICK:-}" && quick=1
+    while [ $# -gt 0 ]; do
+        case $1 in
+            -h|--help) usage; exit 0 ;;
+            --quick) quick=1 ;;
+            --no-setup) NO_SETUP=1 ;;
+            --no-build) NO_BUILD=1 ;;
+            --list) list=1 ;;
+            --jobs) [ $# -ge 2 ] || { echo "$stage_name: --jobs needs a value" >&2; exit 2; }; jobs=$2; shift ;;
+            --dir) [ $# -ge 2 ] || { echo "$stage_name: --dir needs a value" >&2; exit 2; }; dir=$2; shift ;;
+            *) stage_flag "$1" || { echo "$stage_name: unknown argument $1 (scripts/$stage_name.sh --help)" >&2; exit 2; } ;;
+        esac
+        shift
+    done
+    case $dir in ''|/*) ;; *) dir=$root/$dir ;; esac
+    case $jobs in [1-9]|[1-9][0-9]) ;; *) echo "$stage_name: --jobs $jobs: expected 1 to 99" >&2; exit 2 ;; esac
+}

@@ -58,25 +58,9 @@ if [ "${1:-}" = --outliers ]; then # a worker: RUN NAME
     exit 0
 fi
 
-local quick=0 dir=${REPRO_DIR:-} list=0 jobs=${JOBS:-2} stop_after=3
-is_true "${QUICK:-}" && quick=1
-while [ $# -gt 0 ]; do
-    case $1 in
-        -h|--help) usage; exit 0 ;;
-        --quick) quick=1 ;;
-        --no-setup) NO_SETUP=1 ;;
-        --no-build) NO_BUILD=1 ;;
-        --list) list=1 ;;
-        --lr-only) stop_after=1 ;;
-        --loss-only) stop_after=2 ;;
-        --jobs) [ $# -ge 2 ] || { echo "v2: --jobs needs a value" >&2; exit 2; }; jobs=$2; shift ;;
-        --dir) [ $# -ge 2 ] || { echo "v2: --dir needs a value" >&2; exit 2; }; dir=$2; shift ;;
-        *) echo "v2: unknown argument $1 (scripts/v2.sh --help)" >&2; exit 2 ;;
-    esac
-    shift
-done
-case $dir in ''|/*) ;; *) dir=$root/$dir ;; esac
-case $jobs in [1-9]|[1-9][0-9]) ;; *) echo "v2: --jobs $jobs: expected 1 to 99" >&2; exit 2 ;; esac
+local quick dir list jobs stop_after=3
+stage_flag() { case $1 in --lr-only) stop_after=1 ;; --loss-only) stop_after=2 ;; *) return 1 ;; esac; }
+stage_args "$@"
 
 # ---- the recipe: the scaling stage's at its sweep size (everything that decides a result is here)
 local data run vocab seq batch steps layers head_width dim ppl_tokens outlier_tokens scaling_keep=""
