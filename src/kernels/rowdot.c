@@ -64,9 +64,10 @@ void dtx_axpy_rows(real *y, int64_t w, const real *p, const real *v, int64_t ldv
 }
 
 /* Rows split over the threads: each thread owns a contiguous block (one long
- * stream that the hardware prefetchers follow) and takes it from the front in
- * chunks; a thread done with its own takes chunks from the back of another's
- * block. Why: the two cores of these machines do not finish equal halves at
+ * stream that the hardware prefetchers follow) and takes it from the front,
+ * a quarter of what is left at a time (at least GEMV_CHUNK rows); a thread
+ * done with its own takes GEMV_CHUNK rows at a time from the back of
+ * another's block. Why: the two cores of these machines do not finish equal halves at
  * the same time (their share of the memory bandwidth moves), and with a
  * static split the first to finish waited at the barrier, 5–8% of a decode
  * step. Every chunk starts at a multiple of 8 rows (the kernels' blocks) and
