@@ -34,6 +34,7 @@ static const char USAGE[] =
     "\n";
 
 enum { MAX_COUNTS = 32, N_SEG = 4, N_MAPS = 3, BATCH = 16 };
+#define LOGITS_BUDGET ((size_t)1 << 28) /* bytes of logits one batch may hold: fewer episodes where they are long */
 enum { SEG_ANSWER, SEG_DISTRACTORS, SEG_OTHER, SEG_QUERIES };
 static const char *const SEG_NAME[N_SEG] = {"answer", "distractors", "other_pairs", "queries"};
 static const char *const MAP_KEY[N_MAPS] = {"a1", "a2", "combined"};
@@ -114,16 +115,20 @@ static int add_episode(dtx_model *m, int64_t b, const dtx_recall_episode *e, con
     return EVAL_OK;
 }
 
-/* Every count's episodes, BATCH at a time through one forward. */
+/* Every count's episodes, BATCH at a time through one forward (fewer where
+ * their logits would pass LOGITS_BUDGET: long episodes of a large vocabulary). */
 static int run_counts(const recall_args *a, dtx_model *m, count_result *res) {
     const dtx_config *c = dtx_model_config(m);
     int64_t L = c->n_layers, longest = 2 * (2 * a->queries + a->counts[0]);
     for (int i = 1; i < a->n_counts; i++)
         if (2 * (2 * a->queries + a->counts[i]) > longest) longest = 2 * (2 * a->queries + a->counts[i]);
-    int32_t *tokens = malloc((size_t)(BATCH * longest) * sizeof *tokens);
-    dtx_real *logits = malloc((size_t)(BATCH * longest) * (size_t)c->vocab_size * sizeof *logits);
+    size_t per_episode = (size_t)longest * (size_t)c->vocab_size * sizeof(dtx_real);
+    int64_t batch = per_episode * BATCH <= LOGITS_BUDGET ? BATCH : (int64_t)(LOGITS_BUDGET / per_episode);
+    if (batch < 1) batch = 1;
+    int32_t *tokens = malloc((size_t)(batch * longest) * sizeof *tokens);
+    dtx_real *logits = malloc((size_t)batch * per_episode);
     double *row = malloc((size_t)longest * sizeof *row);
-    dtx_recall_episode *eps = calloc(BATCH, sizeof *eps);
+    dtx_recall_episode *eps = calloc((size_t)batch, sizeof *eps);
     if (!tokens || !logits || !row || !eps) {
         free(tokens), free(logits), free(row), free(eps);
         return eval_runtime_error("out of memory");
@@ -134,8 +139,8 @@ static int run_counts(const recall_args *a, dtx_model *m, count_result *res) {
         for (int g = 0; g < N_GROUPS; g++)
             if (!(res[i].g[g].share = calloc((size_t)(N_MAPS * L * N_SEG), sizeof(double))))
                 rc = eval_runtime_error("out of memory");
-        for (int64_t e0 = 0; e0 < a->episodes && rc == EVAL_OK; e0 += BATCH) {
-            int64_t nb = a->episodes - e0 < BATCH ? a->episodes - e0 : BATCH, n = 0;
+        for (int64_t e0 = 0; e0 < a->episodes && rc == EVAL_OK; e0 += batch) {
+            int64_t nb = a->episodes - e0 < batch ? a->episodes - e0 : batch, n = 0;
             for (int64_t b = 0; b < nb && rc == EVAL_OK; b++) {
                 /* an episode's draws depend on the seed, its count and its index alone */
                 dtx_recall_spec s = {.queries = a->queries, .distractors = a->counts[i], .vocab = c->vocab_size,
