@@ -63,22 +63,8 @@ if [ "${1:-}" = --one ]; then
     exit 0
 fi
 
-quick=0; is_true "${QUICK:-}" && quick=1
-dir=${REPRO_DIR:-} list=0 jobs=${JOBS:-2}
-while [ $# -gt 0 ]; do
-    case $1 in
-        -h|--help) usage; exit 0 ;;
-        --quick) quick=1 ;;
-        --no-build) NO_BUILD=1 ;;
-        --list) list=1 ;;
-        --jobs) [ $# -ge 2 ] || { echo "induction: --jobs needs a value" >&2; exit 2; }; jobs=$2; shift ;;
-        --dir) [ $# -ge 2 ] || { echo "induction: --dir needs a value" >&2; exit 2; }; dir=$2; shift ;;
-        *) echo "induction: unknown argument $1 (scripts/induction.sh --help)" >&2; exit 2 ;;
-    esac
-    shift
-done
-case $dir in ''|/*) ;; *) dir=$root/$dir ;; esac
-case $jobs in [1-9]|[1-9][0-9]) ;; *) echo "induction: --jobs $jobs: expected 1 to 99" >&2; exit 2 ;; esac
+stage_flag() { return 1; } # no flags of its own
+stage_args "$@"
 
 # ---- the study's settings (everything that decides a result is here)
 if [ $quick = 1 ]; then

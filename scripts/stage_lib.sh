@@ -27,7 +27,7 @@ stage_start() {
 
 # stage_args "$@": the flags every stage takes (-h, --quick, --no-setup, --no-build, --list, --jobs N,
 # --dir DIR) into the caller's quick, list, jobs and dir (declared local there; QUICK, JOBS and REPRO_DIR
-# are the defaults); a flag it does not know goes to the stage's own stage_flag FLAG, which returns 1 for
+# are the defaults; induction, scaling, v2, recall); a flag it does not know goes to the stage's own stage_flag FLAG, which returns 1 for
 # one it does not know either.
 stage_args() {
     quick=0 dir=${REPRO_DIR:-} list=0 jobs=${JOBS:-2}
