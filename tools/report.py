@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runs import finished_models, model_info, read_log, read_settings  # noqa: E402
+from runs import finished_models, model_info, read_entries, read_log, read_settings  # noqa: E402
 from stats import (CLAIMS, EXPLORATORY, LEDGER, N_PRIMARY, OURS, PRIMARY, bounded_diff_ci, bounded_diff_p,  # noqa: E402
                    direction, fmt_ci, fmt_p, gate, holds_every_seed, holm, mean_ci, paired,
                    paired_ci, record, say, t_p)
@@ -869,15 +869,20 @@ def section_earlier(out):
                "plain language modelling, each arch at its own learning rate, 3 seeds per size.\n")
 
 
+def lambda_stages(r):
+    """[(stage, folder)] of the stages whose DIFF models the λ section reads."""
+    return [("main", r.dir), ("scaling", os.path.join(r.dir, "scaling")), ("claims", os.path.join(r.dir, "claims")),
+            ("v2", os.path.join(r.dir, "v2"))] + [
+        (f"v2 {h}", os.path.join(r.dir, "v2", h)) for h in ("high", "high8", "high16")] + [
+        ("recall", os.path.join(r.dir, "recall"))]
+
+
 def lambda_rows(r):
     """[(stage, model, [λ per layer])] of every finished DIFF V1 model of the report's stages (their difftx info
     records: the learned λ = exp(λq1·λk1) − exp(λq2·λk2) + λ_init of each layer)."""
     rows = []
-    where = [("main", r.dir), ("scaling", os.path.join(r.dir, "scaling")), ("claims", os.path.join(r.dir, "claims")),
-             ("v2", os.path.join(r.dir, "v2"))] + [
-        (f"v2 {h}", os.path.join(r.dir, "v2", h)) for h in ("high", "high8", "high16")]
-    for stage, d in where:
-        for (name,), base in finished_models(d, r"(diff-.+)").items():
+    for stage, d in lambda_stages(r):
+        for (name,), base in finished_models(d, r"(diff(?:nonorm)?-.+)").items():
             p = base + ".info.json"
             if not os.path.exists(p):
                 continue
@@ -887,11 +892,31 @@ def lambda_rows(r):
     return rows
 
 
+def lambda_traces(r):
+    """{stage: {model: [(step, [λ per layer])]}} from the training logs that carry λ (difftx train --log writes
+    it on every step line of a DIFF run): a warm-up's log (NAME.warm.jsonl) first, the steps after it shifted
+    on by its length."""
+    out = {}
+    for stage, d in lambda_stages(r):
+        for (name,), base in finished_models(d, r"(diff(?:nonorm)?-.+)").items():
+            trace, shift = [], 0
+            for part in (base + ".warm.jsonl", base + ".jsonl"):
+                if not os.path.exists(part):
+                    continue
+                pts = [(s + shift, e["lambda"]) for s, e in read_entries(part) if isinstance(e.get("lambda"), list)]
+                trace += pts
+                if pts:
+                    shift = pts[-1][0]
+            if trace:
+                out.setdefault(stage, {})[name] = trace
+    return out
+
+
 def fmt_lambda(x):
     return f"{x:.3f}" if abs(x) < 100 else f"{x:.2g}"
 
 
-def section_lambda(r, out):
+def section_lambda(r, out, figs):
     """The learned λ of every DIFF model, shown as they are, beside λ_init and what the official maintainers
     report for their models."""
     rows = lambda_rows(r)
@@ -922,7 +947,23 @@ def section_lambda(r, out):
                + ". Unlike the maintainers' models, ours learn negative λ often: a layer with λ < 0 adds the second "
                "map instead of subtracting it. These are models of 1–3 DIFF heads trained on a few million tokens; "
                "the report does not say whether the difference comes from their size, their data or their "
-               "learning rates.\n")
+               "learning rates. A λ far from 1 costs such a head little: its per-head norm rescales "
+               "(A1 − λA2)V, so a large |λ| leaves the head computing ∓A2·V alone.\n")
+    traces = lambda_traces(r)
+    if not traces:
+        out.append("λ over training is logged by every DIFF run since difftx wrote it on the log's step lines; no "
+                   "stage in this report has such runs yet.\n")
+        return
+    figs["lambda"] = traces
+    out.append("λ over training (every logged step of the runs whose logs carry it; ![λ over training](lambda.png)):\n")
+    out.append("| stage | runs | left (0, 1) at some step | at the end | λ's range over training |")
+    out.append("|---|---:|---:|---:|---|")
+    for stage, runs in traces.items():
+        left = sum(1 for t in runs.values() if any(not 0 < x < 1 for _, lam in t for x in lam))
+        end = sum(1 for t in runs.values() if any(not 0 < x < 1 for x in t[-1][1]))
+        xs = [x for t in runs.values() for _, lam in t for x in lam]
+        out.append(f"| {stage} | {len(runs)} | {left} | {end} | {fmt_lambda(min(xs))} to {fmt_lambda(max(xs))} |")
+    out.append("")
 
 
 def section_regime(r, out):
@@ -1005,6 +1046,22 @@ def draw(r, figs):
             x.legend()
         fig.tight_layout()
         fig.savefig(os.path.join(r.dir, "quant.png"), dpi=110)
+        plt.close(fig)
+    if "lambda" in figs:
+        traces = figs["lambda"]
+        fig, axes = plt.subplots(1, len(traces), figsize=(4.5 * len(traces), 3.4), squeeze=False)
+        for ax, (stage, runs) in zip(axes[0], traces.items()):
+            for i, t in enumerate(runs.values()):
+                for l in range(len(t[0][1])):
+                    ax.plot([s for s, _ in t], [lam[l] for _, lam in t], color=f"C{l % 10}", alpha=0.4, lw=0.8,
+                            label=f"layer {l}" if i == 0 else None)
+            ax.axhspan(0, 1, color="0.93", zorder=-1)
+            ax.set_title(f"{stage}: {len(runs)} DIFF runs", fontsize=9)
+            ax.set_xlabel("step")
+            ax.set_ylabel("λ")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(r.dir, "lambda.png"), dpi=110)
         plt.close(fig)
     if "maps" in figs:
         subprocess.run([sys.executable, tool, "attn-map", figs["maps"]["diff"], figs["maps"]["transformer"],
@@ -1128,7 +1185,7 @@ def main():
     section_claims_stage(r, out)
     section_v2_stage(r, out)
     section_recall_stage(r, out)
-    section_lambda(r, out)
+    section_lambda(r, out, figs)
     section_earlier(out)
     out.append("## Commands\n")
     out.append("Everything above: `" + args.command + "` (scripts/reproduce.sh; its `--help` lists each step); "

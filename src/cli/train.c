@@ -40,7 +40,7 @@ typedef struct {
     int arch, schedule, precision, subln, init_scheme, v2_lambda, recall_loss;
     const char *lambda_init;
     const char *init, *tokens, *out, *val_tokens, *log_path, *ckpt_dir_flag;
-    int64_t steps, log_every;
+    int64_t steps, log_every, log_steps;
     int64_t eval_every, ckpt_every, keep, stop_after;
     int bf16, resume;
     char ckpt_dir[4096];
@@ -65,6 +65,7 @@ static void set_defaults(train_args *a) {
     a->init_scheme = (int)a->to.init_scheme;
     a->steps = 1000;
     a->log_every = 10;
+    a->log_steps = 1;
     a->eval_every = 100;
     a->keep = 3;
 }
@@ -456,8 +457,11 @@ static int train_loop(train_state *s, const train_args *a) {
         s->last_lr = lr;
         double now = dtx_now_s();
         double rate = tokens_per_step / (now - t_step > 1e-9 ? now - t_step : 1e-9);
-        int rc = lib_fail(s, dtx_run_log_step(s->run, s->tr, rate, now - s->t0));
-        if (rc != EXIT_OK) return rc;
+        int rc = EXIT_OK;
+        if (step % a->log_steps == 0 || step == a->steps) {
+            rc = lib_fail(s, dtx_run_log_step(s->run, s->tr, rate, now - s->t0));
+            if (rc != EXIT_OK) return rc;
+        }
         report(s, a, step, loss, lr, gnorm, now);
         if (s->info.val_tokens && (step % a->eval_every == 0 || step == a->steps)) {
             double val = NAN;
@@ -774,6 +778,8 @@ int cmd_train(int argc, char **argv) {
                  .help = "batches of --batch x --seq tokens per validation"),
         FLAG_STR("--log", &a.log_path, .metavar = "FILE.jsonl",
                  .help = "one JSON object per step (and per validation, checkpoint)"),
+        FLAG_INT("--log-steps", &a.log_steps, 1, BIG, .metavar = "N",
+                 .help = "write a step line to --log every N steps and at the last (default 1: every step)"),
         FLAG_INT("--log-every", &a.log_every, 1, BIG, .metavar = "N",
                  .help = "print a progress line every N steps; with stderr on a terminal a progress bar is redrawn "
                          "there (and the lines go only to a stdout that is not a terminal)"),

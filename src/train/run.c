@@ -323,6 +323,13 @@ dtx_status dtx_run_log_step(dtx_run *r, const dtx_trainer *t, double tokens_per_
         jnum(o, "copy_first", cs->first / (double)cs->n_first, &ok);
         jnum(o, "copy_repeat", cs->repeat / (double)cs->n_repeat, &ok);
     }
+    const dtx_config *c = dtx_model_config(t->model);
+    if (c->arch == DTX_ARCH_DIFF) { /* λ per layer over training (docs/training.md) */
+        double *lam = malloc((size_t)c->n_layers * sizeof *lam);
+        for (int64_t l = 0; lam && l < c->n_layers; l++) lam[l] = dtx_model_lambda(t->model, l);
+        jadd(o, "lambda", lam ? jnum_array(lam, c->n_layers, 6) : NULL, &ok);
+        free(lam);
+    }
     if (dtx_comm_size(t->comm) > 1) { /* the time in the sums over ranks: the cost of more of them */
         jnum(o, "comm_s", s->comm_s, &ok);
         jnum(o, "grad_sum_s", s->grad_sum_s, &ok);

@@ -656,6 +656,56 @@ TEST(train_cli_log_copy_score) {
     CHECKF(c.with == 0 && c.without == 3, "%d steps with the score, %d without", c.with, c.without);
 }
 
+/* --log-steps N: a step line every N steps and at the last; a DIFF run's
+ * lines carry λ per layer (the last one the saved model's), a Transformer's
+ * none. */
+typedef struct {
+    int steps[16], n, with_lambda, lambda_len;
+    double last_lambda[2];
+} lambda_log;
+
+static void lambda_lines(const cJSON *j, void *ctx) {
+    lambda_log *s = ctx;
+    const cJSON *step = cJSON_GetObjectItem(j, "step"), *lam = cJSON_GetObjectItem(j, "lambda");
+    if (!cJSON_IsNumber(step) || !cJSON_GetObjectItem(j, "loss")) return;
+    if (s->n < 16) s->steps[s->n] = step->valueint;
+    s->n++;
+    if (!cJSON_IsArray(lam)) return;
+    s->with_lambda++;
+    s->lambda_len = cJSON_GetArraySize(lam);
+    for (int l = 0; l < 2 && l < s->lambda_len; l++) s->last_lambda[l] = cJSON_GetArrayItem(lam, l)->valuedouble;
+}
+
+TEST(train_cli_log_steps_and_lambda) {
+    const char *txt, *bin, *val;
+    data_files(&txt, &bin, &val);
+    REQUIRE(bin);
+    const char *o = test_path("LS.safetensors"), *log = test_path("LS.jsonl");
+    int rc = cli("train %s --arch diff --tokens '%s' --out '%s' --steps 12 --lr 3e-2 --log-steps 5 --log '%s'", TINY,
+                 bin, o, log);
+    REQUIRE(rc == 0);
+    lambda_log s = {0};
+    each_json(log, lambda_lines, &s);
+    CHECKF(s.n == 3 && s.steps[0] == 5 && s.steps[1] == 10 && s.steps[2] == 12, "%d step lines (%d %d %d)", s.n,
+           s.steps[0], s.steps[1], s.steps[2]);
+    CHECKF(s.with_lambda == 3 && s.lambda_len == 2, "%d lines with lambda, of %d values", s.with_lambda, s.lambda_len);
+    dtx_model *m;
+    REQUIRE(dtx_model_load(&m, o) == DTX_OK);
+    for (int l = 0; l < 2; l++)
+        CHECKF(fabs(s.last_lambda[l] - dtx_model_lambda(m, l)) <= 1e-5 * fmax(1, fabs(s.last_lambda[l])),
+               "layer %d: logged %.9g, the model's %.9g", l, s.last_lambda[l], dtx_model_lambda(m, l));
+    /* it moved from lambda_init (0.2, 0.355...) at this learning rate: the log follows training, not the init */
+    CHECKF(fabs(s.last_lambda[0] - 0.2) > 1e-4, "%.9g", s.last_lambda[0]);
+    dtx_model_free(m);
+    rc = cli("train %s --arch transformer --heads 2 --tokens '%s' --out '%s' --steps 3 --log '%s'", TINY, bin, o, log);
+    REQUIRE(rc == 0);
+    memset(&s, 0, sizeof s);
+    each_json(log, lambda_lines, &s);
+    CHECKF(s.n == 3 && s.with_lambda == 0, "%d step lines, %d with lambda", s.n, s.with_lambda);
+    rc = cli("train %s --tokens '%s' --out '%s' --steps 3 --log-steps 0", TINY, bin, o);
+    CHECK_ONLY(rc, 2, "--log-steps", "0");
+}
+
 TEST(train_cli_log_and_validation) {
     const char *txt, *bin, *val;
     data_files(&txt, &bin, &val);

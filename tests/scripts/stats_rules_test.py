@@ -150,7 +150,11 @@ with tempfile.TemporaryDirectory() as d:
             base = os.path.join(d, "models", f"{a}-d16-s{s}")
             json.dump({"arch": a, "params": 1000, "params_nonembed": 500, "n_heads": 1 if a == "diff" else 2,
                        **({"lambda": [0.5, -0.2]} if a == "diff" else {})}, open(base + ".info.json", "w"))
-            open(base + ".jsonl", "w").write(json.dumps({"step": 10, "val_loss": 4.0 + 0.01 * s}) + "\n")
+            log = [{"step": 10, "val_loss": 4.0 + 0.01 * s}]
+            if a == "diff" and s == 1:  # λ logged over training, with a warm-up before it: leaves (0, 1) at step 9
+                open(base + ".warm.jsonl", "w").write(json.dumps({"step": 4, "loss": 5.0, "lambda": [0.2, 0.4]}) + "\n")
+                log = [{"step": 5, "loss": 4.5, "lambda": [0.6, -0.1]}, {"step": 10, "loss": 4.1, "lambda": [0.5, 0.3]}]
+            open(base + ".jsonl", "w").write("".join(json.dumps(e) + "\n" for e in log))
             acc = {"diff": (0.95, 0.55, 0.78)[s - 1], "transformer": 0.0}[a]
             json.dump({"lengths": [24], "samples": 5, "table2": [
                 {"n": n, "r": 1, "acc": acc, "lo": 0, "hi": 1, "queries": 250} for n in (1, 2)]},
@@ -167,6 +171,9 @@ with tempfile.TemporaryDirectory() as d:
     check("report_three_tables", all(h in text for h in ("### The paper's primary claims", "### The paper's other "
                                                           "claims (exploratory)")), "")
     check("report_lambda", "| main | diff-d16-s1 | 0.500 | -0.200 |" in text)
+    check("report_lambda_trace", "| main | 1 | 1 | 0 | -0.100 to 0.600 |" in text,
+          [line for line in text.splitlines() if line.startswith("| main | 1")])
+    check("report_lambda_plot", os.path.exists(os.path.join(d, "lambda.png")) or "matplotlib" in out.stderr, "")
     # the interval of the needle difference stays inside [-1, 1]
     cell = row[0].split("|")[2] if row else ""
     lo_hi = [float(x) for x in cell.split("[")[1].split("]")[0].split(",")] if "[" in cell else [9, 9]
