@@ -187,7 +187,10 @@ demo:
 # its needles and attention on the answer) adds V2's retrieval to V2.md;
 # STAGE=recall-lr then STAGE=recall (scripts/recall.sh: multi-query
 # associative recall with distractors, 4 archs, an lr sweep then 8 seeds)
-# write runs/reproduce/recall/RECALL.md;
+# write runs/reproduce/recall/RECALL.md; STAGE=induction-time-lr then
+# STAGE=induction-time (scripts/induction_time.sh: time to induction, DIFF,
+# the Transformer and a textbook GPT in PyTorch, an lr sweep then 8 seeds,
+# survival curves) write runs/reproduce/induction-time/INDUCTION_TIME.md;
 # STAGE=report (scripts/report.sh: no training, no build, seconds) writes
 # every stage's write-up and REPORT.md again from the results the repository
 # keeps in docs/reproduce/, every verdict computed anew (tools/stats.py).
@@ -201,7 +204,8 @@ reproduce:
 	  v2-lr) scripts/v2.sh --lr-only ;; v2-loss) scripts/v2.sh --loss-only ;; v2) scripts/v2.sh ;; \
 	  v2-needle) scripts/reproduce.sh --v2 ;; report) scripts/report.sh ;; \
 	  recall-lr) scripts/recall.sh --lr-only ;; recall) scripts/recall.sh ;; \
-	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss, v2, v2-needle, recall-lr, recall or report" >&2; exit 2 ;; esac
+	  induction-time-lr) scripts/induction_time.sh --lr-only ;; induction-time) scripts/induction_time.sh ;; \
+	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss, v2, v2-needle, recall-lr, recall, induction-time-lr, induction-time or report" >&2; exit 2 ;; esac
 
 # The PyTorch side (needs python3-torch: scripts/setup.sh --torch).
 fixtures:

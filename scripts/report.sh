@@ -2,7 +2,7 @@
 # make reproduce STAGE=report: REPORT.md and every stage's write-up written
 # again from results alone, with no training, no evaluation and no difftx
 # build. The default folder (runs/reproduce) first gets back what the
-# repository keeps (docs/reproduce/{main,scaling,claims,v2}-results and the
+# repository keeps (docs/reproduce/{main,scaling,claims,v2,recall,induction-time}-results and the
 # induction study's logs: scripts/repro_keep.sh), so a fresh clone writes
 # the committed REPORT.md again, its verdicts computed anew by tools/stats.py
 # (docs/reproduce.md, "How a verdict is reached"). scripts/reproduce.sh ends
@@ -58,7 +58,7 @@ if [ $publish = 1 ]; then
     mkdir -p "$run"
     scripts/repro_keep.sh restore $kept/main-results "$run"
     local s h
-    for s in scaling claims v2 recall; do
+    for s in scaling claims v2 recall induction-time; do
         [ -f $kept/$s-results/settings.txt ] || continue
         mkdir -p "$run/$s"
         scripts/repro_keep.sh restore $kept/$s-results "$run/$s"
@@ -84,6 +84,7 @@ stage_tool scaling scaling.py scaling
 stage_tool claims claims.py claims
 stage_tool v2 v2.py v2
 stage_tool recall recall.py recall
+stage_tool induction-time induction_time.py induction-time
 local logs=()
 [ $publish = 1 ] && [ -f $kept/induction-logs/settings.txt ] && logs=(--logs $kept/induction-logs)
 if [ -f "$run/induction/settings.txt" ] || [ ${#logs[@]} -gt 0 ]; then
@@ -101,13 +102,15 @@ $py tools/report.py --run "$run" --command "${command:-make reproduce$q}" ${seco
 cp "$run"/*.png $kept/ 2>/dev/null || true
 local f
 for f in scaling/SCALING.md scaling/scaling.png induction/INDUCTION.md induction/induction.png \
-    claims/CLAIMS.md claims/claims.png v2/V2.md; do
+    claims/CLAIMS.md claims/claims.png v2/V2.md recall/RECALL.md induction-time/INDUCTION_TIME.md \
+    induction-time/induction-time.png; do
     [ -f "$run/$f" ] && cp "$run/$f" $kept/
 done
 sed -e 's|](\([a-z_]*\.png\))|](docs/reproduce/\1)|' -e 's|](induction/INDUCTION.md)|](docs/reproduce/INDUCTION.md)|' \
     -e 's#](scaling/\(SCALING.md\|scaling.png\))#](docs/reproduce/\1)#g' \
     -e 's#](claims/\(CLAIMS.md\|claims.png\))#](docs/reproduce/\1)#g' \
-    -e 's#](v2/V2.md)#](docs/reproduce/V2.md)#g' -e 's#](earlier/#](docs/reproduce/earlier/#g' \
+    -e 's#](v2/V2.md)#](docs/reproduce/V2.md)#g' -e 's#](recall/RECALL.md)#](docs/reproduce/RECALL.md)#g' \
+    -e 's#](induction-time/\(INDUCTION_TIME.md\|induction-time.png\))#](docs/reproduce/\1)#g' -e 's#](earlier/#](docs/reproduce/earlier/#g' \
     "$run/REPORT.md" > REPORT.md.tmp
 mv REPORT.md.tmp REPORT.md
 echo "report: REPORT.md, docs/reproduce/"

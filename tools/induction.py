@@ -53,6 +53,16 @@ def read_elapsed(path):
     return e[-1][1].get("elapsed_s", 0.0) if e else 0.0
 
 
+def first_step(pts, nats):
+    """The first step at which the induction score's WINDOW-step moving mean reaches NATS (None: never), of
+    read_scores' points."""
+    score = [f - r for _, _, f, r in pts]
+    for i in range(WINDOW - 1, len(score)):
+        if statistics.fmean(score[i - WINDOW + 1:i + 1]) >= nats:
+            return pts[i][0]
+    return None
+
+
 class RunResult:
     def __init__(self, name, pts, steps, vocab):
         self.name = name
@@ -62,12 +72,7 @@ class RunResult:
         tail = max(1, len(pts) // 10)
         self.final = statistics.fmean(score[-tail:]) if pts else float("nan")
         self.final_loss = statistics.fmean(l for _, l, _, _ in pts[-tail:]) if pts else float("nan")
-        self.onset = None
-        for i in range(len(score)):
-            lo = max(0, i - WINDOW + 1)
-            if statistics.fmean(score[lo:i + 1]) >= ONSET_NATS and i + 1 >= WINDOW:
-                self.onset = pts[i][0]
-                break
+        self.onset = first_step(pts, ONSET_NATS)
         half = math.log(vocab) / 2
         self.state = "formed" if self.final >= half else "partly" if self.final >= ONSET_NATS else "not formed"
         self.curve = [(s, f - r) for s, _, f, r in pts]

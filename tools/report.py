@@ -288,6 +288,16 @@ def section_recall_stage(r, out):
                    "`STAGE=recall` (not run for this report).\n"])
 
 
+def section_induction_time_stage(r, out):
+    """The induction-time stage's write-up (make reproduce STAGE=induction-time)."""
+    include_stage(r, out, "induction-time", "INDUCTION_TIME.md",
+                  "## Time to induction (`make reproduce STAGE=induction-time`; "
+                  "[induction-time/INDUCTION_TIME.md](induction-time/INDUCTION_TIME.md))\n",
+                  ["## Time to induction, beside a textbook GPT\n",
+                   "Survival curves of induction's onset and formation, in its own stage: `make reproduce "
+                   "STAGE=induction-time-lr`, then `STAGE=induction-time` (not run for this report).\n"])
+
+
 def section_claims_stage(r, out):
     """The claims stage's write-up (make reproduce STAGE=claims)."""
     include_stage(r, out, "claims", "CLAIMS.md",
@@ -874,7 +884,7 @@ def lambda_stages(r):
     return [("main", r.dir), ("scaling", os.path.join(r.dir, "scaling")), ("claims", os.path.join(r.dir, "claims")),
             ("v2", os.path.join(r.dir, "v2"))] + [
         (f"v2 {h}", os.path.join(r.dir, "v2", h)) for h in ("high", "high8", "high16")] + [
-        ("recall", os.path.join(r.dir, "recall"))]
+        ("recall", os.path.join(r.dir, "recall")), ("induction-time", os.path.join(r.dir, "induction-time"))]
 
 
 def lambda_rows(r):
@@ -1185,6 +1195,7 @@ def main():
     section_claims_stage(r, out)
     section_v2_stage(r, out)
     section_recall_stage(r, out)
+    section_induction_time_stage(r, out)
     section_lambda(r, out, figs)
     section_earlier(out)
     out.append("## Commands\n")
