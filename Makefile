@@ -191,6 +191,10 @@ demo:
 # STAGE=induction-time (scripts/induction_time.sh: time to induction, DIFF,
 # the Transformer and a textbook GPT in PyTorch, an lr sweep then 8 seeds,
 # survival curves) write runs/reproduce/induction-time/INDUCTION_TIME.md;
+# STAGE=optimal-lr, optimal-seeds, optimal, optimal-tokens (scripts/optimal.sh:
+# one size at 20 tokens per parameter, 4 archs, 6 seeds, 3 token budgets;
+# optimal-conversion: its Transformers converted to DIFF and trained on)
+# write runs/reproduce/optimal/OPTIMAL.md;
 # STAGE=report (scripts/report.sh: no training, no build, seconds) writes
 # every stage's write-up and REPORT.md again from the results the repository
 # keeps in docs/reproduce/, every verdict computed anew (tools/stats.py).
@@ -205,7 +209,10 @@ reproduce:
 	  v2-needle) scripts/reproduce.sh --v2 ;; report) scripts/report.sh ;; \
 	  recall-lr) scripts/recall.sh --lr-only ;; recall) scripts/recall.sh ;; \
 	  induction-time-lr) scripts/induction_time.sh --lr-only ;; induction-time) scripts/induction_time.sh ;; \
-	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss, v2, v2-needle, recall-lr, recall, induction-time-lr, induction-time or report" >&2; exit 2 ;; esac
+	  optimal-lr) scripts/optimal.sh --lr-only ;; optimal-seeds) scripts/optimal.sh --seeds-only ;; \
+	  optimal) scripts/optimal.sh ;; optimal-tokens) scripts/optimal.sh --tokens ;; \
+	  optimal-conversion) scripts/optimal.sh --conversion ;; \
+	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss, v2, v2-needle, recall-lr, recall, induction-time-lr, induction-time, optimal-lr, optimal-seeds, optimal, optimal-tokens, optimal-conversion or report" >&2; exit 2 ;; esac
 
 # The PyTorch side (needs python3-torch: scripts/setup.sh --torch).
 fixtures:

@@ -298,6 +298,15 @@ def section_induction_time_stage(r, out):
                    "STAGE=induction-time-lr`, then `STAGE=induction-time` (not run for this report).\n"])
 
 
+def section_optimal_stage(r, out):
+    """The optimal stage's write-up (make reproduce STAGE=optimal...)."""
+    include_stage(r, out, "optimal", "OPTIMAL.md",
+                  "## One size trained properly (`make reproduce STAGE=optimal`; [optimal/OPTIMAL.md](optimal/OPTIMAL.md))\n",
+                  ["## One size at 20 tokens per parameter, with DIFF's ablations\n",
+                   "In its own stage: `make reproduce STAGE=optimal-lr`, `STAGE=optimal-seeds`, `STAGE=optimal`, then "
+                   "`STAGE=optimal-tokens` (not run for this report).\n"])
+
+
 def section_claims_stage(r, out):
     """The claims stage's write-up (make reproduce STAGE=claims)."""
     include_stage(r, out, "claims", "CLAIMS.md",
@@ -884,7 +893,8 @@ def lambda_stages(r):
     return [("main", r.dir), ("scaling", os.path.join(r.dir, "scaling")), ("claims", os.path.join(r.dir, "claims")),
             ("v2", os.path.join(r.dir, "v2"))] + [
         (f"v2 {h}", os.path.join(r.dir, "v2", h)) for h in ("high", "high8", "high16")] + [
-        ("recall", os.path.join(r.dir, "recall")), ("induction-time", os.path.join(r.dir, "induction-time"))]
+        ("recall", os.path.join(r.dir, "recall")), ("induction-time", os.path.join(r.dir, "induction-time")),
+        ("optimal", os.path.join(r.dir, "optimal"))]
 
 
 def lambda_rows(r):
@@ -1196,6 +1206,7 @@ def main():
     section_v2_stage(r, out)
     section_recall_stage(r, out)
     section_induction_time_stage(r, out)
+    section_optimal_stage(r, out)
     section_lambda(r, out, figs)
     section_earlier(out)
     out.append("## Commands\n")

@@ -309,6 +309,11 @@ CLAIMS = {
     # mechanism on a task both archs learn
     "recall-acc": (PRIMARY, "DIFF answers more associative-recall queries among the most distractors (Table 2's analogue)"),
     "recall-answer": (PRIMARY, "DIFF's queries put more attention on the answer pair (Table 3's analogue)"),
+    # the optimal stage's (docs/reproduce.md "The optimal stage"), named before its runs: one size at 20 tokens
+    # per non-embedding parameter, each arch at its own learning rate, 6 seeds
+    "optimal-loss": (PRIMARY, "DIFF's loss is lower at one size trained to 20 tokens per parameter (Fig. 3a at one "
+                              "size)"),
+    "optimal-tokens": (PRIMARY, "DIFF reaches the Transformer's loss with fewer tokens (Fig. 3b at one size)"),
     "ar-hits": (EXPLORATORY, "DIFF's loss is lower on AR hits (Table 6)"),
     "ar-others": (EXPLORATORY, "DIFF's loss is lower on the other tokens (Table 6)"),
     "lm-retrieval": (EXPLORATORY, "DIFF's loss is lower (the retrieval models)"),
@@ -343,10 +348,17 @@ CLAIMS = {
     "v2-diverge": (EXPLORATORY, "V2 diverges less often than the Transformer at a large lr (DIFF V2)"),
     "v2-logits": (EXPLORATORY, "V2's largest attention logits are smaller than the Transformer's (DIFF V2)"),
     "v2-hidden": (EXPLORATORY, "V2's largest hidden values are smaller than the Transformer's (DIFF V2)"),
+    "optimal-norm": (EXPLORATORY, "DIFF's loss is lower with its per-head norm than without (Table 6's GroupNorm "
+                                  "ablation, at 20 tokens per parameter)"),
+    "optimal-v2": (EXPLORATORY, "V2's loss is lower than the Transformer's at 20 tokens per parameter (DIFF V2)"),
     "recall-noise": (EXPLORATORY, "DIFF's queries put less attention on each distractor pair (Table 3's analogue)"),
     "recall-v2-acc": (EXPLORATORY, "V2 answers more associative-recall queries than the Transformer (DIFF V2)"),
     "recall-norm-acc": (EXPLORATORY, "DIFF answers more associative-recall queries with its per-head norm than "
                                      "without (Table 6's GroupNorm ablation)"),
+    "conversion-continue": (OURS, "a trained Transformer converted to DIFF and trained on ends lower than the "
+                                  "Transformer trained on for the same tokens"),
+    "conversion-scratch": (OURS, "a trained Transformer converted to DIFF and trained on ends lower than DIFF "
+                                 "trained from scratch for the same total tokens"),
     "w8a16": (OURS, "DIFF loses less when quantised w8a16"),
     "w8a8": (OURS, "DIFF loses less when quantised w8a8"),
     "w4a16": (OURS, "DIFF loses less when quantised w4a16"),

@@ -116,18 +116,18 @@ def primaries(ps, gated=()):
 
 
 keys = [k for k, (tier, _) in stats.CLAIMS.items() if tier == stats.PRIMARY]
-check("seven_primary", len(keys) == 7 == stats.N_PRIMARY, keys)
-final, ph = primaries([0.001, 0.02, 0.03, 0.04, 0.2, 0.5, 0.6])
-check("holm_flips", final[:7] == ["held"] + ["not resolved"] * 6, final)
-check("holm_adjusted", [round(x, 4) for x in ph[:7]] == [0.007, 0.12, 0.15, 0.16, 0.6, 1.0, 1.0], ph)
-check("exploratory_uncorrected", final[7] == "held" and ph[7] is None, (final[7], ph[7]))
-# Holm rejects where Bonferroni would not (the largest p times 7 is 0.0945)
-final, _ = primaries([0.004, 0.006, 0.008, 0.011, 0.012, 0.0125, 0.0135])
-check("holm_not_bonferroni", final[:7] == ["held"] * 7, final)
-# a confounded primary counts with p = 1: it never loosens the others (0.02 is adjusted by 7, not by 6)
-final, ph = primaries([0.0001, 0.02, 0.9, 0.9, 0.9, 0.9, 0.9], gated=("params",))
+check("nine_primary", len(keys) == 9 == stats.N_PRIMARY, keys)
+final, ph = primaries([0.001, 0.02, 0.03, 0.04, 0.2, 0.5, 0.6, 0.7, 0.8])
+check("holm_flips", final[:9] == ["held"] + ["not resolved"] * 8, final)
+check("holm_adjusted", [round(x, 4) for x in ph[:9]] == [0.009, 0.16, 0.21, 0.24, 1.0, 1.0, 1.0, 1.0, 1.0], ph)
+check("exploratory_uncorrected", final[9] == "held" and ph[9] is None, (final[9], ph[9]))
+# Holm rejects where Bonferroni would not (the largest p times 9 is 0.0891)
+final, _ = primaries([0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.0099])
+check("holm_not_bonferroni", final[:9] == ["held"] * 9, final)
+# a confounded primary counts with p = 1: it never loosens the others (0.02 is adjusted by 9, not by 8)
+final, ph = primaries([0.0001, 0.02, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9], gated=("params",))
 check("gated_in_family", ph[0] == 1.0 and final[0].startswith("not resolved (confounded") and
-      close(ph[1], 0.14, 1e-12) and final[1] == "not resolved", (final, ph))
+      close(ph[1], 0.18, 1e-12) and final[1] == "not resolved", (final, ph))
 # the inline words: before the correction a pointer, after it the corrected verdict
 stats.LEDGER.clear()
 rec = stats.record("params", (0.3, 0.2, 0.4, 3), 0.02, [0.3, 0.3, 0.3], -1, "test")
@@ -135,7 +135,7 @@ before = stats.say(rec)
 stats.holm(stats.LEDGER)
 after = stats.say(rec)
 check("say_before", "before correction" in before and "did not hold" in before, before)
-check("say_after", after.startswith("**not resolved** (primary: Holm-adjusted p = 0.140 over 7 claims)"), after)
+check("say_after", after.startswith("**not resolved** (primary: Holm-adjusted p = 0.180 over 9 claims)"), after)
 check("every_seed_note", "every seed against the paper (3 of 3)" in after, after)
 
 # ---- a report from hand-made results: the Transformer never retrieves, so the needle claim is confounded
