@@ -1148,13 +1148,55 @@ def summary():
     return out
 
 
+def closing():
+    """The closing paragraph, computed from the corrected verdicts alone: what this CPU-scale evidence says about
+    the paper's claims, against them as prominently as for them."""
+    prim = [r for r in LEDGER if r["tier"] == PRIMARY]
+    expl = [r for r in LEDGER if r["tier"] == EXPLORATORY]
+    seen = {r["key"] for r in prim}
+    unmeasured = [text for key, (t, text) in CLAIMS.items() if t == PRIMARY and key not in seen]
+
+    def kind(r):
+        v = r.get("final", r["verdict"])
+        return ("held" if v == "held" else "against" if v == "did not hold" else "confounded" if r.get("gate")
+                else "seeds" if v.startswith("not resolved (") and "seed" in v else
+                "unmeasured" if v == "not measured" else "open")
+
+    def names(rs, k):
+        return [r["claim"] for r in rs if kind(r) == k]
+
+    def say_list(xs):
+        return "; ".join(xs) if xs else "none"
+
+    held, against = names(prim, "held"), names(prim, "against")
+    conf, open_ = names(prim, "confounded"), names(prim, "open") + names(prim, "seeds")
+    unmeasured += names(prim, "unmeasured")
+    eh, ea = names(expl, "held"), names(expl, "against")
+    out = ["### What this evidence says\n",
+           f"Computed from the verdicts above. Of the paper's {N_PRIMARY} primary claims (Holm-corrected together), "
+           f"**{len(held)} held** ({say_list(held)}) and **{len(against)} did not hold**, the difference going the "
+           f"other way ({say_list(against)}); {len(open_)} were measured without a decision ({say_list(open_)}); "
+           f"{len(conf)} cannot be decided here because the models compared differ in an ability the comparison "
+           f"needs ({say_list(conf)}); {len(unmeasured)} are not measured yet (their stages have not run: "
+           f"{say_list(unmeasured)}). Of the {len(expl)} exploratory comparisons, each at 0.05 uncorrected, "
+           f"{len(eh)} held and {len(ea)} did not hold. "
+           + ("At this scale the evidence runs against the paper more often than for it. " if len(against) + len(ea)
+              > len(held) + len(eh) else "At this scale the evidence runs for the paper more often than against it. "
+              if len(held) + len(eh) > len(against) + len(ea) else "")
+           + "These are models of a few million parameters or fewer, trained on a few million tokens on two CPU "
+           "cores: a claim that did not hold here says that at this scale, under these recipes, the difference "
+           "went the other way, not that it does at the paper's 0.8–13B parameters; a claim that held is evidence "
+           "that the mechanism shows at small scale too.\n"]
+    return out
+
+
 def correct(out):
     """Holm's correction over the primary claims of the whole report, then the summary at the top; each
     section's words for a primary claim (stats.say before the correction: a pointer, in the stage write-ups too)
     become its corrected verdict."""
     before = [(rec, say(rec)) for rec in LEDGER if rec["tier"] == PRIMARY]
     holm(LEDGER)
-    out[2:2] = summary()
+    out[2:2] = summary() + (closing() if LEDGER else [])
     text = "\n".join(out)
     for rec, old in before:
         text = text.replace(old, say(rec), 1)
