@@ -104,11 +104,12 @@ phase4() { # the conversion runs (NAME ARGS), for the worker in DIR/conversion
     local s t=transformer-d$dim-lr$(lr_of transformer) n; n=$(conv_steps)
     for s in "${conv_seeds[@]}"; do
         for k in convdiff contransformer; do
+            # (no trailing blank: xargs -L would join the next line to this one)
             echo "$k-d$dim-lr$(lr_of transformer)-s$s --init $run/conversion/start-$k-s$s.safetensors" \
                 "--tokens $data/train.bin --val-tokens $data/val.bin --seq $seq --batch $batch --steps $n" \
                 "--warmup $((n / 20)) --lr $(lr_of transformer) --seed $((s + 100)) --eval-every $((n / 10))" \
-                "--log-every $((n / 5)) --log-steps 10 --ckpt-every $((n / 5)) --keep 1" \
-                "$([ $k = convdiff ] && echo "--diff-warmup $((n / 5))")"
+                "--log-every $((n / 5)) --log-steps 10 --ckpt-every $((n / 5)) --keep 1$([ $k = convdiff ] &&
+                    echo " --diff-warmup $((n / 5))")"
         done
     done
 }
