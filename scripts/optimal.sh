@@ -136,17 +136,7 @@ export SCALING_DATA=$data SCALING_PPL_TOKENS=$ppl_tokens SCALING_KEEP=${SCALING_
 [ -z "$SCALING_KEEP" ] || scripts/repro_keep.sh restore "$SCALING_KEEP" "$run"
 local worker=$root/scripts/scaling.sh
 echo "phase 1: learning rates ${lrs[*]}, every arch, seed 1"
-phase1 > "$run/runs1.txt"
-SCALING_SWEEP=1 xargs -r -P "$jobs" -L 1 "$worker" --one "$run" < "$run/runs1.txt" || die "a run failed (see above); run the same command again"
-local next
-while :; do
-    next=$(/usr/bin/python3 tools/optimal.py "$run" --sweep-next) || die "tools/optimal.py --sweep-next failed"
-    [ -n "$next" ] || break
-    echo "phase 1: a best lr at the sweep's edge; trying $(echo $next)"
-    while read -r a lr; do run_args "$a" "$lr" 1; done <<< "$next" > "$run/runs1x.txt"
-    SCALING_SWEEP=1 xargs -r -P "$jobs" -L 1 "$worker" --one "$run" < "$run/runs1x.txt" || die "a run failed (see above); run the same command again"
-done
-/usr/bin/python3 tools/optimal.py "$run" --choose-lr > "$run/lr.txt.tmp" && mv "$run/lr.txt.tmp" "$run/lr.txt"
+stage_lr_sweep "$run" tools/optimal.py "$worker"
 [ -z "$SCALING_KEEP" ] || scripts/repro_keep.sh keep "$run" "$SCALING_KEEP"
 echo "learning rates: $(tr '\n' ' ' < "$run/lr.txt")"
 local q=""; [ $quick = 1 ] && q=" QUICK=1"

@@ -159,17 +159,7 @@ export RECALL_KEEP=${RECALL_KEEP:-}
 [ $quick = 0 ] && [ -z "$dir" ] && RECALL_KEEP=${RECALL_KEEP:-$root/docs/reproduce/recall-results}
 [ -z "$RECALL_KEEP" ] || scripts/repro_keep.sh restore "$RECALL_KEEP" "$run"
 echo "phase 1: learning rates ${lrs[*]}, every arch, seed 1"
-phase1 > "$run/runs1.txt"
-xargs -r -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs1.txt" || die "a run failed (see above); run the same command again"
-local next
-while :; do
-    next=$(/usr/bin/python3 tools/recall.py "$run" --sweep-next) || die "tools/recall.py --sweep-next failed"
-    [ -n "$next" ] || break
-    echo "phase 1: a best lr at the sweep's edge; trying $(echo $next)"
-    while read -r a lr; do run_args "$a" "$lr" 1; done <<< "$next" > "$run/runs1x.txt"
-    xargs -r -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs1x.txt" || die "a run failed (see above); run the same command again"
-done
-/usr/bin/python3 tools/recall.py "$run" --choose-lr > "$run/lr.txt.tmp" && mv "$run/lr.txt.tmp" "$run/lr.txt"
+stage_lr_sweep "$run" tools/recall.py "$0"
 [ -z "$RECALL_KEEP" ] || scripts/repro_keep.sh keep "$run" "$RECALL_KEEP"
 echo "learning rates: $(tr '\n' ' ' < "$run/lr.txt")"
 if [ $stop_after = 1 ]; then

@@ -1,5 +1,5 @@
 # Sourced by the reproduction stages (scripts/reproduce.sh, induction.sh, v2.sh,
-# scaling.sh, claims.sh) after they set stage_name: what each of them needs
+# scaling.sh, claims.sh, recall.sh, induction_time.sh, optimal.sh) after they set stage_name: what each of them needs
 # around its own runs.
 usage() { sed -n '2,/^set -Eeuo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 die() { echo "$stage_name: $*" >&2; exit 1; }
@@ -47,4 +47,27 @@ stage_args() {
     done
     case $dir in ''|/*) ;; *) dir=$root/$dir ;; esac
     case $jobs in [1-9]|[1-9][0-9]) ;; *) echo "$stage_name: --jobs $jobs: expected 1 to 99" >&2; exit 2 ;; esac
+}
+
+# stage_lr_sweep RUN TOOL WORKER: a stage's learning-rate phase. The runs the
+# caller's phase1 lists (seed 1, every lr of its grid), trained by WORKER --one
+# RUN, two (jobs) at a time; then, while TOOL RUN --sweep-next names an arch whose
+# best lies at the edge of what it was tried at, that arch at the next lr out
+# (the caller's run_args ARCH LR 1); then RUN/lr.txt, each arch's best, from
+# TOOL RUN --choose-lr. SCALING_SWEEP=1 tells the scaling stage's worker that a
+# diverged run is a result of the sweep (the worst), not a failure.
+stage_lr_sweep() {
+    local run=$1 tool=$2 worker=$3 next
+    phase1 > "$run/runs1.txt"
+    SCALING_SWEEP=1 xargs -r -P "$jobs" -L 1 "$worker" --one "$run" < "$run/runs1.txt" ||
+        die "a run failed (see above); run the same command again"
+    while :; do
+        next=$(/usr/bin/python3 "$tool" "$run" --sweep-next) || die "$tool --sweep-next failed"
+        [ -n "$next" ] || break
+        echo "phase 1: a best lr at the sweep's edge; trying $(echo $next)"
+        while read -r a lr; do run_args "$a" "$lr" 1; done <<< "$next" > "$run/runs1x.txt"
+        SCALING_SWEEP=1 xargs -r -P "$jobs" -L 1 "$worker" --one "$run" < "$run/runs1x.txt" ||
+            die "a run failed (see above); run the same command again"
+    done
+    /usr/bin/python3 "$tool" "$run" --choose-lr > "$run/lr.txt.tmp" && mv "$run/lr.txt.tmp" "$run/lr.txt"
 }

@@ -130,17 +130,7 @@ if [ -n "$scaling_keep" ] && [ -d "$scaling_keep/models" ]; then
 fi
 local worker=$root/scripts/scaling.sh
 echo "phase 1: learning rates ${lrs[*]}, every arch, seed 1"
-phase1 > "$run/runs1.txt"
-SCALING_SWEEP=1 xargs -r -P "$jobs" -L 1 "$worker" --one "$run" < "$run/runs1.txt" || die "a run failed (see above); run the same command again"
-local next
-while :; do
-    next=$(/usr/bin/python3 tools/v2.py "$run" --sweep-next) || die "tools/v2.py --sweep-next failed"
-    [ -n "$next" ] || break
-    echo "phase 1: a best lr at the sweep's edge; trying $(echo $next)"
-    while read -r a lr; do run_args "$a" "$lr" 1; done <<< "$next" > "$run/runs1x.txt"
-    SCALING_SWEEP=1 xargs -r -P "$jobs" -L 1 "$worker" --one "$run" < "$run/runs1x.txt" || die "a run failed (see above); run the same command again"
-done
-/usr/bin/python3 tools/v2.py "$run" --choose-lr > "$run/lr.txt.tmp" && mv "$run/lr.txt.tmp" "$run/lr.txt"
+stage_lr_sweep "$run" tools/v2.py "$worker"
 [ -z "$SCALING_KEEP" ] || scripts/repro_keep.sh keep "$run" "$SCALING_KEEP"
 echo "learning rates: $(tr '\n' ' ' < "$run/lr.txt")"
 if [ $stop_after = 1 ]; then
