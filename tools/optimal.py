@@ -24,7 +24,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scaling  # noqa: E402
 from runs import model_info  # noqa: E402
-from scaling import Run, lr_name, sweep_vals  # noqa: E402
+from scaling import Run, final_losses, sweep_table  # noqa: E402
 from stats import LEDGER, fmt_ci, mean_ci, paired, record, say, t_p, write_verdicts  # noqa: E402
 
 ARCHS = ("transformer", "diff", "diffnonorm", "diff2")
@@ -34,18 +34,6 @@ PAPER_TOKENS = math.log2(0.637)
 
 def open_run(d):
     return Run(d, ARCHS)
-
-
-def final_losses(r, arch, lr):
-    """{seed: final validation loss} of ARCH's finished runs at LR."""
-    dim = int(r.settings["sweep_dim"])
-    out = {}
-    for (a, d, l_, s) in r.runs:
-        if (a, d, l_) == (arch, dim, lr) and not r.diverged((a, d, l_, s)):
-            v = r.final_val((a, d, l_, s))
-            if v is not None:
-                out[s] = v
-    return out
 
 
 def params_of(r, arch):
@@ -154,17 +142,8 @@ def write(r, command):
       "(values 2d), the Transformer and V2 2H (V2: 4H query heads). Differences are paired by seed (the same "
       "batches), 95% t intervals; verdicts by tools/stats.py's rule.\n")
     w("## Learning rates (seed 1, final validation loss)\n")
-    lrs = sorted({float(lr) for (a, d, lr, s) in r.runs if s == 1 and d == dim})
-    w("| arch | " + " | ".join(lr_name(x) for x in lrs) + " | chosen |")
-    w("|---|" + "---:|" * len(lrs) + "---|")
-    for a in ARCHS:
-        try:
-            vals = sweep_vals(r, a)
-        except SystemExit:
-            vals = {}
-        cells = ["–" if vals.get(lr_name(x)) is None else "diverged" if math.isinf(vals[lr_name(x)])
-                 else f"{vals[lr_name(x)]:.4f}" for x in lrs]
-        w(f"| {NAME[a]} | " + " | ".join(cells) + f" | {r.lr.get(a, '–')} |")
+    for line in sweep_table(r, {a: NAME[a] for a in ARCHS}):
+        w(line)
     w("\n## Validation loss at each arch's learning rate\n")
     loss = {a: final_losses(r, a, r.lr.get(a, "")) for a in ARCHS}
     w("| arch | lr | non-embedding parameters | seeds | final validation loss (mean [95% CI]) | per seed |")

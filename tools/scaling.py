@@ -117,6 +117,34 @@ def sweep_vals(r, a):
     return vals
 
 
+def runs_at(r, arch, lr):
+    """{seed: key} of ARCH's finished runs at LR at the stage's sweep size (the v2 and optimal stages' one size)."""
+    dim = int(r.settings["sweep_dim"])
+    return {s: k for k in r.runs for (a, d, l_, s) in [k] if (a, d, l_) == (arch, dim, lr)}
+
+
+def final_losses(r, arch, lr):
+    """{seed: final validation loss} of ARCH's finished runs at LR (a diverged run has none)."""
+    return {s: v for s, v in ((s, r.final_val(k)) for s, k in runs_at(r, arch, lr).items()) if v is not None}
+
+
+def sweep_table(r, names):
+    """The lines of a markdown table of the sweep (seed 1, final validation loss per lr; 'diverged', or '–' not
+    run) with each arch's chosen lr; NAMES: {arch: its label}, in the table's order."""
+    dim = int(r.settings["sweep_dim"])
+    lrs = sorted({float(lr) for (a, d, lr, s) in r.runs if s == 1 and d == dim})
+    out = ["| arch | " + " | ".join(lr_name(x) for x in lrs) + " | chosen |", "|---|" + "---:|" * len(lrs) + "---|"]
+    for a, label in names.items():
+        try:
+            vals = sweep_vals(r, a)
+        except SystemExit:
+            vals = {}
+        cells = ["–" if vals.get(lr_name(x)) is None else "diverged" if math.isinf(vals[lr_name(x)])
+                 else f"{vals[lr_name(x)]:.4f}" for x in lrs]
+        out.append(f"| {label} | " + " | ".join(cells) + f" | {r.lr.get(a, '–')} |")
+    return out
+
+
 def choose_lr(r):
     for a in r.archs:
         vals = sweep_vals(r, a)

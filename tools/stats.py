@@ -262,7 +262,7 @@ def rmst(times, events, tau):
     [0, tau], with the Greenwood-type variance Σ A_j² d_j / (n_j (n_j − d_j)) over the event times t_j < tau
     (A_j the area from t_j to tau). A unit censored at tau without its event counts as tau."""
     km = [(t, s) for t, s in kaplan_meier(times, events) if t <= tau]
-    area, prev_t, prev_s, pieces = 0.0, 0.0, 1.0, []
+    area, prev_t, prev_s = 0.0, 0.0, 1.0
     for t, s in km:
         area += prev_s * (t - prev_t)
         prev_t, prev_s = t, s

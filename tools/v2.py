@@ -42,7 +42,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runs import read_entries, read_settings  # noqa: E402
-from scaling import Run, choose_lr, lr_name, sweep_next, sweep_vals  # noqa: E402
+from scaling import Run, choose_lr, final_losses, lr_name, runs_at, sweep_next, sweep_table  # noqa: E402
 from report import mass_all, needle_table  # noqa: E402
 from runs import model_info  # noqa: E402
 from stats import (LEDGER, bounded_diff_ci, bounded_diff_p, bounded_mean_ci, fmt_ci, mean_ci, paired,  # noqa: E402
@@ -97,17 +97,6 @@ def deciding_mult(r):
         if transformer_unstable(r, m):
             return m
     return ran[-1] if ran else None
-
-
-def runs_at(r, arch, lr):
-    """{seed: key} of ARCH's finished runs at LR (the stage's one size)."""
-    dim = int(r.settings["sweep_dim"])
-    return {s: k for k in r.runs for (a, d, l, s) in [k] if (a, d, l) == (arch, dim, lr)}
-
-
-def final_losses(r, arch, lr):
-    """{seed: final validation loss} of ARCH's finished runs at LR in R."""
-    return {s: v for s, v in ((s, r.final_val(k)) for s, k in runs_at(r, arch, lr).items()) if v is not None}
 
 
 def spikes(base, warmup):
@@ -259,19 +248,8 @@ def write(r, command, main=None):
       "verdict carries its terms: the two archs' learning rates and V2's extra parameters.\n")
     # learning rates
     w("## Learning rates (seed 1, final validation loss)\n")
-    lrs = sorted({float(lr) for (a, d, lr, s) in r.runs if s == 1 and d == dim})
-    w("| arch | " + " | ".join(lr_name(x) for x in lrs) + " | chosen |")
-    w("|---|" + "---:|" * len(lrs) + "---|")
-    for a in ARCHS:
-        try:
-            vals = sweep_vals(r, a)
-        except SystemExit:
-            vals = {}
-        cells = []
-        for x in lrs:
-            v = vals.get(lr_name(x))
-            cells.append("–" if v is None else "diverged" if math.isinf(v) else f"{v:.4f}")
-        w(f"| {NAME[a]} | " + " | ".join(cells) + f" | {r.lr.get(a, '–')} |")
+    for line in sweep_table(r, {a: NAME[a] for a in ARCHS}):
+        w(line)
     # loss
     w("\n## Validation loss at each arch's learning rate\n")
     loss = {a: final_losses(r, a, r.lr.get(a, "")) for a in ARCHS}
