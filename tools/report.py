@@ -260,61 +260,39 @@ def include_stage(r, out, sub, md, heading, missing):
     out.append("")
 
 
-def section_scaling_stage(r, out):
-    """The scaling stage's write-up (make reproduce STAGE=scaling)."""
-    include_stage(r, out, "scaling", "SCALING.md",
-                  "## Scaling on plain language modelling (`make reproduce STAGE=scaling`; "
-                  "[scaling/SCALING.md](scaling/SCALING.md))\n",
-                  ["## Scaling with parameters and tokens (paper Fig. 3a, 3b) and Table 6's slices\n",
-                   "On plain language modelling, in its own stage: `make reproduce STAGE=scaling` (not run for this "
-                   "report).\n"])
+# The stages whose write-ups REPORT.md takes in whole (include_stage): folder, file, the heading's title and
+# STAGE where it ran, and where it did not, the heading and the sentence that says how to run it.
+STAGE_WRITEUPS = {
+    "scaling": ("scaling", "SCALING.md", "Scaling on plain language modelling", "scaling",
+                "Scaling with parameters and tokens (paper Fig. 3a, 3b) and Table 6's slices",
+                "On plain language modelling, in its own stage: `make reproduce STAGE=scaling`"),
+    "claims": ("claims", "CLAIMS.md", "In-context learning, faithfulness, loss by position", "claims",
+               "In-context learning, faithfulness, loss by position (paper Fig. 4, 6, 7; Table 4)",
+               "Continued from this stage's models in their own stage: `make reproduce STAGE=claims-train`, then "
+               "`STAGE=claims`"),
+    "v2": ("v2", "V2.md", "DIFF V2 beside V1 and the Transformer", "v2", "DIFF V2 (spec §8)",
+           "On plain language modelling, in its own stage: `make reproduce STAGE=v2-lr`, then `STAGE=v2-loss`, then "
+           "`STAGE=v2`"),
+    "recall": ("recall", "RECALL.md", "Associative recall with distractors", "recall",
+               "Associative recall with distractors (the retrieval claims' mechanism)",
+               "On multi-query associative recall, in its own stage: `make reproduce STAGE=recall-lr`, then "
+               "`STAGE=recall`"),
+    "induction-time": ("induction-time", "INDUCTION_TIME.md", "Time to induction", "induction-time",
+                       "Time to induction, beside a textbook GPT",
+                       "Survival curves of induction's onset and formation, in its own stage: `make reproduce "
+                       "STAGE=induction-time-lr`, then `STAGE=induction-time`"),
+    "optimal": ("optimal", "OPTIMAL.md", "One size trained properly", "optimal",
+                "One size at 20 tokens per parameter, with DIFF's ablations",
+                "In its own stage: `make reproduce STAGE=optimal-lr`, `STAGE=optimal-seeds`, `STAGE=optimal`, then "
+                "`STAGE=optimal-tokens`"),
+}
 
 
-def section_v2_stage(r, out):
-    """The V2 stage's write-up (make reproduce STAGE=v2)."""
-    include_stage(r, out, "v2", "V2.md",
-                  "## DIFF V2 beside V1 and the Transformer (`make reproduce STAGE=v2`; [v2/V2.md](v2/V2.md))\n",
-                  ["## DIFF V2 (spec §8)\n",
-                   "On plain language modelling, in its own stage: `make reproduce STAGE=v2-lr`, then `STAGE=v2-loss`, "
-                   "then `STAGE=v2` (not run for this report).\n"])
-
-
-def section_recall_stage(r, out):
-    """The recall stage's write-up (make reproduce STAGE=recall)."""
-    include_stage(r, out, "recall", "RECALL.md",
-                  "## Associative recall with distractors (`make reproduce STAGE=recall`; [recall/RECALL.md](recall/RECALL.md))\n",
-                  ["## Associative recall with distractors (the retrieval claims' mechanism)\n",
-                   "On multi-query associative recall, in its own stage: `make reproduce STAGE=recall-lr`, then "
-                   "`STAGE=recall` (not run for this report).\n"])
-
-
-def section_induction_time_stage(r, out):
-    """The induction-time stage's write-up (make reproduce STAGE=induction-time)."""
-    include_stage(r, out, "induction-time", "INDUCTION_TIME.md",
-                  "## Time to induction (`make reproduce STAGE=induction-time`; "
-                  "[induction-time/INDUCTION_TIME.md](induction-time/INDUCTION_TIME.md))\n",
-                  ["## Time to induction, beside a textbook GPT\n",
-                   "Survival curves of induction's onset and formation, in its own stage: `make reproduce "
-                   "STAGE=induction-time-lr`, then `STAGE=induction-time` (not run for this report).\n"])
-
-
-def section_optimal_stage(r, out):
-    """The optimal stage's write-up (make reproduce STAGE=optimal...)."""
-    include_stage(r, out, "optimal", "OPTIMAL.md",
-                  "## One size trained properly (`make reproduce STAGE=optimal`; [optimal/OPTIMAL.md](optimal/OPTIMAL.md))\n",
-                  ["## One size at 20 tokens per parameter, with DIFF's ablations\n",
-                   "In its own stage: `make reproduce STAGE=optimal-lr`, `STAGE=optimal-seeds`, `STAGE=optimal`, then "
-                   "`STAGE=optimal-tokens` (not run for this report).\n"])
-
-
-def section_claims_stage(r, out):
-    """The claims stage's write-up (make reproduce STAGE=claims)."""
-    include_stage(r, out, "claims", "CLAIMS.md",
-                  "## In-context learning, faithfulness, loss by position (`make reproduce STAGE=claims`; "
-                  "[claims/CLAIMS.md](claims/CLAIMS.md))\n",
-                  ["## In-context learning, faithfulness, loss by position (paper Fig. 4, 6, 7; Table 4)\n",
-                   "Continued from this stage's models in their own stage: `make reproduce STAGE=claims-train`, "
-                   "then `STAGE=claims` (not run for this report).\n"])
+def section_stage(r, out, key):
+    """A stage's write-up (STAGE_WRITEUPS), or how to run it."""
+    sub, md, title, stage, missing_title, how = STAGE_WRITEUPS[key]
+    include_stage(r, out, sub, md, f"## {title} (`make reproduce STAGE={stage}`; [{sub}/{md}]({sub}/{md}))\n",
+                  [f"## {missing_title}\n", f"{how} (not run for this report).\n"])
 
 
 def section_lm(r, out):
@@ -1236,7 +1214,7 @@ def main():
     section_models(r, out)
     section_regime(r, out)
     section_warmup(r, out)
-    section_scaling_stage(r, out)
+    section_stage(r, out, "scaling")
     section_lm(r, out)
     section_needle(r, out, figs)
     section_mass(r, out)
@@ -1244,11 +1222,8 @@ def main():
     section_quant(r, out, figs)
     section_wquant(r, out)
     section_maps(r, out, figs)
-    section_claims_stage(r, out)
-    section_v2_stage(r, out)
-    section_recall_stage(r, out)
-    section_induction_time_stage(r, out)
-    section_optimal_stage(r, out)
+    for key in ("claims", "v2", "recall", "induction-time", "optimal"):
+        section_stage(r, out, key)
     section_lambda(r, out, figs)
     section_earlier(out)
     out.append("## Commands\n")
