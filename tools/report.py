@@ -905,8 +905,8 @@ def lambda_traces(r):
                 trace += pts
                 if pts:
                     shift = pts[-1][0]
-            if trace:
-                out.setdefault(stage, {})[name] = trace
+            if trace:  # the variant without the per-head norm apart: its λ is another story
+                out.setdefault(stage + (", no per-head norm" if name.startswith("diffnonorm") else ""), {})[name] = trace
     return out
 
 
@@ -1054,6 +1054,8 @@ def draw(r, figs):
                     ax.plot([s for s, _ in t], [lam[l] for _, lam in t], color=f"C{l % 10}", alpha=0.4, lw=0.8,
                             label=f"layer {l}" if i == 0 else None)
             ax.axhspan(0, 1, color="0.93", zorder=-1)
+            if max(abs(x) for t in runs.values() for _, lam in t for x in lam) > 20:
+                ax.set_yscale("symlog", linthresh=1)  # λ far outside (0, 1): its sign and order of magnitude
             ax.set_title(f"{stage}: {len(runs)} DIFF runs", fontsize=9)
             ax.set_xlabel("step")
             ax.set_ylabel("λ")
