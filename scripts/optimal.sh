@@ -134,7 +134,16 @@ echo "training data: $train_tokens tokens; a run reads $(( steps * seq * batch )
 export SCALING_DATA=$data SCALING_PPL_TOKENS=$ppl_tokens SCALING_KEEP=${SCALING_KEEP:-}
 [ $quick = 0 ] && [ -z "$dir" ] && SCALING_KEEP=${SCALING_KEEP:-$root/docs/reproduce/optimal-results}
 [ -z "$SCALING_KEEP" ] || scripts/repro_keep.sh restore "$SCALING_KEEP" "$run"
-local worker=$root/scripts/scaling.sh
+local worker=$root/scripts/scaling.sh keep_main=$SCALING_KEEP
+# sub_folder DIR STEPS TAG: a folder of runs of another length (phases 3, 4), with its own settings (its
+# steps: tools/scaling.py reads a run as finished at them) and its kept results put back; sub_keep DIR: where
+# the full stage keeps them (empty: not kept)
+sub_keep() { [ -z "$keep_main" ] || echo "$keep_main/${1##*/}"; }
+sub_folder() {
+    mkdir -p "$1/models" "$1/eval"
+    stage_settings "$1" "$(echo "$settings" | sed "s/ steps=$steps / steps=$2 /") $3" "remove it or use --dir" > /dev/null
+    [ -z "$keep_main" ] || scripts/repro_keep.sh restore "$(sub_keep "$1")" "$1"
+}
 echo "phase 1: learning rates ${lrs[*]}, every arch, seed 1"
 stage_lr_sweep "$run" tools/optimal.py "$worker"
 [ -z "$SCALING_KEEP" ] || scripts/repro_keep.sh keep "$run" "$SCALING_KEEP"
@@ -155,34 +164,26 @@ echo "phase 2: seeds ${seeds[*]:1} at each arch's learning rate"
 phase2 "${seeds[@]:1}" > "$run/runs2.txt"
 xargs -r -P "$jobs" -L 1 "$worker" --one "$run" < "$run/runs2.txt" || die "a run failed (see above); run the same command again"
 if [ $stop_after -ge 4 ]; then
-    local f td keep_main=$SCALING_KEEP
+    local f td
     for f in "${fractions[@]}"; do
         td=$run/tokens-$f
         echo "phase 3: DIFF and the Transformer at $f of the tokens, seeds ${seeds[*]}"
-        mkdir -p "$td/models" "$td/eval"
-        # the folder's own settings: its runs' steps (tools/scaling.py reads a run as finished at them)
-        stage_settings "$td" "$(echo "$settings" | sed "s/ steps=$steps / steps=$(frac_steps $f) /") fraction=$f" \
-            "remove it or use --dir" > /dev/null
-        [ -z "$keep_main" ] || { SCALING_KEEP=$keep_main/tokens-$f; scripts/repro_keep.sh restore "$SCALING_KEEP" "$td"; }
+        sub_folder "$td" "$(frac_steps $f)" "fraction=$f"
         phase3 $f > "$run/runs3-$f.txt"
-        xargs -r -P "$jobs" -L 1 "$worker" --one "$td" < "$run/runs3-$f.txt" ||
+        SCALING_KEEP=$(sub_keep "$td") xargs -r -P "$jobs" -L 1 "$worker" --one "$td" < "$run/runs3-$f.txt" ||
             die "a run failed (see above); run the same command again"
-        SCALING_KEEP=$keep_main
     done
 fi
 if [ $stop_after = 5 ]; then
-    local cd=$run/conversion td=$run/tokens-1.25 keep_main=$SCALING_KEEP s k
+    local cd=$run/conversion td=$run/tokens-1.25 s k
     echo "phase 4: the Transformer's seeds ${conv_seeds[*]} trained on for $(conv_steps) steps, converted and not;" \
         "DIFF from scratch for $(frac_steps 1.25)"
     # the Transformers' weights (a run finished on another machine is trained again here: the same run)
     for s in "${conv_seeds[@]}"; do run_args transformer "$(lr_of transformer)" $s; done > "$run/runs4w.txt"
     SCALING_NEED_WEIGHTS=1 xargs -r -P "$jobs" -L 1 "$worker" --one "$run" < "$run/runs4w.txt" ||
         die "a run failed (see above); run the same command again"
-    mkdir -p "$cd/models" "$cd/eval" "$td/models" "$td/eval"
-    stage_settings "$cd" "$(echo "$settings" | sed "s/ steps=$steps / steps=$(conv_steps) /") conversion=0.25" \
-        "remove it or use --dir" > /dev/null
-    stage_settings "$td" "$(echo "$settings" | sed "s/ steps=$steps / steps=$(frac_steps 1.25) /") fraction=1.25" \
-        "remove it or use --dir" > /dev/null
+    sub_folder "$cd" "$(conv_steps)" conversion=0.25
+    sub_folder "$td" "$(frac_steps 1.25)" fraction=1.25
     for s in "${conv_seeds[@]}"; do
         for k in convdiff contransformer; do
             [ -s "$cd/start-$k-s$s.safetensors" ] && continue
@@ -195,13 +196,12 @@ if [ $stop_after = 5 ]; then
             fi
         done
     done
-    [ -z "$keep_main" ] || { SCALING_KEEP=$keep_main/conversion; scripts/repro_keep.sh restore "$SCALING_KEEP" "$cd"; }
     phase4 > "$run/runs4.txt"
-    xargs -r -P "$jobs" -L 1 "$worker" --one "$cd" < "$run/runs4.txt" || die "a run failed (see above); run the same command again"
-    [ -z "$keep_main" ] || { SCALING_KEEP=$keep_main/tokens-1.25; scripts/repro_keep.sh restore "$SCALING_KEEP" "$td"; }
+    SCALING_KEEP=$(sub_keep "$cd") xargs -r -P "$jobs" -L 1 "$worker" --one "$cd" < "$run/runs4.txt" ||
+        die "a run failed (see above); run the same command again"
     phase3 1.25 | grep '^diff-' | grep -E -- "-s($(IFS='|'; echo "${conv_seeds[*]}")) " > "$run/runs4s.txt"
-    xargs -r -P "$jobs" -L 1 "$worker" --one "$td" < "$run/runs4s.txt" || die "a run failed (see above); run the same command again"
-    SCALING_KEEP=$keep_main
+    SCALING_KEEP=$(sub_keep "$td") xargs -r -P "$jobs" -L 1 "$worker" --one "$td" < "$run/runs4s.txt" ||
+        die "a run failed (see above); run the same command again"
 fi
 local stage=optimal; [ $stop_after = 4 ] && stage=optimal-tokens; [ $stop_after = 5 ] && stage=optimal-conversion
 /usr/bin/python3 tools/optimal.py "$run" --command "make reproduce STAGE=$stage$q"
