@@ -1162,6 +1162,17 @@ dtx_status dtx_model_prefill(dtx_model *m, dtx_kvcache *c, const int32_t *tokens
  * non-NULL). DTX_ERR_ARG when the cache is full or the id is out of range. */
 dtx_status dtx_model_decode(dtx_model *m, dtx_kvcache *c, int32_t token, dtx_real *logits);
 
+/* One decode step of n sequences together (continuous batching): token i
+ * appended to caches[i] (n distinct caches of this model's shape, each with
+ * room) at its own position, the weights read from memory once for all n;
+ * logits [n, vocab] (optional), row i exactly what dtx_model_decode(m,
+ * caches[i], tokens[i], ...) gives, bit for bit. The first cache hosts the
+ * step's working buffers (and, with bf16 products, the bf16 copy). Checks
+ * everything before any work: DTX_ERR_ARG names the sequence. A cache's
+ * observer hooks see only its own single-sequence steps. */
+dtx_status dtx_model_decode_batch(dtx_model *m, dtx_kvcache *const *caches, const int32_t *tokens, int64_t n,
+                                  dtx_real *logits);
+
 /* Sampling: a plain configuration value. */
 typedef struct {
     double temperature; /* <= 0: greedy (argmax, lowest id on ties)                  */

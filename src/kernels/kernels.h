@@ -118,6 +118,9 @@ typedef struct {
     const char *bad_code_words;
     /* out [N] = Σ_k x[k]·w[n,k] over the dequantised rows (rows over threads) */
     void (*gemv)(float *out, const float *x, const void *q, const float *scale, int64_t K, int64_t N);
+    /* the same for nb inputs x [nb, K] into out [nb, N], the weights read once */
+    void (*gemv_batch)(float *out, const float *x, int64_t nb, const void *q, const float *scale, int64_t K,
+                       int64_t N);
 } dtx_qformat;
 /* The format of bits (NULL when none has them). */
 const dtx_qformat *dtx_qformat_of(int bits);
@@ -149,6 +152,23 @@ void dtx_gemv_q4(float *out, const float *x, const uint8_t *q, const float *scal
  * (w8a8; K < 2^17 keeps it in range).                                    */
 void dtx_gemv_q8a8(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale, int64_t K,
                    int64_t N);
+
+/* ---- Several inputs against one weight (rowdot.c): the products above for
+ * nb inputs x [nb, K] at once, out [nb, N] (row b = the product of input b),
+ * reading each weight from memory once for all of them (the rows in chunks
+ * that stay in cache while every input passes). Each row of out has the
+ * bits the one-input product gives for that input. */
+void dtx_gemv_batch(real *out, const real *x, int64_t nb, const real *w, int64_t K, int64_t N);
+#ifndef DTX_DOUBLE
+void dtx_gemv_bf16_batch(float *out, const float *x, int64_t nb, const uint16_t *w, int64_t K, int64_t N);
+#endif
+void dtx_gemv_q8_batch(float *out, const float *x, int64_t nb, const int8_t *q, const float *scale, int64_t K,
+                       int64_t N);
+void dtx_gemv_q4_batch(float *out, const float *x, int64_t nb, const uint8_t *q, const float *scale, int64_t K,
+                       int64_t N);
+/* xq [nb, K], one xscale for every input (W8A8's static scale). */
+void dtx_gemv_q8a8_batch(float *out, const int8_t *xq, int64_t nb, float xscale, const int8_t *q,
+                         const float *scale, int64_t K, int64_t N);
 
 /* ---- RMSNorm over rows of width C
  * out [M, C] = x / sqrt(mean(x²) + eps) ⊙ w ; rstd [M] = 1/sqrt(mean(x²)+eps) */

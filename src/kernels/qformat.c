@@ -17,6 +17,10 @@ static void q8_dequantize(float *w, const void *q, const float *scale, int64_t N
 static void q8_gemv(float *out, const float *x, const void *q, const float *scale, int64_t K, int64_t N) {
     dtx_gemv_q8(out, x, q, scale, K, N);
 }
+static void q8_gemv_batch(float *out, const float *x, int64_t nb, const void *q, const float *scale, int64_t K,
+                          int64_t N) {
+    dtx_gemv_q8_batch(out, x, nb, q, scale, K, N);
+}
 
 /* Q4: a scale per group of DTX_Q4_GROUP, each with its own clip factor. */
 static void q4_quantize_row(void *q, float *scale, const float *w, int64_t K, const float *clip) {
@@ -36,6 +40,10 @@ static int64_t q4_bad_code(const uint8_t *q, size_t n) {
 }
 static void q4_gemv(float *out, const float *x, const void *q, const float *scale, int64_t K, int64_t N) {
     dtx_gemv_q4(out, x, q, scale, K, N);
+}
+static void q4_gemv_batch(float *out, const float *x, int64_t nb, const void *q, const float *scale, int64_t K,
+                          int64_t N) {
+    dtx_gemv_q4_batch(out, x, nb, q, scale, K, N);
 }
 
 /* BF16: a model's own bf16 weights used where they lie (a mapped BF16
@@ -61,12 +69,21 @@ static void bf16_gemv(float *out, const float *x, const void *q, const float *sc
     (void)out, (void)x, (void)q, (void)K, (void)N; /* the double build keeps no weights in place */
 #endif
 }
+static void bf16_gemv_batch(float *out, const float *x, int64_t nb, const void *q, const float *scale, int64_t K,
+                            int64_t N) {
+    (void)scale;
+#ifndef DTX_DOUBLE
+    dtx_gemv_bf16_batch(out, x, nb, q, K, N);
+#else
+    (void)out, (void)x, (void)nb, (void)q, (void)K, (void)N;
+#endif
+}
 
 static const dtx_qformat FORMATS[] = {
-    {8, "q8", 1, 0, q8_row_bytes, q8_row_scales, q8_quantize_row, q8_dequantize, NULL, NULL, q8_gemv},
+    {8, "q8", 1, 0, q8_row_bytes, q8_row_scales, q8_quantize_row, q8_dequantize, NULL, NULL, q8_gemv, q8_gemv_batch},
     {4, "q4", 0, 1, dtx_q4_row_bytes, dtx_q4_groups, q4_quantize_row, q4_dequantize, q4_bad_code,
-     "holds the 4-bit code 0 (codes are 1 to 15)", q4_gemv},
-    {16, "bf16", 0, 0, bf16_row_bytes, bf16_row_scales, bf16_quantize_row, bf16_dequantize, NULL, NULL, bf16_gemv},
+     "holds the 4-bit code 0 (codes are 1 to 15)", q4_gemv, q4_gemv_batch},
+    {16, "bf16", 0, 0, bf16_row_bytes, bf16_row_scales, bf16_quantize_row, bf16_dequantize, NULL, NULL, bf16_gemv, bf16_gemv_batch},
 };
 
 const dtx_qformat *dtx_qformat_of(int bits) {

@@ -76,8 +76,8 @@ void dtx_axpy_rows(real *y, int64_t w, const real *p, const real *v, int64_t ldv
  * Small products stay on the calling thread. */
 enum { GEMV_CHUNK = 16, GEMV_MAX_THREADS = 64 };
 
-static int worth_splitting(int64_t K, int64_t N) {
-    return N * K >= GEMV_PAR_MIN && !omp_in_parallel() && omp_get_max_threads() > 1 && N < ((int64_t)1 << 31);
+static int worth_splitting(int64_t work, int64_t N) {
+    return work >= GEMV_PAR_MIN && !omp_in_parallel() && omp_get_max_threads() > 1 && N < ((int64_t)1 << 31);
 }
 
 /* One thread's rows not yet taken, [lo, hi) packed in one word so that the
@@ -94,31 +94,35 @@ static void block_rows(int64_t N, int id, int nt, int64_t *r0, int64_t *r1) {
     *r1 = id == nt - 1 ? N : (N * (id + 1) / nt) & ~(int64_t)7;
 }
 
-/* Takes a chunk from the front (back = 0) or the back of r: 1 and [*a, *b), or 0 when none is left. */
-static int take_chunk(row_range *r, int back, int64_t *a, int64_t *b) {
+/* Takes a chunk from the front (back = 0) or the back of r: 1 and [*a, *b), or 0 when none is left.
+ * chunk: the least rows a take gets (a multiple of 8); cap: the most a front take gets. */
+static int take_chunk(row_range *r, int back, int64_t chunk, int64_t cap, int64_t *a, int64_t *b) {
     uint64_t v = atomic_load_explicit(&r->range, memory_order_relaxed), nv;
     do {
         int64_t lo = (int64_t)(v & 0xFFFFFFFFu), hi = (int64_t)(v >> 32);
         if (lo >= hi) return 0;
         if (back) {
-            int64_t s = (hi - GEMV_CHUNK) & ~(int64_t)7; /* hi may be N, not a multiple of 8 */
+            int64_t s = (hi - chunk) & ~(int64_t)7; /* hi may be N, not a multiple of 8 */
             *a = s > lo ? s : lo, *b = hi, nv = pack_range(lo, *a);
         } else { /* a quarter of what is left, at least a chunk: few calls, each with its own setup */
             int64_t take = ((hi - lo) / 4) & ~(int64_t)7;
-            if (take < GEMV_CHUNK) take = GEMV_CHUNK;
+            if (take < chunk) take = chunk;
+            if (take > cap) take = cap;
             *a = lo, *b = lo + take < hi ? lo + take : hi, nv = pack_range(*b, hi);
         }
     } while (!atomic_compare_exchange_weak_explicit(&r->range, &v, nv, memory_order_relaxed, memory_order_relaxed));
     return 1;
 }
 
-/* CALL(r0, n) computes rows [r0, r0 + n) of an N-row product of width K:
- * on the calling thread, or over the threads when worth it. The blocks are
- * set before the team starts (no barrier), for the team size asked for; a
- * team that came out smaller leaves blocks that the others take. */
-#define GEMV_SPLIT(K, N, CALL)                                                                  \
+/* CALL(r0, n) computes rows [r0, r0 + n) of an N-row product of width K
+ * (WORK multiply-adds in all): on the calling thread, or over the threads
+ * when worth it, in chunks of CHUNK to CAP rows (see take_chunk). The
+ * blocks are set before the team starts (no barrier), for the team size
+ * asked for; a team that came out smaller leaves blocks that the others
+ * take. */
+#define GEMV_SPLIT_CHUNKS(WORK, N, CHUNK, CAP, CALL)                                            \
     do {                                                                                        \
-        if (!worth_splitting(K, N)) {                                                           \
+        if (!worth_splitting(WORK, N)) {                                                        \
             CALL(0, N);                                                                         \
             break;                                                                              \
         }                                                                                       \
@@ -132,10 +136,28 @@ static int take_chunk(row_range *r, int back, int64_t *a, int64_t *b) {
         _Pragma("omp parallel num_threads(nb_)") {                                              \
             int id_ = omp_get_thread_num();                                                     \
             int64_t a_, b_;                                                                     \
-            while (id_ < nb_ && take_chunk(&rr_[id_], 0, &a_, &b_)) CALL(a_, b_ - a_);          \
+            while (id_ < nb_ && take_chunk(&rr_[id_], 0, CHUNK, CAP, &a_, &b_)) CALL(a_, b_ - a_); \
             for (int o_ = 1; o_ <= nb_; o_++)                                                   \
-                while (take_chunk(&rr_[(id_ + o_) % nb_], 1, &a_, &b_)) CALL(a_, b_ - a_);      \
+                while (take_chunk(&rr_[(id_ + o_) % nb_], 1, CHUNK, CAP, &a_, &b_)) CALL(a_, b_ - a_); \
         }                                                                                       \
+    } while (0)
+#define GEMV_SPLIT(K, N, CALL) GEMV_SPLIT_CHUNKS((K) * (N), N, GEMV_CHUNK, INT32_MAX, CALL)
+
+/* The batched products (kernels.h, "Several inputs against one weight"):
+ * the rows in chunks of about BATCH_CHUNK_BYTES of weights (in L2 while the
+ * nb inputs pass over them, so the weights come from memory once), each
+ * input against a chunk by the one-input kernel, so every result has the
+ * bits of the one-input product. One input is the one-input product, with
+ * its own chunking (tuned for a single stream). */
+enum { BATCH_CHUNK_BYTES = 96 * 1024 };
+static int64_t batch_chunk(int64_t row_bytes) {
+    int64_t c = (BATCH_CHUNK_BYTES / (row_bytes > 0 ? row_bytes : 1)) & ~(int64_t)7;
+    return c < GEMV_CHUNK ? GEMV_CHUNK : c;
+}
+#define GEMV_SPLIT_BATCH(K, N, NB, ROW_BYTES, CALL)                                             \
+    do {                                                                                        \
+        int64_t ch_ = batch_chunk(ROW_BYTES);                                                   \
+        GEMV_SPLIT_CHUNKS((K) * (N) * (NB), N, ch_, ch_, CALL);                                 \
     } while (0)
 
 void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N) {
@@ -174,5 +196,60 @@ void dtx_gemv_q8a8(float *out, const int8_t *xq, float xscale, const int8_t *q, 
     const dtx_simd_ops *o = dtx_simd();
 #define ROWS(r0, n) o->gemv_q8a8(out + (r0), xq, xscale, q + (r0) * K, scale + (r0), K, n)
     GEMV_SPLIT(K, N, ROWS);
+#undef ROWS
+}
+
+/* ---- several inputs against one weight */
+
+void dtx_gemv_batch(real *out, const real *x, int64_t nb, const real *w, int64_t K, int64_t N) {
+    if (nb == 1) return dtx_gemv(out, x, w, K, N);
+    const dtx_simd_ops *o = dtx_simd();
+#define ROWS(r0, n)                                                                             \
+    for (int64_t b = 0; b < nb; b++) o->gemv(out + b * N + (r0), x + b * K, w + (r0) * K, K, n)
+    GEMV_SPLIT_BATCH(K, N, nb, K * (int64_t)sizeof(real), ROWS);
+#undef ROWS
+}
+
+#ifndef DTX_DOUBLE
+void dtx_gemv_bf16_batch(float *out, const float *x, int64_t nb, const uint16_t *w, int64_t K, int64_t N) {
+    if (nb == 1) return dtx_gemv_bf16(out, x, w, K, N);
+    const dtx_simd_ops *o = dtx_simd();
+#define ROWS(r0, n)                                                                             \
+    for (int64_t b = 0; b < nb; b++) o->gemv_bf16(out + b * N + (r0), x + b * K, w + (r0) * K, K, n)
+    GEMV_SPLIT_BATCH(K, N, nb, 2 * K, ROWS);
+#undef ROWS
+}
+#endif
+
+void dtx_gemv_q8_batch(float *out, const float *x, int64_t nb, const int8_t *q, const float *scale, int64_t K,
+                       int64_t N) {
+    if (nb == 1) return dtx_gemv_q8(out, x, q, scale, K, N);
+    const dtx_simd_ops *o = dtx_simd();
+#define ROWS(r0, n)                                                                             \
+    for (int64_t b = 0; b < nb; b++) o->gemv_q8(out + b * N + (r0), x + b * K, q + (r0) * K, scale + (r0), K, n)
+    GEMV_SPLIT_BATCH(K, N, nb, K, ROWS);
+#undef ROWS
+}
+
+void dtx_gemv_q4_batch(float *out, const float *x, int64_t nb, const uint8_t *q, const float *scale, int64_t K,
+                       int64_t N) {
+    if (nb == 1) return dtx_gemv_q4(out, x, q, scale, K, N);
+    const dtx_simd_ops *o = dtx_simd();
+    int64_t rb = dtx_q4_row_bytes(K), ng = dtx_q4_groups(K);
+#define ROWS(r0, n)                                                                             \
+    for (int64_t b = 0; b < nb; b++)                                                            \
+        o->gemv_q4(out + b * N + (r0), x + b * K, q + (r0) * rb, scale + (r0) * ng, K, n)
+    GEMV_SPLIT_BATCH(K, N, nb, rb, ROWS);
+#undef ROWS
+}
+
+void dtx_gemv_q8a8_batch(float *out, const int8_t *xq, int64_t nb, float xscale, const int8_t *q,
+                         const float *scale, int64_t K, int64_t N) {
+    if (nb == 1) return dtx_gemv_q8a8(out, xq, xscale, q, scale, K, N);
+    const dtx_simd_ops *o = dtx_simd();
+#define ROWS(r0, n)                                                                             \
+    for (int64_t b = 0; b < nb; b++)                                                            \
+        o->gemv_q8a8(out + b * N + (r0), xq + b * K, xscale, q + (r0) * K, scale + (r0), K, n)
+    GEMV_SPLIT_BATCH(K, N, nb, K, ROWS);
 #undef ROWS
 }

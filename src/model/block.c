@@ -9,6 +9,8 @@
  *   q, k, v (, DIFF2's λ logits) = xn1 · w{q,k,v,l}ᵀ    RoPE(q, k) at pos0 ..
  *   attention over the block's own k, v (a batch, a prefill from position 0)
  *     or over the cache's rows 0 .. pos0 + i for each row i (decode steps)
+ *     or, rows of several sequences (a batched decode step), each row over
+ *     its own sequence's cache, at its own position
  *   DIFF2: the 2h heads combined in pairs with λ
  *   x_mid = x + attn_y · woᵀ
  *   xn2 = ffn_norm(x_mid);  h1, h3 = xn2 · w{1,3}ᵀ;  g = silu(h1) ⊙ h3
@@ -18,6 +20,8 @@
  * every tensor for its backward (forward.c). After the last layer,
  * dtx_block_head: the final norm and the output projection, over every row
  * (training) or the last one (generation). */
+#include <string.h>
+
 #include "common/profile.h"
 #include "kernels/matmul_dnnl.h"
 #include "model/model.h"
@@ -40,7 +44,8 @@ static void linear(const dtx_model *m, const dtx_block_run *r, real *out, const 
 
 /* la->attn_y (or DIFF2's la->attn_a) from q, k, v: over the block's own keys,
  * or row by row over the cache (TENSOR scope: this call's rows, all heads,
- * are the tensor, as a forward over T). */
+ * are the tensor, as a forward over T), or each row over its own sequence's
+ * cache (TENSOR scope: each row alone, as its own decode step). */
 static void attention(const dtx_block_run *r, const dtx_attn_dims *ad, dtx_layer_acts *la, const real *subln,
                       int64_t qd) {
     real *out = la->attn_a ? la->attn_a : la->attn_y;
@@ -49,6 +54,16 @@ static void attention(const dtx_block_run *r, const dtx_attn_dims *ad, dtx_layer
         return;
     }
     int64_t n = r->B * r->T;
+    if (r->mode == DTX_BLOCK_BATCH) {
+        for (int64_t i = 0; i < n; i++) {
+            double amax[2] = {0, 0};
+            if (ad->run.quant_bits && ad->run.quant_tensor)
+                dtx_attention_decode_absmax(ad, amax, la->q + i * qd, r->row_k[i], r->row_pos[i] + 1);
+            dtx_attention_decode_with_absmax(ad, out + i * qd, la->q + i * qd, r->row_k[i], r->row_v[i],
+                                             r->row_pos[i] + 1, subln, r->row_scores[i], amax);
+        }
+        return;
+    }
     double amax[2] = {0, 0};
     for (int64_t i = 0; ad->run.quant_bits && ad->run.quant_tensor && i < n; i++)
         dtx_attention_decode_absmax(ad, amax, la->q + i * qd, r->k_cache, r->pos0 + i + 1);
@@ -79,9 +94,21 @@ void dtx_block_forward(dtx_model *m, int64_t l, const dtx_block_run *r, dtx_laye
     linear(m, r, la->k, la->xn1, o->wk, N, D, KV, px);
     linear(m, r, la->v, la->xn1, o->wv, N, D, KV, px);
     if (la->lam) linear(m, r, la->lam, la->xn1, o->wl, N, D, c->n_heads, px);
-    dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, r->pos0, QD / d, d);
-    dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, r->pos0, KV / d, d);
-    dtx_model_round_qk(m, l, la->q, N * QD, la->k, N * KV);
+    if (r->mode == DTX_BLOCK_BATCH) { /* every row at its own position, into its own cache */
+        for (int64_t i = 0; i < N; i++) {
+            dtx_rope_forward(la->q + i * QD, m->rope_cos, m->rope_sin, 1, 1, r->row_pos[i], QD / d, d);
+            dtx_rope_forward(la->k + i * KV, m->rope_cos, m->rope_sin, 1, 1, r->row_pos[i], KV / d, d);
+        }
+        dtx_model_round_qk(m, l, la->q, N * QD, la->k, N * KV);
+        for (int64_t i = 0; i < N; i++) {
+            memcpy(r->row_k[i] + r->row_pos[i] * KV, la->k + i * KV, sizeof(real) * (size_t)KV);
+            memcpy(r->row_v[i] + r->row_pos[i] * KV, la->v + i * KV, sizeof(real) * (size_t)KV);
+        }
+    } else {
+        dtx_rope_forward(la->q, m->rope_cos, m->rope_sin, B, T, r->pos0, QD / d, d);
+        dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, r->pos0, KV / d, d);
+        dtx_model_round_qk(m, l, la->q, N * QD, la->k, N * KV);
+    }
     la->lambda = dtx_model_lambda(m, l);
     dtx_attn_dims ad = r->generation ? dtx_model_generation_attn_dims(m, T, l, la->lambda)
                                      : dtx_model_attn_dims(m, B, T, l, la->lambda);

@@ -63,7 +63,12 @@ struct dtx_kvcache {
     real *h3;                                 /* [r, F] */
     real *o1, *o2, *orstd, *work;             /* flash: the saved o1/o2/rstd, workspace */
     float *lse;
-    real *xr;         /* [max(D, F)] a row rounded to bf16 */
+    real *xr;         /* [xr_rows, max(D, F)] the one-row products' inputs as rounded */
+    int64_t xr_rows;  /* rows of xr (1, or a batched step's sequences) */
+    real *kb, *vb;    /* a batched step's new keys and values [xr_rows, KV] (else NULL) */
+    int64_t *bpos;    /* a batched step's positions, */
+    real **bk, **bv, **bscores; /* and the caches' layer rows and scratch, [xr_rows] each */
+    int batch;        /* 1 while this cache hosts a batched step: several rows are single rows */
     uint16_t *wbf;    /* bf16 copy of the parameters (same offsets), or NULL */
     size_t wbf_n;
     int wbf_valid;    /* wbf holds the current sequence's copy */
@@ -75,8 +80,9 @@ void dtx_kvcache_set_hooks(dtx_kvcache *c, const dtx_prefill_hooks *h) { c->hook
 /* Lays the row buffers for r rows out from base (or only counts when base is
  * NULL); every buffer on a 64-byte boundary. Returns the element count. The
  * flash workspace also fits the quantised forward when quant. */
-static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, int flash, int quant) {
-    size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, R = (size_t)r, off = 0;
+static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, int flash, int quant, int64_t xr_rows) {
+    size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, R = (size_t)r, off = 0, XR = (size_t)xr_rows;
+    size_t KB = xr_rows > 1 ? XR * (size_t)c->kv_dim : 0;
     size_t QD = (size_t)dtx_config_q_dim(&m->cfg), NA = m->cfg.arch == DTX_ARCH_DIFF2 ? R * QD : 0;
     size_t NL = dtx_config_has_lambda_proj(&m->cfg) ? R * (size_t)m->cfg.n_heads : 0;
     dtx_attn_dims ad = dtx_model_generation_attn_dims(m, r, 0, 0);
@@ -99,7 +105,9 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
     CARVE(c->rstd, R);
     CARVE(c->h, R * F);
     CARVE(c->h3, R * F);
-    CARVE(c->xr, D > F ? D : F);
+    CARVE(c->xr, XR * (D > F ? D : F));
+    CARVE(c->kb, KB);
+    CARVE(c->vb, KB);
     CARVE(c->att2, NA);
     CARVE(c->lam, NL);
     CARVE(c->o1, n_o);
@@ -116,30 +124,48 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
         if (!n_work) c->work = NULL;
         if (!NA) c->att2 = NULL;
         if (!NL) c->lam = NULL;
+        if (!KB) c->kb = c->vb = NULL;
     }
     return off;
 }
 
 /* Row buffers for r rows (and the flash buffers when flash, sized for the
- * quantised forward when the model quantises the logits). */
-static dtx_status ensure_rows(const dtx_model *m, dtx_kvcache *c, int64_t r, int flash) {
+ * quantised forward when the model quantises the logits), the one-row
+ * products' inputs for xr_rows rows. */
+static dtx_status ensure_rows(const dtx_model *m, dtx_kvcache *c, int64_t r, int flash, int64_t xr_rows) {
     int quant = flash && m->attn_quant_bits;
-    if (c->mem && r <= c->rows_cap && (!flash || c->flash_cap) && (!quant || c->quant_cap)) return DTX_OK;
+    if (c->mem && r <= c->rows_cap && (!flash || c->flash_cap) && (!quant || c->quant_cap) && xr_rows <= c->xr_rows)
+        return DTX_OK;
     if (r < c->rows_cap) r = c->rows_cap;
+    if (xr_rows < c->xr_rows) xr_rows = c->xr_rows;
     flash = flash || c->flash_cap;
     quant = flash && (quant || c->quant_cap);
-    size_t n = layout(m, c, NULL, r, flash, quant);
+    size_t n = layout(m, c, NULL, r, flash, quant, xr_rows);
     real *mem = dtx_alloc(n, sizeof(real));
     if (!mem)
         return dtx_fail(DTX_ERR_NOMEM, "out of memory for the generation buffers of %lld rows (%zu values)",
                         (long long)r, n);
+    if (xr_rows > c->xr_rows) { /* a batched step's per-sequence pointers */
+        int64_t *pos = realloc(c->bpos, sizeof *pos * (size_t)xr_rows);
+        if (pos) c->bpos = pos;
+        real **p[3] = {NULL, NULL, NULL}, ***at[3] = {&c->bk, &c->bv, &c->bscores};
+        int ok = pos != NULL;
+        for (int i = 0; i < 3 && ok; i++)
+            if ((p[i] = realloc(*at[i], sizeof(real *) * (size_t)xr_rows))) *at[i] = p[i];
+            else ok = 0;
+        if (!ok) {
+            free(mem);
+            return dtx_fail(DTX_ERR_NOMEM, "out of memory for a batched step of %lld sequences", (long long)xr_rows);
+        }
+    }
     free(c->mem);
     c->mem = mem;
     c->mem_n = n;
     c->rows_cap = r;
     c->flash_cap = flash;
     c->quant_cap = quant;
-    layout(m, c, mem, r, flash, quant);
+    c->xr_rows = xr_rows;
+    layout(m, c, mem, r, flash, quant, xr_rows);
     return DTX_OK;
 }
 
@@ -174,7 +200,7 @@ dtx_status dtx_kvcache_init(dtx_kvcache **out, const dtx_model *m, int64_t max_l
         return dtx_fail(DTX_ERR_NOMEM, "out of memory for a KV cache of %lld positions (%zu bytes)",
                         (long long)max_len, 2 * kv_n * sizeof(real));
     }
-    dtx_status st = ensure_rows(m, c, 1, 0);
+    dtx_status st = ensure_rows(m, c, 1, 0, 1);
     if (st) {
         dtx_kvcache_free(c);
         return st;
@@ -190,6 +216,10 @@ void dtx_kvcache_free(dtx_kvcache *c) {
     free(c->scores);
     free(c->mem);
     free(c->wbf);
+    free(c->bpos);
+    free(c->bk);
+    free(c->bv);
+    free(c->bscores);
     free(c);
 }
 
@@ -233,16 +263,17 @@ static dtx_status ensure_bf16(const dtx_model *m, dtx_kvcache *c) {
 }
 #endif
 
-/* out [M, N] = x [M, K] · (parameter at off) [N, K]ᵀ: several rows and single
- * rows through linear.c's two entry points (px is 0 here: generation never
- * pre-rounds; the one-row path reads the bf16 copy instead). */
+/* out [M, N] = x [M, K] · (parameter at off) [N, K]ᵀ: several rows of one
+ * sequence and single rows (one per sequence in a batched step) through
+ * linear.c's two entry points (px is 0 here: generation never pre-rounds;
+ * the one-row path reads the bf16 copy instead). */
 static void cache_linear(const dtx_model *m, void *ctx, real *out, const real *x, size_t off, int64_t M, int64_t K,
                          int64_t N, unsigned px) {
     const dtx_kvcache *c = ctx;
     (void)px;
-    if (c->hooks && c->hooks->linear_input) c->hooks->linear_input(c->hooks->ctx, off, x, M, K);
-    if (M > 1) dtx_model_linear(m, out, x, off, M, K, N, 0);
-    else dtx_model_linear_row(m, out, x, off, K, N, c->wbf, c->xr);
+    if (c->hooks && c->hooks->linear_input && !c->batch) c->hooks->linear_input(c->hooks->ctx, off, x, M, K);
+    if (M > 1 && !c->batch) dtx_model_linear(m, out, x, off, M, K, N, 0);
+    else dtx_model_linear_rows(m, out, x, M, off, K, N, c->wbf, c->xr);
 }
 
 /* The cache was made for a model of this shape. */
@@ -273,7 +304,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
     const int64_t pos0 = c->len, D = cfg->dim, KV = m->kv_dim, L = cfg->n_layers;
     const int64_t ML = c->max_len;
     const int flash = pos0 == 0 && n > 1;
-    if ((st = ensure_rows(m, c, n, flash))) return st;
+    if ((st = ensure_rows(m, c, n, flash, 1))) return st;
     if (pos0 == 0) c->wbf_valid = 0; /* a new sequence: the weights may have changed */
 #ifndef DTX_DOUBLE
     /* the one-row products (decode steps, a prefill's logits) read the bf16 copy */
@@ -315,4 +346,54 @@ dtx_status dtx_model_decode(dtx_model *m, dtx_kvcache *c, int32_t token, dtx_rea
         return dtx_fail(DTX_ERR_ARG, "KV cache full: all %lld positions are used (max_seq_len %lld)",
                         (long long)c->max_len, (long long)m->cfg.max_seq_len);
     return step(m, c, &token, 1, logits);
+}
+
+dtx_status dtx_model_decode_batch(dtx_model *m, dtx_kvcache *const *caches, const int32_t *tokens, int64_t n,
+                                  dtx_real *logits) {
+    const dtx_config *cfg = &m->cfg;
+    dtx_status st;
+    if (n < 1) return dtx_fail(DTX_ERR_ARG, "a batched decode step needs at least one sequence, got %lld", (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        const dtx_kvcache *ci = caches[i];
+        if (!ci) return dtx_fail(DTX_ERR_ARG, "batched decode: sequence %lld has no KV cache", (long long)i);
+        if ((st = check_shape(m, ci))) return st;
+        if (ci->len >= ci->max_len)
+            return dtx_fail(DTX_ERR_ARG, "batched decode: the KV cache of sequence %lld is full (%lld positions)",
+                            (long long)i, (long long)ci->max_len);
+        if (tokens[i] < 0 || tokens[i] >= cfg->vocab_size)
+            return dtx_fail(DTX_ERR_ARG, "batched decode: token id %lld of sequence %lld is out of range [0, %lld)",
+                            (long long)tokens[i], (long long)i, (long long)cfg->vocab_size);
+        for (int64_t j = 0; j < i; j++)
+            if (caches[j] == ci)
+                return dtx_fail(DTX_ERR_ARG, "batched decode: sequences %lld and %lld share one KV cache",
+                                (long long)j, (long long)i);
+    }
+    dtx_kvcache *c = caches[0]; /* hosts the step's row buffers */
+    const int64_t D = cfg->dim, KV = m->kv_dim, L = cfg->n_layers;
+    if ((st = ensure_rows(m, c, n, 0, n))) return st;
+    if (c->len == 0) c->wbf_valid = 0; /* as step(): a new sequence, the weights may have changed */
+#ifndef DTX_DOUBLE
+    if (m->precision == DTX_PREC_BF16 && !m->qw && (st = ensure_bf16(m, c))) return st;
+#endif
+    for (int64_t i = 0; i < n; i++) c->bpos[i] = caches[i]->len, c->bscores[i] = caches[i]->scores;
+    dtx_model_embed(m, c->x, tokens, n);
+    dtx_layer_acts la = {.x_mid = c->x, .xn1 = c->xn, .rstd1 = c->rstd, .q = c->q, .k = c->kb, .v = c->vb,
+                         .attn_y = c->att, .attn_a = c->att2, .lam = c->lam, .xn2 = c->xn, .rstd2 = c->rstd,
+                         .h1 = c->h, .h3 = c->h3, .g = c->h};
+    dtx_block_run run = {.B = n, .T = 1, .generation = 1, .mode = DTX_BLOCK_BATCH, .row_pos = c->bpos,
+                         .row_k = c->bk, .row_v = c->bv, .row_scores = c->bscores, .scratch = c->tmp,
+                         .linear = cache_linear, .ctx = c};
+    c->batch = 1;
+    for (int64_t l = 0; l < L; l++) {
+        for (int64_t i = 0; i < n; i++) {
+            size_t at = (size_t)(l * caches[i]->max_len * KV);
+            c->bk[i] = caches[i]->k + at, c->bv[i] = caches[i]->v + at;
+        }
+        dtx_block_forward(m, l, &run, &la, c->x, c->x);
+    }
+    if (logits) dtx_block_head(m, &run, logits, c->xn, c->rstd, c->x, n);
+    c->batch = 0;
+    for (int64_t i = 0; i < n; i++) caches[i]->len++;
+    (void)D;
+    return DTX_OK;
 }

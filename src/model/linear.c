@@ -94,21 +94,22 @@ static void quant_rows(const dtx_model *m, float *out, const float *x, const dtx
     }
 }
 
-static void linear_row_quant(const dtx_model *m, float *out, const float *x, const dtx_qweight *w, float *xrow) {
+static void linear_rows_quant(const dtx_model *m, float *out, const float *x, int64_t nb, const dtx_qweight *w,
+                              float *xrows) {
     int64_t K = w->K, N = w->N;
     if (w->bits == 16) { /* bf16 in place: x as the model's precision sees it */
-        if (m->precision == DTX_PREC_BF16) dtx_bf16_round_portable(xrow, x, (size_t)K), x = xrow;
-        dtx_gemv_bf16(out, x, w->q, K, N);
+        if (m->precision == DTX_PREC_BF16) dtx_bf16_round_portable(xrows, x, (size_t)(nb * K)), x = xrows;
+        dtx_gemv_bf16_batch(out, x, nb, w->q, K, N);
         return;
     }
     if (m->wquant == DTX_WQ_W8A8 && w->in_scale > 0) {
-        int8_t *xq = (int8_t *)xrow; /* K bytes fit in K floats */
-        dtx_a8_quantize(xq, x, K, w->in_scale);
-        dtx_gemv_q8a8(out, xq, w->in_scale, (const int8_t *)w->q, w->scale, K, N);
+        int8_t *xq = (int8_t *)xrows; /* nb·K bytes fit in nb·K floats */
+        dtx_a8_quantize(xq, x, nb * K, w->in_scale);
+        dtx_gemv_q8a8_batch(out, xq, nb, w->in_scale, (const int8_t *)w->q, w->scale, K, N);
         return;
     }
-    dtx_model_round_inputs(m->wquant, m->act_fp16, 0, xrow, x, K);
-    dtx_qformat_of(w->bits)->gemv(out, xrow, w->q, w->scale, K, N);
+    dtx_model_round_inputs(m->wquant, m->act_fp16, 0, xrows, x, nb * K);
+    dtx_qformat_of(w->bits)->gemv_batch(out, xrows, nb, w->q, w->scale, K, N);
 }
 #endif
 
@@ -124,23 +125,23 @@ void dtx_model_linear(const dtx_model *m, real *out, const real *x, size_t off, 
     dtx_matmul_forward_pre(out, x, m->params + off, M, K, N, m->precision, pre);
 }
 
-void dtx_model_linear_row(const dtx_model *m, real *out, const real *x, size_t off, int64_t K, int64_t N,
-                          const uint16_t *wbf, real *xrow) {
+void dtx_model_linear_rows(const dtx_model *m, real *out, const real *x, int64_t nb, size_t off, int64_t K, int64_t N,
+                           const uint16_t *wbf, real *xrows) {
 #ifndef DTX_DOUBLE
     const dtx_qweight *w = dtx_model_qweight(m, off);
     if (w) { /* bf16 or int8 x against the int8 / 4-bit codes */
-        linear_row_quant(m, out, x, w, xrow);
+        linear_rows_quant(m, out, x, nb, w, xrows);
         return;
     }
     if (m->precision == DTX_PREC_BF16) { /* bf16(x) · the bf16 copy of w */
-        dtx_bf16_round_portable(xrow, x, (size_t)K);
-        dtx_gemv_bf16(out, xrow, wbf + off, K, N);
+        dtx_bf16_round_portable(xrows, x, (size_t)(nb * K));
+        dtx_gemv_bf16_batch(out, xrows, nb, wbf + off, K, N);
         return;
     }
 #else
-    (void)wbf, (void)xrow;
+    (void)wbf, (void)xrows;
 #endif
-    dtx_gemv(out, x, m->params + off, K, N);
+    dtx_gemv_batch(out, x, nb, m->params + off, K, N);
 }
 
 static void model_embed_run(const dtx_model *m, real *out, const int32_t *tokens, int64_t n) {

@@ -148,12 +148,15 @@ const dtx_qweight *dtx_model_qweight(const dtx_model *m, size_t off);
  * Float build only for quantised weights. */
 void dtx_model_linear(const dtx_model *m, real *out, const real *x, size_t off, int64_t M, int64_t K, int64_t N,
                       unsigned pre);
-/* One row, out [N] = x [K] · wᵀ, through the memory-bound one-row kernels:
- * a quantised weight's codes (x rounded to bf16, or to int8 for W8A8), the
- * bf16 copy wbf of the parameters (same offsets) for bf16 products, else
- * the fp32 weights. xrow: scratch of K values. */
-void dtx_model_linear_row(const dtx_model *m, real *out, const real *x, size_t off, int64_t K, int64_t N,
-                          const uint16_t *wbf, real *xrow);
+/* nb rows each on its own, out [nb, N] = x [nb, K] · wᵀ, through the
+ * memory-bound one-row kernels (a decode step: one row; a batched step of
+ * several sequences: one per sequence, the weights read once for all, each
+ * row's result the bits of its one-row product): a quantised weight's codes
+ * (x rounded to bf16, or to int8 for W8A8), the bf16 copy wbf of the
+ * parameters (same offsets) for bf16 products, else the fp32 weights.
+ * xrows: scratch of nb·K values. */
+void dtx_model_linear_rows(const dtx_model *m, real *out, const real *x, int64_t nb, size_t off, int64_t K, int64_t N,
+                           const uint16_t *wbf, real *xrows);
 #ifndef DTX_DOUBLE
 /* x [n] as a quantised linear layer sees its input: bf16- or (fp16 set)
  * fp16-rounded (a16), or for W8A8 on the int8 grid
@@ -239,6 +242,9 @@ const float *dtx_model_weight_f32(const dtx_model *m, int i, float **tmp);
 typedef enum {
     DTX_BLOCK_OWN_KEYS, /* the attention reads the block's own k, v (a batch; a prefill from position 0) */
     DTX_BLOCK_CACHE,    /* row i attends over the cache's rows 0 .. pos0 + i (decode steps) */
+    DTX_BLOCK_BATCH,    /* row i is the next token of a sequence of its own (a batched decode step):
+                         * at position row_pos[i], its key and value appended to that sequence's
+                         * cache (row_k[i], row_v[i]), attending over its rows 0 .. row_pos[i] */
 } dtx_block_keys;
 /* out [M, N] = x [M, K] · (the weight at off) [N, K]ᵀ; px: the inputs are
  * bf16-rounded already (forward.c's emulated bf16), for dtx_model_linear. */
@@ -251,6 +257,9 @@ typedef struct {
     dtx_block_keys mode;
     const real *k_cache, *v_cache; /* DTX_BLOCK_CACHE: the layer's cache, rows 0 .. pos0 + n − 1 filled */
     real *scores;              /* DTX_BLOCK_CACHE: dtx_attention_decode scratch */
+    const int64_t *row_pos;    /* DTX_BLOCK_BATCH: per row (B rows, T = 1) its position, */
+    real *const *row_k, *const *row_v; /* its sequence's layer cache, */
+    real *const *row_scores;   /* and dtx_attention_decode scratch for that cache */
     real *scratch;             /* [B·T, D] */
     dtx_block_linear linear;
     void *ctx;
