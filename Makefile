@@ -10,11 +10,14 @@ CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Werror=im
            -Wshadow -Wvla -g $(OPT) -fno-trapping-math -fopenmp -fPIC -fno-semantic-interposition \
            -Iinclude -Isrc -Itests $(SAN)
 LDLIBS  := -fopenmp -ldnnl -lcjson -lpcre2-8 -lm $(SAN)
+SERVE_LIBS := -lmicrohttpd -lpthread
 SAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # src/train/comm_mpi.c is the MPI plugin (mpi_plugin.h), built apart with mpicc when MPI is installed
 LIB_SRC  := $(filter-out src/train/comm_mpi.c,$(sort $(wildcard src/common/*.c src/kernels/*.c src/model/*.c src/io/*.c src/train/*.c src/eval/*.c)))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+# difftx serve's parts (src/serve/serve.h), linked into the tool and the tests
+SERVE_SRC := $(sort $(wildcard src/serve/*.c))
 # *_fd_test.c: finite-difference checks, linked against the double build.
 FD_TESTS := $(sort $(wildcard tests/*/*_fd_test.c))
 F32_TESTS:= $(filter-out $(FD_TESTS),$(sort $(wildcard tests/*/*_test.c)))
@@ -64,9 +67,12 @@ $(LIB32): $(call obj32,$(LIB_SRC))
 $(LIB64): $(call obj64,$(LIB_SRC))
 	@rm -f $@; ar rcs $@ $^
 
-$(BIN): $(call obj32,$(CLI_SRC)) $(LIB32) | $(MPI_PLUGIN)
+$(BIN): $(call obj32,$(CLI_SRC) $(SERVE_SRC)) $(LIB32) | $(MPI_PLUGIN)
 	@echo "LD      $@"
-	@$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	@$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(SERVE_LIBS)
+
+# the explorer's page is linked in as it is (src/serve/explorer.c)
+$(BUILD)/f32/src/serve/explorer.o: src/serve/explorer.html
 
 # the header's functions: every line that declares one starts at column 0
 $(BUILD)/difftx.map: include/difftx.h Makefile
@@ -86,10 +92,10 @@ $(BUILD)/libdifftx_mpi.so: src/train/comm_mpi.c src/train/mpi_plugin.h Makefile
 	@echo "MPICC   $@"
 	@$(MPICC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -Isrc $< -o $@
 
-$(BUILD)/tests/test_f32: $(call obj32,$(TEST_COMMON) $(F32_TESTS)) $(LIB32)
+$(BUILD)/tests/test_f32: $(call obj32,$(TEST_COMMON) $(F32_TESTS) $(SERVE_SRC)) $(LIB32)
 	@mkdir -p $(dir $@)
 	@echo "LD      $@"
-	@$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	@$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) $(SERVE_LIBS)
 $(BUILD)/tests/test_f64: $(call obj64,$(TEST_COMMON) $(FD_TESTS)) $(LIB64)
 	@mkdir -p $(dir $@)
 	@echo "LD      $@"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages difftx needs, only those that are missing.
-#   scripts/setup.sh            build dependencies (gcc, make, cJSON, oneDNN, PCRE2; OpenMPI for
+#   scripts/setup.sh            build dependencies (gcc, make, cJSON, oneDNN, PCRE2, libmicrohttpd; OpenMPI for
 #                               training over several processes or machines: mpirun difftx train)
 #   scripts/setup.sh --torch    also python3-torch (only to regenerate fixtures)
 #   scripts/setup.sh --plot     also python3-matplotlib (tools/plot_loss.py, make demo)
 #   scripts/setup.sh --python   also python3 with numpy, venv and pip (the Python package, python/)
 #   scripts/setup.sh --fuzz     also clang with libFuzzer and OpenMP (make fuzz) and llvm's symbolizer
 set -euo pipefail
-pkgs=(gcc make libc6-dev libcjson-dev libdnnl-dev libpcre2-dev openmpi-bin libopenmpi-dev)
+pkgs=(gcc make libc6-dev libcjson-dev libdnnl-dev libpcre2-dev libmicrohttpd-dev openmpi-bin libopenmpi-dev)
 for opt in "$@"; do
     case $opt in
         --torch) pkgs+=(python3 python3-torch python3-numpy python3-matplotlib) ;;

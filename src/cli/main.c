@@ -8,6 +8,7 @@
 int cmd_tokenizer(int argc, char **argv); /* src/cli/tokenizer_cmd.c */
 int cmd_prepare(int argc, char **argv);   /* src/cli/prepare.c */
 int cmd_generate(int argc, char **argv);  /* src/cli/generate.c */
+int cmd_serve(int argc, char **argv);     /* src/cli/serve.c */
 
 typedef struct {
     const char *name;
@@ -20,6 +21,7 @@ static const command commands[] = {
     {"score", cmd_score, "mean next-token cross-entropy of one token sequence, as JSON"},
     {"sample", cmd_sample, "continue a prompt, greedily or with a temperature"},
     {"generate", cmd_generate, "continue a text prompt, streaming text (KV-cached decoding)"},
+    {"serve", cmd_serve, "an OpenAI-compatible server (continuous batching) and an attention explorer"},
     {"info", cmd_info, "architecture, config and parameter counts of a model file"},
     {"quantize", cmd_quantize, "a calibrated int8 or 4-bit copy of a model (w8a16, w8a8, w4a16)"},
     {"convert", cmd_convert, "Hugging Face checkpoints (DiffLlama, Llama) in and out"},

@@ -65,7 +65,7 @@ struct dtx_kvcache {
     float *lse;
     real *xr;         /* [xr_rows, max(D, F)] the one-row products' inputs as rounded */
     int64_t xr_rows;  /* rows of xr (1, or a batched step's sequences) */
-    real *kb, *vb;    /* a batched step's new keys and values [xr_rows, KV] (else NULL) */
+    real *kb, *vb;    /* a batched step's new keys and values [xr_rows, KV] */
     int64_t *bpos;    /* a batched step's positions, */
     real **bk, **bv, **bscores; /* and the caches' layer rows and scratch, [xr_rows] each */
     int batch;        /* 1 while this cache hosts a batched step: several rows are single rows */
@@ -82,7 +82,7 @@ void dtx_kvcache_set_hooks(dtx_kvcache *c, const dtx_prefill_hooks *h) { c->hook
  * flash workspace also fits the quantised forward when quant. */
 static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, int flash, int quant, int64_t xr_rows) {
     size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, R = (size_t)r, off = 0, XR = (size_t)xr_rows;
-    size_t KB = xr_rows > 1 ? XR * (size_t)c->kv_dim : 0;
+    size_t KB = XR * (size_t)c->kv_dim;
     size_t QD = (size_t)dtx_config_q_dim(&m->cfg), NA = m->cfg.arch == DTX_ARCH_DIFF2 ? R * QD : 0;
     size_t NL = dtx_config_has_lambda_proj(&m->cfg) ? R * (size_t)m->cfg.n_heads : 0;
     dtx_attn_dims ad = dtx_model_generation_attn_dims(m, r, 0, 0);
@@ -124,7 +124,6 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
         if (!n_work) c->work = NULL;
         if (!NA) c->att2 = NULL;
         if (!NL) c->lam = NULL;
-        if (!KB) c->kb = c->vb = NULL;
     }
     return off;
 }
