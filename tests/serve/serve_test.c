@@ -104,6 +104,26 @@ TEST(serve_request_fields_land) {
     srv_request_free(&r);
 }
 
+TEST(serve_utf8_sanitize_maximal_subparts) {
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"ab\xC3\xA9", "ab\xC3\xA9"},                       /* valid stays */
+        {"\xE2\x82" "A", "\xEF\xBF\xBD" "A"},               /* cut short: one U+FFFD */
+        {"\xE2\x82", "\xEF\xBF\xBD"},                       /* cut at the end */
+        {"\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD"},           /* lone continuations: one each */
+        {"\xE0\x80\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* overlong: E0 80 is no start */
+        {"\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"}, /* a surrogate */
+        {"\xF0\x9F\x98" "x", "\xEF\xBF\xBD" "x"},           /* 3 of 4 bytes */
+        {"\xFF", "\xEF\xBF\xBD"},
+    };
+    char out[64];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        size_t n = srv_utf8_sanitize(out, cases[i].in, strlen(cases[i].in));
+        CHECKF(n == strlen(cases[i].out) && !strcmp(out, cases[i].out), "case %zu", i);
+    }
+}
+
 TEST(serve_utf8_checks) {
     CHECK(srv_utf8_valid("", 0) && srv_utf8_valid("a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80", 10));
     CHECK(!srv_utf8_valid("\xC0\xAF", 2));         /* overlong */
@@ -144,23 +164,14 @@ done:
     return k;
 }
 
-/* the text of ids [n], as the engine hands it out: a byte that does not
- * begin a UTF-8 character (the model may sample byte tokens that make none)
- * as U+FFFD */
+/* the text of ids [n], as the engine hands it out: as UTF-8 (the model may
+ * sample byte tokens that make no character) */
 static char *text_of(const dtx_tokenizer *t, const int32_t *ids, int64_t n) {
     char *s = NULL;
     size_t len = 0;
     if (dtx_tokenizer_decode(t, ids, n, &s, &len)) return NULL;
     char *o = malloc(3 * len + 1);
-    size_t k = 0;
-    for (size_t i = 0; o && i < len;) {
-        size_t w = 0;
-        for (size_t c = 1; c <= 4 && i + c <= len && !w; c++)
-            if (srv_utf8_valid(s + i, c)) w = c;
-        if (w) memcpy(o + k, s + i, w), k += w, i += w;
-        else memcpy(o + k, "\xEF\xBF\xBD", 3), k += 3, i++;
-    }
-    if (o) o[k] = 0;
+    if (o) srv_utf8_sanitize(o, s, len);
     free(s);
     return o;
 }
