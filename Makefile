@@ -135,7 +135,7 @@ fuzz: fuzz-build $(BIN)
 # a target: libFuzzer's main (fuzz-build) or the replayer (make test)
 LINK_FUZZER ?=
 .SECONDARY: $(BUILD)/f32/tests/fuzz/replay.o
-$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_path.c tests/fuzz/fuzz.h $(LIB32) $(if $(LINK_FUZZER),,$(BUILD)/f32/tests/fuzz/replay.o)
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_path.c tests/fuzz/fuzz.h $(call obj32,src/serve/request.c) $(if $(LINK_FUZZER),,$(BUILD)/f32/tests/fuzz/replay.o) $(LIB32)
 	@mkdir -p $(dir $@)
 	@echo "LD      $@"
 	@$(CC) $(CFLAGS) $(LINK_FUZZER) $(filter %.c %.o %.a,$^) -o $@ $(LDLIBS)

@@ -37,7 +37,7 @@ make_seeds() { # DIR
     local out=$1 w
     w=$(mktemp -d)
     mkdir -p "$out"/{fuzz_model,fuzz_checkpoint,fuzz_tokenizer_file,fuzz_shard,fuzz_token_text,fuzz_cli_numbers,fuzz_encode,fuzz_hf}
-    mkdir -p "$out"/{fuzz_tokenizer_json,fuzz_tokenizer_model}
+    mkdir -p "$out"/{fuzz_tokenizer_json,fuzz_tokenizer_model,fuzz_serve_request}
     awk 'BEGIN { srand(5); for (i = 0; i < 3000; i++) printf "%d ", int(rand() * 16); print "" }' > "$w/toks.txt"
     printf 'The Differential Transformer cancels attention noise.\nIt subtracts two softmax maps; 12 345.\n' > "$w/a.txt"
     printf 'Ünïcödé, 日本語 and <|bos|> in plain text.\n\n\tTabs, spaces  and 1234567 numbers.\n' > "$w/b.txt"
@@ -86,6 +86,13 @@ make_seeds() { # DIR
         } > "$out/fuzz_hf/$(basename "$d").bin"
     done
     printf '<|bos|>x<|eos|><|pad|>' > "$out/fuzz_encode/specials.txt"
+    # difftx serve's bodies: the first byte picks the route (0 completion, 1 chat, 2 tokenize, 3 detokenize, 4 attention)
+    printf '\0{"model":"m","prompt":"Hi","max_tokens":5,"temperature":0.5,"top_p":0.9,"seed":3,"stop":["\\n"],"stream":true,"stream_options":{"include_usage":true}}' > "$out/fuzz_serve_request/completion.json"
+    printf '\0{"prompt":[1,2,3],"n":1,"logprobs":null}' > "$out/fuzz_serve_request/ids.json"
+    printf '\1{"messages":[{"role":"system","content":"Be brief"},{"role":"user","content":[{"type":"text","text":"\\u00e9t\\u00e9"}]}],"max_completion_tokens":8}' > "$out/fuzz_serve_request/chat.json"
+    printf '\2{"content":"Hello world","add_special":true}' > "$out/fuzz_serve_request/tokenize.json"
+    printf '\3{"tokens":[72,101,108]}' > "$out/fuzz_serve_request/detokenize.json"
+    printf '\4{"prompt":"The cat","layer":0,"head":1}' > "$out/fuzz_serve_request/attention.json"
     # Hugging Face tokenizers (data/hf-tokenizers, scripts/fetch_hf_tokenizers.sh; make test fetches them), cut
     # small so that an execution is quick: tokenizer.json with the first merges, tokenizer.model with the first pieces
     if [ -d data/hf-tokenizers ] && command -v node > /dev/null; then

@@ -6,6 +6,7 @@
 #   scripts/setup.sh --plot     also python3-matplotlib (tools/plot_loss.py, make demo)
 #   scripts/setup.sh --python   also python3 with numpy, venv and pip (the Python package, python/)
 #   scripts/setup.sh --fuzz     also clang with libFuzzer and OpenMP (make fuzz) and llvm's symbolizer
+#   scripts/setup.sh --browser  also Debian's chromium (the serving test renders the explorer page in it)
 set -euo pipefail
 pkgs=(gcc make libc6-dev libcjson-dev libdnnl-dev libpcre2-dev libmicrohttpd-dev openmpi-bin libopenmpi-dev)
 for opt in "$@"; do
@@ -14,7 +15,8 @@ for opt in "$@"; do
         --plot) pkgs+=(python3 python3-matplotlib) ;;
         --python) pkgs+=(python3 python3-numpy python3-venv python3-pip) ;;
         --fuzz) pkgs+=(clang libclang-rt-14-dev libomp-dev llvm) ;; # the sanitizer and libFuzzer runtimes are only recommended by clang
-        *) echo "setup: unknown option $opt (--torch, --plot, --python, --fuzz)" >&2; exit 2 ;;
+        --browser) pkgs+=(chromium) ;;
+        *) echo "setup: unknown option $opt (--torch, --plot, --python, --fuzz, --browser)" >&2; exit 2 ;;
     esac
 done
 missing=()

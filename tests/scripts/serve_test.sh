@@ -94,14 +94,14 @@ if [ -z "$browser" ]; then
     echo "skip serve_page_renders: no chromium here (scripts/setup.sh --browser installs Debian's)"
     skipped=$((skipped + 1))
 else
-    page="$url/?auto=1&layer=1&head=0&prompt=The%20state%20of%20the%20union%20is%20strong"
-    timeout 120 "$browser" --headless=new --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,900 \
+    page="$url/?auto=1&layer=1&head=0&prompt=The%20state%20of%20the%20union%20is%20strong#key=$key"
+    timeout 120 "$browser" --headless=new --no-sandbox --disable-gpu --hide-scrollbars --window-size=1800,1300 \
         --virtual-time-budget=15000 --screenshot="$tmp/page.png" "$page" >/dev/null 2>"$tmp/chromium.err"
     if res=$(node tests/scripts/serve_page.mjs "$tmp/page.png" 2>&1); then
         ok "serve_page_renders ($res)"
         mkdir -p "${DIFFTX_BUILD:-build}" && cp "$tmp/page.png" "${DIFFTX_BUILD:-build}/serve_page.png"
     else
-        fail serve_page_renders "$res; chromium: $(tail -n 1 "$tmp/chromium.err")"
+        cp "$tmp/page.png" /tmp/page_fail.png 2>/dev/null; fail serve_page_renders "$res; chromium: $(tail -n 1 "$tmp/chromium.err")"
     fi
 fi
 
