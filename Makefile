@@ -242,9 +242,9 @@ interop-check: deps
 # The benchmark (README "Performance"; writes bench/results.md). `make bench`
 # takes about 30 minutes; `make bench QUICK=1` a few (config S at batch 2).
 BENCH_BIN := $(BUILD)/bench/bench
-$(BENCH_BIN): bench/bench.c $(LIB32)
+$(BENCH_BIN): bench/bench.c bench/serve_bench.c $(call obj32,src/serve/engine.c src/serve/request.c) $(LIB32)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< $(LIB32) -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lpthread
 bench: deps
 	@scripts/setup.sh --torch
 	@bench/openblas.sh $(BUILD)/openblas

@@ -11,7 +11,9 @@
  *   5. one training step at T = 16384 (config S, DIFF, batch 1): RSS and time;
  *   6. decoding (KV cache, batch 1): tokens/s against the memory-bandwidth
  *      bound (the bandwidth measured in the same run);
- *   7. the peak again (was the machine disturbed?).
+ *   7. the peak again (was the machine disturbed?);
+ *   8. serving: difftx serve's batcher at 1-16 concurrent requests, batched
+ *      against one at a time (bench/serve_bench.c).
  * Every measured configuration runs in a child process of its own (this
  * program re-executed with --serve, or python3 tools/bench_torch.py --serve),
  * so each peak RSS is that configuration's alone. The DIFF and the baseline
@@ -22,7 +24,7 @@
  * repository root):
  *   bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch | --torch-full]
  *         [--torch-attn ref|fused] [--openblas DIR] [--python PATH]
- *         [--sections peak,train,torch,v2,attn,long,decode] [--configs S,L]
+ *         [--sections peak,train,torch,v2,attn,long,decode,serve] [--configs S,L]
  *     --quick   config S at batch 2, 2 timed steps, no T = 16K runs (make bench QUICK=1)
  *     --tiny    a seconds-long smoke test of the harness (meaningless numbers)
  *   bench --one S|L|S16K diff|transformer|diff2 fp32|bf16 [STEPS]
@@ -51,6 +53,8 @@
 #include "kernels/kernels.h"
 
 extern char **environ;
+
+void serve_bench_run(int quick, void (*out)(const char *fmt, ...)); /* bench/serve_bench.c */
 
 #define MAXSTEPS 16
 static const char *self_exe = "/proc/self/exe";
@@ -1407,7 +1411,7 @@ static void usage(void) {
             "usage: bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch | --torch-full]\n"
             "             [--torch-attn ref|fused]\n"
             "             [--openblas DIR] [--python PATH]\n"
-            "             [--sections peak,train,torch,v2,attn,long,decode] [--configs S,L]\n"
+            "             [--sections peak,train,torch,v2,attn,long,decode,serve] [--configs S,L]\n"
             "             [--models PATH,PATH,...]   (model files measured in the decode section)\n"
             "       bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]\n");
 }
@@ -1423,7 +1427,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     int quick = 0, tiny = 0, steps = 3, no_torch = 0, torch_full = 0;
-    const char *outfile = "bench/results.md", *sections = "peak,train,torch,v2,attn,long,decode";
+    const char *outfile = "bench/results.md", *sections = "peak,train,torch,v2,attn,long,decode,serve";
     const char *python = "/usr/bin/python3", *script = "tools/bench_torch.py", *torch_attn = "fused";
     const char *openblas_dir = "build/openblas", *configs = "S,L", *models = NULL;
     for (int i = 1; i < argc; i++) {
@@ -1451,6 +1455,7 @@ int main(int argc, char **argv) {
     int do_torch = !!strstr(sections, "torch") && !no_torch, do_attn = !!strstr(sections, "attn");
     int do_long = !!strstr(sections, "long") && !quick;
     int do_decode = !!strstr(sections, "decode"), do_v2 = !!strstr(sections, "v2");
+    int do_serve = !!strstr(sections, "serve");
     /* seconds of timed steps per (config, precision, arch); steps are cut to fit */
     double budget = quick ? 60 : 150;
     int threads = omp_get_max_threads();
@@ -1974,6 +1979,12 @@ int main(int argc, char **argv) {
                 out("\n");
             }
         }
+    }
+
+    /* ---- 8. serving: difftx serve's batcher, batched against one at a time (bench/serve_bench.c) */
+    if (do_serve && !tiny) {
+        fprintf(stderr, "serving: batched and one at a time...\n");
+        serve_bench_run(quick, out);
     }
 
     /* ---- peak again, targets */

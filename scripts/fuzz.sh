@@ -108,6 +108,8 @@ if [ -n "$seeds_only" ]; then make_seeds "$seeds_only"; exit $?; fi
 
 [ ${#targets[@]} -gt 0 ] || targets=($(cd tests/fuzz && ls fuzz_*.c | grep -v '^fuzz_path.c$' | sed 's/\.c$//'))
 fz=$root/build-fuzz
+# the seeds once, again when a target is newer than them
+for t in "${targets[@]}"; do [ -d "$fz/seeds/$t" ] || rm -rf "$fz/seeds"; done
 [ -d "$fz/seeds" ] || make_seeds "$fz/seeds" || exit 1
 limit="-max_total_time=$seconds"
 [ -n "$runs" ] && limit="-runs=$runs"
