@@ -152,6 +152,8 @@ static int neutral_only(const cJSON *v, const char *name, srv_error *e) {
 }
 
 static int get_stop(const cJSON *v, srv_request *r, srv_error *e) {
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]); /* a repeated key: the last one counts */
+    r->n_stop = 0;
     if (cJSON_IsNull(v)) return 1;
     const cJSON *one = v;
     if (cJSON_IsArray(v)) {

@@ -39,6 +39,7 @@ static const parse_case CASES[] = {
     {SRV_COMPLETION, "{\"prompt\":\"hi\",\"max_tokens\":2.5}", 400, "integer"},
     {SRV_COMPLETION, "{\"prompt\":\"hi\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "at most 4"},
     {SRV_COMPLETION, "{\"prompt\":\"hi\",\"stop\":[1]}", 400, "must hold strings"},
+    {SRV_COMPLETION, "{\"prompt\":\"hi\",\"stop\":[\"a\",\"b\",\"c\"],\"stop\":[\"d\",\"e\",\"f\"]}", 0, NULL},
     {SRV_COMPLETION, "{\"prompt\":\"hi\",\"stream\":1}", 400, "true or false"},
     {SRV_COMPLETION, "{\"prompt\":\"hi\",\"stream_options\":{\"x\":1}}", 400, "stream_options.x"},
     {SRV_COMPLETION, "{\"prompt\":[1,-2]}", 400, "token id"},
@@ -94,7 +95,7 @@ TEST(serve_request_fields_land) {
     REQUIRE(srv_request_parse(SRV_COMPLETION, "{\"prompt\":\"x\"}", 14, &r, &e));
     CHECK(r.max_tokens == -1 && r.temperature == 1 && r.top_p == 1 && !r.has_seed && !r.stream && r.add_bos);
     srv_request_free(&r);
-    b = CASES[23].body;
+    b = CASES[24].body;
     REQUIRE(srv_request_parse(SRV_CHAT, b, strlen(b), &r, &e));
     CHECKF(!strcmp(r.text, "System: be brief\n\nUser: hi\n\nAssistant:"), "%s", r.text);
     CHECK(r.max_tokens == 3);
