@@ -53,3 +53,56 @@ TEST(kernel_rowdot_gemv_threads_do_not_change_bits) {
     }
     omp_set_num_threads(saved);
 }
+
+/* The batched products (dtx_gemv_*_batch): every input's row of the result
+ * has the bits of the one-input product, at every ISA level, for 1 to 3
+ * threads, in every format (fp32, bf16, int8, 4-bit with a partial group,
+ * int8 activations), including shapes that split into many chunks. */
+TEST(kernel_rowdot_batch_equals_one_input_products) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 77);
+    static const int64_t shapes[][3] = {{512, 700, 5}, {40, 3, 2}, {2048, 90, 3}, {100, 1003, 7}};
+    static const dtx_isa levels[] = {DTX_ISA_PORTABLE, DTX_ISA_AVX2, DTX_ISA_AVX512, DTX_ISA_AVX512_BF16};
+    int saved = omp_get_max_threads();
+    for (int si = 0; si < 4; si++) {
+        int64_t K = shapes[si][0], N = shapes[si][1], nb = shapes[si][2];
+        int64_t rb = dtx_q4_row_bytes(K), ng = dtx_q4_groups(K);
+        float *x = randf(&r, (size_t)(nb * K)), *w = randf(&r, (size_t)(N * K)), *sc = randf(&r, (size_t)(N * ng));
+        uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(N * K));
+        int8_t *q8 = malloc((size_t)(N * K)), *xq = malloc((size_t)(nb * K));
+        uint8_t *q4 = malloc((size_t)(N * rb));
+        for (int64_t i = 0; i < N * K; i++) wb[i] = dtx_f32_to_bf16(w[i]), q8[i] = (int8_t)(dtx_rng_next(&r) % 255 - 127);
+        for (int64_t i = 0; i < N * rb; i++) /* codes 1 to 15 in both nibbles */
+            q4[i] = (uint8_t)((1 + dtx_rng_next(&r) % 15) | (1 + dtx_rng_next(&r) % 15) << 4);
+        for (int64_t i = 0; i < nb * K; i++) x[i] = dtx_bf16_round_f32(x[i]), xq[i] = (int8_t)(dtx_rng_next(&r) % 255 - 127);
+        float *one = malloc(sizeof(float) * (size_t)(nb * N)), *all = malloc(sizeof(float) * (size_t)(nb * N));
+        for (int li = 0; li < 4; li++) {
+            if (levels[li] > dtx_isa_cpu()) continue;
+            dtx_isa prev = dtx_isa_set_cap(levels[li]);
+            for (int th = 1; th <= 3; th++) {
+                omp_set_num_threads(th);
+                for (int kind = 0; kind < 5; kind++) {
+                    for (int64_t b = 0; b < nb; b++) {
+                        float *o = one + b * N;
+                        const float *xb = x + b * K;
+                        if (kind == 0) dtx_gemv(o, xb, w, K, N);
+                        if (kind == 1) dtx_gemv_bf16(o, xb, wb, K, N);
+                        if (kind == 2) dtx_gemv_q8(o, xb, q8, sc, K, N);
+                        if (kind == 3) dtx_gemv_q4(o, xb, q4, sc, K, N);
+                        if (kind == 4) dtx_gemv_q8a8(o, xq + b * K, 0.01f, q8, sc, K, N);
+                    }
+                    if (kind == 0) dtx_gemv_batch(all, x, nb, w, K, N);
+                    if (kind == 1) dtx_gemv_bf16_batch(all, x, nb, wb, K, N);
+                    if (kind == 2) dtx_gemv_q8_batch(all, x, nb, q8, sc, K, N);
+                    if (kind == 3) dtx_gemv_q4_batch(all, x, nb, q4, sc, K, N);
+                    if (kind == 4) dtx_gemv_q8a8_batch(all, xq, nb, 0.01f, q8, sc, K, N);
+                    CHECKF(!memcmp(one, all, sizeof(float) * (size_t)(nb * N)), "%s, kind %d, K %lld N %lld nb %lld, %d threads",
+                           dtx_isa_name(levels[li]), kind, (long long)K, (long long)N, (long long)nb, th);
+                }
+            }
+            dtx_isa_set_cap(prev);
+        }
+        free(x), free(w), free(sc), free(wb), free(q8), free(xq), free(q4), free(one), free(all);
+    }
+    omp_set_num_threads(saved);
+}
