@@ -105,6 +105,39 @@ else
     fi
 fi
 
+# ---- the other weight formats: a 4-bit and a bf16 copy served, 4 requests at once, each equal to generate
+"$bin" quantize --model "$tmp/diff.safetensors" --calib "$tmp/ids.txt" --scheme w4a16 --calib-samples 4 \
+    --out "$tmp/diff.w4.safetensors" >/dev/null 2>&1
+"$bin" train --tokens "$tmp/ids.txt" --init "$tmp/diff.safetensors" --steps 1 --lr 1e-9 --bf16 \
+    --out "$tmp/diff.bf16.safetensors" >/dev/null 2>&1
+for m in w4 bf16; do
+    if [ ! -s "$tmp/diff.$m.safetensors" ]; then fail "serve_${m}_model" "could not make the $m copy"; continue; fi
+    "$bin" serve --model "$tmp/diff.$m.safetensors" --tokenizer "$tmp/tok.txt" --port 0 --slots 4 --ctx $ctx \
+        > "$tmp/serve2.out" 2> "$tmp/serve2.err" &
+    srv2=$!
+    url2=""
+    for _ in $(seq 1 100); do
+        url2=$(sed -n 's|.*listening on \(http://[^/]*\)/.*|\1|p' "$tmp/serve2.out"); [ -n "$url2" ] && break; sleep 0.1
+    done
+    bad=""
+    pids=""
+    for i in 1 2 3 4; do
+        curl -s -X POST "$url2/v1/completions" -d "{\"prompt\":\"We the people\",\"max_tokens\":$((8 * i)),\"temperature\":0.9,\"seed\":$i}" \
+            > "$tmp/q$i.json" &
+        pids="$pids $!"
+    done
+    wait $pids
+    for i in 1 2 3 4; do
+        "$bin" generate --model "$tmp/diff.$m.safetensors" --tokenizer "$tmp/tok.txt" --prompt "We the people" \
+            --max-tokens $((8 * i)) --temperature 0.9 --seed $i > "$tmp/g$i.txt" 2>/dev/null
+        node -e 'const fs = require("fs"); const j = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+            process.exit(j.choices[0].text === fs.readFileSync(process.argv[2], "utf8") ? 0 : 1)' \
+            "$tmp/q$i.json" "$tmp/g$i.txt" 2>/dev/null || bad="$bad $i"
+    done
+    kill -TERM $srv2; wait $srv2
+    [ -z "$bad" ] && ok "serve_${m}_model_equals_generate" || fail "serve_${m}_model_equals_generate" "requests$bad differ"
+done
+
 # ---- SIGTERM with a stream in flight: it finishes, the server exits 0
 curl -sN -X POST "$url/v1/completions" -H "Authorization: Bearer $key" \
     -d "{\"prompt\":\"We\",\"max_tokens\":80,\"temperature\":1,\"seed\":3,\"stream\":true}" > "$tmp/stream.txt" &
