@@ -128,7 +128,7 @@ stage_start
 mkdir -p "$run/models" "$run/eval"
 stage_settings "$run" "$settings" "remove it or use --dir"
 scripts/repro_data.sh "$bin" "$data" "$vocab"
-local train_tokens; train_tokens=$(( $(stat -c %s "$data/train.bin") / 4 ))
+local train_tokens; train_tokens=$(( ($(stat -c %s "$data/train.bin") - 64) / 2 )) # a 64-byte header, then 2-byte ids (vocab 4096)
 echo "training data: $train_tokens tokens; a run reads $(( steps * seq * batch )) ($(awk -v a=$(( steps * seq * batch )) -v b=$train_tokens 'BEGIN { printf "%.2f", a / b }') epochs)"
 
 export SCALING_DATA=$data SCALING_PPL_TOKENS=$ppl_tokens SCALING_KEEP=${SCALING_KEEP:-}
