@@ -210,6 +210,75 @@ AVX512_FN void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, c
     if (n < N) q8_rows(1, out + n, x, q + n * K, scale + n, K);
 }
 
+/* q8_rows for B (1 to 4) inputs x [B, K] at once (out[b·ldo + r]): each
+ * step's codes widened once for all of them, every accumulator of a (row,
+ * input) pair taking the fused multiply-adds q8_rows gives it, in its
+ * order, so the bits are q8_rows's for that input. A batched decode step
+ * is then bound by the weights' bytes again, not by widening them once per
+ * sequence. */
+AVX512_INLINE void q8_rows_nb(const int R, const int B, float *out, int64_t ldo, const float *x, const int8_t *q,
+                              const float *scale, int64_t K) {
+    __m512 a[4][2][2];
+#pragma GCC unroll 4
+    for (int b = 0; b < B; b++)
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) a[b][r][0] = a[b][r][1] = _mm512_setzero_ps();
+    int64_t c = 0;
+    for (; c + 64 <= K; c += 64) {
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) PREFETCH_L2(q + r * K + c);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m512 w[2];
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) w[r] = widen_i8(_mm_loadu_si128((const __m128i *)(const void *)(q + r * K + c + 16 * j)));
+#pragma GCC unroll 4
+            for (int b = 0; b < B; b++) {
+                __m512 xv = _mm512_loadu_ps(x + b * K + c + 16 * j);
+#pragma GCC unroll 2
+                for (int r = 0; r < R; r++) a[b][r][j % 2] = _mm512_fmadd_ps(xv, w[r], a[b][r][j % 2]);
+            }
+        }
+    }
+    for (; c < K; c += 16) {
+        __mmask16 m = lanes(K - c);
+        __m512 w[2];
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) w[r] = widen_i8(_mm_maskz_loadu_epi8(m, q + r * K + c));
+#pragma GCC unroll 4
+        for (int b = 0; b < B; b++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + b * K + c);
+#pragma GCC unroll 2
+            for (int r = 0; r < R; r++) a[b][r][0] = _mm512_fmadd_ps(xv, w[r], a[b][r][0]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int b = 0; b < B; b++)
+#pragma GCC unroll 2
+        for (int r = 0; r < R; r++) out[b * ldo + r] = scale[r] * _mm512_reduce_add_ps(_mm512_add_ps(a[b][r][0], a[b][r][1]));
+}
+
+/* The rows two at a time as gemv_q8 (the same pairs), the inputs four at a time. */
+#define Q8_NB_CASE(B)                                                                                            \
+    case B:                                                                                                      \
+        for (n = 0; n + 2 <= N; n += 2) q8_rows_nb(2, B, out + b0 * ldo + n, ldo, xb, q + n * K, scale + n, K);    \
+        if (n < N) q8_rows_nb(1, B, out + b0 * ldo + n, ldo, xb, q + n * K, scale + n, K);                        \
+        break;
+AVX512_FN void dtx_gemv_q8_nb_avx512(float *out, int64_t ldo, const float *x, int64_t nb, const int8_t *q,
+                                     const float *scale, int64_t K, int64_t N) {
+    for (int64_t b0 = 0; b0 < nb; b0 += 4) {
+        const float *xb = x + b0 * K;
+        int64_t n;
+        switch (nb - b0 < 4 ? nb - b0 : 4) {
+            Q8_NB_CASE(1)
+            Q8_NB_CASE(2)
+            Q8_NB_CASE(3)
+            Q8_NB_CASE(4)
+        }
+    }
+}
+#undef Q8_NB_CASE
+
 /* ----------------------------------------------------------------- 4-bit */
 
 /* One pair of groups (32 bytes at b, `bytes` of them real: 32, or 16 for a

@@ -226,7 +226,9 @@ void dtx_gemv_q8_batch(float *out, const float *x, int64_t nb, const int8_t *q, 
     if (nb == 1) return dtx_gemv_q8(out, x, q, scale, K, N);
     const dtx_simd_ops *o = dtx_simd();
 #define ROWS(r0, n)                                                                             \
-    for (int64_t b = 0; b < nb; b++) o->gemv_q8(out + b * N + (r0), x + b * K, q + (r0) * K, scale + (r0), K, n)
+    if (o->gemv_q8_nb) o->gemv_q8_nb(out + (r0), N, x, nb, q + (r0) * K, scale + (r0), K, n);       \
+    else                                                                                        \
+        for (int64_t b = 0; b < nb; b++) o->gemv_q8(out + b * N + (r0), x + b * K, q + (r0) * K, scale + (r0), K, n)
     GEMV_SPLIT_BATCH(K, N, nb, K, ROWS);
 #undef ROWS
 }

@@ -59,6 +59,11 @@ typedef struct {
     void (*bf16_pack_bt)(uint16_t *dst, int64_t ldp, const float *src, int64_t lds, int64_t rows, int64_t cols);
     void (*bf16_gemm_tri)(int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda, const uint16_t *B,
                           int64_t ldp, float *C, int64_t ldc, int acc, dtx_tri tri, int64_t diag);
+    /* gemv_q8 for nb inputs at once (x [nb, K], out[b·ldo + r]), each weight
+     * widened once for all of them, every (row, input) summed in the order
+     * gemv_q8 sums it (the same bits); NULL: rowdot.c calls gemv_q8 per input */
+    void (*gemv_q8_nb)(float *out, int64_t ldo, const float *x, int64_t nb, const int8_t *q, const float *scale,
+                       int64_t K, int64_t N);
 } dtx_simd_ops;
 
 #if DTX_SIMD_X86
@@ -90,6 +95,8 @@ void dtx_gemv_q8a8_avx2(float *out, const int8_t *xq, float xscale, const int8_t
  * AVX-512 BF16. */
 void dtx_gemv_avx512(float *out, const float *x, const float *w, int64_t K, int64_t N);
 void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N);
+void dtx_gemv_q8_nb_avx512(float *out, int64_t ldo, const float *x, int64_t nb, const int8_t *q, const float *scale,
+                           int64_t K, int64_t N);
 void dtx_gemv_bf16_avx512(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 void dtx_gemv_bf16_avx512bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 void dtx_gemv_q4_avx512bf16(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N);

@@ -56,8 +56,9 @@ TEST(kernel_rowdot_gemv_threads_do_not_change_bits) {
 
 /* The batched products (dtx_gemv_*_batch): every input's row of the result
  * has the bits of the one-input product, at every ISA level, for 1 to 3
- * threads, in every format (fp32, bf16, int8, 4-bit with a partial group,
- * int8 activations), including shapes that split into many chunks. */
+ * threads, in every format (fp32, bf16, int8, 4-bit with a partial group
+ * on fp32 and on bf16 inputs, int8 activations), including shapes that
+ * split into many chunks. */
 TEST(kernel_rowdot_batch_equals_one_input_products) {
     dtx_rng r;
     dtx_rng_seed(&r, 77);
@@ -74,27 +75,31 @@ TEST(kernel_rowdot_batch_equals_one_input_products) {
         for (int64_t i = 0; i < N * K; i++) wb[i] = dtx_f32_to_bf16(w[i]), q8[i] = (int8_t)(dtx_rng_next(&r) % 255 - 127);
         for (int64_t i = 0; i < N * rb; i++) /* codes 1 to 15 in both nibbles */
             q4[i] = (uint8_t)((1 + dtx_rng_next(&r) % 15) | (1 + dtx_rng_next(&r) % 15) << 4);
-        for (int64_t i = 0; i < nb * K; i++) x[i] = dtx_bf16_round_f32(x[i]), xq[i] = (int8_t)(dtx_rng_next(&r) % 255 - 127);
+        /* xf: full fp32 inputs, so that any change in the order of the sums shows in the bits (bf16 inputs
+         * times int8 codes sum exactly); xr: bf16 ones, which the vdpbf16ps kernels (bf16, 4-bit) take */
+        float *xr = malloc(sizeof(float) * (size_t)(nb * K));
+        for (int64_t i = 0; i < nb * K; i++) xr[i] = dtx_bf16_round_f32(x[i]), xq[i] = (int8_t)(dtx_rng_next(&r) % 255 - 127);
         float *one = malloc(sizeof(float) * (size_t)(nb * N)), *all = malloc(sizeof(float) * (size_t)(nb * N));
         for (int li = 0; li < 4; li++) {
             if (levels[li] > dtx_isa_cpu()) continue;
             dtx_isa prev = dtx_isa_set_cap(levels[li]);
             for (int th = 1; th <= 3; th++) {
                 omp_set_num_threads(th);
-                for (int kind = 0; kind < 5; kind++) {
+                for (int kind = 0; kind < 6; kind++) {
+                    const float *xs = kind == 1 || kind == 5 ? xr : x;
                     for (int64_t b = 0; b < nb; b++) {
                         float *o = one + b * N;
-                        const float *xb = x + b * K;
+                        const float *xb = xs + b * K;
                         if (kind == 0) dtx_gemv(o, xb, w, K, N);
                         if (kind == 1) dtx_gemv_bf16(o, xb, wb, K, N);
                         if (kind == 2) dtx_gemv_q8(o, xb, q8, sc, K, N);
-                        if (kind == 3) dtx_gemv_q4(o, xb, q4, sc, K, N);
+                        if (kind == 3 || kind == 5) dtx_gemv_q4(o, xb, q4, sc, K, N);
                         if (kind == 4) dtx_gemv_q8a8(o, xq + b * K, 0.01f, q8, sc, K, N);
                     }
-                    if (kind == 0) dtx_gemv_batch(all, x, nb, w, K, N);
-                    if (kind == 1) dtx_gemv_bf16_batch(all, x, nb, wb, K, N);
-                    if (kind == 2) dtx_gemv_q8_batch(all, x, nb, q8, sc, K, N);
-                    if (kind == 3) dtx_gemv_q4_batch(all, x, nb, q4, sc, K, N);
+                    if (kind == 0) dtx_gemv_batch(all, xs, nb, w, K, N);
+                    if (kind == 1) dtx_gemv_bf16_batch(all, xs, nb, wb, K, N);
+                    if (kind == 2) dtx_gemv_q8_batch(all, xs, nb, q8, sc, K, N);
+                    if (kind == 3 || kind == 5) dtx_gemv_q4_batch(all, xs, nb, q4, sc, K, N);
                     if (kind == 4) dtx_gemv_q8a8_batch(all, xq, nb, 0.01f, q8, sc, K, N);
                     CHECKF(!memcmp(one, all, sizeof(float) * (size_t)(nb * N)), "%s, kind %d, K %lld N %lld nb %lld, %d threads",
                            dtx_isa_name(levels[li]), kind, (long long)K, (long long)N, (long long)nb, th);
@@ -102,7 +107,7 @@ TEST(kernel_rowdot_batch_equals_one_input_products) {
             }
             dtx_isa_set_cap(prev);
         }
-        free(x), free(w), free(sc), free(wb), free(q8), free(xq), free(q4), free(one), free(all);
+        free(x), free(xr), free(w), free(sc), free(wb), free(q8), free(xq), free(q4), free(one), free(all);
     }
     omp_set_num_threads(saved);
 }
