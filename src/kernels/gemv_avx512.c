@@ -328,12 +328,77 @@ BF16_FN static void gemv_q4_dp(float *out, const float *x, const uint8_t *q, con
     }
 }
 
+/* gemv_q4_dp for nb inputs (out[b·ldo + n]): each pair of groups looked up
+ * once for up to four inputs, every input's partial sums and scaling the
+ * operations q4_pair does for it, in its order (the same bits). Where an
+ * input is not bf16-exact (or K is past the stack copies), every input goes
+ * through gemv_q4_dp, as it would alone. */
+enum { Q4_NB = 4 };
+BF16_FN static void gemv_q4_nb_dp(float *out, int64_t ldo, const float *x, int64_t nb, const uint8_t *q,
+                                  const float *scale, int64_t K, int64_t N) {
+    uint16_t xp[Q4_NB][GEMV_XMAX + 64];
+    uint16_t table[32];
+    for (int i = 0; i < 32; i++) table[i] = dtx_f32_to_bf16((float)(i % 16 - 8));
+    const __m512i lut = _mm512_loadu_si512(table), low4 = _mm512_set1_epi16(15);
+    const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    const int64_t ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K), pairs = ng / 2;
+    for (int64_t b0 = 0; b0 < nb; b0 += Q4_NB) {
+        const int B = nb - b0 < Q4_NB ? (int)(nb - b0) : Q4_NB;
+        int exact = K <= GEMV_XMAX;
+        for (int b = 0; b < B && exact; b++) exact = x_to_bf16(xp[b], x + (b0 + b) * K, K, 1);
+        if (!exact) {
+            for (int b = 0; b < B; b++) gemv_q4_dp(out + (b0 + b) * ldo, x + (b0 + b) * K, q, scale, K, N);
+            continue;
+        }
+        for (int64_t n = 0; n < N; n++) {
+            const uint8_t *r = q + n * rb;
+            const float *s = scale + n * ng;
+            __m512 acc[Q4_NB][2];
+            for (int b = 0; b < B; b++) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
+            /* pair p into accumulator k of every input, as q4_pair (bytes: 32, or 16 for a last odd group) */
+#define Q4_NB_PAIR(p, k, bytes)                                                                                  \
+    do {                                                                                                         \
+        __m256i raw = (bytes) == 32 ? _mm256_loadu_si256((const __m256i *)(const void *)(r + 32 * (p)))            \
+                                    : _mm256_maskz_loadu_epi8(0xFFFF, r + 32 * (p));                              \
+        __m512i v = _mm512_cvtepu8_epi16(raw);                                                                   \
+        __m512bh lo = as_bh(_mm512_permutexvar_epi16(_mm512_and_si512(v, low4), lut));                           \
+        __m512bh hi = as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), lut));                             \
+        __m128 s2 = (bytes) == 32 ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(s + 2 * (p))))  \
+                                  : _mm_load_ss(s + 2 * (p));                                                   \
+        __m512 sv = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2));                                  \
+        for (int b = 0; b < B; b++) {                                                                            \
+            __m512 d = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(_mm512_loadu_si512(xp[b] + 64 * (p))), lo);     \
+            d = _mm512_dpbf16_ps(d, as_bh(_mm512_loadu_si512(xp[b] + 64 * (p) + 32)), hi);                       \
+            acc[b][k] = _mm512_fmadd_ps(d, sv, acc[b][k]);                                                       \
+        }                                                                                                        \
+    } while (0)
+            int64_t p = 0;
+            for (; p + 2 <= pairs; p += 2) {
+                PREFETCH_L2(r + 32 * p);
+                Q4_NB_PAIR(p, 0, 32);
+                Q4_NB_PAIR(p + 1, 1, 32);
+            }
+            if (p < pairs) {
+                Q4_NB_PAIR(p, 0, 32);
+                p++;
+            }
+            if (ng % 2) Q4_NB_PAIR(p, 1, 16);
+#undef Q4_NB_PAIR
+            for (int b = 0; b < B; b++) out[(b0 + b) * ldo + n] = _mm512_reduce_add_ps(_mm512_add_ps(acc[b][0], acc[b][1]));
+        }
+    }
+}
+
 /* The AVX-512 BF16 level's own: where the CPU lacks none of it. */
 void dtx_gemv_bf16_avx512bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
     gemv_bf16_dp(out, x, w, K, N);
 }
 void dtx_gemv_q4_avx512bf16(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N) {
     gemv_q4_dp(out, x, q, scale, K, N);
+}
+void dtx_gemv_q4_nb_avx512bf16(float *out, int64_t ldo, const float *x, int64_t nb, const uint8_t *q,
+                               const float *scale, int64_t K, int64_t N) {
+    gemv_q4_nb_dp(out, ldo, x, nb, q, scale, K, N);
 }
 
 #endif /* TILE_AVX512 */

@@ -239,8 +239,10 @@ void dtx_gemv_q4_batch(float *out, const float *x, int64_t nb, const uint8_t *q,
     const dtx_simd_ops *o = dtx_simd();
     int64_t rb = dtx_q4_row_bytes(K), ng = dtx_q4_groups(K);
 #define ROWS(r0, n)                                                                             \
-    for (int64_t b = 0; b < nb; b++)                                                            \
-        o->gemv_q4(out + b * N + (r0), x + b * K, q + (r0) * rb, scale + (r0) * ng, K, n)
+    if (o->gemv_q4_nb) o->gemv_q4_nb(out + (r0), N, x, nb, q + (r0) * rb, scale + (r0) * ng, K, n); \
+    else                                                                                        \
+        for (int64_t b = 0; b < nb; b++)                                                        \
+            o->gemv_q4(out + b * N + (r0), x + b * K, q + (r0) * rb, scale + (r0) * ng, K, n)
     GEMV_SPLIT_BATCH(K, N, nb, rb, ROWS);
 #undef ROWS
 }

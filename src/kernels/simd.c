@@ -15,7 +15,7 @@ static const dtx_simd_ops portable = {"portable",
                                       dtx_gemv_q4_portable,
                                       dtx_gemv_q8a8_portable,
                                       DTX_BF16_PORTABLE,
-                                      NULL}; /* gemv_q8_nb: gemv_q8 per input */
+                                      NULL, NULL}; /* gemv_q8_nb, gemv_q4_nb: the one-input kernel per input */
 
 /* Index: dtx_isa. AVX-512 BF16 is the AVX-512 table with the native bf16
  * tiles; the double build has only the portable kernels. */

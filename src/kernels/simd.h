@@ -64,6 +64,9 @@ typedef struct {
      * gemv_q8 sums it (the same bits); NULL: rowdot.c calls gemv_q8 per input */
     void (*gemv_q8_nb)(float *out, int64_t ldo, const float *x, int64_t nb, const int8_t *q, const float *scale,
                        int64_t K, int64_t N);
+    /* the same for gemv_q4 (each pair of groups looked up once for several inputs) */
+    void (*gemv_q4_nb)(float *out, int64_t ldo, const float *x, int64_t nb, const uint8_t *q, const float *scale,
+                       int64_t K, int64_t N);
 } dtx_simd_ops;
 
 #if DTX_SIMD_X86
@@ -97,6 +100,8 @@ void dtx_gemv_avx512(float *out, const float *x, const float *w, int64_t K, int6
 void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N);
 void dtx_gemv_q8_nb_avx512(float *out, int64_t ldo, const float *x, int64_t nb, const int8_t *q, const float *scale,
                            int64_t K, int64_t N);
+void dtx_gemv_q4_nb_avx512bf16(float *out, int64_t ldo, const float *x, int64_t nb, const uint8_t *q,
+                               const float *scale, int64_t K, int64_t N);
 void dtx_gemv_bf16_avx512(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 void dtx_gemv_bf16_avx512bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 void dtx_gemv_q4_avx512bf16(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N);

@@ -549,6 +549,6 @@ AVX2_FN void dtx_gemv_q8a8_avx2(float *out, const int8_t *xq, float xscale, cons
 const dtx_simd_ops dtx_simd_avx2 = {"avx2",           gemm_avx2,          transpose_avx2,     exp_avx2,
                                     softmax_update_avx2, exp_rows_avx2,  dtx_dot_rows_avx2,  dtx_axpy_rows_avx2,
                                     dtx_gemv_avx2,    dtx_gemv_bf16_avx2, dtx_gemv_q8_avx2,   dtx_gemv_q4_avx2,
-                                    dtx_gemv_q8a8_avx2, DTX_BF16_PORTABLE, NULL /* gemv_q8_nb: gemv_q8 per input */};
+                                    dtx_gemv_q8a8_avx2, DTX_BF16_PORTABLE, NULL, NULL /* the one-input kernels per input */};
 
 #endif /* DTX_SIMD_X86 */

@@ -212,11 +212,12 @@ static void gemv_q8a8_avx512(float *out, const int8_t *xq, float xscale, const i
         gemv_q8a8_avx512
 
 const dtx_simd_ops dtx_simd_avx512 = {"avx512", AVX512_TILES, AVX512_ROWS(dtx_gemv_bf16_avx512, dtx_gemv_q4_avx2),
-                                      DTX_BF16_PORTABLE, dtx_gemv_q8_nb_avx512};
+                                      DTX_BF16_PORTABLE, dtx_gemv_q8_nb_avx512, NULL /* 4-bit: AVX2's kernel per input */};
 const dtx_simd_ops dtx_simd_avx512_bf16 = {"avx512bf16", AVX512_TILES,
                                            AVX512_ROWS(dtx_gemv_bf16_avx512bf16, dtx_gemv_q4_avx512bf16),
                                            dtx_bf16_pack_a_avx512bf16,
                                            dtx_bf16_pack_b_avx512bf16, dtx_bf16_pack_bt_avx512bf16,
-                                           dtx_bf16_gemm_tri_avx512bf16, dtx_gemv_q8_nb_avx512};
+                                           dtx_bf16_gemm_tri_avx512bf16, dtx_gemv_q8_nb_avx512,
+                                           dtx_gemv_q4_nb_avx512bf16};
 
 #endif /* TILE_AVX512 */

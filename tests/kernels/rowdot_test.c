@@ -62,10 +62,10 @@ TEST(kernel_rowdot_gemv_threads_do_not_change_bits) {
 TEST(kernel_rowdot_batch_equals_one_input_products) {
     dtx_rng r;
     dtx_rng_seed(&r, 77);
-    static const int64_t shapes[][3] = {{512, 700, 5}, {40, 3, 2}, {2048, 90, 3}, {100, 1003, 7}};
+    static const int64_t shapes[][3] = {{512, 700, 5}, {40, 3, 2}, {2048, 90, 3}, {100, 1003, 7}, {1056, 41, 6}};
     static const dtx_isa levels[] = {DTX_ISA_PORTABLE, DTX_ISA_AVX2, DTX_ISA_AVX512, DTX_ISA_AVX512_BF16};
     int saved = omp_get_max_threads();
-    for (int si = 0; si < 4; si++) {
+    for (int si = 0; si < 5; si++) { /* 1056: 33 groups of 32, a last odd one */
         int64_t K = shapes[si][0], N = shapes[si][1], nb = shapes[si][2];
         int64_t rb = dtx_q4_row_bytes(K), ng = dtx_q4_groups(K);
         float *x = randf(&r, (size_t)(nb * K)), *w = randf(&r, (size_t)(N * K)), *sc = randf(&r, (size_t)(N * ng));
