@@ -8,7 +8,7 @@
  * 16 concurrent requests with as many slots (continuous batching: one
  * batched decode step for all active requests) and with one slot (requests
  * served one at a time, the rest queued). Models: DIFF at config S and the
- * 110M shape, fp32 and w8a16, random weights (the speed does not depend on
+ * 110M shape, fp32, w8a16 and w4a16, random weights (the speed does not depend on
  * them). The tokenizer is a small byte-level BPE; the model samples among its
  * ids, so an answer may end early at EOS: the tokens counted are the ones
  * generated. */
@@ -95,6 +95,7 @@ static serve_result run_clients(dtx_model *m, const dtx_tokenizer *t, int client
 
 void serve_bench_run(int quick, void (*out)(const char *fmt, ...));
 void serve_bench_run(int quick, void (*out)(const char *fmt, ...)) {
+    static const char *const WNAME[3] = {"fp32", "w8a16", "w4a16"};
     static const struct {
         const char *name;
         serve_shape s;
@@ -122,23 +123,23 @@ void serve_bench_run(int quick, void (*out)(const char *fmt, ...)) {
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     static const int counts[4] = {1, 4, 8, 16};
     for (int si = 0; si < (quick ? 1 : 2); si++)
-        for (int q = 0; q < 2; q++) {
+        for (int q = 0; q < 3; q++) {
             const serve_shape *s = &shapes[si].s;
             dtx_config c = dtx_config_default();
             c.arch = DTX_ARCH_DIFF, c.dim = s->dim, c.n_layers = s->layers, c.n_heads = c.n_kv_heads = s->heads;
             c.ffn_dim = s->ffn, c.vocab_size = s->vocab, c.max_seq_len = PROMPT + MAX_NEW + 1, c.tie_embeddings = s->tie;
             dtx_model *m = NULL;
             if (dtx_model_init(&m, &c, 1) != DTX_OK) {
-                out("| %s | %s | failed: %s |\n", shapes[si].name, q ? "w8a16" : "fp32", dtx_last_error());
+                out("| %s | %s | failed: %s |\n", shapes[si].name, WNAME[q], dtx_last_error());
                 continue;
             }
             if (q) {
                 int32_t cal[4 * 64];
                 for (int i = 0; i < 4 * 64; i++) cal[i] = (int32_t)((i * 7919) % s->vocab);
-                dtx_quant_options o = dtx_quant_options_default(DTX_WQ_W8A16);
+                dtx_quant_options o = dtx_quant_options_default(q == 1 ? DTX_WQ_W8A16 : DTX_WQ_W4A16);
                 o.clip_search = 0;
                 if (dtx_model_quantize(m, &o, cal, 4, 64, NULL) != DTX_OK) {
-                    out("| %s | w8a16 | failed: %s |\n", shapes[si].name, dtx_last_error());
+                    out("| %s | %s | failed: %s |\n", shapes[si].name, WNAME[q], dtx_last_error());
                     dtx_model_free(m);
                     continue;
                 }
@@ -148,13 +149,13 @@ void serve_bench_run(int quick, void (*out)(const char *fmt, ...)) {
                 if (quick && n > 8) continue;
                 serve_result b = run_clients(m, t, n, n), one = n == 1 ? b : run_clients(m, t, n, 1);
                 if (!b.ok || !one.ok) {
-                    out("| %s | %s | %d | failed: %s |\n", shapes[si].name, q ? "w8a16" : "fp32", n, srv_last_error());
+                    out("| %s | %s | %d | failed: %s |\n", shapes[si].name, WNAME[q], n, srv_last_error());
                     continue;
                 }
                 fprintf(stderr, "  serve %s %s %d clients: %.1f tok/s batched, %.1f one at a time\n", shapes[si].name,
-                        q ? "w8a16" : "fp32", n, b.agg, one.agg);
+                        WNAME[q], n, b.agg, one.agg);
                 out("| %s | %s | %d | %.1f | %.1f | %.2f | %.2f | %.2f | %.3f | %.3f |\n", shapes[si].name,
-                    q ? "w8a16" : "fp32", n, b.agg, one.agg, b.agg / one.agg, b.lat, one.lat, b.ttft, one.ttft);
+                    WNAME[q], n, b.agg, one.agg, b.agg / one.agg, b.lat, one.lat, b.ttft, one.ttft);
             }
             dtx_model_free(m);
         }
