@@ -187,9 +187,34 @@ static cJSON *usage_json(const srv_news *n) {
     return u;
 }
 
+/* s [n] (UTF-8) as a JSON string literal, malloc'd: cJSON's strings end at
+ * a NUL, and a model may generate one, which the text must keep (\u0000). */
+static char *json_literal(const char *s, size_t n) {
+    char *o = malloc(6 * n + 3), *p = o;
+    if (!o) return NULL;
+    *p++ = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') *p++ = '\\', *p++ = (char)c;
+        else if (c == '\n') *p++ = '\\', *p++ = 'n';
+        else if (c < 0x20) p += sprintf(p, "\\u%04x", c);
+        else *p++ = (char)c;
+    }
+    *p++ = '"';
+    *p = 0;
+    return o;
+}
+
+static void add_text(cJSON *o, const char *key, const char *text, size_t len) {
+    char *lit = json_literal(text, len);
+    if (lit) cJSON_AddRawToObject(o, key, lit);
+    free(lit);
+}
+
 /* The response object (chunk: a streamed piece) with one choice holding
- * text (NULL: none) and finish (NULL: null). */
-static cJSON *choice_object(const gen_reply *g, int chunk, const char *text, const char *finish, int role) {
+ * text [len] (NULL: none) and finish (NULL: null). */
+static cJSON *choice_object(const gen_reply *g, int chunk, const char *text, size_t len, const char *finish,
+                            int role) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", g->id);
     cJSON_AddStringToObject(o, "object", object_name(g->kind, chunk));
@@ -201,9 +226,9 @@ static cJSON *choice_object(const gen_reply *g, int chunk, const char *text, con
     if (g->kind == SRV_CHAT) {
         cJSON *msg = cJSON_AddObjectToObject(c, chunk ? "delta" : "message");
         if (role || !chunk) cJSON_AddStringToObject(msg, "role", "assistant");
-        if (text) cJSON_AddStringToObject(msg, "content", text);
+        if (text) add_text(msg, "content", text, len);
     } else {
-        cJSON_AddStringToObject(c, "text", text ? text : "");
+        add_text(c, "text", text ? text : "", text ? len : 0);
     }
     cJSON_AddNullToObject(c, "logprobs");
     if (finish) cJSON_AddStringToObject(c, "finish_reason", finish);
@@ -263,9 +288,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             ok = out_event(g, error_json(&e));
         } else {
             if (n.len || (g->kind == SRV_CHAT && !g->sent_role))
-                ok = out_event(g, choice_object(g, 1, n.text, NULL, g->kind == SRV_CHAT && !g->sent_role));
+                ok = out_event(g, choice_object(g, 1, n.text, n.len, NULL, g->kind == SRV_CHAT && !g->sent_role));
             g->sent_role = 1;
-            if (ok && n.done) ok = out_event(g, choice_object(g, 1, g->kind == SRV_CHAT ? NULL : "", finish_word(&n), 0));
+            if (ok && n.done) ok = out_event(g, choice_object(g, 1, g->kind == SRV_CHAT ? NULL : "", 0, finish_word(&n), 0));
             if (ok && n.done && g->include_usage) {
                 cJSON *u = cJSON_CreateObject();
                 cJSON_AddStringToObject(u, "id", g->id);
@@ -378,7 +403,7 @@ static enum MHD_Result generate(srv_http *h, struct MHD_Connection *c, srv_kind 
     if (!strcmp(nw.finish, "error")) {
         res = fail(c, 500, NULL, "generation failed: %s", nw.error);
     } else {
-        cJSON *o = choice_object(g, 0, text ? text : "", finish_word(&nw), 0);
+        cJSON *o = choice_object(g, 0, text ? text : "", len, finish_word(&nw), 0);
         cJSON_AddItemToObject(o, "usage", usage_json(&nw));
         res = reply_json(c, 200, o);
     }
@@ -428,8 +453,8 @@ static enum MHD_Result tokenize(srv_http *h, struct MHD_Connection *c, srv_kind 
             return fail(c, 400, "tokens", "%s", dtx_last_error());
         }
         char *clean = malloc(3 * len + 1);
-        if (clean) srv_utf8_sanitize(clean, text, len);
-        cJSON_AddStringToObject(o, "content", clean ? clean : "");
+        size_t clen = clean ? srv_utf8_sanitize(clean, text, len) : 0;
+        add_text(o, "content", clean ? clean : "", clen);
         free(clean);
         free(text);
         res = reply_json(c, 200, o);

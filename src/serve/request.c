@@ -4,6 +4,7 @@
  * tools...); fields that change nothing (user, an explicit null) pass. The
  * body must be UTF-8: cJSON passes bytes through, so it is checked first. */
 #include <math.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -304,6 +305,13 @@ int srv_request_parse(srv_kind kind, const char *body, size_t len, srv_request *
     r->add_bos = kind != SRV_TOKENIZE; /* /tokenize adds no BOS unless add_special (llama.cpp's default) */
     if (!srv_utf8_valid(body, len)) return srv_errorf(e, 400, NULL, "the request body is not UTF-8");
     if (memchr(body, 0, len)) return srv_errorf(e, 400, NULL, "the request body holds a NUL byte");
+    /* a string with an escaped NUL would reach us cut short (cJSON's strings end there) */
+    for (const char *p = body; (p = memmem(p, len - (size_t)(p - body), "\\u0000", 6)); p++) {
+        size_t slashes = 0; /* an escape only after an even run of backslashes before it */
+        while (p - (ptrdiff_t)slashes > body && p[-1 - (ptrdiff_t)slashes] == '\\') slashes++;
+        if (slashes % 2 == 0)
+            return srv_errorf(e, 400, NULL, "a string in the request holds \\u0000 (NUL), which difftx serve does not take");
+    }
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (!j) {

@@ -144,6 +144,11 @@ check(r404.status === 404, "an unknown route is 404", String(r404.status));
 const tok = await post("/tokenize", { content: "Hello world", add_special: false });
 const detok = await post("/detokenize", { tokens: tok.json.tokens });
 check(tok.status === 200 && detok.json.content === "Hello world", "tokenize then detokenize", JSON.stringify([tok.json, detok.json]));
+// a NUL byte (id 0 of a byte-level vocabulary) survives into the JSON text, as generate prints it
+const first = (await post("/detokenize", { tokens: [tok.json.tokens[0]] })).json.content;
+const nul = await post("/detokenize", { tokens: [tok.json.tokens[0], 0, tok.json.tokens[0]] });
+check(nul.status === 200 && nul.json.content === first + "\u0000" + first, "a NUL byte kept in JSON text",
+  JSON.stringify(nul.json));
 
 // ---- clients that go away: a stream aborted after its first piece, a plain request whose socket closes
 step = "hang-ups";

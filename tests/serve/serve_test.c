@@ -49,6 +49,8 @@ static const parse_case CASES[] = {
     {SRV_COMPLETION, "{\"prompt\":\"\xC3\x28\"}", 400, "not UTF-8"},
     {SRV_COMPLETION, "{\"prompt\":\"\xED\xA0\x80\"}", 400, "not UTF-8"}, /* an encoded surrogate */
     {SRV_COMPLETION, "{\"prompt\":\"\\ud800\"}", 400, "not JSON"},          /* a lone escaped surrogate */
+    {SRV_COMPLETION, "{\"prompt\":\"a\\u0000b\"}", 400, "NUL"},              /* would be cut at the NUL */
+    {SRV_COMPLETION, "{\"prompt\":\"a\\\\u0000b\"}", 0, NULL},                /* a backslash, then text */
     {SRV_CHAT, "{\"messages\":[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":"
                "[{\"type\":\"text\",\"text\":\"hi\"}]}],\"max_completion_tokens\":3}", 0, NULL},
     {SRV_CHAT, "{\"messages\":[]}", 400, "non-empty array"},
@@ -95,7 +97,7 @@ TEST(serve_request_fields_land) {
     REQUIRE(srv_request_parse(SRV_COMPLETION, "{\"prompt\":\"x\"}", 14, &r, &e));
     CHECK(r.max_tokens == -1 && r.temperature == 1 && r.top_p == 1 && !r.has_seed && !r.stream && r.add_bos);
     srv_request_free(&r);
-    b = CASES[24].body;
+    b = CASES[26].body;
     REQUIRE(srv_request_parse(SRV_CHAT, b, strlen(b), &r, &e));
     CHECKF(!strcmp(r.text, "System: be brief\n\nUser: hi\n\nAssistant:"), "%s", r.text);
     CHECK(r.max_tokens == 3);
