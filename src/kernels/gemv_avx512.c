@@ -172,50 +172,13 @@ BF16_FN static void gemv_bf16_dp(float *out, const float *x, const uint16_t *w, 
 
 AVX512_INLINE __m512 widen_i8(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)); }
 
-/* out[r] = scale[r] · x·q_r for the R (1 or 2) rows at q: 64 columns a
- * step in two accumulators per row (the rows share the loads of x), the
- * rest in masked steps of 16. */
-AVX512_INLINE void q8_rows(const int R, float *out, const float *x, const int8_t *q, const float *scale, int64_t K) {
-    __m512 a[2][2];
-#pragma GCC unroll 2
-    for (int r = 0; r < R; r++) a[r][0] = a[r][1] = _mm512_setzero_ps();
-    int64_t c = 0;
-    for (; c + 64 <= K; c += 64) {
-#pragma GCC unroll 2
-        for (int r = 0; r < R; r++) PREFETCH_L2(q + r * K + c);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            __m512 xv = _mm512_loadu_ps(x + c + 16 * j);
-#pragma GCC unroll 2
-            for (int r = 0; r < R; r++)
-                a[r][j % 2] = _mm512_fmadd_ps(
-                    xv, widen_i8(_mm_loadu_si128((const __m128i *)(const void *)(q + r * K + c + 16 * j))), a[r][j % 2]);
-        }
-    }
-    for (; c < K; c += 16) {
-        __mmask16 m = lanes(K - c);
-        __m512 xv = _mm512_maskz_loadu_ps(m, x + c);
-#pragma GCC unroll 2
-        for (int r = 0; r < R; r++)
-            a[r][0] = _mm512_fmadd_ps(xv, widen_i8(_mm_maskz_loadu_epi8(m, q + r * K + c)), a[r][0]);
-    }
-#pragma GCC unroll 2
-    for (int r = 0; r < R; r++) out[r] = scale[r] * _mm512_reduce_add_ps(_mm512_add_ps(a[r][0], a[r][1]));
-}
-
-AVX512_FN void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, const float *scale, int64_t K,
-                                  int64_t N) {
-    int64_t n = 0;
-    for (; n + 2 <= N; n += 2) q8_rows(2, out + n, x, q + n * K, scale + n, K);
-    if (n < N) q8_rows(1, out + n, x, q + n * K, scale + n, K);
-}
-
-/* q8_rows for B (1 to 4) inputs x [B, K] at once (out[b·ldo + r]): each
- * step's codes widened once for all of them, every accumulator of a (row,
- * input) pair taking the fused multiply-adds q8_rows gives it, in its
- * order, so the bits are q8_rows's for that input. A batched decode step
- * is then bound by the weights' bytes again, not by widening them once per
- * sequence. */
+/* out[b·ldo + r] = scale[r] · x_b·q_r for the R (1 or 2) rows at q and the
+ * B (1 to 4) inputs x [B, K]: 64 columns a step in two accumulators per
+ * (row, input), the rest in masked steps of 16; each step's codes widened
+ * once for every input (a batched decode step is then bound by the
+ * weights' bytes, not by widening them once per sequence), and each
+ * accumulator takes the same multiply-adds in the same order whatever B is,
+ * so an input's bits do not depend on the others. */
 AVX512_INLINE void q8_rows_nb(const int R, const int B, float *out, int64_t ldo, const float *x, const int8_t *q,
                               const float *scale, int64_t K) {
     __m512 a[4][2][2];
@@ -256,6 +219,13 @@ AVX512_INLINE void q8_rows_nb(const int R, const int B, float *out, int64_t ldo,
     for (int b = 0; b < B; b++)
 #pragma GCC unroll 2
         for (int r = 0; r < R; r++) out[b * ldo + r] = scale[r] * _mm512_reduce_add_ps(_mm512_add_ps(a[b][r][0], a[b][r][1]));
+}
+
+AVX512_FN void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, const float *scale, int64_t K,
+                                  int64_t N) {
+    int64_t n = 0;
+    for (; n + 2 <= N; n += 2) q8_rows_nb(2, 1, out + n, 1, x, q + n * K, scale + n, K);
+    if (n < N) q8_rows_nb(1, 1, out + n, 1, x, q + n * K, scale + n, K);
 }
 
 /* The rows two at a time as gemv_q8 (the same pairs), the inputs four at a time. */
