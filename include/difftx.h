@@ -1228,6 +1228,14 @@ const char *dtx_isa_env_error(void);
 dtx_isa dtx_isa_set_cap(dtx_isa cap);
 /* 1 when the CPU reports AVX-512 VNNI (informational: no kernel uses it). */
 int dtx_isa_cpu_has_vnni(void);
+/* 1 when the CPU runs 512-bit operations and loads at full width (AMD
+ * family 1Ah, Zen 5, on), 0 where they are split in two 256-bit halves (Zen
+ * 4) or unknown. The AVX-512 int8 one-row product reads one row at a time
+ * there, two elsewhere (src/kernels/gemv_avx512.c says why).
+ * dtx_isa_set_full_width(1 or 0) overrides it for tests, -1 restores what
+ * the CPU says; returns the value before. */
+int dtx_isa_full_width(void);
+int dtx_isa_set_full_width(int v);
 /* What runs the matrix products: oneDNN's ISA ("avx2", "avx512_core_bf16",
  * ...; "none" in the double build) and whether its bf16 matmul is native
  * (1) or emulated by difftx on fp32 primitives (0). Creates oneDNN's

@@ -24,7 +24,16 @@
  *   - int8 (w8a16): the codes widened to fp32 in zmm (exact), two rows at
  *     a time sharing the loads of x, with a software prefetch into L2 8 KiB
  *     ahead (into L1 it is slower than none; 4 KiB ahead or one row is
- *     0.9x; none is 0.8x);
+ *     0.9x; none is 0.8x). That is Zen 4, whose 512-bit loads take both of
+ *     its 256-bit load ports, so sharing x's loads pays. On Zen 5 (AMD
+ *     family 1Ah: two full-width 512-bit loads and FMAs a cycle;
+ *     dtx_isa_full_width) two rows at a time stream 40–44 GB/s on 2 cores
+ *     and one row at a time in four accumulators (two leave the FMA's
+ *     latency in the way at this rate) 58–62, against a probe of 67–76
+ *     GB/s reading memory not recently read (alternated runs over 48
+ *     products of 2048 × 5632, 2026-12-04); two rows in four accumulators
+ *     each stay at 38–40, so the two streams, not the arithmetic, are what
+ *     loses there;
  *   - 4-bit (w4a16): the nibbles looked up as bf16 values (code − 8 is exact
  *     in bf16) by vpermw and multiplied by vdpbf16ps, the per-group scales
  *     applied to each group's 8 lanes of partial sums, an L2 prefetch 8 KiB
@@ -173,19 +182,21 @@ BF16_FN static void gemv_bf16_dp(float *out, const float *x, const uint16_t *w, 
 AVX512_INLINE __m512 widen_i8(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)); }
 
 /* out[b·ldo + r] = scale[r] · x_b·q_r for the R (1 or 2) rows at q and the
- * B (1 to 4) inputs x [B, K]: 64 columns a step in two accumulators per
- * (row, input), the rest in masked steps of 16; each step's codes widened
- * once for every input (a batched decode step is then bound by the
- * weights' bytes, not by widening them once per sequence), and each
- * accumulator takes the same multiply-adds in the same order whatever B is,
- * so an input's bits do not depend on the others. */
-AVX512_INLINE void q8_rows_nb(const int R, const int B, float *out, int64_t ldo, const float *x, const int8_t *q,
-                              const float *scale, int64_t K) {
-    __m512 a[4][2][2];
+ * B (1 to 4) inputs x [B, K]: 64 columns a step in A (2 or 4) accumulators
+ * per (row, input), the rest in masked steps of 16 into the first; each
+ * step's codes widened once for every input (a batched decode step is then
+ * bound by the weights' bytes, not by widening them once per sequence), and
+ * each accumulator takes the same multiply-adds in the same order whatever
+ * B is, so an input's bits do not depend on the others. */
+AVX512_INLINE void q8_rows_nb(const int R, const int A, const int B, float *out, int64_t ldo, const float *x,
+                              const int8_t *q, const float *scale, int64_t K) {
+    __m512 a[4][2][4];
 #pragma GCC unroll 4
     for (int b = 0; b < B; b++)
 #pragma GCC unroll 2
-        for (int r = 0; r < R; r++) a[b][r][0] = a[b][r][1] = _mm512_setzero_ps();
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int k = 0; k < A; k++) a[b][r][k] = _mm512_setzero_ps();
     int64_t c = 0;
     for (; c + 64 <= K; c += 64) {
 #pragma GCC unroll 2
@@ -199,7 +210,7 @@ AVX512_INLINE void q8_rows_nb(const int R, const int B, float *out, int64_t ldo,
             for (int b = 0; b < B; b++) {
                 __m512 xv = _mm512_loadu_ps(x + b * K + c + 16 * j);
 #pragma GCC unroll 2
-                for (int r = 0; r < R; r++) a[b][r][j % 2] = _mm512_fmadd_ps(xv, w[r], a[b][r][j % 2]);
+                for (int r = 0; r < R; r++) a[b][r][j % A] = _mm512_fmadd_ps(xv, w[r], a[b][r][j % A]);
             }
         }
     }
@@ -218,27 +229,34 @@ AVX512_INLINE void q8_rows_nb(const int R, const int B, float *out, int64_t ldo,
 #pragma GCC unroll 4
     for (int b = 0; b < B; b++)
 #pragma GCC unroll 2
-        for (int r = 0; r < R; r++) out[b * ldo + r] = scale[r] * _mm512_reduce_add_ps(_mm512_add_ps(a[b][r][0], a[b][r][1]));
+        for (int r = 0; r < R; r++) {
+            __m512 t = _mm512_add_ps(a[b][r][0], a[b][r][1]);
+            if (A == 4) t = _mm512_add_ps(t, _mm512_add_ps(a[b][r][2], a[b][r][3]));
+            out[b * ldo + r] = scale[r] * _mm512_reduce_add_ps(t);
+        }
 }
 
-AVX512_FN void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, const float *scale, int64_t K,
-                                  int64_t N) {
-    int64_t n = 0;
-    for (; n + 2 <= N; n += 2) q8_rows_nb(2, 1, out + n, 1, x, q + n * K, scale + n, K);
-    if (n < N) q8_rows_nb(1, 1, out + n, 1, x, q + n * K, scale + n, K);
-}
-
-/* The rows two at a time as gemv_q8 (the same pairs), the inputs four at a time. */
+/* The rows of q [N, K] for nb inputs (out[b·ldo + n]), the inputs four at a
+ * time: where 512-bit loads are split in halves (dtx_isa_full_width() 0:
+ * Zen 4), two rows at a time sharing the loads of x, two accumulators each;
+ * at full width (Zen 5), one row at a time in four accumulators (see the top
+ * of the file). One input is gemv_q8; every input gets its bits. */
+#define Q8_ROWS(R, A, B)                                                                                         \
+    do {                                                                                                         \
+        int64_t n = 0;                                                                                           \
+        for (; n + R <= N; n += R) q8_rows_nb(R, A, B, out + b0 * ldo + n, ldo, xb, q + n * K, scale + n, K);    \
+        for (; n < N; n++) q8_rows_nb(1, A, B, out + b0 * ldo + n, ldo, xb, q + n * K, scale + n, K);            \
+    } while (0)
 #define Q8_NB_CASE(B)                                                                                            \
     case B:                                                                                                      \
-        for (n = 0; n + 2 <= N; n += 2) q8_rows_nb(2, B, out + b0 * ldo + n, ldo, xb, q + n * K, scale + n, K);    \
-        if (n < N) q8_rows_nb(1, B, out + b0 * ldo + n, ldo, xb, q + n * K, scale + n, K);                        \
+        if (one_row) Q8_ROWS(1, 4, B);                                                                           \
+        else Q8_ROWS(2, 2, B);                                                                                   \
         break;
 AVX512_FN void dtx_gemv_q8_nb_avx512(float *out, int64_t ldo, const float *x, int64_t nb, const int8_t *q,
                                      const float *scale, int64_t K, int64_t N) {
+    const int one_row = dtx_isa_full_width();
     for (int64_t b0 = 0; b0 < nb; b0 += 4) {
         const float *xb = x + b0 * K;
-        int64_t n;
         switch (nb - b0 < 4 ? nb - b0 : 4) {
             Q8_NB_CASE(1)
             Q8_NB_CASE(2)
@@ -248,6 +266,12 @@ AVX512_FN void dtx_gemv_q8_nb_avx512(float *out, int64_t ldo, const float *x, in
     }
 }
 #undef Q8_NB_CASE
+#undef Q8_ROWS
+
+AVX512_FN void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, const float *scale, int64_t K,
+                                  int64_t N) {
+    dtx_gemv_q8_nb_avx512(out, 1, x, 1, q, scale, K, N);
+}
 
 /* ----------------------------------------------------------------- 4-bit */
 

@@ -4,6 +4,9 @@
  * own (tile_gemm.c, tile_bf16.c); oneDNN gets the same cap
  * (matmul_dnnl.c). */
 #include <pthread.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +17,8 @@ static int env_cap = -1;    /* DTX_ISA, parsed once; -1 unset or invalid */
 static int env_bad;         /* DTX_ISA was set to something unknown */
 static int test_cap = -1;   /* dtx_isa_set_cap: -1 none */
 static int has_vnni;
+static int full_width;      /* 512-bit datapaths at full width (AMD family >= 1Ah) */
+static int test_full = -1;  /* dtx_isa_set_full_width: -1 none */
 
 static const char *const NAMES[] = {"portable", "avx2", "avx512", "avx512bf16"};
 
@@ -32,6 +37,13 @@ static int detect(void) {
         }
     }
     has_vnni = __builtin_cpu_supports("avx512vnni");
+    /* the family from CPUID leaf 1: base family, plus the extended family where the base is 0Fh */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__builtin_cpu_is("amd") && __get_cpuid(1, &a, &b, &c, &d)) {
+        unsigned fam = (a >> 8) & 0xF;
+        if (fam == 0xF) fam += (a >> 20) & 0xFF;
+        full_width = fam >= 0x1A && lvl >= DTX_ISA_AVX512;
+    }
     return lvl;
 #else
     return DTX_ISA_PORTABLE;
@@ -91,6 +103,18 @@ const char *dtx_isa_env_error(void) {
 int dtx_isa_cpu_has_vnni(void) {
     init();
     return has_vnni;
+}
+
+int dtx_isa_full_width(void) {
+    init();
+    int t = __atomic_load_n(&test_full, __ATOMIC_RELAXED);
+    return t >= 0 ? t : full_width;
+}
+
+int dtx_isa_set_full_width(int v) {
+    int prev = dtx_isa_full_width();
+    __atomic_store_n(&test_full, v < 0 ? -1 : !!v, __ATOMIC_RELAXED);
+    return prev;
 }
 
 dtx_isa dtx_isa_set_cap(dtx_isa cap) {

@@ -7,6 +7,7 @@
 #include "kernels/kernels.h"
 #include "kernels/simd.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +84,10 @@ TEST(kernel_rowdot_batch_equals_one_input_products) {
         for (int li = 0; li < 4; li++) {
             if (levels[li] > dtx_isa_cpu()) continue;
             dtx_isa prev = dtx_isa_set_cap(levels[li]);
+            /* at AVX-512, both int8 layouts (two rows a step, or one: dtx_isa_full_width) whatever the CPU */
+            for (int fw = 0; fw <= (levels[li] >= DTX_ISA_AVX512); fw++)
             for (int th = 1; th <= 3; th++) {
+                dtx_isa_set_full_width(levels[li] >= DTX_ISA_AVX512 ? fw : -1);
                 omp_set_num_threads(th);
                 for (int kind = 0; kind < 6; kind++) {
                     const float *xs = kind == 1 || kind == 5 ? xr : x;
@@ -101,13 +105,45 @@ TEST(kernel_rowdot_batch_equals_one_input_products) {
                     if (kind == 2) dtx_gemv_q8_batch(all, xs, nb, q8, sc, K, N);
                     if (kind == 3 || kind == 5) dtx_gemv_q4_batch(all, xs, nb, q4, sc, K, N);
                     if (kind == 4) dtx_gemv_q8a8_batch(all, xq, nb, 0.01f, q8, sc, K, N);
-                    CHECKF(!memcmp(one, all, sizeof(float) * (size_t)(nb * N)), "%s, kind %d, K %lld N %lld nb %lld, %d threads",
-                           dtx_isa_name(levels[li]), kind, (long long)K, (long long)N, (long long)nb, th);
+                    CHECKF(!memcmp(one, all, sizeof(float) * (size_t)(nb * N)),
+                           "%s, full width %d, kind %d, K %lld N %lld nb %lld, %d threads", dtx_isa_name(levels[li]),
+                           dtx_isa_full_width(), kind, (long long)K, (long long)N, (long long)nb, th);
                 }
             }
+            dtx_isa_set_full_width(-1);
             dtx_isa_set_cap(prev);
         }
         free(x), free(xr), free(w), free(sc), free(wb), free(q8), free(xq), free(q4), free(one), free(all);
     }
     omp_set_num_threads(saved);
+}
+
+/* The AVX-512 int8 product in both of its layouts (two rows a step, or one
+ * in four accumulators: dtx_isa_full_width), whatever this CPU would pick,
+ * against a double reference; shapes with a masked tail, odd row counts and
+ * rows that are not 64-byte aligned. */
+TEST(kernel_rowdot_q8_layouts_match_reference) {
+    if (dtx_isa_cpu() < DTX_ISA_AVX512) SKIP("the CPU has no AVX-512");
+    dtx_rng r;
+    dtx_rng_seed(&r, 5150);
+    static const int64_t shapes[][2] = {{2048, 37}, {100, 5}, {16, 3}, {1000, 64}, {7, 2}};
+    for (int si = 0; si < 5; si++) {
+        int64_t K = shapes[si][0], N = shapes[si][1];
+        float *x = randf(&r, (size_t)K), *sc = randf(&r, (size_t)N), *o = malloc(sizeof(float) * (size_t)N);
+        int8_t *q = malloc((size_t)(N * K));
+        for (int64_t i = 0; i < N * K; i++) q[i] = (int8_t)(dtx_rng_next(&r) % 255 - 127);
+        for (int fw = 0; fw < 2; fw++) {
+            dtx_isa_set_full_width(fw);
+            dtx_simd_for(DTX_ISA_AVX512)->gemv_q8(o, x, q, sc, K, N);
+            for (int64_t n = 0; n < N; n++) {
+                double ref = 0, mag = 0;
+                for (int64_t k = 0; k < K; k++) ref += (double)x[k] * q[n * K + k], mag += fabs((double)x[k] * q[n * K + k]);
+                ref *= sc[n], mag *= fabs(sc[n]);
+                CHECKF(fabs(o[n] - ref) <= 1e-6 * mag + 1e-30, "full width %d, K %lld N %lld row %lld: %g against %g", fw,
+                       (long long)K, (long long)N, (long long)n, (double)o[n], ref);
+            }
+        }
+        dtx_isa_set_full_width(-1);
+        free(x), free(sc), free(o), free(q);
+    }
 }
