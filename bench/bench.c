@@ -1091,25 +1091,36 @@ static float sum_xmm(const float *a, size_t n) {
 }
 
 /* Memory read bandwidth of every thread together, GB/s: the best of
- * `passes` passes over an array of 2^lg floats (far beyond the caches), each
- * thread summing its own contiguous part (ymm where the level has AVX2,
- * else SSE2). */
+ * `passes` passes, each over an array of 2^lg floats (far beyond the
+ * caches) that no other pass reads, every thread summing its own contiguous
+ * part (ymm where the level has AVX2, else SSE2). The arrays are written
+ * first, in the order they are then read, so each has had the others' bytes
+ * through the caches since. Why not one array read again: on Zen 5 (AMD
+ * family 1Ah, 2026-12-04) reading one 256 MiB array a second and third time
+ * measured 74-91 GB/s where reading 256 MiB not recently read measured
+ * 70-78 (the L3 and the page-walk caches keep part of an array read
+ * moments before); a decode step reads weights that a whole model's bytes
+ * have passed through the caches since, so the bound is the second. */
 static double measure_read_bw(int lg, int passes) {
     size_t n = (size_t)1 << lg;
-    float *a = dtx_alloc(n, sizeof(float));
+    float *a = dtx_alloc(n * (size_t)passes, sizeof(float));
     if (!a) return NAN;
     float (*sum)(const float *, size_t) = dtx_isa_level() >= DTX_ISA_AVX2 ? sum_ymm : sum_xmm;
     double best = 0;
     for (int pass = -1; pass < passes; pass++) { /* pass −1 first-touches the pages on their threads */
         double t0 = dtx_now_s(), tot = 0;
+        const float *ap = a + n * (size_t)(pass < 0 ? 0 : pass);
 #pragma omp parallel reduction(+ : tot)
         {
             int nt = omp_get_num_threads(), id = omp_get_thread_num();
             size_t chunk = n / (size_t)nt / 64 * 64, i0 = (size_t)id * chunk;
-            if (pass < 0)
-                for (size_t i = i0; i < i0 + chunk; i++) a[i] = (float)(i & 7);
-            else
-                tot += sum(a + i0, chunk);
+            if (pass < 0) {
+                for (int q = 0; q < passes; q++) {
+                    for (size_t i = i0; i < i0 + chunk; i++) a[n * (size_t)q + i] = (float)(i & 7);
+#pragma omp barrier
+                }
+            } else
+                tot += sum(ap + i0, chunk);
         }
         double dt = dtx_now_s() - t0;
         peak_sink = (float)tot;
@@ -1289,8 +1300,11 @@ typedef struct {
 static int model_child_main(int argc, char **argv) {
     if (argc != 3) return printf("err --model-child needs a path\n"), 2;
     const char *path = argv[2];
-    /* the bandwidth first: its 256 MiB array would otherwise count in the peak below */
+    /* the bandwidth first, then the peak RSS reset (writing 5 to clear_refs, Linux 4.0 on): the probe's
+     * arrays (3 x 256 MiB) must not count in the model's peak below */
     double bw = measure_read_bw(26, 3);
+    FILE *cr = fopen("/proc/self/clear_refs", "w");
+    if (!cr || fputs("5", cr) < 0 || fclose(cr)) return printf("err could not reset the peak RSS (/proc/self/clear_refs)\n"), 1;
     double t0 = dtx_now_s();
     dtx_model *m = NULL;
     dtx_kvcache *kv = NULL;
@@ -1496,37 +1510,58 @@ int main(int argc, char **argv) {
     char date[64];
     time_t tt = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", localtime(&tt));
-    char cpu[128] = "unknown CPU";
+    char cpu[128] = "unknown CPU", vendor[32] = "";
+    int family = -1, model = -1;
     FILE *f = fopen("/proc/cpuinfo", "r");
     if (f) {
         char line[256];
-        while (fgets(line, sizeof line, f))
+        while (fgets(line, sizeof line, f) && line[0] != '\n') { /* the first CPU's block */
+            char *p = strchr(line, ':');
+            if (!p) continue;
             if (!strncmp(line, "model name", 10)) {
-                char *p = strchr(line, ':');
-                if (p) snprintf(cpu, sizeof cpu, "%s", p + 2);
+                snprintf(cpu, sizeof cpu, "%s", p + 2);
                 cpu[strcspn(cpu, "\n")] = 0;
-                break;
-            }
+            } else if (!strncmp(line, "vendor_id", 9)) {
+                snprintf(vendor, sizeof vendor, "%s", p + 2);
+                vendor[strcspn(vendor, "\n")] = 0;
+            } else if (!strncmp(line, "cpu family", 10)) family = atoi(p + 1);
+            else if (!strncmp(line, "model\t", 6) || !strncmp(line, "model :", 7)) model = atoi(p + 1);
+        }
         fclose(f);
     }
+    /* The machine kind every number of this run belongs to (the machines here differ: Zen 3 with AVX2
+     * only, Zen 4 with AVX-512 split in 256-bit halves, Zen 5 with it at full width). Family 19h is Zen 3
+     * and Zen 4; AVX-512 tells them apart. */
+    const char *kind = "";
+    if (!strcmp(vendor, "AuthenticAMD"))
+        kind = family == 0x17 ? "Zen 1/2" : family == 0x19 ? (dtx_isa_cpu() >= DTX_ISA_AVX512 ? "Zen 4" : "Zen 3")
+               : family == 0x1A ? "Zen 5" : "";
+    char machine_kind[96];
+    snprintf(machine_kind, sizeof machine_kind, "%s%s%s (family %Xh model %Xh)", vendor[0] ? vendor : "CPU",
+             kind[0] ? " " : "", kind, family < 0 ? 0 : family, model < 0 ? 0 : model);
     char cmdline[512] = "";
     for (int i = 0; i < argc; i++) {
         strncat(cmdline, i ? " " : "", sizeof cmdline - strlen(cmdline) - 1);
         strncat(cmdline, argv[i], sizeof cmdline - strlen(cmdline) - 1);
     }
     out("# difftx benchmark%s\n\n", quick ? " (QUICK)" : "");
-    out("- date: %s\n- command: `%s`\n- machine: %s, %ld online CPUs, %.1f GiB memory\n", date, cmdline, cpu, sysconf(_SC_NPROCESSORS_ONLN),
-        (double)meminfo_kib("MemTotal:") / (1 << 20));
+    out("- date: %s\n- command: `%s`\n- machine: %s, %s, %ld online CPUs, %.1f GiB memory\n", date, cmdline, cpu,
+        machine_kind, sysconf(_SC_NPROCESSORS_ONLN), (double)meminfo_kib("MemTotal:") / (1 << 20));
     out("- threads: %d (OpenMP, every measurement including PyTorch)\n", threads);
     char load0[64];
     loadavg(load0, sizeof load0);
     out("- load average at the start (1, 5, 15 min): %s\n", load0);
 
     bf16_native = dtx_isa_level() >= DTX_ISA_AVX512_BF16 && dtx_matmul_bf16_native();
-    snprintf(isa_col, sizeof isa_col, "%s, oneDNN %s", dtx_isa_name(dtx_isa_level()), dtx_matmul_isa_name());
+    snprintf(isa_col, sizeof isa_col, "%s%s%s, oneDNN %s", dtx_isa_name(dtx_isa_level()), kind[0] ? " on " : "", kind,
+             dtx_matmul_isa_name());
     out("- ISA: kernels %s (CPU %s%s), oneDNN %s; bf16 %s\n", dtx_isa_name(dtx_isa_level()),
         dtx_isa_name(dtx_isa_cpu()), dtx_isa_level() < dtx_isa_cpu() ? ", capped by DTX_ISA" : "",
         dtx_matmul_isa_name(), bf16_native ? "native" : "emulated (bf16-rounded operands, fp32 products)");
+    if (dtx_isa_level() >= DTX_ISA_AVX512)
+        out("- 512-bit datapaths %s (dtx_isa_full_width): the int8 one-row product reads %s\n",
+            dtx_isa_full_width() ? "at full width" : "split in 256-bit halves or unknown",
+            dtx_isa_full_width() ? "one row at a time" : "two rows at a time");
 
     /* ---- 1. peak */
     peak_t p32s = {NAN, NAN, NAN}, p16s = {NAN, NAN, NAN}, p32e = p32s, p16e = p16s;
@@ -1756,7 +1791,7 @@ int main(int argc, char **argv) {
     }
     if (do_decode && ndec) {
         fprintf(stderr, "measuring the memory bandwidth and decoding...\n");
-        bw = measure_read_bw(28, 5);
+        bw = measure_read_bw(26, 5);
         for (int ci = 0; ci < ndec; ci++)
             for (int p = 0; p < N_DEC; p++)
                 for (int a = 0; a < 3; a++) {
@@ -1895,9 +1930,10 @@ int main(int argc, char **argv) {
             dec_n);
         out("Configs: S, and 110M: llama2.c's stories110M shape (dim 768, 12 layers, ffn 2048, vocab 32000, tied "
             "embeddings; DIFF 6 heads, the Transformer 12 heads of 64 as llama2.c). Memory read bandwidth measured in "
-            "this run: %.1f GB/s at the start of the section (every thread summing a 1 GiB array; best of 5 passes), and "
-            "again (256 MiB, best of 3) before and after each of the 5 timed rounds of every row, because this shared "
-            "machine's bandwidth moves with its other tenants, within seconds. Bound = the bandwidth around a round "
+            "this run: %.1f GB/s at the start of the section (every thread summing 256 MiB; the best of 5 passes, each over "
+            "memory no other pass reads, as a decode step reads weights a whole model's bytes have passed through the "
+            "caches since), and again (the best of 3 such passes) before and after each of the 5 timed rounds of every "
+            "row, because this shared machine's bandwidth moves with its other tenants, within seconds. Bound = the bandwidth around a round "
             "(the mean of the measurements just before and just after it) ÷ the bytes each decode step must read: every weight as stored (4 bytes each in fp32; 2 in bf16, which decodes from a bf16 copy of the "
             "weights; quantised (docs/quantize.md): the int8 or 4-bit codes and their fp32 scales), of an untied "
             "embedding table only the row looked up, and the cached keys and values (fp32) at the step's length. "
@@ -1925,7 +1961,8 @@ int main(int argc, char **argv) {
                 "command opens one (`dtx_model_open`: a BF16 file or Hugging Face folder's weights used in place, a "
                 "quantised file's codes), the first token's logits, a prefill of %d tokens (the better of two), then "
                 "%d rounds of %d decode steps after it, each round between two measurements of the memory "
-                "bandwidth. Peak RSS is the process's own (VmHWM, read after the first round, before a second "
+                "bandwidth (each the best of 3 passes over 256 MiB that no other pass reads). Peak RSS is the process's own "
+                "(VmHWM, reset after the first bandwidth measurement and read after the first round, before a second "
                 "bandwidth array could count in it), the weights' bytes what the model holds; each round's bound "
                 "is the bandwidth around it (the mean of the measurements just before and after it) ÷ the bytes a step reads (the weights as held, of an "
                 "untied embedding one row, the fp32 cache at its length). Decode tokens/s, the bandwidth and the "
