@@ -276,11 +276,14 @@ AVX512_FN void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, c
 /* ----------------------------------------------------------------- 4-bit */
 
 /* One pair of groups (32 bytes at b, `bytes` of them real: 32, or 16 for a
- * last odd group) into acc: the 32 bytes widened to words, the low and the
- * high nibbles looked up as bf16 (code − 8), multiplied with xp's 64 values
- * in the same order, and lanes 0–7 (the first group's partial sums) scaled
- * by s[0], lanes 8–15 by s[1] (0 past the last group). */
-BF16_INLINE __m512 q4_pair(__m512 acc, const uint8_t *b, const float *s, const uint16_t *xp, __m512i lut, int bytes) {
+ * last odd group) into acc[b] for each of the B inputs xp[b]: the 32 bytes
+ * widened to words, the low and the high nibbles looked up as bf16 (code −
+ * 8) once for every input, multiplied with the input's 64 values in the same
+ * order, and lanes 0–7 (the first group's partial sums) scaled by s[0],
+ * lanes 8–15 by s[1] (0 past the last group). Each input's accumulator
+ * takes the same operations in the same order whatever B is. */
+BF16_INLINE void q4_pair(const int B, __m512 *acc, const uint8_t *b, const float *s, const uint16_t *const *xp,
+                         __m512i lut, int bytes) {
     const __m512i low4 = _mm512_set1_epi16(15);
     const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     __m256i raw = bytes == 32 ? _mm256_loadu_si256((const __m256i *)(const void *)b)
@@ -288,20 +291,23 @@ BF16_INLINE __m512 q4_pair(__m512 acc, const uint8_t *b, const float *s, const u
     __m512i v = _mm512_cvtepu8_epi16(raw);
     __m512bh lo = as_bh(_mm512_permutexvar_epi16(_mm512_and_si512(v, low4), lut));
     __m512bh hi = as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), lut));
-    __m512 d = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(_mm512_loadu_si512(xp)), lo);
-    d = _mm512_dpbf16_ps(d, as_bh(_mm512_loadu_si512(xp + 32)), hi);
     /* the pair of scales by movq (a 4-byte aligned pair: a file's scales are read in place) */
     __m128 s2 = bytes == 32 ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)s)) : _mm_load_ss(s);
-    return _mm512_fmadd_ps(d, _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2)), acc);
+    __m512 sv = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2));
+#pragma GCC unroll 4
+    for (int i = 0; i < B; i++) {
+        __m512 d = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(_mm512_loadu_si512(xp[i])), lo);
+        d = _mm512_dpbf16_ps(d, as_bh(_mm512_loadu_si512(xp[i] + 32)), hi);
+        acc[i] = _mm512_fmadd_ps(d, sv, acc[i]);
+    }
 }
 
-BF16_FN static void gemv_q4_dp(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K,
-                               int64_t N) {
-    uint16_t xp[GEMV_XMAX + 64];
-    if (K > GEMV_XMAX || !x_to_bf16(xp, x, K, 1)) {
-        dtx_gemv_q4_avx2(out, x, q, scale, K, N);
-        return;
-    }
+/* out[i·ldo + n] = x_i·row n for the B (1 to 4) inputs xp[i] (bf16, in
+ * gemv_q4's order, x_to_bf16) and the N rows at q: each row in two
+ * accumulators per input, pairs of groups alternating between them, an L2
+ * prefetch 8 KiB ahead. */
+BF16_INLINE void q4_rows_nb(const int B, float *out, int64_t ldo, const uint16_t *const *xp, const uint8_t *q,
+                            const float *scale, int64_t K, int64_t N) {
     uint16_t table[32];
     for (int i = 0; i < 32; i++) table[i] = dtx_f32_to_bf16((float)(i % 16 - 8));
     const __m512i lut = _mm512_loadu_si512(table);
@@ -309,77 +315,64 @@ BF16_FN static void gemv_q4_dp(float *out, const float *x, const uint8_t *q, con
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *r = q + n * rb;
         const float *s = scale + n * ng;
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        __m512 a0[4], a1[4];
+        const uint16_t *xq[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < B; i++) a0[i] = a1[i] = _mm512_setzero_ps();
         int64_t p = 0;
         for (; p + 2 <= pairs; p += 2) {
             PREFETCH_L2(r + 32 * p);
-            a0 = q4_pair(a0, r + 32 * p, s + 2 * p, xp + 64 * p, lut, 32);
-            a1 = q4_pair(a1, r + 32 * p + 32, s + 2 * p + 2, xp + 64 * p + 64, lut, 32);
+#pragma GCC unroll 4
+            for (int i = 0; i < B; i++) xq[i] = xp[i] + 64 * p;
+            q4_pair(B, a0, r + 32 * p, s + 2 * p, xq, lut, 32);
+#pragma GCC unroll 4
+            for (int i = 0; i < B; i++) xq[i] += 64;
+            q4_pair(B, a1, r + 32 * p + 32, s + 2 * p + 2, xq, lut, 32);
         }
-        if (p < pairs) a0 = q4_pair(a0, r + 32 * p, s + 2 * p, xp + 64 * p, lut, 32), p++;
-        if (ng % 2) a1 = q4_pair(a1, r + 32 * p, s + 2 * p, xp + 64 * p, lut, 16);
-        out[n] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+#pragma GCC unroll 4
+        for (int i = 0; i < B; i++) xq[i] = xp[i] + 64 * p;
+        if (p < pairs) {
+            q4_pair(B, a0, r + 32 * p, s + 2 * p, xq, lut, 32), p++;
+#pragma GCC unroll 4
+            for (int i = 0; i < B; i++) xq[i] += 64;
+        }
+        if (ng % 2) q4_pair(B, a1, r + 32 * p, s + 2 * p, xq, lut, 16);
+#pragma GCC unroll 4
+        for (int i = 0; i < B; i++) out[i * ldo + n] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i], a1[i]));
     }
 }
 
-/* gemv_q4_dp for nb inputs (out[b·ldo + n]): each pair of groups looked up
- * once for up to four inputs, every input's partial sums and scaling the
- * operations q4_pair does for it, in its order (the same bits). Where an
- * input is not bf16-exact (or K is past the stack copies), every input goes
- * through gemv_q4_dp, as it would alone. */
+BF16_FN static void gemv_q4_dp(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K,
+                               int64_t N) {
+    uint16_t xb[GEMV_XMAX + 64];
+    if (K > GEMV_XMAX || !x_to_bf16(xb, x, K, 1)) {
+        dtx_gemv_q4_avx2(out, x, q, scale, K, N);
+        return;
+    }
+    const uint16_t *xp[1] = {xb};
+    q4_rows_nb(1, out, 1, xp, q, scale, K, N);
+}
+
+/* gemv_q4_dp for nb inputs (out[b·ldo + n]), four at a time, each pair of
+ * groups looked up once for all of them (the same bits as one input alone).
+ * Where an input is not bf16-exact (or K is past the stack copies), every
+ * input goes through gemv_q4_dp, as it would alone. */
 enum { Q4_NB = 4 };
 BF16_FN static void gemv_q4_nb_dp(float *out, int64_t ldo, const float *x, int64_t nb, const uint8_t *q,
                                   const float *scale, int64_t K, int64_t N) {
-    uint16_t xp[Q4_NB][GEMV_XMAX + 64];
-    uint16_t table[32];
-    for (int i = 0; i < 32; i++) table[i] = dtx_f32_to_bf16((float)(i % 16 - 8));
-    const __m512i lut = _mm512_loadu_si512(table), low4 = _mm512_set1_epi16(15);
-    const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const int64_t ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K), pairs = ng / 2;
+    uint16_t xb[Q4_NB][GEMV_XMAX + 64];
+    const uint16_t *xp[Q4_NB] = {xb[0], xb[1], xb[2], xb[3]};
     for (int64_t b0 = 0; b0 < nb; b0 += Q4_NB) {
         const int B = nb - b0 < Q4_NB ? (int)(nb - b0) : Q4_NB;
         int exact = K <= GEMV_XMAX;
-        for (int b = 0; b < B && exact; b++) exact = x_to_bf16(xp[b], x + (b0 + b) * K, K, 1);
-        if (!exact) {
-            for (int b = 0; b < B; b++) gemv_q4_dp(out + (b0 + b) * ldo, x + (b0 + b) * K, q, scale, K, N);
-            continue;
-        }
-        for (int64_t n = 0; n < N; n++) {
-            const uint8_t *r = q + n * rb;
-            const float *s = scale + n * ng;
-            __m512 acc[Q4_NB][2];
-            for (int b = 0; b < B; b++) acc[b][0] = acc[b][1] = _mm512_setzero_ps();
-            /* pair p into accumulator k of every input, as q4_pair (bytes: 32, or 16 for a last odd group) */
-#define Q4_NB_PAIR(p, k, bytes)                                                                                  \
-    do {                                                                                                         \
-        __m256i raw = (bytes) == 32 ? _mm256_loadu_si256((const __m256i *)(const void *)(r + 32 * (p)))            \
-                                    : _mm256_maskz_loadu_epi8(0xFFFF, r + 32 * (p));                              \
-        __m512i v = _mm512_cvtepu8_epi16(raw);                                                                   \
-        __m512bh lo = as_bh(_mm512_permutexvar_epi16(_mm512_and_si512(v, low4), lut));                           \
-        __m512bh hi = as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), lut));                             \
-        __m128 s2 = (bytes) == 32 ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)(s + 2 * (p))))  \
-                                  : _mm_load_ss(s + 2 * (p));                                                   \
-        __m512 sv = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2));                                  \
-        for (int b = 0; b < B; b++) {                                                                            \
-            __m512 d = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(_mm512_loadu_si512(xp[b] + 64 * (p))), lo);     \
-            d = _mm512_dpbf16_ps(d, as_bh(_mm512_loadu_si512(xp[b] + 64 * (p) + 32)), hi);                       \
-            acc[b][k] = _mm512_fmadd_ps(d, sv, acc[b][k]);                                                       \
-        }                                                                                                        \
-    } while (0)
-            int64_t p = 0;
-            for (; p + 2 <= pairs; p += 2) {
-                PREFETCH_L2(r + 32 * p);
-                Q4_NB_PAIR(p, 0, 32);
-                Q4_NB_PAIR(p + 1, 1, 32);
-            }
-            if (p < pairs) {
-                Q4_NB_PAIR(p, 0, 32);
-                p++;
-            }
-            if (ng % 2) Q4_NB_PAIR(p, 1, 16);
-#undef Q4_NB_PAIR
-            for (int b = 0; b < B; b++) out[(b0 + b) * ldo + n] = _mm512_reduce_add_ps(_mm512_add_ps(acc[b][0], acc[b][1]));
-        }
+        for (int b = 0; b < B && exact; b++) exact = x_to_bf16(xb[b], x + (b0 + b) * K, K, 1);
+        float *o = out + b0 * ldo;
+        if (!exact)
+            for (int b = 0; b < B; b++) gemv_q4_dp(o + b * ldo, x + (b0 + b) * K, q, scale, K, N);
+        else if (B == 1) q4_rows_nb(1, o, ldo, xp, q, scale, K, N);
+        else if (B == 2) q4_rows_nb(2, o, ldo, xp, q, scale, K, N);
+        else if (B == 3) q4_rows_nb(3, o, ldo, xp, q, scale, K, N);
+        else q4_rows_nb(4, o, ldo, xp, q, scale, K, N);
     }
 }
 
