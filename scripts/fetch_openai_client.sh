@@ -12,16 +12,10 @@ SHA256=175f3e017a9bc14d36dc0f57d2596ee1c7134d7fa181b7d83b2716f69076b03e
 cd "$(dirname "$0")/.."
 dir=data/npm/openai
 [ -s "$dir/VERSION" ] && [ "$(cat "$dir/VERSION")" = "$VERSION" ] && exit 0
-for tool in npm node tar sha256sum; do
-    command -v "$tool" >/dev/null || { echo "fetch_openai_client: '$tool' is needed (npm pack openai@$VERSION)" >&2; exit 1; }
-done
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-echo "fetch_openai_client: npm pack openai@$VERSION" >&2
-if ! (cd "$tmp" && npm pack --silent "openai@$VERSION" >/dev/null); then
-    echo "fetch_openai_client: 'npm pack openai@$VERSION' failed (is the npm registry reachable?)" >&2
-    exit 1
-fi
+me=fetch_openai_client
+. scripts/npm_pack_lib.sh
+npm_pack_start
+npm_pack "openai@$VERSION"
 if ! echo "$SHA256  $tmp/openai-$VERSION.tgz" | sha256sum --check --status; then
     echo "fetch_openai_client: openai-$VERSION.tgz does not have the pinned SHA-256 $SHA256" >&2
     exit 1

@@ -21,17 +21,11 @@ out=$dir/cl100k_base.tiktoken
 have_ok() { [ -s "$out" ] && echo "$SHA256  $out" | sha256sum --check --status; }
 have_ok && exit 0
 
-for tool in npm node tar sha256sum; do
-    command -v "$tool" >/dev/null || { echo "fetch_tiktoken: '$tool' is needed to fetch the cl100k_base ranks (npm pack tiktoken@$VERSION)" >&2; exit 1; }
-done
+me=fetch_tiktoken
+. scripts/npm_pack_lib.sh
+npm_pack_start
 mkdir -p "$dir"
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-echo "fetch_tiktoken: npm pack tiktoken@$VERSION" >&2
-if ! (cd "$tmp" && npm pack --silent "tiktoken@$VERSION" >/dev/null); then
-    echo "fetch_tiktoken: 'npm pack tiktoken@$VERSION' failed (is the npm registry reachable?)" >&2
-    exit 1
-fi
+npm_pack "tiktoken@$VERSION"
 tar -xzf "$tmp/tiktoken-$VERSION.tgz" -C "$tmp" package/encoders/cl100k_base.json
 node -e '
 const fs = require("fs");
