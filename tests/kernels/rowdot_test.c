@@ -118,22 +118,31 @@ TEST(kernel_rowdot_batch_equals_one_input_products) {
     omp_set_num_threads(saved);
 }
 
-/* The AVX-512 int8 product in both of its layouts (two rows a step, or one
- * in four accumulators: dtx_isa_full_width), whatever this CPU would pick,
- * against a double reference; shapes with a masked tail, odd row counts and
- * rows that are not 64-byte aligned. */
+/* The AVX-512 int8 products in both of their layouts (dtx_isa_full_width:
+ * int8 × fp32 two rows a step or one in four accumulators; int8 × int8 four
+ * ymm rows or one zmm row), whatever this CPU would pick: int8 × fp32
+ * against a double reference, int8 × int8 (exact int32 sums) bit for bit
+ * against the portable kernel, |x| = 128 and codes −127..127 included;
+ * shapes with a masked tail, odd row counts and rows that are not 64-byte
+ * aligned. */
 TEST(kernel_rowdot_q8_layouts_match_reference) {
     if (dtx_isa_cpu() < DTX_ISA_AVX512) SKIP("the CPU has no AVX-512");
     dtx_rng r;
     dtx_rng_seed(&r, 5150);
-    static const int64_t shapes[][2] = {{2048, 37}, {100, 5}, {16, 3}, {1000, 64}, {7, 2}};
-    for (int si = 0; si < 5; si++) {
+    static const int64_t shapes[][2] = {{2048, 37}, {100, 5}, {16, 3}, {1000, 64}, {7, 2}, {200, 9}};
+    for (int si = 0; si < 6; si++) {
         int64_t K = shapes[si][0], N = shapes[si][1];
         float *x = randf(&r, (size_t)K), *sc = randf(&r, (size_t)N), *o = malloc(sizeof(float) * (size_t)N);
-        int8_t *q = malloc((size_t)(N * K));
+        int8_t *q = malloc((size_t)(N * K)), *xq = malloc((size_t)K);
+        float *o8 = malloc(sizeof(float) * (size_t)N), *ref8 = malloc(sizeof(float) * (size_t)N);
         for (int64_t i = 0; i < N * K; i++) q[i] = (int8_t)(dtx_rng_next(&r) % 255 - 127);
+        for (int64_t i = 0; i < K; i++) xq[i] = (int8_t)(dtx_rng_next(&r) % 256 - 128);
+        dtx_simd_for(DTX_ISA_PORTABLE)->gemv_q8a8(ref8, xq, 0.01f, q, sc, K, N);
         for (int fw = 0; fw < 2; fw++) {
             dtx_isa_set_full_width(fw);
+            dtx_simd_for(DTX_ISA_AVX512)->gemv_q8a8(o8, xq, 0.01f, q, sc, K, N);
+            CHECKF(!memcmp(o8, ref8, sizeof(float) * (size_t)N), "gemv_q8a8, full width %d, K %lld N %lld: not the portable bits",
+                   fw, (long long)K, (long long)N);
             dtx_simd_for(DTX_ISA_AVX512)->gemv_q8(o, x, q, sc, K, N);
             for (int64_t n = 0; n < N; n++) {
                 double ref = 0, mag = 0;
@@ -144,6 +153,6 @@ TEST(kernel_rowdot_q8_layouts_match_reference) {
             }
         }
         dtx_isa_set_full_width(-1);
-        free(x), free(sc), free(o), free(q);
+        free(x), free(sc), free(o), free(q), free(xq), free(o8), free(ref8);
     }
 }
