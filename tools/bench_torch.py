@@ -53,8 +53,8 @@ _orig_rope = reference.rope_cos_sin
 
 
 @functools.lru_cache(maxsize=None)
-def _rope_cached(T, d, theta, dtype):
-    return _orig_rope(T, d, theta, dtype)
+def _rope_cached(T, d, theta, dtype, scaling=None):
+    return _orig_rope(T, d, theta, dtype, scaling)
 
 
 @functools.lru_cache(maxsize=None)
