@@ -1226,12 +1226,14 @@ const char *dtx_isa_env_error(void);
  * returns the previous one. Call between kernel calls, outside parallel
  * regions. oneDNN keeps the cap it had at its first use. */
 dtx_isa dtx_isa_set_cap(dtx_isa cap);
-/* 1 when the CPU reports AVX-512 VNNI (informational: no kernel uses it). */
+/* 1 when the CPU reports AVX-512 VNNI (the int8 × int8 one-row product
+ * then adds with vpdpbusd). */
 int dtx_isa_cpu_has_vnni(void);
 /* 1 when the CPU runs 512-bit operations and loads at full width (AMD
  * family 1Ah, Zen 5, on), 0 where they are split in two 256-bit halves (Zen
- * 4) or unknown. The AVX-512 int8 one-row product reads one row at a time
- * there, two elsewhere (src/kernels/gemv_avx512.c says why).
+ * 4) or unknown. The AVX-512 int8 one-row products (int8 × fp32, and
+ * int8 × int8 with VNNI) read one row at a time there, two or four side by
+ * side elsewhere (src/kernels/gemv_avx512.c says why).
  * dtx_isa_set_full_width(1 or 0) overrides it for tests, -1 restores what
  * the CPU says; returns the value before. */
 int dtx_isa_full_width(void);
