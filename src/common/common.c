@@ -111,6 +111,29 @@ void *dtx_alloc_lazy_zero(size_t count, size_t elem_size) {
     return p;
 }
 
+void *dtx_alloc_huge(size_t bytes, size_t *size) {
+    const size_t huge = (size_t)2 << 20;
+    if (bytes > SIZE_MAX - 2 * huge) {
+        dtx_fail(DTX_ERR_NOMEM, "out of memory: %zu bytes", bytes);
+        return NULL;
+    }
+    size_t n = (bytes + huge - 1) / huge * huge;
+    if (n == 0) n = huge;
+    /* one huge page more, then the ends trimmed: the start on a 2 MiB boundary */
+    unsigned char *p = mmap(NULL, n + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        dtx_fail(DTX_ERR_NOMEM, "out of memory allocating %zu bytes", n);
+        return NULL;
+    }
+    size_t head = (huge - (uintptr_t)p % huge) % huge;
+    if (head) munmap(p, head);
+    if (huge - head) munmap(p + head + n, huge - head);
+    p += head;
+    (void)madvise(p, n, MADV_HUGEPAGE); /* EINVAL where the kernel lacks THP: 4 KiB pages as before */
+    *size = n;
+    return p;
+}
+
 void dtx_free_lazy_zero(void *p, size_t count, size_t elem_size) {
     if (p) munmap(p, count * elem_size != 0 ? count * elem_size : 1);
 }

@@ -36,6 +36,13 @@ void *dtx_calloc(size_t count, size_t elem_size);
  * a message) on failure. Free with dtx_free_lazy_zero and the same sizes. */
 void *dtx_alloc_lazy_zero(size_t count, size_t elem_size);
 void dtx_free_lazy_zero(void *p, size_t count, size_t elem_size);
+/* bytes rounded up to 2 MiB (into *size) of zeroed anonymous memory that
+ * starts on a 2 MiB boundary and asks for 2 MiB pages (MADV_HUGEPAGE:
+ * where transparent huge pages are "madvise" or "always"); nothing is
+ * resident until written. For data streamed whole and often (a decode
+ * step's weights): one TLB entry per 2 MiB. NULL (and a message) on
+ * failure. Free with dtx_free_lazy_zero(p, *size, 1). */
+void *dtx_alloc_huge(size_t bytes, size_t *size);
 /* The whole pages inside p[0, bytes) given back to the system, their
  * content no longer needed: a file mapping's are read from the file again if
  * touched, anonymous memory's read as zero. A reader that has copied or

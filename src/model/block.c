@@ -81,6 +81,7 @@ dtx_attn_dims dtx_model_generation_attn_dims(const dtx_model *m, int64_t T, int6
 
 void dtx_block_forward(dtx_model *m, int64_t l, const dtx_block_run *r, dtx_layer_acts *la, const real *x,
                        real *out) {
+    dtx_model_settle_poll(m); /* the weights copied so far read from their new memory (weights_memory.c) */
     const dtx_config *c = &m->cfg;
     const dtx_layer_offsets *o = &m->layers[l];
     const int64_t B = r->B, T = r->T, N = B * T, D = c->dim, KV = m->kv_dim, F = c->ffn_dim, d = m->head_dim;

@@ -175,7 +175,7 @@ void dtx_model_round_qk(const dtx_model *m, int64_t l, real *q, int64_t nq, real
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* The memory weights in place lie in, given back (dtx_unmap_file frees a heap one). */
-static void unmap_weights(dtx_model *m) {
+void dtx_model_release_wmaps(dtx_model *m) {
     for (int i = 0; i < m->n_wmaps; i++) dtx_unmap_file(&m->wmaps[i]);
     free(m->wmaps);
     m->wmaps = NULL, m->n_wmaps = 0;
@@ -232,6 +232,7 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
     /* weights in place: quantised a tensor at a time from the file, each
      * widened into one buffer, its pages given back once coded */
     dtx_qweight *src = NULL;
+    dtx_model_settle_stop(m); /* the weights read from where they are now */
     if (m->in_place) {
         src = m->qw;
         m->qw = NULL;
@@ -275,7 +276,8 @@ dtx_status dtx_model_quantize_weights(dtx_model *m, dtx_wquant scheme, const flo
     if (src) { /* every 2-D weight is coded now: the file goes (their params were never written) */
         free(src);
         m->in_place = 0;
-        unmap_weights(m);
+        dtx_model_release_wmaps(m);
+        dtx_model_settle_release(m);
     } else {
         dtx_model_release_quantised_fp32(m);
     }
@@ -313,6 +315,7 @@ void dtx_model_release_quantised_fp32(dtx_model *m) {
 }
 
 void dtx_model_free_quant(dtx_model *m) {
+    dtx_model_settle_release(m); /* first: its thread reads the memory freed below */
     free(m->qw);
     free(m->qk_scale);
     dtx_free_lazy_zero(m->qmem, m->qmem_bytes, 1);
@@ -321,7 +324,7 @@ void dtx_model_free_quant(dtx_model *m) {
     m->qw = NULL, m->qk_scale = NULL, m->qmem = NULL, m->qscratch = NULL;
     m->wquant = DTX_WQ_NONE;
     m->in_place = 0;
-    unmap_weights(m);
+    dtx_model_release_wmaps(m);
 }
 
 size_t dtx_model_weight_bytes(const dtx_model *m) {

@@ -9,6 +9,8 @@
 
 /* Offsets (in elements) of one layer's tensors in params/grads. The λ
  * vectors are DIFF's, subln a variant's, wl (lambda_proj) DIFF2's. */
+typedef struct dtx_settle dtx_settle; /* weights_memory.c */
+
 typedef struct {
     size_t attn_norm, wq, wk, wv, wo, wl;
     size_t lq1, lk1, lq2, lk2, subln;
@@ -103,6 +105,8 @@ struct dtx_model {
     int in_place;
     dtx_mapped *wmaps;
     int n_wmaps;
+    /* the weights in qw on their way to memory of their own (weights_memory.c); NULL: none */
+    dtx_settle *settle;
     /* metadata keys read from a file that difftx does not use: kept, and
      * written back on save (interop.md). */
     int n_extra_meta;
@@ -220,6 +224,27 @@ dtx_status dtx_model_use_in_place(dtx_model *m, const uint16_t *const *data);
 /* m owns *mem from now on (unmapped or freed with its weights in place);
  * *mem is emptied. */
 dtx_status dtx_model_own_weights(dtx_model *m, dtx_mapped *mem);
+/* Starts moving every weight m holds outside params (qw: bf16 in place,
+ * codes, scales) into one anonymous allocation in 2 MiB pages, each tensor
+ * 64-byte aligned, on a thread of its own; the memory they lay in is given
+ * back as they move (weights_memory.c says why: decode reads them faster
+ * there). Nothing to do without qw, or with DTX_WEIGHTS_MAPPED=1 in the
+ * environment. On failure m is as before. */
+dtx_status dtx_model_settle_weights(dtx_model *m);
+int dtx_weights_mapped_asked(void);
+/* On the model's own thread, before it reads weights (a forward, prefill
+ * or decode step): the tensors copied so far read from their new place. */
+void dtx_model_settle_poll(dtx_model *m);
+/* Waits for the copy to end: every weight in its new memory, the old
+ * memory given back (tests, and a caller about to time decoding). */
+void dtx_model_settle_wait(dtx_model *m);
+/* The copy stopped where it is (before the weights are replaced: quantising
+ * in place); every weight stays readable, where it is now. */
+void dtx_model_settle_stop(dtx_model *m);
+/* Stopped, and its memory freed: only once no qw points into it. */
+void dtx_model_settle_release(dtx_model *m);
+/* Unmaps or frees the memory m was given with dtx_model_own_weights. */
+void dtx_model_release_wmaps(dtx_model *m);
 /* DTX_WEIGHTS_COPY=1 in the environment: the readers copy into fp32 instead
  * of keeping weights in place (a comparison; what difftx did before). */
 int dtx_weights_copy_asked(void);

@@ -5,6 +5,7 @@
 #include "common/common.h"
 #include "difftx.h"
 #include "io/safetensors.h"
+#include "model/model.h"
 #include "train/checkpoint.h"
 
 int dtx_is_checkpoint(const char *path) {
@@ -45,7 +46,8 @@ static dtx_status load(dtx_model **m, const char *path) {
 dtx_status dtx_model_open(dtx_model **m, const char *path, dtx_precision precision) {
     *m = NULL;
     dtx_status st = dtx_is_hf_dir(path) ? dtx_hf_import(m, path) : load(m, path);
-    if (!st && (st = dtx_model_set_precision(*m, precision))) {
+    if (st) return st;
+    if ((st = dtx_model_settle_weights(*m)) || (st = dtx_model_set_precision(*m, precision))) {
         dtx_model_free(*m);
         *m = NULL;
     }

@@ -25,12 +25,16 @@ static dtx_config config(dtx_arch arch) {
     return c;
 }
 
+/* copy: 0 the weights as every command reads them (in place, moving to
+ * memory of their own: weights_memory.c), 1 into fp32 (DTX_WEIGHTS_COPY),
+ * 2 left where the readers put them (DTX_WEIGHTS_MAPPED). */
 static dtx_model *open_file(const char *path, int copy) {
-    if (copy) setenv("DTX_WEIGHTS_COPY", "1", 1);
-    else unsetenv("DTX_WEIGHTS_COPY");
+    if (copy == 1) setenv("DTX_WEIGHTS_COPY", "1", 1);
+    if (copy == 2) setenv("DTX_WEIGHTS_MAPPED", "1", 1);
     dtx_model *m = NULL;
     dtx_status st = dtx_model_open(&m, path, DTX_PREC_FP32);
     unsetenv("DTX_WEIGHTS_COPY");
+    unsetenv("DTX_WEIGHTS_MAPPED");
     return st == DTX_OK ? m : NULL;
 }
 
@@ -165,9 +169,9 @@ TEST(in_place_quantises_as_the_copy) {
     }
 }
 
-/* A quantised file's codes and scales are read where they lie in its
- * mapping (no copy into the model's memory) and give the logits the copy
- * gives, bit for bit: every scheme; a scale the reader refuses is refused
+/* A quantised file's codes and scales can be read where they lie in its
+ * mapping (DTX_WEIGHTS_MAPPED: no copy into the model's memory) and give the
+ * logits the copy gives, bit for bit: every scheme; a scale the reader refuses is refused
  * the same way in place. */
 TEST(in_place_quantised_file_reads_codes_where_they_lie) {
     static const dtx_wquant schemes[] = {DTX_WQ_W8A16, DTX_WQ_W8A8, DTX_WQ_W4A16};
@@ -184,7 +188,7 @@ TEST(in_place_quantised_file_reads_codes_where_they_lie) {
         const char *path = test_path("q.safetensors");
         REQUIRE(dtx_model_save(src, path, 0) == DTX_OK);
         dtx_model_free(src);
-        dtx_model *a = open_file(path, 0), *b = open_file(path, 1);
+        dtx_model *a = open_file(path, 2), *b = open_file(path, 1);
         REQUIRE(a && b);
         int w2 = (int)(dtx_model_find(a, "layers.1.feed_forward.w2.weight") - dtx_model_tensor(a, 0));
         const char *map = a->n_wmaps == 1 ? a->wmaps[0].data : NULL;
@@ -217,5 +221,69 @@ TEST(in_place_quantised_file_reads_codes_where_they_lie) {
             CHECKF(strstr(dtx_last_error(), "'layers.1.feed_forward.w2.weight.scale' element 3 is -1") != NULL,
                    "copy %d: %s", copy, dtx_last_error());
         }
+    }
+}
+
+/* Every weight m holds outside params lies 64-byte aligned in the memory
+ * the settle allocated, and no file or reader memory is held any more. */
+static int settled(const dtx_model *m) {
+    if (m->n_wmaps || m->qmem || !m->settle) return 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dtx_qweight *w = &m->qw[i];
+        if (!w->bits) continue;
+        if ((uintptr_t)w->q % 64) return 0;
+        if (dtx_qformat_of(w->bits)->row_scales(w->K) && (uintptr_t)w->scale % 64) return 0;
+    }
+    return 1;
+}
+
+/* Weights settling into memory of their own (weights_memory.c): a model
+ * file's bf16 weights, and a quantised file's codes and scales, give the
+ * logits they give where the reader left them (DTX_WEIGHTS_MAPPED), bit for
+ * bit, while the copy runs, once it is done (every tensor then aligned and
+ * the file let go), and when it is stopped half-way; quantising in place
+ * works from settled weights. */
+TEST(in_place_weights_settle_into_their_own_memory) {
+    static const dtx_wquant schemes[] = {DTX_WQ_NONE, DTX_WQ_W8A16, DTX_WQ_W4A16};
+    int32_t calib[4 * SEQ], tok[SEQ];
+    for (int i = 0; i < 4 * SEQ; i++) calib[i] = (int32_t)((i * 7 + 3) % VOCAB);
+    for (int i = 0; i < SEQ; i++) tok[i] = (int32_t)((i * 5 + 1) % VOCAB);
+    dtx_config c = config(DTX_ARCH_DIFF);
+    c.ffn_dim = 8192; /* every file over 1 MiB: mapped, not read */
+    for (size_t s = 0; s < sizeof schemes / sizeof *schemes; s++) {
+        dtx_model *src = NULL;
+        REQUIRE(dtx_model_init(&src, &c, 41) == DTX_OK);
+        dtx_quant_options o = dtx_quant_options_default(schemes[s]);
+        if (schemes[s] != DTX_WQ_NONE) REQUIRE(dtx_model_quantize(src, &o, calib, 4, SEQ, NULL) == DTX_OK);
+        const char *path = test_path("settle.safetensors");
+        REQUIRE(dtx_model_save(src, path, schemes[s] == DTX_WQ_NONE) == DTX_OK);
+        dtx_model_free(src);
+        const char *name = schemes[s] == DTX_WQ_NONE ? "bf16" : dtx_wquant_name(schemes[s]);
+        dtx_model *ref = open_file(path, 2), *a = open_file(path, 0), *h = open_file(path, 0);
+        REQUIRE(ref && a && h);
+        CHECKF(!ref->settle && ref->n_wmaps == 1, "%s: DTX_WEIGHTS_MAPPED leaves the file mapped", name);
+        dtx_model_settle_stop(h); /* wherever the copy got to */
+        float fr[SEQ * VOCAB], sr[4 * VOCAB], fa[SEQ * VOCAB], sa[4 * VOCAB], fh[SEQ * VOCAB], sh[4 * VOCAB];
+        logits(ref, tok, fr, sr);
+        logits(a, tok, fa, sa); /* the copy may still be running */
+        logits(h, tok, fh, sh);
+        CHECKF(memcmp(fr, fa, sizeof fr) == 0 && memcmp(sr, sa, sizeof sr) == 0, "%s: while settling", name);
+        CHECKF(memcmp(fr, fh, sizeof fr) == 0 && memcmp(sr, sh, sizeof sr) == 0, "%s: stopped half-way", name);
+        dtx_model_settle_wait(a);
+        CHECKF(settled(a), "%s: every weight 64-byte aligned in its own memory, the file let go", name);
+        logits(a, tok, fa, sa);
+        CHECKF(memcmp(fr, fa, sizeof fr) == 0 && memcmp(sr, sa, sizeof sr) == 0, "%s: settled", name);
+        if (schemes[s] == DTX_WQ_NONE) { /* quantising from settled bf16, against from the mapping */
+            dtx_quant_options q = dtx_quant_options_default(DTX_WQ_W8A16);
+            REQUIRE(dtx_model_quantize(a, &q, calib, 4, SEQ, NULL) == DTX_OK);
+            REQUIRE(dtx_model_quantize(ref, &q, calib, 4, SEQ, NULL) == DTX_OK);
+            CHECK(!a->settle && !ref->settle && !dtx_model_weights_in_place(a));
+            logits(ref, tok, fr, sr);
+            logits(a, tok, fa, sa);
+            CHECKF(memcmp(fr, fa, sizeof fr) == 0, "quantised from settled bf16");
+        }
+        dtx_model_free(ref);
+        dtx_model_free(a);
+        dtx_model_free(h);
     }
 }
