@@ -376,6 +376,69 @@ BF16_FN static void gemv_q4_nb_dp(float *out, int64_t ldo, const float *x, int64
     }
 }
 
+/* int8 × bf16 x at full width (Zen 5): the codes widened to fp32, packed
+ * in pairs to bf16 (exact: |code| ≤ 127 has 8 significant bits) and
+ * multiplied by vdpbf16ps, 32 products an instruction against 16 per FMA,
+ * x read once as bf16 (half the bytes of fp32), an L2 prefetch 8 KiB ahead.
+ * One row at a time, for up to Q8_NB inputs sharing each row's widening.
+ * Side by side over a 0.8B model's products from 2 MiB pages (2 threads,
+ * 2026-12-04): 49 GB/s against 46 for the fp32 kernel of one row and four
+ * accumulators, and a plain sum's 51 in the same runs. */
+enum { Q8_NB = 4 };
+BF16_INLINE __m512bh i8_to_bf16(const int8_t *p, __mmask16 lo, __mmask16 hi) {
+    return _mm512_cvtne2ps_pbh(widen_i8(_mm_maskz_loadu_epi8(hi, p + 16)), widen_i8(_mm_maskz_loadu_epi8(lo, p)));
+}
+BF16_INLINE void q8_rows_dp(const int B, float *out, int64_t ldo, const uint16_t *const *xb, const int8_t *q,
+                            const float *scale, int64_t K, int64_t N) {
+    for (int64_t n = 0; n < N; n++) {
+        const int8_t *w = q + n * K;
+        __m512 a[Q8_NB][2];
+#pragma GCC unroll 4
+        for (int b = 0; b < B; b++) a[b][0] = a[b][1] = _mm512_setzero_ps();
+        int64_t c = 0;
+        for (; c + 64 <= K; c += 64) {
+            PREFETCH_L2(w + c);
+            __m512bh w0 = i8_to_bf16(w + c, 0xFFFF, 0xFFFF), w1 = i8_to_bf16(w + c + 32, 0xFFFF, 0xFFFF);
+#pragma GCC unroll 4
+            for (int b = 0; b < B; b++) {
+                a[b][0] = _mm512_dpbf16_ps(a[b][0], as_bh(_mm512_loadu_si512(xb[b] + c)), w0);
+                a[b][1] = _mm512_dpbf16_ps(a[b][1], as_bh(_mm512_loadu_si512(xb[b] + c + 32)), w1);
+            }
+        }
+        for (; c < K; c += 32) { /* x is zero to the next multiple of 64: masked codes meet zeros */
+            __m512bh w0 = i8_to_bf16(w + c, lanes(K - c), lanes(K - c - 16));
+#pragma GCC unroll 4
+            for (int b = 0; b < B; b++) a[b][0] = _mm512_dpbf16_ps(a[b][0], as_bh(_mm512_loadu_si512(xb[b] + c)), w0);
+        }
+#pragma GCC unroll 4
+        for (int b = 0; b < B; b++) out[b * ldo + n] = scale[n] * _mm512_reduce_add_ps(_mm512_add_ps(a[b][0], a[b][1]));
+    }
+}
+
+/* int8 × fp32 x at the BF16 level: the vdpbf16ps kernel above at full width
+ * where every x of a block of inputs is exactly bf16 (as w8a16's are; not
+ * with --act16 fp16) and not denormal, the fp32 kernels otherwise. */
+BF16_FN static void gemv_q8_nb_dp(float *out, int64_t ldo, const float *x, int64_t nb, const int8_t *q,
+                                  const float *scale, int64_t K, int64_t N) {
+    if (!dtx_isa_full_width() || K > GEMV_XMAX) {
+        dtx_gemv_q8_nb_avx512(out, ldo, x, nb, q, scale, K, N);
+        return;
+    }
+    uint16_t xb[Q8_NB][GEMV_XMAX + 64];
+    const uint16_t *xp[Q8_NB] = {xb[0], xb[1], xb[2], xb[3]};
+    for (int64_t b0 = 0; b0 < nb; b0 += Q8_NB) {
+        const int B = nb - b0 < Q8_NB ? (int)(nb - b0) : Q8_NB;
+        int exact = 1;
+        for (int b = 0; b < B && exact; b++) exact = x_to_bf16(xb[b], x + (b0 + b) * K, K, 0);
+        float *o = out + b0 * ldo;
+        if (!exact) dtx_gemv_q8_nb_avx512(o, ldo, x + b0 * K, B, q, scale, K, N);
+        else if (B == 1) q8_rows_dp(1, o, ldo, xp, q, scale, K, N);
+        else if (B == 2) q8_rows_dp(2, o, ldo, xp, q, scale, K, N);
+        else if (B == 3) q8_rows_dp(3, o, ldo, xp, q, scale, K, N);
+        else q8_rows_dp(4, o, ldo, xp, q, scale, K, N);
+    }
+}
+
 /* The AVX-512 BF16 level's own: where the CPU lacks none of it. */
 void dtx_gemv_bf16_avx512bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
     gemv_bf16_dp(out, x, w, K, N);
@@ -386,6 +449,13 @@ void dtx_gemv_q4_avx512bf16(float *out, const float *x, const uint8_t *q, const 
 void dtx_gemv_q4_nb_avx512bf16(float *out, int64_t ldo, const float *x, int64_t nb, const uint8_t *q,
                                const float *scale, int64_t K, int64_t N) {
     gemv_q4_nb_dp(out, ldo, x, nb, q, scale, K, N);
+}
+void dtx_gemv_q8_avx512bf16(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N) {
+    gemv_q8_nb_dp(out, 1, x, 1, q, scale, K, N);
+}
+void dtx_gemv_q8_nb_avx512bf16(float *out, int64_t ldo, const float *x, int64_t nb, const int8_t *q,
+                               const float *scale, int64_t K, int64_t N) {
+    gemv_q8_nb_dp(out, ldo, x, nb, q, scale, K, N);
 }
 
 #endif /* TILE_AVX512 */

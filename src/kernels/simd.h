@@ -105,6 +105,9 @@ void dtx_gemv_q4_nb_avx512bf16(float *out, int64_t ldo, const float *x, int64_t 
 void dtx_gemv_bf16_avx512(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 void dtx_gemv_bf16_avx512bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 void dtx_gemv_q4_avx512bf16(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N);
+void dtx_gemv_q8_avx512bf16(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N);
+void dtx_gemv_q8_nb_avx512bf16(float *out, int64_t ldo, const float *x, int64_t nb, const int8_t *q,
+                               const float *scale, int64_t K, int64_t N);
 #endif
 
 /* The portable implementations (tile_gemm.c, rowdot.c): the reference the

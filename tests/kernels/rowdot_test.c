@@ -58,7 +58,7 @@ TEST(kernel_rowdot_gemv_threads_do_not_change_bits) {
 /* The batched products (dtx_gemv_*_batch): every input's row of the result
  * has the bits of the one-input product, at every ISA level, for 1 to 3
  * threads, in every format (fp32, bf16, int8, 4-bit with a partial group
- * on fp32 and on bf16 inputs, int8 activations), including shapes that
+ * on fp32 and on bf16 inputs, int8 on both, int8 activations), including shapes that
  * split into many chunks. */
 TEST(kernel_rowdot_batch_equals_one_input_products) {
     dtx_rng r;
@@ -89,20 +89,20 @@ TEST(kernel_rowdot_batch_equals_one_input_products) {
             for (int th = 1; th <= 3; th++) {
                 dtx_isa_set_full_width(levels[li] >= DTX_ISA_AVX512 ? fw : -1);
                 omp_set_num_threads(th);
-                for (int kind = 0; kind < 6; kind++) {
-                    const float *xs = kind == 1 || kind == 5 ? xr : x;
+                for (int kind = 0; kind < 7; kind++) { /* 6: int8 on bf16 inputs (the vdpbf16ps kernel at full width) */
+                    const float *xs = kind == 1 || kind == 5 || kind == 6 ? xr : x;
                     for (int64_t b = 0; b < nb; b++) {
                         float *o = one + b * N;
                         const float *xb = xs + b * K;
                         if (kind == 0) dtx_gemv(o, xb, w, K, N);
                         if (kind == 1) dtx_gemv_bf16(o, xb, wb, K, N);
-                        if (kind == 2) dtx_gemv_q8(o, xb, q8, sc, K, N);
+                        if (kind == 2 || kind == 6) dtx_gemv_q8(o, xb, q8, sc, K, N);
                         if (kind == 3 || kind == 5) dtx_gemv_q4(o, xb, q4, sc, K, N);
                         if (kind == 4) dtx_gemv_q8a8(o, xq + b * K, 0.01f, q8, sc, K, N);
                     }
                     if (kind == 0) dtx_gemv_batch(all, xs, nb, w, K, N);
                     if (kind == 1) dtx_gemv_bf16_batch(all, xs, nb, wb, K, N);
-                    if (kind == 2) dtx_gemv_q8_batch(all, xs, nb, q8, sc, K, N);
+                    if (kind == 2 || kind == 6) dtx_gemv_q8_batch(all, xs, nb, q8, sc, K, N);
                     if (kind == 3 || kind == 5) dtx_gemv_q4_batch(all, xs, nb, q4, sc, K, N);
                     if (kind == 4) dtx_gemv_q8a8_batch(all, xq, nb, 0.01f, q8, sc, K, N);
                     CHECKF(!memcmp(one, all, sizeof(float) * (size_t)(nb * N)),
@@ -119,9 +119,10 @@ TEST(kernel_rowdot_batch_equals_one_input_products) {
 }
 
 /* The AVX-512 int8 products in both of their layouts (dtx_isa_full_width:
- * int8 × fp32 two rows a step or one in four accumulators; int8 × int8 four
- * ymm rows or one zmm row), whatever this CPU would pick: int8 × fp32
- * against a double reference, int8 × int8 (exact int32 sums) bit for bit
+ * int8 × fp32 two rows a step or one in four accumulators, and at the BF16
+ * level with bf16 x by vdpbf16ps; int8 × int8 four ymm rows or one zmm
+ * row), whatever this CPU would pick: int8 × fp32 and int8 × bf16 against a
+ * double reference, int8 × int8 (exact int32 sums) bit for bit
  * against the portable kernel, |x| = 128 and codes −127..127 included;
  * shapes with a masked tail, odd row counts and rows that are not 64-byte
  * aligned. */
@@ -133,6 +134,8 @@ TEST(kernel_rowdot_q8_layouts_match_reference) {
     for (int si = 0; si < 6; si++) {
         int64_t K = shapes[si][0], N = shapes[si][1];
         float *x = randf(&r, (size_t)K), *sc = randf(&r, (size_t)N), *o = malloc(sizeof(float) * (size_t)N);
+        float *xr = malloc(sizeof(float) * (size_t)K);
+        for (int64_t i = 0; i < K; i++) xr[i] = dtx_bf16_round_f32(x[i]);
         int8_t *q = malloc((size_t)(N * K)), *xq = malloc((size_t)K);
         float *o8 = malloc(sizeof(float) * (size_t)N), *ref8 = malloc(sizeof(float) * (size_t)N);
         for (int64_t i = 0; i < N * K; i++) q[i] = (int8_t)(dtx_rng_next(&r) % 255 - 127);
@@ -143,16 +146,22 @@ TEST(kernel_rowdot_q8_layouts_match_reference) {
             dtx_simd_for(DTX_ISA_AVX512)->gemv_q8a8(o8, xq, 0.01f, q, sc, K, N);
             CHECKF(!memcmp(o8, ref8, sizeof(float) * (size_t)N), "gemv_q8a8, full width %d, K %lld N %lld: not the portable bits",
                    fw, (long long)K, (long long)N);
-            dtx_simd_for(DTX_ISA_AVX512)->gemv_q8(o, x, q, sc, K, N);
-            for (int64_t n = 0; n < N; n++) {
-                double ref = 0, mag = 0;
-                for (int64_t k = 0; k < K; k++) ref += (double)x[k] * q[n * K + k], mag += fabs((double)x[k] * q[n * K + k]);
-                ref *= sc[n], mag *= fabs(sc[n]);
-                CHECKF(fabs(o[n] - ref) <= 1e-6 * mag + 1e-30, "full width %d, K %lld N %lld row %lld: %g against %g", fw,
-                       (long long)K, (long long)N, (long long)n, (double)o[n], ref);
+            /* fp32 x (the fp32 kernels), then bf16 x at the BF16 level (at full width the vdpbf16ps kernel) */
+            for (int lv = 0; lv < 2; lv++) {
+                if (lv && dtx_isa_cpu() < DTX_ISA_AVX512_BF16) continue;
+                dtx_simd_for(lv ? DTX_ISA_AVX512_BF16 : DTX_ISA_AVX512)->gemv_q8(o, lv ? xr : x, q, sc, K, N);
+                const float *xv = lv ? xr : x;
+                for (int64_t n = 0; n < N; n++) {
+                    double ref = 0, mag = 0;
+                    for (int64_t k = 0; k < K; k++)
+                        ref += (double)xv[k] * q[n * K + k], mag += fabs((double)xv[k] * q[n * K + k]);
+                    ref *= sc[n], mag *= fabs(sc[n]);
+                    CHECKF(fabs(o[n] - ref) <= 1e-6 * mag + 1e-30, "%s x, full width %d, K %lld N %lld row %lld: %g against %g",
+                           lv ? "bf16" : "fp32", fw, (long long)K, (long long)N, (long long)n, (double)o[n], ref);
+                }
             }
         }
         dtx_isa_set_full_width(-1);
-        free(x), free(sc), free(o), free(q), free(xq), free(o8), free(ref8);
+        free(x), free(xr), free(sc), free(o), free(q), free(xq), free(o8), free(ref8);
     }
 }
