@@ -1103,7 +1103,10 @@ static float sum_xmm(const float *a, size_t n) {
  * have passed through the caches since, so the bound is the second. */
 static double measure_read_bw(int lg, int passes) {
     size_t n = (size_t)1 << lg;
-    float *a = dtx_alloc(n * (size_t)passes, sizeof(float));
+    /* in 2 MiB pages, as difftx keeps the weights a decode step reads (weights_memory.c): 4 KiB pages
+     * read about a fifth slower here, and the bound is what memory delivers at best */
+    size_t mapped = 0;
+    float *a = dtx_alloc_huge(n * (size_t)passes * sizeof(float), &mapped);
     if (!a) return NAN;
     float (*sum)(const float *, size_t) = dtx_isa_level() >= DTX_ISA_AVX2 ? sum_ymm : sum_xmm;
     double best = 0;
@@ -1126,7 +1129,7 @@ static double measure_read_bw(int lg, int passes) {
         peak_sink = (float)tot;
         if (pass >= 0 && (double)n * 4 / dt / 1e9 > best) best = (double)n * 4 / dt / 1e9;
     }
-    free(a);
+    dtx_free_lazy_zero(a, mapped, 1);
     return best;
 }
 
@@ -1930,7 +1933,8 @@ int main(int argc, char **argv) {
             dec_n);
         out("Configs: S, and 110M: llama2.c's stories110M shape (dim 768, 12 layers, ffn 2048, vocab 32000, tied "
             "embeddings; DIFF 6 heads, the Transformer 12 heads of 64 as llama2.c). Memory read bandwidth measured in "
-            "this run: %.1f GB/s at the start of the section (every thread summing 256 MiB; the best of 5 passes, each over "
+            "this run: %.1f GB/s at the start of the section (every thread summing 256 MiB in 2 MiB pages, as difftx "
+            "keeps the weights a decode step reads; the best of 5 passes, each over "
             "memory no other pass reads, as a decode step reads weights a whole model's bytes have passed through the "
             "caches since), and again (the best of 3 such passes) before and after each of the 5 timed rounds of every "
             "row, because this shared machine's bandwidth moves with its other tenants, within seconds. Bound = the bandwidth around a round "
@@ -1959,9 +1963,9 @@ int main(int argc, char **argv) {
         if (nfiles) {
             out("Model files (`--models`), each in a process of its own, read from the page cache: opened as every "
                 "command opens one (`dtx_model_open`: a BF16 file or Hugging Face folder's weights used in place, a "
-                "quantised file's codes), the first token's logits, a prefill of %d tokens (the better of two), then "
+                "quantised file's codes, moved by a thread of its own into 2 MiB pages as the model runs), the first token's logits, a prefill of %d tokens (the better of two), then "
                 "%d rounds of %d decode steps after it, each round between two measurements of the memory "
-                "bandwidth (each the best of 3 passes over 256 MiB that no other pass reads). Peak RSS is the process's own "
+                "bandwidth (each the best of 3 passes over 256 MiB in 2 MiB pages that no other pass reads). Peak RSS is the process's own "
                 "(VmHWM, reset after the first bandwidth measurement and read after the first round, before a second "
                 "bandwidth array could count in it), the weights' bytes what the model holds; each round's bound "
                 "is the bandwidth around it (the mean of the measurements just before and after it) ÷ the bytes a step reads (the weights as held, of an "

@@ -134,6 +134,10 @@ void *dtx_alloc_huge(size_t bytes, size_t *size) {
     return p;
 }
 
+void dtx_advise_huge(void *p, size_t bytes) {
+    if (p && bytes) (void)madvise(p, bytes, MADV_HUGEPAGE); /* EINVAL without THP: 4 KiB pages as before */
+}
+
 void dtx_free_lazy_zero(void *p, size_t count, size_t elem_size) {
     if (p) munmap(p, count * elem_size != 0 ? count * elem_size : 1);
 }

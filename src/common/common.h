@@ -43,6 +43,10 @@ void dtx_free_lazy_zero(void *p, size_t count, size_t elem_size);
  * step's weights): one TLB entry per 2 MiB. NULL (and a message) on
  * failure. Free with dtx_free_lazy_zero(p, *size, 1). */
 void *dtx_alloc_huge(size_t bytes, size_t *size);
+/* Asks for 2 MiB pages in p[0, bytes) before it is first written (memory
+ * from dtx_alloc_lazy_zero that will be written whole: an fp32 model's
+ * parameters); nothing where the kernel lacks it. */
+void dtx_advise_huge(void *p, size_t bytes);
 /* The whole pages inside p[0, bytes) given back to the system, their
  * content no longer needed: a file mapping's are read from the file again if
  * touched, anonymous memory's read as zero. A reader that has copied or

@@ -394,6 +394,8 @@ dtx_status dtx_model_load(dtx_model **out, const char *path) {
     /* a BF16 file's weights are used where they lie: no fp32 copy */
     if (wq == DTX_WQ_NONE && in_place_possible(m, &f) && (st = load_in_place(m, &f, path))) goto done;
 #endif
+    /* an fp32 copy writes every parameter: in 2 MiB pages (a decode step streams them: weights_memory.c) */
+    if (wq == DTX_WQ_NONE && !m->in_place) dtx_advise_huge(m->params, m->n_params * sizeof(real));
     if ((st = load_tensors(m, &f, path, quant_in_place))) goto done;
     if (quant_in_place && (st = dtx_model_own_weights(m, &f.file))) goto done; /* m keeps the codes' mapping */
     if ((st = keep_extra_meta(m, &f))) goto done;

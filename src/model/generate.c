@@ -70,7 +70,7 @@ struct dtx_kvcache {
     real **bk, **bv, **bscores; /* and the caches' layer rows and scratch, [xr_rows] each */
     int batch;        /* 1 while this cache hosts a batched step: several rows are single rows */
     uint16_t *wbf;    /* bf16 copy of the parameters (same offsets), or NULL */
-    size_t wbf_n;
+    size_t wbf_n, wbf_bytes; /* its values, and its memory's bytes (dtx_alloc_huge) */
     int wbf_valid;    /* wbf holds the current sequence's copy */
     const dtx_prefill_hooks *hooks; /* an observer of the steps (model.h), or NULL */
 };
@@ -214,7 +214,7 @@ void dtx_kvcache_free(dtx_kvcache *c) {
     free(c->v);
     free(c->scores);
     free(c->mem);
-    free(c->wbf);
+    dtx_free_lazy_zero(c->wbf, c->wbf_bytes, 1);
     free(c->bpos);
     free(c->bk);
     free(c->bv);
@@ -248,7 +248,7 @@ size_t dtx_kvcache_scratch_bytes(const dtx_kvcache *c) {
 static dtx_status ensure_bf16(const dtx_model *m, dtx_kvcache *c) {
     if (c->wbf_valid) return DTX_OK;
     if (!c->wbf) {
-        c->wbf = dtx_alloc(m->n_params, sizeof(uint16_t));
+        c->wbf = dtx_alloc_huge(m->n_params * sizeof(uint16_t), &c->wbf_bytes); /* streamed every step: 2 MiB pages */
         if (!c->wbf)
             return dtx_fail(DTX_ERR_NOMEM, "out of memory for the bf16 copy of %zu parameters", m->n_params);
         c->wbf_n = m->n_params;

@@ -296,9 +296,9 @@ dtx_status dtx_model_alloc_quant(dtx_model *m, dtx_wquant scheme, int codes_else
     if (!m->qw || !m->qk_scale) return dtx_fail(DTX_ERR_NOMEM, "out of memory for the quantised weights");
     size_t bytes = dtx_model_qweight_layout(m, scheme, NULL); /* every qw's bits and shape */
     if (!codes_elsewhere) {
-        m->qmem_bytes = bytes;
-        m->qmem = dtx_alloc_lazy_zero(m->qmem_bytes, 1); /* zeroed (the padding too), resident once written */
-        if (!m->qmem) return dtx_fail(DTX_ERR_NOMEM, "out of memory for %zu bytes of quantised weights", m->qmem_bytes);
+        /* zeroed (the padding too), resident once written, in 2 MiB pages (weights_memory.c) */
+        m->qmem = dtx_alloc_huge(bytes, &m->qmem_bytes);
+        if (!m->qmem) return dtx_fail(DTX_ERR_NOMEM, "out of memory for %zu bytes of quantised weights", bytes);
         dtx_model_qweight_layout(m, scheme, m->qmem);
     }
     m->qscratch_n = qscratch_need(m);

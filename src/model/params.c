@@ -110,6 +110,8 @@ dtx_status dtx_model_init_scheme(dtx_model **out, const dtx_config *c, uint64_t 
     if (scheme != DTX_INIT_TORCH && scheme != DTX_INIT_GPT2)
         return dtx_fail(DTX_ERR_ARG, "unknown initialisation scheme %d", (int)scheme);
     dtx_status st = dtx_model_alloc(out, c);
+    /* every parameter is written next: in 2 MiB pages (a decode step streams them: weights_memory.c) */
+    if (!st) dtx_advise_huge((*out)->params, (*out)->n_params * sizeof(real));
     if (st) return st;
     dtx_model *m = *out;
     dtx_rng rng;

@@ -26,11 +26,13 @@ static dtx_config config(dtx_arch arch) {
 }
 
 /* copy: 0 the weights as every command reads them (in place, moving to
- * memory of their own: weights_memory.c), 1 into fp32 (DTX_WEIGHTS_COPY),
- * 2 left where the readers put them (DTX_WEIGHTS_MAPPED). */
+ * memory of their own: weights_memory.c), 1 copied at open (into fp32, a
+ * quantised file's codes into the model's memory: DTX_WEIGHTS_COPY) and
+ * left there, 2 left where the readers put them (DTX_WEIGHTS_MAPPED), 3
+ * copied at open, then moved as 0 moves them. */
 static dtx_model *open_file(const char *path, int copy) {
-    if (copy == 1) setenv("DTX_WEIGHTS_COPY", "1", 1);
-    if (copy == 2) setenv("DTX_WEIGHTS_MAPPED", "1", 1);
+    if (copy == 1 || copy == 3) setenv("DTX_WEIGHTS_COPY", "1", 1);
+    if (copy == 1 || copy == 2) setenv("DTX_WEIGHTS_MAPPED", "1", 1);
     dtx_model *m = NULL;
     dtx_status st = dtx_model_open(&m, path, DTX_PREC_FP32);
     unsetenv("DTX_WEIGHTS_COPY");
@@ -259,8 +261,8 @@ TEST(in_place_weights_settle_into_their_own_memory) {
         REQUIRE(dtx_model_save(src, path, schemes[s] == DTX_WQ_NONE) == DTX_OK);
         dtx_model_free(src);
         const char *name = schemes[s] == DTX_WQ_NONE ? "bf16" : dtx_wquant_name(schemes[s]);
-        dtx_model *ref = open_file(path, 2), *a = open_file(path, 0), *h = open_file(path, 0);
-        REQUIRE(ref && a && h);
+        dtx_model *ref = open_file(path, 2), *a = open_file(path, 0), *h = open_file(path, 0), *cp = open_file(path, 3);
+        REQUIRE(ref && a && h && cp);
         CHECKF(!ref->settle && ref->n_wmaps == 1, "%s: DTX_WEIGHTS_MAPPED leaves the file mapped", name);
         dtx_model_settle_stop(h); /* wherever the copy got to */
         float fr[SEQ * VOCAB], sr[4 * VOCAB], fa[SEQ * VOCAB], sa[4 * VOCAB], fh[SEQ * VOCAB], sh[4 * VOCAB];
@@ -273,6 +275,12 @@ TEST(in_place_weights_settle_into_their_own_memory) {
         CHECKF(settled(a), "%s: every weight 64-byte aligned in its own memory, the file let go", name);
         logits(a, tok, fa, sa);
         CHECKF(memcmp(fr, fa, sizeof fr) == 0 && memcmp(sr, sa, sizeof sr) == 0, "%s: settled", name);
+        if (schemes[s] != DTX_WQ_NONE) { /* codes copied at open (the model's own memory), then moved */
+            dtx_model_settle_wait(cp);
+            CHECKF(settled(cp), "%s: settled from a copy", name);
+            logits(cp, tok, fa, sa);
+            CHECKF(memcmp(fr, fa, sizeof fr) == 0 && memcmp(sr, sa, sizeof sr) == 0, "%s: settled from a copy", name);
+        }
         if (schemes[s] == DTX_WQ_NONE) { /* quantising from settled bf16, against from the mapping */
             dtx_quant_options q = dtx_quant_options_default(DTX_WQ_W8A16);
             REQUIRE(dtx_model_quantize(a, &q, calib, 4, SEQ, NULL) == DTX_OK);
@@ -285,5 +293,6 @@ TEST(in_place_weights_settle_into_their_own_memory) {
         dtx_model_free(ref);
         dtx_model_free(a);
         dtx_model_free(h);
+        dtx_model_free(cp);
     }
 }
