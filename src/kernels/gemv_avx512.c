@@ -33,7 +33,8 @@
  *     GB/s reading memory not recently read (alternated runs over 48
  *     products of 2048 × 5632, 2026-12-04); two rows in four accumulators
  *     each stay at 38–40, so the two streams, not the arithmetic, are what
- *     loses there;
+ *     loses there. With x exactly bf16 (w8a16) at the BF16 level, Zen 5
+ *     packs the codes to bf16 and multiplies by vdpbf16ps (q8_rows_dp);
  *   - 4-bit (w4a16): the nibbles looked up as bf16 values (code − 8 is exact
  *     in bf16) by vpermw and multiplied by vdpbf16ps, the per-group scales
  *     applied to each group's 8 lanes of partial sums, an L2 prefetch 8 KiB
