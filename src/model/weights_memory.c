@@ -24,15 +24,20 @@
  * zeroing fresh pages, which on these VMs runs at 1–3 GB/s (the host backs
  * them on first touch): 1.5–6 s for a 2.7B model's 5.4 GB, against 0.9 s to
  * open it in place. The model runs meanwhile from the old memory; at the
- * start of each forward, prefill or decode step (dtx_model_settle_poll, on
- * the caller's thread, so no kernel ever sees a pointer change under it)
- * the tensors copied so far switch to their new place and their file pages
- * are given back, which keeps the resident set near the weights' size
- * (memory the readers allocated themselves goes once every tensor has
- * moved). DTX_WEIGHTS_MAPPED=1 in the environment leaves the weights where
- * the readers put them (the comparison; a file's pages shared between
- * processes). */
+ * start of each layer of a forward, prefill or decode step
+ * (dtx_model_settle_poll, on the caller's thread, so no kernel ever sees a
+ * pointer change under it) the tensors copied so far switch to their new
+ * place. The resident set stays near the weights' size: the thread gives a
+ * file's pages back as soon as it has copied them (a page read again before
+ * its tensor switches comes back from the file), and memory the readers
+ * allocated themselves (a folder's moved tensors, a copy) goes as its
+ * tensors switch. DTX_WEIGHTS_MAPPED=1 in the environment leaves the
+ * weights where the readers put them (the comparison; a file's pages shared
+ * between processes), as does a machine without the weights' size and 1 GiB
+ * to spare (MemAvailable, which counts the page cache).
+ */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +86,20 @@ static int sources_disjoint(const segment *g, int n) {
 int dtx_weights_mapped_asked(void) {
     const char *v = getenv("DTX_WEIGHTS_MAPPED");
     return v && strcmp(v, "1") == 0;
+}
+
+/* MemAvailable from /proc/meminfo in bytes (the kernel's estimate of what
+ * can be had without swapping, reclaimable page cache included), or
+ * SIZE_MAX where it cannot be read. */
+static size_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return SIZE_MAX;
+    char line[128];
+    unsigned long long kib = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    fclose(f);
+    return found && kib < SIZE_MAX / 1024 ? (size_t)kib * 1024 : SIZE_MAX;
 }
 
 static void *copier(void *arg) {
@@ -138,6 +157,10 @@ dtx_status dtx_model_settle_weights(dtx_model *m) {
         off += align64(sb);
     }
     s->total = off;
+    /* memory the machine does not have to spare (its page cache counts as spare): the weights stay
+     * where they are, rather than pushing the pages not yet copied out to be read from disk again */
+    size_t avail = mem_available();
+    if (s->n && (avail < ((size_t)1 << 30) || off > avail - ((size_t)1 << 30))) s->n = 0;
     if (!s->n || !(s->base = dtx_alloc_huge(off, &s->size))) {
         dtx_status st = s->n ? DTX_ERR_NOMEM : DTX_OK; /* dtx_alloc_huge said why */
         free(s->seg);
