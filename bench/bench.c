@@ -1,7 +1,8 @@
 /* bench/bench.c: `make bench` (README "Performance").
  *
  * One run, one thread count (OMP_NUM_THREADS, default: all cores):
- *   1. this machine's fp32 and bf16 FMA peak (AVX-512, every thread);
+ *   1. this machine's fp32 and bf16 FMA peak (AVX-512, every thread), and
+ *      the linear layer's products by oneDNN and by the tile GEMM (gemm);
  *   2. training step (forward + backward + AdamW) and forward pass of DIFF and
  *      the parameter-matched Transformer, fp32 and bf16, on configs S and L;
  *      tokens/s, model-FLOPs utilisation, peak RSS, DIFF/baseline ratio;
@@ -24,7 +25,7 @@
  * repository root):
  *   bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch | --torch-full]
  *         [--torch-attn ref|fused] [--openblas DIR] [--python PATH]
- *         [--sections peak,train,torch,v2,attn,long,decode,serve] [--configs S,L]
+ *         [--sections peak,gemm,train,torch,v2,attn,long,decode,serve] [--configs S,L]
  *     --quick   config S at batch 2, 2 timed steps, no T = 16K runs (make bench QUICK=1)
  *     --tiny    a seconds-long smoke test of the harness (meaningless numbers)
  *   bench --one S|L|S16K diff|transformer|diff2 fp32|bf16 [STEPS]
@@ -758,8 +759,12 @@ static int serve_main(int argc, char **argv) {
     return 0;
 }
 
-/* --one CFG ARCH PREC [STEPS]: in this process, for profiling by hand. */
+/* --one CFG ARCH PREC [STEPS]: in this process, for profiling by hand.
+ * BENCH_TILES=1 or 0 forces the tile GEMM on or off (dtx_matmul_set_tiles),
+ * for A/B runs of the engines inside a whole step. */
 static int one_main(int argc, char **argv) {
+    const char *tiles = getenv("BENCH_TILES");
+    if (tiles && *tiles) dtx_matmul_set_tiles(atoi(tiles));
     bcfg b;
     if (argc < 5 || find_cfg(argv[2], &b) || arch_index(argv[3]) < 0) {
         fprintf(stderr, "usage: bench --one S|L|S16K diff|transformer|diff2 fp32|bf16 [STEPS]\n");
@@ -1423,12 +1428,87 @@ static int file_exists(const char *p) {
     return stat(p, &st) == 0;
 }
 
+/* ---- the linear layer's products: oneDNN against the tile GEMM */
+
+/* What decides which engine runs each product (src/kernels/matmul.c): every
+ * product of the configs' linear layers (M = B·T tokens; the q/k/v/o, FFN
+ * and output shapes), fp32 and (where native) bf16, by oneDNN and by the tile
+ * GEMM, A B A B, each call on operands evicted from the caches first (a
+ * model's activations come from memory), the median of 5. dx and dw
+ * accumulate, as in the backward. */
+static void gemm_section(const bcfg *cfgs, int ncfg, double peak32, double peak16, int bf16) {
+    enum { REPS = 5 };
+    out("## The linear layer's products: oneDNN against the tile GEMM\n\n");
+    out("Every distinct product of the configs' linear layers (M = batch × T tokens, x [M, K], w [N, K]: forward "
+        "x·wᵀ, dx += dout·w, dw += doutᵀ·x), by oneDNN and by difftx's tile GEMM (src/kernels/matmul_tiles.c), "
+        "interleaved, each call on operands evicted from the caches (64 MiB written in between), the median of %d; "
+        "%% of the measured peak of its precision. *Used*: the engine that runs that product by default on this "
+        "machine (src/kernels/matmul.c: the tiles for fp32 forward and dx where 512-bit datapaths are at full "
+        "width, oneDNN otherwise; dw always oneDNN: the tiles with a transposed A measured slower).\n\n", REPS);
+    out("| config | K | N | product | prec | oneDNN GFLOP/s | of peak | tiles GFLOP/s | of peak | tiles ÷ oneDNN | used |\n");
+    out("|---|---:|---:|---|---|---:|---:|---:|---:|---:|---|\n");
+    size_t junk_n = (size_t)64 << 20;
+    unsigned char *junk = malloc(junk_n);
+    for (int ci = 0; ci < ncfg && junk; ci++) {
+        const bcfg *b = &cfgs[ci];
+        int64_t M = b->B * b->T, shapes[4][2] = {{b->dim, b->dim}, {b->dim, b->ffn}, {b->ffn, b->dim}, {b->dim, b->vocab}};
+        for (int si = 0; si < 4; si++) {
+            int64_t K = shapes[si][0], N = shapes[si][1];
+            float *x = malloc(sizeof(float) * (size_t)(M * K)), *w = malloc(sizeof(float) * (size_t)(N * K));
+            float *o = malloc(sizeof(float) * (size_t)(M * N)), *dx = malloc(sizeof(float) * (size_t)(M * K));
+            float *dw = malloc(sizeof(float) * (size_t)(N * K));
+            if (!x || !w || !o || !dx || !dw) {
+                free(x), free(w), free(o), free(dx), free(dw);
+                out("| %s | %" PRId64 " | %" PRId64 " | | | out of memory | | | | | |\n", b->name, K, N);
+                continue;
+            }
+            for (int64_t i = 0; i < M * K; i++) x[i] = (float)((i * 7) % 97) * 0.01f - 0.48f, dx[i] = 0;
+            for (int64_t i = 0; i < N * K; i++) w[i] = (float)((i * 5) % 89) * 0.01f - 0.44f, dw[i] = 0;
+            for (int64_t i = 0; i < M * N; i++) o[i] = (float)((i * 3) % 83) * 0.01f - 0.41f;
+            const char *names[3] = {"forward", "dx", "dw"};
+            for (int prec = 0; prec < 1 + bf16; prec++) {
+                dtx_precision pr = prec ? DTX_PREC_BF16 : DTX_PREC_FP32;
+                int used = dtx_matmul_tiles_used(M, pr);
+                for (int prod = 0; prod < 3; prod++) {
+                    double t[2][REPS];
+                    /* dw: oneDNN only (matmul.c; the tiles with a transposed A measured slower) */
+                    const int engines = prod == 2 ? 1 : 2;
+                    for (int r = 0; r < REPS; r++)
+                        for (int e = 0; e < engines; e++) {
+                            for (size_t i = 0; i < junk_n; i += 64) junk[i] = (unsigned char)(junk[i] + 1);
+                            int prev = dtx_matmul_set_tiles(e);
+                            double t0 = dtx_now_s();
+                            if (prod == 0) dtx_matmul_forward(o, x, w, M, K, N, pr);
+                            else if (prod == 1) dtx_matmul_backward(dx, NULL, o, NULL, w, M, K, N, pr);
+                            else dtx_matmul_backward(NULL, dw, o, x, NULL, M, K, N, pr);
+                            t[e][r] = dtx_now_s() - t0;
+                            dtx_matmul_set_tiles(prev);
+                        }
+                    double fl = 2.0 * (double)M * (double)K * (double)N, pk = prec ? peak16 : peak32;
+                    double g0 = fl / median(t[0], REPS) / 1e9;
+                    out("| %s | %" PRId64 " | %" PRId64 " | %s | %s | %.0f | %.0f%% |", b->name, K, N, names[prod],
+                        prec ? "bf16" : "fp32", g0, 100 * g0 / pk);
+                    if (engines == 2) {
+                        double g1 = fl / median(t[1], REPS) / 1e9;
+                        out(" %.0f | %.0f%% | %.2f | %s |\n", g1, 100 * g1 / pk, g1 / g0, used ? "tiles" : "oneDNN");
+                    } else {
+                        out(" – | | | oneDNN |\n");
+                    }
+                }
+            }
+            free(x), free(w), free(o), free(dx), free(dw);
+        }
+    }
+    free(junk);
+    out("\n");
+}
+
 static void usage(void) {
     fprintf(stderr,
             "usage: bench [--quick | --tiny] [--out FILE] [--steps N] [--no-torch | --torch-full]\n"
             "             [--torch-attn ref|fused]\n"
             "             [--openblas DIR] [--python PATH]\n"
-            "             [--sections peak,train,torch,v2,attn,long,decode,serve] [--configs S,L]\n"
+            "             [--sections peak,gemm,train,torch,v2,attn,long,decode,serve] [--configs S,L]\n"
             "             [--models PATH,PATH,...]   (model files measured in the decode section)\n"
             "       bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]\n");
 }
@@ -1444,7 +1524,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     int quick = 0, tiny = 0, steps = 3, no_torch = 0, torch_full = 0;
-    const char *outfile = "bench/results.md", *sections = "peak,train,torch,v2,attn,long,decode,serve";
+    const char *outfile = "bench/results.md", *sections = "peak,gemm,train,torch,v2,attn,long,decode,serve";
     const char *python = "/usr/bin/python3", *script = "tools/bench_torch.py", *torch_attn = "fused";
     const char *openblas_dir = "build/openblas", *configs = "S,L", *models = NULL;
     for (int i = 1; i < argc; i++) {
@@ -1472,7 +1552,7 @@ int main(int argc, char **argv) {
     int do_torch = !!strstr(sections, "torch") && !no_torch, do_attn = !!strstr(sections, "attn");
     int do_long = !!strstr(sections, "long") && !quick;
     int do_decode = !!strstr(sections, "decode"), do_v2 = !!strstr(sections, "v2");
-    int do_serve = !!strstr(sections, "serve");
+    int do_serve = !!strstr(sections, "serve"), do_gemm = !!strstr(sections, "gemm");
     /* seconds of timed steps per (config, precision, arch); steps are cut to fit */
     double budget = quick ? 60 : 150;
     int threads = omp_get_max_threads();
@@ -1603,6 +1683,10 @@ int main(int argc, char **argv) {
     } else {
         if (strstr(configs, "S")) cfgs[ncfg++] = CFG_S;
         if (strstr(configs, "L")) cfgs[ncfg++] = CFG_L;
+    }
+    if (do_gemm) {
+        fprintf(stderr, "measuring the linear layer's products...\n");
+        gemm_section(cfgs, ncfg, p32s.peak, bf16_native ? p16s.peak : p32s.peak, bf16_native);
     }
     cfg_results *res = calloc((size_t)ncfg, sizeof *res);
     for (int ci = 0; ci < ncfg && (do_train || do_torch || do_v2); ci++) {

@@ -42,6 +42,14 @@ void dtx_matmul_backward_pre(real *dx, real *dw, const real *dout, const real *x
 void dtx_matmul_ref_forward(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N);
 void dtx_matmul_ref_backward(real *dx, real *dw, const real *dout, const real *x, const real *w,
                              int64_t M, int64_t K, int64_t N);
+/* Which engine runs the forward and dx products: the tile GEMM
+ * (matmul_tiles.c) where it measured faster than oneDNN (matmul.c says
+ * where), oneDNN elsewhere, and always for dw. dtx_matmul_tiles_used: 1 when
+ * a product of M rows in precision p takes the tiles now.
+ * dtx_matmul_set_tiles (tests, bench): 1 always, 0 never, -1 the default;
+ * returns the previous setting. Call outside parallel regions.               */
+int dtx_matmul_tiles_used(int64_t M, dtx_precision p);
+int dtx_matmul_set_tiles(int mode);
 /* oneDNN primitives created so far (cache misses; 0 in the double build), and
  * freeing every cached primitive and the bf16 scratch (also done at exit).   */
 size_t dtx_matmul_primitives_created(void);

@@ -10,6 +10,7 @@
 #include "common/profile.h"
 #include "kernels/kernels.h"
 #include "kernels/matmul_dnnl.h"
+#include "kernels/matmul_tiles.h"
 
 #include <assert.h>
 
@@ -97,11 +98,41 @@ void dtx_matmul_ref_backward(real *dx, real *dw, const real *dout, const real *x
 
 /* ------------------------------------------------------------ dispatch */
 
+/* The fp32 forward and dx products run on the tile GEMM (matmul_tiles.c)
+ * where it measured faster than oneDNN (bench section gemm): CPUs with
+ * full-width 512-bit datapaths (Zen 5), at ISA level AVX-512, on products of
+ * at least 64 rows (prefill and training; decoding has its own one-row
+ * kernels). oneDNN keeps dw and bf16 (its bf16 products and its dw measured
+ * as fast or faster there), and every product on CPUs where the tiles were
+ * not measured faster (Zen 4, AVX2). */
+static int tiles_mode = -1; /* dtx_matmul_set_tiles: 1 always, 0 never, -1 as above */
+
+int dtx_matmul_set_tiles(int mode) {
+    int prev = __atomic_load_n(&tiles_mode, __ATOMIC_RELAXED);
+    __atomic_store_n(&tiles_mode, mode < 0 ? -1 : !!mode, __ATOMIC_RELAXED);
+    return prev;
+}
+
+int dtx_matmul_tiles_used(int64_t M, dtx_precision p) {
+#ifdef DTX_DOUBLE
+    (void)M, (void)p;
+    return 0;
+#else
+    int mode = __atomic_load_n(&tiles_mode, __ATOMIC_RELAXED);
+    if (mode >= 0) return mode;
+    return p == DTX_PREC_FP32 && M >= 64 && dtx_isa_full_width() && dtx_isa_level() >= DTX_ISA_AVX512;
+#endif
+}
+
 void dtx_matmul_forward_pre(real *out, const real *x, const real *w, int64_t M, int64_t K, int64_t N, dtx_precision p,
                             unsigned pre) {
     assert(out && x && w && M >= 0 && K >= 0 && N >= 0);
     assert(p == DTX_PREC_FP32 || p == DTX_PREC_BF16);
 #ifndef DTX_DOUBLE
+    if (M > 0 && N > 0 && dtx_matmul_tiles_used(M, p)) {
+        dtx_matmul_tiles(out, N, M, N, K, x, K, w, K, 1, 0, p);
+        return;
+    }
     if (dtx_dnnl_matmul_forward(out, x, w, M, K, N, p, pre)) return;
 #else
     (void)p, (void)pre;
@@ -116,6 +147,11 @@ static void matmul_backward_pre_run(real *dx, real *dw, const real *dout, const 
     assert(!dw || x);
     assert(p == DTX_PREC_FP32 || p == DTX_PREC_BF16);
 #ifndef DTX_DOUBLE
+    if (dx && M > 0 && K > 0 && dtx_matmul_tiles_used(M, p)) {
+        dtx_matmul_tiles(dx, K, M, K, N, dout, N, w, K, 0, 1, p);
+        dx = NULL;
+    }
+    if (!dx && !dw) return;
     int did = dtx_dnnl_matmul_backward(dx, dw, dout, x, w, M, K, N, p, pre);
     if (did & DTX_DNNL_DID_DX) dx = NULL;
     if (did & DTX_DNNL_DID_DW) dw = NULL;

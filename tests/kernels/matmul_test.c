@@ -256,6 +256,73 @@ TEST(kernel_matmul_dnnl_bf16_is_not_fp32) {
     }
 }
 
+/* ------------------------------------------------------------------ tiles */
+
+/* The tile GEMM (matmul_tiles.c) behind dtx_matmul_forward/backward, forced
+ * on at every ISA level (whatever this CPU would choose), and forced off:
+ * the same checks as above on the cube of sizes, plus shapes past its
+ * blocks: a contraction of more than one slice (K or N > 1024, odd, so the
+ * bf16 pad row is read), more than one block of columns (> 512), row counts
+ * that are not a multiple of its 24-row tasks. */
+static const int64_t TILE_SHAPES[][3] = {{50, 1100, 600}, {25, 2049, 70}, {7, 777, 1030}, {130, 64, 1025}};
+
+static void check_tiles_engine(int tiles, dtx_isa lvl) {
+    int prev = dtx_matmul_set_tiles(tiles);
+    /* the bf16 tiles differ only between the portable level and AVX-512 BF16 (the levels between use the portable ones) */
+    const int bf16 = lvl == DTX_ISA_PORTABLE || lvl == DTX_ISA_AVX512_BF16;
+    CHECK(dtx_matmul_tiles_used(64, DTX_PREC_FP32) == tiles && dtx_matmul_tiles_used(64, DTX_PREC_BF16) == tiles);
+    dtx_rng r;
+    dtx_rng_seed(&r, 310 + (uint64_t)lvl);
+    for (int a = 0; a < N_SIZES; a++)
+        for (int b = 0; b < N_SIZES; b++) {
+            mm_case c = mm_make(&r, SIZES[a], SIZES[b], SIZES[(a + 2 * b) % N_SIZES]);
+            check_fp32(&c);
+            if (bf16) check_bf16(&c);
+            mm_free(&c);
+        }
+    for (size_t i = 0; i < sizeof TILE_SHAPES / sizeof TILE_SHAPES[0]; i++) {
+        mm_case c = mm_make(&r, TILE_SHAPES[i][0], TILE_SHAPES[i][1], TILE_SHAPES[i][2]);
+        check_fp32(&c);
+        if (bf16 && c.M * c.K * c.N < 10000000) check_bf16(&c); /* the elementwise bound costs O(MKN) in double */
+        mm_free(&c);
+    }
+    dtx_matmul_set_tiles(prev);
+    CHECKF(!test_failed_now(), "tiles %s at ISA %s", tiles ? "on" : "off", dtx_isa_name(lvl));
+}
+
+TEST(kernel_matmul_tiles_match_ref_at_every_level) {
+    FOR_EACH_ISA(lvl) check_tiles_engine(1, lvl);
+    check_tiles_engine(0, test_isa_top()); /* oneDNN (the tests above cover it at this level) */
+}
+
+/* Every element is summed by one thread in a fixed order: the same bits
+ * with 1 and 2 threads; the forward overwrites (NaN-filled out), dx adds. */
+TEST(kernel_matmul_tiles_thread_count_independent) {
+    int prev = dtx_matmul_set_tiles(1);
+    dtx_rng r;
+    dtx_rng_seed(&r, 320);
+    int64_t M = 97, K = 1100, N = 600;
+    mm_case c = mm_make(&r, M, K, N);
+    size_t nmn = (size_t)(M * N), nmk = (size_t)(M * K);
+    for (int p = 0; p < 2; p++) {
+        dtx_precision prec = p ? DTX_PREC_BF16 : DTX_PREC_FP32;
+        float *o1 = nan_f(nmn), *o2 = nan_f(nmn), *d1 = dup_r(c.dx0, nmk), *d2 = dup_r(c.dx0, nmk);
+        int nt = omp_get_max_threads();
+        omp_set_num_threads(1);
+        dtx_matmul_forward(o1, c.x, c.w, M, K, N, prec);
+        dtx_matmul_backward(d1, NULL, c.dout, NULL, c.w, M, K, N, prec);
+        omp_set_num_threads(2);
+        dtx_matmul_forward(o2, c.x, c.w, M, K, N, prec);
+        dtx_matmul_backward(d2, NULL, c.dout, NULL, c.w, M, K, N, prec);
+        omp_set_num_threads(nt);
+        CHECKF(!memcmp(o1, o2, nmn * sizeof(float)) && !memcmp(d1, d2, nmk * sizeof(float)), "%s",
+               p ? "bf16" : "fp32");
+        free(o1), free(o2), free(d1), free(d2);
+    }
+    mm_free(&c);
+    dtx_matmul_set_tiles(prev);
+}
+
 /* ------------------------------------------------------------------ cache */
 
 TEST(kernel_matmul_primitive_cache) {
