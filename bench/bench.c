@@ -2125,15 +2125,18 @@ int main(int argc, char **argv) {
             }
             for (int a = 0; a < 2 && R->have_ours; a++) {
                 double r = tps(&R->ours[1][a], 1) / tps(&R->ours[0][a], 1);
-                double want = bf16_native ? 1.7 : 1.0; /* emulated bf16 can at best match fp32 */
+                double want = bf16_native ? 1.8 : 1.0; /* emulated bf16 can at best match fp32 */
                 out("| %s %s bf16 (%s) training ≥ %.1f× our fp32 | %.2f× | %s |\n", n, ARCH[a],
                     bf16_native ? "native" : "emulated", want, r, isnan(r) ? "–" : r >= want ? "yes" : "**no**");
             }
             for (int a = 0; a < 2 && R->have_ours; a++) {
                 dtx_config c = make_config(&R->c, a);
                 double mfu = 3 * model_flops_fwd(&c, R->c.T) * tps(&R->ours[0][a], 1) / (pk32 * 1e9);
-                out("| %s %s fp32 training MFU ≥ 70%% (%s) | %.1f%% | %s |\n", n, ARCH[a], dtx_isa_name(dtx_isa_level()),
-                    100 * mfu, isnan(mfu) ? "–" : mfu >= 0.7 ? "yes" : "**no**");
+                /* issue 35: 70% where the cores run two full-width 512-bit FMAs a cycle (Zen 5), 85% elsewhere */
+                double want = dtx_isa_full_width() ? 0.70 : 0.85;
+                out("| %s %s fp32 training MFU ≥ %.0f%% (%s%s) | %.1f%% | %s |\n", n, ARCH[a], 100 * want,
+                    dtx_isa_name(dtx_isa_level()), dtx_isa_full_width() ? ", 512-bit at full width" : "", 100 * mfu,
+                    isnan(mfu) ? "–" : mfu >= want ? "yes" : "**no**");
             }
             for (int p = 0; p < 2 && R->have_ours; p++) {
                 double r = tps(&R->ours[p][0], 1) / tps(&R->ours[p][1], 1);

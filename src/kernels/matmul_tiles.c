@@ -1,14 +1,15 @@
-/* Two of the linear layer's three products on difftx's own tile kernels: a
+/* The linear layer's forward and dx products on difftx's own tile kernels: a
  * blocked GEMM (Goto's loop order) around the register-blocked micro-kernels
  * of the flash attention (dtx_tile_gemm: 6 rows × 64 columns of fp32
  * accumulators; dtx_bf16_gemm_tri: the same with vdpbf16ps).
  *
- * Why: on a Zen 5 (two full-width 512-bit FMAs a cycle) oneDNN 2.6's matmul
- * reaches 72–90% of the fp32 peak on the training shapes, these kernels
- * 90–95% in the forward and dx products (bench: section gemm, which measures
- * both side by side). The dw product (a transposed A, contraction over the
- * tokens) is no faster here, so it stays on oneDNN; so do machines where
- * these were not measured faster (matmul.c: dtx_matmul_tiles_wanted).
+ * Why: on a Zen 5 (two full-width 512-bit FMAs a cycle) oneDNN 2.6's fp32
+ * matmul reaches 68–87% of the peak on the training shapes, these kernels
+ * 81–93% in the forward and dx products (bench section gemm measures both
+ * side by side). oneDNN keeps the dw product (a transposed A: packing it
+ * measured slower), bf16 (as fast or faster on config L's shapes) and the
+ * machines where the tiles were not measured faster: matmul.c,
+ * dtx_matmul_tiles_used, decides.
  *
  * C [M, N] (=|+=) A·B with A(i, k) = A[i·lda + k] (rows of A contiguous) and
  * B(k, n) either row-major (B[k·ldb + n]) or transposed (B[n·ldb + k]):

@@ -8,6 +8,7 @@
 
 #include "common/common.h"
 #include "common/json.h"
+#include "kernels/kernels.h"
 #include "difftx.h"
 
 typedef struct {
@@ -259,6 +260,7 @@ char *dtx_system_describe(int json) {
     const char *cap = getenv("DTX_ISA");
     int attn_native = lvl >= DTX_ISA_AVX512_BF16, mm_native = dtx_matmul_bf16_native();
     const char *kern = lvl >= DTX_ISA_AVX512 ? "avx512" : lvl >= DTX_ISA_AVX2 ? "avx2" : "portable";
+    int tiles = dtx_matmul_tiles_used(64, DTX_PREC_FP32); /* the training and prefill products */
     if (json) {
         int ok = 1;
         cJSON *root = cJSON_CreateObject();
@@ -272,6 +274,7 @@ char *dtx_system_describe(int json) {
             jstr(root, "tile_kernels", kern, &ok);
             jstr(root, "matmul", dtx_matmul_library(), &ok);
             jstr(root, "matmul_isa", dtx_matmul_isa_name(), &ok);
+            jstr(root, "fp32_matmul", tiles ? "tiles forward and dx, oneDNN dw" : "oneDNN", &ok);
             jstr(root, "bf16_matmul", mm_native ? "native" : "emulated", &ok);
             jstr(root, "bf16_attention", attn_native ? "native" : "emulated", &ok);
         }
@@ -289,6 +292,8 @@ char *dtx_system_describe(int json) {
                                    : "unused below ISA avx512");
     fprintf(f, "tile kernels    %s (flash attention products, exp, softmax rows)\n", kern);
     fprintf(f, "matmul          %s, ISA %s\n", dtx_matmul_library(), dtx_matmul_isa_name());
+    fprintf(f, "fp32 matmul     %s\n", tiles ? "forward and dx on difftx's tile GEMM (512-bit datapaths at full width), dw on oneDNN"
+                                             : "oneDNN");
     fprintf(f, "bf16 matmul     %s\n", mm_native ? "native (oneDNN bf16 primitives)"
                                               : "emulated (bf16-rounded operands on fp32 primitives)");
     fprintf(f, "bf16 attention  %s\n", attn_native ? "native (AVX-512 BF16 tiles)"

@@ -9,6 +9,7 @@
 
 #include "difftx.h"
 #include "test.h"
+#include "kernels/kernels.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -392,6 +393,8 @@ TEST(cli_info_system) {
     snprintf(want, sizeof want, "isa             %s (CPU: %s", dtx_isa_name(dtx_isa_level()), dtx_isa_name(dtx_isa_cpu()));
     CHECKF(cli_has(want), "want '%s' in: %s", want, cli_out);
     CHECK(cli_has("matmul          oneDNN ") && cli_has("bf16 matmul     ") && cli_has("bf16 attention  "));
+    CHECK(cli_has(dtx_matmul_tiles_used(64, DTX_PREC_FP32) ? "fp32 matmul     forward and dx on difftx's tile GEMM"
+                                                           : "fp32 matmul     oneDNN\n"));
     CHECK(cli("info --system --json") == 0);
     cJSON *j = cJSON_Parse(cli_out);
     REQUIRE(j);
@@ -408,6 +411,8 @@ TEST(cli_info_system) {
         snprintf(want, sizeof want, "\"isa\":\"%s\"", dtx_isa_name(got));
         CHECKF(cli_has(want), "DTX_ISA=%s: want %s in %s", dtx_isa_name((dtx_isa)l), want, cli_out);
         if (l < DTX_ISA_AVX512_BF16) CHECK(cli_has("\"bf16_attention\":\"emulated\""));
+        /* the tile GEMM needs AVX-512 (and full-width datapaths, matmul.c) */
+        if (l < DTX_ISA_AVX512) CHECK(cli_has("\"fp32_matmul\":\"oneDNN\""));
     }
     CHECK(run_cmd("DTX_ISA=avx3 ${DIFFTX_BIN:-build/difftx} info --system 2>&1", cli_out, sizeof cli_out) == 2);
     CHECKF(cli_one_line_from("difftx: DTX_ISA='avx3' is not an ISA level"), "got: %s", cli_out);
