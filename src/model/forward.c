@@ -295,7 +295,6 @@ static dtx_status check_tokens(const dtx_model *m, const int32_t *t, int64_t n, 
 dtx_status dtx_model_forward(dtx_model *m, const int32_t *tokens, const int32_t *targets, int64_t B, int64_t T,
                              dtx_real *logits, double *loss) {
     const dtx_config *c = &m->cfg;
-    dtx_model_settle_poll(m);
     if (B < 1 || T < 1)
         return dtx_fail(DTX_ERR_ARG, "batch %lld x %lld: both must be at least 1", (long long)B, (long long)T);
     if (T > c->max_seq_len)

@@ -292,7 +292,6 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
     dtx_status st;
     if ((st = check_shape(m, c))) return st;
     if (n < 1) return dtx_fail(DTX_ERR_ARG, "prefill needs at least one token, got %lld", (long long)n);
-    dtx_model_settle_poll(m);
     if (n > c->max_len - c->len)
         return dtx_fail(DTX_ERR_ARG,
                         "KV cache full: %lld cached + %lld new tokens exceed its %lld positions (max_seq_len %lld)",
@@ -353,7 +352,6 @@ dtx_status dtx_model_decode_batch(dtx_model *m, dtx_kvcache *const *caches, cons
     const dtx_config *cfg = &m->cfg;
     dtx_status st;
     if (n < 1) return dtx_fail(DTX_ERR_ARG, "a batched decode step needs at least one sequence, got %lld", (long long)n);
-    dtx_model_settle_poll(m);
     for (int64_t i = 0; i < n; i++) {
         const dtx_kvcache *ci = caches[i];
         if (!ci) return dtx_fail(DTX_ERR_ARG, "batched decode: sequence %lld has no KV cache", (long long)i);

@@ -232,8 +232,9 @@ dtx_status dtx_model_own_weights(dtx_model *m, dtx_mapped *mem);
  * environment. On failure m is as before. */
 dtx_status dtx_model_settle_weights(dtx_model *m);
 int dtx_weights_mapped_asked(void);
-/* On the model's own thread, before it reads weights (a forward, prefill
- * or decode step): the tensors copied so far read from their new place. */
+/* On the model's own thread, at the start of each layer (dtx_block_forward,
+ * which every forward, prefill and decode step runs; no kernel is running):
+ * the tensors copied so far read from their new place. */
 void dtx_model_settle_poll(dtx_model *m);
 /* Waits for the copy to end: every weight in its new memory, the old
  * memory given back (tests, and a caller about to time decoding). */

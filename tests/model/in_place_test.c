@@ -30,6 +30,18 @@ static dtx_config config(dtx_arch arch) {
  * quantised file's codes into the model's memory: DTX_WEIGHTS_COPY) and
  * left there, 2 left where the readers put them (DTX_WEIGHTS_MAPPED), 3
  * copied at open, then moved as 0 moves them. */
+/* A fresh model of arch (init seed) saved as BF16 under the test folder's
+ * name; its path, or NULL (a failed check says why). */
+static const char *saved_bf16(dtx_arch arch, uint64_t seed, const char *name) {
+    dtx_config c = config(arch);
+    dtx_model *src = NULL;
+    const char *path = test_path(name);
+    int ok = dtx_model_init(&src, &c, seed) == DTX_OK && dtx_model_save(src, path, 1) == DTX_OK;
+    CHECKF(ok, "saving %s: %s", name, dtx_last_error());
+    dtx_model_free(src);
+    return ok ? path : NULL;
+}
+
 static dtx_model *open_file(const char *path, int copy) {
     if (copy == 1 || copy == 3) setenv("DTX_WEIGHTS_COPY", "1", 1);
     if (copy == 1 || copy == 2) setenv("DTX_WEIGHTS_MAPPED", "1", 1);
@@ -58,12 +70,8 @@ TEST(in_place_bf16_matches_the_fp32_copy) {
     int32_t tok[SEQ];
     for (int i = 0; i < SEQ; i++) tok[i] = (int32_t)((i * 7 + 3) % VOCAB);
     for (int arch = 0; arch < 3; arch++) {
-        dtx_config c = config((dtx_arch)arch);
-        dtx_model *src = NULL;
-        REQUIRE(dtx_model_init(&src, &c, 11 + (uint64_t)arch) == DTX_OK);
-        const char *path = test_path("w.bf16.safetensors");
-        REQUIRE(dtx_model_save(src, path, 1) == DTX_OK);
-        dtx_model_free(src);
+        const char *path = saved_bf16((dtx_arch)arch, 11 + (uint64_t)arch, "w.bf16.safetensors");
+        REQUIRE(path);
         dtx_model *a = open_file(path, 0), *b = open_file(path, 1);
         REQUIRE(a && b);
         CHECK(dtx_model_weights_in_place(a) && !dtx_model_weights_in_place(b));
@@ -97,12 +105,8 @@ TEST(in_place_bf16_matches_the_fp32_copy) {
 /* Training from a model read in place: the backward widens the weights
  * first, and the step is the copy's. */
 TEST(in_place_trains_as_the_copy) {
-    dtx_config c = config(DTX_ARCH_DIFF);
-    dtx_model *src = NULL;
-    REQUIRE(dtx_model_init(&src, &c, 5) == DTX_OK);
-    const char *path = test_path("t.bf16.safetensors");
-    REQUIRE(dtx_model_save(src, path, 1) == DTX_OK);
-    dtx_model_free(src);
+    const char *path = saved_bf16(DTX_ARCH_DIFF, 5, "t.bf16.safetensors");
+    REQUIRE(path);
     dtx_model *a = open_file(path, 0), *b = open_file(path, 1);
     REQUIRE(a && b && dtx_model_weights_in_place(a));
     int32_t tok[SEQ], tgt[SEQ];
@@ -145,12 +149,8 @@ TEST(in_place_quantises_as_the_copy) {
     for (int i = 0; i < 4 * SEQ; i++) calib[i] = (int32_t)((i * 13 + 5) % VOCAB);
     for (int i = 0; i < SEQ; i++) tok[i] = (int32_t)((i * 3 + 2) % VOCAB);
     for (int arch = 1; arch < 3; arch++) { /* DIFF is the wide one above: V2 and the Transformer suffice here */
-        dtx_config c = config((dtx_arch)arch);
-        dtx_model *src = NULL;
-        REQUIRE(dtx_model_init(&src, &c, 21) == DTX_OK);
-        const char *path = test_path("q.bf16.safetensors");
-        REQUIRE(dtx_model_save(src, path, 1) == DTX_OK);
-        dtx_model_free(src);
+        const char *path = saved_bf16((dtx_arch)arch, 21, "q.bf16.safetensors");
+        REQUIRE(path);
         for (size_t s = 0; s < sizeof schemes / sizeof *schemes; s++) {
             dtx_model *a = open_file(path, 0), *b = open_file(path, 1);
             REQUIRE(a && b && dtx_model_weights_in_place(a));
