@@ -1165,21 +1165,21 @@ static const char *const DEC_NAME[N_DEC] = {"fp32", "bf16", "w8a16", "w8a8", "w4
  * Memory: the growth of the process's resident set from before the model
  * exists to after its first prefill (weights in every form it keeps, cache,
  * scratch). */
-static decode_result decode_bench(const bcfg *b, int arch, int prec, int64_t ctx, int64_t n) {
-    decode_result r;
-    memset(&r, 0, sizeof r);
+/* The model of a decoding row: config b's arch with weights prec (DEC_*),
+ * room for max_seq positions; toks [max(ctx, 256)] filled with the ids its
+ * prompts and calibration use. *step_weight_bytes: what one decode step
+ * reads of its weights (every weight as stored; of an untied embedding table
+ * only the row looked up). NULL and why on a failure. */
+static dtx_model *decode_model(const bcfg *b, int arch, int prec, int64_t max_seq, int32_t *toks, int64_t ctx,
+                               double *step_weight_bytes, char *why, size_t cap) {
     dtx_config c = make_config(b, arch);
-    c.max_seq_len = ctx + n;
-    dtx_model *m = NULL;
-    dtx_kvcache *kv = NULL;
     int64_t ncal = 4, lcal = 64; /* calibration: 4 sequences of 64 ids */
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(ncal * lcal > ctx ? ncal * lcal : ctx));
-    float *logits = malloc(sizeof(float) * (size_t)c.vocab_size);
-    long rss0 = proc_status_kib("VmRSS:");
-    if (!toks || !logits || dtx_model_init(&m, &c, 1) ||
-        dtx_model_set_precision(m, prec == DEC_BF16 ? DTX_PREC_BF16 : DTX_PREC_FP32)) {
-        snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
-        goto done;
+    c.max_seq_len = max_seq > lcal ? max_seq : lcal;
+    dtx_model *m = NULL;
+    if (dtx_model_init(&m, &c, 1) || dtx_model_set_precision(m, prec == DEC_BF16 ? DTX_PREC_BF16 : DTX_PREC_FP32)) {
+        snprintf(why, cap, "%s", dtx_last_error());
+        dtx_model_free(m);
+        return NULL;
     }
     for (int64_t i = 0; i < ncal * lcal || i < ctx; i++) toks[i] = (int32_t)((i * 7919) % c.vocab_size);
     double emb_row = 4.0 * (double)c.dim; /* bytes of one embedding row as stored */
@@ -1188,20 +1188,46 @@ static decode_result decode_bench(const bcfg *b, int arch, int prec, int64_t ctx
         dtx_quant_options o = dtx_quant_options_default(scheme[prec]);
         o.clip_search = 0;
         if (dtx_model_quantize(m, &o, toks, ncal, lcal, NULL)) {
-            snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
-            goto done;
+            snprintf(why, cap, "%s", dtx_last_error());
+            dtx_model_free(m);
+            return NULL;
         }
         emb_row = (double)c.dim + 4; /* the embedding is int8 in every scheme */
     }
+    double weight_bytes = prec == DEC_BF16 ? 2.0 * (double)dtx_model_num_params(m) : (double)dtx_model_weight_bytes(m);
+    if (prec == DEC_BF16) emb_row = 2.0 * (double)c.dim;
+    *step_weight_bytes = weight_bytes - (c.tie_embeddings ? 0 : (double)(c.vocab_size - 1) * emb_row);
+    return m;
+}
+
+/* Bytes of keys and values one sequence's decode steps read on average over
+ * n steps after a prompt of ctx (fp32 cache). */
+static double decode_cache_bytes(const bcfg *b, int arch, int64_t ctx, int64_t n) {
+    dtx_config c = make_config(b, arch);
+    int64_t kv_dim = c.dim * c.n_kv_heads / c.n_heads;
+    return 4.0 * (double)c.n_layers * 2 * (double)kv_dim * ((double)ctx + (double)(n + 1) / 2);
+}
+
+static decode_result decode_bench(const bcfg *b, int arch, int prec, int64_t ctx, int64_t n) {
+    decode_result r;
+    memset(&r, 0, sizeof r);
+    dtx_config c = make_config(b, arch);
+    dtx_model *m = NULL;
+    dtx_kvcache *kv = NULL;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(256 > ctx ? 256 : ctx));
+    float *logits = malloc(sizeof(float) * (size_t)c.vocab_size);
+    long rss0 = proc_status_kib("VmRSS:");
+    double wbytes = 0;
+    if (!toks || !logits) {
+        snprintf(r.why, sizeof r.why, "out of memory");
+        goto done;
+    }
+    if (!(m = decode_model(b, arch, prec, ctx + n, toks, ctx, &wbytes, r.why, sizeof r.why))) goto done;
     if (dtx_kvcache_init(&kv, m, ctx + n)) {
         snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
         goto done;
     }
-    int64_t kv_dim = c.dim * c.n_kv_heads / c.n_heads;
-    double weight_bytes = prec == DEC_BF16 ? 2.0 * (double)dtx_model_num_params(m) : (double)dtx_model_weight_bytes(m);
-    if (prec == DEC_BF16) emb_row = 2.0 * (double)c.dim;
-    double cache = (double)c.n_layers * 2 * (double)kv_dim * ((double)ctx + (double)(n + 1) / 2);
-    r.bytes_tok = weight_bytes - (c.tie_embeddings ? 0 : (double)(c.vocab_size - 1) * emb_row) + cache * 4;
+    r.bytes_tok = wbytes + decode_cache_bytes(b, arch, ctx, n);
     /* 5 rounds between bandwidth measurements (the machine's bandwidth moves
      * with its other tenants, within seconds): each round's bound is the mean
      * of the measurements just before and just after it; the medians */
@@ -1237,6 +1263,76 @@ static decode_result decode_bench(const bcfg *b, int arch, int prec, int64_t ctx
     r.tok_s = (double)n / t[ROUNDS / 2], r.bw = bw[ROUNDS / 2], r.frac = fr[ROUNDS / 2], r.tok_gbs = tg[ROUNDS / 2];
 done:
     dtx_kvcache_free(kv);
+    dtx_model_free(m);
+    free(toks), free(logits);
+    return r;
+}
+
+/* Batched decoding (dtx_model_decode_batch, as difftx serve steps its
+ * requests): s sequences, each with its own cache after a prompt of ctx
+ * tokens, then n steps that each decode one token of every sequence. The
+ * bound at the batch's arithmetic: a step reads the weights once for all s
+ * and every sequence's keys and values, so s tokens take (weights + s ×
+ * cache) bytes. 3 rounds between bandwidth measurements, medians. */
+typedef struct {
+    int ok;
+    char why[160];
+    double tok_s;      /* aggregate tokens per second (all sequences)           */
+    double bytes_step; /* bytes a batched step must read                        */
+    double bw, frac;   /* the bandwidth around a round; the fraction of its bound */
+} batch_result;
+
+static batch_result decode_batch_bench(const bcfg *b, int arch, int prec, int64_t ctx, int64_t n, int streams) {
+    enum { ROUNDS = 3, MAX_STREAMS = 16 };
+    batch_result r;
+    memset(&r, 0, sizeof r);
+    dtx_config c = make_config(b, arch);
+    dtx_kvcache *kv[MAX_STREAMS] = {0};
+    int32_t tok[MAX_STREAMS], *toks = malloc(sizeof(int32_t) * (size_t)(256 > ctx ? 256 : ctx));
+    float *logits = malloc(sizeof(float) * (size_t)c.vocab_size * MAX_STREAMS);
+    double wbytes = 0, t[ROUNDS], bw[ROUNDS + 1], fr[ROUNDS];
+    dtx_model *m = NULL;
+    if (streams < 1 || streams > MAX_STREAMS || !toks || !logits) {
+        snprintf(r.why, sizeof r.why, "bad stream count or out of memory");
+        goto done;
+    }
+    if (!(m = decode_model(b, arch, prec, ctx + n, toks, ctx, &wbytes, r.why, sizeof r.why))) goto done;
+    for (int i = 0; i < streams; i++)
+        if (dtx_kvcache_init(&kv[i], m, ctx + n)) {
+            snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
+            goto done;
+        }
+    r.bytes_step = wbytes + streams * decode_cache_bytes(b, arch, ctx, n);
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int i = 0; i < streams; i++) {
+            dtx_kvcache_reset(kv[i]);
+            if (dtx_model_prefill(m, kv[i], toks, ctx, logits)) {
+                snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
+                goto done;
+            }
+        }
+        bw[round] = measure_read_bw(26, 3);
+        double t0 = dtx_now_s();
+        for (int64_t k = 0; k < n; k++) {
+            for (int i = 0; i < streams; i++) tok[i] = (int32_t)(((k + 1) * 31 + i * 17) % c.vocab_size);
+            if (dtx_model_decode_batch(m, kv, tok, streams, logits)) {
+                snprintf(r.why, sizeof r.why, "%s", dtx_last_error());
+                goto done;
+            }
+        }
+        t[round] = dtx_now_s() - t0;
+    }
+    bw[ROUNDS] = measure_read_bw(26, 3);
+    for (int round = 0; round < ROUNDS; round++) {
+        bw[round] = (bw[round] + bw[round + 1]) / 2;
+        fr[round] = (double)n / t[round] * r.bytes_step / (bw[round] * 1e9); /* steps/s ÷ bound steps/s */
+    }
+    qsort(t, ROUNDS, sizeof t[0], cmp_double);
+    qsort(bw, ROUNDS, sizeof bw[0], cmp_double);
+    qsort(fr, ROUNDS, sizeof fr[0], cmp_double);
+    r.ok = 1, r.tok_s = (double)(n * streams) / t[ROUNDS / 2], r.bw = bw[ROUNDS / 2], r.frac = fr[ROUNDS / 2];
+done:
+    for (int i = 0; i < MAX_STREAMS; i++) dtx_kvcache_free(kv[i]);
     dtx_model_free(m);
     free(toks), free(logits);
     return r;
@@ -1850,6 +1946,11 @@ int main(int argc, char **argv) {
     int64_t dec_ctx = 8, dec_n = quick ? 56 : 248;
     decode_result dec[2][N_DEC][3]; /* [config][weights][arch] */
     memset(dec, 0, sizeof dec);
+    /* batched decoding: 110M DIFF, these weights, these stream counts */
+    static const int BATCH_W[] = {DEC_FP32, DEC_W8A16, DEC_W4A16}, BATCH_S[] = {1, 4, 8, 16};
+    enum { N_BW = sizeof BATCH_W / sizeof BATCH_W[0], N_BS = sizeof BATCH_S / sizeof BATCH_S[0] };
+    batch_result bat[N_BW][N_BS];
+    int have_batch = 0;
     double l2c[2] = {NAN, NAN}, l2c_gbs[2] = {NAN, NAN}; /* llama2.c's run and runq: tokens/s, and per GB/s */
     char l2c_why[256] = "not run (QUICK)";
     enum { MAX_FILES = 16 };
@@ -1888,6 +1989,13 @@ int main(int argc, char **argv) {
                             dec[ci][p][a].tok_s, dtx_now_s() - t0);
                 }
         if (!quick) {
+            for (int w = 0; w < N_BW; w++)
+                for (int k = 0; k < N_BS; k++) {
+                    bat[w][k] = decode_batch_bench(&CFG_110M, 0, BATCH_W[w], dec_ctx, 32, BATCH_S[k]);
+                    fprintf(stderr, "  batched decode 110M diff %s x %d: %.1f tokens/s\n", DEC_NAME[BATCH_W[w]],
+                            BATCH_S[k], bat[w][k].tok_s);
+                }
+            have_batch = 1;
             fprintf(stderr, "  llama2.c run and runq (bench/runq.sh)...\n");
             llama2c_bench((int)(dec_ctx + dec_n), 3, l2c, l2c_gbs, l2c_why, sizeof l2c_why);
             fprintf(stderr, "  llama2.c: run %.1f, runq %.1f tokens/s%s%s\n", l2c[0], l2c[1], l2c_why[0] ? ": " : "",
@@ -2044,6 +2152,28 @@ int main(int argc, char **argv) {
                         d->bytes_tok / 1e6, d->bw, d->bw * 1e9 / d->bytes_tok, 100 * d->frac);
                 }
         out("\n");
+        if (have_batch) {
+            out("Batched decoding (`dtx_model_decode_batch`, the step `difftx serve` runs for its active requests): "
+                "110M DIFF, s sequences each with its own cache after the same %" PRId64 "-token prompt, then 32 "
+                "steps that each decode one token of every sequence; 3 rounds between bandwidth measurements, "
+                "medians. Bound at the batch's arithmetic: a step reads the weights once for all s sequences and "
+                "each sequence's keys and values, so s tokens take weights + s × cache bytes; tokens/s are all "
+                "sequences together.\n\n", dec_ctx);
+            out("| weights | sequences | tokens/s | × one sequence | MB per step | bandwidth | bound tokens/s | of bound "
+                "|\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
+            for (int w = 0; w < N_BW; w++)
+                for (int k = 0; k < N_BS; k++) {
+                    batch_result *r = &bat[w][k];
+                    if (!r->ok) {
+                        out("| %s | %d | failed: %s | | | | | |\n", DEC_NAME[BATCH_W[w]], BATCH_S[k], r->why);
+                        continue;
+                    }
+                    out("| %s | %d | %.1f | %.2f | %.1f | %.1f GB/s | %.1f | %.0f%% |\n", DEC_NAME[BATCH_W[w]], BATCH_S[k],
+                        r->tok_s, bat[w][0].ok ? r->tok_s / bat[w][0].tok_s : NAN, r->bytes_step / 1e6, r->bw,
+                        BATCH_S[k] * r->bw * 1e9 / r->bytes_step, 100 * r->frac);
+                }
+            out("\n");
+        }
         if (nfiles) {
             out("Model files (`--models`), each in a process of its own, read from the page cache: opened as every "
                 "command opens one (`dtx_model_open`: a BF16 file or Hugging Face folder's weights used in place, a "
