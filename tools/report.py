@@ -872,7 +872,13 @@ def lambda_stages(r):
             ("v2", os.path.join(r.dir, "v2"))] + [
         (f"v2 {h}", os.path.join(r.dir, "v2", h)) for h in ("high", "high8", "high16")] + [
         ("recall", os.path.join(r.dir, "recall")), ("induction-time", os.path.join(r.dir, "induction-time")),
-        ("optimal", os.path.join(r.dir, "optimal"))]
+        ("optimal", os.path.join(r.dir, "optimal"))] + [
+        (f"optimal {b}× tokens", os.path.join(r.dir, "optimal", f"tokens-{b}")) for b in ("0.25", "0.5", "1.25")] + [
+        ("conversion", os.path.join(r.dir, "optimal", "conversion"))]
+
+
+# The DIFF V1 models' names in every stage (convdiff: a Transformer converted to DIFF, the optimal stage's conversion)
+LAMBDA_MODELS = r"((?:conv)?diff(?:nonorm)?-.+)"
 
 
 def lambda_rows(r):
@@ -880,7 +886,7 @@ def lambda_rows(r):
     records: the learned λ = exp(λq1·λk1) − exp(λq2·λk2) + λ_init of each layer)."""
     rows = []
     for stage, d in lambda_stages(r):
-        for (name,), base in finished_models(d, r"(diff(?:nonorm)?-.+)").items():
+        for (name,), base in finished_models(d, LAMBDA_MODELS).items():
             p = base + ".info.json"
             if not os.path.exists(p):
                 continue
@@ -896,7 +902,7 @@ def lambda_traces(r):
     on by its length."""
     out = {}
     for stage, d in lambda_stages(r):
-        for (name,), base in finished_models(d, r"(diff(?:nonorm)?-.+)").items():
+        for (name,), base in finished_models(d, LAMBDA_MODELS).items():
             trace, shift = [], 0
             for part in (base + ".warm.jsonl", base + ".jsonl"):
                 if not os.path.exists(part):
@@ -1047,8 +1053,12 @@ def draw(r, figs):
         plt.close(fig)
     if "lambda" in figs:
         traces = figs["lambda"]
-        fig, axes = plt.subplots(1, len(traces), figsize=(4.5 * len(traces), 3.4), squeeze=False)
-        for ax, (stage, runs) in zip(axes[0], traces.items()):
+        cols = min(3, len(traces))  # a grid three panels wide: one row of nine is unreadable on a page
+        rows = (len(traces) + cols - 1) // cols
+        fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.4 * rows), squeeze=False)
+        for ax in axes.flat[len(traces):]:
+            ax.set_visible(False)
+        for ax, (stage, runs) in zip(axes.flat, traces.items()):
             for i, t in enumerate(runs.values()):
                 for l in range(len(t[0][1])):
                     ax.plot([s for s, _ in t], [lam[l] for _, lam in t], color=f"C{l % 10}", alpha=0.4, lw=0.8,
@@ -1148,18 +1158,27 @@ def closing():
     def say_list(xs):
         return "; ".join(xs) if xs else "none"
 
+    def n_were(n, were="were", was="was"):
+        return f"{n} {was if n == 1 else were}"
+
+    ours = [r for r in LEDGER if r["tier"] == OURS]
     held, against = names(prim, "held"), names(prim, "against")
     conf, open_ = names(prim, "confounded"), names(prim, "open") + names(prim, "seeds")
     unmeasured += names(prim, "unmeasured")
     eh, ea = names(expl, "held"), names(expl, "against")
+    oh, oa = names(ours, "held"), names(ours, "against")
     out = ["### What this evidence says\n",
            f"Computed from the verdicts above. Of the paper's {N_PRIMARY} primary claims (Holm-corrected together), "
            f"**{len(held)} held** ({say_list(held)}) and **{len(against)} did not hold**, the difference going the "
-           f"other way ({say_list(against)}); {len(open_)} were measured without a decision ({say_list(open_)}); "
+           f"other way ({say_list(against)}); {n_were(len(open_))} measured without a decision ({say_list(open_)}); "
            f"{len(conf)} cannot be decided here because the models compared differ in an ability the comparison "
-           f"needs ({say_list(conf)}); {len(unmeasured)} are not measured yet (their stages have not run: "
-           f"{say_list(unmeasured)}). Of the {len(expl)} exploratory comparisons, each at 0.05 uncorrected, "
-           f"{len(eh)} held and {len(ea)} did not hold. "
+           f"needs ({say_list(conf)})"
+           + (f"; {n_were(len(unmeasured), 'are', 'is')} not measured yet (their stages have not run: "
+              f"{say_list(unmeasured)})" if unmeasured else "")
+           + f". Of the {len(expl)} exploratory comparisons, each at 0.05 uncorrected, "
+           f"{len(eh)} held and {len(ea)} did not hold"
+           + (f"; of difftx's own {len(ours)} questions, {len(oh)} held ({say_list(oh)}) and {len(oa)} did not hold"
+              if ours else "") + ". "
            + ("At this scale the evidence runs against the paper more often than for it. " if len(against) + len(ea)
               > len(held) + len(eh) else "At this scale the evidence runs for the paper more often than against it. "
               if len(held) + len(eh) > len(against) + len(ea) else "")
