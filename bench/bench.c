@@ -1138,6 +1138,14 @@ static double measure_read_bw(int lg, int passes) {
     return best;
 }
 
+/* Each timed round's bandwidth: the mean of the measurements just before and
+ * just after it (bw holds rounds + 1 measurements, round r between bw[r] and
+ * bw[r + 1]; the machine's bandwidth moves with its other tenants within
+ * seconds). The first `rounds` entries are replaced. */
+static void bw_around_rounds(double *bw, int rounds) {
+    for (int r = 0; r < rounds; r++) bw[r] = (bw[r] + bw[r + 1]) / 2;
+}
+
 typedef struct {
     int ok;
     char why[160];
@@ -1250,17 +1258,14 @@ static decode_result decode_bench(const bcfg *b, int arch, int prec, int64_t ctx
         t[round] = dtx_now_s() - t0;
     }
     bw[ROUNDS] = measure_read_bw(26, 3);
+    bw_around_rounds(bw, ROUNDS);
     for (int round = 0; round < ROUNDS; round++) {
-        bw[round] = (bw[round] + bw[round + 1]) / 2;
         tg[round] = (double)n / t[round] / bw[round];
         fr[round] = tg[round] * r.bytes_tok / 1e9;
     }
-    qsort(t, ROUNDS, sizeof t[0], cmp_double);
-    qsort(bw, ROUNDS, sizeof bw[0], cmp_double);
-    qsort(fr, ROUNDS, sizeof fr[0], cmp_double);
-    qsort(tg, ROUNDS, sizeof tg[0], cmp_double);
     r.ok = 1, r.ctx0 = ctx, r.n = n;
-    r.tok_s = (double)n / t[ROUNDS / 2], r.bw = bw[ROUNDS / 2], r.frac = fr[ROUNDS / 2], r.tok_gbs = tg[ROUNDS / 2];
+    r.tok_s = (double)n / median(t, ROUNDS), r.bw = median(bw, ROUNDS), r.frac = median(fr, ROUNDS),
+    r.tok_gbs = median(tg, ROUNDS);
 done:
     dtx_kvcache_free(kv);
     dtx_model_free(m);
@@ -1323,14 +1328,10 @@ static batch_result decode_batch_bench(const bcfg *b, int arch, int prec, int64_
         t[round] = dtx_now_s() - t0;
     }
     bw[ROUNDS] = measure_read_bw(26, 3);
-    for (int round = 0; round < ROUNDS; round++) {
-        bw[round] = (bw[round] + bw[round + 1]) / 2;
+    bw_around_rounds(bw, ROUNDS);
+    for (int round = 0; round < ROUNDS; round++)
         fr[round] = (double)n / t[round] * r.bytes_step / (bw[round] * 1e9); /* steps/s ÷ bound steps/s */
-    }
-    qsort(t, ROUNDS, sizeof t[0], cmp_double);
-    qsort(bw, ROUNDS, sizeof bw[0], cmp_double);
-    qsort(fr, ROUNDS, sizeof fr[0], cmp_double);
-    r.ok = 1, r.tok_s = (double)(n * streams) / t[ROUNDS / 2], r.bw = bw[ROUNDS / 2], r.frac = fr[ROUNDS / 2];
+    r.ok = 1, r.tok_s = (double)(n * streams) / median(t, ROUNDS), r.bw = median(bw, ROUNDS), r.frac = median(fr, ROUNDS);
 done:
     for (int i = 0; i < MAX_STREAMS; i++) dtx_kvcache_free(kv[i]);
     dtx_model_free(m);
@@ -1377,11 +1378,7 @@ static void llama2c_bench(int n, int rounds, double tok[2], double tok_gbs[2], c
             }
             v[p][r] = x, g[p][r] = x / ((bw0 + bw1) / 2);
         }
-    for (int p = 0; p < 2; p++) {
-        qsort(v[p], (size_t)rounds, sizeof v[p][0], cmp_double);
-        qsort(g[p], (size_t)rounds, sizeof g[p][0], cmp_double);
-        tok[p] = v[p][rounds / 2], tok_gbs[p] = g[p][rounds / 2];
-    }
+    for (int p = 0; p < 2; p++) tok[p] = median(v[p], rounds), tok_gbs[p] = median(g[p], rounds);
 }
 
 /* ---- model files (--models): real-size checkpoints as a user runs them,
@@ -1447,7 +1444,7 @@ static int model_child_main(int argc, char **argv) {
         tps[round] = FILE_N / (dtx_now_s() - d0);
     }
     bws[FILE_ROUNDS] = measure_read_bw(26, 3);
-    for (int round = 0; round < FILE_ROUNDS; round++) bws[round] = (bws[round] + bws[round + 1]) / 2;
+    bw_around_rounds(bws, FILE_ROUNDS);
     /* the bytes a step reads: the weights as held (of an untied embedding one row), and the cache */
     double wbytes = (double)dtx_model_weight_bytes(m);
     const char *wname = dtx_model_wquant(m) != DTX_WQ_NONE ? dtx_wquant_name(dtx_model_wquant(m))
@@ -1463,13 +1460,11 @@ static int model_child_main(int argc, char **argv) {
         fracs[round] = tps[round] * bytes / (bws[round] * 1e9);
         if (round == FILE_ROUNDS / 2) bytes_mid = bytes;
     }
-    qsort(tps, FILE_ROUNDS, sizeof *tps, cmp_double);
-    qsort(bws, FILE_ROUNDS, sizeof *bws, cmp_double);
-    qsort(fracs, FILE_ROUNDS, sizeof *fracs, cmp_double);
+    qsort(bws, FILE_ROUNDS, sizeof *bws, cmp_double); /* sorted for the spread: bws[0] .. bws[FILE_ROUNDS - 1] */
     printf("ok %s %.4f %.4f %.4f %.4f %.4f %.4f %.1f %.3f %ld %.6e %.4f %.4f %.4f\n", wname, t_load, t_first,
-           FILE_CTX / best_prefill, tps[FILE_ROUNDS / 2], bytes_mid, bws[FILE_ROUNDS / 2],
+           FILE_CTX / best_prefill, median(tps, FILE_ROUNDS), bytes_mid, median(bws, FILE_ROUNDS),
            (double)dtx_model_num_params(m) / 1e9, (double)dtx_model_weight_bytes(m) / 1e9, hwm, wbytes,
-           fracs[FILE_ROUNDS / 2], bws[0], bws[FILE_ROUNDS - 1]);
+           median(fracs, FILE_ROUNDS), bws[0], bws[FILE_ROUNDS - 1]);
     return 0;
 }
 

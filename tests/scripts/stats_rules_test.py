@@ -159,6 +159,10 @@ with tempfile.TemporaryDirectory() as d:
             json.dump({"lengths": [24], "samples": 5, "table2": [
                 {"n": n, "r": 1, "acc": acc, "lo": 0, "hi": 1, "queries": 250} for n in (1, 2)]},
                 open(os.path.join(d, "eval", f"needle-{a}-s{s}.json"), "w"))
+    # a Transformer converted to DIFF (the optimal stage's conversion): its λ is reported too
+    os.makedirs(os.path.join(d, "optimal", "conversion", "models"))
+    json.dump({"arch": "diff", "params": 1000, "params_nonembed": 500, "n_heads": 2, "lambda": [0.25, 0.75]},
+              open(os.path.join(d, "optimal", "conversion", "models", "convdiff-d16-lr1e-2-s1.info.json"), "w"))
     out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "report.py"), "--run", d],
                          capture_output=True, text=True)
     check("report_runs", out.returncode == 0, out.stderr[-500:])
@@ -173,6 +177,11 @@ with tempfile.TemporaryDirectory() as d:
     check("report_lambda", "| main | diff-d16-s1 | 0.500 | -0.200 |" in text)
     check("report_lambda_trace", "| main | 1 | 1 | 0 | -0.100 to 0.600 |" in text,
           [line for line in text.splitlines() if line.startswith("| main | 1")])
+    check("report_lambda_converted", "| conversion | convdiff-d16-lr1e-2-s1 | 0.250 | 0.750 |" in text)
+    # the closing paragraph: counts from the verdicts, the unmeasured primaries named, counts of one singular
+    closing = [line for line in text.splitlines() if line.startswith("Computed from the verdicts above.")]
+    check("report_closing", len(closing) == 1 and "not measured yet (their stages have not run: " in closing[0]
+          and "1 were" not in closing[0] and "0 are not measured" not in closing[0], closing)
     check("report_lambda_plot", os.path.exists(os.path.join(d, "lambda.png")) or "matplotlib" in out.stderr, "")
     # the interval of the needle difference stays inside [-1, 1]
     cell = row[0].split("|")[2] if row else ""
