@@ -199,7 +199,8 @@ demo:
 # its needles and attention on the answer) adds V2's retrieval to V2.md;
 # STAGE=recall-lr then STAGE=recall (scripts/recall.sh: multi-query
 # associative recall with distractors, 4 archs, an lr sweep then 8 seeds)
-# write runs/reproduce/recall/RECALL.md; STAGE=induction-time-lr then
+# write runs/reproduce/recall/RECALL.md (STAGE=recall-deep-lr, recall-deep:
+# the same at 4 layers, runs/reproduce/recall-deep); STAGE=induction-time-lr then
 # STAGE=induction-time (scripts/induction_time.sh: time to induction, DIFF,
 # the Transformer and a textbook GPT in PyTorch, an lr sweep then 8 seeds,
 # survival curves) write runs/reproduce/induction-time/INDUCTION_TIME.md;
@@ -220,11 +221,12 @@ reproduce:
 	  v2-lr) scripts/v2.sh --lr-only ;; v2-loss) scripts/v2.sh --loss-only ;; v2) scripts/v2.sh ;; \
 	  v2-needle) scripts/reproduce.sh --v2 ;; report) scripts/report.sh ;; \
 	  recall-lr) scripts/recall.sh --lr-only ;; recall) scripts/recall.sh ;; \
+	  recall-deep-lr) scripts/recall.sh --deep --lr-only ;; recall-deep) scripts/recall.sh --deep ;; \
 	  induction-time-lr) scripts/induction_time.sh --lr-only ;; induction-time) scripts/induction_time.sh ;; \
 	  optimal-lr) scripts/optimal.sh --lr-only ;; optimal-seeds) scripts/optimal.sh --seeds-only ;; \
 	  optimal) scripts/optimal.sh ;; optimal-tokens) scripts/optimal.sh --tokens ;; \
 	  optimal-conversion) scripts/optimal.sh --conversion ;; \
-	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss, v2, v2-needle, recall-lr, recall, induction-time-lr, induction-time, optimal-lr, optimal-seeds, optimal, optimal-tokens, optimal-conversion or report" >&2; exit 2 ;; esac
+	  *) echo "make reproduce: STAGE=$(STAGE): expected main-train, main, induction, scaling-lr, scaling, claims-train, claims, v2-lr, v2-loss, v2, v2-needle, recall-lr, recall, recall-deep-lr, recall-deep, induction-time-lr, induction-time, optimal-lr, optimal-seeds, optimal, optimal-tokens, optimal-conversion or report" >&2; exit 2 ;; esac
 
 # The PyTorch side (needs python3-torch: scripts/setup.sh --torch).
 fixtures:

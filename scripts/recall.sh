@@ -4,8 +4,8 @@
 # multi-query associative recall (docs/eval_recall.md) with a controlled
 # number of distractor pairs.
 #
-# usage: scripts/recall.sh [--quick] [--lr-only] [--dir DIR] [--no-setup] [--no-build] [--jobs N]
-#        scripts/recall.sh --list [--quick]        the runs of each phase
+# usage: scripts/recall.sh [--quick] [--deep] [--lr-only] [--dir DIR] [--no-setup] [--no-build] [--jobs N]
+#        scripts/recall.sh --list [--quick] [--deep]   the runs of each phase
 #
 # The recipe (everything that decides a result is in this file): token ids
 # only (vocabulary 256: 127 keys, 128 values), 2 layers of width 64. Archs:
@@ -34,6 +34,13 @@
 # evaluations in docs/reproduce/recall-results, so a session on another
 # machine continues. --lr-only (make reproduce STAGE=recall-lr) stops after
 # phase 1.
+#
+# --deep (make reproduce STAGE=recall-deep-lr, then STAGE=recall-deep): the
+# same stage at 4 layers, everything else as above, in runs/reproduce/
+# recall-deep (kept in docs/reproduce/recall-deep-results). At 2 layers DIFF
+# learned the task in 0 of 8 seeds, so its comparisons were confounded; a
+# pilot at 4 layers (one seed, lr 3e-3 and 1e-2) answered every query. Its
+# claims are their own (tools/stats.py recall4-*), named before its runs.
 #
 # Exit status: 0 done, 1 a step failed, 2 bad usage, 130 interrupted.
 set -Eeuo pipefail
@@ -99,21 +106,21 @@ if [ "${1:-}" = --one ]; then # a worker: RUN NAME ARGS...
     exit 0
 fi
 
-local quick dir list jobs stop_after=2
-stage_flag() { case $1 in --lr-only) stop_after=1 ;; *) return 1 ;; esac; }
+local quick dir list jobs stop_after=2 layers=2 sub=recall
+stage_flag() { case $1 in --lr-only) stop_after=1 ;; --deep) layers=4 sub=recall-deep ;; *) return 1 ;; esac; }
 stage_args "$@"
 
 # ---- the recipe
-local data run vocab=256 queries=4 max_distractors=16 counts="0,8,16" dim=64 layers=2 batch=32 steps episodes
+local data run vocab=256 queries=4 max_distractors=16 counts="0,8,16" dim=64 batch=32 steps episodes
 local warm_seq=127 warm_batch=16 warm_steps
 local select_episodes
 local -a seeds lrs
 local archs=(transformer diff diffnonorm diff2)
 if [ $quick = 1 ]; then
-    data=$root/runs/reproduce/quick run=${dir:-$data/recall}
+    data=$root/runs/reproduce/quick run=${dir:-$data/$sub}
     warm_steps=300 steps=600 episodes=50 select_episodes=30 seeds=(1 2 3) lrs=(3e-3 1e-2)
 else
-    data=$root/runs/reproduce run=${dir:-$data/recall}
+    data=$root/runs/reproduce run=${dir:-$data/$sub}
     warm_steps=2000 steps=4000 episodes=200 select_episodes=100 seeds=(1 2 3 4 5 6 7 8) lrs=(1e-3 3e-3 1e-2)
 fi
 local seq=$(( 2 * (2 * queries + max_distractors) ))
@@ -156,20 +163,20 @@ mkdir -p "$data"
 [ -s "$data/recall-ids.txt" ] || seq 0 255 | tr '\n' ' ' > "$data/recall-ids.txt"
 export RECALL_QUERIES=$queries RECALL_COUNTS=$counts RECALL_EPISODES=$episodes RECALL_SELECT_EPISODES=$select_episodes
 export RECALL_KEEP=${RECALL_KEEP:-}
-[ $quick = 0 ] && [ -z "$dir" ] && RECALL_KEEP=${RECALL_KEEP:-$root/docs/reproduce/recall-results}
+[ $quick = 0 ] && [ -z "$dir" ] && RECALL_KEEP=${RECALL_KEEP:-$root/docs/reproduce/$sub-results}
 [ -z "$RECALL_KEEP" ] || scripts/repro_keep.sh restore "$RECALL_KEEP" "$run"
 echo "phase 1: learning rates ${lrs[*]}, every arch, seed 1"
 stage_lr_sweep "$run" tools/recall.py "$0"
 [ -z "$RECALL_KEEP" ] || scripts/repro_keep.sh keep "$run" "$RECALL_KEEP"
 echo "learning rates: $(tr '\n' ' ' < "$run/lr.txt")"
 if [ $stop_after = 1 ]; then
-    echo "phase 1 done in $(( ($(date +%s) - t_all) / 60 )) min: $run/lr.txt (next: make reproduce STAGE=recall)"
+    echo "phase 1 done in $(( ($(date +%s) - t_all) / 60 )) min: $run/lr.txt (next: make reproduce STAGE=$sub)"
     exit 0
 fi
 echo "phase 2: seeds ${seeds[*]:1} at each arch's learning rate"
 phase2 > "$run/runs2.txt"
 xargs -r -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs2.txt" || die "a run failed (see above); run the same command again"
-/usr/bin/python3 tools/recall.py "$run" --command "make reproduce STAGE=recall$( [ $quick = 1 ] && echo ' QUICK=1')"
+/usr/bin/python3 tools/recall.py "$run" --command "make reproduce STAGE=$sub$( [ $quick = 1 ] && echo ' QUICK=1')"
 echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/RECALL.md"
 }
 main "$@"; exit  # one line: bash parses it whole before main runs, so an edit to this file cannot change what follows

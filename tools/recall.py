@@ -169,6 +169,16 @@ def fmt_ci(ci, f="{:.3f}"):
     return f"{f.format(m)} [{f.format(lo)}, {f.format(hi)}]"
 
 
+def claim_prefix(st):
+    """The claims' keys in stats.CLAIMS: recall-* at the stage's 2 layers, recall4-* at 4 (scripts/recall.sh
+    --layers 4), each family named before its runs."""
+    layers = int(st.get("layers", 2))
+    key = "recall" if layers == 2 else f"recall{layers}"
+    if key + "-acc" not in stats.CLAIMS:
+        sys.exit(f"recall.py: no claims are named for the recall stage at {layers} layers (tools/stats.py CLAIMS)")
+    return key
+
+
 def write(d, command):
     r = runs(d)
     st = settings(d)
@@ -184,7 +194,9 @@ def write(d, command):
     stats.LEDGER.clear()
     L = []
     w = L.append
-    w("# Associative recall with distractors: the mechanism behind the retrieval claims\n")
+    layers = int(st.get("layers", 2))
+    w("# Associative recall with distractors: the mechanism behind the retrieval claims"
+      + (f", at {layers} layers" if layers != 2 else "") + "\n")
     w(f"Command: `{command}` (scripts/recall.sh; docs/reproduce.md \"The recall stage\"; the task: "
       "docs/eval_recall.md). Settings: " + " ".join(f"{k}={v}" for k, v in st.items()) + ".\n")
     w("Each arch at its own learning rate, chosen on seed 1 by the mean accuracy over the distractor counts on "
@@ -241,6 +253,7 @@ def write(d, command):
       "both archs learned the task (else confounded: a difference between a model that retrieves and one that "
       "does not is not one of architectures).\n")
     dmax = max(counts)
+    where = "recall" if layers == 2 else f"recall, {layers} layers"
 
     def gate_of(a, b):
         """Why A and B cannot be compared: stats.gate where some models learned the task and others did not,
@@ -261,7 +274,7 @@ def write(d, command):
         ci = stats.bounded_diff_ci(x, xi, y, yi)
         p = stats.bounded_diff_p(x, xi, y, yi)
         terms = None if lrs[a] == lrs[b] else f"lr {lrs[b]} ({LABEL[b]}) and {lrs[a]} ({LABEL[a]}), each its own best"
-        return stats.record(key, ci, p, stats.paired(x, y), +1, "recall", gate_of(a, b), terms)
+        return stats.record(key, ci, p, stats.paired(x, y), +1, where, gate_of(a, b), terms)
 
     def share_claim(key, a, b, seg, sign):
         if a not in models or b not in models:
@@ -276,16 +289,17 @@ def write(d, command):
         ci = stats.bounded_diff_ci(x, xi, y, yi, -1, 1)
         p = stats.bounded_diff_p(x, xi, y, yi, -1, 1)
         terms = f"at {c} distractors" + ("" if lrs[a] == lrs[b] else f"; lr {lrs[b]} and {lrs[a]}, each its own best")
-        return stats.record(key, ci, p, stats.paired(x, y), sign, "recall", g, terms)
+        return stats.record(key, ci, p, stats.paired(x, y), sign, where, g, terms)
 
     def learned_at(ms, c):
         return all((count_of(j, c) or {}).get("acc", 0) >= ANSWERS for j in ms.values()) and bool(ms)
 
-    recs = [acc_claim("recall-acc", "transformer", "diff"),
-            share_claim("recall-answer", "transformer", "diff", "answer", +1),
-            share_claim("recall-noise", "transformer", "diff", "per_distractor", -1),
-            acc_claim("recall-v2-acc", "transformer", "diff2"),
-            acc_claim("recall-norm-acc", "diffnonorm", "diff")]
+    k = claim_prefix(st)
+    recs = [acc_claim(k + "-acc", "transformer", "diff"),
+            share_claim(k + "-answer", "transformer", "diff", "answer", +1),
+            share_claim(k + "-noise", "transformer", "diff", "per_distractor", -1),
+            acc_claim(k + "-v2-acc", "transformer", "diff2"),
+            acc_claim(k + "-norm-acc", "diffnonorm", "diff")]
     w("| claim | difference (B − A), mean [95% interval] | seeds | verdict | terms |")
     w("|---|---:|---:|---|---|")
     for rec in recs:

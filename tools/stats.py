@@ -309,6 +309,12 @@ CLAIMS = {
     # mechanism on a task both archs learn
     "recall-acc": (PRIMARY, "DIFF answers more associative-recall queries among the most distractors (Table 2's analogue)"),
     "recall-answer": (PRIMARY, "DIFF's queries put more attention on the answer pair (Table 3's analogue)"),
+    # the recall stage at 4 layers (docs/reproduce.md "The recall stage", "At 4 layers"), named 2026-12-04
+    # before its runs, after DIFF learned the task in 0 of 8 seeds at 2 layers: the same claims where it may
+    "recall4-acc": (PRIMARY, "DIFF answers more associative-recall queries among the most distractors, 4 layers "
+                             "(Table 2's analogue)"),
+    "recall4-answer": (PRIMARY, "DIFF's queries put more attention on the answer pair, 4 layers (Table 3's "
+                                "analogue)"),
     # the optimal stage's (docs/reproduce.md "The optimal stage"), named before its runs: one size at 20 tokens
     # per non-embedding parameter, each arch at its own learning rate, 6 seeds
     "optimal-loss": (PRIMARY, "DIFF's loss is lower at one size trained to 20 tokens per parameter (Fig. 3a at one "
@@ -355,6 +361,12 @@ CLAIMS = {
     "recall-v2-acc": (EXPLORATORY, "V2 answers more associative-recall queries than the Transformer (DIFF V2)"),
     "recall-norm-acc": (EXPLORATORY, "DIFF answers more associative-recall queries with its per-head norm than "
                                      "without (Table 6's GroupNorm ablation)"),
+    "recall4-noise": (EXPLORATORY, "DIFF's queries put less attention on each distractor pair, 4 layers (Table "
+                                   "3's analogue)"),
+    "recall4-v2-acc": (EXPLORATORY, "V2 answers more associative-recall queries than the Transformer, 4 layers "
+                                    "(DIFF V2)"),
+    "recall4-norm-acc": (EXPLORATORY, "DIFF answers more associative-recall queries with its per-head norm than "
+                                      "without, 4 layers (Table 6's GroupNorm ablation)"),
     "conversion-continue": (OURS, "a trained Transformer converted to DIFF and trained on ends lower than the "
                                   "Transformer trained on for the same tokens"),
     "conversion-scratch": (OURS, "a trained Transformer converted to DIFF and trained on ends lower than DIFF "
