@@ -2,7 +2,7 @@
 # make reproduce STAGE=report: REPORT.md and every stage's write-up written
 # again from results alone, with no training, no evaluation and no difftx
 # build. The default folder (runs/reproduce) first gets back what the
-# repository keeps (docs/reproduce/{main,scaling,claims,v2,recall,induction-time,optimal}-results and the
+# repository keeps (docs/reproduce/{main,scaling,claims,v2,recall,recall-deep,induction-time,optimal}-results and the
 # induction study's logs: scripts/repro_keep.sh), so a fresh clone writes
 # the committed REPORT.md again, its verdicts computed anew by tools/stats.py
 # (docs/reproduce.md, "How a verdict is reached"). scripts/reproduce.sh ends
@@ -58,12 +58,12 @@ if [ $publish = 1 ]; then
     mkdir -p "$run"
     scripts/repro_keep.sh restore $kept/main-results "$run"
     local s h
-    for s in scaling claims v2 recall induction-time optimal; do
+    for s in scaling claims v2 recall recall-deep induction-time optimal; do
         [ -f $kept/$s-results/settings.txt ] || continue
         mkdir -p "$run/$s"
         scripts/repro_keep.sh restore $kept/$s-results "$run/$s"
     done
-    for h in v2/high v2/high8 v2/high16 optimal/tokens-0.25 optimal/tokens-0.5; do
+    for h in v2/high v2/high8 v2/high16 optimal/tokens-0.25 optimal/tokens-0.5 optimal/tokens-1.25 optimal/conversion; do
         [ -f $kept/${h%%/*}-results/${h#*/}/settings.txt ] || continue
         mkdir -p "$run/$h"
         scripts/repro_keep.sh restore $kept/${h%%/*}-results/${h#*/} "$run/$h"
@@ -84,6 +84,7 @@ stage_tool scaling scaling.py scaling
 stage_tool claims claims.py claims
 stage_tool v2 v2.py v2
 stage_tool recall recall.py recall
+stage_tool recall-deep recall.py recall-deep
 stage_tool induction-time induction_time.py induction-time
 stage_tool optimal optimal.py optimal
 local logs=()
@@ -107,10 +108,12 @@ for f in scaling/SCALING.md scaling/scaling.png induction/INDUCTION.md induction
     induction-time/induction-time.png optimal/OPTIMAL.md; do
     [ -f "$run/$f" ] && cp "$run/$f" $kept/
 done
+[ -f "$run/recall-deep/RECALL.md" ] && cp "$run/recall-deep/RECALL.md" $kept/RECALL_DEEP.md
 sed -e 's|](\([a-z_]*\.png\))|](docs/reproduce/\1)|' -e 's|](induction/INDUCTION.md)|](docs/reproduce/INDUCTION.md)|' \
     -e 's#](scaling/\(SCALING.md\|scaling.png\))#](docs/reproduce/\1)#g' \
     -e 's#](claims/\(CLAIMS.md\|claims.png\))#](docs/reproduce/\1)#g' \
     -e 's#](v2/V2.md)#](docs/reproduce/V2.md)#g' -e 's#](recall/RECALL.md)#](docs/reproduce/RECALL.md)#g' \
+    -e 's#](recall-deep/RECALL.md)#](docs/reproduce/RECALL_DEEP.md)#g' \
     -e 's#](optimal/OPTIMAL.md)#](docs/reproduce/OPTIMAL.md)#g' -e 's#](induction-time/\(INDUCTION_TIME.md\|induction-time.png\))#](docs/reproduce/\1)#g' -e 's#](earlier/#](docs/reproduce/earlier/#g' \
     "$run/REPORT.md" > REPORT.md.tmp
 mv REPORT.md.tmp REPORT.md

@@ -277,6 +277,10 @@ STAGE_WRITEUPS = {
                "Associative recall with distractors (the retrieval claims' mechanism)",
                "On multi-query associative recall, in its own stage: `make reproduce STAGE=recall-lr`, then "
                "`STAGE=recall`"),
+    "recall-deep": ("recall-deep", "RECALL.md", "Associative recall at 4 layers", "recall-deep",
+                    "Associative recall at 4 layers, where DIFF learns the task too",
+                    "The recall stage at 4 layers, in its own stage: `make reproduce STAGE=recall-deep-lr`, then "
+                    "`STAGE=recall-deep`"),
     "induction-time": ("induction-time", "INDUCTION_TIME.md", "Time to induction", "induction-time",
                        "Time to induction, beside a textbook GPT",
                        "Survival curves of induction's onset and formation, in its own stage: `make reproduce "
@@ -871,7 +875,8 @@ def lambda_stages(r):
     return [("main", r.dir), ("scaling", os.path.join(r.dir, "scaling")), ("claims", os.path.join(r.dir, "claims")),
             ("v2", os.path.join(r.dir, "v2"))] + [
         (f"v2 {h}", os.path.join(r.dir, "v2", h)) for h in ("high", "high8", "high16")] + [
-        ("recall", os.path.join(r.dir, "recall")), ("induction-time", os.path.join(r.dir, "induction-time")),
+        ("recall", os.path.join(r.dir, "recall")), ("recall, 4 layers", os.path.join(r.dir, "recall-deep")),
+        ("induction-time", os.path.join(r.dir, "induction-time")),
         ("optimal", os.path.join(r.dir, "optimal"))] + [
         (f"optimal {b}× tokens", os.path.join(r.dir, "optimal", f"tokens-{b}")) for b in ("0.25", "0.5", "1.25")] + [
         ("conversion", os.path.join(r.dir, "optimal", "conversion"))]
@@ -1243,7 +1248,7 @@ def main():
     section_quant(r, out, figs)
     section_wquant(r, out)
     section_maps(r, out, figs)
-    for key in ("claims", "v2", "recall", "induction-time", "optimal"):
+    for key in ("claims", "v2", "recall", "recall-deep", "induction-time", "optimal"):
         section_stage(r, out, key)
     section_lambda(r, out, figs)
     section_earlier(out)
