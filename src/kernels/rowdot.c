@@ -6,6 +6,7 @@
  * memory-bound: each weight and each cached key is read once, so these
  * kernels exist to keep enough loads in flight (several rows at once,
  * independent accumulators), not to save arithmetic. */
+#include <assert.h>
 #include <omp.h>
 #include <stdatomic.h>
 
@@ -196,6 +197,49 @@ void dtx_gemv_q8a8(float *out, const int8_t *xq, float xscale, const int8_t *q, 
     const dtx_simd_ops *o = dtx_simd();
 #define ROWS(r0, n) o->gemv_q8a8(out + (r0), xq, xscale, q + (r0) * K, scale + (r0), K, n)
     GEMV_SPLIT(K, N, ROWS);
+#undef ROWS
+}
+
+/* ---- several one-row products, one pass over the threads */
+
+/* Rows [r0, r0 + n) of part p: the call its one-part product makes for them. */
+static void part_rows(const dtx_simd_ops *o, const dtx_gemv_part *p, int64_t K, int64_t r0, int64_t n) {
+    switch (p->kind) {
+    case DTX_ROWS_REAL: o->gemv(p->out + r0, p->x, (const real *)p->w + r0 * K, K, n); break;
+#ifndef DTX_DOUBLE
+    case DTX_ROWS_BF16: o->gemv_bf16(p->out + r0, p->x, (const uint16_t *)p->w + r0 * K, K, n); break;
+#endif
+    case DTX_ROWS_Q8: o->gemv_q8(p->out + r0, p->x, (const int8_t *)p->w + r0 * K, p->scale + r0, K, n); break;
+    case DTX_ROWS_Q4:
+        o->gemv_q4(p->out + r0, p->x, (const uint8_t *)p->w + r0 * dtx_q4_row_bytes(K),
+                   p->scale + r0 * dtx_q4_groups(K), K, n);
+        break;
+    case DTX_ROWS_Q8A8:
+        o->gemv_q8a8(p->out + r0, p->x, p->xscale, (const int8_t *)p->w + r0 * K, p->scale + r0, K, n);
+        break;
+    default: break;
+    }
+}
+
+enum { GEMV_MAX_PARTS = 8 };
+
+/* The parts' rows in one index space, part i from start[i] (a multiple of
+ * 8: every chunk then begins where the kernels' 8-row blocks of that part
+ * begin, as in the part's own product), the gaps between parts empty. */
+void dtx_gemv_parts(const dtx_gemv_part *parts, int n_parts, int64_t K) {
+    assert(n_parts >= 0 && n_parts <= GEMV_MAX_PARTS);
+    const dtx_simd_ops *o = dtx_simd();
+    int64_t start[GEMV_MAX_PARTS + 1];
+    start[0] = 0;
+    for (int i = 0; i < n_parts; i++) start[i + 1] = start[i] + (parts[i].N + 7) / 8 * 8;
+    const int64_t R = n_parts ? start[n_parts - 1] + parts[n_parts - 1].N : 0;
+#define ROWS(r0, n)                                                                             \
+    for (int i_ = 0; i_ < n_parts; i_++) {                                                      \
+        int64_t lo_ = (r0) > start[i_] ? (r0) : start[i_];                                      \
+        int64_t hi_ = (r0) + (n) < start[i_] + parts[i_].N ? (r0) + (n) : start[i_] + parts[i_].N; \
+        if (lo_ < hi_) part_rows(o, &parts[i_], K, lo_ - start[i_], hi_ - lo_);                 \
+    }
+    if (R > 0) GEMV_SPLIT(K, R, ROWS);
 #undef ROWS
 }
 

@@ -42,6 +42,18 @@ static void linear(const dtx_model *m, const dtx_block_run *r, real *out, const 
     DTX_PROF(DTX_PROF_MATMUL, 0, r->linear(m, r->ctx, out, x, off, M, K, N, pre));
 }
 
+/* The n products of one input (timed as one): through the run's
+ * linear_shared where it has one (a decode step: one pass over the
+ * threads), else one by one. */
+static void linear_shared(const dtx_model *m, const dtx_block_run *r, real *const *out, const real *x,
+                          const size_t *off, const int64_t *N, int n, int64_t M, int64_t K, unsigned pre) {
+    if (r->linear_shared) {
+        DTX_PROF(DTX_PROF_MATMUL, 0, r->linear_shared(m, r->ctx, out, x, off, N, n, M, K, pre));
+        return;
+    }
+    for (int i = 0; i < n; i++) linear(m, r, out[i], x, off[i], M, K, N[i], pre);
+}
+
 /* la->attn_y (or DIFF2's la->attn_a) from q, k, v: over the block's own keys,
  * or row by row over the cache (TENSOR scope: this call's rows, all heads,
  * are the tensor, as a forward over T), or each row over its own sequence's
@@ -91,10 +103,12 @@ void dtx_block_forward(dtx_model *m, int64_t l, const dtx_block_run *r, dtx_laye
     /* attention */
     dtx_rmsnorm_forward(la->xn1, la->rstd1, x, P(o->attn_norm), N, D, c->norm_eps);
     dtx_bf16_round_if(px, la->xn1, (size_t)(N * D));
-    linear(m, r, la->q, la->xn1, o->wq, N, D, QD, px);
-    linear(m, r, la->k, la->xn1, o->wk, N, D, KV, px);
-    linear(m, r, la->v, la->xn1, o->wv, N, D, KV, px);
-    if (la->lam) linear(m, r, la->lam, la->xn1, o->wl, N, D, c->n_heads, px);
+    {
+        real *const qkv[4] = {la->q, la->k, la->v, la->lam};
+        const size_t qkv_off[4] = {o->wq, o->wk, o->wv, o->wl};
+        const int64_t qkv_n[4] = {QD, KV, KV, c->n_heads};
+        linear_shared(m, r, qkv, la->xn1, qkv_off, qkv_n, la->lam ? 4 : 3, N, D, px);
+    }
     if (r->mode == DTX_BLOCK_BATCH) { /* every row at its own position, into its own cache */
         for (int64_t i = 0; i < N; i++) {
             dtx_rope_forward(la->q + i * QD, m->rope_cos, m->rope_sin, 1, 1, r->row_pos[i], QD / d, d);
@@ -121,8 +135,12 @@ void dtx_block_forward(dtx_model *m, int64_t l, const dtx_block_run *r, dtx_laye
     /* feed-forward */
     dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps);
     dtx_bf16_round_if(px, la->xn2, (size_t)(N * D));
-    linear(m, r, la->h1, la->xn2, o->w1, N, D, F, px);
-    linear(m, r, la->h3, la->xn2, o->w3, N, D, F, px);
+    {
+        real *const h13[2] = {la->h1, la->h3};
+        const size_t h13_off[2] = {o->w1, o->w3};
+        const int64_t h13_n[2] = {F, F};
+        linear_shared(m, r, h13, la->xn2, h13_off, h13_n, 2, N, D, px);
+    }
     dtx_swiglu_forward_r(la->g, la->h1, la->h3, N * F, px != 0);
     linear(m, r, r->scratch, la->g, o->w2, N, F, D, px);
     dtx_residual_forward(out, la->x_mid, r->scratch, N * D);

@@ -279,6 +279,19 @@ static void cache_linear(const dtx_model *m, void *ctx, real *out, const real *x
     else dtx_model_linear_rows(m, out, x, M, off, K, N, c->wbf, c->xr);
 }
 
+/* The products of one input: a decode step's single row in one pass over the
+ * threads (dtx_model_linear_row_parts), anything else one by one as above
+ * (and one by one where an observer sees each product's input). */
+static void cache_linear_shared(const dtx_model *m, void *ctx, real *const *out, const real *x, const size_t *off,
+                                const int64_t *N, int n, int64_t M, int64_t K, unsigned px) {
+    const dtx_kvcache *c = ctx;
+    if (M == 1 && !c->batch && !(c->hooks && c->hooks->linear_input)) {
+        dtx_model_linear_row_parts(m, out, x, off, N, n, K, c->wbf, c->xr);
+        return;
+    }
+    for (int i = 0; i < n; i++) cache_linear(m, ctx, out[i], x, off[i], M, K, N[i], px);
+}
+
 /* The cache was made for a model of this shape. */
 static dtx_status check_shape(const dtx_model *m, const dtx_kvcache *c) {
     const dtx_config *cfg = &m->cfg;
@@ -324,7 +337,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
                                  .work = c->work}};
     dtx_block_run run = {.B = 1, .T = n, .pos0 = pos0, .generation = 1,
                          .mode = flash ? DTX_BLOCK_OWN_KEYS : DTX_BLOCK_CACHE, .scores = c->scores,
-                         .scratch = c->tmp, .linear = cache_linear, .ctx = c};
+                         .scratch = c->tmp, .linear = cache_linear, .linear_shared = cache_linear_shared, .ctx = c};
     for (int64_t l = 0; l < L; l++) {
         real *kc = c->k + (size_t)(l * ML * KV), *vc = c->v + (size_t)(l * ML * KV);
         la.k = kc + (size_t)(pos0 * KV);

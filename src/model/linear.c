@@ -144,6 +144,50 @@ void dtx_model_linear_rows(const dtx_model *m, real *out, const real *x, int64_t
     dtx_gemv_batch(out, x, nb, m->params + off, K, N);
 }
 
+void dtx_model_linear_row_parts(const dtx_model *m, real *const *out, const real *x, const size_t *off,
+                                const int64_t *N, int n, int64_t K, const uint16_t *wbf, real *xrows) {
+    dtx_gemv_part p[4];
+    int fused = n >= 1 && n <= 4;
+    for (int i = 0; fused && i < n; i++) {
+        p[i] = (dtx_gemv_part){.kind = DTX_ROWS_REAL, .out = out[i], .x = x, .w = m->params + off[i], .N = N[i]};
+#ifndef DTX_DOUBLE
+        const dtx_qweight *w = dtx_model_qweight(m, off[i]);
+        const int w8a8 = w && w->bits != 16 && m->wquant == DTX_WQ_W8A8 && w->in_scale > 0;
+        if (i > 0) { /* the inputs treated alike: one rounded copy (or one int8 copy each) serves them */
+            const dtx_qweight *w0 = dtx_model_qweight(m, off[0]);
+            const int w0_8a8 = w0 && w0->bits != 16 && m->wquant == DTX_WQ_W8A8 && w0->in_scale > 0;
+            if (!w != !w0 || (w && (w->bits == 16) != (w0->bits == 16)) || w8a8 != w0_8a8) fused = 0;
+        }
+        if (!w && m->precision == DTX_PREC_BF16) /* bf16(x) · the bf16 copy of w */
+            p[i].kind = DTX_ROWS_BF16, p[i].x = xrows, p[i].w = wbf + off[i];
+        else if (w && w->bits == 16) /* bf16 in place: x as the model's precision sees it */
+            p[i].kind = DTX_ROWS_BF16, p[i].x = m->precision == DTX_PREC_BF16 ? xrows : x, p[i].w = w->q;
+        else if (w8a8) /* each its own int8 input: n·K bytes fit in K floats */
+            p[i].kind = DTX_ROWS_Q8A8, p[i].x = (int8_t *)xrows + i * K, p[i].xscale = w->in_scale, p[i].w = w->q,
+            p[i].scale = w->scale;
+        else if (w) /* a16: x rounded as the codes' kernels see it */
+            p[i].kind = w->bits == 8 ? DTX_ROWS_Q8 : DTX_ROWS_Q4, p[i].x = xrows, p[i].w = w->q, p[i].scale = w->scale;
+        if (w && (w->K != K || w->N != N[i] || (w->bits != 16 && w->bits != 8 && w->bits != 4))) fused = 0;
+#endif
+    }
+    if (!fused) {
+        for (int i = 0; i < n; i++) dtx_model_linear_rows(m, out[i], x, 1, off[i], K, N[i], wbf, xrows);
+        return;
+    }
+#ifndef DTX_DOUBLE
+    /* the inputs, rounded once for every part (as dtx_model_linear_rows rounds them for each) */
+    if (p[0].kind == DTX_ROWS_Q8A8)
+        for (int i = 0; i < n; i++) dtx_a8_quantize((int8_t *)xrows + i * K, x, K, p[i].xscale);
+    else if (p[0].kind == DTX_ROWS_Q8 || p[0].kind == DTX_ROWS_Q4)
+        dtx_model_round_inputs(m->wquant, m->act_fp16, 0, xrows, x, K);
+    else if (p[0].kind == DTX_ROWS_BF16 && p[0].x == xrows)
+        dtx_bf16_round_portable(xrows, x, (size_t)K);
+#else
+    (void)wbf, (void)xrows;
+#endif
+    dtx_gemv_parts(p, n, K);
+}
+
 static void model_embed_run(const dtx_model *m, real *out, const int32_t *tokens, int64_t n) {
     int64_t D = m->cfg.dim;
 #ifndef DTX_DOUBLE

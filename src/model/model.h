@@ -161,6 +161,15 @@ void dtx_model_linear(const dtx_model *m, real *out, const real *x, size_t off, 
  * xrows: scratch of nb·K values. */
 void dtx_model_linear_rows(const dtx_model *m, real *out, const real *x, int64_t nb, size_t off, int64_t K, int64_t N,
                            const uint16_t *wbf, real *xrows);
+/* The n one-row products of one input x [K] (a decode step's products that
+ * read one input: dtx_block_run.linear_shared), out_i [N_i] = x · (the
+ * weight at off_i)ᵀ, each the bits dtx_model_linear_rows gives it, in one
+ * pass over the threads (dtx_gemv_parts) where the parts' inputs are
+ * treated alike (every weight fp32, or bf16, or a16-quantised, or W8A8
+ * with its own int8 input), else one after another. xrows: scratch of K
+ * values. n ≤ 4. */
+void dtx_model_linear_row_parts(const dtx_model *m, real *const *out, const real *x, const size_t *off,
+                                const int64_t *N, int n, int64_t K, const uint16_t *wbf, real *xrows);
 #ifndef DTX_DOUBLE
 /* x [n] as a quantised linear layer sees its input: bf16- or (fp16 set)
  * fp16-rounded (a16), or for W8A8 on the int8 grid
@@ -276,6 +285,11 @@ typedef enum {
  * bf16-rounded already (forward.c's emulated bf16), for dtx_model_linear. */
 typedef void (*dtx_block_linear)(const dtx_model *m, void *ctx, real *out, const real *x, size_t off, int64_t M,
                                  int64_t K, int64_t N, unsigned px);
+/* The n products of one input x [M, K]: out_i [M, N_i] = x · (the weight at off_i)ᵀ, as n calls of the run's
+ * linear would compute them (a layer's q, k, v, λ projections; its w1 and w3). */
+typedef void (*dtx_block_linear_shared)(const dtx_model *m, void *ctx, real *const *out, const real *x,
+                                        const size_t *off, const int64_t *N, int n, int64_t M, int64_t K,
+                                        unsigned px);
 typedef struct {
     int64_t B, T, pos0;        /* B·T rows at positions pos0 .. pos0 + T − 1 of each sequence */
     unsigned px;               /* the products' inputs pre-rounded to bf16 (DTX_MM_PRE_X) or 0 */
@@ -288,6 +302,7 @@ typedef struct {
     real *const *row_scores;   /* and dtx_attention_decode scratch for that cache */
     real *scratch;             /* [B·T, D] */
     dtx_block_linear linear;
+    dtx_block_linear_shared linear_shared; /* or NULL: linear once per product */
     void *ctx;
 } dtx_block_run;
 /* Generation's attention (a prefill, decode steps: B = 1): flash, or the

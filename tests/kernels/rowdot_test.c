@@ -118,6 +118,81 @@ TEST(kernel_rowdot_batch_equals_one_input_products) {
     omp_set_num_threads(saved);
 }
 
+/* The products of one input in one pass (dtx_gemv_parts, a decode step's
+ * q, k, v and λ; w1 and w3): every part's rows have the bits of its own
+ * one-part product, at every ISA level, 1 to 3 threads, parts of every kind
+ * in one call, row counts that are not multiples of 8 (the next part starts
+ * mid-block) and a part small enough to stay on one thread alone. */
+TEST(kernel_rowdot_parts_equal_one_part_products) {
+    dtx_rng r;
+    dtx_rng_seed(&r, 4242);
+    static const dtx_isa levels[] = {DTX_ISA_PORTABLE, DTX_ISA_AVX2, DTX_ISA_AVX512, DTX_ISA_AVX512_BF16};
+    static const int64_t Ks[] = {512, 1056, 40};
+    static const int64_t Ns[7] = {700, 3, 1003, 41, 90, 8, 129};
+    int saved = omp_get_max_threads();
+    for (int ki = 0; ki < 3; ki++) {
+        int64_t K = Ks[ki], rb = dtx_q4_row_bytes(K), ng = dtx_q4_groups(K), tot = 0;
+        for (int i = 0; i < 7; i++) tot += Ns[i];
+        float *x = randf(&r, (size_t)K), *xr = malloc(sizeof(float) * (size_t)K), *w = randf(&r, (size_t)(tot * K));
+        float *sc = randf(&r, (size_t)(tot * ng));
+        uint16_t *wb = malloc(sizeof(uint16_t) * (size_t)(tot * K));
+        int8_t *q8 = malloc((size_t)(tot * K)), *xq = malloc((size_t)K);
+        uint8_t *q4 = malloc((size_t)(tot * rb));
+        for (int64_t i = 0; i < tot * K; i++) wb[i] = dtx_f32_to_bf16(w[i]), q8[i] = (int8_t)(dtx_rng_next(&r) % 255 - 127);
+        for (int64_t i = 0; i < tot * rb; i++) q4[i] = (uint8_t)((1 + dtx_rng_next(&r) % 15) | (1 + dtx_rng_next(&r) % 15) << 4);
+        for (int64_t i = 0; i < K; i++) xr[i] = dtx_bf16_round_f32(x[i]), xq[i] = (int8_t)(dtx_rng_next(&r) % 255 - 127);
+        float *one = malloc(sizeof(float) * (size_t)tot), *all = malloc(sizeof(float) * (size_t)tot);
+        /* part i: kind (REAL, BF16, Q8 on fp32 x, Q4 on bf16 x, Q8A8, Q8 on bf16 x, Q4 on fp32 x), its own rows */
+        static const dtx_rows_kind kinds[7] = {DTX_ROWS_REAL, DTX_ROWS_BF16, DTX_ROWS_Q8, DTX_ROWS_Q4,
+                                               DTX_ROWS_Q8A8, DTX_ROWS_Q8, DTX_ROWS_Q4};
+        dtx_gemv_part parts[7];
+        for (int li = 0; li < 4; li++) {
+            if (levels[li] > dtx_isa_cpu()) continue;
+            dtx_isa prev = dtx_isa_set_cap(levels[li]);
+            for (int th = 1; th <= 3; th++) {
+                omp_set_num_threads(th);
+                int64_t r0 = 0;
+                for (int i = 0; i < 7; i++) {
+                    int64_t N = Ns[i];
+                    const float *xs = i == 1 || i == 3 || i == 5 ? xr : x;
+                    float *o = one + r0;
+                    parts[i] = (dtx_gemv_part){.kind = kinds[i], .out = all + r0, .x = xs, .N = N};
+                    switch (kinds[i]) {
+                    case DTX_ROWS_REAL: dtx_gemv(o, xs, w + r0 * K, K, N), parts[i].w = w + r0 * K; break;
+                    case DTX_ROWS_BF16: dtx_gemv_bf16(o, xs, wb + r0 * K, K, N), parts[i].w = wb + r0 * K; break;
+                    case DTX_ROWS_Q8:
+                        dtx_gemv_q8(o, xs, q8 + r0 * K, sc + r0, K, N), parts[i].w = q8 + r0 * K, parts[i].scale = sc + r0;
+                        break;
+                    case DTX_ROWS_Q4:
+                        dtx_gemv_q4(o, xs, q4 + r0 * rb, sc + r0 * ng, K, N);
+                        parts[i].w = q4 + r0 * rb, parts[i].scale = sc + r0 * ng;
+                        break;
+                    case DTX_ROWS_Q8A8:
+                        dtx_gemv_q8a8(o, xq, 0.02f, q8 + r0 * K, sc + r0, K, N);
+                        parts[i].x = xq, parts[i].xscale = 0.02f, parts[i].w = q8 + r0 * K, parts[i].scale = sc + r0;
+                        break;
+                    }
+                    r0 += N;
+                }
+                for (int64_t i = 0; i < tot; i++) all[i] = NAN;
+                dtx_gemv_parts(parts, 7, K);
+                for (int i = 0, at = 0; i < 7; at += (int)Ns[i], i++)
+                    CHECKF(!memcmp(one + at, all + at, sizeof(float) * (size_t)Ns[i]),
+                           "%s, K %lld, %d threads: part %d (kind %d, %lld rows) differs from its own product",
+                           dtx_isa_name(levels[li]), (long long)K, th, i, (int)kinds[i], (long long)Ns[i]);
+                /* one part alone, and the first two (a layer's w1 and w3) */
+                for (int64_t i = 0; i < tot; i++) all[i] = NAN;
+                dtx_gemv_parts(parts, 2, K);
+                CHECKF(!memcmp(one, all, sizeof(float) * (size_t)(Ns[0] + Ns[1])), "%s, K %lld, %d threads: two parts",
+                       dtx_isa_name(levels[li]), (long long)K, th);
+            }
+            dtx_isa_set_cap(prev);
+        }
+        free(x), free(xr), free(w), free(sc), free(wb), free(q8), free(xq), free(q4), free(one), free(all);
+    }
+    omp_set_num_threads(saved);
+}
+
 /* The AVX-512 int8 products in both of their layouts (dtx_isa_full_width:
  * int8 × fp32 two rows a step or one in four accumulators, and at the BF16
  * level with bf16 x by vdpbf16ps; int8 × int8 four ymm rows or one zmm
