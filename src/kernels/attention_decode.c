@@ -30,10 +30,11 @@
  * see the same logits and round them alike. dtx_attention_quant_forward runs
  * a whole [B, T] forward through this row kernel, one query row at a time.
  *
- * Threads: when the cache is long enough to pay for waking them, each thread
- * takes a contiguous block of heads (a contiguous slice of every row). Every
- * head is computed the same way whichever thread runs it, so the result does
- * not depend on the thread count. Nothing is allocated. */
+ * Threads: when the cache is long enough to pay for waking them, the rows
+ * in chunks (decode_rows_chunked: whole rows per thread, the chunks fixed by
+ * the length alone); with quantised logits each thread takes a contiguous
+ * block of heads. Either way a result does not depend on the thread count.
+ * Nothing is allocated. */
 #include "common/profile.h"
 #include "kernels/kernels.h"
 #include "kernels/vexp.h"
@@ -51,8 +52,40 @@
 #define EXP_R(x) dtx_vexpf(x)
 #endif
 
+/* A long cache is walked in chunks of whole rows, the threads taking
+ * chunks: each chunk's scores, its maxima and sums, its weighted values,
+ * then the chunks combined in their order. Why not the heads over the
+ * threads: each thread then reads a slice of every row, which the hardware
+ * prefetchers do not follow (Zen 5, 2026-12-04: two threads reading the two
+ * halves of every 3 KiB row of 66 MB streamed 11 GB/s, the two halves of
+ * the rows 55 GB/s). The chunks are a function of len alone (at most
+ * MAX_CHUNKS of a multiple of 16 rows, at least CHUNK_MIN_ROWS), so the
+ * sums do not depend on the thread count. */
+enum { CHUNK_MIN_ROWS = 64, MAX_CHUNKS = 32 };
+
+static int decode_chunked(const dtx_attn_dims *a, int64_t len) {
+    return !a->run.quant_bits && len * 2 * a->geom.n_heads * a->geom.head_dim >= PAR_MIN;
+}
+
+static void chunking(int64_t len, int64_t *n, int64_t *per) {
+    int64_t c = (len + CHUNK_MIN_ROWS - 1) / CHUNK_MIN_ROWS;
+    if (c > MAX_CHUNKS) c = MAX_CHUNKS;
+    int64_t p = ((len + c - 1) / c + 15) / 16 * 16;
+    *n = (len + p - 1) / p, *per = p;
+}
+
+/* Scratch past the scores of a chunked walk: each chunk's sums [n, maps]
+ * (doubles), maxima [n, maps] and weighted values [n, H·w], in reals. */
+static int64_t chunk_scratch(const dtx_attn_dims *a, int64_t len) {
+    if (!decode_chunked(a, len)) return 0;
+    int64_t n, per, maps = (a->arch.diff ? 2 : 1) * a->geom.n_heads, w = (a->arch.diff ? 2 : 1) * a->geom.head_dim;
+    chunking(len, &n, &per);
+    return 1 + n * maps * (int64_t)(sizeof(double) / sizeof(real)) + n * maps + n * a->geom.n_heads * w;
+}
+
 size_t dtx_attention_decode_scratch_size(const dtx_attn_dims *a, int64_t len) {
-    return (size_t)((a->arch.diff ? 2 : 1) * a->geom.n_heads * (len > 0 ? len : 0));
+    int64_t l = len > 0 ? len : 0;
+    return (size_t)((a->arch.diff ? 2 : 1) * a->geom.n_heads * l + chunk_scratch(a, l));
 }
 
 /* Exactly the plain reference's dot (attention.c): float products are exact
@@ -159,6 +192,101 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
     for (int64_t h = h0; h < h1; h++) dtx_attn_epilogue_forward(&a->arch, out + h * w, out + h * w, NULL, subln_w, w);
 }
 
+/* A long cache's step (see chunking): every head, the rows in chunks over
+ * the threads; the same arithmetic per key as decode_heads (scores by
+ * dtx_dot_rows, exp against the map's max, the sum in double, DIFF's maps
+ * folded per key before V), the weighted values summed per chunk, then over
+ * the chunks in order. */
+static void decode_rows_chunked(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,
+                                const real *vcache, int64_t len, const real *subln_w, real *scratch) {
+    const int64_t H = a->geom.n_heads, G = a->geom.n_kv_heads, n_rep = H / G, d = a->geom.head_dim;
+    const int64_t sub = a->arch.diff ? 2 : 1, w = sub * d, maps = sub * H, ks = sub * G * d, vs = G * w, HW = H * w;
+    const real scale = (real)(1.0 / sqrt((double)d)), lr = (real)a->arch.lambda;
+    int64_t nc, per;
+    chunking(len, &nc, &per);
+    real *S = scratch; /* [maps, len] */
+    int64_t at = maps * len;
+    at += at % (int64_t)(sizeof(double) / sizeof(real)); /* the doubles aligned */
+    double *csum = (double *)(void *)(scratch + at);     /* [nc, maps] */
+    real *cmax = (real *)(void *)(csum + nc * maps);     /* [nc, maps] */
+    real *part = cmax + nc * maps;                       /* [nc, H·w] */
+    const int identity = dtx_attn_epilogue_is_identity(&a->arch);
+#pragma omp parallel if (omp_get_max_threads() > 1 && !omp_in_parallel())
+    {
+        /* 1. scores, a block of 16 rows against every sub-head at a time; each chunk's maxima */
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < nc; c++) {
+            const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
+            for (int64_t b = t0; b < t1; b += 16) {
+                int64_t nb = t1 - b < 16 ? t1 - b : 16;
+                const real *kr = kcache + b * ks;
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t j = 0; j < sub; j++)
+                        dtx_dot_rows(S + (sub * h + j) * len + b, 1, q + (sub * h + j) * d,
+                                     kr + (sub * (h / n_rep) + j) * d, ks, nb, d, scale);
+            }
+            for (int64_t m = 0; m < maps; m++) {
+                const real *p = S + m * len;
+                real mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+                for (int64_t t = t0; t < t1; t++) mx = p[t] > mx ? p[t] : mx;
+                cmax[c * maps + m] = mx;
+            }
+        }
+        /* 2. exp against each map's max over all chunks; each chunk's sums */
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < nc; c++) {
+            const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
+            for (int64_t m = 0; m < maps; m++) {
+                real mx = -INFINITY;
+                for (int64_t cc = 0; cc < nc; cc++) mx = cmax[cc * maps + m] > mx ? cmax[cc * maps + m] : mx;
+                real *p = S + m * len;
+                double sum = 0;
+#pragma omp simd
+                for (int64_t t = t0; t < t1; t++) p[t] = EXP_R(p[t] - mx);
+#pragma omp simd reduction(+ : sum)
+                for (int64_t t = t0; t < t1; t++) sum += (double)p[t];
+                csum[c * maps + m] = sum;
+            }
+        }
+        /* 3. probabilities (DIFF: p1 − λ·p2), each chunk's weighted values */
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < nc; c++) {
+            const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
+            for (int64_t m = 0; m < maps; m++) {
+                double sum = 0;
+                for (int64_t cc = 0; cc < nc; cc++) sum += csum[cc * maps + m];
+                real inv = (real)(1.0 / sum), *p = S + m * len;
+#pragma omp simd
+                for (int64_t t = t0; t < t1; t++) p[t] *= inv;
+            }
+            if (sub == 2)
+                for (int64_t h = 0; h < H; h++) {
+                    real *p1 = S + 2 * h * len, *p2 = p1 + len;
+#pragma omp simd
+                    for (int64_t t = t0; t < t1; t++) p1[t] -= lr * p2[t];
+                }
+            real *pc = part + c * HW;
+            for (int64_t i = 0; i < HW; i++) pc[i] = 0;
+            for (int64_t b = t0; b < t1; b += 16) {
+                int64_t nb = t1 - b < 16 ? t1 - b : 16;
+                for (int64_t h = 0; h < H; h++)
+                    dtx_axpy_rows(pc + h * w, w, S + sub * h * len + b, vcache + b * vs + (h / n_rep) * w, vs, nb);
+            }
+        }
+        /* 4. the chunks in order, then each head's epilogue */
+#pragma omp for schedule(static)
+        for (int64_t h = 0; h < H; h++) {
+            for (int64_t i = h * w; i < (h + 1) * w; i++) {
+                real acc = part[i];
+                for (int64_t c = 1; c < nc; c++) acc += part[c * HW + i];
+                out[i] = acc;
+            }
+            if (!identity) dtx_attn_epilogue_forward(&a->arch, out + h * w, out + h * w, NULL, subln_w, w);
+        }
+    }
+}
+
 static void check_dims(const dtx_attn_dims *a) {
     assert(a->geom.n_heads > 0 && a->geom.n_kv_heads > 0 && a->geom.n_heads % a->geom.n_kv_heads == 0);
     assert(a->geom.head_dim > 0 && a->geom.head_dim <= DTX_ATTN_MAX_HEAD_DIM);
@@ -204,6 +332,10 @@ static void attention_decode_with_absmax_run(const dtx_attn_dims *a, real *out, 
     else if (!absmax) { /* this row alone is the tensor */
         attention_decode_absmax_run(a, own, q, kcache, len); /* counted in this call's profile */
         absmax = own;
+    }
+    if (decode_chunked(a, len)) {
+        decode_rows_chunked(a, out, q, kcache, vcache, len, subln_w, scratch);
+        return;
     }
     const int64_t H = a->geom.n_heads, sub = a->arch.diff ? 2 : 1, work = len * 2 * H * a->geom.head_dim;
     if (work < PAR_MIN || omp_get_max_threads() == 1 || omp_in_parallel()) {

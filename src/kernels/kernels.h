@@ -464,8 +464,9 @@ void dtx_attention_flash_backward(const dtx_attn_dims *a, real *dq, real *dk, re
  *   k and v as dtx_attention_forward takes them); out [NQ·d] (overwritten);
  *   scratch: dtx_attention_decode_scratch_size(a, len) elements.
  * Softmax in fp32 with max subtraction (sum in double); DIFF combines the two
- * maps per key before reading V. Heads run on OpenMP threads when the cache
- * is long; results do not depend on the thread count. No allocation.        */
+ * maps per key before reading V. A long cache's rows run on OpenMP threads
+ * in chunks fixed by len (quantised logits: the heads); results do not
+ * depend on the thread count. No allocation.                                */
 size_t dtx_attention_decode_scratch_size(const dtx_attn_dims *a, int64_t len);
 void dtx_attention_decode(const dtx_attn_dims *a, real *out, const real *q, const real *kcache, const real *vcache,
                           int64_t len, const real *subln_w, real *scratch);

@@ -206,9 +206,8 @@ void dtx_gemv_q8a8(float *out, const int8_t *xq, float xscale, const int8_t *q, 
 static void part_rows(const dtx_simd_ops *o, const dtx_gemv_part *p, int64_t K, int64_t r0, int64_t n) {
     switch (p->kind) {
     case DTX_ROWS_REAL: o->gemv(p->out + r0, p->x, (const real *)p->w + r0 * K, K, n); break;
-#ifndef DTX_DOUBLE
+#ifndef DTX_DOUBLE /* the bf16 and quantised kernels are float's */
     case DTX_ROWS_BF16: o->gemv_bf16(p->out + r0, p->x, (const uint16_t *)p->w + r0 * K, K, n); break;
-#endif
     case DTX_ROWS_Q8: o->gemv_q8(p->out + r0, p->x, (const int8_t *)p->w + r0 * K, p->scale + r0, K, n); break;
     case DTX_ROWS_Q4:
         o->gemv_q4(p->out + r0, p->x, (const uint8_t *)p->w + r0 * dtx_q4_row_bytes(K),
@@ -217,6 +216,7 @@ static void part_rows(const dtx_simd_ops *o, const dtx_gemv_part *p, int64_t K, 
     case DTX_ROWS_Q8A8:
         o->gemv_q8a8(p->out + r0, p->x, p->xscale, (const int8_t *)p->w + r0 * K, p->scale + r0, K, n);
         break;
+#endif
     default: break;
     }
 }

@@ -324,8 +324,10 @@ TEST(generate_dtx_sample_greedy_matches_recomputation) {
  * attention forward over the same len rows, and gives the same bits with one
  * thread and with several; with and without the per-head norm. */
 TEST(generate_attention_decode_matches_forward_last_row) {
-    enum { LEN = 700 };
-    for (int variant = 0; variant < 8; variant++) {
+    /* 700 rows: 11 chunks of 64 (the last 60); 2100, two variants: the 32 chunks' cap, rows a multiple of 16 */
+    for (int run = 0; run < 10; run++) {
+        const int64_t LEN = run < 8 ? 700 : 2100;
+        const int variant = run < 8 ? run : run - 8;
         int diff = variant & 1, gqa = (variant >> 1) & 1, sl = variant >> 2 ? !diff : diff;
         dtx_attn_dims a = {.run.impl = DTX_ATTN_PLAIN, .geom.B = 1, .geom.T = LEN, .geom.n_heads = diff ? 4 : 8,
                            .geom.n_kv_heads = gqa ? 2 : (diff ? 4 : 8), .geom.head_dim = 16, .arch.diff = diff, .arch.subln = sl,
@@ -355,9 +357,9 @@ TEST(generate_attention_decode_matches_forward_last_row) {
         dtx_attention_decode(&a, out2, qlast, k, v, LEN, gamma, scratch);
         omp_set_num_threads(threads);
         double e = rel_err_f(out2, ref + (LEN - 1) * D, (size_t)D);
-        CHECKF(e <= 1e-5, "diff %d gqa %d subln %d: %.3g", diff, gqa, sl, e);
+        CHECKF(e <= 1e-5, "len %lld diff %d gqa %d subln %d: %.3g", (long long)LEN, diff, gqa, sl, e);
         CHECKF(memcmp(out1, out2, (size_t)D * sizeof(real)) == 0,
-               "diff %d gqa %d subln %d: thread count changes the bits", diff, gqa, sl);
+               "len %lld diff %d gqa %d subln %d: thread count changes the bits", (long long)LEN, diff, gqa, sl);
         free(q), free(k), free(v), free(ref), free(att), free(o1), free(o2), free(rs), free(scratch);
     }
 }
