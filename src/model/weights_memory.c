@@ -64,6 +64,7 @@ struct dtx_settle {
     _Atomic int stop;      /* asked to stop early */
 };
 
+#ifndef DTX_DOUBLE /* the settling copy moves quantised and bf16 weights: the float build's */
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static int by_src(const void *a, const void *b) {
@@ -132,6 +133,8 @@ static int in_file_mapping(const dtx_model *m, const void *p) {
     }
     return 0;
 }
+
+#endif
 
 dtx_status dtx_model_settle_weights(dtx_model *m) {
 #ifdef DTX_DOUBLE
