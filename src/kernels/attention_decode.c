@@ -63,8 +63,13 @@
  * sums do not depend on the thread count. */
 enum { CHUNK_MIN_ROWS = 64, MAX_CHUNKS = 32 };
 
+/* From a layer's keys of 1 MiB (past the L2 of one core): below it the rows
+ * come from the caches whoever reads them, and the heads' split is the
+ * faster (one region, no barrier; 110M DIFF at 8-268 cached rows, Zen 5:
+ * the chunks 2% slower, at 512-1700 rows 5-10% faster). */
 static int decode_chunked(const dtx_attn_dims *a, int64_t len) {
-    return !a->run.quant_bits && len * 2 * a->geom.n_heads * a->geom.head_dim >= PAR_MIN;
+    const int64_t ks = (a->arch.diff ? 2 : 1) * a->geom.n_kv_heads * a->geom.head_dim;
+    return !a->run.quant_bits && len * ks * (int64_t)sizeof(real) >= ((int64_t)1 << 20);
 }
 
 static void chunking(int64_t len, int64_t *n, int64_t *per) {

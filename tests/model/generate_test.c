@@ -324,7 +324,8 @@ TEST(generate_dtx_sample_greedy_matches_recomputation) {
  * attention forward over the same len rows, and gives the same bits with one
  * thread and with several; with and without the per-head norm. */
 TEST(generate_attention_decode_matches_forward_last_row) {
-    /* 700 rows: 11 chunks of 64 (the last 60); 2100, two variants: the 32 chunks' cap, rows a multiple of 16 */
+    /* 700 rows: the heads over the threads; 2100 (a layer's keys past 1 MiB), two variants: the rows in
+     * chunks, the 32 chunks' cap, each a multiple of 16 rows */
     for (int run = 0; run < 10; run++) {
         const int64_t LEN = run < 8 ? 700 : 2100;
         const int variant = run < 8 ? run : run - 8;
