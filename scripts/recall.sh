@@ -24,7 +24,11 @@
 #      /2, at most twice each way) while its best lies at the edge; the best
 #      is the highest mean accuracy over the distractor counts on the
 #      selection episodes (eval seed 777, apart from the reported ones);
-#   2. seeds 2..8 of every arch at its own learning rate.
+#   2. seeds 2..8 of every arch at its own learning rate;
+#   3. the tie-break's check: where an arch's chosen rate (the lowest of
+#      those tied at its best on seed 1) did not teach the task to every
+#      seed, seeds 2..8 again at the highest rate tied with it; reported
+#      beside the verdicts, never in them.
 # Every model is evaluated with `difftx eval recall` at 0, 8 and 16
 # distractors on 200 episodes of eval seed 1 (the same episodes for every
 # model). tools/recall.py DIR writes DIR/RECALL.md with the comparisons and
@@ -176,6 +180,14 @@ fi
 echo "phase 2: seeds ${seeds[*]:1} at each arch's learning rate"
 phase2 > "$run/runs2.txt"
 xargs -r -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs2.txt" || die "a run failed (see above); run the same command again"
+# phase 3, the tie-break's check: where an arch's chosen rate did not teach every seed, the same seeds at
+# the highest rate tied with it on seed 1 (reported beside the verdicts, never in them)
+/usr/bin/python3 tools/recall.py "$run" --sensitivity > "$run/sensitivity.txt" || die "tools/recall.py --sensitivity failed"
+if [ -s "$run/sensitivity.txt" ]; then
+    echo "phase 3 (the tie-break's check): $(tr '\n' ' ' < "$run/sensitivity.txt")"
+    while read -r a lr; do for s in "${seeds[@]:1}"; do run_args "$a" "$lr" "$s"; done; done < "$run/sensitivity.txt" > "$run/runs3.txt"
+    xargs -r -P "$jobs" -L 1 "$0" --one "$run" < "$run/runs3.txt" || die "a run failed (see above); run the same command again"
+fi
 /usr/bin/python3 tools/recall.py "$run" --command "make reproduce STAGE=$sub$( [ $quick = 1 ] && echo ' QUICK=1')"
 echo "done in $(( ($(date +%s) - t_all) / 60 )) min: $run/RECALL.md"
 }

@@ -4,6 +4,8 @@ DIFF without the per-head norm and DIFF V2 beside them.
 
 usage: tools/recall.py RUN --sweep-next      the runs that extend the lr sweep where a best lies at its edge
        tools/recall.py RUN --choose-lr       "arch lr" lines: each arch's best of the sweep
+       tools/recall.py RUN --sensitivity     "arch lr" lines: where a chosen rate failed some seed, the
+                                             highest rate tied with it on seed 1 (the tie-break's check)
        tools/recall.py RUN [--command CMD]   writes RUN/RECALL.md and RUN/verdicts.json
 
 A model's numbers come from its `difftx eval recall` JSON (eval/recall-NAME.json: eval seed 1, the
@@ -83,6 +85,23 @@ def best_lr(r, arch):
         return None
     top = max(score for _, score in sw)
     return min((lr for lr, score in sw if score == top), key=lr_key)  # ties: the lower lr
+
+
+def sensitivity(r):
+    """[(arch, lr)]: where an arch's chosen rate (the lowest of those tied at its best on seed 1) did not
+    teach the task to every seed trained there, the highest rate tied with it, for the same seeds: a
+    check of the tie-break, reported beside the verdicts and never in them (docs/reproduce.md)."""
+    out = []
+    for a in ARCHS:
+        sw, b = sweep(r, a), best_lr(r, a)
+        if not b:
+            continue
+        ms = {s: j for s, j in seeds_at(r, a, b).items() if s > 1}
+        k, n = learned(ms)
+        tied = [lr for lr, score in sw if score == max(x for _, x in sw) and lr != b]
+        if n and k < n and tied:
+            out.append((a, max(tied, key=lr_key)))
+    return out
 
 
 def sweep_next(r, base_lrs):
@@ -216,6 +235,24 @@ def write(d, command):
             acc, items = acc_by_seed(ms, c)
             cells.append(fmt_ci(stats.bounded_mean_ci([acc[s] for s in sorted(acc)], [items[s] for s in sorted(acc)])))
         w(f"| {LABEL[a]} | {lrs[a]} | {len(ms)} | {k} of {n} | " + " | ".join(cells) + " |")
+    # other learning rates trained past seed 1 (a sensitivity check named in docs/reproduce.md): reported
+    # beside the chosen ones, never in a verdict
+    extra = sorted({(a, lr) for (a, lr, s) in r if s > 1 and a in lrs and lr != lrs[a]},
+                   key=lambda t: (ARCHS.index(t[0]), lr_key(t[1])))
+    if extra:
+        w("\nThe same at a learning rate the rule did not choose (a sensitivity check, in no verdict):\n")
+        w("| arch | learning rate | seeds | learned the task | "
+          + " | ".join(f"accuracy, {c} distractors" for c in counts) + " |")
+        w("|---|---|---:|---:|" + "---:|" * len(counts))
+        for a, lr in extra:
+            ms = seeds_at(r, a, lr)
+            k, n = learned(ms)
+            cells = []
+            for c in counts:
+                acc, items = acc_by_seed(ms, c)
+                cells.append(fmt_ci(stats.bounded_mean_ci([acc[x] for x in sorted(acc)],
+                                                          [items[x] for x in sorted(acc)])))
+            w(f"| {LABEL[a]} | {lr} | {len(ms)} | {k} of {n} | " + " | ".join(cells) + " |")
     w("\nThe sweep (seed 1, selection episodes, mean accuracy over the counts):\n")
     w("| arch | " + " | ".join("lr " + lr for lr in sorted({lr for (a, lr, s) in r if s == 1}, key=lr_key)) + " |")
     all_lrs = sorted({lr for (a, lr, s) in r if s == 1}, key=lr_key)
@@ -323,6 +360,11 @@ def main():
         base = settings(d).get("lrs", "").split()
         base = [x for x in re.split(r"[ ,]", " ".join(base)) if x] or ["1e-3"]
         for a, lr in sweep_next(r, base):
+            print(a, lr)
+    elif len(sys.argv) > 2 and sys.argv[2] == "--sensitivity":
+        global LEARNED
+        LEARNED = learned_threshold(int(settings(d).get("queries", 8)))
+        for a, lr in sensitivity(r):
             print(a, lr)
     elif len(sys.argv) > 2 and sys.argv[2] == "--choose-lr":
         for a in ARCHS:
