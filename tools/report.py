@@ -882,8 +882,10 @@ def lambda_stages(r):
         ("conversion", os.path.join(r.dir, "optimal", "conversion"))]
 
 
-# The DIFF V1 models' names in every stage (convdiff: a Transformer converted to DIFF, the optimal stage's conversion)
-LAMBDA_MODELS = r"((?:conv)?diff(?:nonorm)?-.+)"
+# The DIFF V1 models' names in every stage (convdiff: a Transformer converted to DIFF, the optimal stage's
+# conversion); not a recall run's warm-up model (NAME.warm, kept where it trained, not in docs/reproduce:
+# its λ is the start of NAME's trace)
+LAMBDA_MODELS = r"((?:conv)?diff(?:nonorm)?-(?!.*\.warm$).+)"
 
 
 def lambda_rows(r):

@@ -155,6 +155,9 @@ with tempfile.TemporaryDirectory() as d:
             log = [{"step": 10, "val_loss": 4.0 + 0.01 * s}]
             if a == "diff" and s == 1:  # λ logged over training, with a warm-up before it: leaves (0, 1) at step 9
                 open(base + ".warm.jsonl", "w").write(json.dumps({"step": 4, "loss": 5.0, "lambda": [0.2, 0.4]}) + "\n")
+                # the warm-up's own model, where the run trained: the start of this run's trace, not a model
+                json.dump({"arch": "diff", "params": 1000, "n_heads": 1, "lambda": [0.2, 0.4]},
+                          open(base + ".warm.info.json", "w"))
                 log = [{"step": 5, "loss": 4.5, "lambda": [0.6, -0.1]}, {"step": 10, "loss": 4.1, "lambda": [0.5, 0.3]}]
             open(base + ".jsonl", "w").write("".join(json.dumps(e) + "\n" for e in log))
             acc = {"diff": (0.95, 0.55, 0.78)[s - 1], "transformer": 0.0}[a]
@@ -179,6 +182,7 @@ with tempfile.TemporaryDirectory() as d:
     check("report_lambda", "| main | diff-d16-s1 | 0.500 | -0.200 |" in text)
     check("report_lambda_trace", "| main | 1 | 1 | 0 | -0.100 to 0.600 |" in text,
           [line for line in text.splitlines() if line.startswith("| main | 1")])
+    check("report_lambda_no_warm_model", "diff-d16-s1.warm" not in text)
     check("report_lambda_converted", "| conversion | convdiff-d16-lr1e-2-s1 | 0.250 | 0.750 |" in text)
     # the closing paragraph: counts from the verdicts, the unmeasured primaries named, counts of one singular
     closing = [line for line in text.splitlines() if line.startswith("Computed from the verdicts above.")]
