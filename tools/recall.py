@@ -277,19 +277,23 @@ def write(d, command):
       "queries and episodes per layer, then over layers; mean over seeds [95% interval].\n")
     w("| arch | distractors | answer | per distractor | answer ÷ per distractor |")
     w("|---|---:|---:|---:|---:|")
-    for a in ARCHS:
-        if a not in models:
-            continue
+    def attention_rows(label, ms):
         for c in counts:
-            ans, ai = share_by_seed(models[a], c, "answer")
-            per, pi = share_by_seed(models[a], c, "per_distractor")
+            ans, ai = share_by_seed(ms, c, "answer")
+            per, pi = share_by_seed(ms, c, "per_distractor")
             ks = sorted(ans)
             ca = stats.bounded_mean_ci([ans[s] for s in ks], [ai[s] for s in ks], -1, 1)
             cp = stats.bounded_mean_ci([per[s] for s in sorted(per)], [pi[s] for s in sorted(per)], -1, 1) if c else None
             ratio = (statistics.fmean(ans[s] / per[s] for s in ks if s in per and per[s] > 0)
                      if c and any(s in per and per[s] > 0 for s in ks) else float("nan"))
-            w(f"| {LABEL[a]} | {c} | {fmt_ci(ca)} | {fmt_ci(cp, '{:.4f}') if c else '–'} | "
+            w(f"| {label} | {c} | {fmt_ci(ca)} | {fmt_ci(cp, '{:.4f}') if c else '–'} | "
               f"{'–' if math.isnan(ratio) else f'{ratio:.1f}'} |")
+
+    for a in ARCHS:
+        if a in models:
+            attention_rows(LABEL[a], models[a])
+    for a, lr in extra:  # the tie-break's check, in no verdict
+        attention_rows(f"{LABEL[a]} at {lr} (the tie-break's check)", seeds_at(r, a, lr))
 
     # the claims
     w("\n## Verdicts\n")
