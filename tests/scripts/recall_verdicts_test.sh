@@ -61,5 +61,13 @@ for s in 2 3; do result diffnonorm 3e-3 $s recall 0.9 0.6 0.1 0.05; done
 /usr/bin/python3 tools/recall.py "$run" --command test > /dev/null
 check sensitivity_row "2 of 3" "$(grep -F '| DIFF, no per-head norm | 3e-3 |' "$md" | awk -F'|' '{gsub(/^ +| +$/, "", $5); print $5}')"
 check sensitivity_not_in_verdict 1 "$(row 'DIFF answers more associative-recall queries with its per-head norm' | grep -c 'confounded')"
+check sensitivity_no_conclusion 0 "$(grep -c "comes from the rule's tie-break" "$md")"
+# every seed at the tied rate learns (seed 1's reported episodes too; its selection score stays the sweep's):
+# the write-up says the confound is the tie-break's
+result diffnonorm 3e-3 1 recall 0.9 0.6 0.1 0.05
+/usr/bin/python3 tools/recall.py "$run" --command test > /dev/null
+check sensitivity_conclusion 1 "$(grep -c "DIFF, no per-head norm learned the task in every seed at 3e-3 (3 of 3) and in 0 of 3 at 1e-3, the rate the rule chose" "$md")"
+check sensitivity_choice_kept "transformer 3e-3;diff 1e-2;diffnonorm 1e-3;diff2 3e-3" \
+    "$(/usr/bin/python3 tools/recall.py "$run" --choose-lr | tr '\n' ';' | sed 's/;$//')"
 check verdicts_json 5 "$(/usr/bin/python3 -c "import json,sys; print(len(json.load(open(sys.argv[1]))))" "$run/verdicts.json")"
 tools_test_end
