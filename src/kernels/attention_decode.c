@@ -59,8 +59,14 @@
  * prefetchers do not follow (Zen 5, 2026-12-04: two threads reading the two
  * halves of every 3 KiB row of 66 MB streamed 11 GB/s, the two halves of
  * the rows 55 GB/s). The chunks are a function of len alone (at most
- * MAX_CHUNKS of a multiple of 16 rows, at least CHUNK_MIN_ROWS), so the
+ * MAX_CHUNKS of a multiple of BLOCK_ROWS rows, at least CHUNK_MIN_ROWS), so the
  * sums do not depend on the thread count. */
+/* Cache rows are walked in blocks of BLOCK_ROWS (within L1), each block
+ * against every sub-head by the one-row kernels; decode_heads and the
+ * chunked walk both step through rows [t0, t1) this way (t0 a multiple of
+ * BLOCK_ROWS, so every row meets the same kernel block either way). */
+enum { BLOCK_ROWS = 16 };
+
 enum { CHUNK_MIN_ROWS = 64, MAX_CHUNKS = 32 };
 
 /* From a layer's keys of 1 MiB (past the L2 of one core): below it the rows
@@ -75,7 +81,7 @@ static int decode_chunked(const dtx_attn_dims *a, int64_t len) {
 static void chunking(int64_t len, int64_t *n, int64_t *per) {
     int64_t c = (len + CHUNK_MIN_ROWS - 1) / CHUNK_MIN_ROWS;
     if (c > MAX_CHUNKS) c = MAX_CHUNKS;
-    int64_t p = ((len + c - 1) / c + 15) / 16 * 16;
+    int64_t p = ((len + c - 1) / c + BLOCK_ROWS - 1) / BLOCK_ROWS * BLOCK_ROWS;
     *n = (len + p - 1) / p, *per = p;
 }
 
@@ -133,6 +139,36 @@ static void quantise_map(real *p, int64_t len, double absmax, int bits) {
     for (int64_t t = 0; t < len; t++) p[t] = dtx_quant_apply(p[t], step);
 }
 
+/* Scores of cache rows [t0, t1) for the sub-heads of heads [h0, h1): map j
+ * of head h at S + (sub·(h − h0) + j)·len. */
+static void score_rows(const dtx_attn_dims *a, real *S, int64_t len, const real *q, const real *kcache, int64_t t0,
+                       int64_t t1, int64_t h0, int64_t h1) {
+    const int64_t n_rep = a->geom.n_heads / a->geom.n_kv_heads, d = a->geom.head_dim, sub = a->arch.diff ? 2 : 1;
+    const int64_t ks = sub * a->geom.n_kv_heads * d;
+    const real scale = (real)(1.0 / sqrt((double)d));
+    for (int64_t b = t0; b < t1; b += BLOCK_ROWS) {
+        int64_t nb = t1 - b < BLOCK_ROWS ? t1 - b : BLOCK_ROWS;
+        const real *kr = kcache + b * ks;
+        for (int64_t h = h0; h < h1; h++)
+            for (int64_t j = 0; j < sub; j++) /* sub-head sub·h + j reads key sub-head sub·g + j */
+                dtx_dot_rows(S + (sub * (h - h0) + j) * len + b, 1, q + (sub * h + j) * d,
+                             kr + (sub * (h / n_rep) + j) * d, ks, nb, d, scale);
+    }
+}
+
+/* y + h·w += Σ_t p_h[t]·v_t over cache rows [t0, t1), heads [h0, h1); p_h
+ * (the combined map) at S + sub·(h − h0)·len. */
+static void weigh_rows(const dtx_attn_dims *a, real *y, const real *S, int64_t len, const real *vcache, int64_t t0,
+                       int64_t t1, int64_t h0, int64_t h1) {
+    const int64_t n_rep = a->geom.n_heads / a->geom.n_kv_heads, sub = a->arch.diff ? 2 : 1;
+    const int64_t w = sub * a->geom.head_dim, vs = a->geom.n_kv_heads * w;
+    for (int64_t b = t0; b < t1; b += BLOCK_ROWS) {
+        int64_t nb = t1 - b < BLOCK_ROWS ? t1 - b : BLOCK_ROWS;
+        for (int64_t h = h0; h < h1; h++)
+            dtx_axpy_rows(y + h * w, w, S + sub * (h - h0) * len + b, vcache + b * vs + (h / n_rep) * w, vs, nb);
+    }
+}
+
 /* Heads [h0, h1) of one decode step (see the top of the file); scratch holds
  * their maps from its start: map j of head h at (sub·(h − h0) + j)·len.
  * amax: TENSOR scope's per-map absmax (quantised rows only), else NULL. */
@@ -141,8 +177,7 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
                          const double *amax) {
     const int64_t H = a->geom.n_heads, G = a->geom.n_kv_heads, n_rep = H / G, d = a->geom.head_dim;
     const int64_t sub = a->arch.diff ? 2 : 1, w = sub * d;
-    const int64_t ks = sub * G * d, vs = G * w; /* cache row strides */
-    const real scale = (real)(1.0 / sqrt((double)d));
+    const int64_t ks = sub * G * d; /* the key rows' stride */
     const double scale_d = 1.0 / sqrt((double)d);
     const int qb = a->run.quant_bits;
     /* 1. scores, row by row of the cache: each row's keys are read once,
@@ -156,19 +191,8 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
                     scratch[(sub * (h - h0) + j) * len + t] =
                         quant_score(q + (sub * h + j) * d, kr + (sub * (h / n_rep) + j) * d, d, scale_d);
         }
-    } else {
-        /* blocks of ROWS cache rows (within L1), each block's rows scored
-         * against every sub-head by the one-row product kernel */
-        enum { ROWS = 16 };
-        for (int64_t t0 = 0; t0 < len; t0 += ROWS) {
-            int64_t nb = len - t0 < ROWS ? len - t0 : ROWS;
-            const real *kr = kcache + t0 * ks;
-            for (int64_t h = h0; h < h1; h++)
-                for (int64_t j = 0; j < sub; j++)
-                    dtx_dot_rows(scratch + (sub * (h - h0) + j) * len + t0, 1, q + (sub * h + j) * d,
-                                 kr + (sub * (h / n_rep) + j) * d, ks, nb, d, scale);
-        }
-    }
+    } else
+        score_rows(a, scratch, len, q, kcache, 0, len, h0, h1);
     /* 2. softmax of every map (quantised first when asked); DIFF folds its
      *    two maps into p1 − λ·p2 */
     const real lr = (real)a->arch.lambda;
@@ -185,12 +209,7 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
     }
     /* 3. weighted values, row by row, accumulated in out */
     for (int64_t c = h0 * w; c < h1 * w; c++) out[c] = 0;
-    enum { VROWS = 16 }; /* blocks of cache rows, as in pass 1 */
-    for (int64_t t0 = 0; t0 < len; t0 += VROWS) {
-        int64_t nb = len - t0 < VROWS ? len - t0 : VROWS;
-        for (int64_t h = h0; h < h1; h++)
-            dtx_axpy_rows(out + h * w, w, scratch + sub * (h - h0) * len + t0, vcache + t0 * vs + (h / n_rep) * w, vs, nb);
-    }
+    weigh_rows(a, out, scratch, len, vcache, 0, len, h0, h1);
     /* 4. each head's epilogue (DIFF: per-head RMSNorm over 2d, γ, (1 − λ_init)),
      *    in place: the maps were combined before V, so O is already o1 */
     if (dtx_attn_epilogue_is_identity(&a->arch)) return;
@@ -198,15 +217,15 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
 }
 
 /* A long cache's step (see chunking): every head, the rows in chunks over
- * the threads; the same arithmetic per key as decode_heads (scores by
- * dtx_dot_rows, exp against the map's max, the sum in double, DIFF's maps
+ * the threads; the same arithmetic per key as decode_heads (score_rows,
+ * exp against the map's max, the sum in double, DIFF's maps
  * folded per key before V), the weighted values summed per chunk, then over
  * the chunks in order. */
 static void decode_rows_chunked(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,
                                 const real *vcache, int64_t len, const real *subln_w, real *scratch) {
-    const int64_t H = a->geom.n_heads, G = a->geom.n_kv_heads, n_rep = H / G, d = a->geom.head_dim;
-    const int64_t sub = a->arch.diff ? 2 : 1, w = sub * d, maps = sub * H, ks = sub * G * d, vs = G * w, HW = H * w;
-    const real scale = (real)(1.0 / sqrt((double)d)), lr = (real)a->arch.lambda;
+    const int64_t H = a->geom.n_heads, sub = a->arch.diff ? 2 : 1, w = sub * a->geom.head_dim, maps = sub * H;
+    const int64_t HW = H * w;
+    const real lr = (real)a->arch.lambda;
     int64_t nc, per;
     chunking(len, &nc, &per);
     real *S = scratch; /* [maps, len] */
@@ -222,14 +241,7 @@ static void decode_rows_chunked(const dtx_attn_dims *a, real *out, const real *q
 #pragma omp for schedule(static)
         for (int64_t c = 0; c < nc; c++) {
             const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
-            for (int64_t b = t0; b < t1; b += 16) {
-                int64_t nb = t1 - b < 16 ? t1 - b : 16;
-                const real *kr = kcache + b * ks;
-                for (int64_t h = 0; h < H; h++)
-                    for (int64_t j = 0; j < sub; j++)
-                        dtx_dot_rows(S + (sub * h + j) * len + b, 1, q + (sub * h + j) * d,
-                                     kr + (sub * (h / n_rep) + j) * d, ks, nb, d, scale);
-            }
+            score_rows(a, S, len, q, kcache, t0, t1, 0, H);
             for (int64_t m = 0; m < maps; m++) {
                 const real *p = S + m * len;
                 real mx = -INFINITY;
@@ -242,7 +254,7 @@ static void decode_rows_chunked(const dtx_attn_dims *a, real *out, const real *q
 #pragma omp for schedule(static)
         for (int64_t c = 0; c < nc; c++) {
             const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
-            for (int64_t m = 0; m < maps; m++) {
+            for (int64_t m = 0; m < maps; m++) { /* every chunk takes the maps' maxima itself: no barrier more */
                 real mx = -INFINITY;
                 for (int64_t cc = 0; cc < nc; cc++) mx = cmax[cc * maps + m] > mx ? cmax[cc * maps + m] : mx;
                 real *p = S + m * len;
@@ -273,11 +285,7 @@ static void decode_rows_chunked(const dtx_attn_dims *a, real *out, const real *q
                 }
             real *pc = part + c * HW;
             for (int64_t i = 0; i < HW; i++) pc[i] = 0;
-            for (int64_t b = t0; b < t1; b += 16) {
-                int64_t nb = t1 - b < 16 ? t1 - b : 16;
-                for (int64_t h = 0; h < H; h++)
-                    dtx_axpy_rows(pc + h * w, w, S + sub * h * len + b, vcache + b * vs + (h / n_rep) * w, vs, nb);
-            }
+            weigh_rows(a, pc, S, len, vcache, t0, t1, 0, H);
         }
         /* 4. the chunks in order, then each head's epilogue */
 #pragma omp for schedule(static)

@@ -144,6 +144,12 @@ void dtx_model_linear_rows(const dtx_model *m, real *out, const real *x, int64_t
     dtx_gemv_batch(out, x, nb, m->params + off, K, N);
 }
 
+/* Parts whose inputs are treated alike share one rounded copy (or, W8A8, one int8 copy each): a16's
+ * int8 and 4-bit codes read the same bf16-rounded x. */
+#ifndef DTX_DOUBLE
+static int input_class(dtx_rows_kind k) { return k == DTX_ROWS_Q4 ? DTX_ROWS_Q8 : k; }
+#endif
+
 void dtx_model_linear_row_parts(const dtx_model *m, real *const *out, const real *x, const size_t *off,
                                 const int64_t *N, int n, int64_t K, const uint16_t *wbf, real *xrows) {
     dtx_gemv_part p[4];
@@ -153,11 +159,6 @@ void dtx_model_linear_row_parts(const dtx_model *m, real *const *out, const real
 #ifndef DTX_DOUBLE
         const dtx_qweight *w = dtx_model_qweight(m, off[i]);
         const int w8a8 = w && w->bits != 16 && m->wquant == DTX_WQ_W8A8 && w->in_scale > 0;
-        if (i > 0) { /* the inputs treated alike: one rounded copy (or one int8 copy each) serves them */
-            const dtx_qweight *w0 = dtx_model_qweight(m, off[0]);
-            const int w0_8a8 = w0 && w0->bits != 16 && m->wquant == DTX_WQ_W8A8 && w0->in_scale > 0;
-            if (!w != !w0 || (w && (w->bits == 16) != (w0->bits == 16)) || w8a8 != w0_8a8) fused = 0;
-        }
         if (!w && m->precision == DTX_PREC_BF16) /* bf16(x) · the bf16 copy of w */
             p[i].kind = DTX_ROWS_BF16, p[i].x = xrows, p[i].w = wbf + off[i];
         else if (w && w->bits == 16) /* bf16 in place: x as the model's precision sees it */
@@ -168,6 +169,7 @@ void dtx_model_linear_row_parts(const dtx_model *m, real *const *out, const real
         else if (w) /* a16: x rounded as the codes' kernels see it */
             p[i].kind = w->bits == 8 ? DTX_ROWS_Q8 : DTX_ROWS_Q4, p[i].x = xrows, p[i].w = w->q, p[i].scale = w->scale;
         if (w && (w->K != K || w->N != N[i] || (w->bits != 16 && w->bits != 8 && w->bits != 4))) fused = 0;
+        if (i > 0 && input_class(p[i].kind) != input_class(p[0].kind)) fused = 0;
 #endif
     }
     if (!fused) {
