@@ -223,29 +223,12 @@ def write(d, command):
       "same for every model). A model *learned the task* when it answers at least "
       f"{LEARNED:.0%} of the queries with no distractors: halfway from what guessing among the values not yet "
       "asked about answers to all of them.\n")
-    w("| arch | learning rate | seeds | learned the task | " + " | ".join(f"accuracy, {c} distractors" for c in counts) + " |")
-    w("|---|---|---:|---:|" + "---:|" * len(counts))
-    for a in ARCHS:
-        if a not in models:
-            continue
-        ms = models[a]
-        k, n = learned(ms)
-        cells = []
-        for c in counts:
-            acc, items = acc_by_seed(ms, c)
-            cells.append(fmt_ci(stats.bounded_mean_ci([acc[s] for s in sorted(acc)], [items[s] for s in sorted(acc)])))
-        w(f"| {LABEL[a]} | {lrs[a]} | {len(ms)} | {k} of {n} | " + " | ".join(cells) + " |")
-    # other learning rates trained past seed 1 (a sensitivity check named in docs/reproduce.md): reported
-    # beside the chosen ones, never in a verdict
-    extra = sorted({(a, lr) for (a, lr, s) in r if s > 1 and a in lrs and lr != lrs[a]},
-                   key=lambda t: (ARCHS.index(t[0]), lr_key(t[1])))
-    if extra:
-        w("\nThe same at a learning rate the rule did not choose (a sensitivity check, in no verdict):\n")
+    def accuracy_table(rows):
+        """| arch | lr | seeds | learned | accuracy per count | of each (arch, lr, models)."""
         w("| arch | learning rate | seeds | learned the task | "
           + " | ".join(f"accuracy, {c} distractors" for c in counts) + " |")
         w("|---|---|---:|---:|" + "---:|" * len(counts))
-        for a, lr in extra:
-            ms = seeds_at(r, a, lr)
+        for a, lr, ms in rows:
             k, n = learned(ms)
             cells = []
             for c in counts:
@@ -253,6 +236,15 @@ def write(d, command):
                 cells.append(fmt_ci(stats.bounded_mean_ci([acc[x] for x in sorted(acc)],
                                                           [items[x] for x in sorted(acc)])))
             w(f"| {LABEL[a]} | {lr} | {len(ms)} | {k} of {n} | " + " | ".join(cells) + " |")
+
+    accuracy_table([(a, lrs[a], models[a]) for a in ARCHS if a in models])
+    # other learning rates trained past seed 1 (a sensitivity check named in docs/reproduce.md): reported
+    # beside the chosen ones, never in a verdict
+    extra = sorted({(a, lr) for (a, lr, s) in r if s > 1 and a in lrs and lr != lrs[a]},
+                   key=lambda t: (ARCHS.index(t[0]), lr_key(t[1])))
+    if extra:
+        w("\nThe same at a learning rate the rule did not choose (a sensitivity check, in no verdict):\n")
+        accuracy_table([(a, lr, seeds_at(r, a, lr)) for a, lr in extra])
         for a, lr in extra:
             k, n = learned(seeds_at(r, a, lr))
             k0, n0 = learned(models.get(a, {}))
