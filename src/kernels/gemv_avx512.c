@@ -35,11 +35,16 @@
  *     each stay at 38–40, so the two streams, not the arithmetic, are what
  *     loses there. With x exactly bf16 (w8a16) at the BF16 level, Zen 5
  *     packs the codes to bf16 and multiplies by vdpbf16ps (q8_rows_dp);
- *   - 4-bit (w4a16): the nibbles looked up as bf16 values (code − 8 is exact
- *     in bf16) by vpermw and multiplied by vdpbf16ps, the per-group scales
- *     applied to each group's 8 lanes of partial sums, an L2 prefetch 8 KiB
- *     ahead. This one is arithmetic-bound: about 22 GB/s on one core from
- *     L2, so two cores stay under a bandwidth above ~40 GB/s.
+ *   - 4-bit (w4a16): 64 bytes (four groups) loaded as they lie, each of the
+ *     four nibbles of every 16-bit word looked up as a bf16 value (code − 8
+ *     is exact in bf16) by vpermw straight from the word shifted by 0, 4,
+ *     8, 12 (no widening, no masking: a 32-entry table that repeats every
+ *     16), x laid out once per call in the matching order, vdpbf16ps, each
+ *     group's scale applied to its 4 lanes of partial sums, an L2 prefetch
+ *     8 KiB ahead. Arithmetic-bound from cache: on Zen 5 (2026-12-04, one
+ *     core, 512 × 2048 from L2, alternated runs) 52–54 GB/s against 41–42
+ *     for the earlier kernel (below), streamed on 2 threads (48 weights of
+ *     2048 × 5632) 47–49 against 44–46.
  * vdpbf16ps flushes denormal inputs to zero, and takes x as bf16: where x is
  * not exactly bf16 (w4a16 with --act16 fp16; an fp32 model on bf16
  * weights) or holds a denormal, or K is past the stack copy of x
@@ -53,7 +58,11 @@
  * (28 / 20 GB/s, against 31 / 25 for vpmovsxbd) or a magic-number float
  * and a subtraction (25 / 17); 4-bit codes looked up with two vpshufb
  * tables (the bf16 values' low and high bytes) and unpacked into words
- * (27 / 18, against 30 / 20 for vpermw); 4-bit codes made bf16 without a
+ * (27 / 18, against 30 / 20 for vpermw; on Zen 5 28–30 from L2, against
+ * 27–28 for that vpermw kernel and 30–47 for today's); the earlier 4-bit
+ * kernel: 32 bytes (a pair of groups) widened to words by vpmovzxbw, the
+ * low nibbles masked and the high ones shifted, two vpermw lookups (Zen 4:
+ * 22 GB/s on one core from L2; Zen 5 figures above); 4-bit codes made bf16 without a
  * shuffle, 0x4180 | code << 3 = 16 + code, and 24·Σx taken off each
  * group (1.18x from cache, 26 against 22 GB/s, but the bias cancels six
  * times the result's magnitude: 2e-5 relative differences, against exact
@@ -83,20 +92,31 @@ AVX512_INLINE __mmask32 lanes32(int64_t n) {
     return n >= 32 ? (__mmask32)0xFFFFFFFFu : n <= 0 ? (__mmask32)0 : (__mmask32)((1u << n) - 1);
 }
 
-/* x [K] as bf16 bits into xb, zero up to the next multiple of 64; with
- * q4_order, each 64 values' four runs of 16 stored in the order 0, 2, 1, 3
- * (gemv_q4's order: a pair of groups' low nibbles, then its high ones).
- * 1 when every x[k] is exactly a bf16 value and none is denormal. */
+/* x [K] as bf16 bits into xb, zero up to the next multiple of 128
+ * (XB_PAD); with q4_order, in gemv_q4's order (q4_quad): each block of 128
+ * values, four groups of 32, as four runs of 32 words A, B, C, D where
+ * word 8g + t of A holds value 32g + 2t, of B 32g + 2t + 16, of C
+ * 32g + 2t + 1 and of D 32g + 2t + 17. 1 when every x[k] is exactly a bf16
+ * value and none is denormal. */
+enum { XB_PAD = 128 };
 BF16_INLINE int x_to_bf16(uint16_t *xb, const float *x, int64_t K, int q4_order) {
-    static const int64_t at[4] = {0, 32, 16, 48};
+    /* 16 values' words, the even ones first, then the odd ones */
+    const __m256i evens_odds = _mm256_set_epi16(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
     __mmask16 bad = 0;
-    for (int64_t c = 0; c < (K + 63) / 64 * 64; c += 16) {
+    for (int64_t c = 0; c < (K + XB_PAD - 1) / XB_PAD * XB_PAD; c += 16) {
         __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(lanes(K - c), x + c));
         bad |= _mm512_test_epi32_mask(u, _mm512_set1_epi32(0xFFFF));
         bad |= _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7F800000)) &
                _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7FFFFFFF));
-        int64_t to = q4_order ? c / 64 * 64 + at[c / 16 % 4] : c;
-        _mm256_storeu_si256((__m256i *)(void *)(xb + to), _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+        __m256i h = _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+        if (!q4_order) {
+            _mm256_storeu_si256((__m256i *)(void *)(xb + c), h);
+            continue;
+        }
+        h = _mm256_permutexvar_epi16(evens_odds, h);
+        uint16_t *at = xb + c / 128 * 128 + c % 128 / 32 * 8 + (c % 32 ? 32 : 0); /* A, or B for 16..31 */
+        _mm_storeu_si128((__m128i *)(void *)at, _mm256_castsi256_si128(h));
+        _mm_storeu_si128((__m128i *)(void *)(at + 64), _mm256_extracti128_si256(h, 1)); /* C or D */
     }
     return bad == 0;
 }
@@ -170,7 +190,7 @@ AVX512_FN void dtx_gemv_bf16_avx512(float *out, const float *x, const uint16_t *
 }
 
 BF16_FN static void gemv_bf16_dp(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
-    uint16_t xb[GEMV_XMAX + 64];
+    uint16_t xb[GEMV_XMAX + XB_PAD];
     if (K > GEMV_XMAX || !x_to_bf16(xb, x, K, 0)) {
         dtx_gemv_bf16_avx512(out, x, w, K, N);
         return;
@@ -276,43 +296,48 @@ AVX512_FN void dtx_gemv_q8_avx512(float *out, const float *x, const int8_t *q, c
 
 /* ----------------------------------------------------------------- 4-bit */
 
-/* One pair of groups (32 bytes at b, `bytes` of them real: 32, or 16 for a
- * last odd group) into acc[b] for each of the B inputs xp[b]: the 32 bytes
- * widened to words, the low and the high nibbles looked up as bf16 (code −
- * 8) once for every input, multiplied with the input's 64 values in the same
- * order, and lanes 0–7 (the first group's partial sums) scaled by s[0],
- * lanes 8–15 by s[1] (0 past the last group). Each input's accumulator
- * takes the same operations in the same order whatever B is. */
-BF16_INLINE void q4_pair(const int B, __m512 *acc, const uint8_t *b, const float *s, const uint16_t *const *xp,
-                         __m512i lut, int bytes) {
-    const __m512i low4 = _mm512_set1_epi16(15);
-    const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    __m256i raw = bytes == 32 ? _mm256_loadu_si256((const __m256i *)(const void *)b)
-                              : _mm256_maskz_loadu_epi8(0xFFFF, b);
-    __m512i v = _mm512_cvtepu8_epi16(raw);
-    __m512bh lo = as_bh(_mm512_permutexvar_epi16(_mm512_and_si512(v, low4), lut));
-    __m512bh hi = as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), lut));
-    /* the pair of scales by movq (a 4-byte aligned pair: a file's scales are read in place) */
-    __m128 s2 = bytes == 32 ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(const void *)s)) : _mm_load_ss(s);
-    __m512 sv = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(s2));
+/* Four groups (64 bytes at b, `groups` of them real: 4, or 1–3 at a row's
+ * end, the rest read as zeros) into acc[i] for each of the B inputs xp[i]
+ * (bf16 in x_to_bf16's q4 order): the 32 words at b looked up as bf16
+ * (code − 8) by vpermw four times, on the words as they are and shifted
+ * right by 4, 8 and 12 (a 32-entry table repeating every 16, so each
+ * lookup reads one nibble whatever lies above it): A, B, C, D, each 128-bit
+ * lane one group's; A·xA + C·xC and B·xB + D·xD by vdpbf16ps in two chains,
+ * added, lanes 4g–4g+3 scaled by group g's scale (0 past the last group).
+ * Each input's accumulator takes the same operations in the same order
+ * whatever B is. */
+BF16_INLINE void q4_quad(const int B, __m512 *acc, const uint8_t *b, const float *s, const uint16_t *const *xp,
+                         __m512i lut, int groups) {
+    const __m512i quarters = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    __m512i v = groups == 4 ? _mm512_loadu_si512(b)
+                            : _mm512_maskz_loadu_epi8(((__mmask64)1 << (16 * groups)) - 1, b);
+    __m512bh wa = as_bh(_mm512_permutexvar_epi16(v, lut));
+    __m512bh wb = as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), lut));
+    __m512bh wc = as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 8), lut));
+    __m512bh wd = as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 12), lut));
+    /* the scales as they lie (a file's scales are read in place) */
+    __m128 s4 = groups == 4 ? _mm_loadu_ps(s) : _mm_maskz_loadu_ps((__mmask8)((1u << groups) - 1), s);
+    __m512 sv = _mm512_permutexvar_ps(quarters, _mm512_castps128_ps512(s4));
 #pragma GCC unroll 4
     for (int i = 0; i < B; i++) {
-        __m512 d = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(_mm512_loadu_si512(xp[i])), lo);
-        d = _mm512_dpbf16_ps(d, as_bh(_mm512_loadu_si512(xp[i] + 32)), hi);
-        acc[i] = _mm512_fmadd_ps(d, sv, acc[i]);
+        __m512 d0 = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(_mm512_loadu_si512(xp[i])), wa);
+        __m512 d1 = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(_mm512_loadu_si512(xp[i] + 32)), wb);
+        d0 = _mm512_dpbf16_ps(d0, as_bh(_mm512_loadu_si512(xp[i] + 64)), wc);
+        d1 = _mm512_dpbf16_ps(d1, as_bh(_mm512_loadu_si512(xp[i] + 96)), wd);
+        acc[i] = _mm512_fmadd_ps(_mm512_add_ps(d0, d1), sv, acc[i]);
     }
 }
 
 /* out[i·ldo + n] = x_i·row n for the B (1 to 4) inputs xp[i] (bf16, in
  * gemv_q4's order, x_to_bf16) and the N rows at q: each row in two
- * accumulators per input, pairs of groups alternating between them, an L2
- * prefetch 8 KiB ahead. */
+ * accumulators per input, blocks of four groups alternating between them,
+ * an L2 prefetch 8 KiB ahead. */
 BF16_INLINE void q4_rows_nb(const int B, float *out, int64_t ldo, const uint16_t *const *xp, const uint8_t *q,
                             const float *scale, int64_t K, int64_t N) {
     uint16_t table[32];
     for (int i = 0; i < 32; i++) table[i] = dtx_f32_to_bf16((float)(i % 16 - 8));
     const __m512i lut = _mm512_loadu_si512(table);
-    const int64_t ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K), pairs = ng / 2;
+    const int64_t ng = dtx_q4_groups(K), rb = dtx_q4_row_bytes(K);
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *r = q + n * rb;
         const float *s = scale + n * ng;
@@ -320,24 +345,25 @@ BF16_INLINE void q4_rows_nb(const int B, float *out, int64_t ldo, const uint16_t
         const uint16_t *xq[4];
 #pragma GCC unroll 4
         for (int i = 0; i < B; i++) a0[i] = a1[i] = _mm512_setzero_ps();
-        int64_t p = 0;
-        for (; p + 2 <= pairs; p += 2) {
-            PREFETCH_L2(r + 32 * p);
+        int64_t g = 0;
+        for (; g + 8 <= ng; g += 8) {
+            PREFETCH_L2(r + 16 * g);
+            PREFETCH_L2(r + 16 * g + 64);
 #pragma GCC unroll 4
-            for (int i = 0; i < B; i++) xq[i] = xp[i] + 64 * p;
-            q4_pair(B, a0, r + 32 * p, s + 2 * p, xq, lut, 32);
+            for (int i = 0; i < B; i++) xq[i] = xp[i] + 32 * g;
+            q4_quad(B, a0, r + 16 * g, s + g, xq, lut, 4);
 #pragma GCC unroll 4
-            for (int i = 0; i < B; i++) xq[i] += 64;
-            q4_pair(B, a1, r + 32 * p + 32, s + 2 * p + 2, xq, lut, 32);
+            for (int i = 0; i < B; i++) xq[i] += 128;
+            q4_quad(B, a1, r + 16 * g + 64, s + g + 4, xq, lut, 4);
         }
 #pragma GCC unroll 4
-        for (int i = 0; i < B; i++) xq[i] = xp[i] + 64 * p;
-        if (p < pairs) {
-            q4_pair(B, a0, r + 32 * p, s + 2 * p, xq, lut, 32), p++;
+        for (int i = 0; i < B; i++) xq[i] = xp[i] + 32 * g;
+        if (g + 4 <= ng) {
+            q4_quad(B, a0, r + 16 * g, s + g, xq, lut, 4), g += 4;
 #pragma GCC unroll 4
-            for (int i = 0; i < B; i++) xq[i] += 64;
+            for (int i = 0; i < B; i++) xq[i] += 128;
         }
-        if (ng % 2) q4_pair(B, a1, r + 32 * p, s + 2 * p, xq, lut, 16);
+        if (g < ng) q4_quad(B, a1, r + 16 * g, s + g, xq, lut, (int)(ng - g));
 #pragma GCC unroll 4
         for (int i = 0; i < B; i++) out[i * ldo + n] = _mm512_reduce_add_ps(_mm512_add_ps(a0[i], a1[i]));
     }
@@ -345,7 +371,7 @@ BF16_INLINE void q4_rows_nb(const int B, float *out, int64_t ldo, const uint16_t
 
 BF16_FN static void gemv_q4_dp(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K,
                                int64_t N) {
-    uint16_t xb[GEMV_XMAX + 64];
+    uint16_t xb[GEMV_XMAX + XB_PAD];
     if (K > GEMV_XMAX || !x_to_bf16(xb, x, K, 1)) {
         dtx_gemv_q4_avx2(out, x, q, scale, K, N);
         return;
@@ -361,7 +387,7 @@ BF16_FN static void gemv_q4_dp(float *out, const float *x, const uint8_t *q, con
 enum { Q4_NB = 4 };
 BF16_FN static void gemv_q4_nb_dp(float *out, int64_t ldo, const float *x, int64_t nb, const uint8_t *q,
                                   const float *scale, int64_t K, int64_t N) {
-    uint16_t xb[Q4_NB][GEMV_XMAX + 64];
+    uint16_t xb[Q4_NB][GEMV_XMAX + XB_PAD];
     const uint16_t *xp[Q4_NB] = {xb[0], xb[1], xb[2], xb[3]};
     for (int64_t b0 = 0; b0 < nb; b0 += Q4_NB) {
         const int B = nb - b0 < Q4_NB ? (int)(nb - b0) : Q4_NB;
@@ -429,7 +455,7 @@ BF16_FN static void gemv_q8_nb_dp(float *out, int64_t ldo, const float *x, int64
         dtx_gemv_q8_nb_avx512(out, ldo, x, nb, q, scale, K, N);
         return;
     }
-    uint16_t xb[Q8_NB][GEMV_XMAX + 64];
+    uint16_t xb[Q8_NB][GEMV_XMAX + XB_PAD];
     const uint16_t *xp[Q8_NB] = {xb[0], xb[1], xb[2], xb[3]};
     for (int64_t b0 = 0; b0 < nb; b0 += Q8_NB) {
         const int B = nb - b0 < Q8_NB ? (int)(nb - b0) : Q8_NB;

@@ -129,13 +129,14 @@ static void run_gemv_bf16(const dtx_simd_ops *o, const op_case *c, float *out) {
     o->gemv_bf16(out, c->in[0], c->in[2], c->d[0], c->d[1]);
 }
 
-/* Widths around the 32-value groups and the 8/32-lane vectors, row counts
- * around the 4- and 8-row blocks, and rows wider than the AVX2 q4 kernel's
- * laid-out copy of x (16384). */
-static const int64_t Q_K[] = {1, 7, 16, 31, 32, 33, 64, 100, 344, 16424}, Q_N[] = {1, 3, 4, 5, 8, 9, 17};
-enum { Q_CASES = 9 * 7 + 1 };
+/* Widths around the 32-value groups, the AVX-512 q4 kernel's blocks of 4
+ * and 8 groups (440: 8 + 4 + 2 groups) and the 8/32-lane vectors, row
+ * counts around the 4- and 8-row blocks, and rows wider than the AVX2 q4
+ * kernel's laid-out copy of x (16384). */
+static const int64_t Q_K[] = {1, 7, 16, 31, 32, 33, 64, 100, 344, 440, 16424}, Q_N[] = {1, 3, 4, 5, 8, 9, 17};
+enum { Q_CASES = 10 * 7 + 1 };
 static void q_shape(int i, int64_t *K, int64_t *N) {
-    if (i == Q_CASES - 1) *K = Q_K[9], *N = 5;
+    if (i == Q_CASES - 1) *K = Q_K[10], *N = 5;
     else *K = Q_K[i / 7], *N = Q_N[i % 7];
 }
 
