@@ -58,8 +58,9 @@
  * (28 / 20 GB/s, against 31 / 25 for vpmovsxbd) or a magic-number float
  * and a subtraction (25 / 17); 4-bit codes looked up with two vpshufb
  * tables (the bf16 values' low and high bytes) and unpacked into words
- * (27 / 18, against 30 / 20 for vpermw; on Zen 5 28–30 from L2, against
- * 27–28 for that vpermw kernel and 30–47 for today's); the earlier 4-bit
+ * (27 / 18, against 30 / 20 for vpermw; on Zen 5, one core over 2048 ×
+ * 2048 from L3, 41–43 against 35–39 for that vpermw kernel and 44–48 for
+ * today's); the earlier 4-bit
  * kernel: 32 bytes (a pair of groups) widened to words by vpmovzxbw, the
  * low nibbles masked and the high ones shifted, two vpermw lookups (Zen 4:
  * 22 GB/s on one core from L2; Zen 5 figures above); 4-bit codes made bf16 without a
