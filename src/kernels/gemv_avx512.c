@@ -43,8 +43,12 @@
  *     group's scale applied to its 4 lanes of partial sums, an L2 prefetch
  *     8 KiB ahead. Arithmetic-bound from cache: on Zen 5 (2026-12-04, one
  *     core, 512 × 2048 from L2, alternated runs) 52–54 GB/s against 41–42
- *     for the earlier kernel (below), streamed on 2 threads (48 weights of
- *     2048 × 5632) 47–49 against 44–46.
+ *     for the earlier kernel (below); streamed on 2 threads, no faster:
+ *     alternated runs over 40–48 weights of 2048 × 5632 gave 47–61 GB/s
+ *     against 44–62 as the machine's bandwidth moved, and a standalone
+ *     program over 300 MB 48–50 for both. It pays where a model's weights
+ *     are partly in the caches (a 110M w4a16 file's decode: 4 of 5
+ *     alternated pairs ahead by 0.5–5%, one behind by 10%).
  * vdpbf16ps flushes denormal inputs to zero, and takes x as bf16: where x is
  * not exactly bf16 (w4a16 with --act16 fp16; an fp32 model on bf16
  * weights) or holds a denormal, or K is past the stack copy of x
