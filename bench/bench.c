@@ -1397,10 +1397,13 @@ typedef struct {
     char weights[16];
 } file_result;
 
-/* --model-child PATH: prints "ok" and the numbers, or "err MESSAGE". */
+/* --model-child PATH [fp32|bf16]: prints "ok" and the numbers, or "err
+ * MESSAGE"; the KV cache in the type given (fp32 by default). */
 static int model_child_main(int argc, char **argv) {
-    if (argc != 3) return printf("err --model-child needs a path\n"), 2;
+    if (argc != 3 && argc != 4) return printf("err --model-child needs a path (and a KV cache type)\n"), 2;
     const char *path = argv[2];
+    dtx_kv_type kvt = DTX_KV_FP32;
+    if (argc == 4 && dtx_kv_type_parse(argv[3], &kvt)) return printf("err %s\n", dtx_last_error()), 2;
     /* the bandwidth first, then the peak RSS reset (writing 5 to clear_refs, Linux 4.0 on): the probe's
      * arrays (3 x 256 MiB) must not count in the model's peak below */
     double bw = measure_read_bw(26, 3);
@@ -1414,7 +1417,7 @@ static int model_child_main(int argc, char **argv) {
     const dtx_config *c = dtx_model_config(m);
     float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
     int32_t *toks = malloc(sizeof(int32_t) * FILE_CTX);
-    if (!logits || !toks || dtx_kvcache_init(&kv, m, FILE_CTX + FILE_ROUNDS * FILE_N + 1))
+    if (!logits || !toks || dtx_kvcache_init_type(&kv, m, FILE_CTX + FILE_ROUNDS * FILE_N + 1, kvt))
         return printf("err %s\n", dtx_last_error()), 1;
     for (int i = 0; i < FILE_CTX; i++) toks[i] = (int32_t)((i * 7919 + 1) % c->vocab_size);
     if (dtx_model_prefill(m, kv, toks, 1, logits)) return printf("err %s\n", dtx_last_error()), 1;
@@ -1482,7 +1485,7 @@ static double path_gb(const char *path) {
     return b / 1e9;
 }
 
-static file_result file_bench(const char *self, const char *path) {
+static file_result file_bench(const char *self, const char *path, const char *kv_cache) {
     file_result r;
     memset(&r, 0, sizeof r);
     r.file_gb = path_gb(path);
@@ -1490,7 +1493,7 @@ static file_result file_bench(const char *self, const char *path) {
     /* from the page cache, as the target says: read the files once first */
     snprintf(cmd, sizeof cmd, "cat '%s' '%s'/* > /dev/null 2>&1", path, path);
     if (system(cmd) == -1) { /* the measurement says how warm it was */ }
-    snprintf(cmd, sizeof cmd, "'%s' --model-child '%s' 2>&1", self, path);
+    snprintf(cmd, sizeof cmd, "'%s' --model-child '%s' %s 2>&1", self, path, kv_cache);
     FILE *p = popen(cmd, "r");
     if (!p) return snprintf(r.why, sizeof r.why, "could not start a child"), r;
     long hwm = 0;
@@ -1601,6 +1604,7 @@ static void usage(void) {
             "             [--openblas DIR] [--python PATH]\n"
             "             [--sections peak,gemm,train,torch,v2,attn,long,decode,serve] [--configs S,L]\n"
             "             [--models PATH,PATH,...]   (model files measured in the decode section)\n"
+            "             [--kv-cache fp32|bf16]      (their KV cache; default fp32)\n"
             "       bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]\n");
 }
 
@@ -1617,7 +1621,7 @@ int main(int argc, char **argv) {
     int quick = 0, tiny = 0, steps = 3, no_torch = 0, torch_full = 0;
     const char *outfile = "bench/results.md", *sections = "peak,gemm,train,torch,v2,attn,long,decode,serve";
     const char *python = "/usr/bin/python3", *script = "tools/bench_torch.py", *torch_attn = "fused";
-    const char *openblas_dir = "build/openblas", *configs = "S,L", *models = NULL;
+    const char *openblas_dir = "build/openblas", *configs = "S,L", *models = NULL, *kv_cache = "fp32";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--tiny")) tiny = quick = 1;
@@ -1631,6 +1635,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--torch-attn") && i + 1 < argc) torch_attn = argv[++i];
         else if (!strcmp(argv[i], "--openblas") && i + 1 < argc) openblas_dir = argv[++i];
         else if (!strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
+        else if (!strcmp(argv[i], "--kv-cache") && i + 1 < argc) kv_cache = argv[++i];
         else {
             usage();
             return 2;
@@ -1960,7 +1965,7 @@ int main(int argc, char **argv) {
         for (char *s = strtok(list, ","); s && nfiles < MAX_FILES; s = strtok(NULL, ",")) {
             snprintf(file_names[nfiles], sizeof file_names[0], "%s", s);
             fprintf(stderr, "  model file %s...\n", s);
-            files[nfiles] = file_bench(self, s);
+            files[nfiles] = file_bench(self, s, kv_cache);
             file_result *fr = &files[nfiles];
             if (fr->ok)
                 fprintf(stderr, "    %s: peak RSS %.2f GB (file %.2f GB), first token %.2f s, prefill %.1f tok/s, "
@@ -2178,11 +2183,11 @@ int main(int argc, char **argv) {
                 "(VmHWM, reset after the first bandwidth measurement and read after the first round, before a second "
                 "bandwidth array could count in it), the weights' bytes what the model holds; each round's bound "
                 "is the bandwidth around it (the mean of the measurements just before and after it) ÷ the bytes a step reads (the weights as held, of an "
-                "untied embedding one row, the fp32 cache at its length). Decode tokens/s, the bandwidth and the "
+                "untied embedding one row, the %s KV cache at its length). Decode tokens/s, the bandwidth and the "
                 "fraction of the bound are medians over the rounds (each its own median: the fraction is not the "
                 "ratio of the other two), the bandwidth's range beside it; the bound tokens/s is the median "
                 "bandwidth's.\n\n",
-                FILE_CTX, FILE_ROUNDS, FILE_N);
+                FILE_CTX, FILE_ROUNDS, FILE_N, kv_cache);
             out("| model | weights | params | file GB | peak RSS GB | ÷ file | open s | first token s | prefill %d tok/s | "
                 "decode tok/s | bandwidth | bound tok/s | of bound |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
                 "---:|---:|---:|\n", FILE_CTX);

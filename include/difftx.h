@@ -187,6 +187,10 @@ typedef struct {
 #define DTX_FLAG_PRECISION(p)                                                                               \
     DTX_FLAG_CHOICE("--precision", p, "fp32|bf16",                                                           \
                     .help = "matrix products in fp32 (default), or with bf16 operands and fp32 accumulation")
+#define DTX_FLAG_KV_CACHE(p)                                                                                \
+    DTX_FLAG_CHOICE("--kv-cache", p, "fp32|bf16",                                                            \
+                    .help = "the KV cache's keys and values in fp32 (default), or in bf16: half its memory and of "  \
+                            "the bytes a decode step reads from it, the values rounded (docs/generate.md)")
 #define DTX_FLAG_ATTN_BITS(p)                                                                               \
     DTX_FLAG_INT("--attn-bits", p, 0, 16, .metavar = "B",                                                  \
                  .help = "quantise the attention logits to B bits, 2..16 (dynamic absmax); 0 = off (default)")
@@ -1119,7 +1123,14 @@ dtx_status dtx_shard_write(const char *path, const int32_t *tokens, int64_t n, i
  * post-RoPE keys and the values of the tokens seen so far:
  *   K [n_layers, max_len, kv_dim] and V [n_layers, max_len, kv_dim] floats,
  * kv_dim = n_kv_heads·2d (DIFF) or n_kv_heads·d (Transformer), so
- * 2·n_layers·max_len·kv_dim·sizeof(dtx_real) bytes (dtx_kvcache_bytes).
+ * 2·n_layers·max_len·kv_dim·sizeof(dtx_real) bytes (dtx_kvcache_bytes);
+ * or, a bf16 cache (DTX_KV_BF16), the same in bf16: half the bytes, to keep
+ * and to read at every decode step. A bf16 cache rounds each new key (after
+ * RoPE) and value to bf16, nearest even, as it stores it, and every
+ * attention of the model's steps, over a prompt's own keys or the cache,
+ * reads the rounded values, so its logits are those of a model whose keys
+ * and values are rounded so, not the fp32 cache's bits (docs/generate.md
+ * gives the size of the difference). Not with quantised attention logits.
  * dtx_model_prefill runs the prompt through the model in one batched pass and
  * writes its keys and values into the cache; dtx_model_decode then feeds one
  * token at a time (position = tokens already cached). Both return the logits
@@ -1136,6 +1147,15 @@ typedef struct dtx_kvcache dtx_kvcache;
 /* A cache for sequences of up to max_len tokens (1 <= max_len <=
  * max_seq_len; max_len <= 0 means max_seq_len). */
 dtx_status dtx_kvcache_init(dtx_kvcache **out, const dtx_model *m, int64_t max_len);
+/* What a cache keeps its keys and values in. */
+typedef enum { DTX_KV_FP32 = 0, DTX_KV_BF16 = 1 } dtx_kv_type;
+/* dtx_kvcache_init with the keys and values kept in type (DTX_KV_FP32 is
+ * dtx_kvcache_init). */
+dtx_status dtx_kvcache_init_type(dtx_kvcache **out, const dtx_model *m, int64_t max_len, dtx_kv_type type);
+dtx_kv_type dtx_kvcache_type(const dtx_kvcache *c);
+/* "fp32" / "bf16" (a flag's value) to a type; an error names anything else. */
+dtx_status dtx_kv_type_parse(const char *s, dtx_kv_type *out);
+const char *dtx_kv_type_name(dtx_kv_type t);
 void dtx_kvcache_free(dtx_kvcache *c);
 /* Forgets the cached tokens (len = 0); keeps the memory. */
 void dtx_kvcache_reset(dtx_kvcache *c);
@@ -1145,7 +1165,8 @@ void dtx_kvcache_reset(dtx_kvcache *c);
 dtx_status dtx_kvcache_truncate(dtx_kvcache *c, int64_t len);
 int64_t dtx_kvcache_len(const dtx_kvcache *c);     /* tokens cached            */
 int64_t dtx_kvcache_max_len(const dtx_kvcache *c);
-/* Bytes of the K and V arrays: 2·n_layers·max_len·kv_dim·sizeof(dtx_real). */
+/* Bytes of the K and V arrays: 2·n_layers·max_len·kv_dim·sizeof(dtx_real),
+ * or 2 bytes a value in bf16. */
 size_t dtx_kvcache_bytes(const dtx_kvcache *c);
 /* Bytes of the working buffers on top of that: rows of the longest prefill so
  * far, one step's attention scores, and with bf16 products the parameters'

@@ -375,16 +375,19 @@ class Model(_Owned):
                                   out.ctypes.data_as(ctypes.POINTER(ctypes.c_double)))
         return out
 
-    def generate(self, ids, max_tokens, temperature=0.8, top_k=0, top_p=1.0, seed=1, eos=None):
+    def generate(self, ids, max_tokens, temperature=0.8, top_k=0, top_p=1.0, seed=1, eos=None, kv_cache="fp32"):
         """Continues ids with up to max_tokens sampled ids, yielded one by
         one (a KV cache; prefill, then one decode step per id). temperature
         <= 0: greedy. Stops early at max_seq_len, or when the id eos is drawn
         (not yielded). The same arguments give the ids of `difftx sample`
-        (top_k 0, top_p 1) and of dtx_sample."""
+        (top_k 0, top_p 1) and of dtx_sample. kv_cache "bf16" keeps the
+        cache's keys and values in bf16 (half the memory, rounded:
+        docs/generate.md)."""
         prompt = _ids(ids)
+        kv = _choice("kv_cache", kv_cache, _lib.KV_CACHE)
         s = _lib.Sampler(float(temperature), int(top_k), float(top_p), int(seed))
         L.dtx_sampler_validate(ctypes.byref(s))
-        return _Generation(self, prompt, int(max_tokens), s, eos)
+        return _Generation(self, prompt, int(max_tokens), s, eos, kv)
 
     def quantize(self, scheme, calib, act_method="absmax", percentile=99.99, clip_search=True, act_fp16=False):
         """Quantises the weights in place (docs/quantize.md) from calibration
@@ -403,7 +406,7 @@ class Model(_Owned):
 class _Generation:
     """The iterator of Model.generate: owns its KV cache."""
 
-    def __init__(self, model, prompt, max_tokens, sampler, eos):
+    def __init__(self, model, prompt, max_tokens, sampler, eos, kv=0):
         self.model, self.s, self.eos, self.left = model, sampler, eos, max_tokens
         c = model.config
         n = prompt.shape[0]
@@ -417,7 +420,7 @@ class _Generation:
         self.logits = np.empty(self.V, dtype=np.float32)
         self.cache = ctypes.c_void_p()
         end = min(n + max(max_tokens, 1), c.max_seq_len)
-        L.dtx_kvcache_init(ctypes.byref(self.cache), model._handle(), max(end - 1, n))
+        L.dtx_kvcache_init_type(ctypes.byref(self.cache), model._handle(), max(end - 1, n), kv)
         self.rng = _lib.Rng()
         L.dtx_rng_seed(ctypes.byref(self.rng), sampler.seed)
         L.dtx_model_prefill(model._h, self.cache, prompt.ctypes.data_as(_i32p), n, self.logits.ctypes.data_as(_fp))

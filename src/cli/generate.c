@@ -18,7 +18,8 @@ static const char *CMD = "generate";
 static const char USAGE[] =
     "usage: difftx generate --model MODEL.safetensors --tokenizer TOK [--prompt TEXT]\n"
     "                       [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
-    "                       [--seed S] [--precision fp32|bf16] [--no-bos] [--special]\n"
+    "                       [--seed S] [--precision fp32|bf16] [--kv-cache fp32|bf16]\n"
+    "                       [--no-bos] [--special]\n"
     "\n"
     "Continues a text prompt (--prompt, or all of stdin, bytes as they are) and\n"
     "streams the new text to stdout token by token. The prompt is encoded with the\n"
@@ -36,7 +37,7 @@ typedef struct {
     double temperature, top_p;
     int64_t top_k;
     uint64_t seed;
-    int precision, no_bos, special;
+    int precision, kv_cache, no_bos, special;
 } gen_args;
 
 
@@ -106,7 +107,7 @@ static int generate(dtx_model *m, const dtx_tokenizer *t, const gen_args *a, con
     dtx_kvcache *cache = NULL;
     dtx_real *logits = malloc((size_t)V * sizeof *logits);
     if (!logits) return runtime_error(CMD, "out of memory");
-    if (dtx_kvcache_init(&cache, m, end - 1) != DTX_OK) {
+    if (dtx_kvcache_init_type(&cache, m, end - 1, (dtx_kv_type)a->kv_cache) != DTX_OK) {
         free(logits);
         return lib_error(CMD);
     }
@@ -163,6 +164,7 @@ int cmd_generate(int argc, char **argv) {
                   .help = "then among the fewest whose probability reaches P (nucleus; default 1 = off)"),
         FLAG_SEED("--seed", &a.seed, .metavar = "S", .help = "sampler seed (default 1)"),
         DTX_FLAG_PRECISION(&a.precision),
+        DTX_FLAG_KV_CACHE(&a.kv_cache),
         FLAG_BOOL("--no-bos", &a.no_bos, 1, .help = "do not start the prompt with the tokenizer's BOS"),
         FLAG_BOOL("--special", &a.special, 1,
                   .help = "special-token text in the prompt (\"<|eos|>\") becomes its id; without it, it is encoded as "

@@ -20,7 +20,8 @@ static const char *CMD = "serve";
 static const char USAGE[] =
     "usage: difftx serve --model MODEL --tokenizer TOK [--host 127.0.0.1] [--port 8080]\n"
     "                    [--slots N] [--ctx N] [--api-key KEY] [--compare MODEL2]\n"
-    "                    [--precision fp32|bf16] [--max-body BYTES] [--timeout S]\n"
+    "                    [--precision fp32|bf16] [--kv-cache fp32|bf16] [--max-body BYTES]\n"
+    "                    [--timeout S]\n"
     "\n"
     "Serves MODEL over HTTP: the OpenAI API (POST /v1/completions,\n"
     "/v1/chat/completions; GET /v1/models), GET /health, POST /tokenize and\n"
@@ -47,7 +48,7 @@ static const char *base_name(const char *p) {
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *tokenizer = NULL, *host = "127.0.0.1", *api_key = NULL, *compare = NULL;
     int64_t port = 8080, slots = 4, ctx = 0, max_body = 1 << 20, timeout = 30;
-    int precision = DTX_PREC_FP32;
+    int precision = DTX_PREC_FP32, kv_cache = DTX_KV_FP32;
     flag fl[] = {
         DTX_FLAG_MODEL(&model),
         FLAG_TOKENIZER_FILE(&tokenizer),
@@ -61,6 +62,7 @@ int cmd_serve(int argc, char **argv) {
         FLAG_STR("--compare", &compare, .metavar = "MODEL2",
                  .help = "a second model (same tokenizer) whose maps the explorer shows beside"),
         DTX_FLAG_PRECISION(&precision),
+        DTX_FLAG_KV_CACHE(&kv_cache),
         FLAG_INT("--max-body", &max_body, 1024, 1 << 30, .metavar = "BYTES",
                  .help = "largest request body (default 1048576)"),
         FLAG_INT("--timeout", &timeout, 1, 3600, .metavar = "S",
@@ -98,7 +100,7 @@ int cmd_serve(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     if (rc == EXIT_OK) {
-        srv_engine_options eo = {.slots = (int)slots, .ctx = ctx ? ctx : max_len};
+        srv_engine_options eo = {.slots = (int)slots, .ctx = ctx ? ctx : max_len, .kv = (dtx_kv_type)kv_cache};
         if (!(e = srv_engine_create(m, t, &eo))) rc = runtime_error(CMD, "%s", srv_last_error());
     }
     if (rc == EXIT_OK) {

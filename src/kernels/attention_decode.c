@@ -139,42 +139,55 @@ static void quantise_map(real *p, int64_t len, double absmax, int bits) {
     for (int64_t t = 0; t < len; t++) p[t] = dtx_quant_apply(p[t], step);
 }
 
+/* One layer's cached rows: keys and values in real, or in bf16 bits (a bf16
+ * KV cache); the row kernels read either with the same arithmetic. */
+typedef struct {
+    const void *k, *v;
+    int bf16;
+} cache_rows;
+
 /* Scores of cache rows [t0, t1) for the sub-heads of heads [h0, h1): map j
  * of head h at S + (sub·(h − h0) + j)·len. */
-static void score_rows(const dtx_attn_dims *a, real *S, int64_t len, const real *q, const real *kcache, int64_t t0,
+static void score_rows(const dtx_attn_dims *a, real *S, int64_t len, const real *q, const cache_rows *kv, int64_t t0,
                        int64_t t1, int64_t h0, int64_t h1) {
     const int64_t n_rep = a->geom.n_heads / a->geom.n_kv_heads, d = a->geom.head_dim, sub = a->arch.diff ? 2 : 1;
     const int64_t ks = sub * a->geom.n_kv_heads * d;
     const real scale = (real)(1.0 / sqrt((double)d));
     for (int64_t b = t0; b < t1; b += BLOCK_ROWS) {
         int64_t nb = t1 - b < BLOCK_ROWS ? t1 - b : BLOCK_ROWS;
-        const real *kr = kcache + b * ks;
         for (int64_t h = h0; h < h1; h++)
-            for (int64_t j = 0; j < sub; j++) /* sub-head sub·h + j reads key sub-head sub·g + j */
-                dtx_dot_rows(S + (sub * (h - h0) + j) * len + b, 1, q + (sub * h + j) * d,
-                             kr + (sub * (h / n_rep) + j) * d, ks, nb, d, scale);
+            for (int64_t j = 0; j < sub; j++) { /* sub-head sub·h + j reads key sub-head sub·g + j */
+                real *s = S + (sub * (h - h0) + j) * len + b;
+                const real *qh = q + (sub * h + j) * d;
+                const int64_t at = b * ks + (sub * (h / n_rep) + j) * d;
+                if (kv->bf16) dtx_dot_rows_bf16(s, 1, qh, (const uint16_t *)kv->k + at, ks, nb, d, scale);
+                else dtx_dot_rows(s, 1, qh, (const real *)kv->k + at, ks, nb, d, scale);
+            }
     }
 }
 
 /* y + h·w += Σ_t p_h[t]·v_t over cache rows [t0, t1), heads [h0, h1); p_h
  * (the combined map) at S + sub·(h − h0)·len. */
-static void weigh_rows(const dtx_attn_dims *a, real *y, const real *S, int64_t len, const real *vcache, int64_t t0,
+static void weigh_rows(const dtx_attn_dims *a, real *y, const real *S, int64_t len, const cache_rows *kv, int64_t t0,
                        int64_t t1, int64_t h0, int64_t h1) {
     const int64_t n_rep = a->geom.n_heads / a->geom.n_kv_heads, sub = a->arch.diff ? 2 : 1;
     const int64_t w = sub * a->geom.head_dim, vs = a->geom.n_kv_heads * w;
     for (int64_t b = t0; b < t1; b += BLOCK_ROWS) {
         int64_t nb = t1 - b < BLOCK_ROWS ? t1 - b : BLOCK_ROWS;
-        for (int64_t h = h0; h < h1; h++)
-            dtx_axpy_rows(y + h * w, w, S + sub * (h - h0) * len + b, vcache + b * vs + (h / n_rep) * w, vs, nb);
+        for (int64_t h = h0; h < h1; h++) {
+            const real *p = S + sub * (h - h0) * len + b;
+            const int64_t at = b * vs + (h / n_rep) * w;
+            if (kv->bf16) dtx_axpy_rows_bf16(y + h * w, w, p, (const uint16_t *)kv->v + at, vs, nb);
+            else dtx_axpy_rows(y + h * w, w, p, (const real *)kv->v + at, vs, nb);
+        }
     }
 }
 
 /* Heads [h0, h1) of one decode step (see the top of the file); scratch holds
  * their maps from its start: map j of head h at (sub·(h − h0) + j)·len.
  * amax: TENSOR scope's per-map absmax (quantised rows only), else NULL. */
-static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const real *kcache, const real *vcache,
-                         int64_t len, const real *subln_w, real *scratch, int64_t h0, int64_t h1,
-                         const double *amax) {
+static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const cache_rows *kv, int64_t len,
+                         const real *subln_w, real *scratch, int64_t h0, int64_t h1, const double *amax) {
     const int64_t H = a->geom.n_heads, G = a->geom.n_kv_heads, n_rep = H / G, d = a->geom.head_dim;
     const int64_t sub = a->arch.diff ? 2 : 1, w = sub * d;
     const int64_t ks = sub * G * d; /* the key rows' stride */
@@ -183,7 +196,8 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
     /* 1. scores, row by row of the cache: each row's keys are read once,
      *    contiguously (a walk down one head's column would stride over rows
      *    and defeat the prefetchers once the cache outgrows the caches). */
-    if (qb) {
+    if (qb) { /* fp32 rows only (dtx_attention_decode_bf16 refuses quantised logits) */
+        const real *kcache = kv->k;
         for (int64_t t = 0; t < len; t++) {
             const real *kr = kcache + t * ks;
             for (int64_t h = h0; h < h1; h++)
@@ -192,7 +206,7 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
                         quant_score(q + (sub * h + j) * d, kr + (sub * (h / n_rep) + j) * d, d, scale_d);
         }
     } else
-        score_rows(a, scratch, len, q, kcache, 0, len, h0, h1);
+        score_rows(a, scratch, len, q, kv, 0, len, h0, h1);
     /* 2. softmax of every map (quantised first when asked); DIFF folds its
      *    two maps into p1 − λ·p2 */
     const real lr = (real)a->arch.lambda;
@@ -209,7 +223,7 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
     }
     /* 3. weighted values, row by row, accumulated in out */
     for (int64_t c = h0 * w; c < h1 * w; c++) out[c] = 0;
-    weigh_rows(a, out, scratch, len, vcache, 0, len, h0, h1);
+    weigh_rows(a, out, scratch, len, kv, 0, len, h0, h1);
     /* 4. each head's epilogue (DIFF: per-head RMSNorm over 2d, γ, (1 − λ_init)),
      *    in place: the maps were combined before V, so O is already o1 */
     if (dtx_attn_epilogue_is_identity(&a->arch)) return;
@@ -221,8 +235,8 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
  * exp against the map's max, the sum in double, DIFF's maps
  * folded per key before V), the weighted values summed per chunk, then over
  * the chunks in order. */
-static void decode_rows_chunked(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,
-                                const real *vcache, int64_t len, const real *subln_w, real *scratch) {
+static void decode_rows_chunked(const dtx_attn_dims *a, real *out, const real *q, const cache_rows *kv, int64_t len,
+                                const real *subln_w, real *scratch) {
     const int64_t H = a->geom.n_heads, sub = a->arch.diff ? 2 : 1, w = sub * a->geom.head_dim, maps = sub * H;
     const int64_t HW = H * w;
     const real lr = (real)a->arch.lambda;
@@ -241,7 +255,7 @@ static void decode_rows_chunked(const dtx_attn_dims *a, real *out, const real *q
 #pragma omp for schedule(static)
         for (int64_t c = 0; c < nc; c++) {
             const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
-            score_rows(a, S, len, q, kcache, t0, t1, 0, H);
+            score_rows(a, S, len, q, kv, t0, t1, 0, H);
             for (int64_t m = 0; m < maps; m++) {
                 const real *p = S + m * len;
                 real mx = -INFINITY;
@@ -285,7 +299,7 @@ static void decode_rows_chunked(const dtx_attn_dims *a, real *out, const real *q
                 }
             real *pc = part + c * HW;
             for (int64_t i = 0; i < HW; i++) pc[i] = 0;
-            weigh_rows(a, pc, S, len, vcache, t0, t1, 0, H);
+            weigh_rows(a, pc, S, len, kv, t0, t1, 0, H);
         }
         /* 4. the chunks in order, then each head's epilogue */
 #pragma omp for schedule(static)
@@ -334,25 +348,25 @@ void dtx_attention_decode_absmax(const dtx_attn_dims *a, double *absmax, const r
     DTX_PROF(DTX_PROF_ATTENTION, 0, attention_decode_absmax_run(a, absmax, q, kcache, len));
 }
 
-static void attention_decode_with_absmax_run(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,
-                                             const real *vcache, int64_t len, const real *subln_w, real *scratch,
-                                             const double *absmax) {
-    assert(a && out && q && kcache && vcache && scratch && len >= 1);
+static void attention_decode_rows_run(const dtx_attn_dims *a, real *out, const real *q, const cache_rows *kv,
+                                      int64_t len, const real *subln_w, real *scratch, const double *absmax) {
+    assert(a && out && q && kv->k && kv->v && scratch && len >= 1);
     check_dims(a);
     assert(!a->arch.subln || subln_w);
+    assert(!kv->bf16 || !a->run.quant_bits);
     double own[2] = {0, 0};
     if (!a->run.quant_bits || !a->run.quant_tensor) absmax = NULL;
     else if (!absmax) { /* this row alone is the tensor */
-        attention_decode_absmax_run(a, own, q, kcache, len); /* counted in this call's profile */
+        attention_decode_absmax_run(a, own, q, kv->k, len); /* counted in this call's profile */
         absmax = own;
     }
     if (decode_chunked(a, len)) {
-        decode_rows_chunked(a, out, q, kcache, vcache, len, subln_w, scratch);
+        decode_rows_chunked(a, out, q, kv, len, subln_w, scratch);
         return;
     }
     const int64_t H = a->geom.n_heads, sub = a->arch.diff ? 2 : 1, work = len * 2 * H * a->geom.head_dim;
     if (work < PAR_MIN || omp_get_max_threads() == 1 || omp_in_parallel()) {
-        decode_heads(a, out, q, kcache, vcache, len, subln_w, scratch, 0, H, absmax);
+        decode_heads(a, out, q, kv, len, subln_w, scratch, 0, H, absmax);
         return;
     }
     /* Each thread takes a contiguous block of heads: a contiguous slice of
@@ -361,19 +375,26 @@ static void attention_decode_with_absmax_run(const dtx_attn_dims *a, real *out, 
     {
         int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
         int64_t h0 = H * id / nt, h1 = H * (id + 1) / nt;
-        if (h0 < h1) decode_heads(a, out, q, kcache, vcache, len, subln_w, scratch + sub * h0 * len, h0, h1, absmax);
+        if (h0 < h1) decode_heads(a, out, q, kv, len, subln_w, scratch + sub * h0 * len, h0, h1, absmax);
     }
 }
 
 void dtx_attention_decode_with_absmax(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,
                                       const real *vcache, int64_t len, const real *subln_w, real *scratch,
                                       const double *absmax) {
-    DTX_PROF(DTX_PROF_ATTENTION, 0, attention_decode_with_absmax_run(a, out, q, kcache, vcache, len, subln_w, scratch, absmax));
+    const cache_rows kv = {kcache, vcache, 0};
+    DTX_PROF(DTX_PROF_ATTENTION, 0, attention_decode_rows_run(a, out, q, &kv, len, subln_w, scratch, absmax));
 }
 
 void dtx_attention_decode(const dtx_attn_dims *a, real *out, const real *q, const real *kcache, const real *vcache,
                           int64_t len, const real *subln_w, real *scratch) {
     dtx_attention_decode_with_absmax(a, out, q, kcache, vcache, len, subln_w, scratch, NULL);
+}
+
+void dtx_attention_decode_bf16(const dtx_attn_dims *a, real *out, const real *q, const uint16_t *kcache,
+                               const uint16_t *vcache, int64_t len, const real *subln_w, real *scratch) {
+    const cache_rows kv = {kcache, vcache, 1};
+    DTX_PROF(DTX_PROF_ATTENTION, 0, attention_decode_rows_run(a, out, q, &kv, len, subln_w, scratch, NULL));
 }
 
 /* ------------------------------------------------- quantised full forward */
@@ -423,8 +444,9 @@ void dtx_attention_quant_forward(const dtx_attn_dims *a, real *out, const dtx_at
             for (int64_t t = 0; a->run.quant_tensor && t < T; t++)
                 for (int j = 0; j < 2; j++) amax[j] = fmax(amax[j], rowmax[(b * T + t) * 2 + j]);
             real *sc = scores + (b * H + h) * sub * T;
+            const cache_rows kv = {k + b * T * ks, v + b * T * vs, 0};
             for (int64_t t = 0; t < T; t++)
-                decode_heads(a, out + (b * T + t) * os, q + (b * T + t) * qs, k + b * T * ks, v + b * T * vs, t + 1,
-                             subln_w, sc, h, h + 1, a->run.quant_tensor ? amax : NULL);
+                decode_heads(a, out + (b * T + t) * os, q + (b * T + t) * qs, &kv, t + 1, subln_w, sc, h, h + 1,
+                             a->run.quant_tensor ? amax : NULL);
         }
 }

@@ -63,6 +63,11 @@ void dtx_dot_rows(real *s, int64_t lds, const real *x, const real *k, int64_t ld
 /* y [w] += Σ_t p[t]·v_t for t < n, v_t = v + t·ldv (w wide): the weighted
  * values of one head over n cached rows, added in row order. Single-threaded. */
 void dtx_axpy_rows(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n);
+/* The same two over rows of bf16 bits (a bf16 KV cache, dtx_kv_type): the
+ * same bits as over the rows widened to real. */
+void dtx_dot_rows_bf16(real *s, int64_t lds, const real *x, const uint16_t *k, int64_t ldk, int64_t n, int64_t d,
+                       real scale);
+void dtx_axpy_rows_bf16(real *y, int64_t w, const real *p, const uint16_t *v, int64_t ldv, int64_t n);
 /* out [N] = x [K] · w [N, K]ᵀ (a linear layer of one token); rows split over
  * the OpenMP threads when big enough, results independent of the count.  */
 void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N);
@@ -470,6 +475,11 @@ void dtx_attention_flash_backward(const dtx_attn_dims *a, real *dq, real *dk, re
 size_t dtx_attention_decode_scratch_size(const dtx_attn_dims *a, int64_t len);
 void dtx_attention_decode(const dtx_attn_dims *a, real *out, const real *q, const real *kcache, const real *vcache,
                           int64_t len, const real *subln_w, real *scratch);
+/* The same over a bf16 KV cache's rows (bf16 bits, the same layouts): the
+ * same bits as over those rows widened to real. Not with quantised logits
+ * (a->quant_bits must be 0).                                                */
+void dtx_attention_decode_bf16(const dtx_attn_dims *a, real *out, const real *q, const uint16_t *kcache,
+                               const uint16_t *vcache, int64_t len, const real *subln_w, real *scratch);
 /* Quantised logits (a->quant_bits > 0) in the row kernel: the logits are then
  * the reference's (dot products in double, rounded to real once), quantised
  * per sub-head (ROW scope) or with one step per map over all heads of the

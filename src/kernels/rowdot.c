@@ -36,6 +36,29 @@ void dtx_axpy_rows_portable(real *y, int64_t w, const real *p, const real *v, in
     }
 }
 
+/* The same over rows of bf16 bits (a bf16 KV cache): each value widened
+ * exactly, then the fp32 rows' arithmetic in the same order, so rows of
+ * bf16 and their widened copies give the same bits. */
+void dtx_dot_rows_bf16_portable(real *s, int64_t lds, const real *x, const uint16_t *k, int64_t ldk, int64_t n,
+                                int64_t d, real scale) {
+    for (int64_t t = 0; t < n; t++) {
+        const uint16_t *kr = k + t * ldk;
+        real acc = 0;
+#pragma omp simd reduction(+ : acc)
+        for (int64_t c = 0; c < d; c++) acc += x[c] * (real)dtx_bf16_to_f32(kr[c]);
+        s[t * lds] = scale * acc;
+    }
+}
+
+void dtx_axpy_rows_bf16_portable(real *y, int64_t w, const real *p, const uint16_t *v, int64_t ldv, int64_t n) {
+    for (int64_t t = 0; t < n; t++) {
+        const uint16_t *vr = v + t * ldv;
+        real a = p[t];
+#pragma omp simd
+        for (int64_t c = 0; c < w; c++) y[c] += a * (real)dtx_bf16_to_f32(vr[c]);
+    }
+}
+
 void dtx_gemv_portable(real *out, const real *x, const real *w, int64_t K, int64_t N) {
     for (int64_t n = 0; n < N; n++) {
         const real *wr = w + n * K;
@@ -62,6 +85,15 @@ void dtx_dot_rows(real *s, int64_t lds, const real *x, const real *k, int64_t ld
 
 void dtx_axpy_rows(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n) {
     if (n > 0 && w > 0) dtx_simd()->axpy_rows(y, w, p, v, ldv, n);
+}
+
+void dtx_dot_rows_bf16(real *s, int64_t lds, const real *x, const uint16_t *k, int64_t ldk, int64_t n, int64_t d,
+                       real scale) {
+    if (n > 0) dtx_simd()->dot_rows_bf16(s, lds, x, k, ldk, n, d, scale);
+}
+
+void dtx_axpy_rows_bf16(real *y, int64_t w, const real *p, const uint16_t *v, int64_t ldv, int64_t n) {
+    if (n > 0 && w > 0) dtx_simd()->axpy_rows_bf16(y, w, p, v, ldv, n);
 }
 
 /* Rows split over the threads: each thread owns a contiguous block (one long

@@ -43,6 +43,10 @@ typedef struct {
                      real scale);
     /* y[c] += Σ_t p[t]·v[t·ldv + c] for c < w, t < n (dtx_axpy_rows) */
     void (*axpy_rows)(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n);
+    /* the same two over rows of bf16 bits (dtx_dot_rows_bf16, dtx_axpy_rows_bf16) */
+    void (*dot_rows_bf16)(real *s, int64_t lds, const real *x, const uint16_t *k, int64_t ldk, int64_t n, int64_t d,
+                          real scale);
+    void (*axpy_rows_bf16)(real *y, int64_t w, const real *p, const uint16_t *v, int64_t ldv, int64_t n);
     /* out[r] = Σ_c x[c]·w[r·K + c] for r < N (dtx_gemv), single-threaded */
     void (*gemv)(real *out, const real *x, const real *w, int64_t K, int64_t N);
     /* the same with w in bf16 bits (dtx_gemv_bf16; x in fp32, or bf16-rounded) */
@@ -86,6 +90,9 @@ void dtx_bf16_gemm_tri_avx512bf16(int64_t M, int64_t N, int64_t K, const uint16_
 void dtx_dot_rows_avx2(float *s, int64_t lds, const float *x, const float *k, int64_t ldk, int64_t n, int64_t d,
                        float scale);
 void dtx_axpy_rows_avx2(float *y, int64_t w, const float *p, const float *v, int64_t ldv, int64_t n);
+void dtx_dot_rows_bf16_avx2(float *s, int64_t lds, const float *x, const uint16_t *k, int64_t ldk, int64_t n,
+                            int64_t d, float scale);
+void dtx_axpy_rows_bf16_avx2(float *y, int64_t w, const float *p, const uint16_t *v, int64_t ldv, int64_t n);
 void dtx_gemv_avx2(float *out, const float *x, const float *w, int64_t K, int64_t N);
 void dtx_gemv_bf16_avx2(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 /* The AVX2 quantised products, shared by both tables. */
@@ -123,6 +130,9 @@ void dtx_tile_exp_rows_portable(real *P, const real *S, int64_t ld, int64_t M, i
 void dtx_dot_rows_portable(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d,
                            real scale);
 void dtx_axpy_rows_portable(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n);
+void dtx_dot_rows_bf16_portable(real *s, int64_t lds, const real *x, const uint16_t *k, int64_t ldk, int64_t n,
+                                int64_t d, real scale);
+void dtx_axpy_rows_bf16_portable(real *y, int64_t w, const real *p, const uint16_t *v, int64_t ldv, int64_t n);
 void dtx_gemv_portable(real *out, const real *x, const real *w, int64_t K, int64_t N);
 void dtx_gemv_bf16_portable(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N);
 void dtx_gemv_q8_portable(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N);

@@ -391,6 +391,39 @@ AVX2_FN void dtx_axpy_rows_avx2(float *y, int64_t w, const float *p, const float
     }
 }
 
+/* The two over rows of bf16 bits (a bf16 KV cache): each value widened
+ * exactly where it is loaded, the rest as over fp32 rows, so the same bits. */
+AVX2_FN void dtx_dot_rows_bf16_avx2(float *s, int64_t lds, const float *x, const uint16_t *k, int64_t ldk, int64_t n,
+                                    int64_t d, float scale) {
+    DOT_ROWS_BODY(uint16_t, load_w_bf16, maskload_w_bf16, NO_PREFETCH)
+}
+
+AVX2_FN void dtx_axpy_rows_bf16_avx2(float *y, int64_t w, const float *p, const uint16_t *v, int64_t ldv,
+                                     int64_t n) {
+    int64_t c = 0;
+    for (; c + 32 <= w; c += 32) {
+        __m256 a0 = _mm256_loadu_ps(y + c), a1 = _mm256_loadu_ps(y + c + 8);
+        __m256 a2 = _mm256_loadu_ps(y + c + 16), a3 = _mm256_loadu_ps(y + c + 24);
+        for (int64_t t = 0; t < n; t++) {
+            const uint16_t *vr = v + t * ldv + c;
+            __m256 pt = _mm256_broadcast_ss(p + t);
+            a0 = _mm256_fmadd_ps(pt, load_w_bf16(vr), a0);
+            a1 = _mm256_fmadd_ps(pt, load_w_bf16(vr + 8), a1);
+            a2 = _mm256_fmadd_ps(pt, load_w_bf16(vr + 16), a2);
+            a3 = _mm256_fmadd_ps(pt, load_w_bf16(vr + 24), a3);
+        }
+        _mm256_storeu_ps(y + c, a0), _mm256_storeu_ps(y + c + 8, a1);
+        _mm256_storeu_ps(y + c + 16, a2), _mm256_storeu_ps(y + c + 24, a3);
+    }
+    for (; c < w; c += 8) {
+        __m256i m = lanes8(w - c);
+        __m256 a = _mm256_maskload_ps(y + c, m);
+        for (int64_t t = 0; t < n; t++)
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + t), maskload_w_bf16(v + t * ldv + c, m, w - c < 8 ? w - c : 8), a);
+        _mm256_maskstore_ps(y + c, m, a);
+    }
+}
+
 /* A linear layer of one token is the same kernel: x against the weight
  * rows, scale 1 (exact). */
 AVX2_FN void dtx_gemv_avx2(float *out, const float *x, const float *w, int64_t K, int64_t N) {
@@ -548,6 +581,7 @@ AVX2_FN void dtx_gemv_q8a8_avx2(float *out, const int8_t *xq, float xscale, cons
 
 const dtx_simd_ops dtx_simd_avx2 = {"avx2",           gemm_avx2,          transpose_avx2,     exp_avx2,
                                     softmax_update_avx2, exp_rows_avx2,  dtx_dot_rows_avx2,  dtx_axpy_rows_avx2,
+                                    dtx_dot_rows_bf16_avx2, dtx_axpy_rows_bf16_avx2,
                                     dtx_gemv_avx2,    dtx_gemv_bf16_avx2, dtx_gemv_q8_avx2,   dtx_gemv_q4_avx2,
                                     dtx_gemv_q8a8_avx2, DTX_BF16_PORTABLE, NULL, NULL /* the one-input kernels per input */};
 

@@ -253,12 +253,12 @@ static void gemv_q8a8_avx512(float *out, const int8_t *xq, float xscale, const i
 }
 
 /* The tile kernels of both AVX-512 tables, then the one-row products:
- * the decode attention's are AVX2's, fp32's, int8's and bf16's AVX-512's,
+ * the decode attention's (over fp32 or bf16 cache rows) are AVX2's, fp32's, int8's and bf16's AVX-512's,
  * and bf16 (by vdpbf16ps), 4-bit and at full width int8 × bf16 x get their own kernels where
  * the CPU has AVX-512 BF16 (gemv_avx512.c says why). */
 #define AVX512_TILES gemm_avx512, transpose_avx512, exp_avx512, softmax_update_avx512, exp_rows_avx512
 #define AVX512_ROWS(gemv_bf16, gemv_q8, gemv_q4)                                                            \
-    dtx_dot_rows_avx2, dtx_axpy_rows_avx2, dtx_gemv_avx512, gemv_bf16, gemv_q8, gemv_q4, gemv_q8a8_avx512
+    dtx_dot_rows_avx2, dtx_axpy_rows_avx2, dtx_dot_rows_bf16_avx2, dtx_axpy_rows_bf16_avx2, dtx_gemv_avx512, gemv_bf16, gemv_q8, gemv_q4, gemv_q8a8_avx512
 
 const dtx_simd_ops dtx_simd_avx512 = {"avx512", AVX512_TILES,
                                       AVX512_ROWS(dtx_gemv_bf16_avx512, dtx_gemv_q8_avx512, dtx_gemv_q4_avx2),

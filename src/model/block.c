@@ -66,6 +66,15 @@ static void attention(const dtx_block_run *r, const dtx_attn_dims *ad, dtx_layer
         return;
     }
     int64_t n = r->B * r->T;
+    if (r->kv_bf16) { /* no quantised logits here (generate.c refuses them with a bf16 cache) */
+        for (int64_t i = 0; i < n; i++) {
+            const int batch = r->mode == DTX_BLOCK_BATCH;
+            dtx_attention_decode_bf16(ad, out + i * qd, la->q + i * qd, batch ? r->row_k16[i] : r->k16,
+                                      batch ? r->row_v16[i] : r->v16, batch ? r->row_pos[i] + 1 : r->pos0 + i + 1,
+                                      subln, batch ? r->row_scores[i] : r->scores);
+        }
+        return;
+    }
     if (r->mode == DTX_BLOCK_BATCH) {
         for (int64_t i = 0; i < n; i++) {
             double amax[2] = {0, 0};
@@ -82,6 +91,24 @@ static void attention(const dtx_block_run *r, const dtx_attn_dims *ad, dtx_layer
     for (int64_t i = 0; i < n; i++)
         dtx_attention_decode_with_absmax(ad, out + i * qd, la->q + i * qd, r->k_cache, r->v_cache, r->pos0 + i + 1,
                                          subln, r->scores, amax);
+}
+
+/* A bf16 KV cache (dtx_kv_type): the block's new keys and values rounded to
+ * bf16 (nearest even) in place and their bits stored at their rows (BATCH:
+ * each row's own sequence and position; else rows pos0 ..), so every
+ * attention, over the block's own keys or the cache, reads what the cache
+ * keeps. */
+static void store_bf16_kv(const dtx_block_run *r, dtx_layer_acts *la, int64_t N, int64_t KV) {
+    for (int64_t i = 0; i < N; i++) {
+        const int batch = r->mode == DTX_BLOCK_BATCH;
+        const int64_t at = (batch ? r->row_pos[i] : r->pos0 + i) * KV;
+        uint16_t *kd = (batch ? r->row_k16[i] : r->k16) + at, *vd = (batch ? r->row_v16[i] : r->v16) + at;
+        real *k = la->k + i * KV, *v = la->v + i * KV;
+        for (int64_t c = 0; c < KV; c++) {
+            kd[c] = dtx_f32_to_bf16((float)k[c]), k[c] = (real)dtx_bf16_to_f32(kd[c]);
+            vd[c] = dtx_f32_to_bf16((float)v[c]), v[c] = (real)dtx_bf16_to_f32(vd[c]);
+        }
+    }
 }
 
 dtx_attn_dims dtx_model_generation_attn_dims(const dtx_model *m, int64_t T, int64_t layer, double lambda) {
@@ -115,7 +142,7 @@ void dtx_block_forward(dtx_model *m, int64_t l, const dtx_block_run *r, dtx_laye
             dtx_rope_forward(la->k + i * KV, m->rope_cos, m->rope_sin, 1, 1, r->row_pos[i], KV / d, d);
         }
         dtx_model_round_qk(m, l, la->q, N * QD, la->k, N * KV);
-        for (int64_t i = 0; i < N; i++) {
+        for (int64_t i = 0; i < N && !r->kv_bf16; i++) {
             memcpy(r->row_k[i] + r->row_pos[i] * KV, la->k + i * KV, sizeof(real) * (size_t)KV);
             memcpy(r->row_v[i] + r->row_pos[i] * KV, la->v + i * KV, sizeof(real) * (size_t)KV);
         }
@@ -124,6 +151,7 @@ void dtx_block_forward(dtx_model *m, int64_t l, const dtx_block_run *r, dtx_laye
         dtx_rope_forward(la->k, m->rope_cos, m->rope_sin, B, T, r->pos0, KV / d, d);
         dtx_model_round_qk(m, l, la->q, N * QD, la->k, N * KV);
     }
+    if (r->kv_bf16) store_bf16_kv(r, la, N, KV);
     la->lambda = dtx_model_lambda(m, l);
     dtx_attn_dims ad = r->generation ? dtx_model_generation_attn_dims(m, T, l, la->lambda)
                                      : dtx_model_attn_dims(m, B, T, l, la->lambda);

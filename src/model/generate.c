@@ -49,7 +49,9 @@ struct dtx_kvcache {
     dtx_v2_lambda v2_lambda;
     int64_t n_layers, dim, n_heads, n_kv_heads, head_dim, kv_dim, ffn_dim, vocab_size;
     int64_t max_len, len;
-    real *k, *v;    /* [n_layers, max_len, kv_dim] each, in 2 MiB pages (dtx_alloc_huge) */
+    real *k, *v;    /* [n_layers, max_len, kv_dim] each, in 2 MiB pages (dtx_alloc_huge); NULL in bf16 */
+    uint16_t *k16, *v16; /* the same in bf16 bits (DTX_KV_BF16), else NULL */
+    dtx_kv_type kv_type;
     size_t kv_bytes; /* the memory of each of k and v */
     real *scores;   /* dtx_attention_decode scratch for a full cache */
     size_t scores_n;
@@ -67,8 +69,10 @@ struct dtx_kvcache {
     real *xr;         /* [xr_rows, max(D, F)] the one-row products' inputs as rounded */
     int64_t xr_rows;  /* rows of xr (1, or a batched step's sequences) */
     real *kb, *vb;    /* a batched step's new keys and values [xr_rows, KV] */
+    real *kst, *vst;  /* bf16 cache: a step's new keys and values [r, KV] before they are stored */
     int64_t *bpos;    /* a batched step's positions, */
     real **bk, **bv, **bscores; /* and the caches' layer rows and scratch, [xr_rows] each */
+    uint16_t **bk16, **bv16;    /* the same layer rows of bf16 caches */
     int batch;        /* 1 while this cache hosts a batched step: several rows are single rows */
     uint16_t *wbf;    /* bf16 copy of the parameters (same offsets), or NULL */
     size_t wbf_n, wbf_bytes; /* its values, and its memory's bytes (dtx_alloc_huge) */
@@ -109,6 +113,8 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
     CARVE(c->xr, XR * (D > F ? D : F));
     CARVE(c->kb, KB);
     CARVE(c->vb, KB);
+    CARVE(c->kst, c->kv_type == DTX_KV_BF16 ? R * (size_t)c->kv_dim : 0);
+    CARVE(c->vst, c->kv_type == DTX_KV_BF16 ? R * (size_t)c->kv_dim : 0);
     CARVE(c->att2, NA);
     CARVE(c->lam, NL);
     CARVE(c->o1, n_o);
@@ -149,9 +155,13 @@ static dtx_status ensure_rows(const dtx_model *m, dtx_kvcache *c, int64_t r, int
         int64_t *pos = realloc(c->bpos, sizeof *pos * (size_t)xr_rows);
         if (pos) c->bpos = pos;
         real **p[3] = {NULL, NULL, NULL}, ***at[3] = {&c->bk, &c->bv, &c->bscores};
+        uint16_t **p16[2] = {NULL, NULL}, ***at16[2] = {&c->bk16, &c->bv16};
         int ok = pos != NULL;
         for (int i = 0; i < 3 && ok; i++)
             if ((p[i] = realloc(*at[i], sizeof(real *) * (size_t)xr_rows))) *at[i] = p[i];
+            else ok = 0;
+        for (int i = 0; i < 2 && ok; i++)
+            if ((p16[i] = realloc(*at16[i], sizeof(uint16_t *) * (size_t)xr_rows))) *at16[i] = p16[i];
             else ok = 0;
         if (!ok) {
             free(mem);
@@ -170,8 +180,15 @@ static dtx_status ensure_rows(const dtx_model *m, dtx_kvcache *c, int64_t r, int
 }
 
 dtx_status dtx_kvcache_init(dtx_kvcache **out, const dtx_model *m, int64_t max_len) {
+    return dtx_kvcache_init_type(out, m, max_len, DTX_KV_FP32);
+}
+
+dtx_status dtx_kvcache_init_type(dtx_kvcache **out, const dtx_model *m, int64_t max_len, dtx_kv_type type) {
     *out = NULL;
     const dtx_config *cfg = &m->cfg;
+    if (type != DTX_KV_FP32 && type != DTX_KV_BF16)
+        return dtx_fail(DTX_ERR_ARG, "unknown KV cache type %d (fp32 %d, bf16 %d)", (int)type, (int)DTX_KV_FP32,
+                        (int)DTX_KV_BF16);
     if (max_len <= 0) max_len = cfg->max_seq_len;
     if (max_len > cfg->max_seq_len)
         return dtx_fail(DTX_ERR_ARG, "KV cache length %lld exceeds the model's max_seq_len %lld", (long long)max_len,
@@ -189,19 +206,22 @@ dtx_status dtx_kvcache_init(dtx_kvcache **out, const dtx_model *m, int64_t max_l
     c->ffn_dim = cfg->ffn_dim;
     c->vocab_size = cfg->vocab_size;
     c->max_len = max_len;
-    size_t kv_n = (size_t)(c->n_layers * max_len * c->kv_dim);
+    c->kv_type = type;
+    size_t kv_n = (size_t)(c->n_layers * max_len * c->kv_dim), elem = type == DTX_KV_BF16 ? sizeof(uint16_t) : sizeof(real);
     dtx_attn_dims ad = dtx_model_generation_attn_dims(m, 1, 0, 0);
     c->scores_n = dtx_attention_decode_scratch_size(&ad, max_len);
     /* Every decode step reads each layer's cached rows whole: in 2 MiB pages, as the weights, a walk over
      * them takes no TLB miss per 4 KiB and the prefetchers run on past page ends (Zen 5, a 110M DIFF w4a16
      * file at 512-812 cached positions: 4.04-4.20 ms a token against 4.37-4.47 in 4 KiB pages) */
-    c->k = kv_n <= SIZE_MAX / 2 / sizeof(real) ? dtx_alloc_huge(kv_n * sizeof(real), &c->kv_bytes) : NULL;
-    c->v = c->k ? dtx_alloc_huge(kv_n * sizeof(real), &c->kv_bytes) : NULL;
-    c->scores = c->v ? dtx_alloc(c->scores_n, sizeof(real)) : NULL;
+    void *k = kv_n <= SIZE_MAX / 2 / elem ? dtx_alloc_huge(kv_n * elem, &c->kv_bytes) : NULL;
+    void *v = k ? dtx_alloc_huge(kv_n * elem, &c->kv_bytes) : NULL;
+    if (type == DTX_KV_BF16) c->k16 = k, c->v16 = v;
+    else c->k = k, c->v = v;
+    c->scores = v ? dtx_alloc(c->scores_n, sizeof(real)) : NULL;
     if (!c->scores) {
         dtx_kvcache_free(c);
         return dtx_fail(DTX_ERR_NOMEM, "out of memory for a KV cache of %lld positions (%zu bytes)",
-                        (long long)max_len, 2 * kv_n * sizeof(real));
+                        (long long)max_len, 2 * kv_n * elem);
     }
     dtx_status st = ensure_rows(m, c, 1, 0, 1);
     if (st) {
@@ -216,6 +236,8 @@ void dtx_kvcache_free(dtx_kvcache *c) {
     if (!c) return;
     dtx_free_lazy_zero(c->k, c->kv_bytes, 1);
     dtx_free_lazy_zero(c->v, c->kv_bytes, 1);
+    dtx_free_lazy_zero(c->k16, c->kv_bytes, 1);
+    dtx_free_lazy_zero(c->v16, c->kv_bytes, 1);
     free(c->scores);
     free(c->mem);
     dtx_free_lazy_zero(c->wbf, c->wbf_bytes, 1);
@@ -223,6 +245,8 @@ void dtx_kvcache_free(dtx_kvcache *c) {
     free(c->bk);
     free(c->bv);
     free(c->bscores);
+    free(c->bk16);
+    free(c->bv16);
     free(c);
 }
 
@@ -238,8 +262,9 @@ int64_t dtx_kvcache_len(const dtx_kvcache *c) { return c->len; }
 int64_t dtx_kvcache_max_len(const dtx_kvcache *c) { return c->max_len; }
 
 size_t dtx_kvcache_bytes(const dtx_kvcache *c) {
-    return 2 * (size_t)(c->n_layers * c->max_len * c->kv_dim) * sizeof(real);
+    return 2 * (size_t)(c->n_layers * c->max_len * c->kv_dim) * (c->kv_type == DTX_KV_BF16 ? sizeof(uint16_t) : sizeof(real));
 }
+dtx_kv_type dtx_kvcache_type(const dtx_kvcache *c) { return c->kv_type; }
 
 size_t dtx_kvcache_scratch_bytes(const dtx_kvcache *c) {
     return (c->scores_n + c->mem_n) * sizeof(real) + c->wbf_n * sizeof(uint16_t);
@@ -303,6 +328,24 @@ static dtx_status check_shape(const dtx_model *m, const dtx_kvcache *c) {
     return DTX_OK;
 }
 
+const char *dtx_kv_type_name(dtx_kv_type t) { return t == DTX_KV_BF16 ? "bf16" : t == DTX_KV_FP32 ? "fp32" : "unknown"; }
+
+dtx_status dtx_kv_type_parse(const char *s, dtx_kv_type *out) {
+    if (s && !strcmp(s, "fp32")) *out = DTX_KV_FP32;
+    else if (s && !strcmp(s, "bf16")) *out = DTX_KV_BF16;
+    else return dtx_fail(DTX_ERR_ARG, "unknown KV cache type '%s' (fp32 or bf16)", s ? s : "(null)");
+    return DTX_OK;
+}
+
+/* A bf16 cache's rows meet only the row kernels of plain logits. */
+static dtx_status check_kv_type(const dtx_model *m, const dtx_kvcache *c, const char *what) {
+    if (c->kv_type == DTX_KV_BF16 && m->attn_quant_bits)
+        return dtx_fail(DTX_ERR_ARG,
+                        "%s: a bf16 KV cache cannot run quantised attention logits (%d bits); use an fp32 cache",
+                        what, m->attn_quant_bits);
+    return DTX_OK;
+}
+
 /* Appends tokens [n] at positions c->len ..; logits of the last (optional). */
 static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int64_t n, real *logits) {
     const dtx_config *cfg = &m->cfg;
@@ -317,6 +360,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
         if (tokens[i] < 0 || tokens[i] >= cfg->vocab_size)
             return dtx_fail(DTX_ERR_ARG, "token id %lld at position %lld is out of range [0, %lld)",
                             (long long)tokens[i], (long long)(c->len + i), (long long)cfg->vocab_size);
+    if ((st = check_kv_type(m, c, "prefill"))) return st;
     const int64_t pos0 = c->len, D = cfg->dim, KV = m->kv_dim, L = cfg->n_layers;
     const int64_t ML = c->max_len;
     const int flash = pos0 == 0 && n > 1;
@@ -335,15 +379,23 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
                          .g = c->h,
                          .att = {.att = NULL, .lse = c->lse, .o1 = c->o1, .o2 = c->o2, .rstd = c->orstd,
                                  .work = c->work}};
+    const int bf16 = c->kv_type == DTX_KV_BF16;
     dtx_block_run run = {.B = 1, .T = n, .pos0 = pos0, .generation = 1,
                          .mode = flash ? DTX_BLOCK_OWN_KEYS : DTX_BLOCK_CACHE, .scores = c->scores,
-                         .scratch = c->tmp, .linear = cache_linear, .linear_shared = cache_linear_shared, .ctx = c};
+                         .scratch = c->tmp, .linear = cache_linear, .linear_shared = cache_linear_shared, .ctx = c,
+                         .kv_bf16 = bf16};
     for (int64_t l = 0; l < L; l++) {
-        real *kc = c->k + (size_t)(l * ML * KV), *vc = c->v + (size_t)(l * ML * KV);
-        la.k = kc + (size_t)(pos0 * KV);
-        la.v = vc + (size_t)(pos0 * KV);
-        run.k_cache = kc;
-        run.v_cache = vc;
+        const size_t at = (size_t)(l * ML * KV);
+        if (bf16) { /* k and v made in the staging rows, stored rounded by the block */
+            la.k = c->kst, la.v = c->vst;
+            run.k16 = c->k16 + at, run.v16 = c->v16 + at;
+        } else {
+            real *kc = c->k + at, *vc = c->v + at;
+            la.k = kc + (size_t)(pos0 * KV);
+            la.v = vc + (size_t)(pos0 * KV);
+            run.k_cache = kc;
+            run.v_cache = vc;
+        }
         dtx_block_forward(m, l, &run, &la, c->x, c->x);
         if (c->hooks && c->hooks->layer_qk) c->hooks->layer_qk(c->hooks->ctx, l, la.q, la.k, n);
     }
@@ -385,6 +437,11 @@ dtx_status dtx_model_decode_batch(dtx_model *m, dtx_kvcache *const *caches, cons
                                 (long long)j, (long long)i);
     }
     dtx_kvcache *c = caches[0]; /* hosts the step's row buffers */
+    for (int64_t i = 1; i < n; i++)
+        if (caches[i]->kv_type != c->kv_type)
+            return dtx_fail(DTX_ERR_ARG, "batched decode: sequence %lld's KV cache is %s, sequence 0's %s",
+                            (long long)i, dtx_kv_type_name(caches[i]->kv_type), dtx_kv_type_name(c->kv_type));
+    if ((st = check_kv_type(m, c, "batched decode"))) return st;
     const int64_t D = cfg->dim, KV = m->kv_dim, L = cfg->n_layers;
     if ((st = ensure_rows(m, c, n, 0, n))) return st;
     if (c->len == 0) c->wbf_valid = 0; /* as step(): a new sequence, the weights may have changed */
@@ -398,12 +455,14 @@ dtx_status dtx_model_decode_batch(dtx_model *m, dtx_kvcache *const *caches, cons
                          .h1 = c->h, .h3 = c->h3, .g = c->h};
     dtx_block_run run = {.B = n, .T = 1, .generation = 1, .mode = DTX_BLOCK_BATCH, .row_pos = c->bpos,
                          .row_k = c->bk, .row_v = c->bv, .row_scores = c->bscores, .scratch = c->tmp,
-                         .linear = cache_linear, .ctx = c};
+                         .linear = cache_linear, .ctx = c, .kv_bf16 = c->kv_type == DTX_KV_BF16,
+                         .row_k16 = c->bk16, .row_v16 = c->bv16};
     c->batch = 1;
     for (int64_t l = 0; l < L; l++) {
         for (int64_t i = 0; i < n; i++) {
             size_t at = (size_t)(l * caches[i]->max_len * KV);
-            c->bk[i] = caches[i]->k + at, c->bv[i] = caches[i]->v + at;
+            if (run.kv_bf16) c->bk16[i] = caches[i]->k16 + at, c->bv16[i] = caches[i]->v16 + at;
+            else c->bk[i] = caches[i]->k + at, c->bv[i] = caches[i]->v + at;
         }
         dtx_block_forward(m, l, &run, &la, c->x, c->x);
     }

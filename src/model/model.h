@@ -296,6 +296,10 @@ typedef struct {
     int generation;            /* flash attention in fp32 whatever the model's precision (difftx.h) */
     dtx_block_keys mode;
     const real *k_cache, *v_cache; /* DTX_BLOCK_CACHE: the layer's cache, rows 0 .. pos0 + n − 1 filled */
+    int kv_bf16;               /* the cache keeps bf16 bits (dtx_kv_type): k16, v16 (OWN_KEYS, CACHE; its rows
+                                * pos0 .. written by the block) or row_k16, row_v16 (BATCH) instead of the above */
+    uint16_t *k16, *v16;
+    uint16_t *const *row_k16, *const *row_v16;
     real *scores;              /* DTX_BLOCK_CACHE: dtx_attention_decode scratch */
     const int64_t *row_pos;    /* DTX_BLOCK_BATCH: per row (B rows, T = 1) its position, */
     real *const *row_k, *const *row_v; /* its sequence's layer cache, */

@@ -317,7 +317,7 @@ srv_engine *srv_engine_create(dtx_model *m, const dtx_tokenizer *t, const srv_en
     int ok = e->slots && e->logits && e->bc && e->bt && e->bs;
     if (!ok) srv_fail("out of memory for %d slots", o->slots);
     for (int i = 0; ok && i < o->slots; i++)
-        if (dtx_kvcache_init(&e->slots[i].cache, m, o->ctx - 1) != DTX_OK)
+        if (dtx_kvcache_init_type(&e->slots[i].cache, m, o->ctx - 1, o->kv) != DTX_OK)
             ok = 0, srv_fail("serve: the KV cache of slot %d: %s", i, dtx_last_error());
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->work, NULL);

@@ -85,6 +85,7 @@ typedef struct srv_job srv_job;
 typedef struct {
     int slots;        /* sequences advanced together (>= 1) */
     int64_t ctx;      /* the most tokens of one sequence, prompt and completion (<= max_seq_len) */
+    dtx_kv_type kv;   /* what the slots' KV caches keep (fp32 by default) */
 } srv_engine_options;
 
 /* What a generation asks for: the prompt's ids (BOS included when wanted),

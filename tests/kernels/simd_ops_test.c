@@ -54,10 +54,20 @@ static void outputs(op_case *c, int64_t n) {
 
 static const int64_t ROWS_N[] = {1, 7, 8, 9, 16, 37}, ROWS_D[] = {1, 5, 8, 13, 64, 130};
 
-/* s[t·lds] = scale · Σ_c x[c]·k[t·ldk + c]; the gaps of lds = 2 untouched */
-static void make_dot_rows(op_case *c, int i, dtx_rng *r) {
+/* bf16 bits of v [n] (in[2] of the case), v rounded to them in place: the
+ * bf16 rows' kernels meet the values the reference uses. */
+static uint16_t *to_bf16_rows(float *v, int64_t n) {
+    uint16_t *b = malloc(sizeof(uint16_t) * (size_t)(n ? n : 1));
+    for (int64_t j = 0; j < n; j++) b[j] = dtx_f32_to_bf16(v[j]), v[j] = dtx_bf16_to_f32(b[j]);
+    return b;
+}
+
+/* s[t·lds] = scale · Σ_c x[c]·k[t·ldk + c]; the gaps of lds = 2 untouched;
+ * k as fp32, or (bf16) as bf16 bits */
+static void make_dot_rows_any(op_case *c, int i, dtx_rng *r, int bf16) {
     int64_t n = ROWS_N[i % 6], d = ROWS_D[i / 6 % 6], lds = 1 + i / 36, ldk = d + 3;
     float *x = randf(r, d, 1), *k = randf(r, n * ldk, 1);
+    if (bf16) c->in[2] = to_bf16_rows(k, n * ldk);
     c->in[0] = x, c->in[1] = k, c->d[0] = n, c->d[1] = d, c->d[2] = lds, c->d[3] = ldk, c->scale = 0.125f;
     outputs(c, n * lds);
     for (int64_t t = 0; t < n; t++) {
@@ -67,16 +77,22 @@ static void make_dot_rows(op_case *c, int i, dtx_rng *r) {
     }
     snprintf(c->what, sizeof c->what, "n %lld d %lld lds %lld", (long long)n, (long long)d, (long long)lds);
 }
+static void make_dot_rows(op_case *c, int i, dtx_rng *r) { make_dot_rows_any(c, i, r, 0); }
+static void make_dot_rows_bf16(op_case *c, int i, dtx_rng *r) { make_dot_rows_any(c, i, r, 1); }
 static void run_dot_rows(const dtx_simd_ops *o, const op_case *c, float *out) {
     o->dot_rows(out, c->d[2], c->in[0], c->in[1], c->d[3], c->d[0], c->d[1], c->scale);
+}
+static void run_dot_rows_bf16(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->dot_rows_bf16(out, c->d[2], c->in[0], c->in[2], c->d[3], c->d[0], c->d[1], c->scale);
 }
 
 static const int64_t AXPY_N[] = {1, 5, 16}, AXPY_W[] = {1, 7, 32, 64, 100, 128};
 
 /* y[c] += Σ_t p[t]·v[t·ldv + c] for c < w; the 3 values past w untouched */
-static void make_axpy_rows(op_case *c, int i, dtx_rng *r) {
+static void make_axpy_rows_any(op_case *c, int i, dtx_rng *r, int bf16) {
     int64_t n = AXPY_N[i % 3], w = AXPY_W[i / 3], ldv = w + 5;
     float *p = randf(r, n, 1), *v = randf(r, n * ldv, 1);
+    if (bf16) c->in[2] = to_bf16_rows(v, n * ldv);
     c->in[0] = p, c->in[1] = v, c->d[0] = n, c->d[1] = w, c->d[2] = ldv;
     outputs(c, w + 3);
     for (int64_t j = 0; j < w; j++) {
@@ -87,8 +103,13 @@ static void make_axpy_rows(op_case *c, int i, dtx_rng *r) {
     }
     snprintf(c->what, sizeof c->what, "n %lld w %lld", (long long)n, (long long)w);
 }
+static void make_axpy_rows(op_case *c, int i, dtx_rng *r) { make_axpy_rows_any(c, i, r, 0); }
+static void make_axpy_rows_bf16(op_case *c, int i, dtx_rng *r) { make_axpy_rows_any(c, i, r, 1); }
 static void run_axpy_rows(const dtx_simd_ops *o, const op_case *c, float *out) {
     o->axpy_rows(out, c->d[1], c->in[0], c->in[1], c->d[2], c->d[0]);
+}
+static void run_axpy_rows_bf16(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->axpy_rows_bf16(out, c->d[1], c->in[0], c->in[2], c->d[2], c->d[0]);
 }
 
 /* The last two: wider than the AVX-512 BF16 kernel's copy of x, and an x
@@ -454,6 +475,8 @@ static void run_bf16_gemm(const dtx_simd_ops *o, const op_case *c, float *out) {
 static const op_entry OPS[] = {
     {"dot_rows", 72, make_dot_rows, run_dot_rows, 1e-6},
     {"axpy_rows", 18, make_axpy_rows, run_axpy_rows, 1e-6},
+    {"dot_rows_bf16", 72, make_dot_rows_bf16, run_dot_rows_bf16, 1e-6},
+    {"axpy_rows_bf16", 18, make_axpy_rows_bf16, run_axpy_rows_bf16, 1e-6},
     {"gemv", GEMV_CASES, make_gemv, run_gemv, 1e-6},
     {"gemv_bf16", GEMV_CASES, make_gemv_bf16, run_gemv_bf16, 1e-6},
     {"gemv_q8", Q_CASES, make_gemv_q8, run_gemv_q8, 1e-6},

@@ -206,8 +206,20 @@ TEST(generate_cached_logits_match_full_forward_bf16) {
 
 /* A prefill of n tokens leaves the same cache as n single decodes from an
  * empty cache, and as a prefill in two chunks (the second attends over the
- * first): the logits of the step after agree. */
+ * first): the logits of the step after agree. With a bf16 cache too, to
+ * 2e-3: the products of a prefill, of its chunks and of single decodes
+ * differ in their last bits, which flips a few keys' bf16 rounding; and a
+ * prefill's attention over its own keys reads them rounded as the cache
+ * keeps them (the keys every layer's attention read, shown to a hook, are
+ * all bf16 values). */
+static void count_unrounded(void *ctx, int64_t l, const real *q, const real *k, int64_t n) {
+    (void)l, (void)q;
+    int64_t *bad = ctx; /* bad[0]: the keys' values seen, bad[1]: those not bf16 values */
+    for (int64_t i = 0; i < n * bad[2]; i++) bad[0]++, bad[1] += (real)dtx_bf16_round_f32((float)k[i]) != k[i];
+}
+
 TEST(generate_prefill_equals_single_decodes) {
+    for (int kvt = 0; kvt < 2; kvt++)
     for (int arch = 0; arch < 3; arch++)
         for (int gqa = 0; gqa < 2; gqa++) {
             dtx_model *m = make_model((dtx_arch)arch, gqa, 0, 3);
@@ -216,35 +228,120 @@ TEST(generate_prefill_equals_single_decodes) {
             int32_t seq[N + 1];
             random_tokens(seq, N + 1, 9);
             dtx_kvcache *a = NULL, *b = NULL, *c = NULL;
-            REQUIRE(dtx_kvcache_init(&a, m, N + 1) == DTX_OK);
-            REQUIRE(dtx_kvcache_init(&b, m, N + 1) == DTX_OK);
-            REQUIRE(dtx_kvcache_init(&c, m, 0) == DTX_OK);
+            const dtx_kv_type kt = kvt ? DTX_KV_BF16 : DTX_KV_FP32;
+            REQUIRE(dtx_kvcache_init_type(&a, m, N + 1, kt) == DTX_OK);
+            REQUIRE(dtx_kvcache_init_type(&b, m, N + 1, kt) == DTX_OK);
+            REQUIRE(dtx_kvcache_init_type(&c, m, 0, kt) == DTX_OK);
+            CHECK(dtx_kvcache_type(a) == kt);
             real la[VOCAB], lb[VOCAB], lc[VOCAB];
+            int64_t seen[3] = {0, 0, m->kv_dim};
+            const dtx_prefill_hooks hk = {.ctx = seen, .layer_qk = count_unrounded};
+            if (kvt) dtx_kvcache_set_hooks(a, &hk);
             REQUIRE(dtx_model_prefill(m, a, seq, N, la) == DTX_OK);
+            dtx_kvcache_set_hooks(a, NULL);
+            CHECKF(!kvt || (seen[0] == 3 * N * seen[2] && seen[1] == 0),
+                   "%s: a bf16 cache's prefill attended over %lld of %lld keys' values unrounded",
+                   combo_name((dtx_arch)arch, gqa, 0), (long long)seen[1], (long long)seen[0]);
             for (int i = 0; i < N; i++) REQUIRE(dtx_model_decode(m, b, seq[i], lb) == DTX_OK);
             REQUIRE(dtx_model_prefill(m, c, seq, 6, NULL) == DTX_OK);
             REQUIRE(dtx_model_prefill(m, c, seq + 6, N - 6, lc) == DTX_OK);
             CHECK(dtx_kvcache_len(a) == N && dtx_kvcache_len(b) == N && dtx_kvcache_len(c) == N);
+            const double tol1 = kvt ? 2e-3 : 1e-5;
             double e1 = rel_err_f(lb, la, VOCAB), e2 = rel_err_f(lc, la, VOCAB);
-            CHECKF(e1 <= 1e-5 && e2 <= 1e-5, "%s: after prefill: decodes %.3g, chunks %.3g",
-                   combo_name((dtx_arch)arch, gqa, 0), e1, e2);
+            CHECKF(e1 <= tol1 && e2 <= tol1, "%s (%s cache): after prefill: decodes %.3g, chunks %.3g",
+                   combo_name((dtx_arch)arch, gqa, 0), dtx_kv_type_name(kt), e1, e2);
             REQUIRE(dtx_model_decode(m, a, seq[N], la) == DTX_OK);
             REQUIRE(dtx_model_decode(m, b, seq[N], lb) == DTX_OK);
             REQUIRE(dtx_model_decode(m, c, seq[N], lc) == DTX_OK);
             e1 = rel_err_f(lb, la, VOCAB), e2 = rel_err_f(lc, la, VOCAB);
-            CHECKF(e1 <= 1e-5 && e2 <= 1e-5, "%s: next step: decodes %.3g, chunks %.3g",
-                   combo_name((dtx_arch)arch, gqa, 0), e1, e2);
+            CHECKF(e1 <= tol1 && e2 <= tol1, "%s (%s cache): next step: decodes %.3g, chunks %.3g",
+                   combo_name((dtx_arch)arch, gqa, 0), dtx_kv_type_name(kt), e1, e2);
             /* reset starts a new sequence in the same memory */
             dtx_kvcache_reset(a);
             CHECK(dtx_kvcache_len(a) == 0);
             REQUIRE(dtx_model_prefill(m, a, seq, N, la) == DTX_OK);
             REQUIRE(dtx_model_decode(m, a, seq[N], la) == DTX_OK);
-            CHECK(rel_err_f(lb, la, VOCAB) <= 1e-5);
+            CHECK(rel_err_f(lb, la, VOCAB) <= tol1);
             dtx_kvcache_free(a);
             dtx_kvcache_free(b);
             dtx_kvcache_free(c);
             dtx_model_free(m);
         }
+}
+
+/* A bf16 cache keeps half the bytes and its logits stay within bf16's
+ * rounding of the fp32 cache's (not equal to them: the rounding is there);
+ * a batched step over bf16 caches gives each sequence the bits of its own
+ * decode step; fp32 and bf16 caches in one batched step, a bf16 cache with
+ * quantised attention logits and an unknown type are refused. */
+TEST(generate_bf16_kv_cache) {
+    for (int arch = 0; arch < 3; arch++) {
+        dtx_model *m = make_model((dtx_arch)arch, 1, 0, 4);
+        REQUIRE(m);
+        enum { N = 20 };
+        int32_t seq[N];
+        random_tokens(seq, N, 13);
+        dtx_kvcache *f = NULL, *h = NULL, *h2 = NULL, *g = NULL;
+        REQUIRE(dtx_kvcache_init_type(&f, m, N, DTX_KV_FP32) == DTX_OK);
+        REQUIRE(dtx_kvcache_init_type(&h, m, N, DTX_KV_BF16) == DTX_OK);
+        REQUIRE(dtx_kvcache_init_type(&h2, m, N, DTX_KV_BF16) == DTX_OK);
+        REQUIRE(dtx_kvcache_init_type(&g, m, N, DTX_KV_BF16) == DTX_OK);
+        CHECK(dtx_kvcache_bytes(h) * sizeof(real) == dtx_kvcache_bytes(f) * sizeof(uint16_t));
+        real lf[VOCAB], lh[VOCAB], lb[2 * VOCAB], one[VOCAB];
+        REQUIRE(dtx_model_prefill(m, f, seq, 7, lf) == DTX_OK);
+        REQUIRE(dtx_model_prefill(m, h, seq, 7, lh) == DTX_OK);
+        /* h2 runs two tokens behind h, g beside h2 with single steps: a batched step of h and h2 gives h2's
+         * row the bits of g's own step (their caches made alike, row by row) */
+        REQUIRE(dtx_model_prefill(m, h2, seq, 5, NULL) == DTX_OK);
+        REQUIRE(dtx_model_prefill(m, g, seq, 5, NULL) == DTX_OK);
+        double worst = 0, least = 1;
+        for (int i = 7; i < N; i++) {
+            REQUIRE(dtx_model_decode(m, f, seq[i], lf) == DTX_OK);
+            dtx_kvcache *both[2] = {h, h2};
+            int32_t toks[2] = {seq[i], seq[i - 2]};
+            REQUIRE(dtx_model_decode_batch(m, both, toks, 2, lb) == DTX_OK);
+            REQUIRE(dtx_model_decode(m, g, seq[i - 2], one) == DTX_OK);
+            CHECKF(!memcmp(one, lb + VOCAB, sizeof one), "%s: bf16 batched step differs from its own step at %d",
+                   dtx_arch_name((dtx_arch)arch), i);
+            memcpy(lh, lb, sizeof lh);
+            double e = rel_err_f(lh, lf, VOCAB);
+            worst = e > worst ? e : worst, least = e < least ? e : least;
+        }
+        CHECKF(worst <= 2e-2, "%s: bf16 cache logits differ from fp32's by %.3g relative", dtx_arch_name((dtx_arch)arch),
+               worst);
+#ifndef DTX_DOUBLE
+        CHECKF(least > 0, "%s: bf16 cache logits equal fp32's: no rounding?", dtx_arch_name((dtx_arch)arch));
+#endif
+        printf("    %s: bf16 KV cache against fp32, relative logit difference %.2e .. %.2e\n",
+               dtx_arch_name((dtx_arch)arch), least, worst);
+        /* one fp32 and one bf16 cache in one step */
+        dtx_kvcache_reset(h), dtx_kvcache_reset(f);
+        dtx_kvcache *mixed[2] = {h, f};
+        int32_t toks[2] = {1, 2};
+        CHECK(dtx_model_decode_batch(m, mixed, toks, 2, lb) == DTX_ERR_ARG);
+        CHECKF(strstr(dtx_last_error(), "KV cache is fp32"), "%s", dtx_last_error());
+        dtx_kvcache_free(f);
+        dtx_kvcache_free(h);
+        dtx_kvcache_free(h2);
+        dtx_kvcache_free(g);
+        dtx_model_free(m);
+    }
+    dtx_model *m = make_model(DTX_ARCH_DIFF, 0, 0, 5);
+    REQUIRE(m);
+    dtx_kvcache *h = NULL;
+    CHECK(dtx_kvcache_init_type(&h, m, 8, (dtx_kv_type)7) == DTX_ERR_ARG);
+    CHECKF(strstr(dtx_last_error(), "unknown KV cache type"), "%s", dtx_last_error());
+    dtx_kv_type t = DTX_KV_FP32;
+    CHECK(dtx_kv_type_parse("bf16", &t) == DTX_OK && t == DTX_KV_BF16);
+    CHECK(dtx_kv_type_parse("fp16", &t) == DTX_ERR_ARG);
+    CHECKF(strstr(dtx_last_error(), "'fp16'"), "%s", dtx_last_error());
+    REQUIRE(dtx_kvcache_init_type(&h, m, 8, DTX_KV_BF16) == DTX_OK);
+    REQUIRE(dtx_model_set_attention_quant(m, 4, DTX_QUANT_TENSOR) == DTX_OK);
+    int32_t tok = 1;
+    CHECK(dtx_model_prefill(m, h, &tok, 1, NULL) == DTX_ERR_ARG);
+    CHECKF(strstr(dtx_last_error(), "quantised attention logits"), "%s", dtx_last_error());
+    dtx_kvcache_free(h);
+    dtx_model_free(m);
 }
 
 TEST(generate_refuses_bad_arguments) {
@@ -322,7 +419,9 @@ TEST(generate_dtx_sample_greedy_matches_recomputation) {
 /* The decode kernel on a long cache (the multi-threaded path): one query
  * row over len cached rows equals the last row of the plain (materialised)
  * attention forward over the same len rows, and gives the same bits with one
- * thread and with several; with and without the per-head norm. */
+ * thread and with several; with and without the per-head norm. Over a bf16
+ * cache's rows (dtx_attention_decode_bf16) it gives the bits of those rows
+ * widened, at every ISA level. */
 TEST(generate_attention_decode_matches_forward_last_row) {
     /* 700 rows: the heads over the threads; 2100 (a layer's keys past 1 MiB), two variants: the rows in
      * chunks, the 32 chunks' cap, each a multiple of 16 rows */
@@ -361,6 +460,29 @@ TEST(generate_attention_decode_matches_forward_last_row) {
         CHECKF(e <= 1e-5, "len %lld diff %d gqa %d subln %d: %.3g", (long long)LEN, diff, gqa, sl, e);
         CHECKF(memcmp(out1, out2, (size_t)D * sizeof(real)) == 0,
                "len %lld diff %d gqa %d subln %d: thread count changes the bits", (long long)LEN, diff, gqa, sl);
+        /* a bf16 cache's rows give the bits of the same rows widened, at every level and thread count */
+        uint16_t *kb = malloc((size_t)(LEN * KV) * sizeof(uint16_t)), *vb = malloc((size_t)(LEN * KV) * sizeof(uint16_t));
+        REQUIRE(kb && vb);
+        for (int64_t i = 0; i < LEN * KV; i++) {
+            kb[i] = dtx_f32_to_bf16((float)k[i]), k[i] = (real)dtx_bf16_to_f32(kb[i]);
+            vb[i] = dtx_f32_to_bf16((float)v[i]), v[i] = (real)dtx_bf16_to_f32(vb[i]);
+        }
+        static const dtx_isa levels[] = {DTX_ISA_PORTABLE, DTX_ISA_AVX2, DTX_ISA_AVX512, DTX_ISA_AVX512_BF16};
+        for (int li = 0; li < 4; li++) {
+            if (levels[li] > dtx_isa_cpu()) continue;
+            dtx_isa prev = dtx_isa_set_cap(levels[li]);
+            for (int th = 1; th <= 2; th++) {
+                omp_set_num_threads(th);
+                dtx_attention_decode(&a, out1, qlast, k, v, LEN, gamma, scratch);
+                dtx_attention_decode_bf16(&a, out2, qlast, kb, vb, LEN, gamma, scratch);
+                CHECKF(memcmp(out1, out2, (size_t)D * sizeof(real)) == 0,
+                       "len %lld diff %d gqa %d subln %d, %s, %d threads: bf16 rows differ from the rows widened",
+                       (long long)LEN, diff, gqa, sl, dtx_isa_name(levels[li]), th);
+            }
+            omp_set_num_threads(threads);
+            dtx_isa_set_cap(prev);
+        }
+        free(kb), free(vb);
         free(q), free(k), free(v), free(ref), free(att), free(o1), free(o2), free(rs), free(scratch);
     }
 }
