@@ -148,6 +148,11 @@ TEST(generate_cli_continues_the_memorised_sentence) {
     int native = dtx_matmul_bf16_native() && dtx_isa_level() >= DTX_ISA_AVX512_BF16;
     CHECKF(native ? !strstr(cli_err, "emulated") : strstr(cli_err, "difftx: note: bf16 is emulated here") == cli_err,
            "bf16 stderr: %s", cli_err);
+    /* a bf16 KV cache: the memorised text still */
+    rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --temperature 0 --kv-cache bf16", mp, tok_path);
+    CHECKF(rc == 0 && strncmp(cli_out, " sat on the mat.prefill: ", 25) == 0, "kv-cache bf16: %d %s", rc, cli_out);
+    rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --kv-cache fp16", mp, tok_path);
+    CHECKF(rc == 2 && cli_has("--kv-cache"), "kv-cache fp16: %d %s", rc, cli_out);
     /* a low temperature with top-k / top-p still follows the memorised text */
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --temperature 0.3 --top-k 3 --top-p 0.9 "
              "--seed 4",

@@ -219,6 +219,9 @@ def generate_is_the_command_sample():
     assert list(m.generate(prompt, 5, temperature=0, eos=greedy[2])) == greedy[:2]
     raises(difftx.ArgumentError, m.generate, prompt, 3, top_p=0)
     raises(difftx.ArgumentError, lambda: list(m.generate([], 3)))
+    # a bf16 KV cache generates as long (its ids may differ: rounded keys and values); a type it lacks is refused
+    assert len(list(m.generate(prompt, 100, temperature=0, kv_cache="bf16"))) == maxlen - len(prompt)
+    raises(difftx.ArgumentError, m.generate, prompt, 3, kv_cache="fp16", contains="kv_cache")
 
 
 @test
