@@ -2120,38 +2120,40 @@ int main(int argc, char **argv) {
         }
     }
 
-    if (do_decode && ndec) {
-        out("## Decoding (KV cache, batch 1, a prompt of %" PRId64 " tokens, then %" PRId64 " decode steps)\n\n", dec_ctx,
-            dec_n);
-        out("Configs: S, and 110M: llama2.c's stories110M shape (dim 768, 12 layers, ffn 2048, vocab 32000, tied "
-            "embeddings; DIFF 6 heads, the Transformer 12 heads of 64 as llama2.c). Memory read bandwidth measured in "
-            "this run: %.1f GB/s at the start of the section (every thread summing 256 MiB in 2 MiB pages, as difftx "
-            "keeps the weights a decode step reads; the best of 5 passes, each over "
-            "memory no other pass reads, as a decode step reads weights a whole model's bytes have passed through the "
-            "caches since), and again (the best of 3 such passes) before and after each of the 5 timed rounds of every "
-            "row, because this shared machine's bandwidth moves with its other tenants, within seconds. Bound = the bandwidth around a round "
-            "(the mean of the measurements just before and just after it) ÷ the bytes each decode step must read: every weight as stored (4 bytes each in fp32; 2 in bf16, which decodes from a bf16 copy of the "
-            "weights; quantised (docs/quantize.md): the int8 or 4-bit codes and their fp32 scales), of an untied "
-            "embedding table only the row looked up, and the cached keys and values (fp32) at the step's length. "
-            "tokens/s, bandwidth and the fraction of the bound are medians over the rounds; × fp32 is the tokens/s "
-            "over fp32's of the same config and arch; memory is the resident memory the model, its cache and scratch "
-            "added to the process. ISA: %s.\n\n",
-            bw, isa_col);
-        out("| config | arch | weights | tokens/s | × fp32 | memory MB | MB per token | bandwidth | bound tokens/s | of "
-            "bound |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
-        for (int ci = 0; ci < ndec; ci++)
-            for (int p = 0; p < N_DEC; p++)
-                for (int a = 0; a < 3; a++) {
-                    decode_result *d = &dec[ci][p][a], *f32 = &dec[ci][DEC_FP32][a];
-                    if (!d->ok) {
-                        out("| %s | %s | %s | failed: %s | | | | | | |\n", dcfgs[ci].name, ARCH[a], DEC_NAME[p], d->why);
-                        continue;
+    if (do_decode && (ndec || nfiles)) {
+        if (ndec) {
+            out("## Decoding (KV cache, batch 1, a prompt of %" PRId64 " tokens, then %" PRId64 " decode steps)\n\n", dec_ctx,
+                dec_n);
+            out("Configs: S, and 110M: llama2.c's stories110M shape (dim 768, 12 layers, ffn 2048, vocab 32000, tied "
+                "embeddings; DIFF 6 heads, the Transformer 12 heads of 64 as llama2.c). Memory read bandwidth measured in "
+                "this run: %.1f GB/s at the start of the section (every thread summing 256 MiB in 2 MiB pages, as difftx "
+                "keeps the weights a decode step reads; the best of 5 passes, each over "
+                "memory no other pass reads, as a decode step reads weights a whole model's bytes have passed through the "
+                "caches since), and again (the best of 3 such passes) before and after each of the 5 timed rounds of every "
+                "row, because this shared machine's bandwidth moves with its other tenants, within seconds. Bound = the bandwidth around a round "
+                "(the mean of the measurements just before and just after it) ÷ the bytes each decode step must read: every weight as stored (4 bytes each in fp32; 2 in bf16, which decodes from a bf16 copy of the "
+                "weights; quantised (docs/quantize.md): the int8 or 4-bit codes and their fp32 scales), of an untied "
+                "embedding table only the row looked up, and the cached keys and values (fp32) at the step's length. "
+                "tokens/s, bandwidth and the fraction of the bound are medians over the rounds; × fp32 is the tokens/s "
+                "over fp32's of the same config and arch; memory is the resident memory the model, its cache and scratch "
+                "added to the process. ISA: %s.\n\n",
+                bw, isa_col);
+            out("| config | arch | weights | tokens/s | × fp32 | memory MB | MB per token | bandwidth | bound tokens/s | of "
+                "bound |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+            for (int ci = 0; ci < ndec; ci++)
+                for (int p = 0; p < N_DEC; p++)
+                    for (int a = 0; a < 3; a++) {
+                        decode_result *d = &dec[ci][p][a], *f32 = &dec[ci][DEC_FP32][a];
+                        if (!d->ok) {
+                            out("| %s | %s | %s | failed: %s | | | | | | |\n", dcfgs[ci].name, ARCH[a], DEC_NAME[p], d->why);
+                            continue;
+                        }
+                        out("| %s | %s | %s | %.1f | %.2f | %.0f | %.1f | %.1f GB/s | %.1f | %.0f%% |\n", dcfgs[ci].name,
+                            ARCH[a], DEC_NAME[p], d->tok_s, f32->ok ? d->tok_s / f32->tok_s : NAN, d->mem_mb,
+                            d->bytes_tok / 1e6, d->bw, d->bw * 1e9 / d->bytes_tok, 100 * d->frac);
                     }
-                    out("| %s | %s | %s | %.1f | %.2f | %.0f | %.1f | %.1f GB/s | %.1f | %.0f%% |\n", dcfgs[ci].name,
-                        ARCH[a], DEC_NAME[p], d->tok_s, f32->ok ? d->tok_s / f32->tok_s : NAN, d->mem_mb,
-                        d->bytes_tok / 1e6, d->bw, d->bw * 1e9 / d->bytes_tok, 100 * d->frac);
-                }
-        out("\n");
+            out("\n");
+        }
         if (have_batch) {
             out("Batched decoding (`dtx_model_decode_batch`, the step `difftx serve` runs for its active requests): "
                 "110M DIFF, s sequences each with its own cache after the same %" PRId64 "-token prompt, then 32 "
