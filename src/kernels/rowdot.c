@@ -16,47 +16,42 @@
 /* Below this many multiply-adds a product runs on one thread. */
 #define GEMV_PAR_MIN ((int64_t)1 << 15)
 
+/* The portable dot and axpy rows over rows of W, each value made real by
+ * WIDEN: fp32 as it is; bf16 bits widened exactly, then the same arithmetic
+ * in the same order, so rows of bf16 and their widened copies give the same
+ * bits. */
+#define DOT_ROWS_PORTABLE(W, WIDEN)                                                                        \
+    for (int64_t t = 0; t < n; t++) {                                                                      \
+        const W *kr = k + t * ldk;                                                                         \
+        real acc = 0;                                                                                      \
+        _Pragma("omp simd reduction(+ : acc)") for (int64_t c = 0; c < d; c++) acc += x[c] * WIDEN(kr[c]); \
+        s[t * lds] = scale * acc;                                                                          \
+    }
+#define AXPY_ROWS_PORTABLE(W, WIDEN)                                                                       \
+    for (int64_t t = 0; t < n; t++) {                                                                      \
+        const W *vr = v + t * ldv;                                                                         \
+        real a = p[t];                                                                                     \
+        _Pragma("omp simd") for (int64_t c = 0; c < w; c++) y[c] += a * WIDEN(vr[c]);                     \
+    }
+#define AS_REAL(v) (v)
+#define BF16_AS_REAL(v) ((real)dtx_bf16_to_f32(v))
+
 void dtx_dot_rows_portable(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d,
                            real scale) {
-    for (int64_t t = 0; t < n; t++) {
-        const real *kr = k + t * ldk;
-        real acc = 0;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t c = 0; c < d; c++) acc += x[c] * kr[c];
-        s[t * lds] = scale * acc;
-    }
+    DOT_ROWS_PORTABLE(real, AS_REAL)
 }
 
 void dtx_axpy_rows_portable(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n) {
-    for (int64_t t = 0; t < n; t++) {
-        const real *vr = v + t * ldv;
-        real a = p[t];
-#pragma omp simd
-        for (int64_t c = 0; c < w; c++) y[c] += a * vr[c];
-    }
+    AXPY_ROWS_PORTABLE(real, AS_REAL)
 }
 
-/* The same over rows of bf16 bits (a bf16 KV cache): each value widened
- * exactly, then the fp32 rows' arithmetic in the same order, so rows of
- * bf16 and their widened copies give the same bits. */
 void dtx_dot_rows_bf16_portable(real *s, int64_t lds, const real *x, const uint16_t *k, int64_t ldk, int64_t n,
                                 int64_t d, real scale) {
-    for (int64_t t = 0; t < n; t++) {
-        const uint16_t *kr = k + t * ldk;
-        real acc = 0;
-#pragma omp simd reduction(+ : acc)
-        for (int64_t c = 0; c < d; c++) acc += x[c] * (real)dtx_bf16_to_f32(kr[c]);
-        s[t * lds] = scale * acc;
-    }
+    DOT_ROWS_PORTABLE(uint16_t, BF16_AS_REAL)
 }
 
 void dtx_axpy_rows_bf16_portable(real *y, int64_t w, const real *p, const uint16_t *v, int64_t ldv, int64_t n) {
-    for (int64_t t = 0; t < n; t++) {
-        const uint16_t *vr = v + t * ldv;
-        real a = p[t];
-#pragma omp simd
-        for (int64_t c = 0; c < w; c++) y[c] += a * (real)dtx_bf16_to_f32(vr[c]);
-    }
+    AXPY_ROWS_PORTABLE(uint16_t, BF16_AS_REAL)
 }
 
 void dtx_gemv_portable(real *out, const real *x, const real *w, int64_t K, int64_t N) {

@@ -365,30 +365,34 @@ AVX2_FN void dtx_dot_rows_avx2(float *s, int64_t lds, const float *x, const floa
 
 /* y [w] += Σ_t p[t]·v_t: 32 columns at a time in 4 accumulators that stay
  * in registers over the rows (y is loaded and stored once per block, not
- * once per row), then 8 and a masked rest; rows added in order. */
+ * once per row), then 8 and a masked rest; rows added in order. W, LOAD and
+ * MASKLOAD as DOT_ROWS_BODY's. */
+#define AXPY_ROWS_BODY(W, LOAD, MASKLOAD)                                                                   \
+    int64_t c = 0;                                                                                          \
+    for (; c + 32 <= w; c += 32) {                                                                          \
+        __m256 a0 = _mm256_loadu_ps(y + c), a1 = _mm256_loadu_ps(y + c + 8);                                \
+        __m256 a2 = _mm256_loadu_ps(y + c + 16), a3 = _mm256_loadu_ps(y + c + 24);                          \
+        for (int64_t t = 0; t < n; t++) {                                                                   \
+            const W *vr = v + t * ldv + c;                                                                  \
+            __m256 pt = _mm256_broadcast_ss(p + t);                                                         \
+            a0 = _mm256_fmadd_ps(pt, LOAD(vr), a0);                                                         \
+            a1 = _mm256_fmadd_ps(pt, LOAD(vr + 8), a1);                                                     \
+            a2 = _mm256_fmadd_ps(pt, LOAD(vr + 16), a2);                                                    \
+            a3 = _mm256_fmadd_ps(pt, LOAD(vr + 24), a3);                                                    \
+        }                                                                                                   \
+        _mm256_storeu_ps(y + c, a0), _mm256_storeu_ps(y + c + 8, a1);                                       \
+        _mm256_storeu_ps(y + c + 16, a2), _mm256_storeu_ps(y + c + 24, a3);                                 \
+    }                                                                                                       \
+    for (; c < w; c += 8) {                                                                                 \
+        __m256i m = lanes8(w - c);                                                                          \
+        __m256 a = _mm256_maskload_ps(y + c, m);                                                            \
+        for (int64_t t = 0; t < n; t++)                                                                     \
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + t), MASKLOAD(v + t * ldv + c, m, w - c < 8 ? w - c : 8), a); \
+        _mm256_maskstore_ps(y + c, m, a);                                                                   \
+    }
+
 AVX2_FN void dtx_axpy_rows_avx2(float *y, int64_t w, const float *p, const float *v, int64_t ldv, int64_t n) {
-    int64_t c = 0;
-    for (; c + 32 <= w; c += 32) {
-        __m256 a0 = _mm256_loadu_ps(y + c), a1 = _mm256_loadu_ps(y + c + 8);
-        __m256 a2 = _mm256_loadu_ps(y + c + 16), a3 = _mm256_loadu_ps(y + c + 24);
-        for (int64_t t = 0; t < n; t++) {
-            const float *vr = v + t * ldv + c;
-            __m256 pt = _mm256_broadcast_ss(p + t);
-            a0 = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vr), a0);
-            a1 = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vr + 8), a1);
-            a2 = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vr + 16), a2);
-            a3 = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vr + 24), a3);
-        }
-        _mm256_storeu_ps(y + c, a0), _mm256_storeu_ps(y + c + 8, a1);
-        _mm256_storeu_ps(y + c + 16, a2), _mm256_storeu_ps(y + c + 24, a3);
-    }
-    for (; c < w; c += 8) {
-        __m256i m = lanes8(w - c);
-        __m256 a = _mm256_maskload_ps(y + c, m);
-        for (int64_t t = 0; t < n; t++)
-            a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + t), _mm256_maskload_ps(v + t * ldv + c, m), a);
-        _mm256_maskstore_ps(y + c, m, a);
-    }
+    AXPY_ROWS_BODY(float, load_w, maskload_w)
 }
 
 /* The two over rows of bf16 bits (a bf16 KV cache): each value widened
@@ -400,28 +404,7 @@ AVX2_FN void dtx_dot_rows_bf16_avx2(float *s, int64_t lds, const float *x, const
 
 AVX2_FN void dtx_axpy_rows_bf16_avx2(float *y, int64_t w, const float *p, const uint16_t *v, int64_t ldv,
                                      int64_t n) {
-    int64_t c = 0;
-    for (; c + 32 <= w; c += 32) {
-        __m256 a0 = _mm256_loadu_ps(y + c), a1 = _mm256_loadu_ps(y + c + 8);
-        __m256 a2 = _mm256_loadu_ps(y + c + 16), a3 = _mm256_loadu_ps(y + c + 24);
-        for (int64_t t = 0; t < n; t++) {
-            const uint16_t *vr = v + t * ldv + c;
-            __m256 pt = _mm256_broadcast_ss(p + t);
-            a0 = _mm256_fmadd_ps(pt, load_w_bf16(vr), a0);
-            a1 = _mm256_fmadd_ps(pt, load_w_bf16(vr + 8), a1);
-            a2 = _mm256_fmadd_ps(pt, load_w_bf16(vr + 16), a2);
-            a3 = _mm256_fmadd_ps(pt, load_w_bf16(vr + 24), a3);
-        }
-        _mm256_storeu_ps(y + c, a0), _mm256_storeu_ps(y + c + 8, a1);
-        _mm256_storeu_ps(y + c + 16, a2), _mm256_storeu_ps(y + c + 24, a3);
-    }
-    for (; c < w; c += 8) {
-        __m256i m = lanes8(w - c);
-        __m256 a = _mm256_maskload_ps(y + c, m);
-        for (int64_t t = 0; t < n; t++)
-            a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + t), maskload_w_bf16(v + t * ldv + c, m, w - c < 8 ? w - c : 8), a);
-        _mm256_maskstore_ps(y + c, m, a);
-    }
+    AXPY_ROWS_BODY(uint16_t, load_w_bf16, maskload_w_bf16)
 }
 
 /* A linear layer of one token is the same kernel: x against the weight
