@@ -145,6 +145,7 @@ static const char *const TEXTS[] = {
 
 /* What generating alone gives (difftx generate's loop): the tokens into out,
  * how many; stops at EOS, max or ctx. */
+static dtx_kv_type alone_kv; /* the KV cache alone() generates with */
 static int64_t alone(dtx_model *m, const dtx_tokenizer *t, const int32_t *p, int64_t n, int64_t max, int64_t ctx,
                      dtx_sampler s, int32_t *out) {
     const dtx_config *c = dtx_model_config(m);
@@ -154,7 +155,7 @@ static int64_t alone(dtx_model *m, const dtx_tokenizer *t, const int32_t *p, int
     dtx_rng rng;
     dtx_rng_seed(&rng, s.seed);
     int64_t k = 0;
-    if (dtx_kvcache_init(&kv, m, ctx - 1) || dtx_model_prefill(m, kv, p, n, lg)) goto done;
+    if (dtx_kvcache_init_type(&kv, m, ctx - 1, alone_kv) || dtx_model_prefill(m, kv, p, n, lg)) goto done;
     for (;;) {
         int32_t tok;
         if (dtx_sample_logits(&s, &rng, lg, Vs, &tok) || tok == dtx_tokenizer_eos(t)) break;
@@ -205,16 +206,20 @@ static void *read_all(void *arg) {
     return NULL;
 }
 
+/* Every job's text is the text generating it alone gives, with fp32 and
+ * with bf16 KV caches (--kv-cache), for DIFF and the Transformer. */
 TEST(serve_batcher_jobs_equal_generating_alone) {
     const char *tok_path;
     dtx_tokenizer *t = test_tokenizer_file(TEXTS, 2, 300, "serve.tok", &tok_path);
     REQUIRE(t);
-    for (int arch = 0; arch < 2; arch++) {
+    for (int run = 0; run < 4; run++) {
+        const int arch = run % 2;
+        alone_kv = run < 2 ? DTX_KV_FP32 : DTX_KV_BF16;
         dtx_config c = test_config(arch ? DTX_ARCH_TRANSFORMER : DTX_ARCH_DIFF, 64, 2, arch ? 4 : 2, arch ? 4 : 2, 300,
                                    96, 64, 1);
         dtx_model *m = NULL;
         REQUIRE(dtx_model_init(&m, &c, 5) == DTX_OK);
-        srv_engine_options o = {.slots = 3, .ctx = CTX};
+        srv_engine_options o = {.slots = 3, .ctx = CTX, .kv = alone_kv};
         srv_engine *e = srv_engine_create(m, t, &o);
         REQUIREF(e, "%s", srv_last_error());
         reader rd[JOBS];
@@ -243,7 +248,8 @@ TEST(serve_batcher_jobs_equal_generating_alone) {
             int64_t k = alone(m, t, prompts[i], plen[i], maxt[i], CTX, smp[i], out);
             char *want = text_of(t, out, k);
             REQUIRE(want);
-            CHECKF(!strcmp(rd[i].text, want), "%s job %d: '%s', alone '%s'", dtx_arch_name(c.arch), i, rd[i].text, want);
+            CHECKF(!strcmp(rd[i].text, want), "%s (%s cache) job %d: '%s', alone '%s'", dtx_arch_name(c.arch),
+                   dtx_kv_type_name(alone_kv), i, rd[i].text, want);
             CHECKF(rd[i].last.completion_tokens == k, "job %d: %lld tokens, alone %lld", i,
                    (long long)rd[i].last.completion_tokens, (long long)k);
             const char *why = k == maxt[i] || plen[i] + k == CTX ? "length" : "stop";
