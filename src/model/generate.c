@@ -360,7 +360,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
         if (tokens[i] < 0 || tokens[i] >= cfg->vocab_size)
             return dtx_fail(DTX_ERR_ARG, "token id %lld at position %lld is out of range [0, %lld)",
                             (long long)tokens[i], (long long)(c->len + i), (long long)cfg->vocab_size);
-    if ((st = check_kv_type(m, c, "prefill"))) return st;
+    if ((st = check_kv_type(m, c, n == 1 ? "decode" : "prefill"))) return st;
     const int64_t pos0 = c->len, D = cfg->dim, KV = m->kv_dim, L = cfg->n_layers;
     const int64_t ML = c->max_len;
     const int flash = pos0 == 0 && n > 1;
