@@ -17,9 +17,6 @@
 /* Rows are summed in this many fixed chunks, whatever the thread count, so
  * the returned loss is bitwise reproducible. */
 enum { LOSS_CHUNKS = 64 };
-/* Below this many elements a kernel runs on the calling thread: waking the
- * OpenMP team costs more than the work on a shared 2-core machine. */
-#define PAR_MIN ((int64_t)1 << 15)
 
 #ifdef DTX_DOUBLE
 #define EXP_R(x) exp(x)
@@ -77,7 +74,7 @@ static double crossentropy_forward_run(real *probs, const real *logits, const in
     assert(probs && logits && targets && N > 0 && V > 0);
     double part[LOSS_CHUNKS] = {0};
     int64_t per = (N + LOSS_CHUNKS - 1) / LOSS_CHUNKS;
-#pragma omp parallel for schedule(dynamic, 1) if (N * V >= PAR_MIN)
+#pragma omp parallel for schedule(dynamic, 1) if (N * V >= DTX_PAR_MIN)
     for (int64_t ch = 0; ch < LOSS_CHUNKS; ch++) {
         int64_t i1 = (ch + 1) * per < N ? (ch + 1) * per : N;
         double acc = 0;
@@ -108,7 +105,7 @@ static void row_add_scaled(real *restrict d, const real *restrict p, double scal
 void dtx_crossentropy_backward(real *dlogits, const real *probs, const int32_t *targets, int64_t N,
                                int64_t V, double scale) {
     assert(dlogits && probs && targets && N >= 0 && V > 0);
-#pragma omp parallel for schedule(static) if (N * V >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * V >= DTX_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         int64_t t = targets[i];
         if (t == DTX_TARGET_IGNORE) continue;
@@ -126,7 +123,7 @@ void dtx_crossentropy_backward(real *dlogits, const real *probs, const int32_t *
 static void crossentropy_backward_inplace_run(real *probs, const int32_t *targets, int64_t N, int64_t V,
                                               double scale) {
     assert(probs && targets && N >= 0 && V > 0);
-#pragma omp parallel for schedule(static) if (N * V >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * V >= DTX_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         int64_t t = targets[i];
         real *p = probs + i * V;

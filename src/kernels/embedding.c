@@ -6,16 +6,13 @@
 #include <omp.h>
 #include <string.h>
 
-/* Below this many elements a kernel runs on the calling thread: waking the
- * OpenMP team costs more than the work on a shared 2-core machine. */
-#define PAR_MIN ((int64_t)1 << 15)
 /* Column ranges of the backward are whole 64-byte lines (16 floats). */
 enum { COL_ALIGN = 16 };
 
 /* out [n, C] = table[tok[i]];  table [V, C] (ids checked by the caller). */
 void dtx_embedding_forward(real *out, const int32_t *tok, const real *table, int64_t n, int64_t C) {
     assert(out && tok && table && n >= 0 && C > 0);
-#pragma omp parallel for schedule(static) if (n * C >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (n * C >= DTX_PAR_MIN)
     for (int64_t i = 0; i < n; i++) {
         assert(tok[i] >= 0);
         memcpy(out + i * C, table + (int64_t)tok[i] * C, (size_t)C * sizeof(real));
@@ -39,7 +36,7 @@ static void embedding_backward_cols(real *dtable, const real *dout, const int32_
  * the number of threads (the bits do not depend on the split). */
 static void embedding_backward_run(real *dtable, const real *dout, const int32_t *tok, int64_t n, int64_t C) {
     assert(dtable && dout && tok && n >= 0 && C > 0);
-#pragma omp parallel if (n * C >= PAR_MIN)
+#pragma omp parallel if (n * C >= DTX_PAR_MIN)
     {
         int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
         int64_t lines = (C + COL_ALIGN - 1) / COL_ALIGN;

@@ -52,6 +52,13 @@ int dtx_matmul_tiles_used(int64_t M, dtx_precision p);
 int dtx_matmul_set_tiles(int mode);
 /* oneDNN primitives created so far (cache misses; 0 in the double build), and
  * freeing every cached primitive and the bf16 scratch (also done at exit).   */
+/* Below this many elements an elementwise kernel (norms, RoPE, SwiGLU, the
+ * residual, the embedding, the loss) runs on the calling thread: starting
+ * and joining the OpenMP team costs more than the work (about 3 µs for two
+ * threads on these shared 2-core machines), so a decode step's one-row
+ * elementwise work never wakes it. */
+#define DTX_PAR_MIN ((int64_t)1 << 15)
+
 size_t dtx_matmul_primitives_created(void);
 void dtx_matmul_cache_clear(void);
 

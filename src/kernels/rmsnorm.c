@@ -13,9 +13,6 @@
 #include <assert.h>
 #include <math.h>
 
-/* Below this many elements a kernel runs on the calling thread: waking the
- * OpenMP team costs more than the work on a shared 2-core machine. */
-#define PAR_MIN ((int64_t)1 << 15)
 /* dw is summed over column blocks of this width (one double accumulator per
  * column, kept in registers/L1 while a block of rows streams past). */
 enum { COL_BLOCK = 64 };
@@ -41,7 +38,7 @@ static void row_scale(real *out, const real *x, const real *w, real r, int64_t C
 static void rmsnorm_forward_run(real *out, real *rstd, const real *x, const real *w, int64_t M, int64_t C,
                                 double eps) {
     assert(out && rstd && x && w && M >= 0 && C > 0);
-#pragma omp parallel for schedule(static) if (M * C >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (M * C >= DTX_PAR_MIN)
     for (int64_t i = 0; i < M; i++) {
         double r = 1.0 / sqrt(row_sumsq(x + i * C, C) / (double)C + eps);
         rstd[i] = (real)r;
@@ -99,14 +96,14 @@ static void rmsnorm_backward_run(real *dx, real *dw, const real *dout, const rea
     assert(dx && dout && x && w && rstd && M >= 0 && C > 0);
     assert(!dtx_overlaps(dx, dout, (size_t)(M * C) * sizeof(real)) && !dtx_overlaps(dx, x, (size_t)(M * C) * sizeof(real)));
     if (!dw) {
-#pragma omp parallel for schedule(static) if (M * C >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (M * C >= DTX_PAR_MIN)
         for (int64_t i = 0; i < M; i++)
             rmsnorm_backward_row(dx + i * C, dout + i * C, x + i * C, w, rstd[i], C);
         return;
     }
     int64_t rb = ROW_BLOCK_ELEMS / C > 1 ? ROW_BLOCK_ELEMS / C : 1;
     int64_t ncb = (C + COL_BLOCK - 1) / COL_BLOCK;
-#pragma omp parallel if (M * C >= PAR_MIN)
+#pragma omp parallel if (M * C >= DTX_PAR_MIN)
     for (int64_t i0 = 0; i0 < M; i0 += rb) {
         int64_t i1 = i0 + rb < M ? i0 + rb : M;
 #pragma omp for schedule(static) nowait

@@ -10,8 +10,6 @@
 #include <assert.h>
 #include <math.h>
 
-/* Below this many elements a kernel runs on the calling thread. */
-#define PAR_MIN ((int64_t)1 << 15)
 
 void dtx_rope_freqs(double *freq, int64_t d, double theta) {
     for (int64_t i = 0; i < d / 2; i++) freq[i] = pow(theta, -2.0 * (double)i / (double)d);
@@ -53,7 +51,7 @@ static void rope_apply(real *x, const real *cos_t, const real *sin_t, int64_t B,
                        int64_t pos0, int64_t n_sub, int64_t d, real sign) {
     assert(x && cos_t && sin_t && d % 2 == 0 && pos0 >= 0);
     int64_t half = d / 2, C = n_sub * d;
-#pragma omp parallel for collapse(2) schedule(static) if (B * T * C >= PAR_MIN)
+#pragma omp parallel for collapse(2) schedule(static) if (B * T * C >= DTX_PAR_MIN)
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++)
             rope_row(x + (b * T + t) * C, cos_t + (pos0 + t) * half, sin_t + (pos0 + t) * half, n_sub, d, sign);

@@ -12,8 +12,6 @@
 #include <assert.h>
 #include <math.h>
 
-/* Below this many elements a kernel runs on the calling thread. */
-#define PAR_MIN ((int64_t)1 << 15)
 /* Elements per parallel chunk: whole cache lines, many vector iterations. */
 enum { CHUNK = 4096 };
 
@@ -48,7 +46,7 @@ static void swiglu_fwd_chunk(real *out, const real *a, const real *b, int64_t n,
 
 static void swiglu_forward_r_run(real *out, const real *a, const real *b, int64_t n, int round_bf16) {
     assert(out && a && b && n >= 0);
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (n >= DTX_PAR_MIN)
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
         swiglu_fwd_chunk(out + i0, a + i0, b + i0, m, round_bf16);
@@ -83,7 +81,7 @@ static void swiglu_bwd_chunk(real *da, real *db, const real *dout, const real *a
 static void swiglu_backward_r_run(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n,
                                   int round_bf16) {
     assert(da && db && dout && a && b && n >= 0);
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (n >= DTX_PAR_MIN)
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
         swiglu_bwd_chunk(da + i0, db + i0, dout + i0, a + i0, b + i0, m, round_bf16);
@@ -103,7 +101,7 @@ void dtx_swiglu_backward(real *da, real *db, const real *dout, const real *a, co
  * written, and a vector iteration reads all its lanes before storing). */
 static void residual_forward_run(real *out, const real *a, const real *b, int64_t n) {
     assert(out && a && b && n >= 0);
-#pragma omp parallel for schedule(static) if (n >= PAR_MIN)
+#pragma omp parallel for schedule(static) if (n >= DTX_PAR_MIN)
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
         real *o = out + i0;
