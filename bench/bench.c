@@ -1641,6 +1641,11 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    dtx_kv_type kv_type;
+    if (dtx_kv_type_parse(kv_cache, &kv_type)) { /* before any work: every model file's child would fail on it */
+        fprintf(stderr, "bench: --kv-cache: %s\n", dtx_last_error());
+        return 2;
+    }
     if (steps < 1) steps = 1;
     if (steps > MAXSTEPS - 1) steps = MAXSTEPS - 1;
     if (quick && steps > 2) steps = 2;

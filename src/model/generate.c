@@ -68,8 +68,8 @@ struct dtx_kvcache {
     float *lse;
     real *xr;         /* [xr_rows, max(D, F)] the one-row products' inputs as rounded */
     int64_t xr_rows;  /* rows of xr (1, or a batched step's sequences) */
-    real *kb, *vb;    /* a batched step's new keys and values [xr_rows, KV] */
-    real *kst, *vst;  /* bf16 cache: a step's new keys and values [r, KV] before they are stored */
+    real *kb, *vb;    /* a step's new keys and values before they are stored: a batched step's [xr_rows, KV];
+                       * with a bf16 cache, any step's ([max(r, xr_rows), KV]) */
     int64_t *bpos;    /* a batched step's positions, */
     real **bk, **bv, **bscores; /* and the caches' layer rows and scratch, [xr_rows] each */
     uint16_t **bk16, **bv16;    /* the same layer rows of bf16 caches */
@@ -87,7 +87,7 @@ void dtx_kvcache_set_hooks(dtx_kvcache *c, const dtx_prefill_hooks *h) { c->hook
  * flash workspace also fits the quantised forward when quant. */
 static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, int flash, int quant, int64_t xr_rows) {
     size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, R = (size_t)r, off = 0, XR = (size_t)xr_rows;
-    size_t KB = XR * (size_t)c->kv_dim;
+    size_t KB = (c->kv_type == DTX_KV_BF16 && R > XR ? R : XR) * (size_t)c->kv_dim;
     size_t QD = (size_t)dtx_config_q_dim(&m->cfg), NA = m->cfg.arch == DTX_ARCH_DIFF2 ? R * QD : 0;
     size_t NL = dtx_config_has_lambda_proj(&m->cfg) ? R * (size_t)m->cfg.n_heads : 0;
     dtx_attn_dims ad = dtx_model_generation_attn_dims(m, r, 0, 0);
@@ -113,8 +113,6 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
     CARVE(c->xr, XR * (D > F ? D : F));
     CARVE(c->kb, KB);
     CARVE(c->vb, KB);
-    CARVE(c->kst, c->kv_type == DTX_KV_BF16 ? R * (size_t)c->kv_dim : 0);
-    CARVE(c->vst, c->kv_type == DTX_KV_BF16 ? R * (size_t)c->kv_dim : 0);
     CARVE(c->att2, NA);
     CARVE(c->lam, NL);
     CARVE(c->o1, n_o);
@@ -387,7 +385,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
     for (int64_t l = 0; l < L; l++) {
         const size_t at = (size_t)(l * ML * KV);
         if (bf16) { /* k and v made in the staging rows, stored rounded by the block */
-            la.k = c->kst, la.v = c->vst;
+            la.k = c->kb, la.v = c->vb;
             run.k16 = c->k16 + at, run.v16 = c->v16 + at;
         } else {
             real *kc = c->k + at, *vc = c->v + at;
@@ -435,12 +433,11 @@ dtx_status dtx_model_decode_batch(dtx_model *m, dtx_kvcache *const *caches, cons
             if (caches[j] == ci)
                 return dtx_fail(DTX_ERR_ARG, "batched decode: sequences %lld and %lld share one KV cache",
                                 (long long)j, (long long)i);
+        if (ci->kv_type != caches[0]->kv_type)
+            return dtx_fail(DTX_ERR_ARG, "batched decode: sequence %lld's KV cache is %s, sequence 0's %s",
+                            (long long)i, dtx_kv_type_name(ci->kv_type), dtx_kv_type_name(caches[0]->kv_type));
     }
     dtx_kvcache *c = caches[0]; /* hosts the step's row buffers */
-    for (int64_t i = 1; i < n; i++)
-        if (caches[i]->kv_type != c->kv_type)
-            return dtx_fail(DTX_ERR_ARG, "batched decode: sequence %lld's KV cache is %s, sequence 0's %s",
-                            (long long)i, dtx_kv_type_name(caches[i]->kv_type), dtx_kv_type_name(c->kv_type));
     if ((st = check_kv_type(m, c, "batched decode"))) return st;
     const int64_t D = cfg->dim, KV = m->kv_dim, L = cfg->n_layers;
     if ((st = ensure_rows(m, c, n, 0, n))) return st;
