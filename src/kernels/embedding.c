@@ -9,14 +9,15 @@
 /* Column ranges of the backward are whole 64-byte lines (16 floats). */
 enum { COL_ALIGN = 16 };
 
+static void embedding_row(real *out, int32_t tok, const real *table, int64_t C) {
+    assert(tok >= 0);
+    memcpy(out, table + (int64_t)tok * C, (size_t)C * sizeof(real));
+}
+
 /* out [n, C] = table[tok[i]];  table [V, C] (ids checked by the caller). */
 void dtx_embedding_forward(real *out, const int32_t *tok, const real *table, int64_t n, int64_t C) {
     assert(out && tok && table && n >= 0 && C > 0);
-#pragma omp parallel for schedule(static) if (n * C >= DTX_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        assert(tok[i] >= 0);
-        memcpy(out + i * C, table + (int64_t)tok[i] * C, (size_t)C * sizeof(real));
-    }
+    DTX_PAR_FOR(n * C, i, n, embedding_row(out + i * C, tok[i], table, C));
 }
 
 /* dtable [·, c0:c1) += dout [n, c0:c1) scattered by tok, tokens in order. */

@@ -58,6 +58,21 @@ int dtx_matmul_set_tiles(int mode);
  * threads on these shared 2-core machines), so a decode step's one-row
  * elementwise work never wakes it. */
 #define DTX_PAR_MIN ((int64_t)1 << 15)
+/* CALL for I in [0, N): over the threads (`omp parallel for`, static) when
+ * WORK (about the elements touched) reaches DTX_PAR_MIN, else a plain loop
+ * on the calling thread. Not OpenMP's `if` clause: with it false libgomp
+ * still builds and ends a team of one, 1.2 µs a call on these VMs (Zen 5,
+ * 2026-12-04), more than a decode step's norm of 768 values takes; a step
+ * of the 110M model made ~85 such calls. CALL is one statement (a call). */
+#define DTX_PAR_FOR(WORK, I, N, CALL)                                        \
+    do {                                                                     \
+        if ((WORK) < DTX_PAR_MIN) {                                          \
+            for (int64_t I = 0; I < (N); I++) CALL;                          \
+        } else {                                                             \
+            _Pragma("omp parallel for schedule(static)")                     \
+            for (int64_t I = 0; I < (N); I++) CALL;                          \
+        }                                                                    \
+    } while (0)
 
 size_t dtx_matmul_primitives_created(void);
 void dtx_matmul_cache_clear(void);

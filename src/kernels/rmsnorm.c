@@ -34,16 +34,18 @@ static void row_scale(real *out, const real *x, const real *w, real r, int64_t C
     for (int64_t c = 0; c < C; c++) out[c] = x[c] * r * w[c];
 }
 
+/* One row: *rstd and out [C] from x [C]. */
+static void rmsnorm_row(real *out, real *rstd, const real *x, const real *w, int64_t C, double eps) {
+    double r = 1.0 / sqrt(row_sumsq(x, C) / (double)C + eps);
+    *rstd = (real)r;
+    row_scale(out, x, w, (real)r, C);
+}
+
 /* out [M, C], rstd [M], x [M, C], w [C] */
 static void rmsnorm_forward_run(real *out, real *rstd, const real *x, const real *w, int64_t M, int64_t C,
                                 double eps) {
     assert(out && rstd && x && w && M >= 0 && C > 0);
-#pragma omp parallel for schedule(static) if (M * C >= DTX_PAR_MIN)
-    for (int64_t i = 0; i < M; i++) {
-        double r = 1.0 / sqrt(row_sumsq(x + i * C, C) / (double)C + eps);
-        rstd[i] = (real)r;
-        row_scale(out + i * C, x + i * C, w, (real)r, C);
-    }
+    DTX_PAR_FOR(M * C, i, M, rmsnorm_row(out + i * C, rstd + i, x + i * C, w, C, eps));
 }
 
 void dtx_rmsnorm_forward(real *out, real *rstd, const real *x, const real *w, int64_t M, int64_t C,
@@ -96,9 +98,7 @@ static void rmsnorm_backward_run(real *dx, real *dw, const real *dout, const rea
     assert(dx && dout && x && w && rstd && M >= 0 && C > 0);
     assert(!dtx_overlaps(dx, dout, (size_t)(M * C) * sizeof(real)) && !dtx_overlaps(dx, x, (size_t)(M * C) * sizeof(real)));
     if (!dw) {
-#pragma omp parallel for schedule(static) if (M * C >= DTX_PAR_MIN)
-        for (int64_t i = 0; i < M; i++)
-            rmsnorm_backward_row(dx + i * C, dout + i * C, x + i * C, w, rstd[i], C);
+        DTX_PAR_FOR(M * C, i, M, rmsnorm_backward_row(dx + i * C, dout + i * C, x + i * C, w, rstd[i], C));
         return;
     }
     int64_t rb = ROW_BLOCK_ELEMS / C > 1 ? ROW_BLOCK_ELEMS / C : 1;

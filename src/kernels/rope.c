@@ -51,10 +51,8 @@ static void rope_apply(real *x, const real *cos_t, const real *sin_t, int64_t B,
                        int64_t pos0, int64_t n_sub, int64_t d, real sign) {
     assert(x && cos_t && sin_t && d % 2 == 0 && pos0 >= 0);
     int64_t half = d / 2, C = n_sub * d;
-#pragma omp parallel for collapse(2) schedule(static) if (B * T * C >= DTX_PAR_MIN)
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < T; t++)
-            rope_row(x + (b * T + t) * C, cos_t + (pos0 + t) * half, sin_t + (pos0 + t) * half, n_sub, d, sign);
+    DTX_PAR_FOR(B * T * C, r, B * T, /* row r: position pos0 + r % T */
+                rope_row(x + r * C, cos_t + (pos0 + r % T) * half, sin_t + (pos0 + r % T) * half, n_sub, d, sign));
 }
 
 /* In place: x = R(p) x.   x [B, T, n_sub·d] */

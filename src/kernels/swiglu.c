@@ -14,6 +14,8 @@
 
 /* Elements per parallel chunk: whole cache lines, many vector iterations. */
 enum { CHUNK = 4096 };
+static inline int64_t n_chunks(int64_t n) { return (n + CHUNK - 1) / CHUNK; }
+static inline int64_t chunk_len(int64_t n, int64_t c) { return n - c * CHUNK < CHUNK ? n - c * CHUNK : CHUNK; }
 
 #ifdef DTX_DOUBLE
 #define EXP_R(x) exp(x)
@@ -46,11 +48,8 @@ static void swiglu_fwd_chunk(real *out, const real *a, const real *b, int64_t n,
 
 static void swiglu_forward_r_run(real *out, const real *a, const real *b, int64_t n, int round_bf16) {
     assert(out && a && b && n >= 0);
-#pragma omp parallel for schedule(static) if (n >= DTX_PAR_MIN)
-    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
-        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        swiglu_fwd_chunk(out + i0, a + i0, b + i0, m, round_bf16);
-    }
+    DTX_PAR_FOR(n, c, n_chunks(n),
+                swiglu_fwd_chunk(out + c * CHUNK, a + c * CHUNK, b + c * CHUNK, chunk_len(n, c), round_bf16));
 }
 
 void dtx_swiglu_forward_r(real *out, const real *a, const real *b, int64_t n, int round_bf16) {
@@ -81,11 +80,9 @@ static void swiglu_bwd_chunk(real *da, real *db, const real *dout, const real *a
 static void swiglu_backward_r_run(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n,
                                   int round_bf16) {
     assert(da && db && dout && a && b && n >= 0);
-#pragma omp parallel for schedule(static) if (n >= DTX_PAR_MIN)
-    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
-        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        swiglu_bwd_chunk(da + i0, db + i0, dout + i0, a + i0, b + i0, m, round_bf16);
-    }
+    DTX_PAR_FOR(n, c, n_chunks(n),
+                swiglu_bwd_chunk(da + c * CHUNK, db + c * CHUNK, dout + c * CHUNK, a + c * CHUNK, b + c * CHUNK,
+                                 chunk_len(n, c), round_bf16));
 }
 
 void dtx_swiglu_backward_r(real *da, real *db, const real *dout, const real *a, const real *b, int64_t n,
@@ -99,16 +96,14 @@ void dtx_swiglu_backward(real *da, real *db, const real *dout, const real *a, co
 
 /* out [n] = a + b (out may alias a or b: each element is read before it is
  * written, and a vector iteration reads all its lanes before storing). */
+static void residual_chunk(real *o, const real *x, const real *y, int64_t m) {
+#pragma omp simd
+    for (int64_t i = 0; i < m; i++) o[i] = x[i] + y[i];
+}
+
 static void residual_forward_run(real *out, const real *a, const real *b, int64_t n) {
     assert(out && a && b && n >= 0);
-#pragma omp parallel for schedule(static) if (n >= DTX_PAR_MIN)
-    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
-        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        real *o = out + i0;
-        const real *x = a + i0, *y = b + i0;
-#pragma omp simd
-        for (int64_t i = 0; i < m; i++) o[i] = x[i] + y[i];
-    }
+    DTX_PAR_FOR(n, c, n_chunks(n), residual_chunk(out + c * CHUNK, a + c * CHUNK, b + c * CHUNK, chunk_len(n, c)));
 }
 
 void dtx_residual_forward(real *out, const real *a, const real *b, int64_t n) {
