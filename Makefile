@@ -247,6 +247,10 @@ BENCH_BIN := $(BUILD)/bench/bench
 $(BENCH_BIN): bench/bench.c bench/serve_bench.c $(call obj32,src/serve/engine.c src/serve/request.c) $(LIB32)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lpthread
+# Two builds' decode speed in one process, rounds alternated (bench/ab.c).
+$(BUILD)/bench/ab: bench/ab.c include/difftx.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) bench/ab.c -o $@ -ldl
 bench: deps
 	@scripts/setup.sh --torch
 	@bench/openblas.sh $(BUILD)/openblas

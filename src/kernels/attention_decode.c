@@ -36,6 +36,7 @@
  * block of heads. Either way a result does not depend on the thread count.
  * Nothing is allocated. */
 #include "common/profile.h"
+#include "common/team.h"
 #include "kernels/kernels.h"
 #include "kernels/vexp.h"
 
@@ -234,84 +235,111 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
  * the threads; the same arithmetic per key as decode_heads (score_rows,
  * exp against the map's max, the sum in double, DIFF's maps
  * folded per key before V), the weighted values summed per chunk, then over
- * the chunks in order. */
-static void decode_rows_chunked(const dtx_attn_dims *a, real *out, const real *q, const cache_rows *kv, int64_t len,
-                                const real *subln_w, real *scratch) {
-    const int64_t H = a->geom.n_heads, sub = a->arch.diff ? 2 : 1, w = sub * a->geom.head_dim, maps = sub * H;
-    const int64_t HW = H * w;
+ * the chunks in order. Four phases, a barrier between each. */
+typedef struct {
+    const dtx_attn_dims *a;
+    real *out;
+    const real *q;
+    const cache_rows *kv;
+    int64_t len;
+    const real *subln_w;
+    real *scratch;
+    const double *absmax; /* decode_heads' (the heads' split only) */
+} decode_job;
+
+/* [*lo, *hi): thread id's contiguous share of n items over nt threads. */
+static void share(int64_t n, int id, int nt, int64_t *lo, int64_t *hi) {
+    *lo = n * id / nt, *hi = n * (id + 1) / nt;
+}
+
+static void chunked_task(void *arg, int id, int nt) {
+    const decode_job *j = arg;
+    const dtx_attn_dims *a = j->a;
+    const cache_rows *kv = j->kv;
+    const int64_t len = j->len, H = a->geom.n_heads, sub = a->arch.diff ? 2 : 1, w = sub * a->geom.head_dim;
+    const int64_t maps = sub * H, HW = H * w;
     const real lr = (real)a->arch.lambda;
-    int64_t nc, per;
+    int64_t nc, per, c0, c1, h0, h1;
     chunking(len, &nc, &per);
-    real *S = scratch; /* [maps, len] */
+    share(nc, id, nt, &c0, &c1);
+    real *S = j->scratch; /* [maps, len] */
     int64_t at = maps * len;
     at += at % (int64_t)(sizeof(double) / sizeof(real)); /* the doubles aligned */
-    double *csum = (double *)(void *)(scratch + at);     /* [nc, maps] */
+    double *csum = (double *)(void *)(j->scratch + at);  /* [nc, maps] */
     real *cmax = (real *)(void *)(csum + nc * maps);     /* [nc, maps] */
     real *part = cmax + nc * maps;                       /* [nc, H·w] */
-    const int identity = dtx_attn_epilogue_is_identity(&a->arch);
-#pragma omp parallel if (omp_get_max_threads() > 1 && !omp_in_parallel())
-    {
-        /* 1. scores, a block of 16 rows against every sub-head at a time; each chunk's maxima */
-#pragma omp for schedule(static)
-        for (int64_t c = 0; c < nc; c++) {
-            const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
-            score_rows(a, S, len, q, kv, t0, t1, 0, H);
-            for (int64_t m = 0; m < maps; m++) {
-                const real *p = S + m * len;
-                real mx = -INFINITY;
+    /* 1. scores, a block of 16 rows against every sub-head at a time; each chunk's maxima */
+    for (int64_t c = c0; c < c1; c++) {
+        const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
+        score_rows(a, S, len, j->q, kv, t0, t1, 0, H);
+        for (int64_t m = 0; m < maps; m++) {
+            const real *p = S + m * len;
+            real mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
-                for (int64_t t = t0; t < t1; t++) mx = p[t] > mx ? p[t] : mx;
-                cmax[c * maps + m] = mx;
-            }
-        }
-        /* 2. exp against each map's max over all chunks; each chunk's sums */
-#pragma omp for schedule(static)
-        for (int64_t c = 0; c < nc; c++) {
-            const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
-            for (int64_t m = 0; m < maps; m++) { /* every chunk takes the maps' maxima itself: no barrier more */
-                real mx = -INFINITY;
-                for (int64_t cc = 0; cc < nc; cc++) mx = cmax[cc * maps + m] > mx ? cmax[cc * maps + m] : mx;
-                real *p = S + m * len;
-                double sum = 0;
-#pragma omp simd
-                for (int64_t t = t0; t < t1; t++) p[t] = EXP_R(p[t] - mx);
-#pragma omp simd reduction(+ : sum)
-                for (int64_t t = t0; t < t1; t++) sum += (double)p[t];
-                csum[c * maps + m] = sum;
-            }
-        }
-        /* 3. probabilities (DIFF: p1 − λ·p2), each chunk's weighted values */
-#pragma omp for schedule(static)
-        for (int64_t c = 0; c < nc; c++) {
-            const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
-            for (int64_t m = 0; m < maps; m++) {
-                double sum = 0;
-                for (int64_t cc = 0; cc < nc; cc++) sum += csum[cc * maps + m];
-                real inv = (real)(1.0 / sum), *p = S + m * len;
-#pragma omp simd
-                for (int64_t t = t0; t < t1; t++) p[t] *= inv;
-            }
-            if (sub == 2)
-                for (int64_t h = 0; h < H; h++) {
-                    real *p1 = S + 2 * h * len, *p2 = p1 + len;
-#pragma omp simd
-                    for (int64_t t = t0; t < t1; t++) p1[t] -= lr * p2[t];
-                }
-            real *pc = part + c * HW;
-            for (int64_t i = 0; i < HW; i++) pc[i] = 0;
-            weigh_rows(a, pc, S, len, kv, t0, t1, 0, H);
-        }
-        /* 4. the chunks in order, then each head's epilogue */
-#pragma omp for schedule(static)
-        for (int64_t h = 0; h < H; h++) {
-            for (int64_t i = h * w; i < (h + 1) * w; i++) {
-                real acc = part[i];
-                for (int64_t c = 1; c < nc; c++) acc += part[c * HW + i];
-                out[i] = acc;
-            }
-            if (!identity) dtx_attn_epilogue_forward(&a->arch, out + h * w, out + h * w, NULL, subln_w, w);
+            for (int64_t t = t0; t < t1; t++) mx = p[t] > mx ? p[t] : mx;
+            cmax[c * maps + m] = mx;
         }
     }
+    dtx_team_barrier();
+    /* 2. exp against each map's max over all chunks; each chunk's sums */
+    for (int64_t c = c0; c < c1; c++) {
+        const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
+        for (int64_t m = 0; m < maps; m++) { /* every chunk takes the maps' maxima itself: no barrier more */
+            real mx = -INFINITY;
+            for (int64_t cc = 0; cc < nc; cc++) mx = cmax[cc * maps + m] > mx ? cmax[cc * maps + m] : mx;
+            real *p = S + m * len;
+            double sum = 0;
+#pragma omp simd
+            for (int64_t t = t0; t < t1; t++) p[t] = EXP_R(p[t] - mx);
+#pragma omp simd reduction(+ : sum)
+            for (int64_t t = t0; t < t1; t++) sum += (double)p[t];
+            csum[c * maps + m] = sum;
+        }
+    }
+    dtx_team_barrier();
+    /* 3. probabilities (DIFF: p1 − λ·p2), each chunk's weighted values */
+    for (int64_t c = c0; c < c1; c++) {
+        const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
+        for (int64_t m = 0; m < maps; m++) {
+            double sum = 0;
+            for (int64_t cc = 0; cc < nc; cc++) sum += csum[cc * maps + m];
+            real inv = (real)(1.0 / sum), *p = S + m * len;
+#pragma omp simd
+            for (int64_t t = t0; t < t1; t++) p[t] *= inv;
+        }
+        if (sub == 2)
+            for (int64_t h = 0; h < H; h++) {
+                real *p1 = S + 2 * h * len, *p2 = p1 + len;
+#pragma omp simd
+                for (int64_t t = t0; t < t1; t++) p1[t] -= lr * p2[t];
+            }
+        real *pc = part + c * HW;
+        for (int64_t i = 0; i < HW; i++) pc[i] = 0;
+        weigh_rows(a, pc, S, len, kv, t0, t1, 0, H);
+    }
+    dtx_team_barrier();
+    /* 4. the chunks in order, then each head's epilogue */
+    share(H, id, nt, &h0, &h1);
+    const int identity = dtx_attn_epilogue_is_identity(&a->arch);
+    for (int64_t h = h0; h < h1; h++) {
+        for (int64_t i = h * w; i < (h + 1) * w; i++) {
+            real acc = part[i];
+            for (int64_t c = 1; c < nc; c++) acc += part[c * HW + i];
+            j->out[i] = acc;
+        }
+        if (!identity) dtx_attn_epilogue_forward(&a->arch, j->out + h * w, j->out + h * w, NULL, j->subln_w, w);
+    }
+}
+
+/* Each thread a contiguous block of heads: a contiguous slice of every cache
+ * row. A head's result does not depend on which thread runs it. */
+static void heads_task(void *arg, int id, int nt) {
+    const decode_job *j = arg;
+    const int64_t H = j->a->geom.n_heads, sub = j->a->arch.diff ? 2 : 1;
+    int64_t h0, h1;
+    share(H, id, nt, &h0, &h1);
+    if (h0 < h1)
+        decode_heads(j->a, j->out, j->q, j->kv, j->len, j->subln_w, j->scratch + sub * h0 * j->len, h0, h1, j->absmax);
 }
 
 static void check_dims(const dtx_attn_dims *a) {
@@ -360,23 +388,14 @@ static void attention_decode_rows_run(const dtx_attn_dims *a, real *out, const r
         attention_decode_absmax_run(a, own, q, kv->k, len); /* counted in this call's profile */
         absmax = own;
     }
-    if (decode_chunked(a, len)) {
-        decode_rows_chunked(a, out, q, kv, len, subln_w, scratch);
+    decode_job j = {a, out, q, kv, len, subln_w, scratch, absmax};
+    if (decode_chunked(a, len)) { /* any team size, one alone included: the chunks are len's */
+        dtx_team_run(chunked_task, &j);
         return;
     }
-    const int64_t H = a->geom.n_heads, sub = a->arch.diff ? 2 : 1, work = len * 2 * H * a->geom.head_dim;
-    if (work < PAR_MIN || omp_get_max_threads() == 1 || omp_in_parallel()) {
-        decode_heads(a, out, q, kv, len, subln_w, scratch, 0, H, absmax);
-        return;
-    }
-    /* Each thread takes a contiguous block of heads: a contiguous slice of
-     * every cache row. A head's result does not depend on which thread runs it. */
-#pragma omp parallel
-    {
-        int64_t nt = omp_get_num_threads(), id = omp_get_thread_num();
-        int64_t h0 = H * id / nt, h1 = H * (id + 1) / nt;
-        if (h0 < h1) decode_heads(a, out, q, kv, len, subln_w, scratch + sub * h0 * len, h0, h1, absmax);
-    }
+    const int64_t work = len * 2 * a->geom.n_heads * a->geom.head_dim;
+    if (work < PAR_MIN || dtx_team_size() == 1) heads_task(&j, 0, 1);
+    else dtx_team_run(heads_task, &j);
 }
 
 void dtx_attention_decode_with_absmax(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,

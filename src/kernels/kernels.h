@@ -191,15 +191,16 @@ void dtx_gemv_q8a8(float *out, const int8_t *xq, float xscale, const int8_t *q, 
 /* ---- Several one-row products in one pass over the threads (rowdot.c):
  * the products of one decode step that read one input (a layer's q, k, v
  * and λ projections; its w1 and w3), as one list of rows split over the
- * threads, so the threads start and meet once for all of them. Waking them
- * costs about 3 µs a time on these VMs, as much as streaming a 768 × 768
- * 4-bit weight. Every part's row has the bits its one-part product gives
- * (dtx_gemv, dtx_gemv_bf16, dtx_gemv_q8, dtx_gemv_q4, dtx_gemv_q8a8), at
- * any thread count. All parts are K wide. */
+ * threads, so the threads start and meet once for all of them (a run of
+ * the spinning team, common/team.h: about 0.9 µs on these VMs; an OpenMP
+ * region 3.6 µs, as much as streaming a 768 × 768 4-bit weight). Every
+ * part's row has the bits its one-part product gives (dtx_gemv,
+ * dtx_gemv_bf16, dtx_gemv_q8, dtx_gemv_q4, dtx_gemv_q8a8; each is one part),
+ * at any thread count. All parts are K wide. */
 typedef enum { DTX_ROWS_REAL, DTX_ROWS_BF16, DTX_ROWS_Q8, DTX_ROWS_Q4, DTX_ROWS_Q8A8 } dtx_rows_kind;
 typedef struct {
     dtx_rows_kind kind;
-    real *out;          /* [N]                                                      */
+    void *out;          /* [N]: real for REAL, else float                           */
     const void *x;      /* [K]: real (float for BF16/Q8/Q4), int8 for Q8A8          */
     float xscale;       /* Q8A8: the input's scale                                  */
     const void *w;      /* the weight's rows: real, bf16 bits, int8 or 4-bit codes  */

@@ -7,9 +7,9 @@
  * kernels exist to keep enough loads in flight (several rows at once,
  * independent accumulators), not to save arithmetic. */
 #include <assert.h>
-#include <omp.h>
 #include <stdatomic.h>
 
+#include "common/team.h"
 #include "kernels/kernels.h"
 #include "kernels/simd.h"
 
@@ -91,22 +91,23 @@ void dtx_axpy_rows_bf16(real *y, int64_t w, const real *p, const uint16_t *v, in
     if (n > 0 && w > 0) dtx_simd()->axpy_rows_bf16(y, w, p, v, ldv, n);
 }
 
-/* Rows split over the threads: each thread owns a contiguous block (one long
- * stream that the hardware prefetchers follow) and takes it from the front,
- * a quarter of what is left at a time (at least GEMV_CHUNK rows); a thread
- * done with its own takes GEMV_CHUNK rows at a time from the back of
- * another's block. Why: the two cores of these machines do not finish equal halves at
- * the same time (their share of the memory bandwidth moves), and with a
- * static split the first to finish waited at the barrier, 5–8% of a decode
- * step. Every chunk starts at a multiple of 8 rows (the kernels' blocks) and
- * each row is computed by one thread in the same block position, so the
- * result does not depend on the thread count or on who ran which chunk.
- * Small products stay on the calling thread. */
-enum { GEMV_CHUNK = 16, GEMV_MAX_THREADS = 64 };
-
-static int worth_splitting(int64_t work, int64_t N) {
-    return work >= GEMV_PAR_MIN && !omp_in_parallel() && omp_get_max_threads() > 1 && N < ((int64_t)1 << 31);
-}
+/* ---- the products over the threads
+ *
+ * Every product, one or several parts, one input or several, is a list of
+ * rows split over the threads (dtx_team_run: a spinning team, team.h; an
+ * OpenMP region costs more than streaming a 768 × 768 4-bit weight). Each
+ * thread owns a contiguous block (one long stream that the hardware
+ * prefetchers follow) and takes it from the front, a quarter of what is left
+ * at a time (at least `chunk` rows, at most `cap`); a thread done with its
+ * own takes `chunk` rows at a time from the back of another's block. Why:
+ * the two cores of these machines do not finish equal halves at the same
+ * time (their share of the memory bandwidth moves), and with a static split
+ * the first to finish waited, 5–8% of a decode step. Every chunk starts at
+ * a multiple of 8 rows (the kernels' blocks) and each row is computed by one
+ * thread in the same block position, so the result does not depend on the
+ * thread count or on who ran which chunk. Small products stay on the
+ * calling thread. */
+enum { GEMV_CHUNK = 16, GEMV_MAX_THREADS = DTX_TEAM_MAX, GEMV_MAX_PARTS = 8 };
 
 /* One thread's rows not yet taken, [lo, hi) packed in one word so that the
  * owner (front) and a thief (back) take chunks by compare-and-swap. */
@@ -142,189 +143,178 @@ static int take_chunk(row_range *r, int back, int64_t chunk, int64_t cap, int64_
     return 1;
 }
 
-/* CALL(r0, n) computes rows [r0, r0 + n) of an N-row product of width K
- * (WORK multiply-adds in all): on the calling thread, or over the threads
- * when worth it, in chunks of CHUNK to CAP rows (see take_chunk). The
- * blocks are set before the team starts (no barrier), for the team size
- * asked for; a team that came out smaller leaves blocks that the others
- * take. */
-#define GEMV_SPLIT_CHUNKS(WORK, N, CHUNK, CAP, CALL)                                            \
-    do {                                                                                        \
-        if (!worth_splitting(WORK, N)) {                                                        \
-            CALL(0, N);                                                                         \
-            break;                                                                              \
-        }                                                                                       \
-        row_range rr_[GEMV_MAX_THREADS];                                                        \
-        int nb_ = omp_get_max_threads() < GEMV_MAX_THREADS ? omp_get_max_threads() : GEMV_MAX_THREADS; \
-        for (int t_ = 0; t_ < nb_; t_++) {                                                      \
-            int64_t r0_, r1_;                                                                   \
-            block_rows(N, t_, nb_, &r0_, &r1_);                                                 \
-            atomic_init(&rr_[t_].range, pack_range(r0_, r1_));                                  \
-        }                                                                                       \
-        _Pragma("omp parallel num_threads(nb_)") {                                              \
-            int id_ = omp_get_thread_num();                                                     \
-            int64_t a_, b_;                                                                     \
-            while (id_ < nb_ && take_chunk(&rr_[id_], 0, CHUNK, CAP, &a_, &b_)) CALL(a_, b_ - a_); \
-            for (int o_ = 1; o_ <= nb_; o_++)                                                   \
-                while (take_chunk(&rr_[(id_ + o_) % nb_], 1, CHUNK, CAP, &a_, &b_)) CALL(a_, b_ - a_); \
-        }                                                                                       \
-    } while (0)
-#define GEMV_SPLIT(K, N, CALL) GEMV_SPLIT_CHUNKS((K) * (N), N, GEMV_CHUNK, INT32_MAX, CALL)
-
-/* The batched products (kernels.h, "Several inputs against one weight"):
- * the rows in chunks of about BATCH_CHUNK_BYTES of weights (in L2 while the
- * nb inputs pass over them, so the weights come from memory once), each
- * input against a chunk by the one-input kernel, so every result has the
- * bits of the one-input product. One input is the one-input product, with
- * its own chunking (tuned for a single stream). */
-enum { BATCH_CHUNK_BYTES = 96 * 1024 };
-static int64_t batch_chunk(int64_t row_bytes) {
-    int64_t c = (BATCH_CHUNK_BYTES / (row_bytes > 0 ? row_bytes : 1)) & ~(int64_t)7;
-    return c < GEMV_CHUNK ? GEMV_CHUNK : c;
-}
-#define GEMV_SPLIT_BATCH(K, N, NB, ROW_BYTES, CALL)                                             \
-    do {                                                                                        \
-        int64_t ch_ = batch_chunk(ROW_BYTES);                                                   \
-        GEMV_SPLIT_CHUNKS((K) * (N) * (NB), N, ch_, ch_, CALL);                                 \
-    } while (0)
-
-void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N) {
-    const dtx_simd_ops *o = dtx_simd();
-#define ROWS(r0, n) o->gemv(out + (r0), x, w + (r0) * K, K, n)
-    GEMV_SPLIT(K, N, ROWS);
-#undef ROWS
-}
-
-#ifndef DTX_DOUBLE
-void dtx_gemv_bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
-    const dtx_simd_ops *o = dtx_simd();
-#define ROWS(r0, n) o->gemv_bf16(out + (r0), x, w + (r0) * K, K, n)
-    GEMV_SPLIT(K, N, ROWS);
-#undef ROWS
-}
-#endif
-
-void dtx_gemv_q8(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N) {
-    const dtx_simd_ops *o = dtx_simd();
-#define ROWS(r0, n) o->gemv_q8(out + (r0), x, q + (r0) * K, scale + (r0), K, n)
-    GEMV_SPLIT(K, N, ROWS);
-#undef ROWS
-}
-
-void dtx_gemv_q4(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N) {
-    const dtx_simd_ops *o = dtx_simd();
-    int64_t rb = dtx_q4_row_bytes(K), ng = dtx_q4_groups(K);
-#define ROWS(r0, n) o->gemv_q4(out + (r0), x, q + (r0) * rb, scale + (r0) * ng, K, n)
-    GEMV_SPLIT(K, N, ROWS);
-#undef ROWS
-}
-
-void dtx_gemv_q8a8(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale, int64_t K,
-                   int64_t N) {
-    const dtx_simd_ops *o = dtx_simd();
-#define ROWS(r0, n) o->gemv_q8a8(out + (r0), xq, xscale, q + (r0) * K, scale + (r0), K, n)
-    GEMV_SPLIT(K, N, ROWS);
-#undef ROWS
-}
-
-/* ---- several one-row products, one pass over the threads */
-
-/* Rows [r0, r0 + n) of part p: the call its one-part product makes for them. */
-static void part_rows(const dtx_simd_ops *o, const dtx_gemv_part *p, int64_t K, int64_t r0, int64_t n) {
+/* Rows [r0, r0 + n) of part p for nb inputs (x [nb, K], out [nb, N]): the
+ * calls its one-part product makes for them. */
+static void part_rows(const dtx_simd_ops *o, const dtx_gemv_part *p, int64_t K, int64_t nb, int64_t r0, int64_t n) {
+    const int64_t N = p->N;
     switch (p->kind) {
-    case DTX_ROWS_REAL: o->gemv(p->out + r0, p->x, (const real *)p->w + r0 * K, K, n); break;
-#ifndef DTX_DOUBLE /* the bf16 and quantised kernels are float's */
-    case DTX_ROWS_BF16: o->gemv_bf16(p->out + r0, p->x, (const uint16_t *)p->w + r0 * K, K, n); break;
-    case DTX_ROWS_Q8: o->gemv_q8(p->out + r0, p->x, (const int8_t *)p->w + r0 * K, p->scale + r0, K, n); break;
-    case DTX_ROWS_Q4:
-        o->gemv_q4(p->out + r0, p->x, (const uint8_t *)p->w + r0 * dtx_q4_row_bytes(K),
-                   p->scale + r0 * dtx_q4_groups(K), K, n);
+    case DTX_ROWS_REAL:
+        for (int64_t b = 0; b < nb; b++)
+            o->gemv((real *)p->out + b * N + r0, (const real *)p->x + b * K, (const real *)p->w + r0 * K, K, n);
         break;
+    case DTX_ROWS_BF16:
+        for (int64_t b = 0; b < nb; b++)
+            o->gemv_bf16((float *)p->out + b * N + r0, (const float *)p->x + b * K, (const uint16_t *)p->w + r0 * K,
+                         K, n);
+        break;
+    case DTX_ROWS_Q8: {
+        const int8_t *q = (const int8_t *)p->w + r0 * K;
+        if (nb > 1 && o->gemv_q8_nb) o->gemv_q8_nb((float *)p->out + r0, N, p->x, nb, q, p->scale + r0, K, n);
+        else
+            for (int64_t b = 0; b < nb; b++)
+                o->gemv_q8((float *)p->out + b * N + r0, (const float *)p->x + b * K, q, p->scale + r0, K, n);
+        break;
+    }
+    case DTX_ROWS_Q4: {
+        const uint8_t *q = (const uint8_t *)p->w + r0 * dtx_q4_row_bytes(K);
+        const float *sc = p->scale + r0 * dtx_q4_groups(K);
+        if (nb > 1 && o->gemv_q4_nb) o->gemv_q4_nb((float *)p->out + r0, N, p->x, nb, q, sc, K, n);
+        else
+            for (int64_t b = 0; b < nb; b++)
+                o->gemv_q4((float *)p->out + b * N + r0, (const float *)p->x + b * K, q, sc, K, n);
+        break;
+    }
     case DTX_ROWS_Q8A8:
-        o->gemv_q8a8(p->out + r0, p->x, p->xscale, (const int8_t *)p->w + r0 * K, p->scale + r0, K, n);
+        for (int64_t b = 0; b < nb; b++)
+            o->gemv_q8a8((float *)p->out + b * N + r0, (const int8_t *)p->x + b * K, p->xscale,
+                         (const int8_t *)p->w + r0 * K, p->scale + r0, K, n);
         break;
-#endif
     default: break;
     }
 }
 
-enum { GEMV_MAX_PARTS = 8 };
-
 /* The parts' rows in one index space, part i from start[i] (a multiple of
  * 8: every chunk then begins where the kernels' 8-row blocks of that part
  * begin, as in the part's own product), the gaps between parts empty. */
-void dtx_gemv_parts(const dtx_gemv_part *parts, int n_parts, int64_t K) {
-    assert(n_parts >= 0 && n_parts <= GEMV_MAX_PARTS);
-    const dtx_simd_ops *o = dtx_simd();
+typedef struct {
+    const dtx_simd_ops *o;
+    const dtx_gemv_part *parts;
+    int n_parts;
+    int64_t K, nb;
     int64_t start[GEMV_MAX_PARTS + 1];
-    start[0] = 0;
-    for (int i = 0; i < n_parts; i++) start[i + 1] = start[i] + (parts[i].N + 7) / 8 * 8;
-    const int64_t R = n_parts ? start[n_parts - 1] + parts[n_parts - 1].N : 0;
-#define ROWS(r0, n)                                                                             \
-    for (int i_ = 0; i_ < n_parts; i_++) {                                                      \
-        int64_t lo_ = (r0) > start[i_] ? (r0) : start[i_];                                      \
-        int64_t hi_ = (r0) + (n) < start[i_] + parts[i_].N ? (r0) + (n) : start[i_] + parts[i_].N; \
-        if (lo_ < hi_) part_rows(o, &parts[i_], K, lo_ - start[i_], hi_ - lo_);                 \
+    int64_t chunk, cap; /* take_chunk's */
+    int n_blocks;
+    row_range rr[GEMV_MAX_THREADS];
+} split_job;
+
+/* Rows [r0, r0 + n) of the index space. */
+static void job_rows(const split_job *j, int64_t r0, int64_t n) {
+    for (int i = 0; i < j->n_parts; i++) {
+        const int64_t s = j->start[i], lo = r0 > s ? r0 : s;
+        const int64_t hi = r0 + n < s + j->parts[i].N ? r0 + n : s + j->parts[i].N;
+        if (lo < hi) part_rows(j->o, &j->parts[i], j->K, j->nb, lo - s, hi - lo);
     }
-    if (R > 0) GEMV_SPLIT(K, R, ROWS);
-#undef ROWS
 }
 
-/* ---- several inputs against one weight */
+/* One thread's share: its own block from the front, then the others' from the back. */
+static void split_task(void *arg, int id, int nt) {
+    split_job *j = arg;
+    const int nb = j->n_blocks;
+    int64_t a, b;
+    (void)nt;
+    while (id < nb && take_chunk(&j->rr[id], 0, j->chunk, j->cap, &a, &b)) job_rows(j, a, b - a);
+    for (int o = 1; o <= nb; o++)
+        while (take_chunk(&j->rr[(id + o) % nb], 1, j->chunk, j->cap, &a, &b)) job_rows(j, a, b - a);
+}
+
+/* The parts (each K wide) for nb inputs, over the threads when the work
+ * (multiply-adds) is worth it. The blocks are set before the team starts,
+ * for the team size asked for; a team that came out smaller (another
+ * thread's run held it) leaves blocks that the others take. */
+static void split_products(const dtx_gemv_part *parts, int n_parts, int64_t K, int64_t nb, int64_t chunk, int64_t cap) {
+    assert(n_parts >= 0 && n_parts <= GEMV_MAX_PARTS);
+    split_job j = {.o = dtx_simd(), .parts = parts, .n_parts = n_parts, .K = K, .nb = nb, .chunk = chunk, .cap = cap};
+    for (int i = 0; i < n_parts; i++) j.start[i + 1] = j.start[i] + (parts[i].N + 7) / 8 * 8;
+    const int64_t R = n_parts ? j.start[n_parts - 1] + parts[n_parts - 1].N : 0;
+    if (R <= 0) return;
+    const int nt = dtx_team_size();
+    if (K * R * nb < GEMV_PAR_MIN || nt <= 1 || R >= ((int64_t)1 << 31)) {
+        job_rows(&j, 0, R);
+        return;
+    }
+    j.n_blocks = nt < GEMV_MAX_THREADS ? nt : GEMV_MAX_THREADS;
+    for (int t = 0; t < j.n_blocks; t++) {
+        int64_t r0, r1;
+        block_rows(R, t, j.n_blocks, &r0, &r1);
+        atomic_init(&j.rr[t].range, pack_range(r0, r1));
+    }
+    dtx_team_run(split_task, &j);
+}
+
+/* One product of one input, chunked for a single stream. */
+static void one_product(dtx_gemv_part p, int64_t K) { split_products(&p, 1, K, 1, GEMV_CHUNK, INT32_MAX); }
+
+void dtx_gemv_parts(const dtx_gemv_part *parts, int n_parts, int64_t K) {
+    split_products(parts, n_parts, K, 1, GEMV_CHUNK, INT32_MAX);
+}
+
+void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N) {
+    one_product((dtx_gemv_part){.kind = DTX_ROWS_REAL, .out = out, .x = x, .w = w, .N = N}, K);
+}
+
+#ifndef DTX_DOUBLE
+void dtx_gemv_bf16(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
+    one_product((dtx_gemv_part){.kind = DTX_ROWS_BF16, .out = out, .x = x, .w = w, .N = N}, K);
+}
+#endif
+
+void dtx_gemv_q8(float *out, const float *x, const int8_t *q, const float *scale, int64_t K, int64_t N) {
+    one_product((dtx_gemv_part){.kind = DTX_ROWS_Q8, .out = out, .x = x, .w = q, .scale = scale, .N = N}, K);
+}
+
+void dtx_gemv_q4(float *out, const float *x, const uint8_t *q, const float *scale, int64_t K, int64_t N) {
+    one_product((dtx_gemv_part){.kind = DTX_ROWS_Q4, .out = out, .x = x, .w = q, .scale = scale, .N = N}, K);
+}
+
+void dtx_gemv_q8a8(float *out, const int8_t *xq, float xscale, const int8_t *q, const float *scale, int64_t K,
+                   int64_t N) {
+    one_product(
+        (dtx_gemv_part){.kind = DTX_ROWS_Q8A8, .out = out, .x = xq, .xscale = xscale, .w = q, .scale = scale, .N = N},
+        K);
+}
+
+/* ---- several inputs against one weight
+ *
+ * The rows in chunks of about BATCH_CHUNK_BYTES of weights (in L2 while the
+ * nb inputs pass over them, so the weights come from memory once), each
+ * input against a chunk by the one-input kernel (or its nb form, the same
+ * bits), so every result has the bits of the one-input product. One input
+ * is the one-input product, with its own chunking (tuned for a single
+ * stream). */
+enum { BATCH_CHUNK_BYTES = 96 * 1024 };
+
+static void batch_product(dtx_gemv_part p, int64_t K, int64_t nb, int64_t row_bytes) {
+    if (nb == 1) return one_product(p, K);
+    int64_t c = (BATCH_CHUNK_BYTES / (row_bytes > 0 ? row_bytes : 1)) & ~(int64_t)7;
+    if (c < GEMV_CHUNK) c = GEMV_CHUNK;
+    split_products(&p, 1, K, nb, c, c);
+}
 
 void dtx_gemv_batch(real *out, const real *x, int64_t nb, const real *w, int64_t K, int64_t N) {
-    if (nb == 1) return dtx_gemv(out, x, w, K, N);
-    const dtx_simd_ops *o = dtx_simd();
-#define ROWS(r0, n)                                                                             \
-    for (int64_t b = 0; b < nb; b++) o->gemv(out + b * N + (r0), x + b * K, w + (r0) * K, K, n)
-    GEMV_SPLIT_BATCH(K, N, nb, K * (int64_t)sizeof(real), ROWS);
-#undef ROWS
+    batch_product((dtx_gemv_part){.kind = DTX_ROWS_REAL, .out = out, .x = x, .w = w, .N = N}, K, nb,
+                  K * (int64_t)sizeof(real));
 }
 
 #ifndef DTX_DOUBLE
 void dtx_gemv_bf16_batch(float *out, const float *x, int64_t nb, const uint16_t *w, int64_t K, int64_t N) {
-    if (nb == 1) return dtx_gemv_bf16(out, x, w, K, N);
-    const dtx_simd_ops *o = dtx_simd();
-#define ROWS(r0, n)                                                                             \
-    for (int64_t b = 0; b < nb; b++) o->gemv_bf16(out + b * N + (r0), x + b * K, w + (r0) * K, K, n)
-    GEMV_SPLIT_BATCH(K, N, nb, 2 * K, ROWS);
-#undef ROWS
+    batch_product((dtx_gemv_part){.kind = DTX_ROWS_BF16, .out = out, .x = x, .w = w, .N = N}, K, nb, 2 * K);
 }
 #endif
 
 void dtx_gemv_q8_batch(float *out, const float *x, int64_t nb, const int8_t *q, const float *scale, int64_t K,
                        int64_t N) {
-    if (nb == 1) return dtx_gemv_q8(out, x, q, scale, K, N);
-    const dtx_simd_ops *o = dtx_simd();
-#define ROWS(r0, n)                                                                             \
-    if (o->gemv_q8_nb) o->gemv_q8_nb(out + (r0), N, x, nb, q + (r0) * K, scale + (r0), K, n);       \
-    else                                                                                        \
-        for (int64_t b = 0; b < nb; b++) o->gemv_q8(out + b * N + (r0), x + b * K, q + (r0) * K, scale + (r0), K, n)
-    GEMV_SPLIT_BATCH(K, N, nb, K, ROWS);
-#undef ROWS
+    batch_product((dtx_gemv_part){.kind = DTX_ROWS_Q8, .out = out, .x = x, .w = q, .scale = scale, .N = N}, K, nb, K);
 }
 
 void dtx_gemv_q4_batch(float *out, const float *x, int64_t nb, const uint8_t *q, const float *scale, int64_t K,
                        int64_t N) {
-    if (nb == 1) return dtx_gemv_q4(out, x, q, scale, K, N);
-    const dtx_simd_ops *o = dtx_simd();
-    int64_t rb = dtx_q4_row_bytes(K), ng = dtx_q4_groups(K);
-#define ROWS(r0, n)                                                                             \
-    if (o->gemv_q4_nb) o->gemv_q4_nb(out + (r0), N, x, nb, q + (r0) * rb, scale + (r0) * ng, K, n); \
-    else                                                                                        \
-        for (int64_t b = 0; b < nb; b++)                                                        \
-            o->gemv_q4(out + b * N + (r0), x + b * K, q + (r0) * rb, scale + (r0) * ng, K, n)
-    GEMV_SPLIT_BATCH(K, N, nb, rb, ROWS);
-#undef ROWS
+    batch_product((dtx_gemv_part){.kind = DTX_ROWS_Q4, .out = out, .x = x, .w = q, .scale = scale, .N = N}, K, nb,
+                  dtx_q4_row_bytes(K));
 }
 
 void dtx_gemv_q8a8_batch(float *out, const int8_t *xq, int64_t nb, float xscale, const int8_t *q,
                          const float *scale, int64_t K, int64_t N) {
-    if (nb == 1) return dtx_gemv_q8a8(out, xq, xscale, q, scale, K, N);
-    const dtx_simd_ops *o = dtx_simd();
-#define ROWS(r0, n)                                                                             \
-    for (int64_t b = 0; b < nb; b++)                                                            \
-        o->gemv_q8a8(out + b * N + (r0), xq + b * K, xscale, q + (r0) * K, scale + (r0), K, n)
-    GEMV_SPLIT_BATCH(K, N, nb, K, ROWS);
-#undef ROWS
+    batch_product(
+        (dtx_gemv_part){.kind = DTX_ROWS_Q8A8, .out = out, .x = xq, .xscale = xscale, .w = q, .scale = scale, .N = N},
+        K, nb, K);
 }

@@ -1,0 +1,35 @@
+/* A team of spinning threads for a decode step's short parallel work (the
+ * one-row products and the attention over the KV cache).
+ *
+ * Why not OpenMP there: a decode step of a small model runs ~60 parallel
+ * regions of 10–50 µs each, and starting and joining an OpenMP team costs
+ * 3.6 µs on these 2-core VMs (libgomp, Zen 5, 2026-12-04; a barrier inside a
+ * region 1.7 µs), a team whose threads spin on one word 0.8 µs (the two
+ * cache-line handoffs between the cores). Everything else (training,
+ * prefill, oneDNN) stays on OpenMP.
+ *
+ * dtx_team_run(fn, arg) runs fn(arg, id, nt) for id 0 .. nt − 1, id 0 on the
+ * calling thread, and returns when all have returned; nt is the calling
+ * thread's omp_get_max_threads() (so OMP_NUM_THREADS and omp_set_num_threads
+ * rule both), at most the CPUs the process may run on and DTX_TEAM_MAX. It runs fn(arg, 0, 1) on the caller
+ * alone instead when that is 1, inside an OpenMP region or another run's
+ * task, or while another thread's run holds the team; so a task must give
+ * the same result for any nt. The workers start at the first run (and again
+ * in a forked child); after a run they spin for about DTX_TEAM_SPIN_S, then
+ * sleep on a futex until the next. */
+#ifndef DTX_TEAM_H
+#define DTX_TEAM_H
+
+enum { DTX_TEAM_MAX = 64 };
+#define DTX_TEAM_SPIN_S 2e-4
+
+typedef void (*dtx_team_fn)(void *arg, int id, int nt);
+
+void dtx_team_run(dtx_team_fn fn, void *arg);
+/* Inside a task: returns when all nt threads of the run have reached it
+ * (a no-op when nt is 1). Every task of a run must reach it equally often. */
+void dtx_team_barrier(void);
+/* The threads a run started here now would use (1 when it would run alone). */
+int dtx_team_size(void);
+
+#endif
