@@ -34,6 +34,16 @@ static struct {
 
 /* The nt of the run whose task this thread is running (1 when it runs alone), 0 outside any. */
 static _Thread_local int tl_nt;
+/* This thread is in a decode step (dtx_team_step). */
+static _Thread_local int tl_step;
+
+int dtx_team_step(int on) {
+    const int prev = tl_step;
+    tl_step = on != 0;
+    return prev;
+}
+
+int dtx_team_in_step(void) { return tl_step; }
 
 static inline void spin_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -32,4 +32,15 @@ void dtx_team_barrier(void);
 /* The threads a run started here now would use (1 when it would run alone). */
 int dtx_team_size(void);
 
+/* A decode step's parallel work goes to the team only. OpenMP's workers
+ * spin for milliseconds after each region (libgomp's default wait policy),
+ * so one OpenMP region inside a step leaves three spinning threads on two
+ * cores, and the team's handoffs wait for time slices: a batched step of 16
+ * sequences, whose SwiGLU had crossed DTX_PAR_MIN, ran 2.5x slower. The
+ * step marks itself on its thread (dtx_team_step(1) returns the previous
+ * mark, to be given back at its end); inside, the elementwise kernels
+ * (DTX_PAR_FOR) run on the calling thread whatever their size. */
+int dtx_team_step(int on);
+int dtx_team_in_step(void);
+
 #endif

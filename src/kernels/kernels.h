@@ -10,6 +10,7 @@
 #define DTX_KERNELS_H
 
 #include "common/common.h"
+#include "common/team.h"
 
 #include <math.h>
 
@@ -59,14 +60,15 @@ int dtx_matmul_set_tiles(int mode);
  * elementwise work never wakes it. */
 #define DTX_PAR_MIN ((int64_t)1 << 15)
 /* CALL for I in [0, N): over the threads (`omp parallel for`, static) when
- * WORK (about the elements touched) reaches DTX_PAR_MIN, else a plain loop
+ * WORK (about the elements touched) reaches DTX_PAR_MIN outside a decode
+ * step (common/team.h: no OpenMP region inside one), else a plain loop
  * on the calling thread. Not OpenMP's `if` clause: with it false libgomp
  * still builds and ends a team of one, 1.2 µs a call on these VMs (Zen 5,
  * 2026-12-04), more than a decode step's norm of 768 values takes; a step
  * of the 110M model made ~85 such calls. CALL is one statement (a call). */
 #define DTX_PAR_FOR(WORK, I, N, CALL)                                        \
     do {                                                                     \
-        if ((WORK) < DTX_PAR_MIN) {                                          \
+        if ((WORK) < DTX_PAR_MIN || dtx_team_in_step()) {                    \
             for (int64_t I = 0; I < (N); I++) CALL;                          \
         } else {                                                             \
             _Pragma("omp parallel for schedule(static)")                     \

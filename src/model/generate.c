@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/team.h"
 #include "kernels/matmul_dnnl.h"
 #include "model/model.h"
 
@@ -403,15 +404,23 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
     return DTX_OK;
 }
 
+/* One-row steps run their parallel work on the spinning team alone (common/team.h). */
+static dtx_status step_marked(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int64_t n, real *logits) {
+    const int prev = dtx_team_step(n == 1);
+    dtx_status st = step(m, c, tokens, n, logits);
+    dtx_team_step(prev);
+    return st;
+}
+
 dtx_status dtx_model_prefill(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int64_t n, dtx_real *logits_last) {
-    return step(m, c, tokens, n, logits_last);
+    return step_marked(m, c, tokens, n, logits_last);
 }
 
 dtx_status dtx_model_decode(dtx_model *m, dtx_kvcache *c, int32_t token, dtx_real *logits) {
     if (c->len >= c->max_len)
         return dtx_fail(DTX_ERR_ARG, "KV cache full: all %lld positions are used (max_seq_len %lld)",
                         (long long)c->max_len, (long long)m->cfg.max_seq_len);
-    return step(m, c, &token, 1, logits);
+    return step_marked(m, c, &token, 1, logits);
 }
 
 dtx_status dtx_model_decode_batch(dtx_model *m, dtx_kvcache *const *caches, const int32_t *tokens, int64_t n,
@@ -455,6 +464,7 @@ dtx_status dtx_model_decode_batch(dtx_model *m, dtx_kvcache *const *caches, cons
                          .linear = cache_linear, .ctx = c, .kv_bf16 = c->kv_type == DTX_KV_BF16,
                          .row_k16 = c->bk16, .row_v16 = c->bv16};
     c->batch = 1;
+    const int prev_step = dtx_team_step(1);
     for (int64_t l = 0; l < L; l++) {
         for (int64_t i = 0; i < n; i++) {
             size_t at = (size_t)(l * caches[i]->max_len * KV);
@@ -464,6 +474,7 @@ dtx_status dtx_model_decode_batch(dtx_model *m, dtx_kvcache *const *caches, cons
         dtx_block_forward(m, l, &run, &la, c->x, c->x);
     }
     if (logits) dtx_block_head(m, &run, logits, c->xn, c->rstd, c->x, n);
+    dtx_team_step(prev_step);
     c->batch = 0;
     for (int64_t i = 0; i < n; i++) caches[i]->len++;
     (void)D;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/team.h"
+#include "kernels/kernels.h"
 #include "test.h"
 
 typedef struct {
@@ -144,4 +145,21 @@ TEST(team_runs_in_a_forked_child) {
     int st = 0;
     REQUIRE(waitpid(pid, &st, 0) == pid);
     CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+}
+
+/* DTX_PAR_FOR: below DTX_PAR_MIN, or inside a decode step at any size, a
+ * plain loop on the calling thread; else an OpenMP region. */
+static void note_region(int *in_region, int64_t i) { in_region[i] = omp_in_parallel(); }
+
+TEST(team_par_for_stays_off_openmp_in_a_step) {
+    int in_region[4] = {0};
+    DTX_PAR_FOR(DTX_PAR_MIN - 1, i, 4, note_region(in_region, i));
+    for (int i = 0; i < 4; i++) CHECK(in_region[i] == 0);
+    CHECK(dtx_team_step(1) == 0);
+    DTX_PAR_FOR(DTX_PAR_MIN * 64, i, 4, note_region(in_region, i));
+    for (int i = 0; i < 4; i++) CHECK(in_region[i] == 0);
+    CHECK(dtx_team_step(0) == 1);
+    if (omp_get_max_threads() < 2) SKIP("one OpenMP thread: every loop is plain");
+    DTX_PAR_FOR(DTX_PAR_MIN * 64, i, 4, note_region(in_region, i));
+    for (int i = 0; i < 4; i++) CHECK(in_region[i] == 1);
 }

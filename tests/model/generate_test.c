@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "common/team.h"
 #include "model/model.h"
 #include "test.h"
 
@@ -267,6 +268,49 @@ TEST(generate_prefill_equals_single_decodes) {
             dtx_kvcache_free(c);
             dtx_model_free(m);
         }
+}
+
+/* A decode step marks its thread (common/team.h: no OpenMP region inside
+ * it), a prefill of several tokens does not, and both give the mark back:
+ * the layers show it to a hook; a batched step leaves it as it found it. */
+static void note_step_mark(void *ctx, int64_t l, const real *q, const real *k, int64_t n) {
+    (void)l, (void)q, (void)k;
+    int *marks = ctx; /* [0]: layers seen marked, [1]: unmarked */
+    marks[dtx_team_in_step() ? 0 : 1] += (int)n > 0;
+}
+
+TEST(generate_decode_step_marks_its_thread) {
+    dtx_model *m = make_model(DTX_ARCH_DIFF, 1, 0, 3);
+    REQUIRE(m);
+    int32_t seq[8];
+    random_tokens(seq, 8, 5);
+    dtx_kvcache *a = NULL, *b = NULL;
+    REQUIRE(dtx_kvcache_init(&a, m, 16) == DTX_OK && dtx_kvcache_init(&b, m, 16) == DTX_OK);
+    int marks[2] = {0, 0};
+    const dtx_prefill_hooks hk = {.ctx = marks, .layer_qk = note_step_mark};
+    dtx_kvcache_set_hooks(a, &hk);
+    real lg[2 * VOCAB];
+    REQUIRE(dtx_model_prefill(m, a, seq, 6, lg) == DTX_OK);
+    CHECKF(marks[0] == 0 && marks[1] == (int)m->cfg.n_layers, "prefill: %d layers marked, %d not", marks[0], marks[1]);
+    CHECK(!dtx_team_in_step());
+    marks[0] = marks[1] = 0;
+    REQUIRE(dtx_model_decode(m, a, seq[6], lg) == DTX_OK);
+    CHECKF(marks[0] == (int)m->cfg.n_layers && marks[1] == 0, "decode: %d layers marked, %d not", marks[0], marks[1]);
+    CHECK(!dtx_team_in_step());
+    dtx_kvcache_set_hooks(a, NULL);
+    REQUIRE(dtx_model_prefill(m, b, seq, 3, NULL) == DTX_OK);
+    dtx_kvcache *both[2] = {a, b};
+    const int32_t next[2] = {seq[7], seq[3]};
+    REQUIRE(dtx_model_decode_batch(m, both, next, 2, lg) == DTX_OK);
+    CHECK(!dtx_team_in_step());
+    CHECK(dtx_team_step(1) == 0); /* a caller's own mark survives the steps inside it */
+    REQUIRE(dtx_model_decode_batch(m, both, next, 2, lg) == DTX_OK);
+    REQUIRE(dtx_model_prefill(m, b, seq, 2, NULL) == DTX_OK);
+    CHECK(dtx_team_in_step());
+    dtx_team_step(0);
+    dtx_kvcache_free(a);
+    dtx_kvcache_free(b);
+    dtx_model_free(m);
 }
 
 /* A bf16 cache keeps half the bytes and its logits stay within bf16's
