@@ -443,3 +443,15 @@ static double clock_s(clockid_t id) {
 }
 double dtx_now_s(void) { return clock_s(CLOCK_MONOTONIC); }
 double dtx_cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
+
+size_t dtx_first_bad_block(const void *v, size_t n, size_t block, int (*bad)(const void *v, size_t lo, size_t hi)) {
+    const size_t nb = block ? (n + block - 1) / block : 0;
+    size_t first = SIZE_MAX;
+    if (nb <= 1) return nb == 1 && bad(v, 0, n) ? 0 : SIZE_MAX;
+#pragma omp parallel for schedule(static) reduction(min : first)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t e = n - b * block < block ? n : (b + 1) * block;
+        if (b < first && bad(v, b * block, e)) first = b;
+    }
+    return first;
+}

@@ -60,6 +60,13 @@ void dtx_drop_pages(const void *p, size_t bytes);
  * seconds for a few GB); the kernel maps them in one pass. Nothing where the
  * kernel lacks it (before Linux 5.14): the faults happen as before. */
 void dtx_prefault(const void *p, size_t bytes, int write);
+/* The first of the blocks [b·block, min((b + 1)·block, n)) of n elements for
+ * which bad(v, lo, hi) is nonzero, or SIZE_MAX when none is: the blocks
+ * checked over the OpenMP threads, each whole (a check without an early
+ * exit vectorises), so a reader validates a big model's codes or values at
+ * memory speed (a byte-by-byte check with an early exit read a 2.7B 4-bit
+ * file's 1.4 GB of codes in 1.5 s). The caller then finds the element. */
+size_t dtx_first_bad_block(const void *v, size_t n, size_t block, int (*bad)(const void *v, size_t lo, size_t hi));
 /* Zero p[0, bytes) and hand the whole pages inside it back to the system
  * (they read as zero when touched again): memory a model no longer reads. */
 void dtx_release_zero(void *p, size_t bytes);

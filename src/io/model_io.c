@@ -3,6 +3,7 @@
  * and that the file holds exactly the tensors the config implies, each with
  * the right shape; every refusal names the key or tensor. */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -146,9 +147,28 @@ static int has_input_scale(const dtx_model *m, int i) {
 
 #ifndef DTX_DOUBLE
 /* s's values, which lie in dst, each finite and at least 0 (strictly above 0 when positive). */
+/* A scale outside [0, inf) (NaN included), or (positive) also 0. */
+static int scale_bad(float v, int positive) { return !(v >= 0 && v <= FLT_MAX && (!positive || v > 0)); }
+static int scales_bad(const void *v, size_t lo, size_t hi) {
+    const float *f = v;
+    unsigned bad = 0;
+#pragma omp simd reduction(| : bad)
+    for (size_t i = lo; i < hi; i++) bad |= (unsigned)scale_bad(f[i], 0);
+    return bad != 0;
+}
+static int scales_zero(const void *v, size_t lo, size_t hi) {
+    const float *f = v;
+    unsigned bad = 0;
+#pragma omp simd reduction(| : bad)
+    for (size_t i = lo; i < hi; i++) bad |= (unsigned)scale_bad(f[i], 1);
+    return bad != 0;
+}
+
 static dtx_status check_scales(const dtx_st_tensor *s, const char *path, const float *dst, int positive) {
-    for (int64_t i = 0; i < s->numel; i++)
-        if (!isfinite(dst[i]) || dst[i] < 0 || (positive && !(dst[i] > 0)))
+    enum { BLOCK = 1 << 16 };
+    const size_t n = (size_t)s->numel, b = dtx_first_bad_block(dst, n, BLOCK, positive ? scales_zero : scales_bad);
+    for (size_t i = b == SIZE_MAX ? n : b * BLOCK; i < n; i++)
+        if (scale_bad(dst[i], positive))
             return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' element %lld is %g (a scale must be finite and %s)", path,
                             s->name, (long long)i, (double)dst[i], positive ? "positive" : "at least 0");
     return DTX_OK;

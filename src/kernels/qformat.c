@@ -33,9 +33,19 @@ static void q4_dequantize(float *w, const void *q, const float *scale, int64_t N
     dtx_q4_dequantize(w, q, scale, N, K);
 }
 /* nibbles hold q + 8 with q in [-7, 7]: 0 is not a code */
+static int q4_byte_bad(uint8_t b) { return ((b & 15) == 0) | ((b >> 4) == 0); }
+static int q4_block_bad(const void *v, size_t lo, size_t hi) {
+    const uint8_t *q = v;
+    unsigned bad = 0;
+#pragma omp simd reduction(| : bad)
+    for (size_t j = lo; j < hi; j++) bad |= (unsigned)q4_byte_bad(q[j]);
+    return bad != 0;
+}
 static int64_t q4_bad_code(const uint8_t *q, size_t n) {
-    for (size_t j = 0; j < n; j++)
-        if ((q[j] & 15) == 0 || (q[j] >> 4) == 0) return (int64_t)j;
+    enum { BLOCK = 1 << 16 };
+    size_t b = dtx_first_bad_block(q, n, BLOCK, q4_block_bad);
+    for (size_t j = b == SIZE_MAX ? n : b * BLOCK; j < n; j++)
+        if (q4_byte_bad(q[j])) return (int64_t)j;
     return -1;
 }
 static void q4_gemv(float *out, const float *x, const void *q, const float *scale, int64_t K, int64_t N) {

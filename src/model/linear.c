@@ -390,20 +390,17 @@ int dtx_weights_copy_asked(void) {
     return copy && strcmp(copy, "1") == 0;
 }
 
-dtx_status dtx_bf16_check_finite(const uint16_t *v, size_t n, const char *where, const char *name) {
-    /* every thread a share of the blocks, each block without an early exit
-     * (vectorised): the check reads a big model's weights at memory speed */
-    enum { BLOCK = 1 << 16 };
-    const size_t nb = (n + BLOCK - 1) / BLOCK;
-    size_t first = SIZE_MAX; /* the first block holding a value that is not finite */
-#pragma omp parallel for schedule(static) reduction(min : first) if (nb > 1)
-    for (size_t b = 0; b < nb; b++) {
-        size_t e = n - b * BLOCK < BLOCK ? n : (b + 1) * BLOCK;
-        unsigned bad = 0;
+static int bf16_not_finite(const void *p, size_t lo, size_t hi) {
+    const uint16_t *v = p;
+    unsigned bad = 0;
 #pragma omp simd reduction(| : bad)
-        for (size_t k = b * BLOCK; k < e; k++) bad |= (v[k] & 0x7f80u) == 0x7f80u; /* an exponent of all ones */
-        if (bad && b < first) first = b;
-    }
+    for (size_t k = lo; k < hi; k++) bad |= (v[k] & 0x7f80u) == 0x7f80u; /* an exponent of all ones */
+    return bad != 0;
+}
+
+dtx_status dtx_bf16_check_finite(const uint16_t *v, size_t n, const char *where, const char *name) {
+    enum { BLOCK = 1 << 16 };
+    const size_t first = dtx_first_bad_block(v, n, BLOCK, bf16_not_finite);
     for (size_t k = first == SIZE_MAX ? n : first * BLOCK; k < n; k++)
         if ((v[k] & 0x7f80) == 0x7f80)
             return dtx_fail(DTX_ERR_FORMAT, "%s: tensor '%s' holds %s at element %zu: not a usable model (a "

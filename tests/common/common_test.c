@@ -169,3 +169,32 @@ TEST(common_version_and_status) {
     dtx_clear_error();
     CHECK(dtx_last_status() == DTX_OK && dtx_last_error()[0] == '\0');
 }
+
+/* dtx_first_bad_block over several blocks and threads: the first flagged
+ * block wherever it lies (first, middle, the short last one), SIZE_MAX for
+ * none; and the 4-bit format's check built on it names the exact byte. */
+static int any_nonzero(const void *v, size_t lo, size_t hi) {
+    const uint8_t *b = v;
+    for (size_t i = lo; i < hi; i++)
+        if (b[i]) return 1;
+    return 0;
+}
+
+TEST(common_first_bad_block) {
+    enum { N = 1000003, BLOCK = 4096 };
+    uint8_t *v = calloc(N, 1);
+    REQUIRE(v);
+    CHECK(dtx_first_bad_block(v, N, BLOCK, any_nonzero) == SIZE_MAX);
+    CHECK(dtx_first_bad_block(v, 0, BLOCK, any_nonzero) == SIZE_MAX);
+    const size_t at[] = {0, 4095, 4096, 500000, N - 1};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+        v[at[i]] = 1;
+        v[N - 2] = 1; /* a later one too: the first still wins */
+        CHECKF(dtx_first_bad_block(v, N, BLOCK, any_nonzero) == (at[i] < N - 2 ? at[i] / BLOCK : (size_t)(N - 2) / BLOCK),
+               "flag at %zu", at[i]);
+        memset(v, 0, N);
+    }
+    v[17] = 1;
+    CHECK(dtx_first_bad_block(v, 100, BLOCK, any_nonzero) == 0); /* one short block */
+    free(v);
+}

@@ -238,6 +238,17 @@ TEST(kernel_quant_linear_formats_round_trip_and_multiply) {
     }
     uint8_t bad[3] = {0x11, 0x80, 0x11};
     CHECK(dtx_qformat_of(4)->bad_code(bad, 3) == 1 && dtx_qformat_of(8)->bad_code == NULL);
+    /* a big tensor, checked in blocks over the threads: the first bad byte, a low or a high nibble 0 */
+    enum { BIG = 3 << 20 };
+    uint8_t *big = malloc(BIG);
+    REQUIRE(big);
+    memset(big, 0x88, BIG);
+    CHECK(dtx_qformat_of(4)->bad_code(big, BIG) == -1);
+    big[BIG - 1] = 0x08, big[2000001] = 0x80;
+    CHECK(dtx_qformat_of(4)->bad_code(big, BIG) == 2000001);
+    big[70000] = 0x08;
+    CHECK(dtx_qformat_of(4)->bad_code(big, BIG) == 70000);
+    free(big);
     CHECK(dtx_qformat_of(0) == NULL && dtx_qformat_of(2) == NULL);
 }
 
