@@ -226,7 +226,8 @@ VNNI512_FN static void gemv_q8a8_vnni_row(float *out, const int8_t *xq, float xs
         __m512i a0 = zero, a1 = zero;
         int64_t c = 0;
         for (; c + 2 <= nc && 64 * (c + 2) <= K; c += 2) {
-            _mm_prefetch((const char *)(const void *)(r + 64 * c) + 8192, _MM_HINT_T1);
+            _mm_prefetch((const char *)(const void *)(r + 64 * c) + 8192, _MM_HINT_T1); /* both lines */
+            _mm_prefetch((const char *)(const void *)(r + 64 * c) + 8192 + 64, _MM_HINT_T1);
             __m512i w0 = _mm512_loadu_si512(r + 64 * c), w1 = _mm512_loadu_si512(r + 64 * c + 64);
             a0 = _mm512_dpbusd_epi32(a0, _mm512_loadu_si512(ax + 64 * c), _mm512_mask_sub_epi8(w0, neg[c], zero, w0));
             a1 = _mm512_dpbusd_epi32(a1, _mm512_loadu_si512(ax + 64 * c + 64),
