@@ -30,10 +30,11 @@
  * see the same logits and round them alike. dtx_attention_quant_forward runs
  * a whole [B, T] forward through this row kernel, one query row at a time.
  *
- * Threads: when the cache is long enough to pay for waking them, the rows
- * in chunks (decode_rows_chunked: whole rows per thread, the chunks fixed by
- * the length alone); with quantised logits each thread takes a contiguous
- * block of heads. Either way a result does not depend on the thread count.
+ * Threads (the decode step's spinning team, common/team.h): a long cache's
+ * rows in chunks (chunked_task: whole rows per thread, the chunks fixed by
+ * the length alone), a shorter one's heads in contiguous blocks
+ * (heads_task), when the work pays for the handoff. Either way a result
+ * does not depend on the thread count.
  * Nothing is allocated. */
 #include "common/profile.h"
 #include "common/team.h"
@@ -235,7 +236,7 @@ static void decode_heads(const dtx_attn_dims *a, real *out, const real *q, const
  * the threads; the same arithmetic per key as decode_heads (score_rows,
  * exp against the map's max, the sum in double, DIFF's maps
  * folded per key before V), the weighted values summed per chunk, then over
- * the chunks in order. Four phases, a barrier between each. */
+ * the chunks in order: four phases, the team's barrier between each. */
 typedef struct {
     const dtx_attn_dims *a;
     real *out;
