@@ -149,20 +149,14 @@ static int has_input_scale(const dtx_model *m, int i) {
 /* s's values, which lie in dst, each finite and at least 0 (strictly above 0 when positive). */
 /* A scale outside [0, inf) (NaN included), or (positive) also 0. */
 static int scale_bad(float v, int positive) { return !(v >= 0 && v <= FLT_MAX && (!positive || v > 0)); }
-static int scales_bad(const void *v, size_t lo, size_t hi) {
-    const float *f = v;
+static inline int scales_bad_in(const float *f, size_t lo, size_t hi, int positive) {
     unsigned bad = 0;
 #pragma omp simd reduction(| : bad)
-    for (size_t i = lo; i < hi; i++) bad |= (unsigned)scale_bad(f[i], 0);
+    for (size_t i = lo; i < hi; i++) bad |= (unsigned)scale_bad(f[i], positive);
     return bad != 0;
 }
-static int scales_zero(const void *v, size_t lo, size_t hi) {
-    const float *f = v;
-    unsigned bad = 0;
-#pragma omp simd reduction(| : bad)
-    for (size_t i = lo; i < hi; i++) bad |= (unsigned)scale_bad(f[i], 1);
-    return bad != 0;
-}
+static int scales_bad(const void *v, size_t lo, size_t hi) { return scales_bad_in(v, lo, hi, 0); }
+static int scales_zero(const void *v, size_t lo, size_t hi) { return scales_bad_in(v, lo, hi, 1); }
 
 static dtx_status check_scales(const dtx_st_tensor *s, const char *path, const float *dst, int positive) {
     enum { BLOCK = 1 << 16 };
