@@ -16,7 +16,8 @@
  * task, or while another thread's run holds the team; so a task must give
  * the same result for any nt. The workers start at the first run (and again
  * in a forked child); after a run they spin for about DTX_TEAM_SPIN_S, then
- * sleep on a futex until the next. */
+ * sleep on a futex until the next. They live as long as the process: a
+ * program that dlcloses the library after a decode step must not. */
 #ifndef DTX_TEAM_H
 #define DTX_TEAM_H
 
