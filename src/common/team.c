@@ -95,8 +95,10 @@ static void *worker(void *arg) {
 }
 
 /* A forked child has none of the parent's workers, and a run the parent had
- * in flight on another thread never ends there. */
+ * in flight on another thread never ends there (nor a start of workers: the
+ * lock is made anew). */
 static void after_fork_child(void) {
+    pthread_mutex_init(&T.lock, NULL);
     T.workers = 0;
     atomic_store(&T.sleepers, 0);
     atomic_store(&T.done, 0);
