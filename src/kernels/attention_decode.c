@@ -395,8 +395,8 @@ static void attention_decode_rows_run(const dtx_attn_dims *a, real *out, const r
         return;
     }
     const int64_t work = len * 2 * a->geom.n_heads * a->geom.head_dim;
-    if (work < PAR_MIN || dtx_team_size() == 1) heads_task(&j, 0, 1);
-    else dtx_team_run(heads_task, &j);
+    if (work < PAR_MIN) heads_task(&j, 0, 1);
+    else dtx_team_run(heads_task, &j); /* a team of one runs it here */
 }
 
 void dtx_attention_decode_with_absmax(const dtx_attn_dims *a, real *out, const real *q, const real *kcache,

@@ -107,7 +107,7 @@ void dtx_axpy_rows_bf16(real *y, int64_t w, const real *p, const uint16_t *v, in
  * thread in the same block position, so the result does not depend on the
  * thread count or on who ran which chunk. Small products stay on the
  * calling thread. */
-enum { GEMV_CHUNK = 16, GEMV_MAX_THREADS = DTX_TEAM_MAX, GEMV_MAX_PARTS = 8 };
+enum { GEMV_CHUNK = 16, GEMV_MAX_PARTS = 8 };
 
 /* One thread's rows not yet taken, [lo, hi) packed in one word so that the
  * owner (front) and a thief (back) take chunks by compare-and-swap. */
@@ -194,7 +194,7 @@ typedef struct {
     int64_t start[GEMV_MAX_PARTS + 1];
     int64_t chunk, cap; /* take_chunk's */
     int n_blocks;
-    row_range rr[GEMV_MAX_THREADS];
+    row_range rr[DTX_TEAM_MAX]; /* dtx_team_size() is at most this */
 } split_job;
 
 /* Rows [r0, r0 + n) of the index space. */
@@ -232,7 +232,7 @@ static void split_products(const dtx_gemv_part *parts, int n_parts, int64_t K, i
         job_rows(&j, 0, R);
         return;
     }
-    j.n_blocks = nt < GEMV_MAX_THREADS ? nt : GEMV_MAX_THREADS;
+    j.n_blocks = nt;
     for (int t = 0; t < j.n_blocks; t++) {
         int64_t r0, r1;
         block_rows(R, t, j.n_blocks, &r0, &r1);
