@@ -3,6 +3,7 @@
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -161,7 +162,7 @@ void dtx_model_free(dtx_model *m) {
     free(m->tensors);
     free(m->layers);
     dtx_free_lazy_zero(m->params, m->n_params, sizeof(real));
-    free(m->grads);
+    dtx_free_lazy_zero(m->grads, m->grads_mapped, 1);
     free(m->rope_cos);
     free(m->rope_sin);
     free(m);
@@ -171,7 +172,9 @@ dtx_status dtx_model_ensure_grads(dtx_model *m) {
     if (m->grads) return DTX_OK;
     dtx_status st = dtx_model_materialize(m); /* training reads and writes the fp32 weights */
     if (st) return st;
-    m->grads = dtx_calloc(m->n_params, sizeof(real));
+    /* zeroed, and in 2 MiB pages: written whole every step */
+    if (m->n_params > SIZE_MAX / sizeof(real)) return DTX_ERR_NOMEM;
+    m->grads = dtx_alloc_huge(m->n_params * sizeof(real), &m->grads_mapped);
     return m->grads ? DTX_OK : DTX_ERR_NOMEM;
 }
 

@@ -18,6 +18,7 @@ struct dtx_optimizer {
     dtx_optim_config cfg;
     real *mom;       /* [hi - lo] first moment  */
     real *vel;       /* [hi - lo] second moment */
+    size_t mapped;   /* mom's mapping (both moments, 2 MiB pages) */
     size_t lo, hi;   /* the parameters it updates: all, or a shard's range */
     int64_t step;    /* steps done */
 };
@@ -111,8 +112,8 @@ dtx_status dtx_optimizer_init_shard(dtx_optimizer **out, dtx_model *m, const dtx
     opt->m = m;
     opt->cfg = *o;
     opt->lo = lo, opt->hi = hi;
-    /* one allocation for both moments */
-    opt->mom = dtx_calloc(2 * (hi - lo) + 1, sizeof(real));
+    /* one allocation for both moments, zeroed, in 2 MiB pages (read and written whole every step) */
+    opt->mom = dtx_alloc_huge((2 * (hi - lo) + 1) * sizeof(real), &opt->mapped);
     if (!opt->mom) {
         free(opt);
         return dtx_fail(DTX_ERR_NOMEM, "out of memory for optimizer state (%zu parameters)", hi - lo);
@@ -124,7 +125,7 @@ dtx_status dtx_optimizer_init_shard(dtx_optimizer **out, dtx_model *m, const dtx
 
 void dtx_optimizer_free(dtx_optimizer *opt) {
     if (!opt) return;
-    free(opt->mom);
+    dtx_free_lazy_zero(opt->mom, opt->mapped, 1);
     free(opt);
 }
 
