@@ -9,6 +9,8 @@
  * truncation rules are checked on small hand-made distributions. */
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -529,6 +531,59 @@ TEST(generate_attention_decode_matches_forward_last_row) {
         free(kb), free(vb);
         free(q), free(k), free(v), free(ref), free(att), free(o1), free(o2), free(rs), free(scratch);
     }
+}
+
+/* The chunked walk when the team is held by another thread: the blocks of
+ * chunks are set for the team size, the run then goes alone, and that
+ * thread must take its own block and the others' (work stealing from the
+ * back). Same bits as with the team free. */
+typedef struct {
+    _Atomic int started, release;
+} team_holder;
+static void hold_team(void *arg, int id, int nt) {
+    team_holder *h = arg;
+    (void)nt;
+    if (id == 0) atomic_store(&h->started, 1);
+    while (!atomic_load(&h->release)) {
+    }
+}
+static void *hold_team_thread(void *arg) {
+    dtx_team_run(hold_team, arg);
+    return NULL;
+}
+TEST(generate_attention_decode_chunks_taken_by_a_lone_thread) {
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(2);
+    if (dtx_team_size() < 2) {
+        omp_set_num_threads(threads);
+        SKIP("one CPU: the team is one thread");
+    }
+    enum { LEN = 2100, D = 128, KV = 128 };
+    dtx_attn_dims a = {.run.impl = DTX_ATTN_PLAIN, .geom.B = 1, .geom.T = LEN, .geom.n_heads = 4, .geom.n_kv_heads = 4,
+                       .geom.head_dim = 16, .arch.diff = 1, .arch.subln = 1, .arch.lambda = 0.37, .arch.lambda_init = 0.2,
+                       .arch.eps = 1e-5};
+    real *k = malloc((size_t)LEN * KV * sizeof(real)), *v = malloc((size_t)LEN * KV * sizeof(real));
+    real *scratch = malloc(dtx_attention_decode_scratch_size(&a, LEN) * sizeof(real)), q[D], gamma[32], free_out[D],
+         lone_out[D];
+    REQUIRE(k && v && scratch);
+    dtx_rng r;
+    dtx_rng_seed(&r, 77);
+    for (int64_t i = 0; i < (int64_t)LEN * KV; i++) k[i] = (real)dtx_rng_normal(&r), v[i] = (real)dtx_rng_normal(&r);
+    for (int i = 0; i < D; i++) q[i] = (real)dtx_rng_normal(&r);
+    for (int i = 0; i < 32; i++) gamma[i] = (real)(1 + 0.3 * dtx_rng_normal(&r));
+    dtx_attention_decode(&a, free_out, q, k, v, LEN, gamma, scratch);
+    team_holder h;
+    atomic_init(&h.started, 0), atomic_init(&h.release, 0);
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, hold_team_thread, &h) == 0);
+    while (!atomic_load(&h.started)) {
+    }
+    dtx_attention_decode(&a, lone_out, q, k, v, LEN, gamma, scratch); /* the team is busy: this thread alone */
+    atomic_store(&h.release, 1);
+    pthread_join(t, NULL);
+    omp_set_num_threads(threads);
+    CHECK(memcmp(free_out, lone_out, sizeof free_out) == 0);
+    free(k), free(v), free(scratch);
 }
 
 /* A model large enough that the decode step's products and attention run
