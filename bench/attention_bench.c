@@ -9,7 +9,8 @@
  *   cc -O2 -march=native -fopenmp -Iinclude -Isrc bench/attention_bench.c \
  *      build/libdifftx.a -o build/attention_bench -fopenmp -ldnnl -lcjson -lm
  * Run: build/attention_bench [reps] [T] [--plain]; env BQ, BK override the
- * flash tile sizes.
+ * flash tile sizes; PREC=bf16 runs the native bf16 mode (bf16 products,
+ * fp32 softmax: attention_flash.c) instead of fp32.
  *
  * FLOPs counted (causal, so T²/2 score pairs per map):
  *   forward: QKᵀ T²/2·d·2 per q sub-head + PV T²/2·(value width)·2 per map;
@@ -92,7 +93,8 @@ static problem make(dtx_attn_impl impl, int diff, int64_t B, int64_t T, int64_t 
     dtx_rng_seed(&r, 1);
     problem p;
     memset(&p, 0, sizeof p);
-    p.a = (dtx_attn_dims){.run.impl = impl, .geom.B = B, .geom.T = T, .geom.n_heads = H, .geom.n_kv_heads = H, .geom.head_dim = d,
+    const char *prec = getenv("PREC");
+    p.a = (dtx_attn_dims){.run.impl = impl, .run.precision = prec && !strcmp(prec, "bf16") ? DTX_PREC_BF16 : DTX_PREC_FP32, .geom.B = B, .geom.T = T, .geom.n_heads = H, .geom.n_kv_heads = H, .geom.head_dim = d,
                           .arch.diff = diff, .arch.subln = diff, .arch.lambda = 0.6, .arch.lambda_init = 0.5, .arch.eps = 1e-5};
     int64_t sub = diff ? 2 : 1;
     p.nq = (size_t)(B * T * sub * H * d), p.nk = p.nq, p.nv = p.nq, p.no = p.nq;
