@@ -148,9 +148,12 @@ const dtx_qweight *dtx_model_qweight(const dtx_model *m, size_t off);
 /* out [M, N] = x [M, K] · wᵀ, w the [N, K] weight at offset off: every
  * linear layer's forward goes through here (forward.c, generate.c). fp32 and
  * bf16 weights: dtx_matmul_forward_pre (pre: its DTX_MM_PRE_* flags).
- * Quantised ones: dequantised in blocks of rows into the model's scratch,
- * the inputs rounded to bf16 (a16) or to their int8 grid (W8A8), then the
- * same fp32 product: what the one-row kernels compute, to rounding.
+ * Quantised ones: 4-bit weights, and 8-bit ones up to
+ * QBATCH_MAX_ROWS_8BIT (linear.c) rows, through dtx_model_linear_rows (every
+ * row the bits of its one-row product); more rows of an 8-bit weight
+ * dequantised in blocks of rows into the model's scratch, the inputs
+ * rounded to bf16 (a16) or to their int8 grid (W8A8), then the same fp32
+ * product: what the one-row kernels compute, to rounding.
  * Float build only for quantised weights. */
 void dtx_model_linear(const dtx_model *m, real *out, const real *x, size_t off, int64_t M, int64_t K, int64_t N,
                       unsigned pre);

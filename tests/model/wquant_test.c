@@ -1,6 +1,8 @@
 /* Quantised models (linear.c): every scheme, both archs, tied and untied.
- *  - the several-row path (dtx_model_forward: dequantised blocks) and the
- *    one-row path (decode: the quantised kernels) give the same logits;
+ *  - the several-row path (dtx_model_forward) and the one-row path
+ *    (decode: the quantised kernels) give the same logits, and the
+ *    several-row products the one-row bits where they take the batched
+ *    kernels (4-bit, and 8-bit up to 128 rows);
  *  - the forward equals the fp32 forward of the dequantised weights to the
  *    rounding of the inputs (bf16, or the int8 grid for W8A8);
  *  - W8A8's attention inputs q, k lie on their int8 grids;
@@ -123,6 +125,53 @@ TEST(model_wquant_paths_agree_and_match_dequantised) {
                 free(lq), free(lr), free(ld), free(in);
                 dtx_model_free(q), dtx_model_free(ref);
             }
+}
+
+/* A several-row product (a prefill's, a forward's) of a quantised weight:
+ * 4-bit at any row count, and 8-bit up to 128 rows, give every row the bits
+ * of its one-row product (the decode step's batched kernels); 8-bit at more
+ * rows (dequantised blocks and the matmul) agree to rounding. */
+TEST(model_wquant_several_rows_have_the_one_row_bits) {
+    static const dtx_wquant schemes[] = {DTX_WQ_W8A16, DTX_WQ_W8A8, DTX_WQ_W4A16};
+    static const int64_t rows[] = {1, 3, 128, 129, 300};
+    for (int si = 0; si < 3; si++) {
+        dtx_config c = qconfig(DTX_ARCH_DIFF, 0);
+        dtx_model *q = NULL;
+        REQUIRE(dtx_model_init(&q, &c, 43) == DTX_OK);
+        float *in = calloc((size_t)q->n_tensors, sizeof(float)), qk[8];
+        test_scales(q, in, qk);
+        REQUIREF(dtx_model_quantize_weights(q, schemes[si], NULL, in, qk) == DTX_OK, "%s", dtx_last_error());
+        const size_t off = q->layers[0].w2; /* K = 88: a partial 4-bit group */
+        const dtx_qweight *w = dtx_model_qweight(q, off);
+        REQUIRE(w);
+        const int64_t K = w->K, N = w->N, MAXR = 300;
+        float *x = malloc(sizeof(float) * (size_t)(MAXR * K)), *several = malloc(sizeof(float) * (size_t)(MAXR * N));
+        float *one = malloc(sizeof(float) * (size_t)N), *xrow = malloc(sizeof(float) * (size_t)K);
+        REQUIRE(x && several && one && xrow);
+        dtx_rng r;
+        dtx_rng_seed(&r, 9);
+        for (int64_t i = 0; i < MAXR * K; i++) x[i] = (float)(0.5 * dtx_rng_normal(&r));
+        for (int ri = 0; ri < 5; ri++) {
+            const int64_t M = rows[ri];
+            dtx_model_linear(q, several, x, off, M, K, N, 0);
+            const int batched = w->bits == 4 || M <= 128;
+            double worst = 0;
+            int differ = 0;
+            for (int64_t i = 0; i < M; i++) {
+                dtx_model_linear_rows(q, one, x + i * K, 1, off, K, N, NULL, xrow);
+                differ += memcmp(one, several + i * N, sizeof(float) * (size_t)N) != 0;
+                worst = fmax(worst, max_rel(several + i * N, one, (size_t)N));
+            }
+            if (batched)
+                CHECKF(differ == 0, "%s, %lld rows: %d rows differ from their one-row bits",
+                       dtx_wquant_name(schemes[si]), (long long)M, differ);
+            else
+                CHECKF(worst < 1e-5, "%s, %lld rows: %.3g from the one-row products", dtx_wquant_name(schemes[si]),
+                       (long long)M, worst);
+        }
+        free(x), free(several), free(one), free(xrow), free(in);
+        dtx_model_free(q);
+    }
 }
 
 /* fp16 activations (w8a16 and w4a16): every path rounds each linear input to
