@@ -189,6 +189,35 @@ TEST(kernel_quant_linear_gemv_threads_do_not_change_bits) {
 }
 
 
+/* Dequantising many rows (over the threads) gives exactly scale · code for
+ * every element, by the codes' own definition (dtx_q4_get), a partial last
+ * 4-bit group included. */
+TEST(kernel_quant_dequantize_is_scale_times_code) {
+    enum { N = 700, K = 100 }; /* N·K past DTX_PAR_MIN: the threaded path */
+    dtx_rng r;
+    dtx_rng_seed(&r, 1311);
+    const int64_t rb = dtx_q4_row_bytes(K), ng = dtx_q4_groups(K);
+    uint8_t *q4 = malloc((size_t)(N * rb));
+    int8_t *q8 = malloc((size_t)(N * K));
+    float *s4 = malloc(sizeof(float) * (size_t)(N * ng)), *s8 = malloc(sizeof(float) * N);
+    float *out = malloc(sizeof(float) * (size_t)(N * K));
+    REQUIRE(q4 && q8 && s4 && s8 && out);
+    for (int64_t i = 0; i < N * rb; i++) q4[i] = (uint8_t)(dtx_rng_next(&r) & 0xFF);
+    for (int64_t i = 0; i < N * K; i++) q8[i] = (int8_t)(dtx_rng_next(&r) % 255 - 127);
+    for (int64_t i = 0; i < N * ng; i++) s4[i] = (float)(0.01 + dtx_rng_uniform(&r));
+    for (int64_t i = 0; i < N; i++) s8[i] = (float)(0.01 + dtx_rng_uniform(&r));
+    int bad4 = 0, bad8 = 0;
+    dtx_q4_dequantize(out, q4, s4, N, K);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++)
+            bad4 += out[n * K + k] != s4[n * ng + k / DTX_Q4_GROUP] * (float)dtx_q4_get(q4 + n * rb, k);
+    dtx_q8_dequantize(out, q8, s8, N, K);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) bad8 += out[n * K + k] != s8[n] * (float)q8[n * K + k];
+    CHECKF(bad4 == 0 && bad8 == 0, "%d 4-bit and %d int8 values differ from scale · code", bad4, bad8);
+    free(q4), free(q8), free(s4), free(s8), free(out);
+}
+
 /* Every weight format's row (dtx_qformat): a row quantised and dequantised
  * lands within half a step of each weight (the step its scale gives), a
  * clip factor below 1 saturates the largest weights, the product is the one
