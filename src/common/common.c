@@ -134,6 +134,20 @@ void *dtx_alloc_huge(size_t bytes, size_t *size) {
     return p;
 }
 
+void *dtx_alloc_work(size_t bytes, size_t *size) {
+#if defined(__SANITIZE_ADDRESS__)
+    *size = 0;
+    return dtx_calloc(bytes ? bytes : 1, 1);
+#else
+    return dtx_alloc_huge(bytes, size);
+#endif
+}
+
+void dtx_free_work(void *p, size_t size) {
+    if (size) dtx_free_lazy_zero(p, size, 1);
+    else free(p);
+}
+
 void dtx_advise_huge(void *p, size_t bytes) {
     if (p && bytes) (void)madvise(p, bytes, MADV_HUGEPAGE); /* EINVAL without THP: 4 KiB pages as before */
 }

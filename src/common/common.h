@@ -43,6 +43,13 @@ void dtx_free_lazy_zero(void *p, size_t count, size_t elem_size);
  * step's weights): one TLB entry per 2 MiB. NULL (and a message) on
  * failure. Free with dtx_free_lazy_zero(p, *size, 1). */
 void *dtx_alloc_huge(size_t bytes, size_t *size);
+/* Zeroed working memory that a step walks whole (a training step's
+ * activations, gradients, optimizer moments): dtx_alloc_huge's 2 MiB pages
+ * (*size its mapping), except under AddressSanitizer, where it is heap
+ * memory (*size 0) so that every read and write past its end is caught.
+ * Free with dtx_free_work(p, *size). */
+void *dtx_alloc_work(size_t bytes, size_t *size);
+void dtx_free_work(void *p, size_t size);
 /* Asks for 2 MiB pages in p[0, bytes) before it is first written (memory
  * from dtx_alloc_lazy_zero that will be written whole: an fp32 model's
  * parameters); nothing where the kernel lacks it. */

@@ -132,7 +132,7 @@ static size_t layout_acts(const dtx_model *m, dtx_acts *a, real *base, int64_t B
 
 void dtx_model_free_acts(dtx_model *m) {
     dtx_acts *a = &m->acts;
-    dtx_free_lazy_zero(a->mem, a->mapped, 1);
+    dtx_free_work(a->mem, a->mapped);
     free(a->layers);
     free(a->tokens);
     free(a->targets);
@@ -157,7 +157,7 @@ static dtx_status ensure_acts(dtx_model *m, int64_t B, int64_t T) {
     /* 2 MiB pages: a training step walks gigabytes of activations, and with
      * 4 KiB pages the first step took a million page faults (5–6 s of a
      * 10 s first step at config S) and every product more TLB misses */
-    a->mem = total <= SIZE_MAX / sizeof(real) ? dtx_alloc_huge(total * sizeof(real), &a->mapped) : NULL;
+    a->mem = total <= SIZE_MAX / sizeof(real) ? dtx_alloc_work(total * sizeof(real), &a->mapped) : NULL;
     a->layers = calloc(L, sizeof *a->layers);
     a->tokens = malloc(N * sizeof(int32_t));
     a->targets = malloc(N * sizeof(int32_t));

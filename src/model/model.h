@@ -44,7 +44,7 @@ typedef struct {
     dtx_precision precision;      /* ... and precision (bf16 attention needs more work) */
     unsigned pre;          /* DTX_MM_PRE_* of the last forward (emulated bf16) */
     size_t bytes;          /* size of mem                                 */
-    size_t mapped;         /* mem's mapping (dtx_alloc_huge: whole 2 MiB pages) */
+    size_t mapped;         /* mem's mapping (dtx_alloc_work), 0 for heap memory */
     real *mem;             /* one allocation holding everything below      */
     real *resid;           /* [L + 1, N, D]: block inputs, then the output */
     dtx_layer_acts *layers;
@@ -79,8 +79,8 @@ struct dtx_model {
     dtx_tensor_info *tensors;
     size_t n_params;
     real *params;
-    real *grads;              /* NULL until the first backward; 2 MiB pages (dtx_alloc_huge) */
-    size_t grads_mapped;      /* its mapping's bytes */
+    real *grads;              /* NULL until the first backward; dtx_alloc_work (2 MiB pages) */
+    size_t grads_mapped;      /* dtx_alloc_work's size for it */
     dtx_grads_ready_fn grads_ready; /* dtx_model_on_grads_ready's hook, or NULL */
     void *grads_ready_ctx;
     size_t tok_emb, final_norm, out_w; /* out_w == tok_emb when tied */

@@ -162,7 +162,7 @@ void dtx_model_free(dtx_model *m) {
     free(m->tensors);
     free(m->layers);
     dtx_free_lazy_zero(m->params, m->n_params, sizeof(real));
-    dtx_free_lazy_zero(m->grads, m->grads_mapped, 1);
+    dtx_free_work(m->grads, m->grads_mapped);
     free(m->rope_cos);
     free(m->rope_sin);
     free(m);
@@ -174,7 +174,7 @@ dtx_status dtx_model_ensure_grads(dtx_model *m) {
     if (st) return st;
     /* zeroed, and in 2 MiB pages: written whole every step */
     if (m->n_params > SIZE_MAX / sizeof(real)) return DTX_ERR_NOMEM;
-    m->grads = dtx_alloc_huge(m->n_params * sizeof(real), &m->grads_mapped);
+    m->grads = dtx_alloc_work(m->n_params * sizeof(real), &m->grads_mapped);
     return m->grads ? DTX_OK : DTX_ERR_NOMEM;
 }
 

@@ -18,7 +18,7 @@ struct dtx_optimizer {
     dtx_optim_config cfg;
     real *mom;       /* [hi - lo] first moment  */
     real *vel;       /* [hi - lo] second moment */
-    size_t mapped;   /* mom's mapping (both moments, 2 MiB pages) */
+    size_t mapped;   /* dtx_alloc_work's size for mom (both moments) */
     size_t lo, hi;   /* the parameters it updates: all, or a shard's range */
     int64_t step;    /* steps done */
 };
@@ -113,7 +113,7 @@ dtx_status dtx_optimizer_init_shard(dtx_optimizer **out, dtx_model *m, const dtx
     opt->cfg = *o;
     opt->lo = lo, opt->hi = hi;
     /* one allocation for both moments, zeroed, in 2 MiB pages (read and written whole every step) */
-    opt->mom = dtx_alloc_huge((2 * (hi - lo) + 1) * sizeof(real), &opt->mapped);
+    opt->mom = dtx_alloc_work((2 * (hi - lo) + 1) * sizeof(real), &opt->mapped);
     if (!opt->mom) {
         free(opt);
         return dtx_fail(DTX_ERR_NOMEM, "out of memory for optimizer state (%zu parameters)", hi - lo);
@@ -125,7 +125,7 @@ dtx_status dtx_optimizer_init_shard(dtx_optimizer **out, dtx_model *m, const dtx
 
 void dtx_optimizer_free(dtx_optimizer *opt) {
     if (!opt) return;
-    dtx_free_lazy_zero(opt->mom, opt->mapped, 1);
+    dtx_free_work(opt->mom, opt->mapped);
     free(opt);
 }
 
