@@ -82,11 +82,14 @@ static void linear_rows_quant(const dtx_model *m, float *out, const float *x, in
  * one-row kernels (each block of weight rows from memory once, in L2 while
  * every input passes over it); more go through dequantised blocks and the
  * matmul. 4-bit weights always take the batched kernels. Measured (Zen 5,
- * 2 threads, 2026-12-04, prefill of n tokens, 110M DiffLlama shape): w8a16
- * 8 tokens 24 against 76 ms, 64: 104 / 150, 128: 181 / 179, 256: 319 /
- * 264; w4a16 8: 17 / 144, 128: 172 / 255, 512: 579 / 667; 0.8B w4a16 8:
- * 100 / 1,169, 512: 2,534 / 4,487 (the dequantisation was the cost). The
- * rows then have the decode step's bits. */
+ * 2 threads, 2026-12-04, prefill of n tokens, batched against dequantised
+ * element by element on one thread, as it was): 110M DiffLlama shape w8a16
+ * 8 tokens 24 against 76 ms, 64: 104 / 150; w4a16 8: 17 / 144, 128: 172 /
+ * 255, 512: 579 / 667; 0.8B w4a16 8: 100 / 1,169, 512: 2,534 / 4,487. With
+ * the dequantising vectorised over the threads the 8-bit crossover depends
+ * on the shape: at 128 rows 110M w8a16 142 against 119–129 ms, 0.8B
+ * 857–912 against 1,012–1,052; at 256 rows 0.8B 1,601 against 1,585; so
+ * 128. The batched rows have the decode step's bits. */
 #define QBATCH_MAX_ROWS_8BIT 128
 
 static void quant_rows(const dtx_model *m, float *out, const float *x, const dtx_qweight *w, int64_t M) {
