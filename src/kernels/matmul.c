@@ -101,10 +101,15 @@ void dtx_matmul_ref_backward(real *dx, real *dw, const real *dout, const real *x
 /* The fp32 forward and dx products run on the tile GEMM (matmul_tiles.c)
  * where it measured faster than oneDNN (bench section gemm): CPUs with
  * full-width 512-bit datapaths (Zen 5), at ISA level AVX-512, on products of
- * at least 64 rows (prefill and training; decoding has its own one-row
- * kernels). oneDNN keeps dw and bf16 (its bf16 products and its dw measured
+ * at least TILES_MIN_ROWS rows (training's batch × T; decoding has its own
+ * one-row kernels). Below that it packs the whole weight for few rows: a
+ * prompt's prefill (Zen 5, 2026-12-04, fp32 activations, tiles against
+ * oneDNN) took 31 against 15–17 ms at 64 rows and 108 against 94–103 at 512
+ * on config S, 914 against 464 ms at 64 rows and 3,332 against 2,601 at 512
+ * on a 0.8B BF16 file's widened blocks; at 1,024 rows the two were equal. oneDNN keeps dw and bf16 (its bf16 products and its dw measured
  * as fast or faster there), and every product on CPUs where the tiles were
  * not measured faster (Zen 4, AVX2). */
+enum { TILES_MIN_ROWS = 1024 };
 static int tiles_mode = -1; /* dtx_matmul_set_tiles: 1 always, 0 never, -1 as above */
 
 int dtx_matmul_set_tiles(int mode) {
@@ -120,7 +125,7 @@ int dtx_matmul_tiles_used(int64_t M, dtx_precision p) {
 #else
     int mode = __atomic_load_n(&tiles_mode, __ATOMIC_RELAXED);
     if (mode >= 0) return mode;
-    return p == DTX_PREC_FP32 && M >= 64 && dtx_isa_full_width() && dtx_isa_level() >= DTX_ISA_AVX512;
+    return p == DTX_PREC_FP32 && M >= TILES_MIN_ROWS && dtx_isa_full_width() && dtx_isa_level() >= DTX_ISA_AVX512;
 #endif
 }
 

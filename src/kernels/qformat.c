@@ -66,10 +66,15 @@ static void bf16_quantize_row(void *q, float *scale, const float *w, int64_t K, 
     uint16_t *o = q;
     for (int64_t k = 0; k < K; k++) o[k] = dtx_f32_to_bf16(w[k]);
 }
+static void bf16_widen_row(float *restrict w, const uint16_t *restrict b, int64_t K) {
+#pragma omp simd
+    for (int64_t k = 0; k < K; k++) w[k] = dtx_bf16_to_f32(b[k]);
+}
+/* Row by row over the threads (DTX_PAR_FOR), as the 8- and 4-bit formats'. */
 static void bf16_dequantize(float *w, const void *q, const float *scale, int64_t N, int64_t K) {
     (void)scale;
     const uint16_t *b = q;
-    for (int64_t i = 0; i < N * K; i++) w[i] = dtx_bf16_to_f32(b[i]);
+    DTX_PAR_FOR(N * K, n, N, bf16_widen_row(w + n * K, b + n * K, K));
 }
 static void bf16_gemv(float *out, const float *x, const void *q, const float *scale, int64_t K, int64_t N) {
     (void)scale;
