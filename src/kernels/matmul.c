@@ -106,9 +106,10 @@ void dtx_matmul_ref_backward(real *dx, real *dw, const real *dout, const real *x
  * prompt's prefill (Zen 5, 2026-12-04, fp32 activations, tiles against
  * oneDNN) took 31 against 15–17 ms at 64 rows and 108 against 94–103 at 512
  * on config S, 914 against 464 ms at 64 rows and 3,332 against 2,601 at 512
- * on a 0.8B BF16 file's widened blocks; at 1,024 rows the two were equal. oneDNN keeps dw and bf16 (its bf16 products and its dw measured
- * as fast or faster there), and every product on CPUs where the tiles were
- * not measured faster (Zen 4, AVX2). */
+ * on a 0.8B BF16 file's widened blocks; at 1,024 rows the two were equal.
+ * oneDNN keeps dw and bf16 (its bf16 products and its dw measured as fast
+ * or faster there), and every product on CPUs where the tiles were not
+ * measured faster (Zen 4, AVX2). */
 enum { TILES_MIN_ROWS = 1024 };
 static int tiles_mode = -1; /* dtx_matmul_set_tiles: 1 always, 0 never, -1 as above */
 
