@@ -198,3 +198,41 @@ void dtx_team_barrier(void) {
         while (atomic_load_explicit(&T.bar_gen, memory_order_acquire) == g) spin_pause();
     }
 }
+
+/* ------------------------------------------------------------ stealing */
+
+static uint64_t pack_range(int64_t lo, int64_t hi) { return (uint64_t)hi << 32 | (uint64_t)lo; }
+
+void dtx_team_blocks_init(dtx_team_block *b, int nb, int64_t n, int64_t align) {
+    for (int t = 0; t < nb; t++) {
+        const int64_t lo = (n * t / nb) & ~(align - 1), hi = t == nb - 1 ? n : (n * (t + 1) / nb) & ~(align - 1);
+        atomic_init(&b[t].range, pack_range(lo, hi));
+    }
+}
+
+/* A chunk from the front (back = 0) or the back of r: 1 and [*a, *b), or 0 when it is empty. */
+static int take_from(dtx_team_block *r, int back, int64_t chunk, int64_t cap, int64_t align, int64_t *a, int64_t *b) {
+    uint64_t v = atomic_load_explicit(&r->range, memory_order_relaxed), nv;
+    do {
+        const int64_t lo = (int64_t)(v & 0xFFFFFFFFu), hi = (int64_t)(v >> 32);
+        if (lo >= hi) return 0;
+        if (back) {
+            const int64_t s = (hi - chunk) & ~(align - 1); /* hi may be n, not a multiple of align */
+            *a = s > lo ? s : lo, *b = hi, nv = pack_range(lo, *a);
+        } else { /* a quarter of what is left, at least a chunk: few takes, each with its own setup */
+            int64_t take = ((hi - lo) / 4) & ~(align - 1);
+            if (take < chunk) take = chunk;
+            if (take > cap) take = cap;
+            *a = lo, *b = lo + take < hi ? lo + take : hi, nv = pack_range(*b, hi);
+        }
+    } while (!atomic_compare_exchange_weak_explicit(&r->range, &v, nv, memory_order_relaxed, memory_order_relaxed));
+    return 1;
+}
+
+int dtx_team_take(dtx_team_block *b, int nb, int id, int64_t chunk, int64_t cap, int64_t align, int64_t *lo,
+                  int64_t *hi) {
+    if (id < nb && take_from(&b[id], 0, chunk, cap, align, lo, hi)) return 1;
+    for (int o = 1; o <= nb; o++)
+        if (take_from(&b[(id + o) % nb], 1, chunk, cap, align, lo, hi)) return 1;
+    return 0;
+}

@@ -21,6 +21,9 @@
 #ifndef DTX_TEAM_H
 #define DTX_TEAM_H
 
+#include <stdatomic.h>
+#include <stdint.h>
+
 enum { DTX_TEAM_MAX = 64 };
 #define DTX_TEAM_SPIN_S 2e-4
 
@@ -43,5 +46,23 @@ int dtx_team_size(void);
  * (DTX_PAR_FOR) run on the calling thread whatever their size. */
 int dtx_team_step(int on);
 int dtx_team_in_step(void);
+
+/* Work split over a run's threads with stealing: n items (n < 2^31) in nb
+ * blocks, one per thread, each a contiguous run that the hardware
+ * prefetchers follow. A thread takes its own block from the front, then the
+ * others' from the back, so the one that finishes first does not wait while
+ * the two cores' shares of the memory bandwidth move. A front take gets a
+ * quarter of what is left, at least chunk and at most cap; a back take gets
+ * chunk; every boundary but n is a multiple of align (a power of two). Each
+ * block is [lo, hi) packed in one word, taken by compare-and-swap. Blocks
+ * are set for the team size asked for; a run that came out smaller leaves
+ * blocks that its threads take from the back. */
+typedef struct {
+    _Alignas(64) _Atomic uint64_t range;
+} dtx_team_block;
+void dtx_team_blocks_init(dtx_team_block *b, int nb, int64_t n, int64_t align);
+/* 1 and [*lo, *hi) for thread id, or 0 when every block is empty. */
+int dtx_team_take(dtx_team_block *b, int nb, int id, int64_t chunk, int64_t cap, int64_t align, int64_t *lo,
+                  int64_t *hi);
 
 #endif

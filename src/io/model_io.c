@@ -146,7 +146,6 @@ static int has_input_scale(const dtx_model *m, int i) {
 }
 
 #ifndef DTX_DOUBLE
-/* s's values, which lie in dst, each finite and at least 0 (strictly above 0 when positive). */
 /* A scale outside [0, inf) (NaN included), or (positive) also 0. */
 static int scale_bad(float v, int positive) { return !(v >= 0 && v <= FLT_MAX && (!positive || v > 0)); }
 static inline int scales_bad_in(const float *f, size_t lo, size_t hi, int positive) {
@@ -158,6 +157,8 @@ static inline int scales_bad_in(const float *f, size_t lo, size_t hi, int positi
 static int scales_bad(const void *v, size_t lo, size_t hi) { return scales_bad_in(v, lo, hi, 0); }
 static int scales_zero(const void *v, size_t lo, size_t hi) { return scales_bad_in(v, lo, hi, 1); }
 
+/* s's values, which lie in dst, each finite and at least 0 (strictly above 0 when positive): whole blocks
+ * over the threads, then the first bad element of the first bad block. */
 static dtx_status check_scales(const dtx_st_tensor *s, const char *path, const float *dst, int positive) {
     enum { BLOCK = 1 << 16 };
     const size_t n = (size_t)s->numel, b = dtx_first_bad_block(dst, n, BLOCK, positive ? scales_zero : scales_bad);

@@ -248,43 +248,25 @@ typedef struct {
     const real *subln_w;
     real *scratch;
     const double *absmax; /* decode_heads' (the heads' split only) */
-    /* the chunked walk's phases 1 and 3: each thread's chunks not yet taken,
-     * [lo, hi) packed in one word (owner from the front, others from the back) */
-    struct {
-        _Alignas(64) _Atomic uint64_t range;
-    } left[2][DTX_TEAM_MAX];
+    dtx_team_block left[2][DTX_TEAM_MAX]; /* the chunked walk's phases 1 and 3: each thread's chunks not yet taken */
     int n_blocks; /* the threads' blocks set in left (a team that came out smaller leaves some to the others) */
 } decode_job;
-
-/* A chunk of phase ph (0 or 1) for thread id: its own from the front, then
- * the others' from the back; -1 when none is left. Why not fixed shares:
- * the two cores' shares of the memory bandwidth move, and with equal halves
- * the first done waited at the barrier (9% of a config S 4-bit decode step
- * at 1,000 cached rows). Each thread still reads one contiguous run first
- * (a chunk handed out in turn to the threads measured 6% slower: the
- * prefetchers restart at every chunk). A chunk's results have their own
- * place (its scores, maxima, sums, weighted values), so who computed it
- * changes nothing. */
-static int64_t take_chunk_of(decode_job *j, int ph, int id) {
-    const int nb = j->n_blocks;
-    for (int o = 0; o < nb; o++) {
-        _Atomic uint64_t *r = &j->left[ph][(id + o) % nb].range;
-        uint64_t v = atomic_load_explicit(r, memory_order_relaxed), nv;
-        int64_t c;
-        do {
-            const int64_t lo = (int64_t)(v & 0xFFFFFFFFu), hi = (int64_t)(v >> 32);
-            if (lo >= hi) break;
-            c = o == 0 ? lo : hi - 1;
-            nv = o == 0 ? (uint64_t)hi << 32 | (uint64_t)(lo + 1) : (uint64_t)(hi - 1) << 32 | (uint64_t)lo;
-            if (atomic_compare_exchange_weak_explicit(r, &v, nv, memory_order_relaxed, memory_order_relaxed)) return c;
-        } while (1);
-    }
-    return -1;
-}
 
 /* [*lo, *hi): thread id's contiguous share of n items over nt threads. */
 static void share(int64_t n, int id, int nt, int64_t *lo, int64_t *hi) {
     *lo = n * id / nt, *hi = n * (id + 1) / nt;
+}
+
+/* A chunk of phase ph (0 or 1) for thread id, one at a time (dtx_team_take:
+ * its own block from the front, then the others' from the back); -1 when
+ * none is left. Why not fixed shares: the first thread done waited at the
+ * barrier (9% of a config S 4-bit decode step at 1,000 cached rows). Why
+ * not the chunks in turn: 6% slower (the prefetchers restart at every
+ * chunk). A chunk's results have their own place (its scores, maxima, sums,
+ * weighted values), so who computed it changes nothing. */
+static int64_t take_chunk_of(decode_job *j, int ph, int id) {
+    int64_t lo, hi;
+    return dtx_team_take(j->left[ph], j->n_blocks, id, 1, 1, 1, &lo, &hi) ? lo : -1;
 }
 
 static void chunked_task(void *arg, int id, int nt) {
@@ -428,12 +410,8 @@ static void attention_decode_rows_run(const dtx_attn_dims *a, real *out, const r
         int64_t nc, per;
         chunking(len, &nc, &per);
         j.n_blocks = dtx_team_size();
-        for (int ph = 0; ph < 2; ph++)
-            for (int t = 0; t < j.n_blocks; t++) {
-                int64_t lo, hi;
-                share(nc, t, j.n_blocks, &lo, &hi);
-                atomic_init(&j.left[ph][t].range, (uint64_t)hi << 32 | (uint64_t)lo);
-            }
+        dtx_team_blocks_init(j.left[0], j.n_blocks, nc, 1);
+        dtx_team_blocks_init(j.left[1], j.n_blocks, nc, 1);
         dtx_team_run(chunked_task, &j);
         return;
     }

@@ -109,40 +109,6 @@ void dtx_axpy_rows_bf16(real *y, int64_t w, const real *p, const uint16_t *v, in
  * calling thread. */
 enum { GEMV_CHUNK = 16, GEMV_MAX_PARTS = 8 };
 
-/* One thread's rows not yet taken, [lo, hi) packed in one word so that the
- * owner (front) and a thief (back) take chunks by compare-and-swap. */
-typedef struct {
-    _Alignas(64) _Atomic uint64_t range;
-} row_range;
-
-static uint64_t pack_range(int64_t lo, int64_t hi) { return (uint64_t)hi << 32 | (uint64_t)lo; }
-
-/* Thread id's block of N rows over nt threads. */
-static void block_rows(int64_t N, int id, int nt, int64_t *r0, int64_t *r1) {
-    *r0 = (N * id / nt) & ~(int64_t)7;
-    *r1 = id == nt - 1 ? N : (N * (id + 1) / nt) & ~(int64_t)7;
-}
-
-/* Takes a chunk from the front (back = 0) or the back of r: 1 and [*a, *b), or 0 when none is left.
- * chunk: the least rows a take gets (a multiple of 8); cap: the most a front take gets. */
-static int take_chunk(row_range *r, int back, int64_t chunk, int64_t cap, int64_t *a, int64_t *b) {
-    uint64_t v = atomic_load_explicit(&r->range, memory_order_relaxed), nv;
-    do {
-        int64_t lo = (int64_t)(v & 0xFFFFFFFFu), hi = (int64_t)(v >> 32);
-        if (lo >= hi) return 0;
-        if (back) {
-            int64_t s = (hi - chunk) & ~(int64_t)7; /* hi may be N, not a multiple of 8 */
-            *a = s > lo ? s : lo, *b = hi, nv = pack_range(lo, *a);
-        } else { /* a quarter of what is left, at least a chunk: few calls, each with its own setup */
-            int64_t take = ((hi - lo) / 4) & ~(int64_t)7;
-            if (take < chunk) take = chunk;
-            if (take > cap) take = cap;
-            *a = lo, *b = lo + take < hi ? lo + take : hi, nv = pack_range(*b, hi);
-        }
-    } while (!atomic_compare_exchange_weak_explicit(&r->range, &v, nv, memory_order_relaxed, memory_order_relaxed));
-    return 1;
-}
-
 /* Rows [r0, r0 + n) of part p for nb inputs (x [nb, K], out [nb, N]): the
  * calls its one-part product makes for them. */
 static void part_rows(const dtx_simd_ops *o, const dtx_gemv_part *p, int64_t K, int64_t nb, int64_t r0, int64_t n) {
@@ -192,9 +158,9 @@ typedef struct {
     int n_parts;
     int64_t K, nb;
     int64_t start[GEMV_MAX_PARTS + 1];
-    int64_t chunk, cap; /* take_chunk's */
+    int64_t chunk, cap; /* dtx_team_take's */
     int n_blocks;
-    row_range rr[DTX_TEAM_MAX]; /* dtx_team_size() is at most this */
+    dtx_team_block rr[DTX_TEAM_MAX]; /* dtx_team_size() is at most this */
 } split_job;
 
 /* Rows [r0, r0 + n) of the index space. */
@@ -209,12 +175,9 @@ static void job_rows(const split_job *j, int64_t r0, int64_t n) {
 /* One thread's share: its own block from the front, then the others' from the back. */
 static void split_task(void *arg, int id, int nt) {
     split_job *j = arg;
-    const int nb = j->n_blocks;
     int64_t a, b;
     (void)nt;
-    while (id < nb && take_chunk(&j->rr[id], 0, j->chunk, j->cap, &a, &b)) job_rows(j, a, b - a);
-    for (int o = 1; o <= nb; o++)
-        while (take_chunk(&j->rr[(id + o) % nb], 1, j->chunk, j->cap, &a, &b)) job_rows(j, a, b - a);
+    while (dtx_team_take(j->rr, j->n_blocks, id, j->chunk, j->cap, 8, &a, &b)) job_rows(j, a, b - a);
 }
 
 /* The parts (each K wide) for nb inputs, over the threads when the work
@@ -233,11 +196,7 @@ static void split_products(const dtx_gemv_part *parts, int n_parts, int64_t K, i
         return;
     }
     j.n_blocks = nt;
-    for (int t = 0; t < j.n_blocks; t++) {
-        int64_t r0, r1;
-        block_rows(R, t, j.n_blocks, &r0, &r1);
-        atomic_init(&j.rr[t].range, pack_range(r0, r1));
-    }
+    dtx_team_blocks_init(j.rr, nt, R, 8); /* every chunk starts at a multiple of 8 rows */
     dtx_team_run(split_task, &j);
 }
 

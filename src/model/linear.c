@@ -89,11 +89,12 @@ static void linear_rows_quant(const dtx_model *m, float *out, const float *x, in
  * the dequantising vectorised over the threads the 8-bit crossover depends
  * on the shape: at 128 rows 110M w8a16 142 against 119–129 ms, 0.8B
  * 857–912 against 1,012–1,052; at 256 rows 0.8B 1,601 against 1,585; so
- * 128. The batched rows have the decode step's bits. */
+ * 128. The batched rows have the decode step's bits. A bf16 model's
+ * weights in place are widened block by block (over the threads) and
+ * multiplied at any row count: at 4 / 8 / 16 rows 135–139 / 155–158 /
+ * 202–209 ms on a 0.8B BF16 file, against 151–154 / 222–234 / 421–452
+ * batched. */
 #define QBATCH_MAX_ROWS_8BIT 128
-/* A bf16 model's weights in place are widened block by block (threaded)
- * and multiplied: at 4 / 8 / 16 rows 135–139 / 155–158 / 202–209 ms on a
- * 0.8B BF16 file, against 151–154 / 222–234 / 421–452 batched (Zen 5). */
 
 static void quant_rows(const dtx_model *m, float *out, const float *x, const dtx_qweight *w, int64_t M) {
     int64_t K = w->K, N = w->N, nb = block_rows(K);
