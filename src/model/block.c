@@ -14,7 +14,7 @@
  *   DIFF2: the 2h heads combined in pairs with λ
  *   x_mid = x + attn_y · woᵀ
  *   xn2 = ffn_norm(x_mid);  h1, h3 = xn2 · w{1,3}ᵀ;  g = silu(h1) ⊙ h3
- *   out = x_mid + g · w2ᵀ
+ *   out = x_mid + g · w2ᵀ      (a long prompt: in blocks of rows, dtx_block_run.ffn_rows)
  *
  * Decoding points x_mid and out at x (in place) and g at h1; training keeps
  * every tensor for its backward (forward.c). After the last layer,
@@ -163,14 +163,18 @@ void dtx_block_forward(dtx_model *m, int64_t l, const dtx_block_run *r, dtx_laye
     /* feed-forward */
     dtx_rmsnorm_forward(la->xn2, la->rstd2, la->x_mid, P(o->ffn_norm), N, D, c->norm_eps);
     dtx_bf16_round_if(px, la->xn2, (size_t)(N * D));
-    {
+    /* rows [i0, i0 + n) at a time where r->ffn_rows asks (h1, h3, g then hold one block at their start);
+     * otherwise one block, i0 = 0 */
+    const int64_t fr = r->ffn_rows > 0 && r->ffn_rows < N ? r->ffn_rows : N;
+    for (int64_t i0 = 0; i0 < N; i0 += fr) {
+        const int64_t n = N - i0 < fr ? N - i0 : fr;
         real *const h13[2] = {la->h1, la->h3};
         const size_t h13_off[2] = {o->w1, o->w3};
         const int64_t h13_n[2] = {F, F};
-        linear_shared(m, r, h13, la->xn2, h13_off, h13_n, 2, N, D, px);
+        linear_shared(m, r, h13, la->xn2 + i0 * D, h13_off, h13_n, 2, n, D, px);
+        dtx_swiglu_forward_r(la->g, la->h1, la->h3, n * F, px != 0);
+        linear(m, r, r->scratch + i0 * D, la->g, o->w2, n, F, D, px);
     }
-    dtx_swiglu_forward_r(la->g, la->h1, la->h3, N * F, px != 0);
-    linear(m, r, r->scratch, la->g, o->w2, N, F, D, px);
     dtx_residual_forward(out, la->x_mid, r->scratch, N * D);
 }
 

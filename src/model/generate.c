@@ -60,11 +60,12 @@ struct dtx_kvcache {
      * their workspace also fits the quantised forward when quant_cap) */
     int64_t rows_cap;
     int flash_cap, quant_cap;
+    int64_t ffn_rows; /* rows of h, h3: the feed-forward's block (ffn_rows_for) */
     real *mem;
     size_t mem_n;
     real *x, *xn, *q, *att, *tmp, *rstd, *h;  /* [r, D] (q [r, QD]) x5, [r], [r, F] */
     real *att2, *lam;                         /* DIFF2: [r, 2D], [r, h] (else NULL) */
-    real *h3;                                 /* [r, F] */
+    real *h3;                                 /* [ffn_rows, F] (h too) */
     real *o1, *o2, *orstd, *work;             /* flash: the saved o1/o2/rstd, workspace */
     float *lse;
     real *xr;         /* [xr_rows, max(D, F)] the one-row products' inputs as rounded */
@@ -86,8 +87,10 @@ void dtx_kvcache_set_hooks(dtx_kvcache *c, const dtx_prefill_hooks *h) { c->hook
 /* Lays the row buffers for r rows out from base (or only counts when base is
  * NULL); every buffer on a 64-byte boundary. Returns the element count. The
  * flash workspace also fits the quantised forward when quant. */
-static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, int flash, int quant, int64_t xr_rows) {
+static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, int flash, int quant, int64_t xr_rows,
+                     int64_t ffn_rows) {
     size_t D = (size_t)c->dim, F = (size_t)c->ffn_dim, R = (size_t)r, off = 0, XR = (size_t)xr_rows;
+    size_t FR = (size_t)ffn_rows;
     size_t KB = (c->kv_type == DTX_KV_BF16 && R > XR ? R : XR) * (size_t)c->kv_dim;
     size_t QD = (size_t)dtx_config_q_dim(&m->cfg), NA = m->cfg.arch == DTX_ARCH_DIFF2 ? R * QD : 0;
     size_t NL = dtx_config_has_lambda_proj(&m->cfg) ? R * (size_t)m->cfg.n_heads : 0;
@@ -109,8 +112,8 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
     CARVE(c->att, R * (size_t)dtx_config_attn_dim(&m->cfg));
     CARVE(c->tmp, R * D);
     CARVE(c->rstd, R);
-    CARVE(c->h, R * F);
-    CARVE(c->h3, R * F);
+    CARVE(c->h, FR * F);
+    CARVE(c->h3, FR * F);
     CARVE(c->xr, XR * (D > F ? D : F));
     CARVE(c->kb, KB);
     CARVE(c->vb, KB);
@@ -134,18 +137,36 @@ static size_t layout(const dtx_model *m, dtx_kvcache *c, real *base, int64_t r, 
     return off;
 }
 
+/* The feed-forward's rows of a step (dtx_block_run.ffn_rows; h and h3 hold
+ * that many): where the products take their input in blocks of rows anyway
+ * (dtx_model_linear_row_block: quantised or bf16 weights, each block of
+ * weight rows dequantised or widened once per input block), the
+ * feed-forward runs block by block, so its h1 and h3 ([rows, ffn_dim] each,
+ * a long prompt's largest buffers) hold one block, for the same work. At
+ * 128 rows it measured 6-27% slower (the weights widened or dequantised
+ * twice as often; fp32's oneDNN products at M = 128 against 512); at 256
+ * it cut 11 MiB of the 0.8B DIFF shape's 512-token prefill (README). An
+ * observer of the products' inputs (calibration) sees every row at once. */
+static int64_t ffn_rows_for(const dtx_model *m, const dtx_kvcache *c, int64_t r) {
+    int64_t b = dtx_model_linear_row_block(m);
+    return (c->hooks && c->hooks->linear_input) || b <= 0 || r < b ? r : b;
+}
+
 /* Row buffers for r rows (and the flash buffers when flash, sized for the
  * quantised forward when the model quantises the logits), the one-row
  * products' inputs for xr_rows rows. */
 static dtx_status ensure_rows(const dtx_model *m, dtx_kvcache *c, int64_t r, int flash, int64_t xr_rows) {
     int quant = flash && m->attn_quant_bits;
-    if (c->mem && r <= c->rows_cap && (!flash || c->flash_cap) && (!quant || c->quant_cap) && xr_rows <= c->xr_rows)
+    int64_t fr = ffn_rows_for(m, c, r);
+    if (c->mem && r <= c->rows_cap && (!flash || c->flash_cap) && (!quant || c->quant_cap) &&
+        xr_rows <= c->xr_rows && fr <= c->ffn_rows)
         return DTX_OK;
+    if (fr < c->ffn_rows) fr = c->ffn_rows;
     if (r < c->rows_cap) r = c->rows_cap;
     if (xr_rows < c->xr_rows) xr_rows = c->xr_rows;
     flash = flash || c->flash_cap;
     quant = flash && (quant || c->quant_cap);
-    size_t n = layout(m, c, NULL, r, flash, quant, xr_rows);
+    size_t n = layout(m, c, NULL, r, flash, quant, xr_rows, fr);
     real *mem = dtx_alloc(n, sizeof(real));
     if (!mem)
         return dtx_fail(DTX_ERR_NOMEM, "out of memory for the generation buffers of %lld rows (%zu values)",
@@ -174,7 +195,8 @@ static dtx_status ensure_rows(const dtx_model *m, dtx_kvcache *c, int64_t r, int
     c->flash_cap = flash;
     c->quant_cap = quant;
     c->xr_rows = xr_rows;
-    layout(m, c, mem, r, flash, quant, xr_rows);
+    c->ffn_rows = fr;
+    layout(m, c, mem, r, flash, quant, xr_rows, fr);
     return DTX_OK;
 }
 
@@ -381,7 +403,7 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
     const int bf16 = c->kv_type == DTX_KV_BF16;
     dtx_block_run run = {.B = 1, .T = n, .pos0 = pos0, .generation = 1,
                          .mode = flash ? DTX_BLOCK_OWN_KEYS : DTX_BLOCK_CACHE, .scores = c->scores,
-                         .scratch = c->tmp, .linear = cache_linear, .linear_shared = cache_linear_shared, .ctx = c,
+                         .scratch = c->tmp, .ffn_rows = c->ffn_rows, .linear = cache_linear, .linear_shared = cache_linear_shared, .ctx = c,
                          .kv_bf16 = bf16};
     for (int64_t l = 0; l < L; l++) {
         const size_t at = (size_t)(l * ML * KV);
@@ -460,7 +482,7 @@ dtx_status dtx_model_decode_batch(dtx_model *m, dtx_kvcache *const *caches, cons
                          .attn_y = c->att, .attn_a = c->att2, .lam = c->lam, .xn2 = c->xn, .rstd2 = c->rstd,
                          .h1 = c->h, .h3 = c->h3, .g = c->h};
     dtx_block_run run = {.B = n, .T = 1, .generation = 1, .mode = DTX_BLOCK_BATCH, .row_pos = c->bpos,
-                         .row_k = c->bk, .row_v = c->bv, .row_scores = c->bscores, .scratch = c->tmp,
+                         .row_k = c->bk, .row_v = c->bv, .row_scores = c->bscores, .scratch = c->tmp, .ffn_rows = c->ffn_rows,
                          .linear = cache_linear, .ctx = c, .kv_bf16 = c->kv_type == DTX_KV_BF16,
                          .row_k16 = c->bk16, .row_v16 = c->bv16};
     c->batch = 1;

@@ -155,6 +155,15 @@ void dtx_model_linear(const dtx_model *m, real *out, const real *x, size_t off, 
     dtx_matmul_forward_pre(out, x, m->params + off, M, K, N, m->precision, pre);
 }
 
+int64_t dtx_model_linear_row_block(const dtx_model *m) {
+#ifndef DTX_DOUBLE
+    return m->qw ? QROWS : 0;
+#else
+    (void)m;
+    return 0;
+#endif
+}
+
 void dtx_model_linear_rows(const dtx_model *m, real *out, const real *x, int64_t nb, size_t off, int64_t K, int64_t N,
                            const uint16_t *wbf, real *xrows) {
 #ifndef DTX_DOUBLE

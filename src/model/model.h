@@ -157,6 +157,12 @@ const dtx_qweight *dtx_model_qweight(const dtx_model *m, size_t off);
  * Float build only for quantised weights. */
 void dtx_model_linear(const dtx_model *m, real *out, const real *x, size_t off, int64_t M, int64_t K, int64_t N,
                       unsigned pre);
+/* The rows dtx_model_linear takes its input in, one block at a time, where
+ * the model's weights are quantised or bf16 in place (each block of weight
+ * rows dequantised or widened once per input block): a caller may split its
+ * rows so without changing the work done; 0 where the products take every
+ * row at once (fp32 weights, the double build). */
+int64_t dtx_model_linear_row_block(const dtx_model *m);
 /* nb rows each on its own, out [nb, N] = x [nb, K] · wᵀ, through the
  * memory-bound one-row kernels (a decode step: one row; a batched step of
  * several sequences: one per sequence, the weights read once for all, each
@@ -310,6 +316,8 @@ typedef struct {
     real *const *row_k, *const *row_v; /* its sequence's layer cache, */
     real *const *row_scores;   /* and dtx_attention_decode scratch for that cache */
     real *scratch;             /* [B·T, D] */
+    int64_t ffn_rows;          /* the feed-forward in blocks of this many rows (h1, h3 and g hold one block,
+                                * not B·T rows: a long prompt's largest buffers), or 0: all rows at once */
     dtx_block_linear linear;
     dtx_block_linear_shared linear_shared; /* or NULL: linear once per product */
     void *ctx;

@@ -174,6 +174,54 @@ TEST(model_wquant_several_rows_have_the_one_row_bits) {
     }
 }
 
+/* A long prompt of a quantised model runs its feed-forward in blocks of
+ * dtx_model_linear_row_block rows (generate.c): the same bits as all rows at
+ * once, which a prefill watched by an observer of the products' inputs
+ * still runs (calibration sees every row). 600 rows: two full blocks and a
+ * partial one; the logits of the last row and of the step after are equal. */
+static void count_inputs(void *ctx, size_t off, const real *x, int64_t M, int64_t K) {
+    (void)off, (void)x, (void)K;
+    int64_t *most = ctx; /* the most rows one product took */
+    if (M > *most) *most = M;
+}
+
+TEST(model_wquant_long_prefill_feed_forward_in_blocks) {
+    static const dtx_wquant schemes[] = {DTX_WQ_W8A16, DTX_WQ_W8A8, DTX_WQ_W4A16};
+    enum { LONG = 600 };
+    int32_t tok[LONG + 1];
+    tokens_of(tok, LONG + 1, 17);
+    for (int si = 0; si < 3; si++) {
+        dtx_config c = test_config(DTX_ARCH_DIFF, 64, 2, 2, 2, VOCAB, 88, LONG + 1, 0);
+        dtx_model *q = NULL;
+        REQUIRE(dtx_model_init(&q, &c, 47) == DTX_OK);
+        float *in = calloc((size_t)q->n_tensors, sizeof(float)), qk[8];
+        test_scales(q, in, qk);
+        REQUIREF(dtx_model_quantize_weights(q, schemes[si], NULL, in, qk) == DTX_OK, "%s", dtx_last_error());
+        const int64_t blk = dtx_model_linear_row_block(q);
+        CHECKF(blk > 0 && blk < LONG / 2, "the products' row block is %lld", (long long)blk);
+        dtx_kvcache *a = NULL, *b = NULL;
+        REQUIRE(dtx_kvcache_init(&a, q, LONG + 1) == DTX_OK && dtx_kvcache_init(&b, q, LONG + 1) == DTX_OK);
+        float la[VOCAB], lb[VOCAB];
+        int64_t most = 0;
+        const dtx_prefill_hooks hk = {.ctx = &most, .linear_input = count_inputs};
+        dtx_kvcache_set_hooks(b, &hk);
+        REQUIRE(dtx_model_prefill(q, a, tok, LONG, la) == DTX_OK);
+        REQUIRE(dtx_model_prefill(q, b, tok, LONG, lb) == DTX_OK);
+        CHECKF(most == LONG, "%s: the observed prefill's largest product took %lld rows, not all %d",
+               dtx_wquant_name(schemes[si]), (long long)most, LONG);
+        CHECKF(memcmp(la, lb, sizeof la) == 0, "%s: in blocks %.3g from all rows at once",
+               dtx_wquant_name(schemes[si]), max_rel(la, lb, VOCAB));
+        dtx_kvcache_set_hooks(b, NULL);
+        REQUIRE(dtx_model_decode(q, a, tok[LONG], la) == DTX_OK);
+        REQUIRE(dtx_model_decode(q, b, tok[LONG], lb) == DTX_OK);
+        CHECKF(memcmp(la, lb, sizeof la) == 0, "%s: the step after the prefill differs by %.3g",
+               dtx_wquant_name(schemes[si]), max_rel(la, lb, VOCAB));
+        dtx_kvcache_free(a), dtx_kvcache_free(b);
+        free(in);
+        dtx_model_free(q);
+    }
+}
+
 /* fp16 activations (w8a16 and w4a16): every path rounds each linear input to
  * fp16 instead of bf16: the full forward matches the dequantised model fed
  * fp16-rounded inputs more closely than the bf16 ones would allow, decoding
