@@ -264,6 +264,12 @@ void dtx_model_settle_wait(dtx_model *m);
 void dtx_model_settle_stop(dtx_model *m);
 /* Stopped, and its memory freed: only once no qw points into it. */
 void dtx_model_settle_release(dtx_model *m);
+/* Tests only: a copy started from now on stops after this many bytes (in
+ * whole 4 MiB windows; SIZE_MAX: all), and while dtx_settle_test_hold is set
+ * no tensor switches to its copy (a test reads the old place between the
+ * copy and the switch). */
+extern size_t dtx_settle_test_copy_limit;
+extern int dtx_settle_test_hold;
 /* Unmaps or frees the memory m was given with dtx_model_own_weights. */
 void dtx_model_release_wmaps(dtx_model *m);
 /* DTX_WEIGHTS_COPY=1 in the environment: the readers copy into fp32 instead
