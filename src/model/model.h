@@ -254,10 +254,12 @@ dtx_status dtx_model_settle_weights(dtx_model *m);
 int dtx_weights_mapped_asked(void);
 /* On the model's own thread, at the start of each layer (dtx_block_forward,
  * which every forward, prefill and decode step runs; no kernel is running):
- * the tensors copied so far read from their new place. */
+ * the tensors copied so far read from their new place. The copy itself
+ * begins at the first poll of the model's second step. */
 void dtx_model_settle_poll(dtx_model *m);
-/* Waits for the copy to end: every weight in its new memory, the old
- * memory given back (tests, and a caller about to time decoding). */
+/* Begins the copy if it has not begun, and waits for it to end: every
+ * weight in its new memory, the old memory given back (tests, and a caller
+ * about to time decoding). */
 void dtx_model_settle_wait(dtx_model *m);
 /* The copy stopped where it is (before the weights are replaced: quantising
  * in place); every weight stays readable, where it is now. */

@@ -23,13 +23,14 @@
  * Why a thread, not a copy inside open: the copy's cost is the kernel
  * zeroing fresh pages, which on these VMs runs at 1–3 GB/s (the host backs
  * them on first touch): 1.5–6 s for a 2.7B model's 5.4 GB, against 0.9 s to
- * open it in place. The model runs meanwhile from the old memory; at the
+ * open it in place. The thread starts once the model's first step is done
+ * (start_copy says why), and the model runs meanwhile from the old memory; at the
  * start of each layer of a forward, prefill or decode step
  * (dtx_model_settle_poll, on the caller's thread, so no kernel ever sees a
  * pointer change under it) the tensors copied so far switch to their new
  * place. The resident set stays near the weights' size: the thread gives a
- * file's pages back as soon as it has copied them (a page read again before
- * its tensor switches comes back from the file), and memory the readers
+ * file's pages back as soon as it has copied them, and the switch gives back
+ * any the model read again in between; memory the readers
  * allocated themselves (a folder's moved tensors, a copy) goes as its
  * tensors switch. DTX_WEIGHTS_MAPPED=1 in the environment leaves the
  * weights where the readers put them (the comparison; a file's pages shared
@@ -55,6 +56,8 @@ typedef struct {
 struct dtx_settle {
     pthread_t thread;
     int running;           /* the thread is started and not yet joined */
+    int started;           /* the copy has begun (or will never: stopped before it began) */
+    int64_t polls_left;    /* polls before the copy begins: the first step's layers */
     unsigned char *base;   /* the new memory, size bytes (dtx_alloc_huge) */
     size_t size, total;    /* total: the bytes to copy, in segment order */
     segment *seg;
@@ -177,12 +180,27 @@ dtx_status dtx_model_settle_weights(dtx_model *m) {
     }
     s->disjoint = sources_disjoint(s->seg, s->n);
     s->limit = dtx_settle_test_copy_limit;
+    s->polls_left = m->cfg.n_layers;
     m->settle = s;
+    return DTX_OK;
+#endif
+}
+
+/* The copier's start, once the model's first step is done (the poll that
+ * begins its second one), or when the copy is waited for. Why not at open:
+ * the copy (the kernel zeroing fresh pages) takes one of the two cores and
+ * memory bandwidth while the first step reads every weight, and the first
+ * token is what a user waits for: the 2.7B BF16 file's open to first token
+ * took 1.9–2.6 s with the copy running beside it, against 1.5–1.8 s without
+ * it (Zen 5, 2026-12-05; README). A model that only ever runs one step (a
+ * single forward) is not copied at all. */
+static void start_copy(dtx_settle *s) {
+    if (s->started) return;
+    s->started = 1;
+#ifndef DTX_DOUBLE
     /* no thread to be had: the copy here and now */
     if (pthread_create(&s->thread, NULL, copier, s) != 0) copier(s);
     else s->running = 1;
-    dtx_model_settle_poll(m);
-    return DTX_OK;
 #endif
 }
 
@@ -211,6 +229,10 @@ static void join(dtx_settle *s) {
 void dtx_model_settle_poll(dtx_model *m) {
     dtx_settle *s = m->settle;
     if (!s || !s->seg) return;
+    if (!s->started) {
+        if (s->polls_left-- > 0) return;
+        start_copy(s);
+    }
     move_done(m);
     if (s->moved < s->n) return;
     join(s); /* every tensor moved: the old memory goes */
@@ -224,6 +246,7 @@ void dtx_model_settle_poll(dtx_model *m) {
 void dtx_model_settle_wait(dtx_model *m) {
     dtx_settle *s = m->settle;
     if (!s || !s->seg) return;
+    start_copy(s);
     join(s);
     dtx_model_settle_poll(m);
 }
@@ -232,6 +255,7 @@ void dtx_model_settle_stop(dtx_model *m) {
     dtx_settle *s = m->settle;
     if (!s || !s->seg) return;
     atomic_store(&s->stop, 1);
+    s->started = 1; /* a copy not yet begun never will */
     join(s);
     dtx_model_settle_poll(m); /* what was copied moves; the rest stays where it was, with its memory */
 }
