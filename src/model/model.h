@@ -255,7 +255,7 @@ int dtx_weights_mapped_asked(void);
 /* On the model's own thread, at the start of each layer (dtx_block_forward,
  * which every forward, prefill and decode step runs; no kernel is running):
  * the tensors copied so far read from their new place. The copy itself
- * begins at the first poll of the model's second step. */
+ * begins with the first decode step after the model's first step. */
 void dtx_model_settle_poll(dtx_model *m);
 /* Begins the copy if it has not begun, and waits for it to end: every
  * weight in its new memory, the old memory given back (tests, and a caller

@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/team.h"
 #include "model/model.h"
 
 /* A run of bytes to move: from src to dst bytes into the new memory. */
@@ -186,14 +187,24 @@ dtx_status dtx_model_settle_weights(dtx_model *m) {
 #endif
 }
 
-/* The copier's start, once the model's first step is done (the poll that
- * begins its second one), or when the copy is waited for. Why not at open:
- * the copy (the kernel zeroing fresh pages) takes one of the two cores and
- * memory bandwidth while the first step reads every weight, and the first
- * token is what a user waits for: the 2.7B BF16 file's open to first token
- * took 1.9–2.6 s with the copy running beside it, against 1.5–1.8 s without
- * it (Zen 5, 2026-12-05; README). A model that only ever runs one step (a
- * single forward) is not copied at all. */
+/* The copier's start: at the first one-row step (a decode step:
+ * dtx_team_in_step) after the model's first step, or when the copy is
+ * waited for. Why not at open: the copy (the kernel zeroing fresh pages)
+ * takes one of the two cores and memory bandwidth while the first step
+ * reads every weight, and the first token is what a user waits for: the
+ * 2.7B BF16 file's open to first token took 2.1-2.2 s with the copy
+ * beside it, 1.4-1.8 s without (Zen 5, 2026-12-05). Why not during a
+ * prompt: it slows the prompt as it slows the first token, and a prompt's
+ * layer reads its weights for a long while, so those the copy moves
+ * meanwhile come back from the file until the next layer switches them.
+ * What it costs: a tensor that every step reads whole while it is being
+ * copied is resident twice until it switches, and the embedding (read by
+ * the output head at each step's end) is the largest: with a 512-token
+ * prompt's buffers already there, the 0.8B BF16 file's peak RSS is
+ * 1.12-1.15x the file, against 1.08 when the copy ran beside the first,
+ * one-token step (README). A model that only runs forward passes (score,
+ * eval) is never copied: those are bound by arithmetic, not by reading
+ * the weights. */
 static void start_copy(dtx_settle *s) {
     if (s->started) return;
     s->started = 1;
@@ -230,7 +241,11 @@ void dtx_model_settle_poll(dtx_model *m) {
     dtx_settle *s = m->settle;
     if (!s || !s->seg) return;
     if (!s->started) {
-        if (s->polls_left-- > 0) return;
+        if (s->polls_left > 0) {
+            s->polls_left--;
+            return;
+        }
+        if (!dtx_team_in_step()) return;
         start_copy(s);
     }
     move_done(m);
