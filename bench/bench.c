@@ -52,6 +52,7 @@
 #include "difftx.h"
 #include "common/common.h"
 #include "kernels/kernels.h"
+#include "model/model.h"
 
 extern char **environ;
 
@@ -1434,11 +1435,17 @@ static int model_child_main(int argc, char **argv) {
      * first one the measurement above; the machine's bandwidth moves with its
      * other tenants): each round's bound is the mean of the measurements just
      * before and after it. The peak RSS is read after the first round, before
-     * another probe's array could count in it. */
+     * another probe's array could count in it. The first decode step begins the
+     * weights' copy into 2 MiB pages (weights_memory.c), which runs beside the
+     * first round as it would in use, and is waited for after it: the other
+     * rounds time the settled weights. */
     double tps[FILE_ROUNDS], bws[FILE_ROUNDS + 1], fracs[FILE_ROUNDS], bytes_mid = 0;
     long hwm = 0;
     for (int round = 0; round < FILE_ROUNDS; round++) {
-        if (round == 1) hwm = proc_status_kib("VmHWM:");
+        if (round == 1) {
+            dtx_model_settle_wait(m);
+            hwm = proc_status_kib("VmHWM:");
+        }
         bws[round] = round == 0 ? bw : measure_read_bw(26, 3);
         double d0 = dtx_now_s();
         for (int i = 0; i < FILE_N; i++)
@@ -2184,8 +2191,8 @@ int main(int argc, char **argv) {
         if (nfiles) {
             out("Model files (`--models`), each in a process of its own, read from the page cache: opened as every "
                 "command opens one (`dtx_model_open`: a BF16 file or Hugging Face folder's weights used in place, a "
-                "quantised file's codes, moved by a thread of its own into 2 MiB pages as the model runs), the first token's logits, a prefill of %d tokens (the better of two), then "
-                "%d rounds of %d decode steps after it, each round between two measurements of the memory "
+                "quantised file's codes, moved by a thread of its own into 2 MiB pages beside the decode steps), the first token's logits, a prefill of %d tokens (the better of two), then "
+                "%d rounds of %d decode steps after it (the move, begun by the first decode step, waited for after the first round), each round between two measurements of the memory "
                 "bandwidth (each the best of 3 passes over 256 MiB in 2 MiB pages that no other pass reads). Peak RSS is the process's own "
                 "(VmHWM, reset after the first bandwidth measurement and read after the first round, before a second "
                 "bandwidth array could count in it), the weights' bytes what the model holds; each round's bound "
