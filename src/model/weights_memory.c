@@ -201,7 +201,7 @@ dtx_status dtx_model_settle_weights(dtx_model *m) {
  * copied is resident twice until it switches, and the embedding (read by
  * the output head at each step's end) is the largest: with a 512-token
  * prompt's buffers already there, the 0.8B BF16 file's peak RSS is
- * 1.12-1.15x the file, against 1.08 when the copy ran beside the first,
+ * 1.09-1.16x the file, against 1.06-1.08 when the copy ran beside the first,
  * one-token step (README). A model that only runs forward passes (score,
  * eval) is never copied: those are bound by arithmetic, not by reading
  * the weights. */
@@ -226,7 +226,7 @@ static void move_done(dtx_model *m) {
         /* nothing reads the old bytes from now on. A file's pages went with the copy, but the model may have
          * read them again before this switch (a prompt's layer, a step's logits over the embedding), and
          * such pages stayed resident until the whole model had moved: the 0.8B w4a16 file's peak RSS with
-         * a 512-token prompt was 1.30x the file, 1.19 with them given back here (Zen 5, 2026-12-05). Memory
+         * a 512-token prompt was 1.30x the file in the bench, 1.21 with them given back here (Zen 5, 2026-12-05). Memory
          * a reader allocated goes where no other tensor reads it. */
         if (g->file || s->disjoint) dtx_drop_pages(g->src, g->len);
     }
