@@ -226,8 +226,8 @@ static void move_done(dtx_model *m) {
         /* nothing reads the old bytes from now on. A file's pages went with the copy, but the model may have
          * read them again before this switch (a prompt's layer, a step's logits over the embedding), and
          * such pages stayed resident until the whole model had moved: the 0.8B w4a16 file's peak RSS with
-         * a 512-token prompt was 1.30x the file in the bench, 1.21 with them given back here (Zen 5, 2026-12-05). Memory
-         * a reader allocated goes where no other tensor reads it. */
+         * a 512-token prompt was 1.30x the file in the bench, 1.21 with them given back here (Zen 5,
+         * 2026-12-05). Memory a reader allocated goes where no other tensor reads it. */
         if (g->file || s->disjoint) dtx_drop_pages(g->src, g->len);
     }
 }
