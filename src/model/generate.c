@@ -403,7 +403,8 @@ static dtx_status step(dtx_model *m, dtx_kvcache *c, const int32_t *tokens, int6
     const int bf16 = c->kv_type == DTX_KV_BF16;
     dtx_block_run run = {.B = 1, .T = n, .pos0 = pos0, .generation = 1,
                          .mode = flash ? DTX_BLOCK_OWN_KEYS : DTX_BLOCK_CACHE, .scores = c->scores,
-                         .scratch = c->tmp, .ffn_rows = c->ffn_rows, .linear = cache_linear, .linear_shared = cache_linear_shared, .ctx = c,
+                         .scratch = c->tmp, .ffn_rows = c->ffn_rows, .linear = cache_linear,
+                         .linear_shared = cache_linear_shared, .ctx = c,
                          .kv_bf16 = bf16};
     for (int64_t l = 0; l < L; l++) {
         const size_t at = (size_t)(l * ML * KV);
@@ -482,7 +483,8 @@ dtx_status dtx_model_decode_batch(dtx_model *m, dtx_kvcache *const *caches, cons
                          .attn_y = c->att, .attn_a = c->att2, .lam = c->lam, .xn2 = c->xn, .rstd2 = c->rstd,
                          .h1 = c->h, .h3 = c->h3, .g = c->h};
     dtx_block_run run = {.B = n, .T = 1, .generation = 1, .mode = DTX_BLOCK_BATCH, .row_pos = c->bpos,
-                         .row_k = c->bk, .row_v = c->bv, .row_scores = c->bscores, .scratch = c->tmp, .ffn_rows = c->ffn_rows,
+                         .row_k = c->bk, .row_v = c->bv, .row_scores = c->bscores, .scratch = c->tmp,
+                         .ffn_rows = c->ffn_rows,
                          .linear = cache_linear, .ctx = c, .kv_bf16 = c->kv_type == DTX_KV_BF16,
                          .row_k16 = c->bk16, .row_v16 = c->bv16};
     c->batch = 1;

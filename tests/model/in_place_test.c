@@ -306,7 +306,8 @@ static int page_present(const void *p) {
     if (!f) return -1;
     uint64_t e = 0;
     long pg = sysconf(_SC_PAGESIZE);
-    int ok = fseeko(f, (off_t)((uintptr_t)p / (uintptr_t)pg * sizeof e), SEEK_SET) == 0 && fread(&e, sizeof e, 1, f) == 1;
+    int ok = fseeko(f, (off_t)((uintptr_t)p / (uintptr_t)pg * sizeof e), SEEK_SET) == 0 &&
+             fread(&e, sizeof e, 1, f) == 1;
     fclose(f);
     return ok ? (int)(e >> 63) : -1;
 }
@@ -393,7 +394,8 @@ static int weight_pages_gone(const dtx_model *m, const void *const *at, int *pag
         const unsigned char *q = w->q;
         size_t len = (size_t)(w->N * dtx_qformat_of(w->bits)->row_bytes(w->K));
         uintptr_t a = ((uintptr_t)q + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
-        for (; a + (uintptr_t)pg <= (uintptr_t)(q + len); a += (uintptr_t)pg) (*pages)++, gone += page_present((void *)a) != 1;
+        for (; a + (uintptr_t)pg <= (uintptr_t)(q + len); a += (uintptr_t)pg)
+            (*pages)++, gone += page_present((void *)a) != 1;
     }
     return gone;
 }
@@ -419,7 +421,8 @@ TEST(in_place_copy_begins_after_the_first_step) {
     REQUIRE(dtx_model_prefill(m, kv, tok, 1, lg) == DTX_OK); /* reads every weight from the file */
     usleep(100 * 1000);
     int pages = 0, gone = weight_pages_gone(m, at, &pages);
-    CHECKF(pages > 0 && gone == 0, "after one step, %d of %d weight pages already given back or moved: the copy ran", gone, pages);
+    CHECKF(pages > 0 && gone == 0, "after one step, %d of %d weight pages already given back or moved: the copy ran",
+           gone, pages);
     REQUIRE(dtx_model_prefill(m, kv, tok + 1, 2, lg) == DTX_OK);
     usleep(100 * 1000);
     gone = weight_pages_gone(m, at, &pages);
