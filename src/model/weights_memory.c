@@ -197,14 +197,17 @@ dtx_status dtx_model_settle_weights(dtx_model *m) {
  * prompt: it slows the prompt as it slows the first token, and a prompt's
  * layer reads its weights for a long while, so those the copy moves
  * meanwhile come back from the file until the next layer switches them.
- * What it costs: a tensor that every step reads whole while it is being
- * copied is resident twice until it switches, and the embedding (read by
- * the output head at each step's end) is the largest: with a 512-token
- * prompt's buffers already there, the 0.8B BF16 file's peak RSS is
- * 1.09-1.16x the file, against 1.06-1.08 when the copy ran beside the first,
- * one-token step (README). A model that only runs forward passes (score,
- * eval) is never copied: those are bound by arithmetic, not by reading
- * the weights. */
+ * What it costs: a tensor that every step reads whole is resident twice
+ * while it is being copied (the steps read back the pages the copy gave
+ * back, until it switches), now after a prompt's buffers exist: the 0.8B
+ * BF16 file's peak RSS with a 512-token prompt is 1.09-1.16x the file,
+ * against 1.06-1.08 when the copy ran beside the first, one-token step
+ * (README). Copying the largest of them, the embedding and the output
+ * projection, on the model's thread before the step's head reads them
+ * measured no lower (1.09-1.13 and 1.17-1.18 against 1.10-1.15 and
+ * 1.16-1.23 for the 0.8B BF16 and w8a16 files, four alternated runs) and
+ * was not kept. A model that only runs forward passes (score, eval) is
+ * never copied: those are bound by arithmetic, not by reading the weights. */
 static void start_copy(dtx_settle *s) {
     if (s->started) return;
     s->started = 1;
