@@ -63,9 +63,9 @@ struct dtx_kvcache {
     int64_t ffn_rows; /* rows of h, h3: the feed-forward's block (ffn_rows_for) */
     real *mem;
     size_t mem_n;
-    real *x, *xn, *q, *att, *tmp, *rstd, *h;  /* [r, D] (q [r, QD]) x5, [r], [r, F] */
+    real *x, *xn, *q, *att, *tmp, *rstd, *h;  /* [r, D] (q [r, QD]) x5, [r], [ffn_rows, F] */
     real *att2, *lam;                         /* DIFF2: [r, 2D], [r, h] (else NULL) */
-    real *h3;                                 /* [ffn_rows, F] (h too) */
+    real *h3;                                 /* [ffn_rows, F] */
     real *o1, *o2, *orstd, *work;             /* flash: the saved o1/o2/rstd, workspace */
     float *lse;
     real *xr;         /* [xr_rows, max(D, F)] the one-row products' inputs as rounded */

@@ -220,9 +220,9 @@ static void start_copy(dtx_settle *s) {
 
 /* The copied segments point into the new memory; their file pages go. */
 static void move_done(dtx_model *m) {
+    if (dtx_settle_test_hold) return;
     dtx_settle *s = m->settle;
     size_t done = atomic_load_explicit(&s->done, memory_order_acquire);
-    if (dtx_settle_test_hold) return;
     for (; s->moved < s->n && s->seg[s->moved].dst + s->seg[s->moved].len <= done; s->moved++) {
         segment *g = &s->seg[s->moved];
         *g->slot = s->base + g->dst;

@@ -312,6 +312,24 @@ static int page_present(const void *p) {
     return ok ? (int)(e >> 63) : -1;
 }
 
+/* Of the whole pages in [p, p + len): how many there are (*pages), how
+ * many page_present could not say for (*unknown); returns how many are
+ * mapped. */
+static int whole_pages_mapped(const void *p, size_t len, int *pages, int *unknown) {
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), end = (uintptr_t)p + len;
+    int mapped = 0;
+    for (uintptr_t a = ((uintptr_t)p + pg - 1) & ~(pg - 1); a + pg <= end; a += pg) {
+        int present = page_present((const void *)a);
+        (*pages)++, mapped += present == 1, *unknown += present < 0;
+    }
+    return mapped;
+}
+
+/* The bytes of a stored weight's codes (or bf16 values). */
+static size_t code_bytes(const dtx_qweight *w) { return (size_t)(w->N * dtx_qformat_of(w->bits)->row_bytes(w->K)); }
+
+enum { MAX_TENSORS = 64 };
+
 /* A tensor's file pages that the model read again after the copy had given
  * them back (a prompt's layer, a step's logits, before the tensor switched
  * to its copy) go when it switches, not when the whole model has moved:
@@ -335,22 +353,21 @@ TEST(in_place_moved_tensors_give_back_pages_read_again) {
     REQUIRE(m && m->settle && m->n_wmaps == 1);
     dtx_model_settle_wait(m); /* the copier is done with its 8 MiB; nothing has switched */
     const unsigned char *map = m->wmaps[0].data, *map_end = map + m->wmaps[0].size;
-    enum { MAXT = 64 };
-    REQUIRE(m->n_tensors <= MAXT);
-    const unsigned char *old[MAXT] = {0};
-    size_t len[MAXT] = {0};
+    REQUIRE(m->n_tensors <= MAX_TENSORS);
+    const unsigned char *old[MAX_TENSORS] = {0};
+    size_t len[MAX_TENSORS] = {0};
     long pg = sysconf(_SC_PAGESIZE);
     volatile unsigned sum = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const dtx_qweight *w = &m->qw[i];
         if (!w->bits) continue;
-        old[i] = w->q, len[i] = (size_t)(w->N * dtx_qformat_of(w->bits)->row_bytes(w->K));
+        old[i] = w->q, len[i] = code_bytes(w);
         CHECKF(old[i] >= map && old[i] + len[i] <= map_end, "tensor %d switched while held", i);
         for (size_t o = 0; o < len[i]; o += (size_t)pg) sum += old[i][o]; /* read again after the copy */
     }
     dtx_settle_test_hold = 0;
     dtx_model_settle_poll(m);
-    int moved = 0, kept = 0, mapped = 0, unknown = 0;
+    int moved = 0, kept = 0, mapped = 0, pages = 0, unknown = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         if (!old[i]) continue;
         if ((const unsigned char *)m->qw[i].q == old[i]) {
@@ -358,11 +375,7 @@ TEST(in_place_moved_tensors_give_back_pages_read_again) {
             continue;
         }
         moved++;
-        uintptr_t a = ((uintptr_t)old[i] + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
-        for (; a + (uintptr_t)pg <= (uintptr_t)(old[i] + len[i]); a += (uintptr_t)pg) {
-            int p = page_present((const void *)a);
-            mapped += p == 1, unknown += p < 0;
-        }
+        mapped += whole_pages_mapped(old[i], len[i], &pages, &unknown);
     }
     CHECKF(moved > 0 && kept > 0, "the copy stopped part-way: %d tensors moved, %d not", moved, kept);
     CHECKF(unknown == 0, "/proc/self/pagemap could not say for %d pages", unknown);
@@ -379,9 +392,7 @@ TEST(in_place_moved_tensors_give_back_pages_read_again) {
  * have run, every page of every tensor is still mapped from the file (a
  * running copy gives them back as it goes); a decode step begins it, and
  * the weights settle. */
-enum { MAX_TENSORS = 64 };
 static int weight_pages_gone(const dtx_model *m, const void *const *at, int *pages) {
-    long pg = sysconf(_SC_PAGESIZE);
     int gone = 0;
     *pages = 0;
     for (int i = 0; i < m->n_tensors; i++) {
@@ -391,11 +402,8 @@ static int weight_pages_gone(const dtx_model *m, const void *const *at, int *pag
             gone++;
             continue;
         }
-        const unsigned char *q = w->q;
-        size_t len = (size_t)(w->N * dtx_qformat_of(w->bits)->row_bytes(w->K));
-        uintptr_t a = ((uintptr_t)q + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
-        for (; a + (uintptr_t)pg <= (uintptr_t)(q + len); a += (uintptr_t)pg)
-            (*pages)++, gone += page_present((void *)a) != 1;
+        int n = 0, unknown = 0, mapped = whole_pages_mapped(w->q, code_bytes(w), &n, &unknown);
+        *pages += n, gone += n - mapped; /* a page it cannot say for counts as gone */
     }
     return gone;
 }
