@@ -11,11 +11,10 @@
  *   scratch [NQ·len]        scores / probabilities of every (sub-)head
  *
  * Three passes: (1) scores s[t] = q·k_t / √d of every (sub-)head, walking the
- * cache in blocks of 16 rows (fp32 dots by the one-row product kernel,
- * dtx_dot_rows: 8 rows at a time); (2) softmax of each map with max
- * subtraction (vectorised exp, sum in double); (3) the weighted sum of the
- * value rows, again in blocks of 16 rows, accumulated in out in row order
- * (dtx_axpy_rows, the accumulators in registers over a block). DIFF head h
+ * cache's rows in order, each row's sub-heads in turn (dtx_dot_heads: one
+ * stream through the keys); (2) softmax of each map with max subtraction
+ * (vectorised exp, sum in double); (3) the weighted sum of the value rows,
+ * again row by row, accumulated in out in row order (dtx_axpy_heads). DIFF head h
  * folds its two maps into one weight per key, p1[t] − λ·p2[t], so V is read
  * once: O = A1·v − λ·A2·v; then the per-head
  * RMSNorm over 2d and the (1 − λ_init) scale, as the full-sequence kernels.
@@ -65,10 +64,7 @@
  * the rows 55 GB/s). The chunks are a function of len alone (at most
  * MAX_CHUNKS of a multiple of BLOCK_ROWS rows, at least CHUNK_MIN_ROWS), so the
  * sums do not depend on the thread count. */
-/* Cache rows are walked in blocks of BLOCK_ROWS (within L1), each block
- * against every sub-head by the one-row kernels; decode_heads and the
- * chunked walk both step through rows [t0, t1) this way (t0 a multiple of
- * BLOCK_ROWS, so every row meets the same kernel block either way). */
+/* Chunks are whole multiples of BLOCK_ROWS rows. */
 enum { BLOCK_ROWS = 16 };
 
 enum { CHUNK_MIN_ROWS = 64, MAX_CHUNKS = 32 };
@@ -150,23 +146,28 @@ typedef struct {
     int bf16;
 } cache_rows;
 
+/* Sub-heads per walk over the rows (their key columns on the stack); more
+ * walk the rows again. */
+enum { HEADS_PER_WALK = 64 };
+
 /* Scores of cache rows [t0, t1) for the sub-heads of heads [h0, h1): map j
  * of head h at S + (sub·(h − h0) + j)·len. */
 static void score_rows(const dtx_attn_dims *a, real *S, int64_t len, const real *q, const cache_rows *kv, int64_t t0,
                        int64_t t1, int64_t h0, int64_t h1) {
     const int64_t n_rep = a->geom.n_heads / a->geom.n_kv_heads, d = a->geom.head_dim, sub = a->arch.diff ? 2 : 1;
-    const int64_t ks = sub * a->geom.n_kv_heads * d;
+    const int64_t ks = sub * a->geom.n_kv_heads * d, m_all = sub * (h1 - h0);
     const real scale = (real)(1.0 / sqrt((double)d));
-    for (int64_t b = t0; b < t1; b += BLOCK_ROWS) {
-        int64_t nb = t1 - b < BLOCK_ROWS ? t1 - b : BLOCK_ROWS;
-        for (int64_t h = h0; h < h1; h++)
-            for (int64_t j = 0; j < sub; j++) { /* sub-head sub·h + j reads key sub-head sub·g + j */
-                real *s = S + (sub * (h - h0) + j) * len + b;
-                const real *qh = q + (sub * h + j) * d;
-                const int64_t at = b * ks + (sub * (h / n_rep) + j) * d;
-                if (kv->bf16) dtx_dot_rows_bf16(s, 1, qh, (const uint16_t *)kv->k + at, ks, nb, d, scale);
-                else dtx_dot_rows(s, 1, qh, (const real *)kv->k + at, ks, nb, d, scale);
-            }
+    int64_t off[HEADS_PER_WALK];
+    for (int64_t i0 = 0; i0 < m_all; i0 += HEADS_PER_WALK) {
+        const int64_t m = m_all - i0 < HEADS_PER_WALK ? m_all - i0 : HEADS_PER_WALK;
+        for (int64_t i = 0; i < m; i++) { /* sub-head sub·h + j reads key sub-head sub·g + j */
+            const int64_t qi = sub * h0 + i0 + i, h = qi / sub, j = qi % sub;
+            off[i] = (sub * (h / n_rep) + j) * d;
+        }
+        real *s = S + i0 * len + t0;
+        const real *x = q + (sub * h0 + i0) * d;
+        if (kv->bf16) dtx_dot_heads_bf16(s, len, x, d, m, off, (const uint16_t *)kv->k + t0 * ks, ks, t1 - t0, scale);
+        else dtx_dot_heads(s, len, x, d, m, off, (const real *)kv->k + t0 * ks, ks, t1 - t0, scale);
     }
 }
 
@@ -175,15 +176,16 @@ static void score_rows(const dtx_attn_dims *a, real *S, int64_t len, const real 
 static void weigh_rows(const dtx_attn_dims *a, real *y, const real *S, int64_t len, const cache_rows *kv, int64_t t0,
                        int64_t t1, int64_t h0, int64_t h1) {
     const int64_t n_rep = a->geom.n_heads / a->geom.n_kv_heads, sub = a->arch.diff ? 2 : 1;
-    const int64_t w = sub * a->geom.head_dim, vs = a->geom.n_kv_heads * w;
-    for (int64_t b = t0; b < t1; b += BLOCK_ROWS) {
-        int64_t nb = t1 - b < BLOCK_ROWS ? t1 - b : BLOCK_ROWS;
-        for (int64_t h = h0; h < h1; h++) {
-            const real *p = S + sub * (h - h0) * len + b;
-            const int64_t at = b * vs + (h / n_rep) * w;
-            if (kv->bf16) dtx_axpy_rows_bf16(y + h * w, w, p, (const uint16_t *)kv->v + at, vs, nb);
-            else dtx_axpy_rows(y + h * w, w, p, (const real *)kv->v + at, vs, nb);
-        }
+    const int64_t w = sub * a->geom.head_dim, vs = a->geom.n_kv_heads * w, m_all = h1 - h0;
+    int64_t off[HEADS_PER_WALK];
+    for (int64_t i0 = 0; i0 < m_all; i0 += HEADS_PER_WALK) {
+        const int64_t m = m_all - i0 < HEADS_PER_WALK ? m_all - i0 : HEADS_PER_WALK;
+        for (int64_t i = 0; i < m; i++) off[i] = ((h0 + i0 + i) / n_rep) * w;
+        const real *p = S + sub * i0 * len + t0;
+        real *yh = y + (h0 + i0) * w;
+        if (kv->bf16)
+            dtx_axpy_heads_bf16(yh, w, p, sub * len, m, off, (const uint16_t *)kv->v + t0 * vs, vs, t1 - t0);
+        else dtx_axpy_heads(yh, w, p, sub * len, m, off, (const real *)kv->v + t0 * vs, vs, t1 - t0);
     }
 }
 
@@ -285,7 +287,7 @@ static void chunked_task(void *arg, int id, int nt) {
     double *csum = (double *)(void *)(j->scratch + at);  /* [nc, maps] */
     real *cmax = (real *)(void *)(csum + nc * maps);     /* [nc, maps] */
     real *part = cmax + nc * maps;                       /* [nc, H·w] */
-    /* 1. scores, a block of 16 rows against every sub-head at a time; each chunk's maxima */
+    /* 1. scores, the chunk's rows in order against every sub-head; each chunk's maxima */
     for (int64_t c; (c = take_chunk_of(j, 0, id)) >= 0;) {
         const int64_t t0 = c * per, t1 = t0 + per < len ? t0 + per : len;
         score_rows(a, S, len, j->q, kv, t0, t1, 0, H);

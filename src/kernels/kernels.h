@@ -81,17 +81,25 @@ void dtx_matmul_cache_clear(void);
 
 /* ---- One-row products (rowdot.c: decoding reads each weight and each cached
  * key once per token, so these are memory-bound; per-ISA kernels, simd.h).
- * s[t·lds] = scale · x·k_t for t < n, with k_t = k + t·ldk (d wide): the
- * scores of one query sub-head against n cached keys. Single-threaded.   */
-void dtx_dot_rows(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d, real scale);
-/* y [w] += Σ_t p[t]·v_t for t < n, v_t = v + t·ldv (w wide): the weighted
- * values of one head over n cached rows, added in row order. Single-threaded. */
-void dtx_axpy_rows(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n);
+ * The cached attention's two walks over n cache rows (row t at k + t·ldk),
+ * the rows in order and each row's slices in turn: one stream through the
+ * cache, which the hardware prefetchers follow (a block of rows walked one
+ * head's slice at a time is as many short streams). Single-threaded.
+ * Scores of the m query sub-heads x_i = x + i·d (d wide), off[i] the
+ * column of the key sub-head x_i meets:
+ *   s[i·lds + t] = scale · Σ_{c<d} x_i[c]·k[t·ldk + off[i] + c].          */
+void dtx_dot_heads(real *s, int64_t lds, const real *x, int64_t d, int64_t m, const int64_t *off, const real *k,
+                   int64_t ldk, int64_t n, real scale);
+/* Weighted values of m heads (w wide), p_i = p + i·ldp their weights:
+ *   y[i·w + c] += Σ_t p_i[t]·v[t·ldv + off[i] + c], added in row order.   */
+void dtx_axpy_heads(real *y, int64_t w, const real *p, int64_t ldp, int64_t m, const int64_t *off, const real *v,
+                    int64_t ldv, int64_t n);
 /* The same two over rows of bf16 bits (a bf16 KV cache, dtx_kv_type): the
  * same bits as over the rows widened to real. */
-void dtx_dot_rows_bf16(real *s, int64_t lds, const real *x, const uint16_t *k, int64_t ldk, int64_t n, int64_t d,
-                       real scale);
-void dtx_axpy_rows_bf16(real *y, int64_t w, const real *p, const uint16_t *v, int64_t ldv, int64_t n);
+void dtx_dot_heads_bf16(real *s, int64_t lds, const real *x, int64_t d, int64_t m, const int64_t *off,
+                        const uint16_t *k, int64_t ldk, int64_t n, real scale);
+void dtx_axpy_heads_bf16(real *y, int64_t w, const real *p, int64_t ldp, int64_t m, const int64_t *off,
+                         const uint16_t *v, int64_t ldv, int64_t n);
 /* out [N] = x [K] · w [N, K]ᵀ (a linear layer of one token); rows split over
  * the OpenMP threads when big enough, results independent of the count.  */
 void dtx_gemv(real *out, const real *x, const real *w, int64_t K, int64_t N);

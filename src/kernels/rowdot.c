@@ -1,4 +1,4 @@
-/* The one-row products of decoding (kernels.h: dtx_dot_rows, dtx_axpy_rows,
+/* The one-row products of decoding (kernels.h: dtx_dot_heads, dtx_axpy_heads,
  * dtx_gemv, dtx_gemv_bf16; the quantised dtx_gemv_q8, dtx_gemv_q4 and
  * dtx_gemv_q8a8, whose portable versions are quant_linear.c's): the portable
  * implementations and the entry points, which
@@ -16,42 +16,51 @@
 /* Below this many multiply-adds a product runs on one thread. */
 #define GEMV_PAR_MIN ((int64_t)1 << 15)
 
-/* The portable dot and axpy rows over rows of W, each value made real by
- * WIDEN: fp32 as it is; bf16 bits widened exactly, then the same arithmetic
- * in the same order, so rows of bf16 and their widened copies give the same
- * bits. */
-#define DOT_ROWS_PORTABLE(W, WIDEN)                                                                        \
+/* The portable walks of the cached attention over rows of W, each value
+ * made real by WIDEN: fp32 as it is; bf16 bits widened exactly, then the
+ * same arithmetic in the same order, so rows of bf16 and their widened
+ * copies give the same bits. Rows in order, each row's slices in turn. */
+#define DOT_HEADS_PORTABLE(W, WIDEN)                                                                       \
     for (int64_t t = 0; t < n; t++) {                                                                      \
         const W *kr = k + t * ldk;                                                                         \
-        real acc = 0;                                                                                      \
-        _Pragma("omp simd reduction(+ : acc)") for (int64_t c = 0; c < d; c++) acc += x[c] * WIDEN(kr[c]); \
-        s[t * lds] = scale * acc;                                                                          \
+        for (int64_t i = 0; i < m; i++) {                                                                  \
+            const real *xi = x + i * d;                                                                    \
+            const W *ki = kr + off[i];                                                                     \
+            real acc = 0;                                                                                  \
+            _Pragma("omp simd reduction(+ : acc)") for (int64_t c = 0; c < d; c++) acc += xi[c] * WIDEN(ki[c]); \
+            s[i * lds + t] = scale * acc;                                                                  \
+        }                                                                                                  \
     }
-#define AXPY_ROWS_PORTABLE(W, WIDEN)                                                                       \
+#define AXPY_HEADS_PORTABLE(W, WIDEN)                                                                      \
     for (int64_t t = 0; t < n; t++) {                                                                      \
         const W *vr = v + t * ldv;                                                                         \
-        real a = p[t];                                                                                     \
-        _Pragma("omp simd") for (int64_t c = 0; c < w; c++) y[c] += a * WIDEN(vr[c]);                     \
+        for (int64_t i = 0; i < m; i++) {                                                                  \
+            const W *vi = vr + off[i];                                                                     \
+            real a = p[i * ldp + t], *yi = y + i * w;                                                      \
+            _Pragma("omp simd") for (int64_t c = 0; c < w; c++) yi[c] += a * WIDEN(vi[c]);                 \
+        }                                                                                                  \
     }
 #define AS_REAL(v) (v)
 #define BF16_AS_REAL(v) ((real)dtx_bf16_to_f32(v))
 
-void dtx_dot_rows_portable(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d,
-                           real scale) {
-    DOT_ROWS_PORTABLE(real, AS_REAL)
+void dtx_dot_heads_portable(real *s, int64_t lds, const real *x, int64_t d, int64_t m, const int64_t *off,
+                            const real *k, int64_t ldk, int64_t n, real scale) {
+    DOT_HEADS_PORTABLE(real, AS_REAL)
 }
 
-void dtx_axpy_rows_portable(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n) {
-    AXPY_ROWS_PORTABLE(real, AS_REAL)
+void dtx_axpy_heads_portable(real *y, int64_t w, const real *p, int64_t ldp, int64_t m, const int64_t *off,
+                             const real *v, int64_t ldv, int64_t n) {
+    AXPY_HEADS_PORTABLE(real, AS_REAL)
 }
 
-void dtx_dot_rows_bf16_portable(real *s, int64_t lds, const real *x, const uint16_t *k, int64_t ldk, int64_t n,
-                                int64_t d, real scale) {
-    DOT_ROWS_PORTABLE(uint16_t, BF16_AS_REAL)
+void dtx_dot_heads_bf16_portable(real *s, int64_t lds, const real *x, int64_t d, int64_t m, const int64_t *off,
+                                 const uint16_t *k, int64_t ldk, int64_t n, real scale) {
+    DOT_HEADS_PORTABLE(uint16_t, BF16_AS_REAL)
 }
 
-void dtx_axpy_rows_bf16_portable(real *y, int64_t w, const real *p, const uint16_t *v, int64_t ldv, int64_t n) {
-    AXPY_ROWS_PORTABLE(uint16_t, BF16_AS_REAL)
+void dtx_axpy_heads_bf16_portable(real *y, int64_t w, const real *p, int64_t ldp, int64_t m, const int64_t *off,
+                                  const uint16_t *v, int64_t ldv, int64_t n) {
+    AXPY_HEADS_PORTABLE(uint16_t, BF16_AS_REAL)
 }
 
 void dtx_gemv_portable(real *out, const real *x, const real *w, int64_t K, int64_t N) {
@@ -74,21 +83,24 @@ void dtx_gemv_bf16_portable(float *out, const float *x, const uint16_t *w, int64
     }
 }
 
-void dtx_dot_rows(real *s, int64_t lds, const real *x, const real *k, int64_t ldk, int64_t n, int64_t d, real scale) {
-    if (n > 0) dtx_simd()->dot_rows(s, lds, x, k, ldk, n, d, scale);
+void dtx_dot_heads(real *s, int64_t lds, const real *x, int64_t d, int64_t m, const int64_t *off, const real *k,
+                   int64_t ldk, int64_t n, real scale) {
+    if (n > 0 && m > 0 && d > 0) dtx_simd()->dot_heads(s, lds, x, d, m, off, k, ldk, n, scale);
 }
 
-void dtx_axpy_rows(real *y, int64_t w, const real *p, const real *v, int64_t ldv, int64_t n) {
-    if (n > 0 && w > 0) dtx_simd()->axpy_rows(y, w, p, v, ldv, n);
+void dtx_axpy_heads(real *y, int64_t w, const real *p, int64_t ldp, int64_t m, const int64_t *off, const real *v,
+                    int64_t ldv, int64_t n) {
+    if (n > 0 && m > 0 && w > 0) dtx_simd()->axpy_heads(y, w, p, ldp, m, off, v, ldv, n);
 }
 
-void dtx_dot_rows_bf16(real *s, int64_t lds, const real *x, const uint16_t *k, int64_t ldk, int64_t n, int64_t d,
-                       real scale) {
-    if (n > 0) dtx_simd()->dot_rows_bf16(s, lds, x, k, ldk, n, d, scale);
+void dtx_dot_heads_bf16(real *s, int64_t lds, const real *x, int64_t d, int64_t m, const int64_t *off,
+                        const uint16_t *k, int64_t ldk, int64_t n, real scale) {
+    if (n > 0 && m > 0 && d > 0) dtx_simd()->dot_heads_bf16(s, lds, x, d, m, off, k, ldk, n, scale);
 }
 
-void dtx_axpy_rows_bf16(real *y, int64_t w, const real *p, const uint16_t *v, int64_t ldv, int64_t n) {
-    if (n > 0 && w > 0) dtx_simd()->axpy_rows_bf16(y, w, p, v, ldv, n);
+void dtx_axpy_heads_bf16(real *y, int64_t w, const real *p, int64_t ldp, int64_t m, const int64_t *off,
+                         const uint16_t *v, int64_t ldv, int64_t n) {
+    if (n > 0 && m > 0 && w > 0) dtx_simd()->axpy_heads_bf16(y, w, p, ldp, m, off, v, ldv, n);
 }
 
 /* ---- the products over the threads

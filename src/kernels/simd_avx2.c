@@ -9,9 +9,10 @@
  *   - exp8: dtx_vexpf (vexp.h) lane for lane, so the two give the same bits,
  *     with results below FLT_MIN flushed to 0 as the AVX-512 exp16 does;
  *   - the flash softmax row steps on 8 lanes;
- *   - the one-row products of decoding: 8 rows at a time, their sums
- *     transposed into one vector (dot_rows, gemv, gemv_bf16); the AVX-512
- *     table uses these too (memory-bound: wider registers gain nothing).
+ *   - the one-row products of decoding: a weight's rows 8 at a time, their
+ *     sums transposed into one vector (gemv, gemv_bf16, int8); the cached
+ *     attention's walks row by row, each row's heads in turn (dot_heads,
+ *     axpy_heads).
  * Masked stores (slow on AMD cores) only happen at ragged tile edges.
  * Compiled with target attributes (any -march); tile_gemm.c's table picks
  * these at ISA level AVX2 only. */
@@ -358,59 +359,84 @@ AVX2_INLINE __m256 maskload_w_bf16(const uint16_t *p, __m256i m, int64_t n) {
         s[t * lds] = scale * hsum8(_mm256_add_ps(a0, a1));                                            \
     }
 
-AVX2_FN void dtx_dot_rows_avx2(float *s, int64_t lds, const float *x, const float *k, int64_t ldk, int64_t n,
-                               int64_t d, float scale) {
+AVX2_FN static void dot_rows_f32(float *s, int64_t lds, const float *x, const float *k, int64_t ldk, int64_t n,
+                                  int64_t d, float scale) {
     DOT_ROWS_BODY(float, load_w, maskload_w, NO_PREFETCH)
 }
 
-/* y [w] += Σ_t p[t]·v_t: 32 columns at a time in 4 accumulators that stay
- * in registers over the rows (y is loaded and stored once per block, not
- * once per row), then 8 and a masked rest; rows added in order. W, LOAD and
- * MASKLOAD as DOT_ROWS_BODY's. */
-#define AXPY_ROWS_BODY(W, LOAD, MASKLOAD)                                                                   \
-    int64_t c = 0;                                                                                          \
-    for (; c + 32 <= w; c += 32) {                                                                          \
-        __m256 a0 = _mm256_loadu_ps(y + c), a1 = _mm256_loadu_ps(y + c + 8);                                \
-        __m256 a2 = _mm256_loadu_ps(y + c + 16), a3 = _mm256_loadu_ps(y + c + 24);                          \
-        for (int64_t t = 0; t < n; t++) {                                                                   \
-            const W *vr = v + t * ldv + c;                                                                  \
-            __m256 pt = _mm256_broadcast_ss(p + t);                                                         \
-            a0 = _mm256_fmadd_ps(pt, LOAD(vr), a0);                                                         \
-            a1 = _mm256_fmadd_ps(pt, LOAD(vr + 8), a1);                                                     \
-            a2 = _mm256_fmadd_ps(pt, LOAD(vr + 16), a2);                                                    \
-            a3 = _mm256_fmadd_ps(pt, LOAD(vr + 24), a3);                                                    \
-        }                                                                                                   \
-        _mm256_storeu_ps(y + c, a0), _mm256_storeu_ps(y + c + 8, a1);                                       \
-        _mm256_storeu_ps(y + c + 16, a2), _mm256_storeu_ps(y + c + 24, a3);                                 \
-    }                                                                                                       \
-    for (; c < w; c += 8) {                                                                                 \
-        __m256i m = lanes8(w - c);                                                                          \
-        __m256 a = _mm256_maskload_ps(y + c, m);                                                            \
-        for (int64_t t = 0; t < n; t++)                                                                     \
-            a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + t), MASKLOAD(v + t * ldv + c, m, w - c < 8 ? w - c : 8), a); \
-        _mm256_maskstore_ps(y + c, m, a);                                                                   \
+/* The cached attention's walks (kernels.h: dtx_dot_heads, dtx_axpy_heads):
+ * the rows in order, each row's slices in turn, so the cache is read as one
+ * stream. Why not a block of rows one head's slice at a time (8 rows in 8
+ * accumulators, as DOT_ROWS_BODY): each slice of a row is then a short
+ * stream of its own, 16 of them side by side, which the hardware
+ * prefetchers do not follow (Zen 5, 2 threads, 12 layers of 800 cached
+ * rows of 3 KiB between 6 MB weight streams: 35-38 GB/s against 54-64 for
+ * the rows in order; the weights' own stream 62-92). A score is a dot of
+ * d values in two accumulators, then their lanes summed; a weighted value
+ * is y loaded, one FMA per row, stored (the rows added in order: the same
+ * bits whatever the width). W, LOAD and MASKLOAD as DOT_ROWS_BODY's. */
+#define DOT_HEADS_BODY(W, LOAD, MASKLOAD)                                                                    \
+    const __m256i mt = lanes8(d % 8);                                                                        \
+    for (int64_t t = 0; t < n; t++) {                                                                        \
+        const W *kr = k + t * ldk;                                                                           \
+        for (int64_t i = 0; i < m; i++) {                                                                    \
+            const float *xi = x + i * d;                                                                     \
+            const W *ki = kr + off[i];                                                                       \
+            dtx_prefetch_span(ki + ldk, d * (int64_t)sizeof(W));                                                 \
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                       \
+            int64_t c = 0;                                                                                   \
+            for (; c + 16 <= d; c += 16) {                                                                   \
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xi + c), LOAD(ki + c), a0);                             \
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(xi + c + 8), LOAD(ki + c + 8), a1);                     \
+            }                                                                                                \
+            if (c + 8 <= d) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(xi + c), LOAD(ki + c), a0), c += 8;         \
+            if (c < d) a1 = _mm256_fmadd_ps(_mm256_maskload_ps(xi + c, mt), MASKLOAD(ki + c, mt, d - c), a1); \
+            s[i * lds + t] = scale * hsum8(_mm256_add_ps(a0, a1));                                           \
+        }                                                                                                    \
+    }
+#define AXPY_HEADS_BODY(W, LOAD, MASKLOAD)                                                                   \
+    const __m256i mt = lanes8(w % 8);                                                                        \
+    for (int64_t t = 0; t < n; t++) {                                                                        \
+        const W *vr = v + t * ldv;                                                                           \
+        for (int64_t i = 0; i < m; i++) {                                                                    \
+            const W *vi = vr + off[i];                                                                       \
+            dtx_prefetch_span(vi + ldv, w * (int64_t)sizeof(W));                                                 \
+            float *yi = y + i * w;                                                                           \
+            const __m256 pt = _mm256_broadcast_ss(p + i * ldp + t);                                          \
+            int64_t c = 0;                                                                                   \
+            for (; c + 8 <= w; c += 8) _mm256_storeu_ps(yi + c, _mm256_fmadd_ps(pt, LOAD(vi + c), _mm256_loadu_ps(yi + c))); \
+            if (c < w)                                                                                       \
+                _mm256_maskstore_ps(yi + c, mt,                                                              \
+                                    _mm256_fmadd_ps(pt, MASKLOAD(vi + c, mt, w - c), _mm256_maskload_ps(yi + c, mt))); \
+        }                                                                                                    \
     }
 
-AVX2_FN void dtx_axpy_rows_avx2(float *y, int64_t w, const float *p, const float *v, int64_t ldv, int64_t n) {
-    AXPY_ROWS_BODY(float, load_w, maskload_w)
+AVX2_FN void dtx_dot_heads_avx2(float *s, int64_t lds, const float *x, int64_t d, int64_t m, const int64_t *off,
+                                const float *k, int64_t ldk, int64_t n, float scale) {
+    DOT_HEADS_BODY(float, load_w, maskload_w)
+}
+
+AVX2_FN void dtx_axpy_heads_avx2(float *y, int64_t w, const float *p, int64_t ldp, int64_t m, const int64_t *off,
+                                 const float *v, int64_t ldv, int64_t n) {
+    AXPY_HEADS_BODY(float, load_w, maskload_w)
 }
 
 /* The two over rows of bf16 bits (a bf16 KV cache): each value widened
  * exactly where it is loaded, the rest as over fp32 rows, so the same bits. */
-AVX2_FN void dtx_dot_rows_bf16_avx2(float *s, int64_t lds, const float *x, const uint16_t *k, int64_t ldk, int64_t n,
-                                    int64_t d, float scale) {
-    DOT_ROWS_BODY(uint16_t, load_w_bf16, maskload_w_bf16, NO_PREFETCH)
+AVX2_FN void dtx_dot_heads_bf16_avx2(float *s, int64_t lds, const float *x, int64_t d, int64_t m, const int64_t *off,
+                                     const uint16_t *k, int64_t ldk, int64_t n, float scale) {
+    DOT_HEADS_BODY(uint16_t, load_w_bf16, maskload_w_bf16)
 }
 
-AVX2_FN void dtx_axpy_rows_bf16_avx2(float *y, int64_t w, const float *p, const uint16_t *v, int64_t ldv,
-                                     int64_t n) {
-    AXPY_ROWS_BODY(uint16_t, load_w_bf16, maskload_w_bf16)
+AVX2_FN void dtx_axpy_heads_bf16_avx2(float *y, int64_t w, const float *p, int64_t ldp, int64_t m,
+                                      const int64_t *off, const uint16_t *v, int64_t ldv, int64_t n) {
+    AXPY_HEADS_BODY(uint16_t, load_w_bf16, maskload_w_bf16)
 }
 
 /* A linear layer of one token is the same kernel: x against the weight
  * rows, scale 1 (exact). */
 AVX2_FN void dtx_gemv_avx2(float *out, const float *x, const float *w, int64_t K, int64_t N) {
-    dtx_dot_rows_avx2(out, 1, x, w, K, N, K, 1.0f);
+    dot_rows_f32(out, 1, x, w, K, N, K, 1.0f);
 }
 
 AVX2_FN void dtx_gemv_bf16_avx2(float *out, const float *x, const uint16_t *w, int64_t K, int64_t N) {
@@ -563,8 +589,8 @@ AVX2_FN void dtx_gemv_q8a8_avx2(float *out, const int8_t *xq, float xscale, cons
 }
 
 const dtx_simd_ops dtx_simd_avx2 = {"avx2",           gemm_avx2,          transpose_avx2,     exp_avx2,
-                                    softmax_update_avx2, exp_rows_avx2,  dtx_dot_rows_avx2,  dtx_axpy_rows_avx2,
-                                    dtx_dot_rows_bf16_avx2, dtx_axpy_rows_bf16_avx2,
+                                    softmax_update_avx2, exp_rows_avx2,  dtx_dot_heads_avx2,  dtx_axpy_heads_avx2,
+                                    dtx_dot_heads_bf16_avx2, dtx_axpy_heads_bf16_avx2,
                                     dtx_gemv_avx2,    dtx_gemv_bf16_avx2, dtx_gemv_q8_avx2,   dtx_gemv_q4_avx2,
                                     dtx_gemv_q8a8_avx2, DTX_BF16_PORTABLE, NULL, NULL /* the one-input kernels per input */};
 

@@ -1,7 +1,7 @@
 /* The one-row products' entry points (rowdot.c: dtx_gemv, dtx_gemv_bf16,
  * which split the rows over threads): the same bits at any thread count,
  * and the bits of the level's single-threaded kernel. The kernels themselves
- * (dot_rows, axpy_rows, gemv, gemv_bf16) at every ISA level against a
+ * (dot_heads, axpy_heads, gemv, gemv_bf16) at every ISA level against a
  * double reference: tests/kernels/simd_ops_test.c. */
 #include "../test.h"
 #include "kernels/kernels.h"

@@ -62,54 +62,80 @@ static uint16_t *to_bf16_rows(float *v, int64_t n) {
     return b;
 }
 
-/* s[t·lds] = scale · Σ_c x[c]·k[t·ldk + c]; the gaps of lds = 2 untouched;
- * k as fp32, or (bf16) as bf16 bits */
-static void make_dot_rows_any(op_case *c, int i, dtx_rng *r, int bf16) {
-    int64_t n = ROWS_N[i % 6], d = ROWS_D[i / 6 % 6], lds = 1 + i / 36, ldk = d + 3;
-    float *x = randf(r, d, 1), *k = randf(r, n * ldk, 1);
+/* The columns of m slices of width d in rows of two slices: slice i at
+ * (i % 2)·d, moved on by one value from the third on (unaligned, and two
+ * query sub-heads on one key sub-head, as GQA's), in[3] of the case. */
+static int64_t *slice_offsets(int64_t m, int64_t d) {
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)m);
+    for (int64_t i = 0; i < m; i++) off[i] = (i % 2) * d + i / 2;
+    return off;
+}
+
+/* s[i·lds + t] = scale · Σ_c x[i·d + c]·k[t·ldk + off[i] + c] for m = 1 or 3
+ * query sub-heads; the gaps of lds = n + 2 untouched; k as fp32, or (bf16)
+ * as bf16 bits */
+static void make_dot_heads_any(op_case *c, int i, dtx_rng *r, int bf16) {
+    int64_t n = ROWS_N[i % 6], d = ROWS_D[i / 6 % 6], m = i / 36 ? 3 : 1, lds = n + 2 * (i / 36),
+            ldk = 2 * d + 3;
+    float *x = randf(r, m * d, 1), *k = randf(r, n * ldk, 1);
+    int64_t *off = slice_offsets(m, d);
     if (bf16) c->in[2] = to_bf16_rows(k, n * ldk);
-    c->in[0] = x, c->in[1] = k, c->d[0] = n, c->d[1] = d, c->d[2] = lds, c->d[3] = ldk, c->scale = 0.125f;
-    outputs(c, n * lds);
-    for (int64_t t = 0; t < n; t++) {
-        double s = 0, m = 0;
-        for (int64_t j = 0; j < d; j++) s += (double)x[j] * k[t * ldk + j], m += fabs((double)x[j] * k[t * ldk + j]);
-        c->want[t * lds] = 0.125 * s, c->mag[t * lds] = 0.125 * m;
-    }
-    snprintf(c->what, sizeof c->what, "n %lld d %lld lds %lld", (long long)n, (long long)d, (long long)lds);
+    c->in[0] = x, c->in[1] = k, c->in[3] = off;
+    c->d[0] = n, c->d[1] = d, c->d[2] = lds, c->d[3] = ldk, c->d[4] = m, c->scale = 0.125f;
+    outputs(c, m * lds);
+    for (int64_t q = 0; q < m; q++)
+        for (int64_t t = 0; t < n; t++) {
+            double s = 0, a = 0;
+            for (int64_t j = 0; j < d; j++) {
+                double v = (double)x[q * d + j] * k[t * ldk + off[q] + j];
+                s += v, a += fabs(v);
+            }
+            c->want[q * lds + t] = 0.125 * s, c->mag[q * lds + t] = 0.125 * a;
+        }
+    snprintf(c->what, sizeof c->what, "n %lld d %lld m %lld lds %lld", (long long)n, (long long)d, (long long)m,
+             (long long)lds);
 }
-static void make_dot_rows(op_case *c, int i, dtx_rng *r) { make_dot_rows_any(c, i, r, 0); }
-static void make_dot_rows_bf16(op_case *c, int i, dtx_rng *r) { make_dot_rows_any(c, i, r, 1); }
-static void run_dot_rows(const dtx_simd_ops *o, const op_case *c, float *out) {
-    o->dot_rows(out, c->d[2], c->in[0], c->in[1], c->d[3], c->d[0], c->d[1], c->scale);
+static void make_dot_heads(op_case *c, int i, dtx_rng *r) { make_dot_heads_any(c, i, r, 0); }
+static void make_dot_heads_bf16(op_case *c, int i, dtx_rng *r) { make_dot_heads_any(c, i, r, 1); }
+static void run_dot_heads(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->dot_heads(out, c->d[2], c->in[0], c->d[1], c->d[4], c->in[3], c->in[1], c->d[3], c->d[0], c->scale);
 }
-static void run_dot_rows_bf16(const dtx_simd_ops *o, const op_case *c, float *out) {
-    o->dot_rows_bf16(out, c->d[2], c->in[0], c->in[2], c->d[3], c->d[0], c->d[1], c->scale);
+static void run_dot_heads_bf16(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->dot_heads_bf16(out, c->d[2], c->in[0], c->d[1], c->d[4], c->in[3], c->in[2], c->d[3], c->d[0], c->scale);
 }
 
 static const int64_t AXPY_N[] = {1, 5, 16}, AXPY_W[] = {1, 7, 32, 64, 100, 128};
 
-/* y[c] += Σ_t p[t]·v[t·ldv + c] for c < w; the 3 values past w untouched */
-static void make_axpy_rows_any(op_case *c, int i, dtx_rng *r, int bf16) {
-    int64_t n = AXPY_N[i % 3], w = AXPY_W[i / 3], ldv = w + 5;
-    float *p = randf(r, n, 1), *v = randf(r, n * ldv, 1);
+/* y[i·w + c] += Σ_t p[i·ldp + t]·v[t·ldv + off[i] + c] for m = 1 or 3 heads,
+ * c < w; the 3 values past m·w untouched */
+static void make_axpy_heads_any(op_case *c, int i, dtx_rng *r, int bf16) {
+    int64_t n = AXPY_N[i % 3], w = AXPY_W[i / 3 % 6], m = i / 18 ? 3 : 1, ldp = n + 2, ldv = 2 * w + 5;
+    float *p = randf(r, m * ldp, 1), *v = randf(r, n * ldv, 1);
+    int64_t *off = slice_offsets(m, w);
     if (bf16) c->in[2] = to_bf16_rows(v, n * ldv);
-    c->in[0] = p, c->in[1] = v, c->d[0] = n, c->d[1] = w, c->d[2] = ldv;
-    outputs(c, w + 3);
-    for (int64_t j = 0; j < w; j++) {
-        c->init[j] = (float)dtx_rng_normal(r);
-        double s = c->init[j], m = fabs(s);
-        for (int64_t t = 0; t < n; t++) s += (double)p[t] * v[t * ldv + j], m += fabs((double)p[t] * v[t * ldv + j]);
-        c->want[j] = s, c->mag[j] = m;
-    }
-    snprintf(c->what, sizeof c->what, "n %lld w %lld", (long long)n, (long long)w);
+    c->in[0] = p, c->in[1] = v, c->in[3] = off;
+    c->d[0] = n, c->d[1] = w, c->d[2] = ldv, c->d[3] = ldp, c->d[4] = m;
+    outputs(c, m * w + 3);
+    for (int64_t q = 0; q < m; q++)
+        for (int64_t j = 0; j < w; j++) {
+            float *y0 = c->init + q * w + j;
+            *y0 = (float)dtx_rng_normal(r);
+            double s = *y0, a = fabs(s);
+            for (int64_t t = 0; t < n; t++) {
+                double u = (double)p[q * ldp + t] * v[t * ldv + off[q] + j];
+                s += u, a += fabs(u);
+            }
+            c->want[q * w + j] = s, c->mag[q * w + j] = a;
+        }
+    snprintf(c->what, sizeof c->what, "n %lld w %lld m %lld", (long long)n, (long long)w, (long long)m);
 }
-static void make_axpy_rows(op_case *c, int i, dtx_rng *r) { make_axpy_rows_any(c, i, r, 0); }
-static void make_axpy_rows_bf16(op_case *c, int i, dtx_rng *r) { make_axpy_rows_any(c, i, r, 1); }
-static void run_axpy_rows(const dtx_simd_ops *o, const op_case *c, float *out) {
-    o->axpy_rows(out, c->d[1], c->in[0], c->in[1], c->d[2], c->d[0]);
+static void make_axpy_heads(op_case *c, int i, dtx_rng *r) { make_axpy_heads_any(c, i, r, 0); }
+static void make_axpy_heads_bf16(op_case *c, int i, dtx_rng *r) { make_axpy_heads_any(c, i, r, 1); }
+static void run_axpy_heads(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->axpy_heads(out, c->d[1], c->in[0], c->d[3], c->d[4], c->in[3], c->in[1], c->d[2], c->d[0]);
 }
-static void run_axpy_rows_bf16(const dtx_simd_ops *o, const op_case *c, float *out) {
-    o->axpy_rows_bf16(out, c->d[1], c->in[0], c->in[2], c->d[2], c->d[0]);
+static void run_axpy_heads_bf16(const dtx_simd_ops *o, const op_case *c, float *out) {
+    o->axpy_heads_bf16(out, c->d[1], c->in[0], c->d[3], c->d[4], c->in[3], c->in[2], c->d[2], c->d[0]);
 }
 
 /* The last two: wider than the AVX-512 BF16 kernel's copy of x, and an x
@@ -473,10 +499,10 @@ static void run_bf16_gemm(const dtx_simd_ops *o, const op_case *c, float *out) {
 /* ------------------------------------------------------------ the table and its one loop */
 
 static const op_entry OPS[] = {
-    {"dot_rows", 72, make_dot_rows, run_dot_rows, 1e-6},
-    {"axpy_rows", 18, make_axpy_rows, run_axpy_rows, 1e-6},
-    {"dot_rows_bf16", 72, make_dot_rows_bf16, run_dot_rows_bf16, 1e-6},
-    {"axpy_rows_bf16", 18, make_axpy_rows_bf16, run_axpy_rows_bf16, 1e-6},
+    {"dot_heads", 72, make_dot_heads, run_dot_heads, 1e-6},
+    {"axpy_heads", 36, make_axpy_heads, run_axpy_heads, 1e-6},
+    {"dot_heads_bf16", 72, make_dot_heads_bf16, run_dot_heads_bf16, 1e-6},
+    {"axpy_heads_bf16", 36, make_axpy_heads_bf16, run_axpy_heads_bf16, 1e-6},
     {"gemv", GEMV_CASES, make_gemv, run_gemv, 1e-6},
     {"gemv_bf16", GEMV_CASES, make_gemv_bf16, run_gemv_bf16, 1e-6},
     {"gemv_q8", Q_CASES, make_gemv_q8, run_gemv_q8, 1e-6},
