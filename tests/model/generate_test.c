@@ -470,15 +470,20 @@ TEST(generate_dtx_sample_greedy_matches_recomputation) {
  * widened, at every ISA level. */
 TEST(generate_attention_decode_matches_forward_last_row) {
     /* 700 rows: the heads over the threads; 2100 (a layer's keys past 1 MiB), two variants: the rows in
-     * chunks, the 32 chunks' cap, each a multiple of 16 rows */
-    for (int run = 0; run < 10; run++) {
-        const int64_t LEN = run < 8 ? 700 : 2100;
-        const int variant = run < 8 ? run : run - 8;
+     * chunks, the 32 chunks' cap, each a multiple of 16 rows; the last two runs with 72 DIFF heads on 36
+     * (144 query sub-heads and 72 heads' values: past the 64 one walk over the rows takes, so the rows are
+     * walked again), 200 rows and 300 (chunked: 4608-byte key rows) */
+    for (int run = 0; run < 12; run++) {
+        const int64_t LEN = run == 10 ? 200 : run == 11 ? 300 : run < 8 ? 700 : 2100;
+        const int variant = run < 8 ? run : run < 10 ? run - 8 : 3, many = run >= 10;
         int diff = variant & 1, gqa = (variant >> 1) & 1, sl = variant >> 2 ? !diff : diff;
-        dtx_attn_dims a = {.run.impl = DTX_ATTN_PLAIN, .geom.B = 1, .geom.T = LEN, .geom.n_heads = diff ? 4 : 8,
-                           .geom.n_kv_heads = gqa ? 2 : (diff ? 4 : 8), .geom.head_dim = 16, .arch.diff = diff, .arch.subln = sl,
-                           .arch.lambda = 0.37, .arch.lambda_init = 0.2, .arch.eps = 1e-5};
-        int64_t NQ = (diff ? 2 : 1) * a.geom.n_heads, D = NQ * 16, KV = (diff ? 2 : 1) * a.geom.n_kv_heads * 16;
+        const int64_t hd = 16;
+        dtx_attn_dims a = {.run.impl = DTX_ATTN_PLAIN, .geom.B = 1, .geom.T = LEN,
+                           .geom.n_heads = many ? 72 : diff ? 4 : 8,
+                           .geom.n_kv_heads = many ? 36 : gqa ? 2 : (diff ? 4 : 8), .geom.head_dim = hd,
+                           .arch.diff = diff, .arch.subln = sl, .arch.lambda = 0.37, .arch.lambda_init = 0.2,
+                           .arch.eps = 1e-5};
+        int64_t NQ = (diff ? 2 : 1) * a.geom.n_heads, D = NQ * hd, KV = (diff ? 2 : 1) * a.geom.n_kv_heads * hd;
         real *q = malloc((size_t)(LEN * D) * sizeof(real)), *k = malloc((size_t)(LEN * KV) * sizeof(real));
         real *v = malloc((size_t)(LEN * KV) * sizeof(real)), *ref = malloc((size_t)(LEN * D) * sizeof(real));
         real *att = malloc(dtx_attention_att_size(&a) * sizeof(real));
@@ -486,7 +491,7 @@ TEST(generate_attention_decode_matches_forward_last_row) {
         real *o2 = malloc((dtx_attention_o_size(&a) + 1) * sizeof(real));
         real *rs = malloc((dtx_attention_rstd_size(&a) + 1) * sizeof(real));
         real *scratch = malloc(dtx_attention_decode_scratch_size(&a, LEN) * sizeof(real));
-        real gamma[32], out1[128], out2[128];
+        real gamma[32], out1[2304], out2[2304];
         REQUIRE(q && k && v && ref && att && o1 && o2 && rs && scratch);
         dtx_rng r;
         dtx_rng_seed(&r, 40 + (uint64_t)(2 * diff + gqa));
