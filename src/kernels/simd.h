@@ -78,7 +78,7 @@ typedef struct {
  * attention's walks fetch the next row this way while they read this one:
  * with a score's or weighted value's arithmetic between the loads, the
  * core's window reaches about one 3 KiB row ahead, too little to keep a
- * stream from memory going (Zen 5, 2 threads: 35-43 GB/s without, 62-73
+ * stream from memory going (Zen 5, 2 threads: 31-43 GB/s without, 56-73
  * with, whatever the distance from 1 to 8 rows). A prefetch never faults,
  * so one past a buffer's end is harmless. */
 static inline void dtx_prefetch_span(const void *p, int64_t bytes) {

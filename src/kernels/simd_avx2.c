@@ -366,15 +366,16 @@ AVX2_FN static void dot_rows_f32(float *s, int64_t lds, const float *x, const fl
 
 /* The cached attention's walks (kernels.h: dtx_dot_heads, dtx_axpy_heads):
  * the rows in order, each row's slices in turn, so the cache is read as one
- * stream. Why not a block of rows one head's slice at a time (8 rows in 8
- * accumulators, as DOT_ROWS_BODY): each slice of a row is then a short
- * stream of its own, 16 of them side by side, which the hardware
+ * stream, and the next row prefetched into L1 while this one is read
+ * (dtx_prefetch_span). Why not a block of rows one head's slice at a time
+ * (8 rows in 8 accumulators, as DOT_ROWS_BODY): each slice of a row is then
+ * a short stream of its own, 16 of them side by side, which the hardware
  * prefetchers do not follow (Zen 5, 2 threads, 12 layers of 800 cached
- * rows of 3 KiB between 6 MB weight streams: 35-38 GB/s against 54-64 for
- * the rows in order; the weights' own stream 62-92). A score is a dot of
- * d values in two accumulators, then their lanes summed; a weighted value
- * is y loaded, one FMA per row, stored (the rows added in order: the same
- * bits whatever the width). W, LOAD and MASKLOAD as DOT_ROWS_BODY's. */
+ * rows of 3 KiB between 6 MB weight streams: 35-38 GB/s, against 56-62 for
+ * the rows in order with the prefetch; without it 31-43). A score is a dot
+ * of d values in two accumulators, then their lanes summed; a weighted
+ * value is y loaded, one FMA per row, stored (the rows added in order: the
+ * same bits whatever the width). W, LOAD and MASKLOAD as DOT_ROWS_BODY's. */
 #define DOT_HEADS_BODY(W, LOAD, MASKLOAD)                                                                    \
     const __m256i mt = lanes8(d % 8);                                                                        \
     for (int64_t t = 0; t < n; t++) {                                                                        \

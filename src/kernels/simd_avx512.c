@@ -257,10 +257,13 @@ static void gemv_q8a8_avx512(float *out, const int8_t *xq, float xscale, const i
  * dtx_axpy_heads; simd_avx2.c says why the rows go in order): a score in two
  * zmm accumulators over d, the last vector masked, the lanes summed
  * (_mm512_reduce_add_ps); a weighted value y loaded, one FMA per row,
- * stored. On Zen 5 (2 threads, 12 layers of 800 cached rows of 3 KiB
- * between 6 MB weight streams, alternated runs) the scores read 54-64 GB/s
- * in zmm against 37-46 in AVX2's ymm, whose eight-lane sums cost more per
- * row. bf16 rows widened exactly as loaded: the same bits as fp32 ones. */
+ * stored; the next row prefetched (dtx_prefetch_span). Over fp32 rows they
+ * stream as fast as AVX2's (Zen 5, 2 threads, 12 layers of 800 cached rows
+ * of 3 KiB between 6 MB weight streams: keys 60-62 against 58-62 GB/s);
+ * over bf16 rows, where the arithmetic per byte doubles, the weighted
+ * values 54 against 48-50 GB/s (the keys 36 either way: one sum of lanes
+ * per row and sub-head is what they cost). bf16 rows widened exactly as
+ * loaded: the same bits as fp32 ones. */
 AVX512_INLINE __m512 load16_f32(const float *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 AVX512_INLINE __m512 load16_bf16(const uint16_t *p, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
