@@ -69,13 +69,18 @@ enum { BLOCK_ROWS = 16 };
 
 enum { CHUNK_MIN_ROWS = 64, MAX_CHUNKS = 32 };
 
-/* From a layer's keys of 1 MiB (past the L2 of one core): below it the rows
- * come from the caches whoever reads them, and the heads' split is the
- * faster (one region, no barrier; 110M DIFF at 8-268 cached rows, Zen 5:
- * the chunks 2% slower, at 512-1700 rows 5-10% faster). */
+/* From a layer's keys of 256 KiB and two chunks' rows: the heads' split
+ * (each thread a slice of every row, one region, no barrier) below. Since
+ * the walks read the rows as one stream with the next row prefetched, the
+ * chunks measure faster from there (Zen 5, 2026-12-05, alternated runs of
+ * 300 steps from 28 to 328 cached rows: the 110M w4a16 file's attention
+ * 0.12 s against 0.15-0.16 with a 1 MiB threshold, the 0.8B w4a16 file's
+ * 0.18 against 0.22-0.24; at 512 to 812 rows the heads' split took twice
+ * the chunks' time). Fewer than two chunks would leave a thread idle. */
+enum { CHUNKED_MIN_BYTES = 256 << 10 };
 static int decode_chunked(const dtx_attn_dims *a, int64_t len) {
     const int64_t ks = (a->arch.diff ? 2 : 1) * a->geom.n_kv_heads * a->geom.head_dim;
-    return !a->run.quant_bits && len * ks * (int64_t)sizeof(real) >= ((int64_t)1 << 20);
+    return !a->run.quant_bits && len >= 2 * CHUNK_MIN_ROWS && len * ks * (int64_t)sizeof(real) >= CHUNKED_MIN_BYTES;
 }
 
 static void chunking(int64_t len, int64_t *n, int64_t *per) {

@@ -469,12 +469,13 @@ TEST(generate_dtx_sample_greedy_matches_recomputation) {
  * cache's rows (dtx_attention_decode_bf16) it gives the bits of those rows
  * widened, at every ISA level. */
 TEST(generate_attention_decode_matches_forward_last_row) {
-    /* 700 rows: the heads over the threads; 2100 (a layer's keys past 1 MiB), two variants: the rows in
-     * chunks, the 32 chunks' cap, each a multiple of 16 rows; the last two runs with 72 DIFF heads on 36
-     * (144 query sub-heads and 72 heads' values: past the 64 one walk over the rows takes, so the rows are
-     * walked again), 200 rows and 300 (chunked: 4608-byte key rows) */
+    /* 400 rows: the heads over the threads (a layer's keys under 256 KiB); 2100, two variants: the rows
+     * in chunks, the 32 chunks' cap, each a multiple of 16 rows; the last two runs with 72 DIFF heads on
+     * 36 (144 query sub-heads and 72 heads' values: past the 64 one walk over the rows takes, so the rows
+     * are walked again), 100 rows (the heads: fewer than two chunks' rows) and 300 (chunked: 4608-byte
+     * key rows) */
     for (int run = 0; run < 12; run++) {
-        const int64_t LEN = run == 10 ? 200 : run == 11 ? 300 : run < 8 ? 700 : 2100;
+        const int64_t LEN = run == 10 ? 100 : run == 11 ? 300 : run < 8 ? 400 : 2100;
         const int variant = run < 8 ? run : run < 10 ? run - 8 : 3, many = run >= 10;
         int diff = variant & 1, gqa = (variant >> 1) & 1, sl = variant >> 2 ? !diff : diff;
         const int64_t hd = 16;
