@@ -187,10 +187,13 @@ typedef struct {
 #define DTX_FLAG_PRECISION(p)                                                                               \
     DTX_FLAG_CHOICE("--precision", p, "fp32|bf16",                                                           \
                     .help = "matrix products in fp32 (default), or with bf16 operands and fp32 accumulation")
+/* The choice's index: 0 auto (dtx_kv_type_for), 1 fp32, 2 bf16 (DTX_KV_CHOICE_TYPE). */
 #define DTX_FLAG_KV_CACHE(p)                                                                                \
-    DTX_FLAG_CHOICE("--kv-cache", p, "fp32|bf16",                                                            \
-                    .help = "the KV cache's keys and values in fp32 (default), or in bf16: half its memory and of "  \
-                            "the bytes a decode step reads from it, the values rounded (docs/generate.md)")
+    DTX_FLAG_CHOICE("--kv-cache", p, "auto|fp32|bf16",                                                       \
+                    .help = "the KV cache's keys and values in bf16 (half its memory and of the bytes a decode "    \
+                            "step reads from it, the values rounded) or fp32; auto (default): bf16 for bf16 or "   \
+                            "quantised weights, fp32 for fp32 ones (docs/generate.md)")
+#define DTX_KV_CHOICE_TYPE(m, choice) ((choice) == 0 ? dtx_kv_type_for(m) : (dtx_kv_type)((choice)-1))
 #define DTX_FLAG_ATTN_BITS(p)                                                                               \
     DTX_FLAG_INT("--attn-bits", p, 0, 16, .metavar = "B",                                                  \
                  .help = "quantise the attention logits to B bits, 2..16 (dynamic absmax); 0 = off (default)")
@@ -1156,6 +1159,12 @@ dtx_kv_type dtx_kvcache_type(const dtx_kvcache *c);
 /* "fp32" / "bf16" (a flag's value) to a type; an error names anything else. */
 dtx_status dtx_kv_type_parse(const char *s, dtx_kv_type *out);
 const char *dtx_kv_type_name(dtx_kv_type t);
+/* The cache type difftx's commands and Python package take unless told
+ * (docs/generate.md, "Which cache"): bf16 for a model whose weights are bf16
+ * used in place or quantised, which round each weight at least as coarsely
+ * as a bf16 cache rounds a key or value; fp32 for fp32 weights, and when the
+ * attention logits are quantised (which a bf16 cache cannot run). */
+dtx_kv_type dtx_kv_type_for(const dtx_model *m);
 void dtx_kvcache_free(dtx_kvcache *c);
 /* Forgets the cached tokens (len = 0); keeps the memory. */
 void dtx_kvcache_reset(dtx_kvcache *c);

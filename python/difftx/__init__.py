@@ -375,16 +375,19 @@ class Model(_Owned):
                                   out.ctypes.data_as(ctypes.POINTER(ctypes.c_double)))
         return out
 
-    def generate(self, ids, max_tokens, temperature=0.8, top_k=0, top_p=1.0, seed=1, eos=None, kv_cache="fp32"):
+    def generate(self, ids, max_tokens, temperature=0.8, top_k=0, top_p=1.0, seed=1, eos=None, kv_cache="auto"):
         """Continues ids with up to max_tokens sampled ids, yielded one by
         one (a KV cache; prefill, then one decode step per id). temperature
         <= 0: greedy. Stops early at max_seq_len, or when the id eos is drawn
         (not yielded). The same arguments give the ids of `difftx sample`
-        (top_k 0, top_p 1) and of dtx_sample. kv_cache "bf16" keeps the
-        cache's keys and values in bf16 (half the memory, rounded:
-        docs/generate.md)."""
+        (top_k 0, top_p 1) and of dtx_sample with kv_cache "fp32".
+        kv_cache "bf16" keeps the cache's keys and values in bf16 (half the
+        memory, rounded: docs/generate.md); "auto" (the default, as the
+        commands) is bf16 for bf16 or quantised weights, fp32 for fp32 ones."""
         prompt = _ids(ids)
         kv = _choice("kv_cache", kv_cache, _lib.KV_CACHE)
+        if kv < 0:
+            kv = L.dtx_kv_type_for(self._handle())
         s = _lib.Sampler(float(temperature), int(top_k), float(top_p), int(seed))
         L.dtx_sampler_validate(ctypes.byref(s))
         return _Generation(self, prompt, int(max_tokens), s, eos, kv)

@@ -172,7 +172,7 @@ class RunOptions(ctypes.Structure):
 
 ARCH = {"diff": 0, "transformer": 1, "diff2": 2}
 PRECISION = {"fp32": 0, "bf16": 1}
-KV_CACHE = {"fp32": 0, "bf16": 1}
+KV_CACHE = {"auto": -1, "fp32": 0, "bf16": 1}  # auto: dtx_kv_type_for
 MAPS = {"first": 0, "second": 1, "combined": 2}
 WQUANT = {"w8a16": 1, "w8a8": 2, "w4a16": 3}
 CALIB = {"absmax": 0, "percentile": 1, "mse": 2}
@@ -263,6 +263,7 @@ _proto("dtx_quant_options_default", QuantOptions, c_int)
 _proto("dtx_model_weight_bytes", c_size_t, _H)
 _proto("dtx_kvcache_init", _S, P(_H), _H, c_int64)
 _proto("dtx_kvcache_init_type", _S, P(_H), _H, c_int64, c_int)
+_proto("dtx_kv_type_for", c_int, _H)
 _proto("dtx_kvcache_free", None, _H)
 _proto("dtx_kvcache_len", c_int64, _H)
 _proto("dtx_kvcache_max_len", c_int64, _H)

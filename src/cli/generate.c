@@ -18,7 +18,7 @@ static const char *CMD = "generate";
 static const char USAGE[] =
     "usage: difftx generate --model MODEL.safetensors --tokenizer TOK [--prompt TEXT]\n"
     "                       [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]\n"
-    "                       [--seed S] [--precision fp32|bf16] [--kv-cache fp32|bf16]\n"
+    "                       [--seed S] [--precision fp32|bf16] [--kv-cache auto|fp32|bf16]\n"
     "                       [--no-bos] [--special]\n"
     "\n"
     "Continues a text prompt (--prompt, or all of stdin, bytes as they are) and\n"
@@ -107,7 +107,7 @@ static int generate(dtx_model *m, const dtx_tokenizer *t, const gen_args *a, con
     dtx_kvcache *cache = NULL;
     dtx_real *logits = malloc((size_t)V * sizeof *logits);
     if (!logits) return runtime_error(CMD, "out of memory");
-    if (dtx_kvcache_init_type(&cache, m, end - 1, (dtx_kv_type)a->kv_cache) != DTX_OK) {
+    if (dtx_kvcache_init_type(&cache, m, end - 1, DTX_KV_CHOICE_TYPE(m, a->kv_cache)) != DTX_OK) {
         free(logits);
         return lib_error(CMD);
     }
@@ -135,15 +135,17 @@ static int generate(dtx_model *m, const dtx_tokenizer *t, const gen_args *a, con
         decoded++;
         t2 = dtx_now_s();
     }
+    const dtx_kv_type kvt = dtx_kvcache_type(cache);
     dtx_kvcache_free(cache);
     free(logits);
     if (rc != EXIT_OK) return rc;
     if (last != '\n' && isatty(STDOUT_FILENO)) putchar('\n');
     if ((rc = finish_stdout(CMD)) != EXIT_OK) return rc;
     double pre_ms = (t1 - t0) * 1e3, dec_ms = (t2 - t1) * 1e3;
-    fprintf(stderr, "prefill: %lld tokens in %.1f ms (%.1f tok/s); decode: %lld tokens in %.1f ms (%.1f tok/s)\n",
+    fprintf(stderr,
+            "prefill: %lld tokens in %.1f ms (%.1f tok/s); decode: %lld tokens in %.1f ms (%.1f tok/s); KV cache %s\n",
             (long long)n, pre_ms, pre_ms > 0 ? n / (pre_ms * 1e-3) : 0.0, (long long)decoded, dec_ms,
-            dec_ms > 0 ? decoded / (dec_ms * 1e-3) : 0.0);
+            dec_ms > 0 ? decoded / (dec_ms * 1e-3) : 0.0, dtx_kv_type_name(kvt));
     return EXIT_OK;
 }
 

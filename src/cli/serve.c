@@ -20,7 +20,7 @@ static const char *CMD = "serve";
 static const char USAGE[] =
     "usage: difftx serve --model MODEL --tokenizer TOK [--host 127.0.0.1] [--port 8080]\n"
     "                    [--slots N] [--ctx N] [--api-key KEY] [--compare MODEL2]\n"
-    "                    [--precision fp32|bf16] [--kv-cache fp32|bf16] [--max-body BYTES]\n"
+    "                    [--precision fp32|bf16] [--kv-cache auto|fp32|bf16] [--max-body BYTES]\n"
     "                    [--timeout S]\n"
     "\n"
     "Serves MODEL over HTTP: the OpenAI API (POST /v1/completions,\n"
@@ -48,7 +48,7 @@ static const char *base_name(const char *p) {
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *tokenizer = NULL, *host = "127.0.0.1", *api_key = NULL, *compare = NULL;
     int64_t port = 8080, slots = 4, ctx = 0, max_body = 1 << 20, timeout = 30;
-    int precision = DTX_PREC_FP32, kv_cache = DTX_KV_FP32;
+    int precision = DTX_PREC_FP32, kv_cache = 0; /* auto */
     flag fl[] = {
         DTX_FLAG_MODEL(&model),
         FLAG_TOKENIZER_FILE(&tokenizer),
@@ -100,7 +100,7 @@ int cmd_serve(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     if (rc == EXIT_OK) {
-        srv_engine_options eo = {.slots = (int)slots, .ctx = ctx ? ctx : max_len, .kv = (dtx_kv_type)kv_cache};
+        srv_engine_options eo = {.slots = (int)slots, .ctx = ctx ? ctx : max_len, .kv = DTX_KV_CHOICE_TYPE(m, kv_cache)};
         if (!(e = srv_engine_create(m, t, &eo))) rc = runtime_error(CMD, "%s", srv_last_error());
     }
     if (rc == EXIT_OK) {

@@ -351,6 +351,11 @@ static dtx_status check_shape(const dtx_model *m, const dtx_kvcache *c) {
 
 const char *dtx_kv_type_name(dtx_kv_type t) { return t == DTX_KV_BF16 ? "bf16" : t == DTX_KV_FP32 ? "fp32" : "unknown"; }
 
+dtx_kv_type dtx_kv_type_for(const dtx_model *m) {
+    if (!m || m->attn_quant_bits) return DTX_KV_FP32;
+    return m->wquant != DTX_WQ_NONE || m->in_place ? DTX_KV_BF16 : DTX_KV_FP32;
+}
+
 dtx_status dtx_kv_type_parse(const char *s, dtx_kv_type *out) {
     if (s && !strcmp(s, "fp32")) *out = DTX_KV_FP32;
     else if (s && !strcmp(s, "bf16")) *out = DTX_KV_BF16;

@@ -108,7 +108,7 @@ static const char *random_model(const char *name, int64_t vocab, int64_t max_seq
     return st == DTX_OK ? p : NULL;
 }
 
-/* The "prefill: N tokens ...; decode: M tokens ..." line holds these counts. */
+/* The "prefill: N tokens ...; decode: M tokens ...; KV cache T" line holds these counts. */
 static int summary(long prefill, long decode) {
     char want[96];
     snprintf(want, sizeof want, "prefill: %ld tokens in ", prefill);
@@ -116,7 +116,7 @@ static int summary(long prefill, long decode) {
     if (!p) return 0;
     snprintf(want, sizeof want, " tok/s); decode: %ld tokens in ", decode);
     p = strstr(p, want);
-    return p && strstr(p, " tok/s)\n") != NULL;
+    return p && strstr(p, " tok/s); KV cache ") != NULL;
 }
 
 TEST(generate_cli_continues_the_memorised_sentence) {
@@ -151,8 +151,16 @@ TEST(generate_cli_continues_the_memorised_sentence) {
     /* a bf16 KV cache: the memorised text still */
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --temperature 0 --kv-cache bf16", mp, tok_path);
     CHECKF(rc == 0 && strncmp(cli_out, " sat on the mat.prefill: ", 25) == 0, "kv-cache bf16: %d %s", rc, cli_out);
+    CHECKF(cli_has("KV cache bf16"), "kv-cache bf16: the summary does not say so: %s", cli_out);
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --kv-cache fp16", mp, tok_path);
     CHECKF(rc == 2 && cli_has("--kv-cache"), "kv-cache fp16: %d %s", rc, cli_out);
+    /* auto, the default: an fp32 model's cache is fp32 (dtx_kv_type_for; bf16 and quantised weights:
+     * tests/model/in_place_test.c) */
+    rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --temperature 0 --kv-cache auto", mp, tok_path);
+    CHECKF(rc == 0 && strncmp(cli_out, " sat on the mat.prefill: ", 25) == 0 && cli_has("KV cache fp32"),
+           "kv-cache auto: %d %s", rc, cli_out);
+    rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --temperature 0", mp, tok_path);
+    CHECKF(rc == 0 && cli_has("KV cache fp32"), "kv-cache default: %d %s", rc, cli_out);
     /* a low temperature with top-k / top-p still follows the memorised text */
     rc = cli("generate --model '%s' --tokenizer '%s' --prompt 'the cat' --temperature 0.3 --top-k 3 --top-p 0.9 "
              "--seed 4",

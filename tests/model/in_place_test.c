@@ -441,3 +441,27 @@ TEST(in_place_copy_begins_after_the_first_step) {
     dtx_kvcache_free(kv);
     dtx_model_free(m);
 }
+
+/* The KV cache type the commands take unless told (dtx_kv_type_for): bf16
+ * for weights used in place from a BF16 file or quantised, fp32 for fp32
+ * weights (a fresh model, a BF16 file copied into fp32 at open) and for
+ * quantised attention logits, which a bf16 cache cannot run. */
+TEST(in_place_kv_cache_type_follows_the_weights) {
+    const char *path = saved_bf16(DTX_ARCH_DIFF, 3, "kvtype_bf16.safetensors");
+    REQUIRE(path);
+    dtx_config c = config(DTX_ARCH_DIFF);
+    dtx_model *fresh = NULL, *in_place = open_file(path, 0), *copied = open_file(path, 1);
+    REQUIRE(dtx_model_init(&fresh, &c, 3) == DTX_OK && in_place && copied);
+    CHECK(dtx_kv_type_for(fresh) == DTX_KV_FP32);
+    CHECK(dtx_model_weights_in_place(in_place) && dtx_kv_type_for(in_place) == DTX_KV_BF16);
+    CHECK(!dtx_model_weights_in_place(copied) && dtx_kv_type_for(copied) == DTX_KV_FP32);
+    CHECK(dtx_kv_type_for(NULL) == DTX_KV_FP32);
+    REQUIRE(dtx_model_set_attention_quant(in_place, 8, DTX_QUANT_ROW) == DTX_OK);
+    CHECK(dtx_kv_type_for(in_place) == DTX_KV_FP32);
+    int32_t tok[2 * SEQ];
+    for (int i = 0; i < 2 * SEQ; i++) tok[i] = (int32_t)((i * 7 + 1) % VOCAB);
+    dtx_quant_options o = dtx_quant_options_default(DTX_WQ_W8A16);
+    REQUIREF(dtx_model_quantize(fresh, &o, tok, 2, SEQ, NULL) == DTX_OK, "%s", dtx_last_error());
+    CHECK(dtx_kv_type_for(fresh) == DTX_KV_BF16);
+    dtx_model_free(fresh), dtx_model_free(in_place), dtx_model_free(copied);
+}

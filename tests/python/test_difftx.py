@@ -222,6 +222,9 @@ def generate_is_the_command_sample():
     # a bf16 KV cache generates as long (its ids may differ: rounded keys and values); a type it lacks is refused
     assert len(list(m.generate(prompt, 100, temperature=0, kv_cache="bf16"))) == maxlen - len(prompt)
     raises(difftx.ArgumentError, m.generate, prompt, 3, kv_cache="fp16", contains="kv_cache")
+    # auto, the default, is fp32 for this fp32 model (bf16 for bf16 or quantised weights: dtx_kv_type_for)
+    assert greedy == list(m.generate(prompt, 5, temperature=0, kv_cache="fp32"))
+    assert greedy == list(m.generate(prompt, 5, temperature=0, kv_cache="auto"))
 
 
 @test
