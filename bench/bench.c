@@ -1396,15 +1396,18 @@ typedef struct {
     double decode_tok_s, bytes_tok, bw, frac; /* medians of the rounds (bytes_tok: the middle round's) */
     double bw_lo, bw_hi;                       /* the bandwidth's spread over the rounds */
     char weights[16];
+    char kv[8]; /* the KV cache's type ("fp32", "bf16") */
 } file_result;
 
-/* --model-child PATH [fp32|bf16]: prints "ok" and the numbers, or "err
- * MESSAGE"; the KV cache in the type given (fp32 by default). */
+/* --model-child PATH [auto|fp32|bf16]: prints "ok" and the numbers, or "err
+ * MESSAGE"; the KV cache in the type given, auto by default (what the
+ * commands take: dtx_kv_type_for). */
 static int model_child_main(int argc, char **argv) {
     if (argc != 3 && argc != 4) return printf("err --model-child needs a path (and a KV cache type)\n"), 2;
     const char *path = argv[2];
     dtx_kv_type kvt = DTX_KV_FP32;
-    if (argc == 4 && dtx_kv_type_parse(argv[3], &kvt)) return printf("err %s\n", dtx_last_error()), 2;
+    const int kv_auto = argc == 3 || !strcmp(argv[3], "auto");
+    if (!kv_auto && dtx_kv_type_parse(argv[3], &kvt)) return printf("err %s\n", dtx_last_error()), 2;
     /* the bandwidth first, then the peak RSS reset (writing 5 to clear_refs, Linux 4.0 on): the probe's
      * arrays (3 x 256 MiB) must not count in the model's peak below */
     double bw = measure_read_bw(26, 3);
@@ -1415,6 +1418,7 @@ static int model_child_main(int argc, char **argv) {
     dtx_kvcache *kv = NULL;
     if (dtx_model_open(&m, path, DTX_PREC_BF16)) return printf("err %s\n", dtx_last_error()), 1;
     double t_load = dtx_now_s() - t0;
+    if (kv_auto) kvt = dtx_kv_type_for(m);
     const dtx_config *c = dtx_model_config(m);
     float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
     int32_t *toks = malloc(sizeof(int32_t) * FILE_CTX);
@@ -1471,10 +1475,10 @@ static int model_child_main(int argc, char **argv) {
         if (round == FILE_ROUNDS / 2) bytes_mid = bytes;
     }
     qsort(bws, FILE_ROUNDS, sizeof *bws, cmp_double); /* sorted for the spread: bws[0] .. bws[FILE_ROUNDS - 1] */
-    printf("ok %s %.4f %.4f %.4f %.4f %.4f %.4f %.1f %.3f %ld %.6e %.4f %.4f %.4f\n", wname, t_load, t_first,
+    printf("ok %s %.4f %.4f %.4f %.4f %.4f %.4f %.1f %.3f %ld %.6e %.4f %.4f %.4f %s\n", wname, t_load, t_first,
            FILE_CTX / best_prefill, median(tps, FILE_ROUNDS), bytes_mid, median(bws, FILE_ROUNDS),
            (double)dtx_model_num_params(m) / 1e9, (double)dtx_model_weight_bytes(m) / 1e9, hwm, wbytes,
-           median(fracs, FILE_ROUNDS), bws[0], bws[FILE_ROUNDS - 1]);
+           median(fracs, FILE_ROUNDS), bws[0], bws[FILE_ROUNDS - 1], dtx_kv_type_name(kvt));
     return 0;
 }
 
@@ -1509,9 +1513,9 @@ static file_result file_bench(const char *self, const char *path, const char *kv
         if (!strncmp(line, "err ", 4)) {
             line[strcspn(line, "\n")] = 0;
             snprintf(r.why, sizeof r.why, "%.190s", line + 4);
-        } else if (sscanf(line, "ok %15s %lf %lf %lf %lf %lf %lf %lf %lf %ld %lf %lf %lf %lf", r.weights, &rd[0],
+        } else if (sscanf(line, "ok %15s %lf %lf %lf %lf %lf %lf %lf %lf %ld %lf %lf %lf %lf %7s", r.weights, &rd[0],
                           &rd[1], &rd[2], &rd[3], &rd[4], &rd[5], &rd[6], &rd[7], &hwm, &wb, &rd[8], &rd[9],
-                          &rd[10]) == 14) {
+                          &rd[10], r.kv) == 15) {
             r.ok = 1;
             r.load_s = rd[0], r.first_s = rd[1], r.prefill_tok_s = rd[2], r.decode_tok_s = rd[3], r.bytes_tok = rd[4];
             r.bw = rd[5], r.params_b = rd[6], r.weights_gb = rd[7], r.rss_gb = (double)hwm * 1024 / 1e9;
@@ -1611,7 +1615,7 @@ static void usage(void) {
             "             [--openblas DIR] [--python PATH]\n"
             "             [--sections peak,gemm,train,torch,v2,attn,long,decode,serve] [--configs S,L]\n"
             "             [--models PATH,PATH,...]   (model files measured in the decode section)\n"
-            "             [--kv-cache fp32|bf16]      (their KV cache; default fp32)\n"
+            "             [--kv-cache auto|fp32|bf16] (their KV cache; default auto, as the commands)\n"
             "       bench --one S|L|S16K diff|transformer fp32|bf16 [STEPS]\n");
 }
 
@@ -1628,7 +1632,7 @@ int main(int argc, char **argv) {
     int quick = 0, tiny = 0, steps = 3, no_torch = 0, torch_full = 0;
     const char *outfile = "bench/results.md", *sections = "peak,gemm,train,torch,v2,attn,long,decode,serve";
     const char *python = "/usr/bin/python3", *script = "tools/bench_torch.py", *torch_attn = "fused";
-    const char *openblas_dir = "build/openblas", *configs = "S,L", *models = NULL, *kv_cache = "fp32";
+    const char *openblas_dir = "build/openblas", *configs = "S,L", *models = NULL, *kv_cache = "auto";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--tiny")) tiny = quick = 1;
@@ -1649,7 +1653,7 @@ int main(int argc, char **argv) {
         }
     }
     dtx_kv_type kv_type;
-    if (dtx_kv_type_parse(kv_cache, &kv_type)) { /* before any work: every model file's child would fail on it */
+    if (strcmp(kv_cache, "auto") && dtx_kv_type_parse(kv_cache, &kv_type)) { /* before any work: every child would fail on it */
         fprintf(stderr, "bench: --kv-cache: %s\n", dtx_last_error());
         return 2;
     }
@@ -2197,11 +2201,14 @@ int main(int argc, char **argv) {
                 "(VmHWM, reset after the first bandwidth measurement and read after the first round, before a second "
                 "bandwidth array could count in it), the weights' bytes what the model holds; each round's bound "
                 "is the bandwidth around it (the mean of the measurements just before and after it) ÷ the bytes a step reads (the weights as held, of an "
-                "untied embedding one row, the %s KV cache at its length). Decode tokens/s, the bandwidth and the "
+                "untied embedding one row, the KV cache at its length: %s%s). Decode tokens/s, the bandwidth and the "
                 "fraction of the bound are medians over the rounds (each its own median: the fraction is not the "
                 "ratio of the other two), the bandwidth's range beside it; the bound tokens/s is the median "
                 "bandwidth's.\n\n",
-                FILE_CTX, FILE_ROUNDS, FILE_N, kv_cache);
+                FILE_CTX, FILE_ROUNDS, FILE_N, kv_cache,
+                !strcmp(kv_cache, "auto") ? ", the commands' default: bf16 for bf16 or quantised weights, fp32 for fp32 "
+                                            "ones; each row's weights column names it"
+                                          : "");
             out("| model | weights | params | file GB | peak RSS GB | ÷ file | open s | first token s | prefill %d tok/s | "
                 "decode tok/s | bandwidth | bound tok/s | of bound |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
                 "---:|---:|---:|\n", FILE_CTX);
@@ -2214,9 +2221,9 @@ int main(int argc, char **argv) {
                     continue;
                 }
                 double bound = fr->bw * 1e9 / fr->bytes_tok;
-                out("| %s | %s | %.2fB | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.1f GB/s (%.1f–%.1f) | %.2f | "
-                    "%.0f%% |\n",
-                    base, fr->weights, fr->params_b, fr->file_gb, fr->rss_gb, fr->rss_gb / fr->file_gb, fr->load_s,
+                out("| %s | %s, %s KV | %.2fB | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.1f GB/s (%.1f–%.1f) | "
+                    "%.2f | %.0f%% |\n",
+                    base, fr->weights, fr->kv, fr->params_b, fr->file_gb, fr->rss_gb, fr->rss_gb / fr->file_gb, fr->load_s,
                     fr->first_s, fr->prefill_tok_s, fr->decode_tok_s, fr->bw, fr->bw_lo, fr->bw_hi, bound,
                     100 * fr->frac);
             }
