@@ -134,8 +134,6 @@ BF16_INLINE int x_to_bf16(uint16_t *xb, const float *x, int64_t K, int q4_order)
 
 AVX512_INLINE __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
-/* 16 bf16 values as fp32 (exact: the bits moved up by 16). */
-AVX512_INLINE __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
 
 /* ------------------------------------------------------------------ fp32 */
 

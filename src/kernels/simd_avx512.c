@@ -266,7 +266,7 @@ static void gemv_q8a8_avx512(float *out, const int8_t *xq, float xscale, const i
  * loaded: the same bits as fp32 ones. */
 AVX512_INLINE __m512 load16_f32(const float *p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
 AVX512_INLINE __m512 load16_bf16(const uint16_t *p, __mmask16 m) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+    return widen_bf16(_mm256_maskz_loadu_epi16(m, p));
 }
 #define DOT_HEADS_512(W, LOAD)                                                                                \
     const __mmask16 mt = lanes(d % 16), all = (__mmask16)0xFFFF;                                              \

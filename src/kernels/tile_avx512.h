@@ -26,6 +26,9 @@ AVX512_INLINE __mmask16 lanes(int64_t n) {
     return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
 }
 
+/* 16 bf16 values as fp32 (exact: the bits moved up by 16). */
+AVX512_INLINE __m512 widen_bf16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
 /* In-register transpose of a 16×16 block: unpack pairs of rows (ps), then
  * pairs of pairs (pd), which leaves 4×4 blocks transposed inside each
  * 128-bit lane; two rounds of lane shuffles move the lanes into place. */
